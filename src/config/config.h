@@ -1,0 +1,90 @@
+/* config.h — the experiment: every key of the libconfig experiment file, its defaults (the
+ * paper's: Jin et al. 2016 §4.2) and its validation. One table in config.c drives the parser,
+ * `--set`, `--check`, `--help` and docs/config.md, so they cannot drift apart.
+ *
+ * Errors: every function that can fail on user input returns 0 on success or EXIT_BADINPUT (2)
+ * and writes a one-line message into err naming the file, the line (where libconfig knows it),
+ * the key, what was expected and what was found. */
+#ifndef DSGD_CONFIG_H
+#define DSGD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define CFG_PATH_MAX 1024
+#define CFG_MAX_STEPS 32
+
+typedef enum { METHOD_ALLREDUCE, METHOD_PS, METHOD_EASGD, METHOD_GOSSIP_PULL, METHOD_GOSSIP_PUSH, METHOD_BACKUP } method_kind;
+typedef enum { SCHED_STEP, SCHED_CONSTANT, SCHED_COSINE } schedule_kind;
+typedef enum { STEM_CIFAR, STEM_IMAGENET } stem_kind;
+
+typedef struct {
+    char name[128];         /* run name (provenance, progress lines) */
+    uint64_t seed;          /* seeds initialisation and the per-epoch permutation */
+    method_kind method;     /* only METHOD_ALLREDUCE is built so far */
+    int p;                  /* worker ranks; must equal the MPI world size */
+    int b;                  /* per-node minibatch; aggregate m = p*b */
+    long iterations;        /* SGD steps per node */
+    struct {
+        double base;        /* α_0 */
+        schedule_kind schedule;
+        long steps[CFG_MAX_STEPS]; /* iterations at which α is multiplied by factor (step) */
+        int n_steps;
+        double factor;
+        long warmup;        /* iterations of linear warm-up from α_0/warmup to α_0 */
+    } alpha;
+    double momentum;        /* µ */
+    int nesterov;           /* 1: Nesterov momentum (the paper), 0: heavy ball */
+    double weight_decay;    /* λ */
+    int tau;                /* EASGD communication period τ (validated, used by easgd) */
+    double beta;            /* EASGD β = p·a (validated, used by easgd) */
+    struct {
+        char arch[32];      /* "resnet18" */
+        int width;          /* channels of the first stage (64 in the paper) */
+        stem_kind stem;
+    } model;
+    struct {
+        char format[16];    /* "idx" */
+        char train_images[CFG_PATH_MAX], train_labels[CFG_PATH_MAX];
+        char val_images[CFG_PATH_MAX], val_labels[CFG_PATH_MAX];
+    } data;
+    struct {
+        long every;         /* evaluate every this many iterations (and at the end) */
+        int batch;          /* evaluation minibatch per rank */
+    } eval;
+    long log_every;         /* progress line and /train row every this many iterations */
+    int threads;            /* compute threads per rank; 0 = cores / ranks on this node */
+    char output[CFG_PATH_MAX];
+    int overwrite;          /* allow replacing an existing output file */
+    char device[16];        /* "cpu" */
+    char source[CFG_PATH_MAX]; /* the experiment file this was read from (not a key) */
+} experiment;
+
+/* Fill e with the defaults of every key. */
+void config_defaults(experiment *e);
+
+/* Read the experiment file at path, then apply the overrides sets[0..n_sets) ("KEY=VALUE",
+ * KEY a dotted path into groups, VALUE in libconfig syntax or a bare word for string keys),
+ * then validate every value. Returns 0 or EXIT_BADINPUT with err filled. */
+int config_load(experiment *e, const char *path, char *const *sets, int n_sets, char *err, size_t errlen);
+
+/* Checks that need the run environment: p equals the MPI world size. */
+int config_check_world(const experiment *e, int world_size, char *err, size_t errlen);
+
+/* The resolved experiment as libconfig text (every key, defaults included); returns the length
+ * written (truncated to n-1 like snprintf) . Stored in the HDF5 file as provenance. */
+int config_to_text(const experiment *e, char *buf, size_t n);
+
+/* The resolved experiment as an aligned table: key, value, unit, and "(default)" marks. */
+void config_print_table(const experiment *e, FILE *f);
+
+/* Every key with type, unit, default and allowed range (for --help). */
+void config_print_keys(FILE *f);
+
+/* Names of enums, for logs and the HDF5 attributes. */
+const char *method_name(method_kind m);
+const char *schedule_name(schedule_kind s);
+const char *stem_name(stem_kind s);
+
+#endif

@@ -1,0 +1,52 @@
+/* runlog.h — the HDF5 run file (docs/output.md), written by rank 0 only.
+ *
+ * Layout: root attributes (method, p, b, m, seed, dsgd_version, config, ...); group /train with
+ * 1-D datasets step, time_s, loss, alpha; group /eval with step, time_s, epoch, loss,
+ * top1_error, top5_error. Datasets are chunked and extendible, each carries a `units`
+ * attribute. /train rows are buffered in memory and appended at every evaluation (or when the
+ * buffer fills); after every evaluation the file is flushed. The file is written in HDF5's
+ * SWMR mode so that a process killed at any moment leaves a file h5dump can read, holding
+ * every evaluation completed before the last flush.
+ *
+ * Errors: runlog_create returns NULL with err filled (EXIT_BADINPUT class) when the file exists
+ * and overwrite is 0, or cannot be created; the append functions return 0 or -1 (I/O failure,
+ * message in the runlog's last error, printed by the caller). */
+#ifndef DSGD_RUNLOG_H
+#define DSGD_RUNLOG_H
+
+#include <stddef.h>
+
+typedef struct runlog runlog;
+
+typedef struct {
+    const char *method;
+    int p, b, m;
+    unsigned long long seed;
+    long iterations;
+    const char *config_text;   /* the resolved experiment (config_to_text) */
+    const char *command_line;
+    const char *hostname;
+} runlog_meta;
+
+/* Create path (its parent directories too). An existing file is refused unless overwrite. */
+runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, char *err, size_t errlen);
+
+/* One /train row: global step (1-based, steps completed), seconds of training wall clock,
+ * mean loss over the nodes' minibatches, α used at that step. Buffered. */
+int runlog_train(runlog *r, long step, double time_s, double loss, double alpha);
+
+/* One /eval row (fractions in [0,1]); writes buffered /train rows and flushes the file. */
+int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
+                double top5_error);
+
+/* A root attribute written at the end of the run (e.g. "images_per_s", "status"). */
+int runlog_set_attr_double(runlog *r, const char *name, double v);
+int runlog_set_attr_string(runlog *r, const char *name, const char *v);
+
+/* Last I/O error message of r. */
+const char *runlog_error(const runlog *r);
+
+/* Write buffered rows, flush and close. Returns 0 or -1. */
+int runlog_close(runlog *r);
+
+#endif

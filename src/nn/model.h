@@ -1,0 +1,72 @@
+/* model.h — the network every method trains: ResNet-18 (He et al. 2016, as torchvision builds
+ * it) on the CPU through oneDNN. The distributed methods see only three flat float vectors:
+ *
+ *   params  (n_params)  every trainable tensor, one after the other (model_tensor_info)
+ *   grads   (n_params)  same layout; written by model_train_step
+ *   bn      (n_bn)      BatchNorm running mean and running variance of every BN layer
+ *
+ * Flat layouts are in PyTorch order and shapes (conv weight (O, I, kh, kw), BN weight/bias (C),
+ * fc weight (classes, features), fc bias (classes)), tensors in torchvision's state_dict order,
+ * so a state_dict maps onto params by concatenation. Activations live in whatever memory format
+ * oneDNN prefers; only inputs (B, C, H, W) and these vectors have a fixed layout. */
+#ifndef DSGD_MODEL_H
+#define DSGD_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { MODEL_STEM_CIFAR = 0, MODEL_STEM_IMAGENET = 1 } model_stem;
+
+typedef struct {
+    int width;          /* channels of stage 1 (w); stages have w, 2w, 4w, 8w */
+    model_stem stem;    /* CIFAR: 3x3/1 conv; ImageNet: 7x7/2 conv + 3x3/2 max-pool */
+    int in_c, in_h, in_w;
+    int n_classes;
+    int batch;          /* training minibatch b */
+    int eval_batch;     /* evaluation minibatch */
+    int threads;        /* compute threads (OpenMP) */
+} model_spec;
+
+typedef struct {
+    const char *name;   /* torchvision state_dict name, e.g. "layer1.0.conv1.weight" */
+    int ndim;
+    int shape[4];
+    size_t offset;      /* into params/grads (or bn for running stats) */
+    size_t n;
+} model_tensor;
+
+typedef struct model model;
+
+/* Build the network and every oneDNN primitive for batch and eval_batch. Returns NULL with err
+ * filled if oneDNN cannot create a primitive (message names the layer and shapes). */
+model *model_create(const model_spec *s, char *err, size_t errlen);
+void model_free(model *m);
+
+size_t model_n_params(const model *m);
+float *model_params(model *m);
+float *model_grads(model *m);
+size_t model_n_bn(const model *m);
+float *model_bn(model *m);
+
+/* Trainable tensors (and, separately, BN running-stat tensors) with names, shapes, offsets. */
+int model_n_tensors(const model *m);
+const model_tensor *model_tensor_at(const model *m, int i);
+int model_n_bn_tensors(const model *m);
+const model_tensor *model_bn_tensor_at(const model *m, int i);
+
+/* He initialisation from seed as torchvision: conv kaiming_normal(fan_out, relu), BN γ=1 β=0,
+ * fc U(−1/√fan_in, 1/√fan_in); running mean 0, running var 1. */
+void model_init(model *m, uint64_t seed);
+
+/* Forward and backward on one training minibatch in training mode (BN batch statistics):
+ * x (batch, in_c, in_h, in_w), y (batch) labels in [0, n_classes). Overwrites grads with the
+ * gradient of the mean softmax cross-entropy over the batch, updates BN running stats (PyTorch's
+ * momentum 0.1, unbiased variance), returns the mean loss. No allocation. */
+float model_train_step(model *m, const float *x, const int *y);
+
+/* Inference (BN running stats) on up to eval_batch samples: x (eval_batch, c, h, w) of which
+ * the first n_valid are real (the rest may be anything). Adds to *loss_sum the summed
+ * cross-entropy and to *top1, *top5 the number of correct samples among the first n_valid. */
+void model_eval(model *m, const float *x, const int *y, int n_valid, double *loss_sum, long *top1, long *top5);
+
+#endif

@@ -1,0 +1,51 @@
+/* util.h — error checking, logging, timing and deterministic random numbers shared by every
+ * module of dsgd-run. Nothing here knows about MPI (see src/comm/comm.h) or oneDNN. */
+#ifndef DSGD_UTIL_H
+#define DSGD_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define DSGD_VERSION "0.1.0"
+
+/* Exit status of dsgd-run: 0 success, 1 runtime failure (non-finite loss, I/O error during
+ * training, library failure), 2 bad input (experiment file, command line, data files, output
+ * path) detected before training starts. */
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_BADINPUT = 2 };
+
+/* Size of the error-message buffers passed around as (char *err, size_t errlen). */
+#define ERRLEN 1024
+
+/* Print "dsgd-run: <message>" to stderr and abort the process (used for programming errors and
+ * allocation failure, never for user input, which is reported through error strings). */
+void die(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4), noreturn));
+#define DIE(...) die(__FILE__, __LINE__, __VA_ARGS__)
+
+/* malloc/calloc that die with file:line on failure. */
+void *xmalloc_(size_t nbytes, const char *file, int line);
+void *xcalloc_(size_t n, size_t size, const char *file, int line);
+#define xmalloc(n) xmalloc_((n), __FILE__, __LINE__)
+#define xcalloc(n, s) xcalloc_((n), (s), __FILE__, __LINE__)
+
+/* snprintf into an error buffer; returns EXIT_BADINPUT so callers can `return seterr(...)`. */
+int seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Monotonic wall clock in seconds (CLOCK_MONOTONIC). */
+double wall_time(void);
+
+/* Deterministic RNG: splitmix64 seeding + xoshiro256** generation. Same stream on every
+ * platform for the same seed; used for He initialisation and the per-epoch permutation. */
+typedef struct { uint64_t s[4]; } rng_t;
+void rng_seed(rng_t *r, uint64_t seed);
+uint64_t rng_u64(rng_t *r);
+/* Uniform in [0, 1) with 53 random bits. */
+double rng_uniform(rng_t *r);
+/* Uniform integer in [0, n), unbiased (Lemire's method), n >= 1. */
+uint64_t rng_below(rng_t *r, uint64_t n);
+/* Standard normal N(0, 1) (Box–Muller, no cached second value so the stream is stateless). */
+double rng_normal(rng_t *r);
+/* Mix several 64-bit words into one seed (e.g. (seed, epoch) -> permutation seed). */
+uint64_t seed_mix(uint64_t a, uint64_t b);
+
+#endif

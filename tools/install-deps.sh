@@ -1,0 +1,19 @@
+#!/bin/sh
+# install-deps.sh — install the Debian packages of tools/deps.list that are missing.
+# As root: apt-get update + apt-get install. Otherwise: print the exact command and fail.
+set -eu
+here=$(dirname "$0")
+missing=""
+for p in $(grep -v '^#' "$here/deps.list"); do
+    st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+    [ "$st" = "installed" ] || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "dsgd-run: missing Debian packages:$missing"
+if [ "$(id -u)" -ne 0 ]; then
+    echo "dsgd-run: run as root:  apt-get update && apt-get install -y$missing"
+    exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends $missing
