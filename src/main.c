@@ -1,0 +1,232 @@
+/* main.c — dsgd-run: read the experiment, check everything before training starts, build the
+ * model and the method, train, write the HDF5 run file.
+ *
+ *   dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg
+ *
+ * Every rank reads the experiment and its data itself (a shared file system is assumed, as on
+ * every cluster); after each set-up phase the ranks agree on the worst status (comm_max_int),
+ * so bad input stops every rank with exit status 2 and no rank is left waiting. Only rank 0
+ * prints errors and writes the run file. */
+#define _GNU_SOURCE
+#include <omp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "config/config.h"
+#include "data/idx.h"
+#include "data/loader.h"
+#include "io/runlog.h"
+#include "methods/method.h"
+#include "nn/model.h"
+#include "train/train.h"
+#include "util/util.h"
+
+#define MAX_SETS 256
+
+typedef struct {
+    const char *config_path;
+    char *sets[MAX_SETS];
+    int n_sets;
+    int check_only, help, version;
+} cli_args;
+
+static void print_usage(FILE *f) {
+    fprintf(f,
+            "usage: dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg\n"
+            "       mpiexec -n P dsgd-run EXPERIMENT.cfg     (P = the experiment's p)\n"
+            "\n"
+            "Trains ResNet-18 with a distributed SGD method (Jin et al. 2016) on p MPI ranks and\n"
+            "writes validation loss and top-1/top-5 error curves to an HDF5 file.\n"
+            "\n"
+            "options:\n"
+            "  --set KEY=VALUE  override a key of the experiment file; KEY is a dotted path into\n"
+            "                   groups (alpha.base, model.width), VALUE is written as in the file\n"
+            "                   (a bare word is accepted for string keys). Repeatable.\n"
+            "  --check          validate the experiment and the data, print the resolved\n"
+            "                   experiment as a table and exit 0\n"
+            "  --help           this text and every key of the experiment file\n"
+            "  --version        version and library versions\n"
+            "\n"
+            "exit status: 0 done, 1 stopped during training (non-finite loss, I/O), 2 bad input.\n"
+            "docs: docs/config.md (keys), docs/output.md (run file), docs/methods.md (methods)\n");
+}
+
+/* Returns 0, or EXIT_BADINPUT with err filled. */
+static int parse_args(int argc, char **argv, cli_args *a, char *err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "--help") || !strcmp(s, "-h")) a->help = 1;
+        else if (!strcmp(s, "--version")) a->version = 1;
+        else if (!strcmp(s, "--check")) a->check_only = 1;
+        else if (!strcmp(s, "--set") || !strncmp(s, "--set=", 6)) {
+            const char *kv = s[5] == '=' ? s + 6 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!kv) return seterr(err, errlen, "--set needs KEY=VALUE (e.g. --set alpha.base=0.05)");
+            if (!strchr(kv, '=')) return seterr(err, errlen, "--set %s: expected KEY=VALUE (e.g. --set alpha.base=0.05)", kv);
+            if (a->n_sets == MAX_SETS) return seterr(err, errlen, "more than %d --set options", MAX_SETS);
+            a->sets[a->n_sets++] = (char *)kv;
+        } else if (s[0] == '-' && s[1] != '\0')
+            return seterr(err, errlen, "unknown option '%s' (see dsgd-run --help)", s);
+        else if (a->config_path)
+            return seterr(err, errlen, "more than one experiment file: '%s' and '%s'", a->config_path, s);
+        else a->config_path = s;
+    }
+    if (!a->config_path && !a->help && !a->version)
+        return seterr(err, errlen, "no experiment file given (usage: dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg)");
+    return 0;
+}
+
+/* Threads per rank: the experiment's `threads`, or the CPUs this process may run on divided by
+ * the ranks sharing the node (at least 1). */
+static int choose_threads(const experiment *e) {
+    if (e->threads > 0) return e->threads;
+    cpu_set_t set;
+    int ncpu = 1;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) ncpu = CPU_COUNT(&set);
+    int local = comm_local_size();
+    /* Ranks bound to a subset of cores already see only their share. */
+    int t = ncpu >= local * 1 && ncpu > 1 ? ncpu / local : 1;
+    return t < 1 ? 1 : t;
+}
+
+/* Collective: stop every rank if any rank's status is non-zero. Rank 0 prints its message if
+ * it failed; otherwise each failing rank prints its own, prefixed with its rank. */
+static void agree_or_exit(int status, const char *err) {
+    int worst = comm_max_int(status);
+    if (worst == 0) return;
+    int r0_status = status;
+    comm_bcast(&r0_status, sizeof r0_status, 0);
+    if (comm_rank() == 0 && status) fprintf(stderr, "dsgd-run: %s\n", err);
+    else if (status && !r0_status) fprintf(stderr, "dsgd-run: rank %d: %s\n", comm_rank(), err);
+    comm_finalize();
+    exit(worst);
+}
+
+static void join_args(int argc, char **argv, char *buf, size_t n) {
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < argc && off + 1 < n; i++) off += (size_t)snprintf(buf + off, n - off, "%s%s", i ? " " : "", argv[i]);
+}
+
+int main(int argc, char **argv) {
+    comm_init(&argc, &argv);
+    const int rank = comm_rank(), r0 = rank == 0;
+    char err[ERRLEN] = "";
+
+    cli_args args;
+    int st = parse_args(argc, argv, &args, err, sizeof err);
+    if (st && r0) fprintf(stderr, "dsgd-run: %s\n", err);
+    if (st) { comm_finalize(); return st; }
+    if (args.help || args.version) {
+        if (r0 && args.version) printf("dsgd-run %s (CPU backend: oneDNN; MPI: MPICH)\n", DSGD_VERSION);
+        if (r0 && args.help) { print_usage(stdout); printf("\nexperiment keys:\n"); config_print_keys(stdout); }
+        comm_finalize();
+        return 0;
+    }
+
+    /* 1. The experiment: every rank reads it; all reach the same verdict. */
+    static experiment e;
+    st = config_load(&e, args.config_path, args.sets, args.n_sets, err, sizeof err);
+    if (!st) st = config_check_world(&e, comm_size(), err, sizeof err);
+    agree_or_exit(st, err);
+    const method_ops *method = method_find(e.method);
+    if (!method) st = seterr(err, sizeof err, "%s: method '%s' is not built", e.source, method_name(e.method));
+    agree_or_exit(st, err);
+
+    /* 2. The data: train and validation sets, validated. */
+    static dataset train, val;
+    st = dataset_load(&train, e.data.train_images, e.data.train_labels, 0, err, sizeof err);
+    if (!st) st = dataset_load(&val, e.data.val_images, e.data.val_labels, train.n_classes, err, sizeof err);
+    if (!st && (val.c != train.c || val.h != train.h || val.w != train.w))
+        st = seterr(err, sizeof err, "%s is %dx%dx%d but %s is %dx%dx%d: training and validation images must have the same shape",
+                    e.data.val_images, val.c, val.h, val.w, e.data.train_images, train.c, train.h, train.w);
+    trainer t = {.e = &e, .method = method, .train = &train, .val = &val, .rank = rank, .p = comm_size()};
+    if (!st) st = loader_init(&t.train_loader, &train, e.p, rank, e.b, e.seed, err, sizeof err);
+    agree_or_exit(st, err);
+
+    /* 3. The output must not exist (never overwrite an earlier run unless asked). */
+    struct stat sb;
+    if (r0 && !e.overwrite && stat(e.output, &sb) == 0)
+        st = seterr(err, sizeof err, "%s: key 'output': %s already exists; use --set overwrite=true to replace it or choose another output",
+                    e.source, e.output);
+    agree_or_exit(st, err);
+
+    const int threads = choose_threads(&e);
+    if (args.check_only) {
+        if (r0) {
+            config_print_table(&e, stdout);
+            printf("\nm = p·b = %d, %d training images (%dx%dx%d, %d classes), %ld steps per epoch, %d validation images, %d threads per rank\n",
+                   e.p * e.b, train.n, train.c, train.h, train.w, train.n_classes, t.train_loader.steps_per_epoch, val.n, threads);
+            printf("experiment OK\n");
+        }
+        comm_finalize();
+        return 0;
+    }
+
+    /* 4. Model, buffers, method. */
+    omp_set_num_threads(threads);
+    model_spec spec = {
+        .width = e.model.width,
+        .stem = e.model.stem == STEM_IMAGENET ? MODEL_STEM_IMAGENET : MODEL_STEM_CIFAR,
+        .in_c = train.c, .in_h = train.h, .in_w = train.w,
+        .n_classes = train.n_classes,
+        .batch = e.b,
+        .eval_batch = e.eval.batch,
+        .threads = threads,
+    };
+    t.net = model_create(&spec, err, sizeof err);
+    st = t.net ? 0 : EXIT_BADINPUT;
+    agree_or_exit(st, err);
+    model_init(t.net, e.seed);
+    const size_t sample = (size_t)train.c * train.h * train.w;
+    t.x = xmalloc((size_t)e.b * sample * sizeof(float));
+    t.y = xmalloc((size_t)e.b * sizeof(int));
+    t.eval_x = xmalloc((size_t)e.eval.batch * sample * sizeof(float));
+    t.eval_y = xmalloc((size_t)e.eval.batch * sizeof(int));
+    t.eval_idx = xmalloc((size_t)e.eval.batch * sizeof(int));
+    t.velocity = xcalloc(model_n_params(t.net), sizeof(float));
+    st = method->init(&t, err, sizeof err);
+    agree_or_exit(st, err);
+
+    /* 5. The run file (rank 0), created exclusively. */
+    if (r0) {
+        static char cfg_text[1 << 16], cmdline[4096];
+        config_to_text(&e, cfg_text, sizeof cfg_text);
+        join_args(argc, argv, cmdline, sizeof cmdline);
+        runlog_meta meta = {
+            .method = method_name(e.method), .p = e.p, .b = e.b, .m = e.p * e.b, .seed = e.seed,
+            .iterations = e.iterations, .config_text = cfg_text, .command_line = cmdline, .hostname = comm_host(),
+        };
+        t.log = runlog_create(e.output, e.overwrite, &meta, err, sizeof err);
+        if (!t.log) st = EXIT_BADINPUT;
+    }
+    agree_or_exit(st, err);
+
+    if (r0) {
+        printf("dsgd-run %s: %s, method %s, p = %d, b = %d, m = p·b = %d, %ld iterations (%.2f epochs)\n", DSGD_VERSION, e.name,
+               method_name(e.method), e.p, e.b, e.p * e.b, e.iterations,
+               (double)e.iterations / (double)t.train_loader.steps_per_epoch);
+        printf("model resnet18 width %d, %s stem, %zu parameters; %d training / %d validation images; %d threads per rank; output %s\n",
+               e.model.width, stem_name(e.model.stem), model_n_params(t.net), train.n, val.n, threads, e.output);
+        fflush(stdout);
+    }
+
+    /* 6. Train. */
+    st = train_run(&t);
+    if (r0 && runlog_close(t.log) != 0) {
+        fprintf(stderr, "dsgd-run: closing %s: %s\n", e.output, runlog_error(t.log));
+        if (!st) st = EXIT_RUNTIME;
+    }
+
+    free(t.x), free(t.y), free(t.eval_x), free(t.eval_y), free(t.eval_idx), free(t.velocity);
+    model_free(t.net);
+    loader_free(&t.train_loader);
+    dataset_free(&train), dataset_free(&val);
+    comm_finalize();
+    return st;
+}

@@ -1,0 +1,60 @@
+/* allreduce.c — synchronous all-reduce SGD (Jin et al. 2016 §2.1).
+ *
+ * Every step each of the p nodes computes the gradient of its own b samples; the gradients are
+ * averaged with MPI_Allreduce (in place on the flat gradient vector, in chunks, see comm.h), and
+ * every node applies the same Nesterov-SGD update, so all nodes hold identical parameters and
+ * the step equals one step of minibatch SGD with the aggregate minibatch m = p·b.
+ * BN running statistics are local to each node; they are averaged across nodes before each
+ * evaluation. */
+#include <math.h>
+#include <stdio.h>
+
+#include "comm/comm.h"
+#include "methods/method.h"
+#include "optim/sgd.h"
+#include "util/util.h"
+
+static int allreduce_init(trainer *t, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    /* Identical starting point on every rank whatever the node's libm: rank 0's parameters. */
+    comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
+    return 0;
+}
+
+static double allreduce_step(trainer *t, long step, double alpha) {
+    const experiment *e = t->e;
+    model *net = t->net;
+    const size_t n = model_n_params(net);
+
+    double t0 = wall_time();
+    loader_batch(&t->train_loader, step, t->x, t->y);
+    double t1 = wall_time();
+    double loss = model_train_step(net, t->x, t->y);
+    double t2 = wall_time();
+    comm_allreduce_mean_f32(model_grads(net), n);
+    comm_allreduce_sum_f64(&loss, 1);
+    double t3 = wall_time();
+    int finite = sgd_update(model_params(net), model_grads(net), t->velocity, n, (float)alpha, (float)e->momentum,
+                            (float)e->weight_decay, e->nesterov);
+    double t4 = wall_time();
+
+    t->times.data_s += t1 - t0;
+    t->times.compute_s += t2 - t1;
+    t->times.comm_s += t3 - t2;
+    t->times.update_s += t4 - t3;
+    loss /= (double)t->p;
+    /* The averaged gradient is identical on every rank, so every rank sees the same verdict. */
+    return finite ? loss : NAN;
+}
+
+static void allreduce_eval_prepare(trainer *t) { comm_allreduce_mean_f32(model_bn(t->net), model_n_bn(t->net)); }
+
+static void allreduce_finalize(trainer *t) { (void)t; }
+
+const method_ops method_allreduce = {
+    .name = "allreduce",
+    .init = allreduce_init,
+    .step = allreduce_step,
+    .eval_prepare = allreduce_eval_prepare,
+    .finalize = allreduce_finalize,
+};

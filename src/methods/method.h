@@ -1,0 +1,33 @@
+/* method.h — one distributed SGD method = one file in src/methods/ exporting a method_ops table
+ * (as nccl-tests has one file per collective). The training loop (src/train/) calls
+ *
+ *   init      once, after the model is built and initialised identically on every rank
+ *   step      once per iteration t (0-based) with the step size α_t; returns the mean loss over
+ *             the nodes' minibatches of this step (identical on every rank)
+ *   eval_prepare  before each evaluation: make the model each rank evaluates the one the
+ *             method's paper evaluates (e.g. average BN statistics across ranks)
+ *   finalize  once at the end
+ *
+ * Methods touch parameters only through the flat vectors of src/nn/model.h and communicate
+ * only through src/comm/comm.h. */
+#ifndef DSGD_METHOD_H
+#define DSGD_METHOD_H
+
+#include <stddef.h>
+
+#include "train/train.h"
+
+struct method_ops {
+    const char *name;
+    int (*init)(trainer *t, char *err, size_t errlen);
+    double (*step)(trainer *t, long step, double alpha);
+    void (*eval_prepare)(trainer *t);
+    void (*finalize)(trainer *t);
+};
+
+extern const method_ops method_allreduce;
+
+/* The table for a method, or NULL if that method is not built. */
+const method_ops *method_find(method_kind k);
+
+#endif

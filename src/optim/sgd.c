@@ -1,0 +1,61 @@
+/* sgd.c — see sgd.h. */
+#include "sgd.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* 1 if x is NaN or ±Inf, from its bits. */
+static inline uint32_t nonfinite_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0x7f800000u) == 0x7f800000u;
+}
+
+double alpha_at(const experiment *e, long t) {
+    const double a0 = e->alpha.base;
+    const long w = e->alpha.warmup;
+    if (t < w) return a0 * (double)(t + 1) / (double)w;
+    switch (e->alpha.schedule) {
+    case SCHED_CONSTANT: return a0;
+    case SCHED_STEP: {
+        double a = a0;
+        for (int i = 0; i < e->alpha.n_steps; i++)
+            if (e->alpha.steps[i] <= t) a *= e->alpha.factor;
+        return a;
+    }
+    case SCHED_COSINE: {
+        const double span = (double)(e->iterations - w);
+        return a0 * 0.5 * (1.0 + cos(M_PI * (double)(t - w) / span));
+    }
+    }
+    return a0;
+}
+
+int sgd_update(float *restrict theta, const float *restrict grad, float *restrict v, size_t n, float alpha,
+               float mu, float lambda, int nesterov) {
+    /* The finiteness test is folded into the update loop (no second pass over the 47 MB of a
+     * width-64 ResNet-18): an exponent field of all ones marks NaN or Inf. An integer OR
+     * reduction keeps the loop vectorisable, where a float reduction would not be. */
+    uint32_t bad = 0;
+    if (nesterov) {
+        for (size_t i = 0; i < n; i++) {
+            float g = grad[i] + lambda * theta[i];
+            float vi = mu * v[i] + g;
+            v[i] = vi;
+            float t = theta[i] - alpha * (g + mu * vi);
+            theta[i] = t;
+            bad |= nonfinite_bits(t);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float g = grad[i] + lambda * theta[i];
+            float vi = mu * v[i] + g;
+            v[i] = vi;
+            float t = theta[i] - alpha * vi;
+            theta[i] = t;
+            bad |= nonfinite_bits(t);
+        }
+    }
+    return bad == 0;
+}

@@ -1,0 +1,278 @@
+/* test_mpi.c — dsgd-run end to end under mpiexec: run-file content, determinism, bad input on
+ * every rank, a run killed mid-way, and evaluation independent of p. Every mpiexec runs under
+ * `timeout`, so a hang fails the test instead of stalling CI. Runs from the repository root
+ * (make check) with ./dsgd-run built and Fashion-MNIST installed. */
+#define _GNU_SOURCE
+#include <hdf5.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define MPI_TIMEOUT "120"
+
+static char g_dir[256];
+
+/* A tiny experiment: width-4 ResNet-18, CIFAR stem, b = 8, on the real Fashion-MNIST. */
+static const char *TINY =
+    "name = \"tiny\";\nseed = 7;\nmethod = \"allreduce\";\np = 2;\nb = 8;\niterations = 6;\n"
+    "alpha = { base = 0.05; schedule = \"constant\"; };\n"
+    "model = { arch = \"resnet18\"; width = 4; stem = \"cifar\"; };\n"
+    "eval = { every = 3; batch = 500; };\nlog_every = 1;\n";
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Run a shell command, capture stdout+stderr into out (if given); return the exit status. */
+static int run(const char *cmd, char *out, size_t n) {
+    char full[4096];
+    snprintf(full, sizeof full, "(%s) 2>&1", cmd);
+    FILE *f = popen(full, "r");
+    ck_assert(f != NULL);
+    size_t len = 0;
+    char buf[4096];
+    size_t k;
+    while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
+        if (out && len + 1 < n) {
+            size_t c = k < n - 1 - len ? k : n - 1 - len;
+            memcpy(out + len, buf, c);
+            len += c;
+        }
+    }
+    if (out) out[len] = '\0';
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int dsgd(int np, const char *cfg, const char *extra, char *out, size_t n) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "timeout -k 5 " MPI_TIMEOUT " mpiexec -n %d ./dsgd-run %s %s", np, extra ? extra : "", cfg);
+    return run(cmd, out, n);
+}
+
+/* Read a 1-D dataset of doubles (or int64 converted); returns its length. */
+static long read_1d(const char *file, const char *name, double *buf, long max) {
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ck_assert_msg(f >= 0, "cannot open %s", file);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    ck_assert_msg(d >= 0, "%s has no %s", file, name);
+    hid_t s = H5Dget_space(d);
+    hsize_t dims[1];
+    H5Sget_simple_extent_dims(s, dims, NULL);
+    ck_assert((long)dims[0] <= max);
+    if (dims[0] > 0) ck_assert(H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+    H5Sclose(s), H5Dclose(d), H5Fclose(f);
+    return (long)dims[0];
+}
+
+static long read_attr_long(const char *file, const char *name) {
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ck_assert(f >= 0);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    ck_assert_msg(a >= 0, "%s has no attribute %s", file, name);
+    long long v = 0;
+    ck_assert(H5Aread(a, H5T_NATIVE_LLONG, &v) >= 0);
+    H5Aclose(a), H5Fclose(f);
+    return (long)v;
+}
+
+static void paths(const char *tag, char *cfg, char *h5) {
+    sprintf(cfg, "%s/%s.cfg", g_dir, tag);
+    sprintf(h5, "%s/%s.h5", g_dir, tag);
+}
+
+/* Writes TINY + extra lines to <tag>.cfg with output <tag>.h5. */
+static void make_cfg(const char *tag, const char *extra, char *cfg, char *h5) {
+    paths(tag, cfg, h5);
+    char text[4096];
+    snprintf(text, sizeof text, "%s%s\noutput = \"%s\";\n", TINY, extra ? extra : "", h5);
+    write_file(cfg, text);
+}
+
+START_TEST(test_run_file_content) {
+    char cfg[512], h5[512], out[1 << 15];
+    make_cfg("content", "", cfg, h5);
+    int st = dsgd(2, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
+    ck_assert_int_eq(read_attr_long(h5, "p"), 2);
+    ck_assert_int_eq(read_attr_long(h5, "b"), 8);
+    ck_assert_int_eq(read_attr_long(h5, "m"), 16);
+    ck_assert_int_eq(read_attr_long(h5, "seed"), 7);
+    double step[64], loss[64], alpha[64], t[64], top1[64], top5[64], eloss[64], ep[64];
+    ck_assert_int_eq(read_1d(h5, "/train/step", step, 64), 6);
+    ck_assert_int_eq(read_1d(h5, "/train/loss", loss, 64), 6);
+    ck_assert_int_eq(read_1d(h5, "/train/alpha", alpha, 64), 6);
+    ck_assert_int_eq(read_1d(h5, "/train/time_s", t, 64), 6);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_close(step[i], i + 1, 0);
+        ck_assert_close(alpha[i], 0.05, 1e-12);
+        ck_assert(isfinite(loss[i]) && loss[i] > 0 && loss[i] < 10);
+        ck_assert(t[i] > 0 && (i == 0 || t[i] >= t[i - 1]));
+    }
+    /* Evaluations at steps 3 and 6 over all 10,000 test images. */
+    ck_assert_int_eq(read_1d(h5, "/eval/step", step, 64), 2);
+    ck_assert_close(step[0], 3, 0);
+    ck_assert_close(step[1], 6, 0);
+    ck_assert_int_eq(read_1d(h5, "/eval/top1_error", top1, 64), 2);
+    ck_assert_int_eq(read_1d(h5, "/eval/top5_error", top5, 64), 2);
+    ck_assert_int_eq(read_1d(h5, "/eval/loss", eloss, 64), 2);
+    ck_assert_int_eq(read_1d(h5, "/eval/epoch", ep, 64), 2);
+    /* Epoch of step 3 with m = 16: 3 / floor(60000/16) */
+    ck_assert_close(ep[0], 3.0 / 3750.0, 1e-12);
+    for (int i = 0; i < 2; i++) {
+        ck_assert(top1[i] >= 0 && top1[i] <= 1 && top5[i] >= 0 && top5[i] <= top1[i]);
+        /* Error counts are whole images out of 10,000. */
+        ck_assert_close(top1[i] * 10000, round(top1[i] * 10000), 1e-6);
+        ck_assert(isfinite(eloss[i]) && eloss[i] > 0);
+    }
+    ck_assert_msg(strstr(out, "eval step 6") != NULL, "no final evaluation line in:\n%s", out);
+}
+END_TEST
+
+START_TEST(test_same_seed_bitwise) {
+    char cfg[512], h5a[512], h5b[512], out[1 << 15];
+    make_cfg("det", "", cfg, h5a);
+    sprintf(h5b, "%s/det2.h5", g_dir);
+    ck_assert_int_eq(dsgd(2, cfg, NULL, out, sizeof out), 0);
+    char extra[600];
+    snprintf(extra, sizeof extra, "--set output=%s", h5b);
+    ck_assert_int_eq(dsgd(2, cfg, extra, out, sizeof out), 0);
+    double a[64], b[64];
+    ck_assert_int_eq(read_1d(h5a, "/train/loss", a, 64), 6);
+    ck_assert_int_eq(read_1d(h5b, "/train/loss", b, 64), 6);
+    ck_assert_msg(memcmp(a, b, 6 * sizeof(double)) == 0, "same seed, different /train/loss");
+    /* The loss must actually change between steps (the run trains). */
+    ck_assert(a[0] != a[5]);
+}
+END_TEST
+
+static void expect_bad(int np, const char *cfg, const char *extra, const char *needle1, const char *needle2) {
+    char out[1 << 15];
+    int st = dsgd(np, cfg, extra, out, sizeof out);
+    ck_assert_msg(st == 2, "expected exit 2, got %d:\n%s", st, out);
+    ck_assert_msg(strstr(out, needle1) != NULL, "'%s' not in:\n%s", needle1, out);
+    if (needle2) ck_assert_msg(strstr(out, needle2) != NULL, "'%s' not in:\n%s", needle2, out);
+    /* Exactly one rank reports a shared error: no duplicate lines. */
+    ck_assert_msg(strstr(strstr(out, needle1) + 1, needle1) == NULL, "error printed twice:\n%s", out);
+}
+
+START_TEST(test_bad_input_every_rank) {
+    char cfg[512], h5[512];
+    /* Unknown key, with its line. */
+    make_cfg("badkey", "momentun = 0.9;", cfg, h5);
+    expect_bad(2, cfg, NULL, "momentun", "momentum");
+    /* Out of range. */
+    make_cfg("badrange", "", cfg, h5);
+    expect_bad(2, cfg, "--set b=0", "b", NULL);
+    /* p different from the number of ranks: both numbers named. */
+    make_cfg("badp", "", cfg, h5);
+    expect_bad(3, cfg, NULL, "2", "3");
+    /* Missing data file, on every rank. */
+    make_cfg("baddata", "data = { val_labels = \"/nonexistent/labels.gz\"; };", cfg, h5);
+    expect_bad(2, cfg, NULL, "/nonexistent/labels.gz", NULL);
+    /* Missing experiment file. */
+    expect_bad(2, "/nonexistent/x.cfg", NULL, "/nonexistent/x.cfg", NULL);
+    struct stat sb;
+    ck_assert_msg(stat(h5, &sb) != 0, "a failed run left %s behind", h5);
+}
+END_TEST
+
+START_TEST(test_existing_output_refused) {
+    char cfg[512], h5[512], out[1 << 15];
+    make_cfg("exists", "", cfg, h5);
+    write_file(h5, "an earlier run\n");
+    expect_bad(2, cfg, NULL, "already exists", "overwrite");
+    FILE *f = fopen(h5, "r");
+    char buf[64] = "";
+    ck_assert(fgets(buf, sizeof buf, f) != NULL);
+    fclose(f);
+    ck_assert_str_eq(buf, "an earlier run\n");
+    ck_assert_int_eq(dsgd(2, cfg, "--set overwrite=true", out, sizeof out), 0);
+    double s[64];
+    ck_assert_int_eq(read_1d(h5, "/eval/step", s, 64), 2);
+}
+END_TEST
+
+START_TEST(test_killed_run_leaves_readable_file) {
+    char cfg[512], h5[512], cmd[2048], out[1 << 15];
+    make_cfg("killed", "iterations = 100000;\neval = { every = 2; batch = 500; };", cfg, h5);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 " MPI_TIMEOUT " mpiexec -n 2 ./dsgd-run %s >%s/killed.log 2>&1 &", cfg, g_dir);
+    ck_assert_int_eq(system(cmd), 0);
+    /* Wait for the second evaluation line, then SIGKILL both ranks. */
+    char log[512];
+    snprintf(log, sizeof log, "grep -c '^eval step' %s/killed.log 2>/dev/null", g_dir);
+    int found = 0;
+    for (int i = 0; i < 600 && !found; i++) {
+        run(log, out, sizeof out);
+        found = atoi(out) >= 2;
+        if (!found) usleep(100000);
+    }
+    ck_assert_msg(found, "no evaluation within 60 s");
+    snprintf(cmd, sizeof cmd, "pkill -KILL -f 'dsgd-run %s'; sleep 1", cfg);
+    run(cmd, NULL, 0);
+    snprintf(cmd, sizeof cmd, "h5dump -H %s >/dev/null", h5);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    double s[64];
+    long n = read_1d(h5, "/eval/step", s, 64);
+    ck_assert_msg(n >= 2, "only %ld evaluations in the killed run's file", n);
+    ck_assert_close(s[0], 2, 0);
+    ck_assert_close(s[1], 4, 0);
+}
+END_TEST
+
+START_TEST(test_eval_independent_of_p) {
+    /* Evaluation before the first step sees the same weights for every p (same seed): top-1
+     * must be identical, the loss equal up to summation order. */
+    char cfg[512], h5[512], out[1 << 15];
+    double top1[3], loss[3];
+    for (int np = 1; np <= 3; np++) {
+        char tag[32], extra[128];
+        snprintf(tag, sizeof tag, "evalp%d", np);
+        make_cfg(tag, "iterations = 1;\neval = { at_start = true; batch = 500; };", cfg, h5);
+        snprintf(extra, sizeof extra, "--set p=%d", np);
+        int st = dsgd(np, cfg, extra, out, sizeof out);
+        ck_assert_msg(st == 0, "p=%d exit %d:\n%s", np, st, out);
+        double s[8], v[8];
+        ck_assert_int_eq(read_1d(h5, "/eval/step", s, 8), 2);
+        ck_assert_close(s[0], 0, 0);
+        read_1d(h5, "/eval/top1_error", v, 8);
+        top1[np - 1] = v[0];
+        read_1d(h5, "/eval/loss", v, 8);
+        loss[np - 1] = v[0];
+    }
+    ck_assert_msg(top1[0] == top1[1] && top1[1] == top1[2], "top-1 %g %g %g", top1[0], top1[1], top1[2]);
+    ck_assert_close(loss[1], loss[0], 1e-6 * loss[0]);
+    ck_assert_close(loss[2], loss[0], 1e-6 * loss[0]);
+}
+END_TEST
+
+int main(void) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    snprintf(g_dir, sizeof g_dir, "/tmp/dsgd-test-mpi-XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+    Suite *s = suite_create("mpi");
+    TCase *tc = tcase_create("mpi");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_run_file_content);
+    tcase_add_test(tc, test_same_seed_bitwise);
+    tcase_add_test(tc, test_bad_input_every_rank);
+    tcase_add_test(tc, test_existing_output_refused);
+    tcase_add_test(tc, test_killed_run_leaves_readable_file);
+    tcase_add_test(tc, test_eval_independent_of_p);
+    suite_add_tcase(s, tc);
+    int st = run_suite(s);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (st == 0 && system(cmd) != 0) return 1;
+    return st;
+}
