@@ -14,6 +14,9 @@
 
 #define CFG_PATH_MAX 1024
 #define CFG_MAX_STEPS 32
+/* A buffer of this many bytes always holds config_to_text's output (every string key at its
+ * longest, fully escaped). */
+#define CFG_TEXT_MAX 32768
 
 typedef enum { METHOD_ALLREDUCE, METHOD_PS, METHOD_EASGD, METHOD_GOSSIP_PULL, METHOD_GOSSIP_PUSH, METHOD_BACKUP } method_kind;
 typedef enum { SCHED_STEP, SCHED_CONSTANT, SCHED_COSINE } schedule_kind;
@@ -52,6 +55,7 @@ typedef struct {
     struct {
         long every;         /* evaluate every this many iterations (and at the end) */
         int batch;          /* evaluation minibatch per rank */
+        int at_start;       /* also evaluate before the first step */
     } eval;
     long log_every;         /* progress line and /train row every this many iterations */
     int threads;            /* compute threads per rank; 0 = cores / ranks on this node */
@@ -73,7 +77,9 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
 int config_check_world(const experiment *e, int world_size, char *err, size_t errlen);
 
 /* The resolved experiment as libconfig text (every key, defaults included); returns the length
- * written (truncated to n-1 like snprintf) . Stored in the HDF5 file as provenance. */
+ * written (truncated to n-1 like snprintf) . Stored in the HDF5 file as provenance.
+ * config_load reads it back to the same experiment (except source). n >= CFG_TEXT_MAX never
+ * truncates; n == 0 writes nothing and returns 0. */
 int config_to_text(const experiment *e, char *buf, size_t n);
 
 /* The resolved experiment as an aligned table: key, value, unit, and "(default)" marks. */
@@ -81,6 +87,11 @@ void config_print_table(const experiment *e, FILE *f);
 
 /* Every key with type, unit, default and allowed range (for --help). */
 void config_print_keys(FILE *f);
+
+/* The same as a Markdown table (key, type, default, allowed, unit, meaning): the reference
+ * table of docs/config.md, which test_config checks is up to date
+ * (regenerate: build/test/test_config --print-docs-table). */
+void config_print_markdown(FILE *f);
 
 /* Names of enums, for logs and the HDF5 attributes. */
 const char *method_name(method_kind m);

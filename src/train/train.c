@@ -52,18 +52,41 @@ static void format_eta(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%ldm%02lds", x / 60, x % 60);
 }
 
+/* Evaluate the model the method designates (collective) after `step` steps and `train_s`
+ * seconds of training; rank 0 prints and appends the /eval row. Returns the status all ranks
+ * agree on: the worst of every rank's `status` and rank 0's run-file writes. */
+static int evaluate_and_log(trainer *t, long step, double train_s, int status) {
+    const double epoch = (double)step / (double)t->train_loader.steps_per_epoch;
+    t->method->eval_prepare(t);
+    double ev0 = wall_time();
+    eval_result r = train_evaluate(t);
+    if (t->rank == 0) {
+        printf("eval step %ld  epoch %.2f  loss %.4f  top-1 error %.4f  top-5 error %.4f  (%ld images, %.1f s)\n", step,
+               epoch, r.loss, r.top1_error, r.top5_error, r.count, wall_time() - ev0);
+        fflush(stdout);
+        if (runlog_eval(t->log, step, train_s, epoch, r.loss, r.top1_error, r.top5_error) != 0) {
+            fprintf(stderr, "dsgd-run: writing %s: %s\n", t->e->output, runlog_error(t->log));
+            status = EXIT_RUNTIME;
+        }
+    }
+    /* Rank 0's output failure stops everyone together. */
+    return comm_max_int(status);
+}
+
 int train_run(trainer *t) {
     const experiment *e = t->e;
     const long total = e->iterations;
     const long m = (long)e->p * e->b;
     const long spe = t->train_loader.steps_per_epoch;
     const int r0 = t->rank == 0;
-    int status = EXIT_OK;
+    int status = EXIT_OK, nonfinite = 0;
 
     double train_s = 0.0;       /* training wall clock, evaluation excluded */
     double loss_acc = 0.0;      /* mean loss over the steps since the last /train row */
     long loss_n = 0, last_log_step = 0;
     double last_log_s = 0.0;
+
+    if (e->eval.at_start && (status = evaluate_and_log(t, 0, 0.0, EXIT_OK)) != EXIT_OK) return status;
 
     comm_barrier();
     double seg_start = wall_time();
@@ -79,6 +102,7 @@ int train_run(trainer *t) {
                         "%s keeps what was logged. Try a smaller alpha.base or a warm-up.\n",
                         s + 1, alpha, e->output);
             status = EXIT_RUNTIME;
+            nonfinite = 1;
             break;
         }
         loss_acc += loss;
@@ -90,7 +114,9 @@ int train_run(trainer *t) {
             double mean_loss = loss_acc / (double)loss_n;
             if (r0) {
                 if (runlog_train(t->log, s + 1, now, mean_loss, alpha) != 0) {
+                    /* Reported now; every rank stops together at the next evaluation. */
                     fprintf(stderr, "dsgd-run: writing %s: %s\n", e->output, runlog_error(t->log));
+                    status = EXIT_RUNTIME;
                 }
                 double ips = (double)((s + 1 - last_log_step) * m) / (now - last_log_s);
                 char eta[32];
@@ -107,22 +133,7 @@ int train_run(trainer *t) {
 
         if ((s + 1) % e->eval.every == 0 || last) {
             train_s += wall_time() - seg_start;
-            t->method->eval_prepare(t);
-            double ev0 = wall_time();
-            eval_result r = train_evaluate(t);
-            double ev_s = wall_time() - ev0;
-            if (r0) {
-                printf("eval step %ld  epoch %.2f  loss %.4f  top-1 error %.4f  top-5 error %.4f  (%ld images, %.1f s)\n",
-                       s + 1, (double)(s + 1) / (double)spe, r.loss, r.top1_error, r.top5_error, r.count, ev_s);
-                fflush(stdout);
-                if (runlog_eval(t->log, s + 1, train_s, (double)(s + 1) / (double)spe, r.loss, r.top1_error,
-                                r.top5_error) != 0) {
-                    fprintf(stderr, "dsgd-run: writing %s: %s\n", e->output, runlog_error(t->log));
-                    status = EXIT_RUNTIME;
-                }
-            }
-            /* Rank 0's output failure stops everyone together. */
-            status = comm_max_int(status);
+            status = evaluate_and_log(t, s + 1, train_s, status);
             if (status != EXIT_OK) break;
             seg_start = wall_time();
             last_log_s = train_s;
@@ -140,7 +151,9 @@ int train_run(trainer *t) {
         runlog_set_attr_double(t->log, "train_time_s", train_s);
         runlog_set_attr_double(t->log, "images_per_s", ips);
         runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
-        runlog_set_attr_string(t->log, "status", status == EXIT_OK ? "completed" : "stopped: non-finite loss");
+        runlog_set_attr_string(t->log, "status", status == EXIT_OK ? "completed"
+                                                      : nonfinite ? "stopped: non-finite loss or gradient"
+                                                                  : "stopped: run-file write error");
     }
     return status;
 }

@@ -1,0 +1,599 @@
+/* test_config.c — unit tests of the experiment file (src/config): the paper's defaults, a full
+ * file, every class of error with its file:line and key, the --set overrides, the config_to_text
+ * round trip, config_check_world, and that docs/config.md documents every key of the table.
+ *
+ * Run from the repository root (docs/config.md is read relative to it). Test files are written
+ * into a mkdtemp directory that is removed at the end.
+ *
+ *   build/test/test_config                      run the tests
+ *   build/test/test_config --print-docs-table   print the key table for docs/config.md */
+#define _GNU_SOURCE
+#include "config/config.h"
+#include "testutil.h"
+#include "util/util.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+/* Write text to <tmpdir>/<name>; returns the path (static storage, one per name slot). */
+static const char *write_file(const char *name, const char *text) {
+    static char paths[16][512];
+    static int slot;
+    char *p = paths[slot++ % 16];
+    snprintf(p, 512, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "w");
+    ck_assert_msg(f != NULL, "cannot write %s", p);
+    fputs(text, f);
+    fclose(f);
+    return p;
+}
+
+static experiment e; /* large: static, not on the stack */
+static char err[ERRLEN];
+static const char *path; /* the file of the last load_text */
+
+/* Write text to t.cfg and load it with the given overrides. */
+static int load_text(const char *text, char *const *sets, int n_sets) {
+    path = write_file("t.cfg", text);
+    err[0] = 0;
+    return config_load(&e, path, sets, n_sets, err, sizeof err);
+}
+
+/* Assert that loading text fails with EXIT_BADINPUT and a message holding each of the
+ * NULL-terminated substrings (and the file name unless an override is at fault). */
+static void expect_error(const char *text, char *const *sets, int n_sets, const char *const *subs, int names_file) {
+    int st = load_text(text, sets, n_sets);
+    ck_assert_msg(st == EXIT_BADINPUT, "status %d (expected 2) for:\n%s\nerr: %s", st, text, err);
+    ck_assert_msg(!strchr(err, '\n'), "message is not one line: %s", err);
+    if (names_file) ck_assert_msg(strstr(err, path) != NULL, "message lacks the file name %s: %s", path, err);
+    for (int i = 0; subs[i]; i++) ck_assert_msg(strstr(err, subs[i]) != NULL, "message lacks '%s': %s", subs[i], err);
+}
+#define EXPECT_ERROR(text, ...) expect_error(text, NULL, 0, (const char *const[]){__VA_ARGS__, NULL}, 1)
+#define EXPECT_SET_ERROR(text, set, ...) \
+    expect_error(text, (char *const[]){(char *)(set)}, 1, (const char *const[]){__VA_ARGS__, NULL}, 0)
+
+/* ---------------------------------------------------------------------------------------- */
+
+START_TEST(test_defaults_are_the_papers) {
+    config_defaults(&e);
+    ck_assert_str_eq(e.name, "dsgd");
+    ck_assert_uint_eq(e.seed, 1);
+    ck_assert_int_eq(e.method, METHOD_ALLREDUCE);
+    ck_assert_int_eq(e.p, 1);
+    ck_assert_int_eq(e.b, 32);
+    ck_assert_int_eq(e.iterations, 1000);
+    ck_assert_close(e.alpha.base, 0.1, 0);
+    ck_assert_int_eq(e.alpha.schedule, SCHED_STEP);
+    ck_assert_int_eq(e.alpha.n_steps, 0);
+    ck_assert_close(e.alpha.factor, 0.1, 0);
+    ck_assert_int_eq(e.alpha.warmup, 0);
+    ck_assert_close(e.momentum, 0.9, 0);
+    ck_assert_int_eq(e.nesterov, 1);
+    ck_assert_close(e.weight_decay, 1e-4, 0);
+    ck_assert_int_eq(e.tau, 10);
+    ck_assert_close(e.beta, 0.8, 0);
+    ck_assert_str_eq(e.model.arch, "resnet18");
+    ck_assert_int_eq(e.model.width, 64);
+    ck_assert_int_eq(e.model.stem, STEM_IMAGENET);
+    ck_assert_str_eq(e.data.format, "idx");
+    ck_assert_str_eq(e.data.train_images, "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+    ck_assert_str_eq(e.data.train_labels, "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
+    ck_assert_str_eq(e.data.val_images, "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
+    ck_assert_str_eq(e.data.val_labels, "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+    ck_assert_int_eq(e.eval.every, 500);
+    ck_assert_int_eq(e.eval.batch, 250);
+    ck_assert_int_eq(e.log_every, 20);
+    ck_assert_int_eq(e.threads, 0);
+    ck_assert_int_eq(e.overwrite, 0);
+    ck_assert_str_eq(e.device, "cpu");
+}
+END_TEST
+
+START_TEST(test_empty_file_gives_defaults) {
+    ck_assert_int_eq(load_text("# nothing\n", NULL, 0), 0);
+    ck_assert_str_eq(e.source, path);
+    ck_assert_str_eq(e.output, "runs/dsgd.h5"); /* "" resolves to runs/<name>.h5 */
+    ck_assert_close(e.alpha.base, 0.1, 0);
+    ck_assert_int_eq(e.nesterov, 1);
+    ck_assert_int_eq(load_text("name = \"r2\";\n", NULL, 0), 0);
+    ck_assert_str_eq(e.output, "runs/r2.h5");
+}
+END_TEST
+
+static const char *full_file =
+    "name = \"full-run\";\n"
+    "seed = 42;\n"
+    "method = \"allreduce\";\n"
+    "p = 4;\n"
+    "b = 64;\n"
+    "iterations = 90000;\n"
+    "alpha = {\n"
+    "  base = 0.2;\n"
+    "  schedule = \"step\";\n"
+    "  steps = [30000, 60000, 80000];\n"
+    "  factor = 0.5;\n"
+    "  warmup = 500;\n"
+    "};\n"
+    "momentum = 0.8;\n"
+    "nesterov = false;\n"
+    "weight_decay = 5e-4;\n"
+    "tau = 4;\n"
+    "beta = 0.9;\n"
+    "model = { arch = \"resnet18\"; width = 16; stem = \"cifar\"; };\n"
+    "data = {\n"
+    "  format = \"idx\";\n"
+    "  train_images = \"a/ti.gz\"; train_labels = \"a/tl.gz\";\n"
+    "  val_images = \"a/vi.gz\"; val_labels = \"a/vl.gz\";\n"
+    "};\n"
+    "eval = { every = 1000; batch = 100; };\n"
+    "log_every = 10;\n"
+    "threads = 3;\n"
+    "output = \"out/full.h5\";\n"
+    "overwrite = true;\n"
+    "device = \"cpu\";\n";
+
+START_TEST(test_full_file) {
+    ck_assert_msg(load_text(full_file, NULL, 0) == 0, "%s", err);
+    ck_assert_str_eq(e.name, "full-run");
+    ck_assert_uint_eq(e.seed, 42);
+    ck_assert_int_eq(e.p, 4);
+    ck_assert_int_eq(e.b, 64);
+    ck_assert_int_eq(e.iterations, 90000);
+    ck_assert_close(e.alpha.base, 0.2, 0);
+    ck_assert_int_eq(e.alpha.schedule, SCHED_STEP);
+    ck_assert_int_eq(e.alpha.n_steps, 3);
+    ck_assert_int_eq(e.alpha.steps[0], 30000);
+    ck_assert_int_eq(e.alpha.steps[1], 60000);
+    ck_assert_int_eq(e.alpha.steps[2], 80000);
+    ck_assert_close(e.alpha.factor, 0.5, 0);
+    ck_assert_int_eq(e.alpha.warmup, 500);
+    ck_assert_close(e.momentum, 0.8, 0);
+    ck_assert_int_eq(e.nesterov, 0);
+    ck_assert_close(e.weight_decay, 5e-4, 0);
+    ck_assert_int_eq(e.tau, 4);
+    ck_assert_close(e.beta, 0.9, 0);
+    ck_assert_str_eq(e.model.arch, "resnet18");
+    ck_assert_int_eq(e.model.width, 16);
+    ck_assert_int_eq(e.model.stem, STEM_CIFAR);
+    ck_assert_str_eq(e.data.train_images, "a/ti.gz");
+    ck_assert_str_eq(e.data.train_labels, "a/tl.gz");
+    ck_assert_str_eq(e.data.val_images, "a/vi.gz");
+    ck_assert_str_eq(e.data.val_labels, "a/vl.gz");
+    ck_assert_int_eq(e.eval.every, 1000);
+    ck_assert_int_eq(e.eval.batch, 100);
+    ck_assert_int_eq(e.log_every, 10);
+    ck_assert_int_eq(e.threads, 3);
+    ck_assert_str_eq(e.output, "out/full.h5");
+    ck_assert_int_eq(e.overwrite, 1);
+    ck_assert_str_eq(e.device, "cpu");
+}
+END_TEST
+
+START_TEST(test_int_accepted_for_float) {
+    ck_assert_msg(load_text("alpha = { base = 1; factor = 1; };\nmomentum = 0;\nweight_decay = 0;\n", NULL, 0) == 0, "%s", err);
+    ck_assert_close(e.alpha.base, 1.0, 0);
+    ck_assert_close(e.alpha.factor, 1.0, 0);
+    ck_assert_close(e.momentum, 0.0, 0);
+    ck_assert_close(e.weight_decay, 0.0, 0);
+    /* 64-bit integers with the L suffix, and lists as well as arrays */
+    ck_assert_msg(load_text("iterations = 5000000000L;\nseed = 12345678901L;\nalpha = { steps = (100, 4000000000L); };\n", NULL, 0) == 0, "%s", err);
+    ck_assert_int_eq(e.iterations, 5000000000L);
+    ck_assert_uint_eq(e.seed, 12345678901ULL);
+    ck_assert_int_eq(e.alpha.steps[1], 4000000000L);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------- */
+/* File-level errors */
+
+START_TEST(test_missing_file) {
+    char p[600], msg[ERRLEN];
+    snprintf(p, sizeof p, "%s/no-such.cfg", tmpdir);
+    ck_assert_int_eq(config_load(&e, p, NULL, 0, msg, sizeof msg), EXIT_BADINPUT);
+    ck_assert_msg(strstr(msg, p) && strstr(msg, "No such file"), "%s", msg);
+    ck_assert_int_eq(config_load(&e, tmpdir, NULL, 0, msg, sizeof msg), EXIT_BADINPUT);
+    ck_assert_msg(strstr(msg, tmpdir) && strstr(msg, "directory"), "%s", msg);
+    ck_assert_int_eq(config_load(&e, NULL, NULL, 0, msg, sizeof msg), EXIT_BADINPUT);
+}
+END_TEST
+
+START_TEST(test_path_too_long) {
+    char p[CFG_PATH_MAX + 100];
+    memset(p, 'a', sizeof p - 1);
+    p[sizeof p - 1] = 0;
+    ck_assert_int_eq(config_load(&e, p, NULL, 0, err, sizeof err), EXIT_BADINPUT);
+    ck_assert_msg(strstr(err, "longer than 1023"), "%s", err);
+}
+END_TEST
+
+START_TEST(test_syntax_error) {
+    EXPECT_ERROR("b = 32;\nalpha = { base = 0.1 \n  factor = ; };\n", ":3:", "syntax error");
+    EXPECT_ERROR("b = 1;\nb = 2;\n", ":2:", "duplicate setting name");
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------- */
+/* Unknown keys */
+
+START_TEST(test_unknown_key_suggests) {
+    EXPECT_ERROR("b = 32;\nmomentm = 0.9;\n", ":2: unknown key 'momentm'; did you mean 'momentum'?");
+    EXPECT_ERROR("b = 32;\nalpha = {\n  bse = 0.1;\n};\n", ":3: unknown key 'alpha.bse'; did you mean 'alpha.base'?");
+    EXPECT_ERROR("alph = { base = 0.1; };\n", ":1: unknown key 'alph'; did you mean 'alpha'?");
+    EXPECT_ERROR("model = { wdth = 8; };\n", ":1: unknown key 'model.wdth'; did you mean 'model.width'?");
+    /* the right name in the wrong place, and other frameworks' names */
+    EXPECT_ERROR("\nbase = 0.1;\n", ":2: unknown key 'base'; did you mean 'alpha.base'?");
+    EXPECT_ERROR("lr = 0.1;\n", ":1: unknown key 'lr'; did you mean 'alpha.base'?");
+    EXPECT_ERROR("data = { x = { y = 1; }; };\n", ":1: unknown key 'data.x'");
+    /* nothing close: no suggestion */
+    EXPECT_ERROR("zzzzzzzz = 1;\n", ":1: unknown key 'zzzzzzzz'");
+    ck_assert_ptr_null(strstr(err, "did you mean"));
+    EXPECT_ERROR("x = 1;\n", ":1: unknown key 'x'"); /* not "did you mean 'p'" */
+    ck_assert_ptr_null(strstr(err, "did you mean"));
+    EXPECT_ERROR("pp = 1;\n", "did you mean 'p'?");
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------- */
+/* Wrong types */
+
+START_TEST(test_wrong_types) {
+    EXPECT_ERROR("\nb = \"32\";\n", ":2: key 'b': expected an integer, got a string \"32\"");
+    EXPECT_ERROR("b = 32.0;\n", ":1: key 'b': expected an integer, got a float 32.0");
+    EXPECT_ERROR("alpha = { base = \"0.1\"; };\n", ":1: key 'alpha.base': expected a number, got a string");
+    EXPECT_ERROR("b = { x = 1; };\n", ":1: key 'b': expected an integer, got a group");
+    EXPECT_ERROR("\n\nalpha = 0.1;\n", ":3: key 'alpha': expected a group", "got a float 0.1");
+    EXPECT_ERROR("nesterov = 1;\n", ":1: key 'nesterov': expected a boolean (true or false), got an integer 1");
+    EXPECT_ERROR("name = 5;\n", ":1: key 'name': expected a string, got an integer 5");
+    EXPECT_ERROR("alpha = { steps = 100; };\n", ":1: key 'alpha.steps': expected a list of integers", "got an integer 100");
+    EXPECT_ERROR("alpha = { steps = (100, 2.5); };\n", ":1: key 'alpha.steps': expected integers, got a float 2.5 at index 1");
+    EXPECT_ERROR("method = 1;\n", ":1: key 'method': expected one of \"allreduce\"");
+    EXPECT_ERROR("iterations = [10];\n", ":1: key 'iterations': expected an integer, got an array");
+}
+END_TEST
+
+START_TEST(test_int_wraparound_guard) {
+    /* libconfig 1.5 reads 3000000000 as -1294967296 without complaint */
+    EXPECT_ERROR("b = 8;\niterations = 3000000000;\n", ":2:", "3000000000", "32 bits", "3000000000L");
+    EXPECT_ERROR("# 3000000000 in a comment is fine\nname = \"3000000000\";\nseed = -3000000000;\n", ":3:", "-3000000000");
+    EXPECT_ERROR("seed = 99999999999999999999L;\n", ":1:", "64 bits");
+    EXPECT_ERROR("threads = 0x80000000;\n", ":1:", "32 bits");
+    /* an int field cannot hold a 64-bit value */
+    EXPECT_ERROR("b = 3000000000L;\n", ":1: key 'b': expected an integer >= 1, got 3000000000");
+}
+END_TEST
+
+START_TEST(test_string_too_long) {
+    size_t n = CFG_PATH_MAX + 200;
+    char *text = malloc(n + 64);
+    int w = snprintf(text, n + 64, "data = {\n  train_images = \"");
+    memset(text + w, 'x', CFG_PATH_MAX + 10);
+    snprintf(text + w + CFG_PATH_MAX + 10, 64, "\";\n};\n");
+    EXPECT_ERROR(text, ":2: key 'data.train_images': expected a string of at most 1023 characters, got one of 1034");
+    free(text);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------- */
+/* Out of range */
+
+START_TEST(test_out_of_range) {
+    EXPECT_ERROR("\nb = 0;\n", ":2: key 'b': expected an integer >= 1, got 0");
+    EXPECT_ERROR("p = -2;\n", ":1: key 'p': expected an integer >= 1, got -2");
+    EXPECT_ERROR("b = 8;\nalpha = {\n  base = -0.1;\n};\n", ":3: key 'alpha.base': expected a number > 0, got -0.1");
+    EXPECT_ERROR("alpha = { base = 0; };\n", "key 'alpha.base': expected a number > 0, got 0.0");
+    EXPECT_ERROR("momentum = 1.0;\n", ":1: key 'momentum': expected a number in [0, 1), got 1.0");
+    EXPECT_ERROR("momentum = -0.5;\n", ":1: key 'momentum': expected a number in [0, 1), got -0.5");
+    EXPECT_ERROR("weight_decay = -1e-4;\n", "key 'weight_decay': expected a number >= 0, got -0.0001");
+    EXPECT_ERROR("alpha = { factor = 0.0; };\n", "key 'alpha.factor': expected a number in (0, 1], got 0.0");
+    EXPECT_ERROR("alpha = { factor = 1.5; };\n", "key 'alpha.factor': expected a number in (0, 1], got 1.5");
+    EXPECT_ERROR("beta = 0;\n", "key 'beta': expected a number in (0, 1], got 0");
+    EXPECT_ERROR("tau = 0;\n", "key 'tau': expected an integer >= 1, got 0");
+    EXPECT_ERROR("model = { width = 0; };\n", ":1: key 'model.width': expected an integer in [1, 1024], got 0");
+    EXPECT_ERROR("model = { width = 2048; };\n", "key 'model.width': expected an integer in [1, 1024], got 2048");
+    EXPECT_ERROR("seed = -1;\n", "key 'seed': expected an integer >= 0, got -1");
+    EXPECT_ERROR("threads = -1;\n", "key 'threads': expected an integer >= 0, got -1");
+    EXPECT_ERROR("eval = { every = 0; };\n", "key 'eval.every': expected an integer >= 1, got 0");
+    EXPECT_ERROR("eval = { batch = 0; };\n", "key 'eval.batch': expected an integer >= 1, got 0");
+    EXPECT_ERROR("log_every = 0;\n", "key 'log_every': expected an integer >= 1, got 0");
+    EXPECT_ERROR("iterations = 0;\n", "key 'iterations': expected an integer >= 1, got 0");
+    EXPECT_ERROR("name = \"\";\n", "key 'name': expected a non-empty string", "got \"\"");
+    EXPECT_ERROR("name = \"a b\";\n", "key 'name'", "got \"a b\"");
+    EXPECT_ERROR("data = { val_labels = \"\"; };\n", "key 'data.val_labels': expected a non-empty string");
+}
+END_TEST
+
+START_TEST(test_steps_and_cross_keys) {
+    EXPECT_ERROR("iterations = 1000;\nalpha = {\n  steps = [100, 300, 200];\n};\n",
+                 ":3: key 'alpha.steps': expected strictly increasing iterations, got alpha.steps[2] = 200 after alpha.steps[1] = 300");
+    EXPECT_ERROR("alpha = { steps = [100, 100]; };\n", "alpha.steps[1] = 100 repeating alpha.steps[0] = 100");
+    EXPECT_ERROR("iterations = 1000;\nalpha = { steps = [100, 5000]; };\n",
+                 ":2: key 'alpha.steps': expected each step in [1, iterations (1000)], got alpha.steps[1] = 5000");
+    EXPECT_ERROR("alpha = { steps = [0]; };\n", "got alpha.steps[0] = 0");
+    EXPECT_ERROR("iterations = 100;\nalpha = { warmup = 100; };\n",
+                 ":2: key 'alpha.warmup': expected an integer >= 0 and < iterations (100), got 100");
+    EXPECT_ERROR("alpha = { warmup = -1; };\n", "key 'alpha.warmup'", "got -1");
+    /* the limits themselves are fine */
+    ck_assert_msg(load_text("iterations = 100;\nalpha = { steps = [1, 100]; warmup = 99; };\n", NULL, 0) == 0, "%s", err);
+    /* too many steps */
+    char text[1024];
+    int w = snprintf(text, sizeof text, "iterations = 1000;\nalpha = { steps = [");
+    for (int i = 0; i <= CFG_MAX_STEPS; i++) w += snprintf(text + w, sizeof text - w, "%s%d", i ? ", " : "", i + 1);
+    snprintf(text + w, sizeof text - w, "]; };\n");
+    EXPECT_ERROR(text, ":2: key 'alpha.steps': expected at most 32 steps, got 33");
+}
+END_TEST
+
+START_TEST(test_enums_and_unbuilt) {
+    EXPECT_ERROR("b = 8;\nmethod = \"ps\";\n", ":2: method = \"ps\" is not built yet (planned); built methods: allreduce");
+    EXPECT_ERROR("method = \"easgd\";\n", "method = \"easgd\" is not built yet (planned); built methods: allreduce");
+    EXPECT_ERROR("method = \"sgd\";\n", ":1: key 'method': expected one of \"allreduce\", \"ps\", \"easgd\", \"gossip_pull\", \"gossip_push\", \"backup\", got a string \"sgd\"");
+    EXPECT_ERROR("device = \"cuda\";\n", ":1: device = \"cuda\" is not built yet (GPU backend is planned); built devices: cpu");
+    EXPECT_ERROR("device = \"tpu\";\n", ":1: key 'device': expected one of \"cpu\", \"cuda\", got a string \"tpu\"");
+    EXPECT_ERROR("model = { arch = \"resnet50\"; };\n", "key 'model.arch': expected one of \"resnet18\"");
+    EXPECT_ERROR("model = { stem = \"mnist\"; };\n", "key 'model.stem': expected one of \"cifar\", \"imagenet\"");
+    EXPECT_ERROR("alpha = { schedule = \"linear\"; };\n", "key 'alpha.schedule': expected one of \"step\", \"constant\", \"cosine\"");
+    EXPECT_ERROR("data = { format = \"csv\"; };\n", "key 'data.format': expected one of \"idx\"");
+    ck_assert_int_eq(load_text("alpha = { schedule = \"cosine\"; };\nmodel = { stem = \"cifar\"; };\n", NULL, 0), 0);
+    ck_assert_int_eq(e.alpha.schedule, SCHED_COSINE);
+    ck_assert_int_eq(e.model.stem, STEM_CIFAR);
+    ck_assert_str_eq(method_name(METHOD_GOSSIP_PUSH), "gossip_push");
+    ck_assert_str_eq(schedule_name(SCHED_CONSTANT), "constant");
+    ck_assert_str_eq(stem_name(STEM_IMAGENET), "imagenet");
+}
+END_TEST
+
+START_TEST(test_include) {
+    char text[700];
+    const char *inc = write_file("inc.cfg", "b = 64;\n");
+    snprintf(text, sizeof text, "@include \"%s\"\np = 2;\n", inc);
+    ck_assert_msg(load_text(text, NULL, 0) == 0, "%s", err);
+    ck_assert_int_eq(e.b, 64);
+    ck_assert_int_eq(e.p, 2);
+    inc = write_file("inc2.cfg", "\nb = 0;\n");
+    snprintf(text, sizeof text, "@include \"%s\"\n", inc);
+    expect_error(text, NULL, 0, (const char *const[]){inc, ":2: key 'b': expected an integer >= 1, got 0", NULL}, 0);
+    inc = write_file("inc3.cfg", "\niterations = 4000000000;\n");
+    snprintf(text, sizeof text, "@include \"%s\"\n", inc);
+    expect_error(text, NULL, 0, (const char *const[]){inc, ":2: integer 4000000000 does not fit in 32 bits", NULL}, 0);
+    EXPECT_ERROR("b = 2;\n@include \"/nonexistent/x.cfg\"\n", ":2: @include: cannot open", "/nonexistent/x.cfg", "No such file");
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------- */
+/* --set overrides */
+
+START_TEST(test_set_overrides) {
+    char *sets[] = {"alpha.base=0.05", "output=runs/x.h5", "method=allreduce", "overwrite=true",
+                    "model.stem=cifar", "alpha.steps=[10, 20]", "seed=7", " momentum = 0.5 ", "eval={every=5;}"};
+    ck_assert_msg(load_text("method = \"ps\";\nb = 0;\n", sets, 9) == EXIT_BADINPUT, "file b = 0 must still fail");
+    ck_assert_msg(strstr(err, ":2: key 'b'"), "%s", err);
+    ck_assert_msg(load_text("method = \"ps\";\nalpha = { base = 0.3; };\n", sets, 9) == 0, "%s", err);
+    ck_assert_close(e.alpha.base, 0.05, 0);
+    ck_assert_str_eq(e.output, "runs/x.h5");
+    ck_assert_int_eq(e.method, METHOD_ALLREDUCE); /* the override repairs the file's unbuilt method */
+    ck_assert_int_eq(e.overwrite, 1);
+    ck_assert_int_eq(e.model.stem, STEM_CIFAR);
+    ck_assert_int_eq(e.alpha.n_steps, 2);
+    ck_assert_int_eq(e.alpha.steps[1], 20);
+    ck_assert_uint_eq(e.seed, 7);
+    ck_assert_close(e.momentum, 0.5, 0);
+    ck_assert_int_eq(e.eval.every, 5);
+
+    /* a quoted string, an override repairing a bad file value, later overrides win */
+    char *sets2[] = {"output=\"runs/y z.h5\"", "b=8", "b=16", "name=\"q\\\"x\"", "name=run2"};
+    ck_assert_msg(load_text("b = 0;\n", sets2, 5) == 0, "%s", err);
+    ck_assert_str_eq(e.output, "runs/y z.h5");
+    ck_assert_int_eq(e.b, 16);
+    ck_assert_str_eq(e.name, "run2");
+    /* a bare word that looks like a number is still a string for a string key */
+    char *sets3[] = {"name=2024"};
+    ck_assert_msg(load_text("", sets3, 1) == 0, "%s", err);
+    ck_assert_str_eq(e.name, "2024");
+    ck_assert_str_eq(e.output, "runs/2024.h5");
+}
+END_TEST
+
+START_TEST(test_set_errors) {
+    EXPECT_SET_ERROR("", "alpha.bse=0.05", "--set alpha.bse=0.05: unknown key 'alpha.bse'; did you mean 'alpha.base'?");
+    EXPECT_SET_ERROR("", "b=abc", "--set b=abc: key 'b': cannot read 'abc' as a libconfig value", "expected an integer >= 1");
+    EXPECT_SET_ERROR("", "b=1.5", "--set b=1.5: key 'b': expected an integer, got a float 1.5");
+    EXPECT_SET_ERROR("", "b=0", "--set b=0: key 'b': expected an integer >= 1, got 0");
+    EXPECT_SET_ERROR("", "alpha.base=-1", "--set alpha.base=-1: key 'alpha.base': expected a number > 0, got -1");
+    EXPECT_SET_ERROR("", "b", "--set b: expected KEY=VALUE");
+    EXPECT_SET_ERROR("", "=3", "--set =3: empty KEY");
+    EXPECT_SET_ERROR("", "b=1; p=2", "--set b=1; p=2: key 'b': cannot read '1; p=2'");
+    EXPECT_SET_ERROR("", "method=ps", "--set method=ps: method = \"ps\" is not built yet (planned)");
+    EXPECT_SET_ERROR("", "method=foo", "--set method=foo: key 'method': expected one of", "got a string \"foo\"");
+    EXPECT_SET_ERROR("", "alpha=0.1", "--set alpha=0.1: key 'alpha': expected a group");
+    EXPECT_SET_ERROR("", "alpha={bse=1;}", "--set alpha={bse=1;}: unknown key 'alpha.bse'; did you mean 'alpha.base'?");
+    EXPECT_SET_ERROR("", "seed=5000000000", "--set seed=5000000000: integer 5000000000 does not fit in 32 bits");
+    EXPECT_SET_ERROR("", "overwrite=yes", "--set overwrite=yes: key 'overwrite': cannot read 'yes'");
+    /* a cross-key error after an override points at the key that breaks it, in the file */
+    EXPECT_SET_ERROR("b = 8;\nalpha = { steps = [500]; };\n", "iterations=100", ":2: key 'alpha.steps'", "iterations (100)", "= 500");
+    ck_assert_msg(strstr(err, path), "%s", err);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------- */
+/* Round trip, tables, world size, docs */
+
+/* Load text, print it with config_to_text, load that, and compare the structs byte by byte. */
+static void round_trip(const char *text, char *const *sets, int n_sets) {
+    static experiment a;
+    static char buf[CFG_TEXT_MAX];
+    ck_assert_msg(load_text(text, sets, n_sets) == 0, "%s", err);
+    a = e;
+    int n = config_to_text(&a, buf, sizeof buf);
+    ck_assert_int_eq(n, (int)strlen(buf));
+    ck_assert_int_lt(n, CFG_TEXT_MAX - 1);
+    const char *p2 = write_file("rt.cfg", buf);
+    ck_assert_msg(config_load(&e, p2, NULL, 0, err, sizeof err) == 0, "%s\n%s", err, buf);
+    ck_assert_str_eq(e.source, p2);
+    memcpy(e.source, a.source, sizeof e.source);
+    ck_assert_msg(!memcmp(&a, &e, sizeof e), "round trip differs:\n%s", buf);
+    char buf2[CFG_TEXT_MAX];
+    config_to_text(&e, buf2, sizeof buf2);
+    ck_assert_str_eq(buf, buf2);
+}
+
+START_TEST(test_round_trip) {
+    round_trip("", NULL, 0);
+    round_trip(full_file, NULL, 0);
+    char *sets[] = {"seed=1234567890123L", "alpha.base=0.123456789012345", "weight_decay=1e-7", "name=a.b+c-d",
+                    "data.train_images=\"we\\\"ird\\\\path\\n\\twith\\x01ctl\"", "alpha.steps=[5L, 3000000000L]",
+                    "iterations=4000000000L", "momentum=0", "output=\"\""};
+    round_trip("", sets, 9);
+    ck_assert_str_eq(e.data.train_images, "we\"ird\\path\n\twith\x01" "ctl");
+    ck_assert_str_eq(e.output, "runs/a.b+c-d.h5");
+}
+END_TEST
+
+START_TEST(test_to_text_sizes) {
+    /* every string at its longest and fully escaped fits in CFG_TEXT_MAX */
+    static experiment w;
+    static char buf[CFG_TEXT_MAX];
+    config_defaults(&w);
+    memset(w.name, 'n', sizeof w.name - 1);
+    char *fields[] = {w.data.train_images, w.data.train_labels, w.data.val_images, w.data.val_labels, w.output, w.source};
+    for (int i = 0; i < 6; i++) { memset(fields[i], 1, CFG_PATH_MAX - 1); fields[i][CFG_PATH_MAX - 1] = 0; }
+    int n = config_to_text(&w, buf, sizeof buf);
+    ck_assert_int_eq(n, (int)strlen(buf));
+    ck_assert_int_lt(n, CFG_TEXT_MAX - 1);
+    ck_assert_ptr_nonnull(strstr(buf, "device = \"cpu\";"));
+    /* truncation like snprintf: n-1 characters and a NUL */
+    char small[16];
+    ck_assert_int_eq(config_to_text(&w, small, sizeof small), 15);
+    ck_assert_int_eq((int)strlen(small), 15);
+    ck_assert_int_eq(config_to_text(&w, small, 0), 0);
+}
+END_TEST
+
+START_TEST(test_check_world) {
+    ck_assert_int_eq(load_text("p = 4;\n", NULL, 0), 0);
+    ck_assert_int_eq(config_check_world(&e, 4, err, sizeof err), 0);
+    ck_assert_int_eq(config_check_world(&e, 2, err, sizeof err), EXIT_BADINPUT);
+    ck_assert_msg(strstr(err, path) && strstr(err, "p = 4") && strstr(err, "started 2"), "%s", err);
+}
+END_TEST
+
+/* Capture what fn prints into a malloc'd string (the caller frees it). */
+static char *cap_buf; /* open_memstream's target: static, so no pointer to a local escapes */
+static size_t cap_len;
+static char *capture(void (*fn)(FILE *, const experiment *), const experiment *x) {
+    FILE *f = open_memstream(&cap_buf, &cap_len);
+    ck_assert_ptr_nonnull(f);
+    fn(f, x);
+    fclose(f);
+    return cap_buf;
+}
+static void print_keys_(FILE *f, const experiment *x) { (void)x; config_print_keys(f); }
+static void print_table_(FILE *f, const experiment *x) { config_print_table(x, f); }
+static void print_md_(FILE *f, const experiment *x) { (void)x; config_print_markdown(f); }
+
+/* Every key of the table: the key column of the Markdown table. */
+static int table_keys(char keys[][64], int max) {
+    char *md = capture(print_md_, NULL);
+    int n = 0;
+    for (char *l = strstr(md, "\n| `"); l && n < max; l = strstr(l + 1, "\n| `")) {
+        char *end = strchr(l + 4, '`');
+        snprintf(keys[n++], 64, "%.*s", (int)(end - (l + 4)), l + 4);
+    }
+    free(md);
+    return n;
+}
+
+START_TEST(test_print_keys_and_table) {
+    char keys[64][64];
+    int nk = table_keys(keys, 64);
+    ck_assert_int_eq(nk, 32);
+    char *help = capture(print_keys_, NULL);
+    for (int i = 0; i < nk; i++) {
+        char k[80];
+        snprintf(k, sizeof k, "  %.64s ", keys[i]);
+        ck_assert_msg(strstr(help, k), "--help lacks key %s", keys[i]);
+    }
+    ck_assert_ptr_nonnull(strstr(help, "in [0, 1)"));
+    ck_assert_ptr_nonnull(strstr(help, "allreduce (planned: ps, easgd, gossip_pull, gossip_push, backup)"));
+    free(help);
+
+    char *sets[] = {"alpha.base=0.05"};
+    ck_assert_int_eq(load_text("", sets, 1), 0);
+    char *tab = capture(print_table_, &e);
+    ck_assert_msg(strstr(tab, "* alpha.base") && strstr(tab, "(default 0.1)"), "%s", tab);
+    ck_assert_msg(strstr(tab, "  momentum") && strstr(tab, "(default)"), "%s", tab);
+    ck_assert_msg(!strstr(tab, "* output"), "the resolved default output is a default:\n%s", tab);
+    free(tab);
+}
+END_TEST
+
+START_TEST(test_docs_cover_every_key) {
+    FILE *f = fopen("docs/config.md", "r");
+    ck_assert_msg(f != NULL, "cannot open docs/config.md (run the tests from the repository root)");
+    char *doc = NULL;
+    size_t cap = 0;
+    ssize_t len = getdelim(&doc, &cap, '\0', f);
+    fclose(f);
+    ck_assert_int_gt(len, 0);
+    char keys[64][64];
+    int nk = table_keys(keys, 64);
+    for (int i = 0; i < nk; i++) {
+        char k[80];
+        snprintf(k, sizeof k, "`%.64s`", keys[i]);
+        ck_assert_msg(strstr(doc, k), "docs/config.md does not document key %s", keys[i]);
+    }
+    char *md = capture(print_md_, NULL);
+    ck_assert_msg(strstr(doc, md), "the key table in docs/config.md is out of date; regenerate it with "
+                                   "build/test/test_config --print-docs-table");
+    free(md);
+    free(doc);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------- */
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb; (void)flag; (void)ftw;
+    return remove(p);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--print-docs-table")) { config_print_markdown(stdout); return 0; }
+    snprintf(tmpdir, sizeof tmpdir, "%s/dsgd-test-config-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(tmpdir)) { perror("mkdtemp"); return 1; }
+
+    Suite *s = suite_create("config");
+    TCase *tc = tcase_create("config");
+    tcase_add_test(tc, test_defaults_are_the_papers);
+    tcase_add_test(tc, test_empty_file_gives_defaults);
+    tcase_add_test(tc, test_full_file);
+    tcase_add_test(tc, test_int_accepted_for_float);
+    tcase_add_test(tc, test_missing_file);
+    tcase_add_test(tc, test_path_too_long);
+    tcase_add_test(tc, test_syntax_error);
+    tcase_add_test(tc, test_unknown_key_suggests);
+    tcase_add_test(tc, test_wrong_types);
+    tcase_add_test(tc, test_int_wraparound_guard);
+    tcase_add_test(tc, test_string_too_long);
+    tcase_add_test(tc, test_out_of_range);
+    tcase_add_test(tc, test_steps_and_cross_keys);
+    tcase_add_test(tc, test_enums_and_unbuilt);
+    tcase_add_test(tc, test_include);
+    tcase_add_test(tc, test_set_overrides);
+    tcase_add_test(tc, test_set_errors);
+    tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_to_text_sizes);
+    tcase_add_test(tc, test_check_world);
+    tcase_add_test(tc, test_print_keys_and_table);
+    tcase_add_test(tc, test_docs_cover_every_key);
+    suite_add_tcase(s, tc);
+    int st = run_suite(s);
+    nftw(tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+    return st;
+}
