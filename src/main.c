@@ -218,10 +218,7 @@ int main(int argc, char **argv) {
 
     /* 6. Train. */
     st = train_run(&t);
-    if (r0 && runlog_close(t.log) != 0) {
-        fprintf(stderr, "dsgd-run: closing %s: %s\n", e.output, runlog_error(t.log));
-        if (!st) st = EXIT_RUNTIME;
-    }
+    if (r0 && runlog_close(t.log) != 0 && !st) st = EXIT_RUNTIME; /* runlog_close printed why */
 
     free(t.x), free(t.y), free(t.eval_x), free(t.eval_y), free(t.eval_idx), free(t.velocity);
     model_free(t.net);

@@ -1,0 +1,815 @@
+/* runlog.c — the HDF5 run file written by rank 0 (runlog.h; layout in docs/output.md).
+ *
+ * CRASH SAFETY, AND WHY IT TAKES MORE THAN H5Fstart_swmr_write
+ * The promise: a process killed by SIGKILL at any instant leaves at the output path a file that
+ * plain h5dump and h5py open, holding every evaluation for which runlog_eval had returned.
+ * SIGKILL loses what the process had not yet handed to the kernel, and can stop a pwrite()
+ * between two pages of the page cache (Linux checks for a fatal signal between pages). So every
+ * prefix of our sequence of writes, cut anywhere at a 4 KiB boundary, must be a readable file.
+ * test_runlog's random-instant kill test checks exactly that. Five parts:
+ *
+ * 1. SWMR write mode (HDF5 1.10, libver bounds latest). After H5Fstart_swmr_write the metadata
+ *    cache writes in flush-dependency order (raw chunks, chunk index, object header, superblock
+ *    last), so every prefix of the write sequence is a consistent file. Every object and
+ *    attribute except the final attributes is created before SWMR starts. (HDF5 1.10.8 does not
+ *    refuse H5Acreate/H5Gcreate in SWMR mode, but only appends are ordered, so we never do that.)
+ *
+ * 2. Paged file-space aggregation (H5F_FSPACE_STRATEGY_PAGE, 4 KiB pages): no metadata block
+ *    smaller than a page crosses a page boundary, so a kill never tears one. Without it, the
+ *    kill test found object headers with bad checksums that straddled a 4 KiB boundary. Raw
+ *    chunks may still be torn; that is harmless because a rewritten chunk repeats its earlier rows
+ *    and new rows are not counted until the object header that extends the dataset is written.
+ *
+ * 3. A pass-through file driver over sec2 ("dsgd_runlog_sec2", mask_* below) that keeps the
+ *    on-disk superblock acceptable to non-SWMR readers. HDF5 1.10 marks the file "open for
+ *    write / SWMR write" in the superblock status flags and clears them only in H5Fclose. A killed
+ *    writer leaves them set and every non-SWMR open (h5dump, h5py's default) fails with "file is
+ *    already open for write (may use <h5clear file> to clear file consistency flags)". The
+ *    driver clears the two bits (and recomputes the superblock checksum) in each superblock
+ *    image on its way to disk. Non-SWMR readers also reject addresses beyond the end-of-
+ *    allocation stored in the superblock, which SWMR only rewrites at the end of a flush, so
+ *    after any write that extends past the stored value the driver rewrites that field too
+ *    (after the data, before anything that points to it). Cost: the flags no longer keep a
+ *    second writer out; runlog never opens an existing file for writing.
+ *
+ * 4. Publish by link. The file is built under a hidden temporary name beside the output
+ *    (H5F_ACC_EXCL), switched to SWMR and flushed; only then is it linked to the output path.
+ *    link() fails when the path exists, so a concurrent run can never truncate an earlier one,
+ *    and the path never names a half-built file. With overwrite, rename() replaces the old file
+ *    atomically. On file systems without hard links we fall back to check-then-rename.
+ *
+ * 5. Final attributes by copy-and-rename. runlog_set_attr_* only stages values. runlog_close
+ *    writes the buffered rows, closes the SWMR file (clean superblock) and, when attributes were
+ *    staged, copies the file to a temporary, adds them there in ordinary (non-SWMR) mode and
+ *    renames the copy over the output. A kill during close leaves either the file without the
+ *    final attributes or the final file, never a torn one (at worst a stray hidden temporary).
+ *
+ * Limits: the guarantee covers process death (SIGKILL, OOM killer, MPI abort), not power loss
+ * or a kernel crash (no fsync). Datasets of a group are extended one after another, so a kill
+ * inside runlog_eval may leave the in-flight row in some datasets of /eval but not others, and
+ * readers use the shortest length of the group. /train rows after the last completed
+ * runlog_eval may be lost. Past about 8 million /train rows (about 500 thousand /eval rows) the
+ * chunk index grows blocks larger than a page (4118 bytes, measured), which a kill could tear.
+ *
+ * Errors: every HDF5 and system call is checked. HDF5's automatic error printing is turned off
+ * for the process (H5Eset_auto2); failures are reported as "<path>: HDF5 <call> failed for
+ * <object>: <HDF5's own message>" through err (runlog_create) or runlog_error. */
+#include "runlog.h"
+
+#include "util/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+    TRAIN_CHUNK = 1024, /* rows per chunk of a /train dataset */
+    EVAL_CHUNK = 64,    /* rows per chunk of an /eval dataset */
+    TRAIN_BUF = 1024,   /* /train rows buffered in memory before an append */
+    PATHLEN = 4096,
+    FILE_PAGE = 4096, /* HDF5 file-space page; divides every Linux page size */
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* Pass-through driver that masks the superblock status flags (part 3 of the header comment).  */
+
+/* Superblock versions 2 and 3 (HDF5 file format spec, "Superblock"): signature (8), version,
+ * size of offsets O, size of lengths, status flags, then base address, extension address,
+ * end-of-file (end of allocation) address and root object header address (O bytes each), then a
+ * Jenkins lookup3 checksum of everything before it. */
+#define SB_SIGNATURE "\211HDF\r\n\032\n"
+#define SB_FLAGS_AT 11
+#define SB_FLAGS_OPEN 0x05u /* H5F_SUPER_WRITE_ACCESS | H5F_SUPER_SWMR_WRITE_ACCESS */
+#define SB_MAXLEN (12 + 4 * 8 + 4)
+#define MASK_MAXADDR ((haddr_t)(((uint64_t)1 << 63) - 1)) /* as sec2 with a 64-bit off_t */
+
+typedef struct {
+    H5FD_t pub;                  /* filled in by the library; must come first */
+    H5FD_t *inner;               /* the sec2 file that does the I/O */
+    unsigned char sb[SB_MAXLEN]; /* the superblock as last written to disk (masked) */
+    size_t sb_len;               /* 0 until the library has written a superblock */
+    unsigned sb_o;               /* size of offsets in the superblock */
+    haddr_t disk_eoa;            /* end-of-allocation address stored in the on-disk superblock */
+} maskfd;
+
+static hid_t mask_sec2_fapl = H5I_INVALID_HID;
+
+/* Bob Jenkins' lookup3 hashlittle, byte-wise: the checksum HDF5 puts on its metadata
+ * (H5_checksum_lookup3 with initval 0). Verified by the kill tests: h5dump reads our images. */
+#define ROT32(x, k) (((x) << (k)) | ((x) >> (32 - (k))))
+static uint32_t lookup3(const unsigned char *k, size_t length) {
+    uint32_t a, b, c;
+    a = b = c = 0xdeadbeefu + (uint32_t)length;
+    while (length > 12) {
+        a += k[0] + ((uint32_t)k[1] << 8) + ((uint32_t)k[2] << 16) + ((uint32_t)k[3] << 24);
+        b += k[4] + ((uint32_t)k[5] << 8) + ((uint32_t)k[6] << 16) + ((uint32_t)k[7] << 24);
+        c += k[8] + ((uint32_t)k[9] << 8) + ((uint32_t)k[10] << 16) + ((uint32_t)k[11] << 24);
+        a -= c; a ^= ROT32(c, 4);  c += b;
+        b -= a; b ^= ROT32(a, 6);  a += c;
+        c -= b; c ^= ROT32(b, 8);  b += a;
+        a -= c; a ^= ROT32(c, 16); c += b;
+        b -= a; b ^= ROT32(a, 19); a += c;
+        c -= b; c ^= ROT32(b, 4);  b += a;
+        length -= 12;
+        k += 12;
+    }
+    switch (length) { /* every case falls through */
+    case 12: c += (uint32_t)k[11] << 24; /* fall through */
+    case 11: c += (uint32_t)k[10] << 16; /* fall through */
+    case 10: c += (uint32_t)k[9] << 8;   /* fall through */
+    case 9:  c += k[8];                  /* fall through */
+    case 8:  b += (uint32_t)k[7] << 24;  /* fall through */
+    case 7:  b += (uint32_t)k[6] << 16;  /* fall through */
+    case 6:  b += (uint32_t)k[5] << 8;   /* fall through */
+    case 5:  b += k[4];                  /* fall through */
+    case 4:  a += (uint32_t)k[3] << 24;  /* fall through */
+    case 3:  a += (uint32_t)k[2] << 16;  /* fall through */
+    case 2:  a += (uint32_t)k[1] << 8;   /* fall through */
+    case 1:  a += k[0]; break;
+    case 0:  return c;
+    }
+    c ^= b; c -= ROT32(b, 14);
+    a ^= c; a -= ROT32(c, 11);
+    b ^= a; b -= ROT32(a, 25);
+    c ^= b; c -= ROT32(b, 16);
+    a ^= c; a -= ROT32(c, 4);
+    b ^= a; b -= ROT32(a, 14);
+    c ^= b; c -= ROT32(b, 24);
+    return c;
+}
+
+static haddr_t sb_get_eoa(const maskfd *m) {
+    haddr_t v = 0;
+    for (unsigned i = 0; i < m->sb_o; i++) v |= (haddr_t)m->sb[12 + 2 * m->sb_o + i] << (8 * i);
+    return v;
+}
+
+/* Store eoa in the cached image, re-checksum it and write it at address 0. */
+static herr_t sb_write(maskfd *m, hid_t dxpl, haddr_t eoa) {
+    for (unsigned i = 0; i < m->sb_o; i++) m->sb[12 + 2 * m->sb_o + i] = (unsigned char)(eoa >> (8 * i));
+    uint32_t sum = lookup3(m->sb, m->sb_len - 4);
+    for (int i = 0; i < 4; i++) m->sb[m->sb_len - 4 + i] = (unsigned char)(sum >> (8 * i));
+    if (H5FDwrite(m->inner, H5FD_MEM_SUPER, dxpl, 0, m->sb_len, m->sb) < 0) return -1;
+    m->disk_eoa = eoa;
+    return 0;
+}
+
+static H5FD_t *mask_open(const char *name, unsigned flags, hid_t fapl, haddr_t maxaddr) {
+    H5FD_t *inner = H5FDopen(name, flags, mask_sec2_fapl, maxaddr);
+    if (!inner) return NULL;
+    maskfd *m = xcalloc(1, sizeof *m);
+    m->inner = inner;
+    return &m->pub;
+}
+
+static herr_t mask_close(H5FD_t *f) {
+    maskfd *m = (maskfd *)f;
+    herr_t rc = H5FDclose(m->inner);
+    free(m);
+    return rc;
+}
+
+static int mask_cmp(const H5FD_t *a, const H5FD_t *b) {
+    return H5FDcmp(((const maskfd *)a)->inner, ((const maskfd *)b)->inner);
+}
+
+/* Called with f == NULL for the driver's own features (H5F_open checks SWMR support that way). */
+static herr_t mask_query(const H5FD_t *f, unsigned long *flags) {
+    if (!f) return H5FDdriver_query(H5FD_SEC2, flags);
+    return H5FDquery(((const maskfd *)f)->inner, flags) < 0 ? -1 : 0;
+}
+
+static haddr_t mask_get_eoa(const H5FD_t *f, H5FD_mem_t type) {
+    return H5FDget_eoa(((const maskfd *)f)->inner, type);
+}
+
+static herr_t mask_set_eoa(H5FD_t *f, H5FD_mem_t type, haddr_t addr) {
+    return H5FDset_eoa(((maskfd *)f)->inner, type, addr);
+}
+
+static haddr_t mask_get_eof(const H5FD_t *f, H5FD_mem_t type) {
+    return H5FDget_eof(((const maskfd *)f)->inner, type);
+}
+
+static herr_t mask_get_handle(H5FD_t *f, hid_t fapl, void **handle) {
+    return H5FDget_vfd_handle(((maskfd *)f)->inner, fapl, handle);
+}
+
+static herr_t mask_read(H5FD_t *f, H5FD_mem_t type, hid_t dxpl, haddr_t addr, size_t size, void *buf) {
+    return H5FDread(((maskfd *)f)->inner, type, dxpl, addr, size, buf);
+}
+
+/* A write that starts with a superblock: write the rest first, make sure the file reaches the
+ * end-of-allocation the superblock records, then write the superblock with the open flags
+ * cleared. Any other write: forward it, then raise the stored end-of-allocation if the write
+ * went past it. In both cases the superblock lands after the data it covers. */
+static herr_t mask_write(H5FD_t *f, H5FD_mem_t type, hid_t dxpl, haddr_t addr, size_t size, const void *vbuf) {
+    maskfd *m = (maskfd *)f;
+    const unsigned char *buf = vbuf;
+    unsigned o = size >= 12 ? buf[9] : 0;
+    size_t len = 12 + 4 * (size_t)o + 4;
+    int is_sb = addr == 0 && size >= 12 && memcmp(buf, SB_SIGNATURE, 8) == 0 && buf[8] >= 2 &&
+                (o == 2 || o == 4 || o == 8) && size >= len;
+    if (!is_sb) {
+        if (H5FDwrite(m->inner, type, dxpl, addr, size, buf) < 0) return -1;
+        if (m->sb_len && addr + size > m->disk_eoa) return sb_write(m, dxpl, addr + size);
+        return 0;
+    }
+    if (size > len && H5FDwrite(m->inner, type, dxpl, addr + len, size - len, buf + len) < 0) return -1;
+    memcpy(m->sb, buf, len);
+    m->sb_len = len;
+    m->sb_o = o;
+    m->sb[SB_FLAGS_AT] &= (unsigned char)~SB_FLAGS_OPEN;
+    haddr_t eoa = sb_get_eoa(m);
+    haddr_t eof = H5FDget_eof(m->inner, H5FD_MEM_SUPER);
+    haddr_t alloc = H5FDget_eoa(m->inner, H5FD_MEM_SUPER);
+    if (eof == HADDR_UNDEF || alloc == HADDR_UNDEF) return -1;
+    if (eof < eoa && alloc > eof) { /* extend only: truncate sets the size to the allocation */
+        if (H5FDtruncate(m->inner, dxpl, 0) < 0) return -1;
+        if ((eof = H5FDget_eof(m->inner, H5FD_MEM_SUPER)) == HADDR_UNDEF) return -1;
+    }
+    /* Never record more than the file holds: a reader would call it truncated. */
+    return sb_write(m, dxpl, eoa < eof ? eoa : eof);
+}
+
+static herr_t mask_flush(H5FD_t *f, hid_t dxpl, hbool_t closing) {
+    return H5FDflush(((maskfd *)f)->inner, dxpl, closing);
+}
+
+static herr_t mask_truncate(H5FD_t *f, hid_t dxpl, hbool_t closing) {
+    maskfd *m = (maskfd *)f;
+    haddr_t alloc = H5FDget_eoa(m->inner, H5FD_MEM_SUPER);
+    if (alloc == HADDR_UNDEF) return -1;
+    if (m->sb_len && m->disk_eoa > alloc && sb_write(m, dxpl, alloc) < 0) return -1;
+    return H5FDtruncate(m->inner, dxpl, closing);
+}
+
+static herr_t mask_lock(H5FD_t *f, hbool_t rw) { return H5FDlock(((maskfd *)f)->inner, rw); }
+static herr_t mask_unlock(H5FD_t *f) { return H5FDunlock(((maskfd *)f)->inner); }
+
+static const H5FD_class_t mask_class = {
+    .name = "dsgd_runlog_sec2",
+    .maxaddr = MASK_MAXADDR,
+    .fc_degree = H5F_CLOSE_WEAK,
+    .open = mask_open,
+    .close = mask_close,
+    .cmp = mask_cmp,
+    .query = mask_query,
+    .get_eoa = mask_get_eoa,
+    .set_eoa = mask_set_eoa,
+    .get_eof = mask_get_eof,
+    .get_handle = mask_get_handle,
+    .read = mask_read,
+    .write = mask_write,
+    .flush = mask_flush,
+    .truncate = mask_truncate,
+    .lock = mask_lock,
+    .unlock = mask_unlock,
+    .fl_map = H5FD_FLMAP_DICHOTOMY,
+};
+
+/* The driver's id, registered on first use (and again if the library was closed since). */
+static hid_t mask_driver(void) {
+    static hid_t id = H5I_INVALID_HID;
+    if (id >= 0 && H5Iis_valid(id) > 0 && H5Iis_valid(mask_sec2_fapl) > 0) return id;
+    if ((mask_sec2_fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0) return H5I_INVALID_HID;
+    if (H5Pset_fapl_sec2(mask_sec2_fapl) < 0) return H5I_INVALID_HID;
+    id = H5FDregister(&mask_class);
+    return id;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Errors.                                                                                     */
+
+typedef struct {
+    char outer[256], inner[512];
+} h5msg;
+
+static herr_t h5msg_walk(unsigned n, const H5E_error2_t *e, void *data) {
+    h5msg *m = data;
+    if (!e->desc || !e->desc[0]) return 0;
+    if (n == 0) snprintf(m->outer, sizeof m->outer, "%s", e->desc);
+    snprintf(m->inner, sizeof m->inner, "%s", e->desc); /* last one wins: the innermost */
+    return 0;
+}
+
+/* Fill err with "<path>: HDF5 <call> failed for <object>: <HDF5's messages>"; returns -1. */
+static int h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object) {
+    h5msg m = {{0}, {0}};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5msg_walk, &m);
+    H5Eclear2(H5E_DEFAULT);
+    const char *detail = m.inner[0] ? m.inner : "no message from HDF5";
+    if (m.outer[0] && strcmp(m.outer, m.inner) != 0)
+        seterr(err, errlen, "%s: HDF5 %s failed for %s: %s (%s)", path, call, object, m.outer, detail);
+    else
+        seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
+    return -1;
+}
+
+/* Fill err with "<path>: <what>: <strerror(errno)>"; returns -1. */
+static int syserr(char *err, size_t errlen, const char *path, const char *what) {
+    seterr(err, errlen, "%s: %s: %s", path, what, strerror(errno));
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The run file.                                                                               */
+
+enum { T_STEP, T_TIME, T_LOSS, T_ALPHA, NTRAIN };
+enum { E_STEP, E_TIME, E_EPOCH, E_LOSS, E_TOP1, E_TOP5, NEVAL };
+
+typedef struct {
+    const char *name, *units, *description;
+} colspec;
+
+static const colspec train_cols[NTRAIN] = {
+    {"step", "iterations", "global iterations completed (1-based)"},
+    {"time_s", "s", "training wall clock since training began, evaluation time excluded"},
+    {"loss", "nats", "cross-entropy loss, mean over the nodes' minibatches at this step"},
+    {"alpha", "1", "learning rate (step size) alpha used at this step"},
+};
+
+static const colspec eval_cols[NEVAL] = {
+    {"step", "iterations", "global iterations completed when the model was evaluated"},
+    {"time_s", "s", "training wall clock since training began, evaluation time excluded"},
+    {"epoch", "epochs", "training images seen / training set size"},
+    {"loss", "nats", "cross-entropy loss, mean over the whole validation set"},
+    {"top1_error", "fraction", "fraction of the validation set whose label is not the top-1 prediction"},
+    {"top5_error", "fraction", "fraction of the validation set whose label is not among the top-5 predictions"},
+};
+
+typedef struct {
+    char *name;
+    char *s; /* NULL for a double */
+    double d;
+} staged_attr;
+
+struct runlog {
+    hid_t file;
+    hid_t train[NTRAIN], eval[NEVAL];
+    hsize_t n_train, n_eval; /* rows written to the file */
+    int nbuf;                /* rows waiting in the buffer */
+    int64_t buf_step[TRAIN_BUF];
+    double buf_time[TRAIN_BUF], buf_loss[TRAIN_BUF], buf_alpha[TRAIN_BUF];
+    staged_attr *attrs;
+    int nattrs, capattrs;
+    int failed; /* an append failed: the file is no longer extended */
+    char path[PATHLEN];
+    char err[ERRLEN];
+};
+
+/* Write a scalar attribute of file type ftype from buf (memory type mtype) on obj. */
+static int attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype,
+                      const void *buf, const char *path, char *err, size_t errlen) {
+    char what[300];
+    snprintf(what, sizeof what, "attribute %s of %s", name, objname);
+    hid_t space = H5Screate(H5S_SCALAR);
+    if (space < 0) return h5fail(err, errlen, path, "H5Screate", what);
+    htri_t exists = H5Aexists(obj, name);
+    if (exists < 0) { H5Sclose(space); return h5fail(err, errlen, path, "H5Aexists", what); }
+    if (exists > 0 && H5Adelete(obj, name) < 0) { H5Sclose(space); return h5fail(err, errlen, path, "H5Adelete", what); }
+    hid_t a = H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+    H5Sclose(space);
+    if (a < 0) return h5fail(err, errlen, path, "H5Acreate2", what);
+    if (H5Awrite(a, mtype, buf) < 0) { H5Aclose(a); return h5fail(err, errlen, path, "H5Awrite", what); }
+    if (H5Aclose(a) < 0) return h5fail(err, errlen, path, "H5Aclose", what);
+    return 0;
+}
+
+/* Variable-length UTF-8 string attribute (h5py reads it as str). NULL is written as "". */
+static int attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path,
+                       char *err, size_t errlen) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0) return h5fail(err, errlen, path, "H5Tcopy", "string type");
+    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+        H5Tclose(t);
+        return h5fail(err, errlen, path, "H5Tset_size/H5Tset_cset", "string type");
+    }
+    const char *s = v ? v : "";
+    int rc = attr_write(obj, objname, name, t, t, &s, path, err, errlen);
+    H5Tclose(t);
+    return rc;
+}
+
+/* A 1-D chunked extendible dataset of nrows = 0 with its units and description attributes. */
+static hid_t make_column(hid_t group, const char *gname, const colspec *c, hid_t ftype, hsize_t chunk,
+                         const char *path, char *err, size_t errlen) {
+    char obj[64];
+    snprintf(obj, sizeof obj, "%s/%s", gname, c->name);
+    hsize_t zero = 0, unlimited = H5S_UNLIMITED;
+    hid_t space = H5Screate_simple(1, &zero, &unlimited);
+    if (space < 0) return h5fail(err, errlen, path, "H5Screate_simple", obj);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (dcpl < 0) { H5Sclose(space); return h5fail(err, errlen, path, "H5Pcreate", obj); }
+    hid_t ds = H5I_INVALID_HID;
+    if (H5Pset_chunk(dcpl, 1, &chunk) < 0) h5fail(err, errlen, path, "H5Pset_chunk", obj);
+    else if (H5Pset_obj_track_times(dcpl, 0) < 0) h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
+    else if ((ds = H5Dcreate2(group, c->name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0)
+        h5fail(err, errlen, path, "H5Dcreate2", obj);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    if (ds < 0) return H5I_INVALID_HID;
+    if (attr_string(ds, obj, "units", c->units, path, err, errlen) < 0 ||
+        attr_string(ds, obj, "description", c->description, path, err, errlen) < 0) {
+        H5Dclose(ds);
+        return H5I_INVALID_HID;
+    }
+    return ds;
+}
+
+/* Append n rows from buf (memory type mtype) to ds, which holds n0 rows. */
+static int append(runlog *r, hid_t ds, const char *obj, hid_t mtype, hsize_t n0, hsize_t n, const void *buf) {
+    hsize_t total = n0 + n;
+    if (H5Dset_extent(ds, &total) < 0) return h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", obj);
+    hid_t fspace = H5Dget_space(ds);
+    if (fspace < 0) return h5fail(r->err, sizeof r->err, r->path, "H5Dget_space", obj);
+    hid_t mspace = H5Screate_simple(1, &n, NULL);
+    if (mspace < 0) { H5Sclose(fspace); return h5fail(r->err, sizeof r->err, r->path, "H5Screate_simple", obj); }
+    int rc = 0;
+    if (H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &n0, NULL, &n, NULL) < 0)
+        rc = h5fail(r->err, sizeof r->err, r->path, "H5Sselect_hyperslab", obj);
+    else if (H5Dwrite(ds, mtype, mspace, fspace, H5P_DEFAULT, buf) < 0)
+        rc = h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", obj);
+    H5Sclose(mspace);
+    H5Sclose(fspace);
+    return rc;
+}
+
+/* Append the buffered /train rows. */
+static int write_train(runlog *r) {
+    if (r->nbuf == 0) return 0;
+    const void *cols[NTRAIN] = {r->buf_step, r->buf_time, r->buf_loss, r->buf_alpha};
+    for (int i = 0; i < NTRAIN; i++) {
+        char obj[64];
+        snprintf(obj, sizeof obj, "/train/%s", train_cols[i].name);
+        hid_t mtype = i == T_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
+        if (append(r, r->train[i], obj, mtype, r->n_train, (hsize_t)r->nbuf, cols[i]) < 0) return -1;
+    }
+    r->n_train += (hsize_t)r->nbuf;
+    r->nbuf = 0;
+    return 0;
+}
+
+/* mkdir -p of the directory part of path. */
+static int make_parents(const char *path, char *err, size_t errlen) {
+    char dir[PATHLEN];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return 0;
+    *slash = '\0';
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+            seterr(err, errlen, "cannot create directory %s for %s: %s", dir, path, strerror(errno));
+            return -1;
+        }
+        struct stat st;
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            seterr(err, errlen, "cannot create %s: %s exists and is not a directory", path, dir);
+            return -1;
+        }
+        *p = c;
+        if (c == '\0') break;
+    }
+    return 0;
+}
+
+/* A hidden name next to path, unique to this process and moment: <dir>/.<base>.<tag>.<pid>.<ns>. */
+static int temp_name(char *out, size_t outlen, const char *path, const char *tag) {
+    const char *slash = strrchr(path, '/');
+    int dirlen = slash ? (int)(slash - path + 1) : 0;
+    const char *base = slash ? slash + 1 : path;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int n = snprintf(out, outlen, "%.*s.%s.%s.%ld.%09ld", dirlen, path, base, tag, (long)getpid(), (long)ts.tv_nsec);
+    return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
+static const char *already_exists_fmt = "%s already exists; use --set overwrite=true to replace it or choose another output";
+
+/* Give the finished temporary file its final name: atomically replace with overwrite, else
+ * link() (fails if path exists, so an earlier run is never replaced), else, where the file
+ * system has no hard links, check-then-rename. */
+static int publish(const char *tmp, const char *path, int overwrite, char *err, size_t errlen) {
+    if (overwrite) return rename(tmp, path) == 0 ? 0 : syserr(err, errlen, path, "cannot rename the new run file into place");
+    if (link(tmp, path) == 0) {
+        unlink(tmp); /* published; a leftover hidden name would be harmless */
+        return 0;
+    }
+    if (errno == EEXIST) {
+        seterr(err, errlen, already_exists_fmt, path);
+        return -1;
+    }
+    if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP && errno != ENOSYS && errno != EMLINK)
+        return syserr(err, errlen, path, "cannot link the new run file into place");
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        seterr(err, errlen, already_exists_fmt, path);
+        return -1;
+    }
+    return rename(tmp, path) == 0 ? 0 : syserr(err, errlen, path, "cannot rename the new run file into place");
+}
+
+/* Close every open handle of r (errors ignored: used on failure paths). */
+static void close_handles(runlog *r) {
+    for (int i = 0; i < NTRAIN; i++)
+        if (r->train[i] >= 0) H5Dclose(r->train[i]), r->train[i] = H5I_INVALID_HID;
+    for (int i = 0; i < NEVAL; i++)
+        if (r->eval[i] >= 0) H5Dclose(r->eval[i]), r->eval[i] = H5I_INVALID_HID;
+    if (r->file >= 0) H5Fclose(r->file), r->file = H5I_INVALID_HID;
+}
+
+static void free_runlog(runlog *r) {
+    for (int i = 0; i < r->nattrs; i++) free(r->attrs[i].name), free(r->attrs[i].s);
+    free(r->attrs);
+    free(r);
+}
+
+/* Root attributes, groups and empty datasets of a new file (all created before SWMR starts). */
+static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char *path, char *err, size_t errlen) {
+    unsigned maj, min, rel;
+    if (H5get_libversion(&maj, &min, &rel) < 0) return h5fail(err, errlen, path, "H5get_libversion", "/");
+    char h5ver[32], created[32], host[256];
+    snprintf(h5ver, sizeof h5ver, "%u.%u.%u", maj, min, rel);
+    time_t now = time(NULL);
+    struct tm tm;
+    if (now == (time_t)-1 || !gmtime_r(&now, &tm) || strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        return syserr(err, errlen, path, "cannot read the UTC time");
+    const char *hostname = meta->hostname;
+    if (!hostname) {
+        if (gethostname(host, sizeof host) != 0) return syserr(err, errlen, path, "gethostname");
+        host[sizeof host - 1] = '\0';
+        hostname = host;
+    }
+    int32_t p = meta->p, b = meta->b, m = meta->m;
+    uint64_t seed = meta->seed;
+    int64_t iterations = meta->iterations;
+    if (attr_string(f, "/", "method", meta->method, path, err, errlen) < 0 ||
+        attr_write(f, "/", "p", H5T_STD_I32LE, H5T_NATIVE_INT32, &p, path, err, errlen) < 0 ||
+        attr_write(f, "/", "b", H5T_STD_I32LE, H5T_NATIVE_INT32, &b, path, err, errlen) < 0 ||
+        attr_write(f, "/", "m", H5T_STD_I32LE, H5T_NATIVE_INT32, &m, path, err, errlen) < 0 ||
+        attr_write(f, "/", "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0 ||
+        attr_write(f, "/", "iterations", H5T_STD_I64LE, H5T_NATIVE_INT64, &iterations, path, err, errlen) < 0 ||
+        attr_string(f, "/", "dsgd_version", DSGD_VERSION, path, err, errlen) < 0 ||
+        attr_string(f, "/", "hdf5_version", h5ver, path, err, errlen) < 0 ||
+        attr_string(f, "/", "config", meta->config_text, path, err, errlen) < 0 ||
+        attr_string(f, "/", "command_line", meta->command_line, path, err, errlen) < 0 ||
+        attr_string(f, "/", "hostname", hostname, path, err, errlen) < 0 ||
+        attr_string(f, "/", "created", created, path, err, errlen) < 0)
+        return -1;
+
+    for (int g = 0; g < 2; g++) {
+        const char *gname = g == 0 ? "/train" : "/eval";
+        hid_t grp = H5Gcreate2(f, gname, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (grp < 0) return h5fail(err, errlen, path, "H5Gcreate2", gname);
+        int ncols = g == 0 ? NTRAIN : NEVAL;
+        for (int i = 0; i < ncols; i++) {
+            const colspec *c = g == 0 ? &train_cols[i] : &eval_cols[i];
+            hid_t ftype = i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE; /* column 0 is step in both */
+            hid_t ds = make_column(grp, gname, c, ftype, g == 0 ? TRAIN_CHUNK : EVAL_CHUNK, path, err, errlen);
+            if (ds < 0) { H5Gclose(grp); return -1; }
+            if (g == 0) r->train[i] = ds;
+            else r->eval[i] = ds;
+        }
+        if (H5Gclose(grp) < 0) return h5fail(err, errlen, path, "H5Gclose", gname);
+    }
+    return 0;
+}
+
+runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, char *err, size_t errlen) {
+    if (!path || !path[0] || !meta) {
+        seterr(err, errlen, "runlog_create: %s", !meta ? "no run metadata" : "empty output path");
+        return NULL;
+    }
+    if (strlen(path) >= PATHLEN - 64) {
+        seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path);
+        return NULL;
+    }
+    /* Our messages replace HDF5's stack dumps (see the header comment). */
+    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) {
+        seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path);
+        return NULL;
+    }
+    struct stat st;
+    if (!overwrite && lstat(path, &st) == 0) {
+        seterr(err, errlen, already_exists_fmt, path);
+        return NULL;
+    }
+    if (make_parents(path, err, errlen) < 0) return NULL;
+
+    runlog *r = xcalloc(1, sizeof *r);
+    r->file = H5I_INVALID_HID;
+    for (int i = 0; i < NTRAIN; i++) r->train[i] = H5I_INVALID_HID;
+    for (int i = 0; i < NEVAL; i++) r->eval[i] = H5I_INVALID_HID;
+    snprintf(r->path, sizeof r->path, "%s", path);
+
+    char tmp[PATHLEN];
+    if (temp_name(tmp, sizeof tmp, path, "new") < 0) {
+        seterr(err, errlen, "output path too long: %s", path);
+        free_runlog(r);
+        return NULL;
+    }
+    hid_t driver = mask_driver();
+    if (driver < 0) {
+        h5fail(err, errlen, path, "H5FDregister", "the run-file driver");
+        free_runlog(r);
+        return NULL;
+    }
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0) {
+        h5fail(err, errlen, path, "H5Pcreate", "file access properties");
+        free_runlog(r);
+        return NULL;
+    }
+    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
+    if (fcpl < 0) {
+        h5fail(err, errlen, path, "H5Pcreate", "file creation properties");
+        H5Pclose(fapl);
+        free_runlog(r);
+        return NULL;
+    }
+    /* Paged aggregation: no metadata block smaller than FILE_PAGE crosses a FILE_PAGE boundary,
+     * hence no kernel page boundary, where a killed pwrite can stop (part 2 of the header). */
+    int created = 0;
+    if (H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0)
+        h5fail(err, errlen, path, "H5Pset_libver_bounds", "file access properties");
+    else if (H5Pset_driver(fapl, driver, NULL) < 0)
+        h5fail(err, errlen, path, "H5Pset_driver", "file access properties");
+    else if (H5Pset_file_space_strategy(fcpl, H5F_FSPACE_STRATEGY_PAGE, 0, (hsize_t)1) < 0)
+        h5fail(err, errlen, path, "H5Pset_file_space_strategy", "file creation properties");
+    else if (H5Pset_file_space_page_size(fcpl, FILE_PAGE) < 0)
+        h5fail(err, errlen, path, "H5Pset_file_space_page_size", "file creation properties");
+    else if ((r->file = H5Fcreate(tmp, H5F_ACC_EXCL, fcpl, fapl)) < 0)
+        h5fail(err, errlen, path, "H5Fcreate", tmp);
+    else
+        created = 1;
+    H5Pclose(fcpl);
+    H5Pclose(fapl);
+    if (!created) goto fail;
+
+    if (build_layout(r, r->file, meta, path, err, errlen) < 0) goto fail;
+    /* From here on only appends: SWMR orders every write so that any prefix is a valid file. */
+    if (H5Fstart_swmr_write(r->file) < 0) { h5fail(err, errlen, path, "H5Fstart_swmr_write", "/"); goto fail; }
+    if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) { h5fail(err, errlen, path, "H5Fflush", "/"); goto fail; }
+    if (publish(tmp, path, overwrite, err, errlen) < 0) goto fail;
+    return r;
+
+fail:
+    close_handles(r);
+    if (created) unlink(tmp);
+    free_runlog(r);
+    return NULL;
+}
+
+int runlog_train(runlog *r, long step, double time_s, double loss, double alpha) {
+    if (!r) return -1;
+    if (r->failed) return -1;
+    int i = r->nbuf++;
+    r->buf_step[i] = step;
+    r->buf_time[i] = time_s;
+    r->buf_loss[i] = loss;
+    r->buf_alpha[i] = alpha;
+    if (r->nbuf == TRAIN_BUF && write_train(r) < 0) {
+        r->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
+                double top5_error) {
+    if (!r) return -1;
+    if (r->failed) return -1;
+    int64_t s = step;
+    const double v[NEVAL] = {0, time_s, epoch, loss, top1_error, top5_error};
+    for (int i = 0; i < NEVAL; i++) {
+        char obj[64];
+        snprintf(obj, sizeof obj, "/eval/%s", eval_cols[i].name);
+        int rc = i == E_STEP ? append(r, r->eval[i], obj, H5T_NATIVE_INT64, r->n_eval, 1, &s)
+                             : append(r, r->eval[i], obj, H5T_NATIVE_DOUBLE, r->n_eval, 1, &v[i]);
+        if (rc < 0) { r->failed = 1; return -1; }
+    }
+    r->n_eval++;
+    if (write_train(r) < 0) { r->failed = 1; return -1; }
+    if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) {
+        r->failed = 1;
+        return h5fail(r->err, sizeof r->err, r->path, "H5Fflush", "/");
+    }
+    return 0;
+}
+
+/* Stage a root attribute (replacing an earlier value of the same name). */
+static int stage(runlog *r, const char *name, const char *s, double d) {
+    if (!r) return -1;
+    if (!name || !name[0]) {
+        seterr(r->err, sizeof r->err, "%s: root attribute with an empty name", r->path);
+        return -1;
+    }
+    staged_attr *a = NULL;
+    for (int i = 0; i < r->nattrs; i++)
+        if (strcmp(r->attrs[i].name, name) == 0) a = &r->attrs[i];
+    if (!a) {
+        if (r->nattrs == r->capattrs) {
+            int cap = r->capattrs ? 2 * r->capattrs : 8;
+            staged_attr *na = realloc(r->attrs, (size_t)cap * sizeof *na);
+            if (!na) DIE("out of memory staging attribute %s", name);
+            r->attrs = na;
+            r->capattrs = cap;
+        }
+        a = &r->attrs[r->nattrs++];
+        a->name = xmalloc(strlen(name) + 1);
+        strcpy(a->name, name);
+    } else {
+        free(a->s);
+    }
+    a->s = NULL;
+    a->d = d;
+    if (s) {
+        a->s = xmalloc(strlen(s) + 1);
+        strcpy(a->s, s);
+    }
+    return 0;
+}
+
+int runlog_set_attr_double(runlog *r, const char *name, double v) { return stage(r, name, NULL, v); }
+
+int runlog_set_attr_string(runlog *r, const char *name, const char *v) { return stage(r, name, v ? v : "", 0); }
+
+const char *runlog_error(const runlog *r) { return r ? r->err : "no run file"; }
+
+/* Copy src to dst (a new file) byte for byte. */
+static int copy_file(const char *src, const char *dst, char *err, size_t errlen) {
+    int in = open(src, O_RDONLY);
+    if (in < 0) return syserr(err, errlen, src, "cannot open for copying");
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL, 0666);
+    if (out < 0) { close(in); return syserr(err, errlen, dst, "cannot create"); }
+    char buf[65536];
+    int rc = 0;
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) { rc = syserr(err, errlen, src, "read"); break; }
+        if (n == 0) break;
+        for (ssize_t off = 0; off < n;) {
+            ssize_t w = write(out, buf + off, (size_t)(n - off));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) { rc = syserr(err, errlen, dst, "write"); break; }
+            off += w;
+        }
+        if (rc < 0) break;
+    }
+    close(in);
+    if (close(out) != 0 && rc == 0) rc = syserr(err, errlen, dst, "close");
+    return rc;
+}
+
+/* Add the staged attributes: copy the closed file, write them into the copy in ordinary mode,
+ * rename the copy over the run file (part 5 of the header comment). */
+static int write_final_attrs(runlog *r) {
+    char tmp[PATHLEN];
+    if (temp_name(tmp, sizeof tmp, r->path, "final") < 0) {
+        seterr(r->err, sizeof r->err, "output path too long: %s", r->path);
+        return -1;
+    }
+    if (copy_file(r->path, tmp, r->err, sizeof r->err) < 0) {
+        unlink(tmp);
+        return -1;
+    }
+    int rc = 0;
+    hid_t f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0) rc = h5fail(r->err, sizeof r->err, tmp, "H5Fopen", "the copy of the run file");
+    for (int i = 0; rc == 0 && i < r->nattrs; i++) {
+        const staged_attr *a = &r->attrs[i];
+        rc = a->s ? attr_string(f, "/", a->name, a->s, r->path, r->err, sizeof r->err)
+                  : attr_write(f, "/", a->name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &a->d, r->path, r->err, sizeof r->err);
+    }
+    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, tmp, "H5Fclose", "the copy of the run file");
+    if (rc == 0 && rename(tmp, r->path) != 0) rc = syserr(r->err, sizeof r->err, r->path, "cannot rename the finished run file into place");
+    if (rc != 0) unlink(tmp);
+    return rc;
+}
+
+int runlog_close(runlog *r) {
+    if (!r) return 0;
+    int rc = r->failed ? -1 : 0; /* an earlier failure was already reported by its caller */
+    if (rc == 0 && write_train(r) < 0) rc = -1;
+    for (int i = 0; i < NTRAIN; i++)
+        if (H5Dclose(r->train[i]) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", train_cols[i].name);
+    for (int i = 0; i < NEVAL; i++)
+        if (H5Dclose(r->eval[i]) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", eval_cols[i].name);
+    if (H5Fclose(r->file) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Fclose", "/");
+    if (rc == 0 && r->nattrs > 0) rc = write_final_attrs(r);
+    /* r is freed below, so nobody could ask runlog_error: say it here. */
+    if (rc != 0 && !r->failed) fprintf(stderr, "dsgd-run: error closing the run file: %s\n", r->err);
+    free_runlog(r);
+    return rc;
+}

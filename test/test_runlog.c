@@ -1,0 +1,590 @@
+/* test_runlog.c — the HDF5 run file (src/io/runlog.c): every value, dtype, dimension, units
+ * attribute and root attribute read back through the HDF5 C API; refusal of an existing file
+ * (byte-identical afterwards); overwrite; parent directories; HDF5's own error printing off; and
+ * crash safety: children killed with SIGKILL after 3 evaluations and at random instants, whose
+ * files must open read-only (no SWMR, no h5clear) and pass `h5dump -H`. */
+#define _GNU_SOURCE /* strptime, nftw */
+#include "io/runlog.h"
+#include "testutil.h"
+#include "util/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <hdf5.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- expected values: row k (0-based) of each table is a closed-form function of k ---- */
+static long tr_step(long j) { return j + 1; }
+static double tr_time(long j) { return 0.5 * (double)(j + 1); }
+static double tr_loss(long j) { return 3.0 / (double)(j + 1); }
+static double tr_alpha(long j) { return 0.1 * (double)(1 + j % 7); }
+static double ev_epoch(long k) { return (double)(k + 1) / 3.0; }
+static double ev_loss(long k) { return 1.0 / (double)(k + 2); }
+static double ev_top1(long k) { return 0.9 - 0.01 * (double)k; }
+static double ev_top5(long k) { return 0.5 - 0.005 * (double)k; }
+
+static const char *CONFIG_TEXT = "# resolved experiment\nmethod = \"ssgd\"\np = 4\nalpha = 0.1  # α, µ = 0.9\n";
+static const uint64_t SEED = 0xFEDCBA9876543210ULL;
+
+static runlog_meta meta_for(const char *method) {
+    runlog_meta m = {method, 4, 128, 2, SEED, 5000, CONFIG_TEXT, "dsgd-run --set seed=1 quick.cfg", "testhost"};
+    return m;
+}
+
+/* Write train rows [*nt, upto) then, if eval_k >= 0, eval row eval_k at the current step. */
+static int write_rows(runlog *r, long *nt, long upto) {
+    for (; *nt < upto; (*nt)++)
+        if (runlog_train(r, tr_step(*nt), tr_time(*nt), tr_loss(*nt), tr_alpha(*nt)) != 0) return -1;
+    return 0;
+}
+static int write_eval(runlog *r, long k, long nt) {
+    return runlog_eval(r, nt, tr_time(nt - 1), ev_epoch(k), ev_loss(k), ev_top1(k), ev_top5(k));
+}
+
+/* ---- temporary directories ---- */
+static void make_tmpdir(char *dir, size_t n) {
+    const char *base = getenv("TMPDIR");
+    snprintf(dir, n, "%s/test_runlog.XXXXXX", base && base[0] ? base : "/tmp");
+    ck_assert_msg(mkdtemp(dir) != NULL, "mkdtemp(%s): %s", dir, strerror(errno));
+}
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) { return remove(p); }
+static void rm_rf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int count_entries(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 1", dir);
+    return system(cmd) == 0 ? 1 : 0;
+}
+
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "fopen(%s): %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)len + 1);
+    ck_assert(buf != NULL);
+    ck_assert_int_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return buf;
+}
+
+/* ---- reading back through the HDF5 C API ---- */
+static hid_t open_ro(const char *path) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ck_assert_msg(f >= 0, "H5Fopen(%s) read-only failed", path);
+    return f;
+}
+
+static hsize_t ds_len(hid_t f, const char *name) {
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    ck_assert_msg(d >= 0, "H5Dopen2(%s)", name);
+    hid_t s = H5Dget_space(d);
+    ck_assert_int_eq(H5Sget_simple_extent_ndims(s), 1);
+    hsize_t dims, maxd;
+    ck_assert_int_ge(H5Sget_simple_extent_dims(s, &dims, &maxd), 0);
+    ck_assert_msg(maxd == H5S_UNLIMITED, "%s: max dims not unlimited", name);
+    H5Sclose(s);
+    H5Dclose(d);
+    return dims;
+}
+
+/* Read all of a 1-D dataset as int64 or double (n = its length). */
+static void *ds_read(hid_t f, const char *name, int is_i64, hsize_t *n) {
+    *n = ds_len(f, name);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    void *buf = malloc((*n ? *n : 1) * 8);
+    ck_assert(buf != NULL);
+    if (*n) ck_assert_msg(H5Dread(d, is_i64 ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0, "H5Dread(%s)", name);
+    H5Dclose(d);
+    return buf;
+}
+
+static char *attr_str(hid_t obj, const char *name) {
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    ck_assert_msg(a >= 0, "attribute %s missing", name);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    char *s = NULL;
+    ck_assert_msg(H5Aread(a, t, &s) >= 0, "H5Aread(%s)", name);
+    char *copy = strdup(s ? s : "");
+    H5free_memory(s);
+    H5Tclose(t);
+    H5Aclose(a);
+    return copy;
+}
+
+static void assert_attr_str(hid_t obj, const char *name, const char *want) {
+    char *s = attr_str(obj, name);
+    ck_assert_msg(strcmp(s, want) == 0, "attribute %s = \"%s\", expected \"%s\"", name, s, want);
+    free(s);
+}
+
+/* Scalar numeric attribute with a check of its stored type. */
+static void attr_num(hid_t obj, const char *name, hid_t want_ftype, hid_t mtype, void *out) {
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    ck_assert_msg(a >= 0, "attribute %s missing", name);
+    hid_t t = H5Aget_type(a);
+    ck_assert_msg(H5Tequal(t, want_ftype) > 0, "attribute %s has the wrong type", name);
+    ck_assert_msg(H5Aread(a, mtype, out) >= 0, "H5Aread(%s)", name);
+    H5Tclose(t);
+    H5Aclose(a);
+}
+
+static void assert_column_meta(hid_t f, const char *name, const char *units, int is_i64, hsize_t chunk) {
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    ck_assert_msg(d >= 0, "H5Dopen2(%s)", name);
+    hid_t t = H5Dget_type(d);
+    ck_assert_msg(H5Tequal(t, is_i64 ? H5T_STD_I64LE : H5T_IEEE_F64LE) > 0, "%s has the wrong dtype", name);
+    H5Tclose(t);
+    hid_t dcpl = H5Dget_create_plist(d);
+    ck_assert_int_eq(H5Pget_layout(dcpl), H5D_CHUNKED);
+    hsize_t c = 0;
+    ck_assert_int_eq(H5Pget_chunk(dcpl, 1, &c), 1);
+    ck_assert_msg(c == chunk, "%s chunk %llu, expected %llu", name, (unsigned long long)c, (unsigned long long)chunk);
+    H5Pclose(dcpl);
+    assert_attr_str(d, "units", units);
+    char *desc = attr_str(d, "description");
+    ck_assert_msg(strlen(desc) > 10, "%s: description too short", name);
+    free(desc);
+    H5Dclose(d);
+}
+
+/* Every /train row present must hold its closed-form values; lengths must be n_lo..n_hi. */
+static hsize_t check_train(hid_t f, hsize_t n_lo, hsize_t n_hi) {
+    const char *names[4] = {"/train/step", "/train/time_s", "/train/loss", "/train/alpha"};
+    hsize_t nmin = (hsize_t)-1;
+    for (int c = 0; c < 4; c++) {
+        hsize_t n;
+        void *buf = ds_read(f, names[c], c == 0, &n);
+        ck_assert_msg(n >= n_lo && n <= n_hi, "%s has %llu rows, expected %llu..%llu", names[c], (unsigned long long)n,
+                      (unsigned long long)n_lo, (unsigned long long)n_hi);
+        for (hsize_t j = 0; j < n; j++) {
+            if (c == 0) ck_assert_msg(((int64_t *)buf)[j] == tr_step((long)j), "%s[%llu]", names[c], (unsigned long long)j);
+            else {
+                double want = c == 1 ? tr_time((long)j) : c == 2 ? tr_loss((long)j) : tr_alpha((long)j);
+                ck_assert_msg(((double *)buf)[j] == want, "%s[%llu] = %.17g, expected %.17g", names[c], (unsigned long long)j,
+                              ((double *)buf)[j], want);
+            }
+        }
+        free(buf);
+        if (n < nmin) nmin = n;
+    }
+    return nmin;
+}
+
+/* Same for /eval, where eval k was written after train_per_eval*(k+1) train rows. */
+static hsize_t check_eval(hid_t f, hsize_t n_lo, hsize_t n_hi, long train_per_eval) {
+    const char *names[6] = {"/eval/step", "/eval/time_s", "/eval/epoch", "/eval/loss", "/eval/top1_error", "/eval/top5_error"};
+    hsize_t nmin = (hsize_t)-1;
+    for (int c = 0; c < 6; c++) {
+        hsize_t n;
+        void *buf = ds_read(f, names[c], c == 0, &n);
+        ck_assert_msg(n >= n_lo && n <= n_hi, "%s has %llu rows, expected %llu..%llu", names[c], (unsigned long long)n,
+                      (unsigned long long)n_lo, (unsigned long long)n_hi);
+        for (hsize_t k = 0; k < n; k++) {
+            long nt = train_per_eval * (long)(k + 1);
+            if (c == 0) {
+                ck_assert_msg(((int64_t *)buf)[k] == nt, "%s[%llu]", names[c], (unsigned long long)k);
+                continue;
+            }
+            double want = c == 1 ? tr_time(nt - 1) : c == 2 ? ev_epoch((long)k) : c == 3 ? ev_loss((long)k)
+                        : c == 4 ? ev_top1((long)k) : ev_top5((long)k);
+            ck_assert_msg(((double *)buf)[k] == want, "%s[%llu] = %.17g, expected %.17g", names[c], (unsigned long long)k,
+                          ((double *)buf)[k], want);
+        }
+        free(buf);
+        if (n < nmin) nmin = n;
+    }
+    return nmin;
+}
+
+static int h5dump_ok(const char *path) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "h5dump -H '%s' >/dev/null 2>&1", path);
+    return system(cmd) == 0;
+}
+
+static void require_h5dump(void) {
+    ck_assert_msg(system("command -v h5dump >/dev/null 2>&1") == 0, "h5dump not found: install the Debian package hdf5-tools");
+}
+
+/* ================================================================================================ */
+
+/* N train rows (2.4 buffers) and M eval rows (more than one 64-row chunk), staged final attributes,
+ * then every value, dtype, chunk, units attribute and root attribute read back. */
+START_TEST(test_roundtrip) {
+    enum { M = 70, PER = 35, N = M * PER + 10 }; /* 2460 train rows, 10 after the last eval */
+    char dir[256], path[512];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    char err[ERRLEN] = "";
+    runlog_meta meta = meta_for("ssgd");
+    runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_create: %s", err);
+    long nt = 0;
+    for (long k = 0; k < M; k++) {
+        ck_assert_msg(write_rows(r, &nt, PER * (k + 1)) == 0, "%s", runlog_error(r));
+        ck_assert_msg(write_eval(r, k, nt) == 0, "%s", runlog_error(r));
+    }
+    ck_assert_msg(write_rows(r, &nt, N) == 0, "%s", runlog_error(r));
+    ck_assert_int_eq(runlog_set_attr_double(r, "images_per_s", 1234.5), 0);
+    ck_assert_int_eq(runlog_set_attr_string(r, "status", "diverged"), 0);
+    ck_assert_int_eq(runlog_set_attr_string(r, "status", "completed"), 0); /* the later value wins */
+    ck_assert_int_eq(runlog_close(r), 0);
+    ck_assert_msg(count_entries(dir), "temporary files left next to %s", path);
+
+    hid_t f = open_ro(path);
+    ck_assert_int_eq(check_train(f, N, N), N);
+    ck_assert_int_eq(check_eval(f, M, M, PER), M);
+    const char *tn[4] = {"/train/step", "/train/time_s", "/train/loss", "/train/alpha"};
+    const char *tu[4] = {"iterations", "s", "nats", "1"};
+    for (int c = 0; c < 4; c++) assert_column_meta(f, tn[c], tu[c], c == 0, 1024);
+    const char *en[6] = {"/eval/step", "/eval/time_s", "/eval/epoch", "/eval/loss", "/eval/top1_error", "/eval/top5_error"};
+    const char *eu[6] = {"iterations", "s", "epochs", "nats", "fraction", "fraction"};
+    for (int c = 0; c < 6; c++) assert_column_meta(f, en[c], eu[c], c == 0, 64);
+
+    assert_attr_str(f, "method", "ssgd");
+    int32_t i32;
+    attr_num(f, "p", H5T_STD_I32LE, H5T_NATIVE_INT32, &i32);
+    ck_assert_int_eq(i32, 4);
+    attr_num(f, "b", H5T_STD_I32LE, H5T_NATIVE_INT32, &i32);
+    ck_assert_int_eq(i32, 128);
+    attr_num(f, "m", H5T_STD_I32LE, H5T_NATIVE_INT32, &i32);
+    ck_assert_int_eq(i32, 2);
+    uint64_t seed = 0;
+    attr_num(f, "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed);
+    ck_assert_msg(seed == SEED, "seed %llx", (unsigned long long)seed);
+    int64_t iters = 0;
+    attr_num(f, "iterations", H5T_STD_I64LE, H5T_NATIVE_INT64, &iters);
+    ck_assert_int_eq(iters, 5000);
+    assert_attr_str(f, "config", CONFIG_TEXT);
+    assert_attr_str(f, "command_line", "dsgd-run --set seed=1 quick.cfg");
+    assert_attr_str(f, "hostname", "testhost");
+    assert_attr_str(f, "dsgd_version", DSGD_VERSION);
+    unsigned maj, min, rel;
+    H5get_libversion(&maj, &min, &rel);
+    char h5v[32];
+    snprintf(h5v, sizeof h5v, "%u.%u.%u", maj, min, rel);
+    assert_attr_str(f, "hdf5_version", h5v);
+    char *created = attr_str(f, "created");
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    ck_assert_msg(end && *end == '\0' && tm.tm_year >= 124, "created = \"%s\" is not ISO-8601 UTC", created);
+    free(created);
+    double ips = 0;
+    attr_num(f, "images_per_s", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &ips);
+    ck_assert(ips == 1234.5);
+    assert_attr_str(f, "status", "completed");
+    ck_assert_int_ge(H5Fclose(f), 0);
+    require_h5dump();
+    ck_assert(h5dump_ok(path));
+    rm_rf(dir);
+}
+END_TEST
+
+/* Fewer rows than the buffer and no evaluation: runlog_close writes them; no final attributes. */
+START_TEST(test_close_writes_buffer) {
+    char dir[256], path[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta meta = meta_for("easgd");
+    meta.hostname = NULL; /* runlog asks gethostname */
+    meta.command_line = NULL;
+    runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_create: %s", err);
+    long nt = 0;
+    ck_assert_int_eq(write_rows(r, &nt, 10), 0);
+    ck_assert_int_eq(runlog_close(r), 0);
+    hid_t f = open_ro(path);
+    ck_assert_int_eq(check_train(f, 10, 10), 10);
+    ck_assert_int_eq(check_eval(f, 0, 0, 1), 0);
+    char host[256] = "";
+    gethostname(host, sizeof host);
+    assert_attr_str(f, "hostname", host);
+    assert_attr_str(f, "command_line", "");
+    ck_assert_int_eq(H5Aexists(f, "status"), 0);
+    H5Fclose(f);
+    rm_rf(dir);
+}
+END_TEST
+
+/* An existing file is refused with the documented message and left byte-identical, for an
+ * earlier run file and for an arbitrary file; nothing else is left in the directory. */
+START_TEST(test_existing_refused) {
+    char dir[256], path[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta meta = meta_for("ssgd");
+    runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    long nt = 0;
+    ck_assert_int_eq(write_rows(r, &nt, 5), 0);
+    ck_assert_int_eq(write_eval(r, 0, nt), 0);
+    ck_assert_int_eq(runlog_close(r), 0);
+
+    size_t n0, n1;
+    char *before = slurp(path, &n0);
+    runlog_meta other = meta_for("gossip");
+    err[0] = '\0';
+    ck_assert(runlog_create(path, 0, &other, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, path) != NULL, "message lacks the path: %s", err);
+    ck_assert_msg(strstr(err, "already exists") != NULL, "message: %s", err);
+    ck_assert_msg(strstr(err, "use --set overwrite=true to replace it or choose another output") != NULL, "message: %s", err);
+    char *after = slurp(path, &n1);
+    ck_assert_msg(n0 == n1 && memcmp(before, after, n0) == 0, "the earlier run file changed");
+    free(before);
+    free(after);
+    ck_assert_msg(count_entries(dir), "files left next to %s", path);
+
+    /* Not an HDF5 file at all: refused just the same. */
+    char txt[600];
+    snprintf(txt, sizeof txt, "%s/notes.txt", dir);
+    FILE *fp = fopen(txt, "w");
+    fputs("precious\n", fp);
+    fclose(fp);
+    ck_assert(runlog_create(txt, 0, &other, err, sizeof err) == NULL);
+    ck_assert(strstr(err, "already exists") != NULL);
+    char *t = slurp(txt, &n0);
+    ck_assert(n0 == 9 && memcmp(t, "precious\n", 9) == 0);
+    free(t);
+    rm_rf(dir);
+}
+END_TEST
+
+START_TEST(test_overwrite_replaces) {
+    char dir[256], path[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta old = meta_for("old");
+    runlog *r = runlog_create(path, 0, &old, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    long nt = 0;
+    for (long k = 0; k < 5; k++) {
+        ck_assert_int_eq(write_rows(r, &nt, 3 * (k + 1)), 0);
+        ck_assert_int_eq(write_eval(r, k, nt), 0);
+    }
+    ck_assert_int_eq(runlog_close(r), 0);
+
+    runlog_meta neu = meta_for("new");
+    r = runlog_create(path, 1, &neu, err, sizeof err);
+    ck_assert_msg(r != NULL, "overwrite refused: %s", err);
+    nt = 0;
+    for (long k = 0; k < 2; k++) {
+        ck_assert_int_eq(write_rows(r, &nt, 4 * (k + 1)), 0);
+        ck_assert_int_eq(write_eval(r, k, nt), 0);
+    }
+    ck_assert_int_eq(runlog_close(r), 0);
+    hid_t f = open_ro(path);
+    assert_attr_str(f, "method", "new");
+    ck_assert_int_eq(check_eval(f, 2, 2, 4), 2);
+    ck_assert_int_eq(check_train(f, 8, 8), 8);
+    H5Fclose(f);
+    ck_assert_msg(count_entries(dir), "files left next to %s", path);
+    rm_rf(dir);
+}
+END_TEST
+
+START_TEST(test_parent_dirs) {
+    char dir[256], path[512], bad[600], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/a/b/c/run.h5", dir);
+    runlog_meta meta = meta_for("ssgd");
+    runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "%s", err);
+    ck_assert_int_eq(runlog_close(r), 0);
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    ck_assert(S_ISREG(st.st_mode));
+    /* A parent that is a regular file is reported as such. */
+    snprintf(bad, sizeof bad, "%s/a/b/c/run.h5/x/run.h5", dir);
+    ck_assert(runlog_create(bad, 0, &meta, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "not a directory") != NULL, "message: %s", err);
+    rm_rf(dir);
+}
+END_TEST
+
+/* An HDF5 failure yields one concise message naming the call and the path, and HDF5 prints
+ * nothing itself (its automatic error stack is off). /proc refuses new files even to root. */
+START_TEST(test_hdf5_error_message) {
+    char err[ERRLEN] = "";
+    runlog_meta meta = meta_for("ssgd");
+    char errfile[] = "/tmp/test_runlog_stderr.XXXXXX";
+    int fd = mkstemp(errfile);
+    ck_assert(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    runlog *r = runlog_create("/proc/runlog-test.h5", 0, &meta, err, sizeof err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    struct stat st;
+    fstat(fd, &st);
+    close(fd);
+    unlink(errfile);
+    ck_assert(r == NULL);
+    ck_assert_msg(strstr(err, "H5Fcreate") != NULL && strstr(err, "/proc/") != NULL, "message: %s", err);
+    ck_assert_msg(st.st_size == 0, "HDF5 printed %lld bytes to stderr", (long long)st.st_size);
+    ck_assert_int_eq(runlog_close(NULL), 0);
+    ck_assert_int_eq(runlog_train(NULL, 1, 0, 0, 0), -1);
+    ck_assert_int_eq(runlog_eval(NULL, 1, 0, 0, 0, 0, 0), -1);
+}
+END_TEST
+
+/* The required kill test: 3 evaluations, then train rows without one, then SIGKILL. */
+START_TEST(test_kill_after_three_evals) {
+    enum { PER = 500 }; /* 3 x 500 rows cross the 1024-row buffer once */
+    require_h5dump();
+    char dir[256], path[512];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        char err[ERRLEN];
+        runlog_meta meta = meta_for("ssgd");
+        runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+        if (!r) { fprintf(stderr, "child: %s\n", err); _exit(3); }
+        long nt = 0;
+        for (long k = 0; k < 3; k++)
+            if (write_rows(r, &nt, PER * (k + 1)) || write_eval(r, k, nt)) { fprintf(stderr, "child: %s\n", runlog_error(r)); _exit(3); }
+        if (write_rows(r, &nt, 3 * PER + 300)) _exit(3);
+        runlog_set_attr_string(r, "status", "never written");
+        raise(SIGKILL);
+        _exit(4);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child did not die by SIGKILL (status %d)", status);
+    hid_t f = open_ro(path);
+    ck_assert_int_eq(check_eval(f, 3, 3, PER), 3);
+    ck_assert_int_eq(check_train(f, 3 * PER, 3 * PER), 3 * PER); /* the 300 buffered rows died with it */
+    assert_attr_str(f, "method", "ssgd");
+    ck_assert_int_eq(H5Aexists(f, "status"), 0);
+    H5Fclose(f);
+    ck_assert_msg(h5dump_ok(path), "h5dump -H %s failed", path);
+    rm_rf(dir);
+}
+END_TEST
+
+/* Kill at random instants: during create, appends, flushes and close. Whatever the instant, the
+ * file is absent only if no evaluation had completed; otherwise h5dump reads it, every completed
+ * evaluation is there (plus at most the one in flight), and every row present is correct.
+ * RUNLOG_KILL_TRIALS=n sets the number of kills (default 60, about a second). */
+START_TEST(test_kill_at_random_instants) {
+    enum { E = 80, PER = 40 };
+    const char *env = getenv("RUNLOG_KILL_TRIALS"); /* more for a stress run */
+    const int TRIALS = env && atoi(env) > 0 ? atoi(env) : 60;
+    require_h5dump();
+    char dir[256];
+    make_tmpdir(dir, sizeof dir);
+    unsigned seed = 12345;
+
+    /* Time one undisturbed child to spread the kills over its whole life. */
+    double t_full = 0;
+    int opened = 0, at_close = 0;
+    for (int trial = -1; trial < TRIALS; trial++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/run%d.h5", dir, trial + 1);
+        int pfd[2];
+        ck_assert_int_eq(pipe(pfd), 0);
+        fflush(NULL);
+        double t0 = wall_time();
+        pid_t pid = fork();
+        ck_assert(pid >= 0);
+        if (pid == 0) {
+            close(pfd[0]);
+            char err[ERRLEN];
+            runlog_meta meta = meta_for("ssgd");
+            runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+            if (!r) { fprintf(stderr, "child: %s\n", err); _exit(3); }
+            long nt = 0;
+            for (long k = 0; k < E; k++) {
+                if (write_rows(r, &nt, PER * (k + 1)) || write_eval(r, k, nt)) { fprintf(stderr, "child: %s\n", runlog_error(r)); _exit(3); }
+                if (write(pfd[1], "e", 1) != 1) _exit(3);
+            }
+            runlog_set_attr_double(r, "images_per_s", 99.5);
+            if (runlog_close(r) != 0) _exit(3);
+            if (write(pfd[1], "c", 1) != 1) _exit(3);
+            _exit(0);
+        }
+        close(pfd[1]);
+        if (trial >= 0) {
+            double delay = t_full * 1.1 * rand_r(&seed) / (double)RAND_MAX;
+            struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+            nanosleep(&ts, NULL);
+            kill(pid, SIGKILL);
+        }
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        if (trial < 0) {
+            ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "undisturbed child failed");
+            t_full = wall_time() - t0;
+        } else {
+            ck_assert_msg(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "child failed (status %d)", status);
+        }
+        char buf[E + 2];
+        ssize_t got = 0, n;
+        while ((n = read(pfd[0], buf + got, sizeof buf - (size_t)got)) > 0) got += n;
+        close(pfd[0]);
+        long done = 0;
+        int closed = 0;
+        for (ssize_t i = 0; i < got; i++) done += buf[i] == 'e', closed |= buf[i] == 'c';
+
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            ck_assert_msg(done == 0, "trial %d: no file after %ld completed evaluations", trial, done);
+            continue;
+        }
+        opened++;
+        ck_assert_msg(h5dump_ok(path), "trial %d: h5dump -H %s failed (%ld evaluations done)", trial, path, done);
+        hid_t f = open_ro(path);
+        hsize_t hi = closed ? E : (hsize_t)(done < E ? done + 1 : E);
+        hsize_t ne = check_eval(f, (hsize_t)done, hi, PER);
+        ck_assert_msg(ne >= (hsize_t)done, "trial %d: %llu complete eval rows, %ld evaluations done", trial, (unsigned long long)ne, done);
+        check_train(f, (hsize_t)(PER * done), (hsize_t)(PER * E));
+        htri_t has = H5Aexists(f, "images_per_s");
+        ck_assert(has >= 0);
+        if (closed) ck_assert_msg(has > 0, "trial %d: closed without the final attribute", trial);
+        if (done == E && !closed) at_close++;
+        H5Fclose(f);
+    }
+    fprintf(stderr, "test_kill_at_random_instants: %d kills over %.0f ms runs, %d left a file, %d during close\n", TRIALS,
+            1e3 * t_full, opened - 1, at_close);
+    rm_rf(dir);
+}
+END_TEST
+
+static Suite *runlog_suite(void) {
+    Suite *s = suite_create("runlog");
+    TCase *tc = tcase_create("runlog");
+    tcase_set_timeout(tc, 3600); /* the stress setting of RUNLOG_KILL_TRIALS needs it */
+    tcase_add_test(tc, test_roundtrip);
+    tcase_add_test(tc, test_close_writes_buffer);
+    tcase_add_test(tc, test_existing_refused);
+    tcase_add_test(tc, test_overwrite_replaces);
+    tcase_add_test(tc, test_parent_dirs);
+    tcase_add_test(tc, test_hdf5_error_message);
+    tcase_add_test(tc, test_kill_after_three_evals);
+    tcase_add_test(tc, test_kill_at_random_instants);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* the read-back helpers report failures themselves */
+    return run_suite(runlog_suite());
+}
