@@ -19,12 +19,14 @@
 
 static char g_dir[256];
 
-/* A tiny experiment: width-4 ResNet-18, CIFAR stem, b = 8, on the real Fashion-MNIST. */
+/* A tiny experiment: width-8 ResNet-18, CIFAR stem, b = 8, on the real Fashion-MNIST. The
+ * eval group is added by make_cfg unless the test gives its own. */
 static const char *TINY =
     "name = \"tiny\";\nseed = 7;\nmethod = \"allreduce\";\np = 2;\nb = 8;\niterations = 6;\n"
     "alpha = { base = 0.05; schedule = \"constant\"; };\n"
-    "model = { arch = \"resnet18\"; width = 4; stem = \"cifar\"; };\n"
-    "eval = { every = 3; batch = 500; };\nlog_every = 1;\n";
+    "model = { arch = \"resnet18\"; width = 8; stem = \"cifar\"; };\n"
+    "log_every = 1;\n";
+static const char *TINY_EVAL = "eval = { every = 3; batch = 500; at_start = false; };\n";
 
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -95,7 +97,8 @@ static void paths(const char *tag, char *cfg, char *h5) {
 static void make_cfg(const char *tag, const char *extra, char *cfg, char *h5) {
     paths(tag, cfg, h5);
     char text[4096];
-    snprintf(text, sizeof text, "%s%s\noutput = \"%s\";\n", TINY, extra ? extra : "", h5);
+    const char *ev = extra && strstr(extra, "eval") ? "" : TINY_EVAL;
+    snprintf(text, sizeof text, "%s%s%s\noutput = \"%s\";\n", TINY, ev, extra ? extra : "", h5);
     write_file(cfg, text);
 }
 
@@ -173,10 +176,10 @@ START_TEST(test_bad_input_every_rank) {
     expect_bad(2, cfg, NULL, "momentun", "momentum");
     /* Out of range. */
     make_cfg("badrange", "", cfg, h5);
-    expect_bad(2, cfg, "--set b=0", "b", NULL);
+    expect_bad(2, cfg, "--set b=0", "key 'b'", ">= 1");
     /* p different from the number of ranks: both numbers named. */
     make_cfg("badp", "", cfg, h5);
-    expect_bad(3, cfg, NULL, "2", "3");
+    expect_bad(3, cfg, NULL, "p = 2", "started 3");
     /* Missing data file, on every rank. */
     make_cfg("baddata", "data = { val_labels = \"/nonexistent/labels.gz\"; };", cfg, h5);
     expect_bad(2, cfg, NULL, "/nonexistent/labels.gz", NULL);
@@ -205,8 +208,8 @@ END_TEST
 
 START_TEST(test_killed_run_leaves_readable_file) {
     char cfg[512], h5[512], cmd[2048], out[1 << 15];
-    make_cfg("killed", "iterations = 100000;\neval = { every = 2; batch = 500; };", cfg, h5);
-    snprintf(cmd, sizeof cmd, "timeout -k 5 " MPI_TIMEOUT " mpiexec -n 2 ./dsgd-run %s >%s/killed.log 2>&1 &", cfg, g_dir);
+    make_cfg("killed", "eval = { every = 2; batch = 500; at_start = false; };", cfg, h5);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 " MPI_TIMEOUT " mpiexec -n 2 ./dsgd-run --set iterations=100000 %s >%s/killed.log 2>&1 &", cfg, g_dir);
     ck_assert_int_eq(system(cmd), 0);
     /* Wait for the second evaluation line, then SIGKILL both ranks. */
     char log[512];
@@ -218,8 +221,11 @@ START_TEST(test_killed_run_leaves_readable_file) {
         if (!found) usleep(100000);
     }
     ck_assert_msg(found, "no evaluation within 60 s");
-    snprintf(cmd, sizeof cmd, "pkill -KILL -f 'dsgd-run %s'; sleep 1", cfg);
-    run(cmd, NULL, 0);
+    /* SIGKILL the ranks themselves (not mpiexec), then wait until mpiexec has gone too. */
+    snprintf(cmd, sizeof cmd, "pkill -KILL -f '^./dsgd-run --set iterations=100000 %s'", cfg);
+    ck_assert_int_eq(run(cmd, NULL, 0), 0);
+    snprintf(cmd, sizeof cmd, "for i in $(seq 100); do pgrep -f '[d]sgd-run --set iterations=100000 %s' >/dev/null || exit 0; sleep 0.1; done; exit 1", cfg);
+    ck_assert_msg(run(cmd, NULL, 0) == 0, "processes of the killed run still alive");
     snprintf(cmd, sizeof cmd, "h5dump -H %s >/dev/null", h5);
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);
     double s[64];
@@ -238,8 +244,8 @@ START_TEST(test_eval_independent_of_p) {
     for (int np = 1; np <= 3; np++) {
         char tag[32], extra[128];
         snprintf(tag, sizeof tag, "evalp%d", np);
-        make_cfg(tag, "iterations = 1;\neval = { at_start = true; batch = 500; };", cfg, h5);
-        snprintf(extra, sizeof extra, "--set p=%d", np);
+        make_cfg(tag, "eval = { every = 1; at_start = true; batch = 500; };", cfg, h5);
+        snprintf(extra, sizeof extra, "--set p=%d --set iterations=1", np);
         int st = dsgd(np, cfg, extra, out, sizeof out);
         ck_assert_msg(st == 0, "p=%d exit %d:\n%s", np, st, out);
         double s[8], v[8];

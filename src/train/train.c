@@ -121,7 +121,7 @@ int train_run(trainer *t) {
                 double ips = (double)((s + 1 - last_log_step) * m) / (now - last_log_s);
                 char eta[32];
                 format_eta((now / (double)(s + 1)) * (double)(total - s - 1), eta, sizeof eta);
-                printf("step %*ld/%ld  epoch %6.2f  loss %.4f  α %.4g  %7.0f img/s  ETA %s\n", (int)snprintf(NULL, 0, "%ld", total),
+                printf("step %*ld/%ld  epoch %6.2f  loss %.4f  α %.5f  %6.0f img/s  ETA %s\n", (int)snprintf(NULL, 0, "%ld", total),
                        s + 1, total, (double)(s + 1) / (double)spe, mean_loss, alpha, ips, eta);
                 fflush(stdout);
             }
