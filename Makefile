@@ -75,3 +75,13 @@ clean:
 	rm -rf build $(BIN)
 
 -include $(OBJ:.o=.d)
+
+# ---- bench (owner: src/nn): img/s of model_train_step, tools/bench_model.c; compare with
+# /usr/bin/python3 tools/bench_torch.py (the same network in PyTorch).
+.PHONY: bench
+build/bench_model: tools/bench_model.c $(LIB) | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+bench: build/bench_model
+	./build/bench_model

@@ -69,4 +69,19 @@ float model_train_step(model *m, const float *x, const int *y);
  * cross-entropy and to *top1, *top5 the number of correct samples among the first n_valid. */
 void model_eval(model *m, const float *x, const int *y, int n_valid, double *loss_sum, long *top1, long *top5);
 
+/* ---- additions (src/nn owner); the declarations above are the original contract ---- */
+
+/* n_params (and, if n_bn is not NULL, n_bn) the network of s would have, without building it;
+ * 0 if s is invalid. Width 64, 3 input channels, ImageNet stem, 1000 classes: 11,689,512, as
+ * torchvision.models.resnet18. */
+size_t model_spec_n_params(const model_spec *s, size_t *n_bn);
+
+/* The spec the model was created with. */
+const model_spec *model_get_spec(const model *m);
+
+/* Logits (rows, n_classes), row-major, of the last model_train_step (eval = 0, batch rows) or
+ * model_eval (eval = 1, eval_batch rows, the first n_valid meaningful). Valid until the next
+ * call of the same function. */
+const float *model_logits(const model *m, int eval);
+
 #endif

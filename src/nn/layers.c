@@ -1,0 +1,829 @@
+/* layers.c — ResNet-18 layers on oneDNN 2.6 (C API); see layers.h for the contract.
+ *
+ * oneDNN documents followed: "Convolution", "Batch Normalization" (dnnl_use_scale,
+ * dnnl_use_shift, dnnl_fuse_norm_relu, workspace), "Eltwise" (relu_use_dst_for_bwd), "Binary"
+ * (post-ops), "Pooling" (max workspace), "Reorder", "Memory Format Propagation" (format_tag_any)
+ * and "Primitive Attributes: Scratchpad" (dnnl_scratchpad_mode_user). Semantics follow
+ * torch.nn (Conv2d, BatchNorm2d, ReLU, MaxPool2d, AdaptiveAvgPool2d, Linear, cross_entropy). */
+#include "nn/layers.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- context, descriptors, primitives ----------------------------------------------------- */
+
+int nn_ctx_init(nn_ctx *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    DNNL_TRY(dnnl_engine_create(&c->engine, dnnl_cpu, 0), "context");
+    DNNL_TRY(dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags), "context");
+    DNNL_TRY(dnnl_primitive_attr_create(&c->attr), "context");
+    DNNL_TRY(dnnl_primitive_attr_set_scratchpad_mode(c->attr, dnnl_scratchpad_mode_user), "context");
+    return 0;
+}
+
+void nn_ctx_free(nn_ctx *c) {
+    if (c->attr) dnnl_primitive_attr_destroy(c->attr);
+    if (c->stream) dnnl_stream_destroy(c->stream);
+    if (c->engine) dnnl_engine_destroy(c->engine);
+    free(c->scratch);
+    memset(c, 0, sizeof *c);
+}
+
+dnnl_memory_desc_t nn_md4(int n, int ch, int h, int w, dnnl_format_tag_t tag) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {n, ch, h, w};
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md, 4, dims, dnnl_f32, tag), "descriptor");
+    return md;
+}
+
+static dnnl_memory_desc_t md1(int n) {
+    dnnl_memory_desc_t md;
+    dnnl_dims_t dims = {n};
+    DNNL_CHECK(dnnl_memory_desc_init_by_tag(&md, 1, dims, dnnl_f32, dnnl_x), "descriptor");
+    return md;
+}
+
+size_t nn_md_nbytes(const dnnl_memory_desc_t *md) { return dnnl_memory_desc_get_size(md); }
+
+dnnl_format_tag_t nn_md_tag(const dnnl_memory_desc_t *md) {
+    static const dnnl_format_tag_t cand[] = {dnnl_nChw16c, dnnl_nChw8c, dnnl_nhwc, dnnl_nchw};
+    if (md->ndims != 4) return dnnl_format_tag_undef;
+    for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++) {
+        dnnl_memory_desc_t t = nn_md4((int)md->dims[0], (int)md->dims[1], (int)md->dims[2], (int)md->dims[3], cand[i]);
+        if (dnnl_memory_desc_equal(md, &t)) return cand[i];
+    }
+    return dnnl_format_tag_undef;
+}
+
+void *nn_alloc(size_t nbytes) {
+    void *p = NULL;
+    size_t n = (nbytes + 63) / 64 * 64;
+    if (posix_memalign(&p, 64, n ? n : 64) != 0) DIE("out of memory allocating %zu bytes", nbytes);
+    memset(p, 0, n);
+    return p;
+}
+
+/* Create the primitive of pd (kept in p) and its scratchpad memory; grow the shared scratchpad
+ * to what this primitive asks for. */
+static int prim_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, const char *layer, char *err,
+                     size_t errlen) {
+    p->layer = layer;
+    DNNL_TRY(dnnl_primitive_create(&p->prim, pd), layer);
+    const dnnl_memory_desc_t *smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t nbytes = smd ? dnnl_memory_desc_get_size(smd) : 0;
+    if (nbytes > 0) {
+        if (nbytes > c->scratch_nbytes) {
+            free(c->scratch);
+            c->scratch = nn_alloc(nbytes);
+            c->scratch_nbytes = nbytes;
+        }
+        DNNL_TRY(dnnl_memory_create(&p->scratch, smd, c->engine, DNNL_MEMORY_NONE), layer);
+    }
+    return 0;
+}
+
+static void prim_free(nn_prim *p) {
+    if (p->prim) dnnl_primitive_destroy(p->prim);
+    if (p->scratch) dnnl_memory_destroy(p->scratch);
+    memset(p, 0, sizeof *p);
+}
+
+/* Create pd for an operation descriptor and the primitive; pd is destroyed after the primitive
+ * exists unless keep is given (a forward pd is needed as the hint of its backward). */
+static int op_make(nn_prim *p, nn_ctx *c, const_dnnl_op_desc_t desc, const_dnnl_primitive_attr_t attr,
+                   const_dnnl_primitive_desc_t hint, dnnl_primitive_desc_t *keep, const char *layer,
+                   char *err, size_t errlen) {
+    dnnl_primitive_desc_t pd;
+    DNNL_TRY(dnnl_primitive_desc_create(&pd, desc, attr ? attr : c->attr, c->engine, hint), layer);
+    if (prim_make(p, c, pd, layer, err, errlen)) {
+        dnnl_primitive_desc_destroy(pd);
+        return -1;
+    }
+    if (keep) *keep = pd;
+    else dnnl_primitive_desc_destroy(pd);
+    return 0;
+}
+
+static dnnl_memory_desc_t pd_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what) {
+    const dnnl_memory_desc_t *md = dnnl_primitive_desc_query_md(pd, what, 0);
+    if (!md) DIE("oneDNN primitive descriptor has no memory descriptor for query %d", (int)what);
+    return *md;
+}
+
+static int mem_make(dnnl_memory_t *m, nn_ctx *c, const dnnl_memory_desc_t *md, void *handle,
+                    const char *layer, char *err, size_t errlen) {
+    DNNL_TRY(dnnl_memory_create(m, md, c->engine, handle ? handle : DNNL_MEMORY_NONE), layer);
+    return 0;
+}
+
+static void mem_free(dnnl_memory_t *m) {
+    if (*m) dnnl_memory_destroy(*m);
+    *m = NULL;
+}
+
+/* Point m at p (const only as far as the caller is concerned: oneDNN zeroes the padding of
+ * blocked formats, which is already zero in every buffer this module hands out). */
+static inline void mem_set(nn_ctx *c, dnnl_memory_t m, const void *p, const char *layer) {
+    DNNL_CHECK(dnnl_memory_set_data_handle_v2(m, (void *)p, c->stream), layer);
+}
+
+#define MAX_ARGS 16
+
+/* Execute p with args plus its scratchpad. */
+static void prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_arg_t *args) {
+    dnnl_exec_arg_t a[MAX_ARGS];
+    if (nargs + 1 > MAX_ARGS) DIE("too many arguments for layer %s", p->layer);
+    memcpy(a, args, (size_t)nargs * sizeof *a);
+    if (p->scratch) {
+        mem_set(c, p->scratch, c->scratch, p->layer);
+        a[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
+    }
+    DNNL_CHECK(dnnl_primitive_execute(p->prim, c->stream, nargs, a), p->layer);
+    DNNL_CHECK(dnnl_stream_wait(c->stream), p->layer);
+}
+
+#define EXEC(c, p, ...)                                                                           \
+    do {                                                                                          \
+        const dnnl_exec_arg_t args_[] = {__VA_ARGS__};                                            \
+        prim_exec((c), (p), (int)(sizeof args_ / sizeof args_[0]), args_);                        \
+    } while (0)
+
+/* ---- reorders ----------------------------------------------------------------------------- */
+
+int nn_reorder_init(nn_reorder *r, nn_ctx *c, const char *name, const dnnl_memory_desc_t *src_md,
+                    const dnnl_memory_desc_t *dst_md, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    r->name = name;
+    dnnl_primitive_desc_t pd;
+    DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, src_md, c->engine, dst_md, c->engine, c->attr), name);
+    int rc = prim_make(&r->p, c, pd, name, err, errlen);
+    dnnl_primitive_desc_destroy(pd);
+    if (rc) return rc;
+    if (mem_make(&r->src, c, src_md, NULL, name, err, errlen)) return -1;
+    if (mem_make(&r->dst, c, dst_md, NULL, name, err, errlen)) return -1;
+    return 0;
+}
+
+void nn_reorder_run(nn_reorder *r, nn_ctx *c, void *dst, const void *src) {
+    mem_set(c, r->src, src, r->name);
+    mem_set(c, r->dst, dst, r->name);
+    EXEC(c, &r->p, {DNNL_ARG_FROM, r->src}, {DNNL_ARG_TO, r->dst});
+}
+
+void nn_reorder_free(nn_reorder *r) {
+    prim_free(&r->p);
+    mem_free(&r->src);
+    mem_free(&r->dst);
+}
+
+void nn_convert(nn_ctx *c, void *dst, const dnnl_memory_desc_t *dst_md, const void *src,
+                const dnnl_memory_desc_t *src_md) {
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t p;
+    dnnl_memory_t ms, md;
+    DNNL_CHECK(dnnl_reorder_primitive_desc_create(&pd, src_md, c->engine, dst_md, c->engine, NULL), "convert");
+    DNNL_CHECK(dnnl_primitive_create(&p, pd), "convert");
+    DNNL_CHECK(dnnl_memory_create(&ms, src_md, c->engine, (void *)src), "convert");
+    DNNL_CHECK(dnnl_memory_create(&md, dst_md, c->engine, dst), "convert");
+    dnnl_exec_arg_t a[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+    DNNL_CHECK(dnnl_primitive_execute(p, c->stream, 2, a), "convert");
+    DNNL_CHECK(dnnl_stream_wait(c->stream), "convert");
+    dnnl_memory_destroy(ms);
+    dnnl_memory_destroy(md);
+    dnnl_primitive_destroy(p);
+    dnnl_primitive_desc_destroy(pd);
+}
+
+/* ---- convolution -------------------------------------------------------------------------- */
+
+/* A jit (or brgemm) implementation: not oneDNN's reference loops, and not its gemm-based
+ * convolution, whose sgemm allocates packing buffers on every call. */
+static int is_fast(const_dnnl_primitive_desc_t pd) {
+    const char *impl = "";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    return strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0;
+}
+
+/* oneDNN 2.6's jit_1x1 backward-weights computes wrong weight gradients and writes out of
+ * bounds for a strided 1x1 convolution on a channels-last input with fewer input channels than
+ * its block (oneDNN issue #6035; reproduced by test_layers' conv_1x1s2_c4 on nhwc). */
+static int onednn_6035(const_dnnl_primitive_desc_t pd, const conv_layer *l) {
+    const char *impl = "";
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    return l->k == 1 && l->stride > 1 && l->ic % 8 != 0 && strncmp(impl, "jit_1x1", 7) == 0 &&
+           nn_md_tag(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0)) == dnnl_nhwc;
+}
+
+/* Backward-weights of l. First with the activations' formats; when no jit implementation takes
+ * those (a 1-channel nchw input, where oneDNN falls back to reference loops ~100x slower than
+ * jit:avx2) or the one that does is oneDNN #6035, let oneDNN choose the input format, then also
+ * the output-gradient format, and reorder into them (l->bw_src_md, l->bw_ddst_md). */
+static int conv_bww_make(conv_layer *l, nn_ctx *c, const_dnnl_primitive_desc_t fwd_pd, const dnnl_dims_t strides,
+                         const dnnl_dims_t pl, const dnnl_dims_t pr, char *err, size_t errlen) {
+    const char *name = l->name;
+    dnnl_memory_desc_t src_any = nn_md4(l->n, l->ic, l->ih, l->iw, dnnl_format_tag_any);
+    dnnl_memory_desc_t dst_any = nn_md4(l->n, l->oc, l->oh, l->ow, dnnl_format_tag_any);
+    dnnl_memory_desc_t w_any = nn_md4(l->oc, l->ic, l->k, l->k, dnnl_format_tag_any);
+    const dnnl_memory_desc_t *srcs[3] = {&l->src_md, &src_any, &src_any};
+    const dnnl_memory_desc_t *dsts[3] = {&l->dst_md, &l->dst_md, &dst_any};
+    dnnl_primitive_desc_t pd = NULL;
+    for (int t = 0; t < 3; t++) {
+        dnnl_convolution_desc_t bd;
+        dnnl_primitive_desc_t cand;
+        DNNL_TRY(dnnl_convolution_backward_weights_desc_init(&bd, dnnl_convolution_direct, srcs[t], &w_any, NULL,
+                                                             dsts[t], strides, pl, pr),
+                 name);
+        if (dnnl_primitive_desc_create(&cand, &bd, c->attr, c->engine, fwd_pd) != dnnl_success) continue;
+        if (onednn_6035(cand, l)) {
+            dnnl_primitive_desc_destroy(cand);
+        } else if (!pd) {
+            pd = cand; /* the first usable one: kept unless a jit one turns up */
+            if (is_fast(pd)) break;
+        } else if (is_fast(cand)) {
+            dnnl_primitive_desc_destroy(pd);
+            pd = cand;
+            break;
+        } else {
+            dnnl_primitive_desc_destroy(cand);
+        }
+    }
+    if (!pd)
+        return seterr(err, errlen, "%s:%d: layer %s: oneDNN has no usable backward-weights convolution", __FILE__,
+                      __LINE__, name),
+               -1;
+    l->dw_md = pd_md(pd, dnnl_query_diff_weights_md);
+    l->bw_src_md = pd_md(pd, dnnl_query_src_md);
+    l->bw_ddst_md = pd_md(pd, dnnl_query_diff_dst_md);
+    int rc = prim_make(&l->bwd_weights, c, pd, name, err, errlen);
+    dnnl_primitive_desc_destroy(pd);
+    return rc;
+}
+
+int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
+              int stride, int pad, const dnnl_memory_desc_t *src_md, const dnnl_memory_desc_t *dst_md,
+              nn_mode mode, int need_dinp, char *err, size_t errlen) {
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->mode = mode;
+    l->need_dinp = mode == NN_TRAIN && need_dinp;
+    l->n = n, l->ic = ic, l->ih = ih, l->iw = iw, l->oc = oc, l->k = k, l->stride = stride, l->pad = pad;
+    l->oh = (ih + 2 * pad - k) / stride + 1;
+    l->ow = (iw + 2 * pad - k) / stride + 1;
+    if (l->oh < 1 || l->ow < 1)
+        return seterr(err, errlen, "layer %s: input %dx%d too small for a %dx%d/%d convolution", name, ih, iw, k, k, stride), -1;
+
+    /* Symmetric padding: oneDNN then computes PyTorch's floor((i + 2p − k)/s) + 1 outputs. */
+    dnnl_dims_t strides = {stride, stride}, pl = {pad, pad}, pr = {pad, pad};
+    dnnl_memory_desc_t src_any = nn_md4(n, ic, ih, iw, dnnl_format_tag_any);
+    dnnl_memory_desc_t dst_any = nn_md4(n, oc, l->oh, l->ow, dnnl_format_tag_any);
+    dnnl_memory_desc_t w_any = nn_md4(oc, ic, k, k, dnnl_format_tag_any);
+    l->w_user_md = nn_md4(oc, ic, k, k, dnnl_oihw);
+
+    dnnl_convolution_desc_t d;
+    dnnl_primitive_desc_t fwd_pd;
+    DNNL_TRY(dnnl_convolution_forward_desc_init(&d, mode == NN_TRAIN ? dnnl_forward_training : dnnl_forward_inference,
+                                                dnnl_convolution_direct, src_md ? src_md : &src_any, &w_any,
+                                                NULL, dst_md ? dst_md : &dst_any, strides, pl, pr),
+             name);
+    if (op_make(&l->fwd, c, &d, NULL, NULL, &fwd_pd, name, err, errlen)) return -1;
+    l->src_md = pd_md(fwd_pd, dnnl_query_src_md);
+    l->dst_md = pd_md(fwd_pd, dnnl_query_dst_md);
+    l->w_md = pd_md(fwd_pd, dnnl_query_weights_md);
+    l->wb_md = l->w_md;
+    l->wb_is_w = 1;
+
+    int rc = 0;
+    if (mode == NN_TRAIN) {
+        dnnl_convolution_desc_t bd;
+        dnnl_primitive_desc_t pd;
+        if (l->need_dinp) {
+            DNNL_TRY(dnnl_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &l->src_md, &w_any,
+                                                              &l->dst_md, strides, pl, pr),
+                     name);
+            rc = op_make(&l->bwd_data, c, &bd, NULL, fwd_pd, &pd, name, err, errlen);
+            if (!rc) {
+                l->wb_md = pd_md(pd, dnnl_query_weights_md);
+                l->wb_is_w = dnnl_memory_desc_equal(&l->wb_md, &l->w_md);
+                dnnl_primitive_desc_destroy(pd);
+            }
+        }
+        if (!rc) rc = conv_bww_make(l, c, fwd_pd, strides, pl, pr, err, errlen);
+    }
+    dnnl_primitive_desc_destroy(fwd_pd);
+    if (rc) return rc;
+
+    l->w = nn_alloc(nn_md_nbytes(&l->w_md));
+    if (nn_reorder_init(&l->w_in, c, name, &l->w_user_md, &l->w_md, err, errlen)) return -1;
+    if (mem_make(&l->m_src, c, &l->src_md, NULL, name, err, errlen)) return -1;
+    if (mem_make(&l->m_dst, c, &l->dst_md, NULL, name, err, errlen)) return -1;
+    if (mem_make(&l->m_w, c, &l->w_md, l->w, name, err, errlen)) return -1;
+    if (mode == NN_TRAIN) {
+        l->dw = nn_alloc(nn_md_nbytes(&l->dw_md));
+        if (nn_reorder_init(&l->dw_out, c, name, &l->dw_md, &l->w_user_md, err, errlen)) return -1;
+        if (mem_make(&l->m_dw, c, &l->dw_md, l->dw, name, err, errlen)) return -1;
+        if (mem_make(&l->m_ddst, c, &l->dst_md, NULL, name, err, errlen)) return -1;
+        if (!dnnl_memory_desc_equal(&l->bw_src_md, &l->src_md)) {
+            l->bw_src = nn_alloc(nn_md_nbytes(&l->bw_src_md));
+            if (nn_reorder_init(&l->bw_src_in, c, name, &l->src_md, &l->bw_src_md, err, errlen)) return -1;
+            if (mem_make(&l->m_bw_src, c, &l->bw_src_md, l->bw_src, name, err, errlen)) return -1;
+        }
+        if (!dnnl_memory_desc_equal(&l->bw_ddst_md, &l->dst_md)) {
+            l->bw_ddst = nn_alloc(nn_md_nbytes(&l->bw_ddst_md));
+            if (nn_reorder_init(&l->bw_ddst_in, c, name, &l->dst_md, &l->bw_ddst_md, err, errlen)) return -1;
+            if (mem_make(&l->m_bw_ddst, c, &l->bw_ddst_md, l->bw_ddst, name, err, errlen)) return -1;
+        }
+        if (l->need_dinp) {
+            if (mem_make(&l->m_dsrc, c, &l->src_md, NULL, name, err, errlen)) return -1;
+            if (!l->wb_is_w) {
+                l->wb = nn_alloc(nn_md_nbytes(&l->wb_md));
+                if (nn_reorder_init(&l->wb_in, c, name, &l->w_md, &l->wb_md, err, errlen)) return -1;
+                if (mem_make(&l->m_wb, c, &l->wb_md, l->wb, name, err, errlen)) return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+void conv_forward(conv_layer *l, nn_ctx *c, float *out, const float *inp, const float *weight) {
+    nn_reorder_run(&l->w_in, c, l->w, weight);
+    mem_set(c, l->m_src, inp, l->name);
+    mem_set(c, l->m_dst, out, l->name);
+    EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_WEIGHTS, l->m_w}, {DNNL_ARG_DST, l->m_dst});
+}
+
+void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const float *dout,
+                   const float *inp) {
+    if (l->mode != NN_TRAIN) DIE("conv_backward on inference layer %s", l->name);
+    mem_set(c, l->m_src, inp, l->name);
+    mem_set(c, l->m_ddst, dout, l->name);
+    if (l->m_bw_src) nn_reorder_run(&l->bw_src_in, c, l->bw_src, inp);
+    if (l->m_bw_ddst) nn_reorder_run(&l->bw_ddst_in, c, l->bw_ddst, dout);
+    EXEC(c, &l->bwd_weights, {DNNL_ARG_SRC, l->m_bw_src ? l->m_bw_src : l->m_src},
+         {DNNL_ARG_DIFF_DST, l->m_bw_ddst ? l->m_bw_ddst : l->m_ddst}, {DNNL_ARG_DIFF_WEIGHTS, l->m_dw});
+    nn_reorder_run(&l->dw_out, c, dweight, l->dw);
+    if (l->need_dinp && dinp) {
+        if (!l->wb_is_w) nn_reorder_run(&l->wb_in, c, l->wb, l->w);
+        mem_set(c, l->m_dsrc, dinp, l->name);
+        EXEC(c, &l->bwd_data, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_WEIGHTS, l->wb_is_w ? l->m_w : l->m_wb},
+             {DNNL_ARG_DIFF_SRC, l->m_dsrc});
+    }
+}
+
+void conv_free(conv_layer *l) {
+    prim_free(&l->fwd);
+    prim_free(&l->bwd_data);
+    prim_free(&l->bwd_weights);
+    nn_reorder_free(&l->w_in);
+    nn_reorder_free(&l->wb_in);
+    nn_reorder_free(&l->dw_out);
+    nn_reorder_free(&l->bw_src_in);
+    nn_reorder_free(&l->bw_ddst_in);
+    dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_w, &l->m_wb, &l->m_dsrc, &l->m_ddst, &l->m_dw, &l->m_bw_src, &l->m_bw_ddst};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) mem_free(ms[i]);
+    free(l->w);
+    free(l->wb);
+    free(l->dw);
+    free(l->bw_src);
+    free(l->bw_ddst);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- batch normalisation ------------------------------------------------------------------ */
+
+int bn_init(bn_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t *data_md, int relu,
+            nn_mode mode, char *err, size_t errlen) {
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->mode = mode;
+    l->relu = relu;
+    l->data_md = *data_md;
+    l->c = (int)data_md->dims[1];
+    l->count = (long)(data_md->dims[0] * data_md->dims[2] * data_md->dims[3]);
+    l->eps = 1e-5f;
+    l->momentum = 0.1f;
+    unsigned flags = dnnl_use_scale | dnnl_use_shift | (relu ? dnnl_fuse_norm_relu : 0u);
+
+    dnnl_batch_normalization_desc_t d;
+    dnnl_primitive_desc_t fwd_pd;
+    DNNL_TRY(dnnl_batch_normalization_forward_desc_init(&d, mode == NN_TRAIN ? dnnl_forward_training : dnnl_forward_inference,
+                                                        data_md, l->eps,
+                                                        flags | (mode == NN_TRAIN ? 0u : dnnl_use_global_stats)),
+             name);
+    if (op_make(&l->fwd, c, &d, NULL, NULL, &fwd_pd, name, err, errlen)) return -1;
+    int rc = 0;
+    dnnl_memory_desc_t ws_md;
+    memset(&ws_md, 0, sizeof ws_md);
+    if (mode == NN_TRAIN) {
+        if (relu) ws_md = pd_md(fwd_pd, dnnl_query_workspace_md);
+        dnnl_batch_normalization_desc_t bd;
+        DNNL_TRY(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, data_md, data_md, l->eps, flags), name);
+        rc = op_make(&l->bwd, c, &bd, NULL, fwd_pd, NULL, name, err, errlen);
+    }
+    dnnl_primitive_desc_destroy(fwd_pd);
+    if (rc) return rc;
+
+    dnnl_memory_desc_t stat = md1(l->c);
+    if (mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
+    if (mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
+    if (mem_make(&l->m_scale, c, &stat, NULL, name, err, errlen)) return -1;
+    if (mem_make(&l->m_shift, c, &stat, NULL, name, err, errlen)) return -1;
+    if (mode == NN_TRAIN) {
+        l->mean = nn_alloc((size_t)l->c * sizeof(float));
+        l->var = nn_alloc((size_t)l->c * sizeof(float));
+        if (mem_make(&l->m_mean, c, &stat, l->mean, name, err, errlen)) return -1;
+        if (mem_make(&l->m_var, c, &stat, l->var, name, err, errlen)) return -1;
+        if (relu) {
+            l->ws = nn_alloc(nn_md_nbytes(&ws_md));
+            if (mem_make(&l->m_ws, c, &ws_md, l->ws, name, err, errlen)) return -1;
+        }
+        if (mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
+        if (mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
+        if (mem_make(&l->m_dscale, c, &stat, NULL, name, err, errlen)) return -1;
+        if (mem_make(&l->m_dshift, c, &stat, NULL, name, err, errlen)) return -1;
+    } else {
+        if (mem_make(&l->m_mean, c, &stat, NULL, name, err, errlen)) return -1;
+        if (mem_make(&l->m_var, c, &stat, NULL, name, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const float *gamma,
+                const float *beta, float *running_mean, float *running_var) {
+    mem_set(c, l->m_src, inp, l->name);
+    mem_set(c, l->m_dst, out, l->name);
+    mem_set(c, l->m_scale, gamma, l->name);
+    mem_set(c, l->m_shift, beta, l->name);
+    if (l->mode == NN_INFER) {
+        mem_set(c, l->m_mean, running_mean, l->name);
+        mem_set(c, l->m_var, running_var, l->name);
+        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
+             {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift}, {DNNL_ARG_DST, l->m_dst});
+        return;
+    }
+    if (l->relu)
+        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
+             {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
+             {DNNL_ARG_WORKSPACE, l->m_ws});
+    else
+        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
+             {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var});
+    /* PyTorch's running statistics: exponential average with the unbiased batch variance. */
+    const float m = l->momentum;
+    const float unbias = l->count > 1 ? (float)l->count / (float)(l->count - 1) : 1.0f;
+    for (int i = 0; i < l->c; i++) {
+        running_mean[i] = (1.0f - m) * running_mean[i] + m * l->mean[i];
+        running_var[i] = (1.0f - m) * running_var[i] + m * l->var[i] * unbias;
+    }
+}
+
+void bn_backward(bn_layer *l, nn_ctx *c, float *dinp, float *dgamma, float *dbeta, const float *dout,
+                 const float *inp, const float *gamma, const float *beta) {
+    if (l->mode != NN_TRAIN) DIE("bn_backward on inference layer %s", l->name);
+    mem_set(c, l->m_src, inp, l->name);
+    mem_set(c, l->m_ddst, dout, l->name);
+    mem_set(c, l->m_dsrc, dinp, l->name);
+    mem_set(c, l->m_scale, gamma, l->name);
+    mem_set(c, l->m_shift, beta, l->name);
+    mem_set(c, l->m_dscale, dgamma, l->name);
+    mem_set(c, l->m_dshift, dbeta, l->name);
+    if (l->relu)
+        EXEC(c, &l->bwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
+             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
+             {DNNL_ARG_WORKSPACE, l->m_ws}, {DNNL_ARG_DIFF_SRC, l->m_dsrc}, {DNNL_ARG_DIFF_SCALE, l->m_dscale},
+             {DNNL_ARG_DIFF_SHIFT, l->m_dshift});
+    else
+        EXEC(c, &l->bwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
+             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
+             {DNNL_ARG_DIFF_SRC, l->m_dsrc}, {DNNL_ARG_DIFF_SCALE, l->m_dscale}, {DNNL_ARG_DIFF_SHIFT, l->m_dshift});
+}
+
+void bn_free(bn_layer *l) {
+    prim_free(&l->fwd);
+    prim_free(&l->bwd);
+    dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_scale, &l->m_shift, &l->m_mean, &l->m_var,
+                           &l->m_ws, &l->m_dsrc, &l->m_ddst, &l->m_dscale, &l->m_dshift};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) mem_free(ms[i]);
+    free(l->mean);
+    free(l->var);
+    free(l->ws);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- ReLU --------------------------------------------------------------------------------- */
+
+int relu_init(relu_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t *data_md,
+              nn_mode mode, char *err, size_t errlen) {
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->mode = mode;
+    l->data_md = *data_md;
+    /* The backward reads the output, so the forward hint must use the same algorithm. */
+    dnnl_alg_kind_t alg = mode == NN_TRAIN ? dnnl_eltwise_relu_use_dst_for_bwd : dnnl_eltwise_relu;
+    dnnl_eltwise_desc_t d;
+    dnnl_primitive_desc_t fwd_pd;
+    DNNL_TRY(dnnl_eltwise_forward_desc_init(&d, mode == NN_TRAIN ? dnnl_forward_training : dnnl_forward_inference,
+                                            alg, data_md, 0.0f, 0.0f),
+             name);
+    if (op_make(&l->fwd, c, &d, NULL, NULL, &fwd_pd, name, err, errlen)) return -1;
+    int rc = 0;
+    if (mode == NN_TRAIN) {
+        dnnl_eltwise_desc_t bd;
+        DNNL_TRY(dnnl_eltwise_backward_desc_init(&bd, alg, data_md, data_md, 0.0f, 0.0f), name);
+        rc = op_make(&l->bwd, c, &bd, NULL, fwd_pd, NULL, name, err, errlen);
+    }
+    dnnl_primitive_desc_destroy(fwd_pd);
+    if (rc) return rc;
+    if (mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
+    if (mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
+    if (mode == NN_TRAIN) {
+        if (mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
+        if (mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+void relu_forward(relu_layer *l, nn_ctx *c, float *out, const float *inp) {
+    mem_set(c, l->m_src, inp, l->name);
+    mem_set(c, l->m_dst, out, l->name);
+    EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst});
+}
+
+void relu_backward(relu_layer *l, nn_ctx *c, float *dinp, const float *dout, const float *out) {
+    if (l->mode != NN_TRAIN) DIE("relu_backward on inference layer %s", l->name);
+    mem_set(c, l->m_dst, out, l->name);
+    mem_set(c, l->m_ddst, dout, l->name);
+    mem_set(c, l->m_dsrc, dinp, l->name);
+    EXEC(c, &l->bwd, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
+}
+
+void relu_free(relu_layer *l) {
+    prim_free(&l->fwd);
+    prim_free(&l->bwd);
+    mem_free(&l->m_src);
+    mem_free(&l->m_dst);
+    mem_free(&l->m_ddst);
+    mem_free(&l->m_dsrc);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- add [+ ReLU] ------------------------------------------------------------------------- */
+
+int add_init(add_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t *a_md,
+             const dnnl_memory_desc_t *b_md, int relu, nn_mode mode, char *err, size_t errlen) {
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->relu = relu;
+    l->a_md = *a_md;
+    l->b_md = *b_md;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    DNNL_TRY(dnnl_primitive_attr_create(&attr), name);
+    int rc = -1;
+    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) {
+        seterr(err, errlen, "%s:%d: oneDNN set_scratchpad_mode failed in layer %s", __FILE__, __LINE__, name);
+        goto done;
+    }
+    if (relu) {
+        if (dnnl_post_ops_create(&po) != dnnl_success ||
+            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success ||
+            dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success) {
+            seterr(err, errlen, "%s:%d: oneDNN ReLU post-op failed in layer %s", __FILE__, __LINE__, name);
+            goto done;
+        }
+    }
+    dnnl_binary_desc_t d;
+    dnnl_status_t st = dnnl_binary_desc_init(&d, dnnl_binary_add, a_md, b_md, a_md);
+    if (st != dnnl_success) {
+        seterr(err, errlen, "%s:%d: oneDNN dnnl_binary_desc_init failed in layer %s: %s", __FILE__, __LINE__,
+               name, dnnl_status2str(st));
+        goto done;
+    }
+    rc = op_make(&l->fwd, c, &d, attr, NULL, NULL, name, err, errlen);
+done:
+    if (po) dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    if (rc) return rc;
+    if (relu && mode == NN_TRAIN && relu_init(&l->r, c, name, a_md, NN_TRAIN, err, errlen)) return -1;
+    if (mem_make(&l->m_a, c, a_md, NULL, name, err, errlen)) return -1;
+    if (mem_make(&l->m_b, c, b_md, NULL, name, err, errlen)) return -1;
+    if (mem_make(&l->m_dst, c, a_md, NULL, name, err, errlen)) return -1;
+    return 0;
+}
+
+int add_in_place_ok(const add_layer *l) { return !l->relu || l->a_md.padded_dims[1] == l->a_md.dims[1]; }
+
+void add_forward(add_layer *l, nn_ctx *c, float *out, const float *a, const float *b) {
+    if (out == a && !add_in_place_ok(l)) DIE("layer %s: in-place add+ReLU on a padded format", l->name);
+    mem_set(c, l->m_a, a, l->name);
+    mem_set(c, l->m_b, b, l->name);
+    mem_set(c, l->m_dst, out, l->name);
+    EXEC(c, &l->fwd, {DNNL_ARG_SRC_0, l->m_a}, {DNNL_ARG_SRC_1, l->m_b}, {DNNL_ARG_DST, l->m_dst});
+}
+
+void add_backward(add_layer *l, nn_ctx *c, float *dsum, const float *dout, const float *out) {
+    if (!l->relu || !l->r.bwd.prim) DIE("add_backward on layer %s without a trained ReLU", l->name);
+    relu_backward(&l->r, c, dsum, dout, out);
+}
+
+void add_free(add_layer *l) {
+    prim_free(&l->fwd);
+    relu_free(&l->r);
+    mem_free(&l->m_a);
+    mem_free(&l->m_b);
+    mem_free(&l->m_dst);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- pooling ------------------------------------------------------------------------------ */
+
+int pool_init(pool_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t *src_md, int max,
+              int k, int stride, int pad, nn_mode mode, char *err, size_t errlen) {
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->mode = mode;
+    l->max = max;
+    l->src_md = *src_md;
+    int n = (int)src_md->dims[0], ch = (int)src_md->dims[1], ih = (int)src_md->dims[2], iw = (int)src_md->dims[3];
+    dnnl_dims_t kernel, strides, pl, pr;
+    if (max) {
+        kernel[0] = kernel[1] = k;
+        strides[0] = strides[1] = stride;
+        pl[0] = pl[1] = pr[0] = pr[1] = pad;
+        l->oh = (ih + 2 * pad - k) / stride + 1;
+        l->ow = (iw + 2 * pad - k) / stride + 1;
+    } else {
+        kernel[0] = ih, kernel[1] = iw;
+        strides[0] = strides[1] = 1;
+        pl[0] = pl[1] = pr[0] = pr[1] = 0;
+        l->oh = l->ow = 1;
+    }
+    if (l->oh < 1 || l->ow < 1)
+        return seterr(err, errlen, "layer %s: input %dx%d too small for pooling", name, ih, iw), -1;
+    dnnl_alg_kind_t alg = max ? dnnl_pooling_max : dnnl_pooling_avg_exclude_padding;
+    dnnl_memory_desc_t dst_any = nn_md4(n, ch, l->oh, l->ow, dnnl_format_tag_any);
+    dnnl_pooling_desc_t d;
+    dnnl_primitive_desc_t fwd_pd;
+    DNNL_TRY(dnnl_pooling_forward_desc_init(&d, mode == NN_TRAIN ? dnnl_forward_training : dnnl_forward_inference,
+                                            alg, src_md, &dst_any, strides, kernel, pl, pr),
+             name);
+    if (op_make(&l->fwd, c, &d, NULL, NULL, &fwd_pd, name, err, errlen)) return -1;
+    l->dst_md = pd_md(fwd_pd, dnnl_query_dst_md);
+    dnnl_memory_desc_t ws_md;
+    memset(&ws_md, 0, sizeof ws_md);
+    int rc = 0;
+    if (mode == NN_TRAIN) {
+        if (max) ws_md = pd_md(fwd_pd, dnnl_query_workspace_md);
+        dnnl_pooling_desc_t bd;
+        DNNL_TRY(dnnl_pooling_backward_desc_init(&bd, alg, src_md, &l->dst_md, strides, kernel, pl, pr), name);
+        rc = op_make(&l->bwd, c, &bd, NULL, fwd_pd, NULL, name, err, errlen);
+    }
+    dnnl_primitive_desc_destroy(fwd_pd);
+    if (rc) return rc;
+    if (mem_make(&l->m_src, c, src_md, NULL, name, err, errlen)) return -1;
+    if (mem_make(&l->m_dst, c, &l->dst_md, NULL, name, err, errlen)) return -1;
+    if (mode == NN_TRAIN) {
+        if (max) {
+            l->ws = nn_alloc(nn_md_nbytes(&ws_md));
+            if (mem_make(&l->m_ws, c, &ws_md, l->ws, name, err, errlen)) return -1;
+        }
+        if (mem_make(&l->m_dsrc, c, src_md, NULL, name, err, errlen)) return -1;
+        if (mem_make(&l->m_ddst, c, &l->dst_md, NULL, name, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+void pool_forward(pool_layer *l, nn_ctx *c, float *out, const float *inp) {
+    mem_set(c, l->m_src, inp, l->name);
+    mem_set(c, l->m_dst, out, l->name);
+    if (l->m_ws)
+        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_WORKSPACE, l->m_ws});
+    else
+        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst});
+}
+
+void pool_backward(pool_layer *l, nn_ctx *c, float *dinp, const float *dout) {
+    if (l->mode != NN_TRAIN) DIE("pool_backward on inference layer %s", l->name);
+    mem_set(c, l->m_ddst, dout, l->name);
+    mem_set(c, l->m_dsrc, dinp, l->name);
+    if (l->m_ws)
+        EXEC(c, &l->bwd, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_WORKSPACE, l->m_ws}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
+    else
+        EXEC(c, &l->bwd, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
+}
+
+void pool_free(pool_layer *l) {
+    prim_free(&l->fwd);
+    prim_free(&l->bwd);
+    dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_ws, &l->m_dsrc, &l->m_ddst};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) mem_free(ms[i]);
+    free(l->ws);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- fully connected (plain C; (n x nin) . (nin x nout) is too small to need a library) --- */
+
+/* Parallel regions only with more than one thread: libgomp allocates a team for every region
+ * a single thread runs (even with an if(0) clause), and the training step must not allocate.
+ * Each function below works on a range [lo, hi) of its outer loop; fc_* split it over threads. */
+#define RUN_SPLIT(n, call_with_lo_hi)                                                             \
+    do {                                                                                          \
+        if (omp_get_max_threads() > 1) {                                                          \
+            _Pragma("omp parallel") {                                                             \
+                const int t_ = omp_get_thread_num(), nt_ = omp_get_num_threads();                 \
+                const int lo = (int)((long)(n) * t_ / nt_), hi = (int)((long)(n) * (t_ + 1) / nt_); \
+                call_with_lo_hi;                                                                  \
+            }                                                                                     \
+        } else {                                                                                  \
+            const int lo = 0, hi = (n);                                                           \
+            call_with_lo_hi;                                                                      \
+        }                                                                                         \
+    } while (0)
+
+static void fc_forward_rows(float *out, const float *inp, const float *weight, const float *bias, int nin, int nout,
+                            int lo, int hi) {
+    for (int b = lo; b < hi; b++)
+        for (int o = 0; o < nout; o++) {
+            const float *x = inp + (size_t)b * nin, *w = weight + (size_t)o * nin;
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+            for (int i = 0; i < nin; i++) s += x[i] * w[i];
+            out[(size_t)b * nout + o] = s + bias[o];
+        }
+}
+
+static void fc_dweight_rows(float *dweight, float *dbias, const float *dout, const float *inp, int n, int nin,
+                            int nout, int lo, int hi) {
+    for (int o = lo; o < hi; o++) {
+        float *dw = dweight + (size_t)o * nin;
+        float db = 0.0f;
+        for (int i = 0; i < nin; i++) dw[i] = 0.0f;
+        for (int b = 0; b < n; b++) {
+            const float g = dout[(size_t)b * nout + o];
+            const float *x = inp + (size_t)b * nin;
+            db += g;
+#pragma omp simd
+            for (int i = 0; i < nin; i++) dw[i] += g * x[i];
+        }
+        dbias[o] = db;
+    }
+}
+
+static void fc_dinp_rows(float *dinp, const float *dout, const float *weight, int nin, int nout, int lo, int hi) {
+    for (int b = lo; b < hi; b++) {
+        float *dx = dinp + (size_t)b * nin;
+        for (int i = 0; i < nin; i++) dx[i] = 0.0f;
+        for (int o = 0; o < nout; o++) {
+            const float g = dout[(size_t)b * nout + o];
+            const float *w = weight + (size_t)o * nin;
+#pragma omp simd
+            for (int i = 0; i < nin; i++) dx[i] += g * w[i];
+        }
+    }
+}
+
+void fc_forward(float *out, const float *inp, const float *weight, const float *bias, int n, int nin,
+                int nout) {
+    RUN_SPLIT(n, fc_forward_rows(out, inp, weight, bias, nin, nout, lo, hi));
+}
+
+void fc_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                 const float *weight, int n, int nin, int nout) {
+    RUN_SPLIT(nout, fc_dweight_rows(dweight, dbias, dout, inp, n, nin, nout, lo, hi));
+    if (dinp) RUN_SPLIT(n, fc_dinp_rows(dinp, dout, weight, nin, nout, lo, hi));
+}
+
+/* ---- softmax cross-entropy ---------------------------------------------------------------- */
+
+float softmax_xent_forward(float *probs, float *losses, const float *logits, const int *y, int n, int k) {
+    double total = 0.0;
+    for (int b = 0; b < n; b++) {
+        const float *z = logits + (size_t)b * k;
+        float *p = probs + (size_t)b * k;
+        float zmax = z[0];
+        for (int j = 1; j < k; j++) zmax = z[j] > zmax ? z[j] : zmax;
+        double sum = 0.0;
+        for (int j = 0; j < k; j++) {
+            p[j] = expf(z[j] - zmax);
+            sum += p[j];
+        }
+        const float inv = (float)(1.0 / sum);
+        for (int j = 0; j < k; j++) p[j] *= inv;
+        /* −log softmax[y] = log Σ exp(z − zmax) − (z[y] − zmax): no exp overflow, no log(0). */
+        double l = log(sum) - ((double)z[y[b]] - (double)zmax);
+        if (losses) losses[b] = (float)l;
+        total += l;
+    }
+    return (float)(total / n);
+}
+
+void softmax_xent_backward(float *dlogits, const float *probs, const int *y, int n, int k) {
+    const float inv_n = 1.0f / (float)n;
+    for (int b = 0; b < n; b++) {
+        const float *p = probs + (size_t)b * k;
+        float *d = dlogits + (size_t)b * k;
+        for (int j = 0; j < k; j++) d[j] = p[j] * inv_n;
+        d[y[b]] -= inv_n;
+    }
+}

@@ -1,0 +1,603 @@
+/* model.c — ResNet-18 (He et al. 2016, "Deep Residual Learning for Image Recognition", Table 1,
+ * BasicBlock with the projection shortcut "option B" where shape changes) exactly as torchvision
+ * builds it (torchvision/models/resnet.py: ResNet, BasicBlock, _make_layer), at width w, on the
+ * layers of src/nn/layers.h. See model.h for the public contract.
+ *
+ * Two copies of the network are built in model_create: `train` for the training minibatch
+ * (forward_training primitives, BN with batch statistics, backward primitives) and `eval` for
+ * eval_batch (forward_inference, BN with the running statistics). Every buffer is allocated
+ * there; model_train_step and model_eval only point oneDNN memory objects at them.
+ *
+ * Buffers of the training network: each forward activation a backward pass reads has its own
+ * buffer; gradients flow through five shared buffers of the largest activation size: g[0], g[1]
+ * alternate as the gradient at block boundaries, t[0..2] are temporaries inside a block. The
+ * evaluation network needs no saved activations and cycles through four buffers, running BN and
+ * the residual add in place (five buffers when the add may not run in place, see
+ * add_in_place_ok: only at widths that are not a multiple of oneDNN's channel block).
+ *
+ *   stem:   x -> conv1 -> bn1+ReLU -> [maxpool 3x3/2]                (ImageNet stem only)
+ *   block:  x -> conv1 -> bn1+ReLU -> conv2 -> bn2 -> (+ shortcut) -> ReLU -> y
+ *           shortcut = x, or downsample.1(downsample.0(x)) = BN(conv1x1/s(x))
+ *   head:   global average pool -> fc -> softmax cross-entropy (mean over the batch) */
+#include "nn/model.h"
+
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nn/layers.h"
+#include "util/util.h"
+
+#define N_BLOCKS 8
+#define MAX_TENSORS 64
+#define MAX_BN_TENSORS 48
+#define NAME_LEN 48
+
+typedef enum { T_CONV, T_BN_WEIGHT, T_BN_BIAS, T_FC_WEIGHT, T_FC_BIAS } tensor_kind;
+
+/* Shapes and flat offsets of one BasicBlock (torchvision names: layer{s}.{i}.*). */
+typedef struct {
+    char prefix[16];                        /* "layer2.0" */
+    char lname[6][NAME_LEN];                /* conv1, bn1, conv2, bn2, downsample.0, downsample.1 */
+    int cin, cout, stride, down;
+    int ih, iw, oh, ow;
+    size_t w1, g1, b1, w2, g2, b2, wd, gd, bd; /* params */
+    size_t rm1, rv1, rm2, rv2, rmd, rvd;       /* running statistics in bn */
+} block_def;
+
+/* The network's parameter layout, independent of batch and oneDNN. */
+typedef struct {
+    model_spec s;
+    size_t n_params, n_bn;
+    int n_tensors, n_bn_tensors;
+    model_tensor tensors[MAX_TENSORS];
+    tensor_kind kind[MAX_TENSORS];
+    model_tensor bn_tensors[MAX_BN_TENSORS];
+    char names[MAX_TENSORS][NAME_LEN];
+    char bn_names[MAX_BN_TENSORS][NAME_LEN];
+    int c0, h0, w0;                         /* stem conv output (c0 = w) */
+    int h1, w1;                             /* stage-1 input (after max-pool for ImageNet) */
+    int stem_k, stem_stride, stem_pad;
+    size_t conv1, bn1_g, bn1_b, bn1_rm, bn1_rv;
+    block_def blk[N_BLOCKS];
+    int feat;                               /* 8w: fc input */
+    size_t fc_w, fc_b;
+} layout;
+
+/* One BasicBlock's layers and buffers in a network. */
+typedef struct {
+    conv_layer conv1, conv2, convd;
+    bn_layer bn1, bn2, bnd;
+    add_layer res;                          /* y = relu(bn2 + shortcut) */
+    add_layer acc;                          /* dx += gradient through the shortcut (training) */
+    float *c1, *a1, *c2, *b2, *y, *cd, *sd; /* b2: bn2 output; eval: c1 == a1, c2 == b2, cd == sd;
+                                               b2 == y where the add may run in place */
+} block_run;
+
+typedef struct {
+    nn_mode mode;
+    int n;
+    int built;
+    nn_reorder in;                          /* user (n, c, h, w) -> stem conv input format */
+    int in_direct;                          /* the stem reads x as given */
+    conv_layer conv1;
+    bn_layer bn1;
+    pool_layer maxpool;
+    block_run b[N_BLOCKS];
+    pool_layer gap;
+    nn_reorder gap_out, gap_in;             /* gap output format <-> plain (n, 8w) */
+    float *x, *c0, *a0, *p0;                /* stem activations (x: reordered input) */
+    float *gap_o, *feat, *logits, *probs, *losses;
+    float *d_gap_o, *d_feat, *d_logits;     /* training */
+    float *g[2], *t[3];                     /* training gradient buffers */
+    float *e[5];                            /* evaluation: rotating activation buffers */
+    float *owned[128];                      /* every buffer this network allocated */
+    int n_owned;
+} net;
+
+struct model {
+    layout L;
+    nn_ctx ctx;
+    float *params, *grads, *bn;
+    net train, eval;
+};
+
+/* ---- layout: names, shapes, offsets (torchvision state_dict order) ------------------------ */
+
+static size_t add_tensor(layout *L, tensor_kind kind, const char *name, int ndim, int d0, int d1, int d2, int d3) {
+    if (L->n_tensors >= MAX_TENSORS) DIE("too many tensors");
+    int i = L->n_tensors++;
+    model_tensor *t = &L->tensors[i];
+    snprintf(L->names[i], NAME_LEN, "%s", name);
+    t->name = L->names[i];
+    t->ndim = ndim;
+    int d[4] = {d0, d1, d2, d3};
+    t->n = 1;
+    for (int k = 0; k < 4; k++) {
+        t->shape[k] = k < ndim ? d[k] : 0;
+        if (k < ndim) t->n *= (size_t)d[k];
+    }
+    t->offset = L->n_params;
+    L->kind[i] = kind;
+    L->n_params += t->n;
+    return t->offset;
+}
+
+/* conv weight (O, I, k, k). */
+static size_t add_conv(layout *L, const char *name, int o, int i, int k) {
+    char full[NAME_LEN + 8];
+    snprintf(full, sizeof full, "%s.weight", name);
+    return add_tensor(L, T_CONV, full, 4, o, i, k, k);
+}
+
+/* BN weight, bias (C) in params; running_mean, running_var (C) in bn. */
+static void add_bn(layout *L, const char *name, int ch, size_t *g, size_t *b, size_t *rm, size_t *rv) {
+    char full[NAME_LEN + 16];
+    snprintf(full, sizeof full, "%s.weight", name);
+    *g = add_tensor(L, T_BN_WEIGHT, full, 1, ch, 0, 0, 0);
+    snprintf(full, sizeof full, "%s.bias", name);
+    *b = add_tensor(L, T_BN_BIAS, full, 1, ch, 0, 0, 0);
+    size_t *dst[2] = {rm, rv};
+    const char *suffix[2] = {"running_mean", "running_var"};
+    for (int k = 0; k < 2; k++) {
+        if (L->n_bn_tensors >= MAX_BN_TENSORS) DIE("too many BN tensors");
+        int i = L->n_bn_tensors++;
+        model_tensor *t = &L->bn_tensors[i];
+        snprintf(L->bn_names[i], NAME_LEN, "%s.%s", name, suffix[k]);
+        t->name = L->bn_names[i];
+        t->ndim = 1;
+        t->shape[0] = ch;
+        t->n = (size_t)ch;
+        t->offset = L->n_bn;
+        L->n_bn += (size_t)ch;
+        *dst[k] = t->offset;
+    }
+}
+
+static int out_size(int i, int k, int s, int p) { return (i + 2 * p - k) / s + 1; }
+
+/* Fill L from s; returns 0 or EXIT_BADINPUT with err. */
+static int layout_build(layout *L, const model_spec *s, char *err, size_t errlen) {
+    memset(L, 0, sizeof *L);
+    L->s = *s;
+    if (s->width < 1 || s->in_c < 1 || s->in_h < 1 || s->in_w < 1 || s->n_classes < 1)
+        return seterr(err, errlen, "model: width %d, input %dx%dx%d, %d classes: all must be >= 1", s->width,
+                      s->in_c, s->in_h, s->in_w, s->n_classes);
+    if (s->stem != MODEL_STEM_CIFAR && s->stem != MODEL_STEM_IMAGENET)
+        return seterr(err, errlen, "model: unknown stem %d", (int)s->stem);
+    const int w = s->width;
+    const int imagenet = s->stem == MODEL_STEM_IMAGENET;
+    L->stem_k = imagenet ? 7 : 3;
+    L->stem_stride = imagenet ? 2 : 1;
+    L->stem_pad = imagenet ? 3 : 1;
+    L->c0 = w;
+    L->h0 = out_size(s->in_h, L->stem_k, L->stem_stride, L->stem_pad);
+    L->w0 = out_size(s->in_w, L->stem_k, L->stem_stride, L->stem_pad);
+    L->h1 = imagenet ? out_size(L->h0, 3, 2, 1) : L->h0;
+    L->w1 = imagenet ? out_size(L->w0, 3, 2, 1) : L->w0;
+    if (L->h0 < 1 || L->w0 < 1 || L->h1 < 1 || L->w1 < 1)
+        return seterr(err, errlen, "model: input %dx%d too small for the stem", s->in_h, s->in_w);
+
+    L->conv1 = add_conv(L, "conv1", w, s->in_c, L->stem_k);
+    add_bn(L, "bn1", w, &L->bn1_g, &L->bn1_b, &L->bn1_rm, &L->bn1_rv);
+    int cin = w, h = L->h1, wd = L->w1;
+    for (int i = 0; i < N_BLOCKS; i++) {
+        block_def *b = &L->blk[i];
+        int stage = i / 2;
+        snprintf(b->prefix, sizeof b->prefix, "layer%d.%d", stage + 1, i % 2);
+        const char *sub[6] = {"conv1", "bn1", "conv2", "bn2", "downsample.0", "downsample.1"};
+        for (int k = 0; k < 6; k++) snprintf(b->lname[k], NAME_LEN, "%s.%s", b->prefix, sub[k]);
+        b->cin = cin;
+        b->cout = w << stage;
+        b->stride = (stage > 0 && i % 2 == 0) ? 2 : 1;
+        b->down = b->stride != 1 || b->cin != b->cout;
+        b->ih = h, b->iw = wd;
+        b->oh = out_size(h, 3, b->stride, 1);
+        b->ow = out_size(wd, 3, b->stride, 1);
+        b->w1 = add_conv(L, b->lname[0], b->cout, b->cin, 3);
+        add_bn(L, b->lname[1], b->cout, &b->g1, &b->b1, &b->rm1, &b->rv1);
+        b->w2 = add_conv(L, b->lname[2], b->cout, b->cout, 3);
+        add_bn(L, b->lname[3], b->cout, &b->g2, &b->b2, &b->rm2, &b->rv2);
+        if (b->down) {
+            b->wd = add_conv(L, b->lname[4], b->cout, b->cin, 1);
+            add_bn(L, b->lname[5], b->cout, &b->gd, &b->bd, &b->rmd, &b->rvd);
+        }
+        cin = b->cout, h = b->oh, wd = b->ow;
+    }
+    L->feat = cin;
+    L->fc_w = add_tensor(L, T_FC_WEIGHT, "fc.weight", 2, s->n_classes, L->feat, 0, 0);
+    L->fc_b = add_tensor(L, T_FC_BIAS, "fc.bias", 1, s->n_classes, 0, 0, 0);
+    return 0;
+}
+
+size_t model_spec_n_params(const model_spec *s, size_t *n_bn) {
+    layout *L = xmalloc(sizeof *L);
+    char err[ERRLEN];
+    size_t n = 0;
+    if (layout_build(L, s, err, sizeof err) == 0) {
+        n = L->n_params;
+        if (n_bn) *n_bn = L->n_bn;
+    }
+    free(L);
+    return n;
+}
+
+/* ---- network construction ----------------------------------------------------------------- */
+
+static float *net_alloc(net *t, const dnnl_memory_desc_t *md_or_null, size_t nbytes) {
+    if (t->n_owned >= (int)(sizeof t->owned / sizeof t->owned[0])) DIE("too many network buffers");
+    float *p = nn_alloc(md_or_null ? nn_md_nbytes(md_or_null) : nbytes);
+    t->owned[t->n_owned++] = p;
+    return p;
+}
+
+#define TRY(call)                                                                                 \
+    do {                                                                                          \
+        if ((call) != 0) return -1;                                                               \
+    } while (0)
+
+static size_t max_sz(size_t a, const dnnl_memory_desc_t *md) {
+    size_t b = nn_md_nbytes(md);
+    return a > b ? a : b;
+}
+
+/* A block convolution: input in src_md, output in oneDNN's choice unless that differs from the
+ * network's activation format act (then rebuilt with act). Needs the input gradient. */
+static int conv_make(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
+                     int stride, int pad, const dnnl_memory_desc_t *src_md, dnnl_format_tag_t act, nn_mode mode,
+                     char *err, size_t errlen) {
+    TRY(conv_init(l, c, name, n, ic, ih, iw, oc, k, stride, pad, src_md, NULL, mode, 1, err, errlen));
+    if (act == dnnl_format_tag_undef) return 0;
+    dnnl_memory_desc_t want = nn_md4(n, oc, l->oh, l->ow, act);
+    if (dnnl_memory_desc_equal(&l->dst_md, &want)) return 0;
+    conv_free(l);
+    return conv_init(l, c, name, n, ic, ih, iw, oc, k, stride, pad, src_md, &want, mode, 1, err, errlen);
+}
+
+/* Build every layer of one network (training or evaluation) for batch n. */
+static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t errlen) {
+    const layout *L = &m->L;
+    const model_spec *s = &L->s;
+    nn_ctx *c = &m->ctx;
+    const int train = mode == NN_TRAIN;
+    t->mode = mode;
+    t->n = n;
+    t->built = 1;
+
+    /* Layers first. Formats: the stem convolution picks its input and output formats
+     * (format_tag_any); that output format, e.g. nChw8c on AVX2, becomes the activation format
+     * of the whole network. Every later convolution takes its producer's format as input and is
+     * asked for `any` output; should oneDNN choose another layout there (it picks nhwc for
+     * fewer than 8 channels), the convolution is rebuilt with the activation format, so BN,
+     * ReLU, add and pooling never mix layouts (and oneDNN issue #6035 cannot be hit). */
+    TRY(conv_init(&t->conv1, c, "conv1", n, s->in_c, s->in_h, s->in_w, L->c0, L->stem_k, L->stem_stride,
+                  L->stem_pad, NULL, NULL, mode, 0, err, errlen));
+    const dnnl_format_tag_t act = nn_md_tag(&t->conv1.dst_md);
+    dnnl_memory_desc_t user = nn_md4(n, s->in_c, s->in_h, s->in_w, dnnl_nchw);
+    t->in_direct = dnnl_memory_desc_equal(&user, &t->conv1.src_md);
+    if (!t->in_direct) TRY(nn_reorder_init(&t->in, c, "input", &user, &t->conv1.src_md, err, errlen));
+    TRY(bn_init(&t->bn1, c, "bn1", &t->conv1.dst_md, 1, mode, err, errlen));
+    const dnnl_memory_desc_t *h_md = &t->conv1.dst_md;
+    if (s->stem == MODEL_STEM_IMAGENET) {
+        TRY(pool_init(&t->maxpool, c, "maxpool", h_md, 1, 3, 2, 1, mode, err, errlen));
+        h_md = &t->maxpool.dst_md;
+    }
+    size_t big = max_sz(max_sz(0, &t->conv1.dst_md), h_md);
+    for (int i = 0; i < N_BLOCKS; i++) {
+        const block_def *d = &L->blk[i];
+        block_run *r = &t->b[i];
+        TRY(conv_make(&r->conv1, c, d->lname[0], n, d->cin, d->ih, d->iw, d->cout, 3, d->stride, 1, h_md, act, mode,
+                      err, errlen));
+        TRY(bn_init(&r->bn1, c, d->lname[1], &r->conv1.dst_md, 1, mode, err, errlen));
+        TRY(conv_make(&r->conv2, c, d->lname[2], n, d->cout, d->oh, d->ow, d->cout, 3, 1, 1, &r->conv1.dst_md, act,
+                      mode, err, errlen));
+        TRY(bn_init(&r->bn2, c, d->lname[3], &r->conv2.dst_md, 0, mode, err, errlen));
+        if (d->down) {
+            /* Both paths of the block must produce the same layout for the add. */
+            TRY(conv_init(&r->convd, c, d->lname[4], n, d->cin, d->ih, d->iw, d->cout, 1, d->stride, 0, h_md,
+                          &r->conv2.dst_md, mode, 1, err, errlen));
+            TRY(bn_init(&r->bnd, c, d->lname[5], &r->convd.dst_md, 0, mode, err, errlen));
+        }
+        TRY(add_init(&r->res, c, d->prefix, &r->conv2.dst_md, d->down ? &r->convd.dst_md : h_md, 1, mode, err, errlen));
+        if (train) TRY(add_init(&r->acc, c, d->prefix, h_md, d->down ? h_md : &r->conv2.dst_md, 0, mode, err, errlen));
+        big = max_sz(max_sz(big, &r->conv1.dst_md), &r->conv2.dst_md);
+        h_md = &r->conv2.dst_md;
+    }
+    TRY(pool_init(&t->gap, c, "avgpool", h_md, 0, 0, 0, 0, mode, err, errlen));
+    dnnl_memory_desc_t feat_md = nn_md4(n, L->feat, 1, 1, dnnl_nchw);
+    TRY(nn_reorder_init(&t->gap_out, c, "avgpool", &t->gap.dst_md, &feat_md, err, errlen));
+    if (train) TRY(nn_reorder_init(&t->gap_in, c, "avgpool", &feat_md, &t->gap.dst_md, err, errlen));
+
+    /* Buffers. */
+    const size_t k = (size_t)s->n_classes;
+    t->gap_o = net_alloc(t, &t->gap.dst_md, 0);
+    t->feat = net_alloc(t, NULL, (size_t)n * L->feat * sizeof(float));
+    t->logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
+    t->probs = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
+    t->losses = net_alloc(t, NULL, (size_t)n * sizeof(float));
+    if (train) {
+        if (!t->in_direct) t->x = net_alloc(t, &t->conv1.src_md, 0);
+        t->c0 = net_alloc(t, &t->conv1.dst_md, 0);
+        t->a0 = net_alloc(t, &t->conv1.dst_md, 0);
+        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = net_alloc(t, &t->maxpool.dst_md, 0);
+        for (int i = 0; i < N_BLOCKS; i++) {
+            block_run *r = &t->b[i];
+            r->c1 = net_alloc(t, &r->conv1.dst_md, 0);
+            r->a1 = net_alloc(t, &r->conv1.dst_md, 0);
+            r->c2 = net_alloc(t, &r->conv2.dst_md, 0);
+            r->y = net_alloc(t, &r->conv2.dst_md, 0);
+            r->b2 = add_in_place_ok(&r->res) ? r->y : net_alloc(t, &r->conv2.dst_md, 0);
+            if (L->blk[i].down) {
+                r->cd = net_alloc(t, &r->convd.dst_md, 0);
+                r->sd = net_alloc(t, &r->convd.dst_md, 0);
+            }
+        }
+        for (int i = 0; i < 2; i++) t->g[i] = net_alloc(t, NULL, big);
+        for (int i = 0; i < 3; i++) t->t[i] = net_alloc(t, NULL, big);
+        t->d_gap_o = net_alloc(t, &t->gap.dst_md, 0);
+        t->d_feat = net_alloc(t, NULL, (size_t)n * L->feat * sizeof(float));
+        t->d_logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
+    } else {
+        if (!t->in_direct) big = max_sz(big, &t->conv1.src_md);
+        int in_place = 1;
+        for (int i = 0; i < N_BLOCKS; i++) in_place &= add_in_place_ok(&t->b[i].res);
+        const int ne = in_place ? 4 : 5;
+        for (int i = 0; i < ne; i++) t->e[i] = net_alloc(t, NULL, big);
+        t->x = t->e[0];
+        t->c0 = t->a0 = t->e[1];
+        int cur = 1;
+        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = t->e[2], cur = 2;
+        for (int i = 0; i < N_BLOCKS; i++) {
+            int o[4], j = 0; /* the buffers other than the block input */
+            for (int q = 0; q < ne; q++)
+                if (q != cur) o[j++] = q;
+            block_run *r = &t->b[i];
+            r->c1 = r->a1 = t->e[o[0]];
+            r->c2 = r->b2 = t->e[o[1]];
+            r->cd = r->sd = t->e[o[2]];
+            r->y = in_place ? r->b2 : t->e[o[3]];
+            cur = in_place ? o[1] : o[3];
+        }
+    }
+    return 0;
+}
+
+static void net_free(net *t) {
+    if (!t->built) return;
+    nn_reorder_free(&t->in);
+    conv_free(&t->conv1);
+    bn_free(&t->bn1);
+    pool_free(&t->maxpool);
+    for (int i = 0; i < N_BLOCKS; i++) {
+        block_run *r = &t->b[i];
+        conv_free(&r->conv1), conv_free(&r->conv2), conv_free(&r->convd);
+        bn_free(&r->bn1), bn_free(&r->bn2), bn_free(&r->bnd);
+        add_free(&r->res), add_free(&r->acc);
+    }
+    pool_free(&t->gap);
+    nn_reorder_free(&t->gap_out);
+    nn_reorder_free(&t->gap_in);
+    for (int i = 0; i < t->n_owned; i++) free(t->owned[i]);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- public: create, accessors, init ------------------------------------------------------ */
+
+model *model_create(const model_spec *s, char *err, size_t errlen) {
+    model *m = xcalloc(1, sizeof *m);
+    if (layout_build(&m->L, s, err, errlen)) goto fail;
+    if (s->batch < 1) {
+        seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
+        goto fail;
+    }
+    /* BN in training mode needs more than one value per channel (PyTorch refuses it too). */
+    const block_def *last = &m->L.blk[N_BLOCKS - 1];
+    if ((long)s->batch * last->oh * last->ow < 2) {
+        seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
+               last->oh, last->ow);
+        goto fail;
+    }
+    if (s->eval_batch < 0) {
+        seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
+        goto fail;
+    }
+    if (s->threads > 0) omp_set_num_threads(s->threads);
+    if (nn_ctx_init(&m->ctx, err, errlen)) goto fail;
+    m->params = nn_alloc(m->L.n_params * sizeof(float));
+    m->grads = nn_alloc(m->L.n_params * sizeof(float));
+    m->bn = nn_alloc(m->L.n_bn * sizeof(float));
+    if (net_build(m, &m->train, NN_TRAIN, s->batch, err, errlen)) goto fail;
+    if (s->eval_batch > 0 && net_build(m, &m->eval, NN_INFER, s->eval_batch, err, errlen)) goto fail;
+    model_init(m, 0);
+    return m;
+fail:
+    model_free(m);
+    return NULL;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    net_free(&m->train);
+    net_free(&m->eval);
+    nn_ctx_free(&m->ctx);
+    free(m->params);
+    free(m->grads);
+    free(m->bn);
+    free(m);
+}
+
+size_t model_n_params(const model *m) { return m->L.n_params; }
+float *model_params(model *m) { return m->params; }
+float *model_grads(model *m) { return m->grads; }
+size_t model_n_bn(const model *m) { return m->L.n_bn; }
+float *model_bn(model *m) { return m->bn; }
+int model_n_tensors(const model *m) { return m->L.n_tensors; }
+int model_n_bn_tensors(const model *m) { return m->L.n_bn_tensors; }
+
+const model_tensor *model_tensor_at(const model *m, int i) {
+    return i >= 0 && i < m->L.n_tensors ? &m->L.tensors[i] : NULL;
+}
+
+const model_tensor *model_bn_tensor_at(const model *m, int i) {
+    return i >= 0 && i < m->L.n_bn_tensors ? &m->L.bn_tensors[i] : NULL;
+}
+
+const model_spec *model_get_spec(const model *m) { return &m->L.s; }
+
+void model_init(model *m, uint64_t seed) {
+    rng_t r;
+    rng_seed(&r, seed);
+    const layout *L = &m->L;
+    for (int i = 0; i < L->n_tensors; i++) {
+        const model_tensor *t = &L->tensors[i];
+        float *p = m->params + t->offset;
+        switch (L->kind[i]) {
+        case T_CONV: { /* kaiming_normal_(mode="fan_out", nonlinearity="relu"): std = sqrt(2 / (O k k)) */
+            double std = sqrt(2.0 / ((double)t->shape[0] * t->shape[2] * t->shape[3]));
+            for (size_t j = 0; j < t->n; j++) p[j] = (float)(std * rng_normal(&r));
+            break;
+        }
+        case T_BN_WEIGHT:
+            for (size_t j = 0; j < t->n; j++) p[j] = 1.0f;
+            break;
+        case T_BN_BIAS:
+            for (size_t j = 0; j < t->n; j++) p[j] = 0.0f;
+            break;
+        case T_FC_WEIGHT:
+        case T_FC_BIAS: { /* nn.Linear.reset_parameters: U(−1/√fan_in, 1/√fan_in), fan_in = 8w */
+            double bound = 1.0 / sqrt((double)L->feat);
+            for (size_t j = 0; j < t->n; j++) p[j] = (float)(bound * (2.0 * rng_uniform(&r) - 1.0));
+            break;
+        }
+        }
+    }
+    for (int i = 0; i < L->n_bn_tensors; i++) {
+        const model_tensor *t = &L->bn_tensors[i];
+        float v = (i % 2 == 0) ? 0.0f : 1.0f; /* running_mean, running_var alternate */
+        for (size_t j = 0; j < t->n; j++) m->bn[t->offset + j] = v;
+    }
+    memset(m->grads, 0, L->n_params * sizeof(float));
+}
+
+/* ---- forward / backward ------------------------------------------------------------------- */
+
+/* Stem, blocks, global pool, fc: logits (n, classes) in t->logits. x (n, c, h, w). */
+static void net_forward(model *m, net *t, const float *x) {
+    const layout *L = &m->L;
+    nn_ctx *c = &m->ctx;
+    const float *P = m->params;
+    float *B = m->bn;
+    const float *xin = x;
+    if (!t->in_direct) {
+        nn_reorder_run(&t->in, c, t->x, x);
+        xin = t->x;
+    }
+    conv_forward(&t->conv1, c, t->c0, xin, P + L->conv1);
+    bn_forward(&t->bn1, c, t->a0, t->c0, P + L->bn1_g, P + L->bn1_b, B + L->bn1_rm, B + L->bn1_rv);
+    const float *h = t->a0;
+    if (L->s.stem == MODEL_STEM_IMAGENET) {
+        pool_forward(&t->maxpool, c, t->p0, t->a0);
+        h = t->p0;
+    }
+    for (int i = 0; i < N_BLOCKS; i++) {
+        const block_def *d = &L->blk[i];
+        block_run *r = &t->b[i];
+        conv_forward(&r->conv1, c, r->c1, h, P + d->w1);
+        bn_forward(&r->bn1, c, r->a1, r->c1, P + d->g1, P + d->b1, B + d->rm1, B + d->rv1);
+        conv_forward(&r->conv2, c, r->c2, r->a1, P + d->w2);
+        bn_forward(&r->bn2, c, r->b2, r->c2, P + d->g2, P + d->b2, B + d->rm2, B + d->rv2);
+        const float *sc = h;
+        if (d->down) {
+            conv_forward(&r->convd, c, r->cd, h, P + d->wd);
+            bn_forward(&r->bnd, c, r->sd, r->cd, P + d->gd, P + d->bd, B + d->rmd, B + d->rvd);
+            sc = r->sd;
+        }
+        add_forward(&r->res, c, r->y, r->b2, sc);
+        h = r->y;
+    }
+    pool_forward(&t->gap, c, t->gap_o, h);
+    nn_reorder_run(&t->gap_out, c, t->feat, t->gap_o);
+    fc_forward(t->logits, t->feat, P + L->fc_w, P + L->fc_b, t->n, L->feat, L->s.n_classes);
+}
+
+static void check_labels(const model *m, const int *y, int n) {
+    for (int i = 0; i < n; i++)
+        if (y[i] < 0 || y[i] >= m->L.s.n_classes)
+            DIE("label %d of sample %d outside [0, %d)", y[i], i, m->L.s.n_classes);
+}
+
+float model_train_step(model *m, const float *x, const int *y) {
+    const layout *L = &m->L;
+    net *t = &m->train;
+    nn_ctx *c = &m->ctx;
+    const float *P = m->params;
+    float *G = m->grads;
+    const int n = t->n, k = L->s.n_classes;
+    check_labels(m, y, n);
+
+    net_forward(m, t, x);
+    float loss = softmax_xent_forward(t->probs, NULL, t->logits, y, n, k);
+
+    softmax_xent_backward(t->d_logits, t->probs, y, n, k);
+    fc_backward(t->d_feat, G + L->fc_w, G + L->fc_b, t->d_logits, t->feat, P + L->fc_w, n, L->feat, k);
+    nn_reorder_run(&t->gap_in, c, t->d_gap_o, t->d_feat);
+    int gy = 0; /* t->g[gy]: gradient of the current block's output */
+    pool_backward(&t->gap, c, t->g[gy], t->d_gap_o);
+    float *T0 = t->t[0], *T1 = t->t[1], *T2 = t->t[2];
+    for (int i = N_BLOCKS - 1; i >= 0; i--) {
+        const block_def *d = &L->blk[i];
+        block_run *r = &t->b[i];
+        const float *h = i > 0 ? t->b[i - 1].y : (L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0);
+        float *dy = t->g[gy], *dx = t->g[1 - gy];
+        add_backward(&r->res, c, dy, dy, r->y); /* dy := gradient of bn2's output and of the shortcut */
+        bn_backward(&r->bn2, c, T0, G + d->g2, G + d->b2, dy, r->c2, P + d->g2, P + d->b2);
+        conv_backward(&r->conv2, c, T1, G + d->w2, T0, r->a1);
+        bn_backward(&r->bn1, c, T1, G + d->g1, G + d->b1, T1, r->c1, P + d->g1, P + d->b1);
+        conv_backward(&r->conv1, c, dx, G + d->w1, T1, h);
+        if (d->down) {
+            bn_backward(&r->bnd, c, T0, G + d->gd, G + d->bd, dy, r->cd, P + d->gd, P + d->bd);
+            conv_backward(&r->convd, c, T2, G + d->wd, T0, h);
+            add_forward(&r->acc, c, dx, dx, T2);
+        } else {
+            add_forward(&r->acc, c, dx, dx, dy);
+        }
+        gy = 1 - gy;
+    }
+    float *d0 = t->g[gy];
+    if (L->s.stem == MODEL_STEM_IMAGENET) {
+        pool_backward(&t->maxpool, c, T0, d0);
+        d0 = T0;
+    }
+    bn_backward(&t->bn1, c, d0, G + L->bn1_g, G + L->bn1_b, d0, t->c0, P + L->bn1_g, P + L->bn1_b);
+    conv_backward(&t->conv1, c, NULL, G + L->conv1, d0, t->in_direct ? x : t->x);
+    return loss;
+}
+
+void model_eval(model *m, const float *x, const int *y, int n_valid, double *loss_sum, long *top1, long *top5) {
+    net *t = &m->eval;
+    if (!t->built) DIE("model_eval on a model created with eval_batch 0");
+    if (n_valid < 0 || n_valid > t->n) DIE("model_eval: n_valid %d outside [0, %d]", n_valid, t->n);
+    if (n_valid == 0) return;
+    const int k = m->L.s.n_classes;
+    check_labels(m, y, n_valid);
+    net_forward(m, t, x);
+    softmax_xent_forward(t->probs, t->losses, t->logits, y, n_valid, k);
+    double s = 0;
+    long c1 = 0, c5 = 0;
+    for (int i = 0; i < n_valid; i++) {
+        s += t->losses[i];
+        /* rank of the true class: classes with a larger logit, ties broken by index */
+        const float *z = t->logits + (size_t)i * k;
+        const float zy = z[y[i]];
+        int rank = 0;
+        for (int j = 0; j < k; j++) rank += z[j] > zy || (z[j] == zy && j < y[i]);
+        c1 += rank < 1;
+        c5 += rank < 5;
+    }
+    *loss_sum += s;
+    *top1 += c1;
+    *top5 += c5;
+}
+
+const float *model_logits(const model *m, int eval) { return eval ? m->eval.logits : m->train.logits; }

@@ -1,0 +1,537 @@
+/* test_model.c — the whole ResNet-18 of src/nn/model.h:
+ *   - against torchvision (test/data/model_{cifar,imagenet}.h5, tools/make_reference.py): tensor
+ *     names and shapes in state_dict order, training-mode loss, logits, every parameter
+ *     gradient, BN running statistics after the step, eval-mode logits and loss, top-1/top-5;
+ *   - central finite differences of the loss along random directions at a tiny width;
+ *   - model_eval's top-1/top-5 counts against ranks computed here from the logits;
+ *   - torchvision's parameter count (11,689,512) and layout at the paper's size;
+ *   - deterministic He initialisation from the seed;
+ *   - no buffer allocation inside model_train_step / model_eval (malloc family counted): the only
+ *     allocations are oneDNN's own per-execute bookkeeping (dnnl_primitive_execute builds a
+ *     std::unordered_map of the arguments, ~6 nodes of <= 160 bytes per primitive, freed before
+ *     it returns), so the test asserts none >= 1 KiB and nothing outstanding afterwards.
+ *
+ * Tolerances: relative L2 error per tensor ≤ 1e-5 for loss, logits and running statistics,
+ * ≤ 1e-4 for gradients (fp32, summation orders differ from PyTorch's; PyTorch's own fp32
+ * gradients differ from its float64 ones by up to 5e-5 on these files); finite differences: see
+ * fd_case. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hdf5.h>
+
+#include "nn/model.h"
+#include "testutil.h"
+#include "util/util.h"
+
+#define TOL_FWD 1e-5
+#define TOL_GRAD 1e-4
+
+/* ---- allocation counting: the malloc family forwards to glibc and, while armed, counts calls,
+ * the largest request and the bytes still outstanding (usable sizes, frees subtracted). ---- */
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void __libc_free(void *);
+extern size_t malloc_usable_size(void *);
+
+static volatile int alloc_armed;
+static long alloc_count, alloc_outstanding;
+static size_t alloc_largest;
+
+static inline void *counted(void *p, size_t n) {
+    if (alloc_armed && p) {
+        __atomic_add_fetch(&alloc_count, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&alloc_outstanding, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+        size_t cur = __atomic_load_n(&alloc_largest, __ATOMIC_RELAXED);
+        while (n > cur && !__atomic_compare_exchange_n(&alloc_largest, &cur, n, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+    }
+    return p;
+}
+static inline void uncounted(void *p) {
+    if (alloc_armed && p) __atomic_sub_fetch(&alloc_outstanding, (long)malloc_usable_size(p), __ATOMIC_RELAXED);
+}
+void *malloc(size_t n) { return counted(__libc_malloc(n), n); }
+void *calloc(size_t n, size_t s) { return counted(__libc_calloc(n, s), n * s); }
+void *realloc(void *p, size_t n) {
+    uncounted(p);
+    return counted(__libc_realloc(p, n), n);
+}
+void free(void *p) {
+    uncounted(p);
+    __libc_free(p);
+}
+void *memalign(size_t a, size_t n) { return counted(__libc_memalign(a, n), n); }
+void *aligned_alloc(size_t a, size_t n) { return counted(__libc_memalign(a, n), n); }
+int posix_memalign(void **p, size_t a, size_t n) {
+    *p = counted(__libc_memalign(a, n), n);
+    return *p ? 0 : ENOMEM;
+}
+
+/* ---- HDF5 reading (same helpers as test_layers.c) ---- */
+
+static const char *data_path(const char *file) {
+    static char buf[1024];
+    const char *dir = getenv("DSGD_TEST_DATA");
+    snprintf(buf, sizeof buf, "%s/%s", dir ? dir : "test/data", file);
+    return buf;
+}
+
+static hid_t h5open(const char *file) {
+    const char *p = data_path(file);
+    hid_t f = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ck_assert_msg(f >= 0, "H5Fopen %s failed (run tools/make_reference.py?)", p);
+    return f;
+}
+
+static void *h5read(hid_t g, const char *path, hid_t type, size_t esize, size_t *n) {
+    hid_t d = H5Dopen2(g, path, H5P_DEFAULT);
+    ck_assert_msg(d >= 0, "H5Dopen2 %s failed", path);
+    hid_t s = H5Dget_space(d);
+    hssize_t np = H5Sget_simple_extent_npoints(s);
+    ck_assert_msg(np > 0, "%s is empty", path);
+    void *buf = malloc((size_t)np * esize);
+    ck_assert_msg(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0, "H5Dread %s failed", path);
+    H5Sclose(s);
+    H5Dclose(d);
+    if (n) *n = (size_t)np;
+    return buf;
+}
+
+static float *h5f(hid_t g, const char *path, size_t *n) { return h5read(g, path, H5T_NATIVE_FLOAT, sizeof(float), n); }
+static int *h5i(hid_t g, const char *path, size_t *n) { return h5read(g, path, H5T_NATIVE_INT, sizeof(int), n); }
+
+/* Fixed-length strings of 64 bytes (numpy "S64"). */
+static char *h5names(hid_t g, const char *path, size_t *n) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, 64);
+    char *buf = h5read(g, path, t, 64, n);
+    H5Tclose(t);
+    return buf;
+}
+
+static int h5attr(hid_t g, const char *name) {
+    int v = 0;
+    hid_t a = H5Aopen(g, name, H5P_DEFAULT);
+    ck_assert_msg(a >= 0, "H5Aopen %s failed", name);
+    ck_assert_msg(H5Aread(a, H5T_NATIVE_INT, &v) >= 0, "H5Aread %s failed", name);
+    H5Aclose(a);
+    return v;
+}
+
+static double rel_l2(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - (double)want[i];
+        num += d * d;
+        den += (double)want[i] * (double)want[i];
+    }
+    return sqrt(num) / (sqrt(den) > 1e-30 ? sqrt(den) : 1e-30);
+}
+
+static model *make(const model_spec *s) {
+    char err[ERRLEN];
+    model *m = model_create(s, err, sizeof err);
+    ck_assert_msg(m != NULL, "model_create: %s", err);
+    return m;
+}
+
+/* Rank of class y among logits z (k): classes with a larger logit, ties broken by index. Written
+ * independently of model.c: count by sorting a copy. */
+static int rank_of(const float *z, int k, int y) {
+    int r = 0;
+    for (int j = 0; j < k; j++)
+        if (z[j] > z[y]) r++;
+    return r;
+}
+
+/* ---- torchvision reference ---- */
+
+static void reference_case(const char *file, model_stem stem) {
+    hid_t f = h5open(file);
+    const int width = h5attr(f, "width"), in_c = h5attr(f, "in_c"), classes = h5attr(f, "classes");
+    const int hw = h5attr(f, "hw"), batch = h5attr(f, "batch");
+    const int eval_batch = batch + 2; /* two padding rows that must not matter */
+    model_spec s = {.width = width, .stem = stem, .in_c = in_c, .in_h = hw, .in_w = hw, .n_classes = classes,
+                    .batch = batch, .eval_batch = eval_batch, .threads = 0};
+    model *m = make(&s);
+
+    size_t np, nbn, nnames, nshape, nx, ny;
+    float *params = h5f(f, "params", &np), *bn0 = h5f(f, "bn0", &nbn), *x = h5f(f, "x", &nx);
+    int *y = h5i(f, "y", &ny), *shapes = h5i(f, "shapes", &nshape);
+    char *names = h5names(f, "names", &nnames);
+    size_t nbnn;
+    char *bn_names = h5names(f, "bn_names", &nbnn);
+    ck_assert_uint_eq(np, model_n_params(m));
+    ck_assert_uint_eq(nbn, model_n_bn(m));
+    ck_assert_uint_eq(nnames, (size_t)model_n_tensors(m));
+    ck_assert_uint_eq(nbnn, (size_t)model_n_bn_tensors(m));
+    ck_assert_uint_eq(ny, (size_t)batch);
+    for (int i = 0; i < model_n_tensors(m); i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        ck_assert_msg(strncmp(t->name, names + 64 * i, 64) == 0, "tensor %d: %s, torchvision %.64s", i, t->name,
+                      names + 64 * i);
+        ck_assert_int_eq(t->ndim, shapes[5 * i]);
+        for (int k = 0; k < t->ndim; k++) ck_assert_int_eq(t->shape[k], shapes[5 * i + 1 + k]);
+    }
+    for (int i = 0; i < model_n_bn_tensors(m); i++)
+        ck_assert_msg(strncmp(model_bn_tensor_at(m, i)->name, bn_names + 64 * i, 64) == 0, "bn tensor %d: %s", i,
+                      model_bn_tensor_at(m, i)->name);
+
+    /* One training step from the reference state. */
+    memcpy(model_params(m), params, np * sizeof(float));
+    memcpy(model_bn(m), bn0, nbn * sizeof(float));
+    float *loss_ref = h5f(f, "loss", NULL), *logits_ref = h5f(f, "logits", NULL), *grads = h5f(f, "grads", NULL);
+    float *bn1 = h5f(f, "bn1", NULL);
+    float loss = model_train_step(m, x, y);
+    ck_assert_msg(fabsf(loss - loss_ref[0]) <= TOL_FWD * fabsf(loss_ref[0]), "%s: loss %.9g, torchvision %.9g", file,
+                  loss, loss_ref[0]);
+    double e = rel_l2(model_logits(m, 0), logits_ref, (size_t)batch * classes);
+    ck_assert_msg(e <= TOL_FWD, "%s: logits relative error %.3g", file, e);
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < model_n_tensors(m); i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        double r = rel_l2(model_grads(m) + t->offset, grads + t->offset, t->n);
+        if (r > worst) worst = r, worst_name = t->name;
+        ck_assert_msg(r <= TOL_GRAD, "%s: grad %s relative error %.3g", file, t->name, r);
+    }
+    printf("%s: loss %.7f (torchvision %.7f), logits rel %.2g, worst grad rel %.2g (%s)\n", file, loss, loss_ref[0], e,
+           worst, worst_name);
+    for (int i = 0; i < model_n_bn_tensors(m); i++) {
+        const model_tensor *t = model_bn_tensor_at(m, i);
+        double r = rel_l2(model_bn(m) + t->offset, bn1 + t->offset, t->n);
+        ck_assert_msg(r <= TOL_FWD, "%s: %s relative error %.3g", file, t->name, r);
+    }
+
+    /* Evaluation with the updated running statistics; rows batch.. are garbage. */
+    size_t per = (size_t)in_c * hw * hw;
+    float *x_eval = h5f(f, "x_eval", NULL), *eval_logits = h5f(f, "eval_logits", NULL);
+    float *eval_loss = h5f(f, "eval_loss", NULL);
+    int *y_eval = h5i(f, "y_eval", NULL);
+    float *xe = malloc((size_t)eval_batch * per * sizeof(float));
+    int *ye = malloc((size_t)eval_batch * sizeof(int));
+    memcpy(xe, x_eval, (size_t)batch * per * sizeof(float));
+    memcpy(ye, y_eval, (size_t)batch * sizeof(int));
+    for (size_t i = (size_t)batch * per; i < (size_t)eval_batch * per; i++) xe[i] = 1e3f * (float)((i * 7919) % 13) - 6e3f;
+    for (int i = batch; i < eval_batch; i++) ye[i] = 0;
+    double loss_sum = 0.5; /* model_eval adds to it */
+    long top1 = 1, top5 = 2;
+    model_eval(m, xe, ye, batch, &loss_sum, &top1, &top5);
+    e = rel_l2(model_logits(m, 1), eval_logits, (size_t)batch * classes);
+    ck_assert_msg(e <= TOL_FWD, "%s: eval logits relative error %.3g", file, e);
+    double mean = (loss_sum - 0.5) / batch;
+    ck_assert_msg(fabs(mean - eval_loss[0]) <= TOL_FWD * fabs(eval_loss[0]), "%s: eval loss %.9g, torchvision %.9g",
+                  file, mean, eval_loss[0]);
+    long t1 = 0, t5 = 0;
+    for (int i = 0; i < batch; i++) {
+        int r = rank_of(eval_logits + (size_t)i * classes, classes, y_eval[i]);
+        t1 += r == 0;
+        t5 += r < 5;
+    }
+    ck_assert_int_eq(top1 - 1, t1);
+    ck_assert_int_eq(top5 - 2, t5);
+
+    model_free(m);
+    free(params), free(bn0), free(x), free(y), free(shapes), free(names), free(bn_names), free(loss_ref);
+    free(logits_ref), free(grads), free(bn1), free(x_eval), free(eval_logits), free(eval_loss), free(y_eval);
+    free(xe), free(ye);
+    H5Fclose(f);
+}
+
+START_TEST(test_reference_cifar) { reference_case("model_cifar.h5", MODEL_STEM_CIFAR); }
+END_TEST
+
+START_TEST(test_reference_imagenet) { reference_case("model_imagenet.h5", MODEL_STEM_IMAGENET); }
+END_TEST
+
+/* ---- finite differences ---- */
+
+static void fill_normal(float *v, size_t n, rng_t *r, double scale) {
+    for (size_t i = 0; i < n; i++) v[i] = (float)(scale * rng_normal(r));
+}
+
+/* Central differences (L(θ + εd) − L(θ − εd)) / 2ε against g·d, in fp32, at ε = 3e-4.
+ *
+ * The loss is only piecewise smooth (ReLU, max-pool) and these tiny networks have ReLU kinks
+ * within 1e-3 of θ: computed in float64 by PyTorch from the same θ, the difference quotient
+ * along a tensor's gradient still differs from |g| by several percent at ε = 1e-3 and
+ * converges only below ε = 1e-5 (our g equals PyTorch's float64 gradient there to < 1e-4),
+ * which fp32 rounding of L (~1e-7 relative) cannot resolve. Hence two checks:
+ *   1. random directions over all parameters, d = (r/|r| + g/|g|)/2 (so that g·d is not
+ *      small against the rounding error): |fd − g·d| ≤ 1e-2 |g·d|; and one purely random
+ *      unit direction: |fd − g·d| ≤ 1e-3 |g|;
+ *   2. per tensor T, d = g_T/|g_T| (all other tensors fixed): |fd − |g_T|| ≤ 0.1 |g_T|. This
+ *      is coarse but independent of PyTorch, and catches what a finite-difference test is for:
+ *      a wrong sign, scale or missing path (e.g. the shortcut's gradient) in any tensor.
+ * Seeds are fixed, so the kinks are the same on every run. */
+static void fd_case(model_stem stem, int hw) {
+    const int nb = 8, ch = 2, k = 5;
+    model_spec s = {.width = 4, .stem = stem, .in_c = ch, .in_h = hw, .in_w = hw, .n_classes = k,
+                    .batch = nb, .eval_batch = 0, .threads = 0};
+    model *m = make(&s);
+    model_init(m, 7);
+    rng_t r;
+    rng_seed(&r, 99);
+    const size_t n = model_n_params(m), nx = (size_t)nb * ch * hw * hw;
+    float *x = malloc(nx * sizeof(float)), *theta = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float));
+    float *d = malloc(n * sizeof(float));
+    int y[8];
+    fill_normal(x, nx, &r, 1.0);
+    for (int i = 0; i < nb; i++) y[i] = (int)rng_below(&r, (uint64_t)k);
+    memcpy(theta, model_params(m), n * sizeof(float));
+    model_train_step(m, x, y);
+    memcpy(g, model_grads(m), n * sizeof(float));
+    double gn = 0;
+    for (size_t i = 0; i < n; i++) gn += (double)g[i] * g[i];
+    gn = sqrt(gn);
+    const double eps = 3e-4;
+    const char *sn = stem == MODEL_STEM_IMAGENET ? "imagenet" : "cifar";
+    for (int trial = 0; trial < 3; trial++) {
+        fill_normal(d, n, &r, 1.0);
+        double dn = 0, gd = 0;
+        for (size_t i = 0; i < n; i++) dn += (double)d[i] * d[i];
+        dn = sqrt(dn);
+        const double a = trial < 2 ? 0.5 : 1.0, b = trial < 2 ? 0.5 : 0.0;
+        for (size_t i = 0; i < n; i++) d[i] = (float)(a * d[i] / dn + b * g[i] / gn), gd += (double)g[i] * d[i];
+        for (size_t i = 0; i < n; i++) model_params(m)[i] = theta[i] + (float)eps * d[i];
+        double lp = model_train_step(m, x, y);
+        for (size_t i = 0; i < n; i++) model_params(m)[i] = theta[i] - (float)eps * d[i];
+        double lm = model_train_step(m, x, y);
+        double fd = (lp - lm) / (2 * eps);
+        printf("finite differences (%s stem), direction %d: fd %.7g, g.d %.7g, |g| %.4g\n", sn, trial, fd, gd, gn);
+        if (trial < 2)
+            ck_assert_msg(fabs(fd - gd) <= 1e-2 * fabs(gd), "%s: fd %.9g vs g.d %.9g", sn, fd, gd);
+        else
+            ck_assert_msg(fabs(fd - gd) <= 1e-3 * gn, "%s: random direction fd %.9g vs g.d %.9g (|g| %.4g)", sn, fd, gd, gn);
+    }
+    double worst = 0;
+    const char *worst_name = "";
+    for (int t = 0; t < model_n_tensors(m); t++) {
+        const model_tensor *T = model_tensor_at(m, t);
+        double tn = 0;
+        for (size_t i = 0; i < T->n; i++) tn += (double)g[T->offset + i] * g[T->offset + i];
+        tn = sqrt(tn);
+        ck_assert_msg(tn > 0, "%s: zero gradient", T->name);
+        memcpy(model_params(m), theta, n * sizeof(float));
+        for (size_t i = 0; i < T->n; i++) model_params(m)[T->offset + i] = theta[T->offset + i] + (float)(eps * g[T->offset + i] / tn);
+        double lp = model_train_step(m, x, y);
+        for (size_t i = 0; i < T->n; i++) model_params(m)[T->offset + i] = theta[T->offset + i] - (float)(eps * g[T->offset + i] / tn);
+        double lm = model_train_step(m, x, y);
+        double rel = fabs((lp - lm) / (2 * eps) - tn) / tn;
+        if (rel > worst) worst = rel, worst_name = T->name;
+        ck_assert_msg(rel <= 0.1, "%s: %s: fd along its gradient %.6g, |g| %.6g", sn, T->name, (lp - lm) / (2 * eps), tn);
+    }
+    printf("finite differences (%s stem), per tensor: worst relative error %.2g (%s)\n", sn, worst, worst_name);
+    model_free(m);
+    free(x), free(theta), free(g), free(d);
+}
+
+START_TEST(test_finite_differences) {
+    fd_case(MODEL_STEM_CIFAR, 8);
+    fd_case(MODEL_STEM_IMAGENET, 32);
+}
+END_TEST
+
+/* ---- top-1 / top-5 ---- */
+
+START_TEST(test_eval_topk) {
+    const int k = 12, eb = 7;
+    model_spec s = {.width = 4, .stem = MODEL_STEM_CIFAR, .in_c = 1, .in_h = 8, .in_w = 8, .n_classes = k,
+                    .batch = 2, .eval_batch = eb, .threads = 0};
+    model *m = make(&s);
+    model_init(m, 3);
+    rng_t r;
+    rng_seed(&r, 5);
+    float x[7 * 64];
+    fill_normal(x, sizeof x / sizeof x[0], &r, 1.0);
+    int y[7] = {0};
+    double ls = 0;
+    long t1 = 0, t5 = 0;
+    model_eval(m, x, y, eb, &ls, &t1, &t5);
+    float logits[7 * 12];
+    memcpy(logits, model_logits(m, 1), sizeof logits);
+    /* Labels with chosen ranks: 0, 1, 4, 5, 11, 0, 3 -> top-1 2, top-5 5 (of 7), and with
+     * n_valid = 5: top-1 1, top-5 3. */
+    const int want_rank[7] = {0, 1, 4, 5, 11, 0, 3};
+    for (int i = 0; i < eb; i++) {
+        /* order classes by logit descending (selection), pick the one at the wanted rank */
+        int used[12] = {0}, pick = -1;
+        for (int q = 0; q <= want_rank[i]; q++) {
+            int best = -1;
+            for (int j = 0; j < k; j++)
+                if (!used[j] && (best < 0 || logits[i * k + j] > logits[i * k + best])) best = j;
+            used[best] = 1;
+            pick = best;
+        }
+        y[i] = pick;
+        ck_assert_int_eq(rank_of(logits + i * k, k, y[i]), want_rank[i]);
+    }
+    ls = 0, t1 = 0, t5 = 0;
+    model_eval(m, x, y, eb, &ls, &t1, &t5);
+    ck_assert_int_eq(t1, 2);
+    ck_assert_int_eq(t5, 5);
+    /* Summed loss = Σ −log softmax(z)[y], computed here in double. */
+    double want = 0;
+    for (int i = 0; i < eb; i++) {
+        double mx = -INFINITY, se = 0;
+        for (int j = 0; j < k; j++) mx = fmax(mx, logits[i * k + j]);
+        for (int j = 0; j < k; j++) se += exp(logits[i * k + j] - mx);
+        want += log(se) + mx - logits[i * k + y[i]];
+    }
+    ck_assert_msg(fabs(ls - want) <= 1e-5 * fabs(want), "eval loss sum %.9g, expected %.9g", ls, want);
+    ls = 0, t1 = 0, t5 = 0;
+    model_eval(m, x, y, 5, &ls, &t1, &t5);
+    ck_assert_int_eq(t1, 1);
+    ck_assert_int_eq(t5, 3);
+    model_free(m);
+}
+END_TEST
+
+/* ---- size, layout, init ---- */
+
+START_TEST(test_resnet18_size) {
+    model_spec s = {.width = 64, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 32, .in_w = 32, .n_classes = 1000,
+                    .batch = 2, .eval_batch = 2, .threads = 0};
+    size_t nbn = 0;
+    ck_assert_uint_eq(model_spec_n_params(&s, &nbn), 11689512u); /* torchvision.models.resnet18() */
+    ck_assert_uint_eq(nbn, 9600u);                               /* 2 x 4800 BN channels */
+    model *m = make(&s);
+    ck_assert_uint_eq(model_n_params(m), 11689512u);
+    ck_assert_uint_eq(model_n_bn(m), 9600u);
+    ck_assert_int_eq(model_n_tensors(m), 62);
+    ck_assert_int_eq(model_n_bn_tensors(m), 40);
+    size_t off = 0;
+    for (int i = 0; i < model_n_tensors(m); i++) {
+        const model_tensor *t = model_tensor_at(m, i);
+        ck_assert_uint_eq(t->offset, off);
+        off += t->n;
+    }
+    ck_assert_uint_eq(off, model_n_params(m));
+    ck_assert_str_eq(model_tensor_at(m, 0)->name, "conv1.weight");
+    ck_assert_int_eq(model_tensor_at(m, 0)->shape[0], 64);
+    ck_assert_int_eq(model_tensor_at(m, 0)->shape[1], 3);
+    ck_assert_int_eq(model_tensor_at(m, 0)->shape[2], 7);
+    ck_assert_str_eq(model_tensor_at(m, 61)->name, "fc.bias");
+    ck_assert_str_eq(model_tensor_at(m, 60)->name, "fc.weight");
+    ck_assert_int_eq(model_tensor_at(m, 60)->shape[0], 1000);
+    ck_assert_int_eq(model_tensor_at(m, 60)->shape[1], 512);
+    ck_assert_str_eq(model_tensor_at(m, 21)->name, "layer2.0.downsample.0.weight");
+    ck_assert_str_eq(model_bn_tensor_at(m, 39)->name, "layer4.1.bn2.running_var");
+    /* CIFAR stem: a 3x3 conv instead of 7x7: 147 − 27 weights per output channel fewer. */
+    s.stem = MODEL_STEM_CIFAR;
+    ck_assert_uint_eq(model_spec_n_params(&s, NULL), 11689512u - 64u * 3u * (49u - 9u));
+    model_free(m);
+    /* Invalid specs are refused with a message. */
+    char err[ERRLEN] = "";
+    s.width = 0;
+    ck_assert_ptr_null(model_create(&s, err, sizeof err));
+    ck_assert_msg(strstr(err, "width") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(test_init) {
+    model_spec s = {.width = 8, .stem = MODEL_STEM_CIFAR, .in_c = 3, .in_h = 8, .in_w = 8, .n_classes = 10,
+                    .batch = 2, .eval_batch = 2, .threads = 0};
+    model *a = make(&s), *b = make(&s);
+    const size_t n = model_n_params(a), nb = model_n_bn(a);
+    model_init(a, 42);
+    model_init(b, 42);
+    ck_assert_int_eq(memcmp(model_params(a), model_params(b), n * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(model_bn(a), model_bn(b), nb * sizeof(float)), 0);
+    model_init(b, 43);
+    ck_assert_int_ne(memcmp(model_params(a), model_params(b), n * sizeof(float)), 0);
+    /* Training changes params' running stats; re-initialising restores the same state. */
+    float *x = calloc((size_t)2 * 3 * 8 * 8, sizeof(float));
+    for (int i = 0; i < 2 * 3 * 8 * 8; i++) x[i] = (float)(i % 7) - 3.0f;
+    int y[2] = {1, 2};
+    model_init(b, 42);
+    model_train_step(b, x, y);
+    model_init(b, 42);
+    ck_assert_int_eq(memcmp(model_params(a), model_params(b), n * sizeof(float)), 0);
+    ck_assert_int_eq(memcmp(model_bn(a), model_bn(b), nb * sizeof(float)), 0);
+    /* The distributions documented in model.h. */
+    for (int i = 0; i < model_n_tensors(a); i++) {
+        const model_tensor *t = model_tensor_at(a, i);
+        const float *p = model_params(a) + t->offset;
+        double s1 = 0, s2 = 0, mx = 0;
+        for (size_t j = 0; j < t->n; j++) s1 += p[j], s2 += (double)p[j] * p[j], mx = fmax(mx, fabs(p[j]));
+        double mean = s1 / t->n, sd = sqrt(s2 / t->n - mean * mean);
+        if (t->ndim == 4) {
+            double want = sqrt(2.0 / ((double)t->shape[0] * t->shape[2] * t->shape[3]));
+            if (t->n >= 4096) /* statistics only where there are enough samples */
+                ck_assert_msg(fabs(sd / want - 1) < 0.05 && fabs(mean) < 0.05 * want, "%s: sd %.4g, want %.4g", t->name, sd,
+                              want);
+        } else if (strstr(t->name, "bn") || strstr(t->name, "downsample.1")) {
+            float v = strstr(t->name, ".weight") ? 1.0f : 0.0f;
+            for (size_t j = 0; j < t->n; j++) ck_assert_float_eq(p[j], v);
+        } else { /* fc */
+            double bound = 1.0 / sqrt(64.0);
+            ck_assert_msg(mx <= bound && mx > 0.8 * bound, "%s: max |w| %.4g, bound %.4g", t->name, mx, bound);
+        }
+    }
+    for (int i = 0; i < model_n_bn_tensors(a); i++) {
+        const model_tensor *t = model_bn_tensor_at(a, i);
+        for (size_t j = 0; j < t->n; j++) ck_assert_float_eq(model_bn(a)[t->offset + j], i % 2 ? 1.0f : 0.0f);
+    }
+    free(x);
+    model_free(a);
+    model_free(b);
+}
+END_TEST
+
+/* ---- no allocation in the step ---- */
+
+START_TEST(test_no_allocation) {
+    for (int stem = 0; stem < 2; stem++) {
+        model_spec s = {.width = 8, .stem = (model_stem)stem, .in_c = 3, .in_h = 16, .in_w = 16, .n_classes = 10,
+                        .batch = 4, .eval_batch = 3, .threads = 0};
+        model *m = make(&s);
+        model_init(m, 1);
+        float *x = calloc((size_t)4 * 3 * 16 * 16, sizeof(float));
+        for (int i = 0; i < 4 * 3 * 16 * 16; i++) x[i] = (float)((i * 31) % 17) / 17.0f;
+        int y[4] = {1, 2, 3, 4};
+        double ls = 0;
+        long t1 = 0, t5 = 0;
+        model_train_step(m, x, y); /* first call: OpenMP thread pool, lazy library set-up */
+        model_eval(m, x, y, 3, &ls, &t1, &t5);
+        alloc_count = alloc_outstanding = 0;
+        alloc_largest = 0;
+        alloc_armed = 1;
+        for (int it = 0; it < 3; it++) {
+            model_train_step(m, x, y);
+            model_eval(m, x, y, 3, &ls, &t1, &t5);
+        }
+        alloc_armed = 0;
+        printf("no-allocation test (%s stem): %ld small allocations inside oneDNN's execute, largest %zu bytes, "
+               "%ld bytes outstanding\n", stem ? "imagenet" : "cifar", alloc_count, alloc_largest, alloc_outstanding);
+        ck_assert_msg(alloc_largest < 1024, "an allocation of %zu bytes in model_train_step/model_eval", alloc_largest);
+        ck_assert_msg(alloc_outstanding == 0, "%ld bytes allocated and not freed by model_train_step/model_eval",
+                      alloc_outstanding);
+        free(x);
+        model_free(m);
+    }
+}
+END_TEST
+
+static Suite *model_suite(void) {
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("resnet18");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_reference_cifar);
+    tcase_add_test(tc, test_reference_imagenet);
+    tcase_add_test(tc, test_finite_differences);
+    tcase_add_test(tc, test_eval_topk);
+    tcase_add_test(tc, test_resnet18_size);
+    tcase_add_test(tc, test_init);
+    tcase_add_test(tc, test_no_allocation);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return run_suite(model_suite()); }
