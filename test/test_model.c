@@ -23,6 +23,7 @@
 #include <hdf5.h>
 
 #include "nn/model.h"
+#include "h5ref.h"
 #include "testutil.h"
 #include "util/util.h"
 
@@ -73,66 +74,6 @@ int posix_memalign(void **p, size_t a, size_t n) {
     return *p ? 0 : ENOMEM;
 }
 
-/* ---- HDF5 reading (same helpers as test_layers.c) ---- */
-
-static const char *data_path(const char *file) {
-    static char buf[1024];
-    const char *dir = getenv("DSGD_TEST_DATA");
-    snprintf(buf, sizeof buf, "%s/%s", dir ? dir : "test/data", file);
-    return buf;
-}
-
-static hid_t h5open(const char *file) {
-    const char *p = data_path(file);
-    hid_t f = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT);
-    ck_assert_msg(f >= 0, "H5Fopen %s failed (run tools/make_reference.py?)", p);
-    return f;
-}
-
-static void *h5read(hid_t g, const char *path, hid_t type, size_t esize, size_t *n) {
-    hid_t d = H5Dopen2(g, path, H5P_DEFAULT);
-    ck_assert_msg(d >= 0, "H5Dopen2 %s failed", path);
-    hid_t s = H5Dget_space(d);
-    hssize_t np = H5Sget_simple_extent_npoints(s);
-    ck_assert_msg(np > 0, "%s is empty", path);
-    void *buf = malloc((size_t)np * esize);
-    ck_assert_msg(H5Dread(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0, "H5Dread %s failed", path);
-    H5Sclose(s);
-    H5Dclose(d);
-    if (n) *n = (size_t)np;
-    return buf;
-}
-
-static float *h5f(hid_t g, const char *path, size_t *n) { return h5read(g, path, H5T_NATIVE_FLOAT, sizeof(float), n); }
-static int *h5i(hid_t g, const char *path, size_t *n) { return h5read(g, path, H5T_NATIVE_INT, sizeof(int), n); }
-
-/* Fixed-length strings of 64 bytes (numpy "S64"). */
-static char *h5names(hid_t g, const char *path, size_t *n) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, 64);
-    char *buf = h5read(g, path, t, 64, n);
-    H5Tclose(t);
-    return buf;
-}
-
-static int h5attr(hid_t g, const char *name) {
-    int v = 0;
-    hid_t a = H5Aopen(g, name, H5P_DEFAULT);
-    ck_assert_msg(a >= 0, "H5Aopen %s failed", name);
-    ck_assert_msg(H5Aread(a, H5T_NATIVE_INT, &v) >= 0, "H5Aread %s failed", name);
-    H5Aclose(a);
-    return v;
-}
-
-static double rel_l2(const float *got, const float *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)got[i] - (double)want[i];
-        num += d * d;
-        den += (double)want[i] * (double)want[i];
-    }
-    return sqrt(num) / (sqrt(den) > 1e-30 ? sqrt(den) : 1e-30);
-}
 
 static model *make(const model_spec *s) {
     char err[ERRLEN];
@@ -162,7 +103,7 @@ static void reference_case(const char *file, model_stem stem) {
     model *m = make(&s);
 
     size_t np, nbn, nnames, nshape, nx, ny;
-    float *params = h5f(f, "params", &np), *bn0 = h5f(f, "bn0", &nbn), *x = h5f(f, "x", &nx);
+    float *params = h5f(f, "params", &np, NULL), *bn0 = h5f(f, "bn0", &nbn, NULL), *x = h5f(f, "x", &nx, NULL);
     int *y = h5i(f, "y", &ny), *shapes = h5i(f, "shapes", &nshape);
     char *names = h5names(f, "names", &nnames);
     size_t nbnn;
@@ -186,8 +127,8 @@ static void reference_case(const char *file, model_stem stem) {
     /* One training step from the reference state. */
     memcpy(model_params(m), params, np * sizeof(float));
     memcpy(model_bn(m), bn0, nbn * sizeof(float));
-    float *loss_ref = h5f(f, "loss", NULL), *logits_ref = h5f(f, "logits", NULL), *grads = h5f(f, "grads", NULL);
-    float *bn1 = h5f(f, "bn1", NULL);
+    float *loss_ref = h5f(f, "loss", NULL, NULL), *logits_ref = h5f(f, "logits", NULL, NULL), *grads = h5f(f, "grads", NULL, NULL);
+    float *bn1 = h5f(f, "bn1", NULL, NULL);
     float loss = model_train_step(m, x, y);
     ck_assert_msg(fabsf(loss - loss_ref[0]) <= TOL_FWD * fabsf(loss_ref[0]), "%s: loss %.9g, torchvision %.9g", file,
                   loss, loss_ref[0]);
@@ -211,8 +152,8 @@ static void reference_case(const char *file, model_stem stem) {
 
     /* Evaluation with the updated running statistics; rows batch.. are garbage. */
     size_t per = (size_t)in_c * hw * hw;
-    float *x_eval = h5f(f, "x_eval", NULL), *eval_logits = h5f(f, "eval_logits", NULL);
-    float *eval_loss = h5f(f, "eval_loss", NULL);
+    float *x_eval = h5f(f, "x_eval", NULL, NULL), *eval_logits = h5f(f, "eval_logits", NULL, NULL);
+    float *eval_loss = h5f(f, "eval_loss", NULL, NULL);
     int *y_eval = h5i(f, "y_eval", NULL);
     float *xe = malloc((size_t)eval_batch * per * sizeof(float));
     int *ye = malloc((size_t)eval_batch * sizeof(int));
