@@ -88,9 +88,7 @@ static int choose_threads(const experiment *e) {
     cpu_set_t set;
     int ncpu = 1;
     if (sched_getaffinity(0, sizeof set, &set) == 0) ncpu = CPU_COUNT(&set);
-    int local = comm_local_size();
-    /* Ranks bound to a subset of cores already see only their share. */
-    int t = ncpu >= local * 1 && ncpu > 1 ? ncpu / local : 1;
+    int t = ncpu / comm_local_size();
     return t < 1 ? 1 : t;
 }
 
@@ -132,7 +130,9 @@ int main(int argc, char **argv) {
     /* 1. The experiment: every rank reads it; all reach the same verdict. */
     static experiment e;
     st = config_load(&e, args.config_path, args.sets, args.n_sets, err, sizeof err);
-    if (!st) st = config_check_world(&e, comm_size(), err, sizeof err);
+    /* `dsgd-run --check` without mpiexec checks everything but the world size. */
+    const int world_unchecked = args.check_only && comm_size() == 1 && e.p != 1;
+    if (!st && !world_unchecked) st = config_check_world(&e, comm_size(), err, sizeof err);
     agree_or_exit(st, err);
     const method_ops *method = method_find(e.method);
     if (!method) st = seterr(err, sizeof err, "%s: method '%s' is not built", e.source, method_name(e.method));
@@ -162,6 +162,7 @@ int main(int argc, char **argv) {
             config_print_table(&e, stdout);
             printf("\nm = p·b = %d, %d training images (%dx%dx%d, %d classes), %ld steps per epoch, %d validation images, %d threads per rank\n",
                    e.p * e.b, train.n, train.c, train.h, train.w, train.n_classes, t.train_loader.steps_per_epoch, val.n, threads);
+            if (world_unchecked) printf("not checked: p = %d must equal the number of MPI ranks (mpiexec -n %d)\n", e.p, e.p);
             printf("experiment OK\n");
         }
         comm_finalize();
