@@ -36,7 +36,11 @@ LIB  := build/libdsgd.a
 BIN  := dsgd-run
 TESTS := $(patsubst test/%.c,build/test/%,$(wildcard test/test_*.c))
 
-.PHONY: all run check deps deps-check clean
+ifneq ($(CUDA),0)
+$(error CUDA=$(CUDA): the GPU backend (cuda/) is not built yet; build the CPU backend with plain `make`)
+endif
+
+.PHONY: all run check deps clean
 all: $(BIN)
 
 deps:

@@ -105,6 +105,45 @@ static void agree_or_exit(int status, const char *err) {
     exit(worst);
 }
 
+/* The output must be creatable and must not hold an earlier run (never overwritten unless
+ * `overwrite`): not a directory, and its nearest existing ancestor a writable directory (the
+ * run file creates the missing ones). Returns 0 or EXIT_BADINPUT with err filled. */
+static int check_output(const experiment *e, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(e->output, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode))
+            return seterr(err, errlen, "%s: key 'output': %s is a directory; expected the path of an HDF5 file", e->source, e->output);
+        if (!e->overwrite)
+            return seterr(err, errlen, "%s: key 'output': %s already exists; use --set overwrite=true to replace it or choose another output",
+                          e->source, e->output);
+    }
+    char dir[CFG_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", e->output);
+    for (;;) {
+        char *slash = strrchr(dir, '/');
+        if (!slash) { snprintf(dir, sizeof dir, "."); break; }
+        if (slash == dir) { dir[1] = '\0'; break; }
+        *slash = '\0';
+        if (stat(dir, &sb) == 0) break;
+    }
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return seterr(err, errlen, "%s: key 'output': cannot create %s: %s is not a directory", e->source, e->output, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return seterr(err, errlen, "%s: key 'output': cannot create %s: directory %s is not writable", e->source, e->output, dir);
+    return 0;
+}
+
+/* Prefix a data-loading error with the experiment file and the keys that named the files. */
+static void blame_data_keys(const experiment *e, const char *keys, char *err, size_t errlen) {
+    char prefix[CFG_PATH_MAX + 128];
+    int n = snprintf(prefix, sizeof prefix, "%s: %s: ", e->source, keys);
+    size_t len = strlen(err), k = (size_t)n < errlen - 1 ? (size_t)n : errlen - 1;
+    if (len + k >= errlen) len = errlen - 1 - k; /* keep the end of the message inside err */
+    memmove(err + k, err, len);
+    memcpy(err, prefix, k);
+    err[k + len] = '\0';
+}
+
 static void join_args(int argc, char **argv, char *buf, size_t n) {
     size_t off = 0;
     buf[0] = '\0';
@@ -121,7 +160,13 @@ int main(int argc, char **argv) {
     if (st && r0) fprintf(stderr, "dsgd-run: %s\n", err);
     if (st) { comm_finalize(); return st; }
     if (args.help || args.version) {
-        if (r0 && args.version) printf("dsgd-run %s (CPU backend: oneDNN; MPI: MPICH)\n", DSGD_VERSION);
+        if (r0 && args.version) {
+            char mpi[256], dnn[128], h5[64];
+            comm_library_version(mpi, sizeof mpi);
+            model_backend_version(dnn, sizeof dnn);
+            runlog_library_version(h5, sizeof h5);
+            printf("dsgd-run %s\n  backend: %s\n  run file: %s\n  MPI: %s\n", DSGD_VERSION, dnn, h5, mpi);
+        }
         if (r0 && args.help) { print_usage(stdout); printf("\nexperiment keys:\n"); config_print_keys(stdout); }
         comm_finalize();
         return 0;
@@ -141,19 +186,19 @@ int main(int argc, char **argv) {
     /* 2. The data: train and validation sets, validated. */
     static dataset train, val;
     st = dataset_load(&train, e.data.train_images, e.data.train_labels, 0, err, sizeof err);
-    if (!st) st = dataset_load(&val, e.data.val_images, e.data.val_labels, train.n_classes, err, sizeof err);
+    if (st) blame_data_keys(&e, "keys 'data.train_images', 'data.train_labels'", err, sizeof err);
+    if (!st && (st = dataset_load(&val, e.data.val_images, e.data.val_labels, train.n_classes, err, sizeof err)))
+        blame_data_keys(&e, "keys 'data.val_images', 'data.val_labels'", err, sizeof err);
     if (!st && (val.c != train.c || val.h != train.h || val.w != train.w))
         st = seterr(err, sizeof err, "%s is %dx%dx%d but %s is %dx%dx%d: training and validation images must have the same shape",
                     e.data.val_images, val.c, val.h, val.w, e.data.train_images, train.c, train.h, train.w);
     trainer t = {.e = &e, .method = method, .train = &train, .val = &val, .rank = rank, .p = comm_size()};
-    if (!st) st = loader_init(&t.train_loader, &train, e.p, rank, e.b, e.seed, err, sizeof err);
+    if (!st && (st = loader_init(&t.train_loader, &train, e.p, rank, e.b, e.seed, err, sizeof err)))
+        blame_data_keys(&e, "keys 'p', 'b'", err, sizeof err);
     agree_or_exit(st, err);
 
-    /* 3. The output must not exist (never overwrite an earlier run unless asked). */
-    struct stat sb;
-    if (r0 && !e.overwrite && stat(e.output, &sb) == 0)
-        st = seterr(err, sizeof err, "%s: key 'output': %s already exists; use --set overwrite=true to replace it or choose another output",
-                    e.source, e.output);
+    /* 3. The output (rank 0 writes it). */
+    if (r0) st = check_output(&e, err, sizeof err);
     agree_or_exit(st, err);
 
     const int threads = choose_threads(&e);
@@ -169,7 +214,10 @@ int main(int argc, char **argv) {
         return 0;
     }
 
-    /* 4. Model, buffers, method. */
+    /* 4. Model, buffers, method. No rank evaluates more than ceil(n_val / p) images, so a
+     * larger eval.batch would only allocate memory that is never used. */
+    const int max_slice = (val.n + t.p - 1) / t.p;
+    t.eval_batch = e.eval.batch < max_slice ? e.eval.batch : max_slice;
     omp_set_num_threads(threads);
     model_spec spec = {
         .width = e.model.width,
@@ -177,7 +225,7 @@ int main(int argc, char **argv) {
         .in_c = train.c, .in_h = train.h, .in_w = train.w,
         .n_classes = train.n_classes,
         .batch = e.b,
-        .eval_batch = e.eval.batch,
+        .eval_batch = t.eval_batch,
         .threads = threads,
     };
     t.net = model_create(&spec, err, sizeof err);
@@ -187,9 +235,9 @@ int main(int argc, char **argv) {
     const size_t sample = (size_t)train.c * train.h * train.w;
     t.x = xmalloc((size_t)e.b * sample * sizeof(float));
     t.y = xmalloc((size_t)e.b * sizeof(int));
-    t.eval_x = xmalloc((size_t)e.eval.batch * sample * sizeof(float));
-    t.eval_y = xmalloc((size_t)e.eval.batch * sizeof(int));
-    t.eval_idx = xmalloc((size_t)e.eval.batch * sizeof(int));
+    t.eval_x = xmalloc((size_t)t.eval_batch * sample * sizeof(float));
+    t.eval_y = xmalloc((size_t)t.eval_batch * sizeof(int));
+    t.eval_idx = xmalloc((size_t)t.eval_batch * sizeof(int));
     t.velocity = xcalloc(model_n_params(t.net), sizeof(float));
     st = method->init(&t, err, sizeof err);
     agree_or_exit(st, err);

@@ -330,6 +330,18 @@ START_TEST(test_eval_topk) {
     model_eval(m, x, y, 5, &ls, &t1, &t5);
     ck_assert_int_eq(t1, 1);
     ck_assert_int_eq(t5, 3);
+    /* A diverged model (non-finite logits) gets no sample right, whatever the labels, and a
+     * non-finite loss. */
+    const float nan = NAN;
+    model_params(m)[model_n_params(m) - 1] = nan; /* the last fc bias: logits of one class NaN */
+    for (int c = 0; c < k; c++) {
+        for (int i = 0; i < eb; i++) y[i] = c;
+        ls = 0, t1 = 0, t5 = 0;
+        model_eval(m, x, y, eb, &ls, &t1, &t5);
+        ck_assert_int_eq(t1, 0);
+        ck_assert_int_eq(t5, 0);
+        ck_assert(!isfinite(ls));
+    }
     model_free(m);
 }
 END_TEST

@@ -88,6 +88,28 @@ static long read_attr_long(const char *file, const char *name) {
     return (long)v;
 }
 
+static void read_attr_string(const char *file, const char *name, char *buf, size_t n) {
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ck_assert(f >= 0);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    ck_assert_msg(a >= 0, "%s has no attribute %s", file, name);
+    hid_t ft = H5Aget_type(a);
+    buf[0] = '\0';
+    if (H5Tis_variable_str(ft) > 0) {
+        char *s = NULL;
+        ck_assert(H5Aread(a, ft, &s) >= 0); /* variable-length UTF-8, read as stored */
+        snprintf(buf, n, "%s", s ? s : "");
+        H5free_memory(s);
+    } else {
+        size_t sz = H5Tget_size(ft);
+        char *tmp = calloc(sz + 1, 1);
+        ck_assert(H5Aread(a, ft, tmp) >= 0);
+        snprintf(buf, n, "%s", tmp);
+        free(tmp);
+    }
+    H5Tclose(ft), H5Aclose(a), H5Fclose(f);
+}
+
 static void paths(const char *tag, char *cfg, char *h5) {
     sprintf(cfg, "%s/%s.cfg", g_dir, tag);
     sprintf(h5, "%s/%s.h5", g_dir, tag);
@@ -190,6 +212,24 @@ START_TEST(test_bad_input_every_rank) {
 }
 END_TEST
 
+START_TEST(test_divergence_stops_every_rank) {
+    /* α = 1e6 diverges within a few steps: every rank stops with exit status 1 and a message,
+     * and the run file keeps the rows logged before, with a status saying why. */
+    char cfg[512], h5[512], out[1 << 15], status[256];
+    make_cfg("diverge", "eval = { every = 2; batch = 500; at_start = false; };", cfg, h5);
+    int st = dsgd(2, cfg, "--set alpha.base=1e6 --set iterations=40", out, sizeof out);
+    ck_assert_msg(st == 1, "expected exit 1, got %d:\n%s", st, out);
+    ck_assert_msg(strstr(out, "non-finite") != NULL, "no non-finite message in:\n%s", out);
+    read_attr_string(h5, "status", status, sizeof status);
+    ck_assert_msg(strncmp(status, "stopped: non-finite", 19) == 0, "status '%s'", status);
+    double s[64], top1[64];
+    long n = read_1d(h5, "/eval/step", s, 64);
+    read_1d(h5, "/eval/top1_error", top1, 64);
+    /* No evaluation of a diverged model may claim a good top-1 error. */
+    for (long i = 0; i < n; i++) ck_assert_msg(top1[i] > 0.5, "eval at step %g: top-1 error %g", s[i], top1[i]);
+}
+END_TEST
+
 START_TEST(test_existing_output_refused) {
     char cfg[512], h5[512], out[1 << 15];
     make_cfg("exists", "", cfg, h5);
@@ -273,6 +313,7 @@ int main(void) {
     tcase_add_test(tc, test_same_seed_bitwise);
     tcase_add_test(tc, test_bad_input_every_rank);
     tcase_add_test(tc, test_existing_output_refused);
+    tcase_add_test(tc, test_divergence_stops_every_rank);
     tcase_add_test(tc, test_killed_run_leaves_readable_file);
     tcase_add_test(tc, test_eval_independent_of_p);
     suite_add_tcase(s, tc);

@@ -80,3 +80,13 @@ void comm_abort(int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
 }
+
+void comm_library_version(char *buf, size_t n) {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(v, &len);
+    v[strcspn(v, "\n")] = '\0';
+    for (char *c = v; *c; c++)
+        if (*c == '\t') *c = ' ';
+    snprintf(buf, n, "%s", v);
+}

@@ -40,4 +40,7 @@ void comm_barrier(void);
 /* Stop every rank now with status code (after printing the reason yourself). */
 void comm_abort(int code) __attribute__((noreturn));
 
+/* The MPI library's own version string, one line (MPI_Get_library_version), into buf. */
+void comm_library_version(char *buf, size_t n);
+
 #endif

@@ -813,3 +813,9 @@ int runlog_close(runlog *r) {
     free_runlog(r);
     return rc;
 }
+
+void runlog_library_version(char *buf, size_t n) {
+    unsigned maj = 0, min = 0, rel = 0;
+    H5get_libversion(&maj, &min, &rel);
+    snprintf(buf, n, "HDF5 %u.%u.%u", maj, min, rel);
+}

@@ -49,4 +49,7 @@ const char *runlog_error(const runlog *r);
 /* Write buffered rows, flush and close. Returns 0 or -1. */
 int runlog_close(runlog *r);
 
+/* "HDF5 x.y.z" — the HDF5 library the run file is written with, into buf. */
+void runlog_library_version(char *buf, size_t n);
+
 #endif

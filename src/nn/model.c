@@ -587,11 +587,16 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
     long c1 = 0, c5 = 0;
     for (int i = 0; i < n_valid; i++) {
         s += t->losses[i];
-        /* rank of the true class: classes with a larger logit, ties broken by index */
+        /* rank of the true class: classes with a larger logit, ties broken by index. A
+         * non-finite logit makes every comparison false, which would rank the true class
+         * first: such a sample counts as wrong (rank k). */
         const float *z = t->logits + (size_t)i * k;
         const float zy = z[y[i]];
         int rank = 0;
-        for (int j = 0; j < k; j++) rank += z[j] > zy || (z[j] == zy && j < y[i]);
+        for (int j = 0; j < k; j++) {
+            if (!isfinite(z[j])) { rank = k; break; }
+            rank += z[j] > zy || (z[j] == zy && j < y[i]);
+        }
         c1 += rank < 1;
         c5 += rank < 5;
     }
@@ -601,3 +606,8 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
 }
 
 const float *model_logits(const model *m, int eval) { return eval ? m->eval.logits : m->train.logits; }
+
+void model_backend_version(char *buf, size_t n) {
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(buf, n, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
+}

@@ -84,4 +84,7 @@ const model_spec *model_get_spec(const model *m);
  * call of the same function. */
 const float *model_logits(const model *m, int eval);
 
+/* "oneDNN x.y.z" — the backend library the model runs on, into buf. */
+void model_backend_version(char *buf, size_t n);
+
 #endif

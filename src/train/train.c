@@ -17,7 +17,7 @@
 
 eval_result train_evaluate(trainer *t) {
     const dataset *v = t->val;
-    const int eb = t->e->eval.batch;
+    const int eb = t->eval_batch;
     const size_t sample = (size_t)v->c * v->h * v->w;
     int begin, end;
     eval_slice(v->n, t->p, t->rank, &begin, &end);
@@ -55,7 +55,7 @@ static void format_eta(double s, char *buf, size_t n) {
 /* Evaluate the model the method designates (collective) after `step` steps and `train_s`
  * seconds of training; rank 0 prints and appends the /eval row. Returns the status all ranks
  * agree on: the worst of every rank's `status` and rank 0's run-file writes. */
-static int evaluate_and_log(trainer *t, long step, double train_s, int status) {
+static int evaluate_and_log(trainer *t, long step, double train_s, int status, int *nonfinite) {
     const double epoch = (double)step / (double)t->train_loader.steps_per_epoch;
     t->method->eval_prepare(t);
     double ev0 = wall_time();
@@ -68,6 +68,16 @@ static int evaluate_and_log(trainer *t, long step, double train_s, int status) {
             fprintf(stderr, "dsgd-run: writing %s: %s\n", t->e->output, runlog_error(t->log));
             status = EXIT_RUNTIME;
         }
+    }
+    /* A diverged model (e.g. BN running statistics overflowed) can train on finite losses yet
+     * evaluate to NaN; the reduced loss is the same on every rank, so all stop together. */
+    if (!isfinite(r.loss)) {
+        if (t->rank == 0)
+            fprintf(stderr, "dsgd-run: non-finite validation loss at step %ld: the model diverged; stopping every rank; "
+                            "%s keeps what was logged. Try a smaller alpha.base or a warm-up.\n",
+                    step, t->e->output);
+        *nonfinite = 1;
+        status = EXIT_RUNTIME;
     }
     /* Rank 0's output failure stops everyone together. */
     return comm_max_int(status);
@@ -86,14 +96,13 @@ int train_run(trainer *t) {
     long loss_n = 0, last_log_step = 0;
     double last_log_s = 0.0;
 
-    if (e->eval.at_start && (status = evaluate_and_log(t, 0, 0.0, EXIT_OK)) != EXIT_OK) return status;
+    if (e->eval.at_start && (status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &nonfinite)) != EXIT_OK) return status;
 
     comm_barrier();
     double seg_start = wall_time();
     for (long s = 0; s < total; s++) {
         const double alpha = alpha_at(e, s);
         const double loss = t->method->step(t, s, alpha);
-        t->step = s + 1;
         if (!isfinite(loss)) {
             train_s += wall_time() - seg_start;
             if (r0)
@@ -105,6 +114,7 @@ int train_run(trainer *t) {
             nonfinite = 1;
             break;
         }
+        t->step = s + 1;
         loss_acc += loss;
         loss_n++;
 
@@ -133,7 +143,7 @@ int train_run(trainer *t) {
 
         if ((s + 1) % e->eval.every == 0 || last) {
             train_s += wall_time() - seg_start;
-            status = evaluate_and_log(t, s + 1, train_s, status);
+            status = evaluate_and_log(t, s + 1, train_s, status, &nonfinite);
             if (status != EXIT_OK) break;
             seg_start = wall_time();
             last_log_s = train_s;
@@ -144,7 +154,8 @@ int train_run(trainer *t) {
     if (r0 && t->step > 0) {
         double ips = (double)(t->step * m) / train_s;
         const phase_times *ph = &t->times;
-        printf("done: %ld steps, %.1f s training (evaluation excluded), %.0f img/s (m = %ld)\n", t->step, train_s, ips, m);
+        printf("%s: %ld steps, %.1f s training (evaluation excluded), %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : "stopped",
+               t->step, train_s, ips, m);
         printf("rank 0 time per step: data %.2f ms, compute %.2f ms, all-reduce %.2f ms, update %.2f ms\n",
                1e3 * ph->data_s / (double)t->step, 1e3 * ph->compute_s / (double)t->step,
                1e3 * ph->comm_s / (double)t->step, 1e3 * ph->update_s / (double)t->step);

@@ -32,9 +32,10 @@ typedef struct trainer {
     /* Buffers allocated once (train_init), reused every step. */
     float *x;                 /* (b, c, h, w) training minibatch */
     int *y;                   /* (b) */
-    float *eval_x;            /* (eval.batch, c, h, w) */
-    int *eval_y;              /* (eval.batch) */
-    int *eval_idx;            /* (eval.batch) sample indices */
+    int eval_batch;           /* eval.batch, capped at the largest evaluation slice */
+    float *eval_x;            /* (eval_batch, c, h, w) */
+    int *eval_y;              /* (eval_batch) */
+    int *eval_idx;            /* (eval_batch) sample indices */
     float *velocity;          /* (n_params) momentum v */
 
     phase_times times;
