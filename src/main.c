@@ -112,10 +112,10 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
     struct stat sb;
     if (stat(e->output, &sb) == 0) {
         if (S_ISDIR(sb.st_mode))
-            return seterr(err, errlen, "%s: key 'output': %s is a directory; expected the path of an HDF5 file", e->source, e->output);
+            return seterr(err, errlen, "%s: key 'output': %s is a directory; expected the path of an HDF5 file", config_where("output"), e->output);
         if (!e->overwrite)
             return seterr(err, errlen, "%s: key 'output': %s already exists; use --set overwrite=true to replace it or choose another output",
-                          e->source, e->output);
+                          config_where("output"), e->output);
     }
     char dir[CFG_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", e->output);
@@ -127,9 +127,9 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
         if (stat(dir, &sb) == 0) break;
     }
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return seterr(err, errlen, "%s: key 'output': cannot create %s: %s is not a directory", e->source, e->output, dir);
+        return seterr(err, errlen, "%s: key 'output': cannot create %s: %s is not a directory", config_where("output"), e->output, dir);
     if (access(dir, W_OK | X_OK) != 0)
-        return seterr(err, errlen, "%s: key 'output': cannot create %s: directory %s is not writable", e->source, e->output, dir);
+        return seterr(err, errlen, "%s: key 'output': cannot create %s: directory %s is not writable", config_where("output"), e->output, dir);
     return 0;
 }
 

@@ -202,6 +202,7 @@ START_TEST(test_bad_input_every_rank) {
     /* p different from the number of ranks: both numbers named. */
     make_cfg("badp", "", cfg, h5);
     expect_bad(3, cfg, NULL, "p = 2", "started 3");
+    expect_bad(2, cfg, "--set p=3", "--set p=3: key 'p'", "started 2");
     /* Missing data file, on every rank. */
     make_cfg("baddata", "data = { val_labels = \"/nonexistent/labels.gz\"; };", cfg, h5);
     expect_bad(2, cfg, NULL, "/nonexistent/labels.gz", NULL);
@@ -235,6 +236,12 @@ START_TEST(test_existing_output_refused) {
     make_cfg("exists", "", cfg, h5);
     write_file(h5, "an earlier run\n");
     expect_bad(2, cfg, NULL, "already exists", "overwrite");
+    /* The message points at the line of the experiment file that set the output... */
+    expect_bad(2, cfg, NULL, "exists.cfg:", "key 'output'");
+    /* ...or at the override that did. */
+    char extra[700];
+    snprintf(extra, sizeof extra, "--set output=%s", h5);
+    expect_bad(2, cfg, extra, "--set output=", "already exists");
     FILE *f = fopen(h5, "r");
     char buf[64] = "";
     ck_assert(fgets(buf, sizeof buf, f) != NULL);

@@ -448,6 +448,9 @@ static void origin_text(const origin *o, char *buf, size_t n) {
     else snprintf(buf, n, "%s", o->file);
 }
 
+/* Origins of the last successful config_load, as text, per key (for config_where). */
+static char g_where[N_KEYS][CFG_PATH_MAX + 64];
+
 /* seterr with the origin in front: "<origin>: <message>". */
 static int oerr(char *err, size_t errlen, const origin *o, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static int oerr(char *err, size_t errlen, const origin *o, const char *fmt, ...) {
@@ -930,8 +933,15 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
     /* Pass 3: ranges, built-ness, cross-key constraints, derived defaults. */
     for (int i = 0; !st && i < N_KEYS; i++) st = validate_key(e, &keys[i], &origins[i], err, errlen);
     if (!st) st = resolve_output(e, &origins[key_find("output") - keys], err, errlen);
+    /* Keep where each value came from for the checks made after loading (config_where). */
+    for (int i = 0; !st && i < N_KEYS; i++) origin_text(&origins[i], g_where[i], sizeof g_where[i]);
     config_destroy(&cfg);
     return st;
+}
+
+const char *config_where(const char *key) {
+    const key_def *d = key_find(key);
+    return d && g_where[d - keys][0] ? g_where[d - keys] : "";
 }
 
 int config_check_world(const experiment *e, int world_size, char *err, size_t errlen) {
@@ -939,7 +949,7 @@ int config_check_world(const experiment *e, int world_size, char *err, size_t er
     return seterr(err, errlen,
                   "%s: key 'p': the experiment asks for p = %d worker ranks but MPI started %d; "
                   "run mpiexec -n %d, or set p = %d (--set p=%d)",
-                  e->source, e->p, world_size, e->p, world_size, world_size);
+                  config_where("p")[0] ? config_where("p") : e->source, e->p, world_size, e->p, world_size, world_size);
 }
 
 int config_to_text(const experiment *e, char *buf, size_t n) {

@@ -73,6 +73,11 @@ void config_defaults(experiment *e);
  * then validate every value. Returns 0 or EXIT_BADINPUT with err filled. */
 int config_load(experiment *e, const char *path, char *const *sets, int n_sets, char *err, size_t errlen);
 
+/* Where the value of key (dotted path) came from in the last successful config_load:
+ * "file:line", "--set KEY=VALUE", or the file alone for a default; "" for an unknown key.
+ * For errors found after loading (world size, output path). */
+const char *config_where(const char *key);
+
 /* Checks that need the run environment: p equals the MPI world size. */
 int config_check_world(const experiment *e, int world_size, char *err, size_t errlen);
 
