@@ -189,9 +189,11 @@ int main(int argc, char **argv) {
     if (st) blame_data_keys(&e, "keys 'data.train_images', 'data.train_labels'", err, sizeof err);
     if (!st && (st = dataset_load(&val, e.data.val_images, e.data.val_labels, train.n_classes, err, sizeof err)))
         blame_data_keys(&e, "keys 'data.val_images', 'data.val_labels'", err, sizeof err);
-    if (!st && (val.c != train.c || val.h != train.h || val.w != train.w))
+    if (!st && (val.c != train.c || val.h != train.h || val.w != train.w)) {
         st = seterr(err, sizeof err, "%s is %dx%dx%d but %s is %dx%dx%d: training and validation images must have the same shape",
                     e.data.val_images, val.c, val.h, val.w, e.data.train_images, train.c, train.h, train.w);
+        blame_data_keys(&e, "keys 'data.val_images', 'data.train_images'", err, sizeof err);
+    }
     trainer t = {.e = &e, .method = method, .train = &train, .val = &val, .rank = rank, .p = comm_size()};
     if (!st && (st = loader_init(&t.train_loader, &train, e.p, rank, e.b, e.seed, err, sizeof err)))
         blame_data_keys(&e, "keys 'p', 'b'", err, sizeof err);
