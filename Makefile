@@ -78,7 +78,7 @@ check: deps
 clean:
 	rm -rf build $(BIN)
 
--include $(OBJ:.o=.d)
+-include $(OBJ:.o=.d) build/src/main.d
 
 # ---- bench (owner: src/nn): img/s of model_train_step, tools/bench_model.c; compare with
 # /usr/bin/python3 tools/bench_torch.py (the same network in PyTorch).

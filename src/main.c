@@ -222,6 +222,7 @@ int main(int argc, char **argv) {
     t.eval_batch = e.eval.batch < max_slice ? e.eval.batch : max_slice;
     omp_set_num_threads(threads);
     model_spec spec = {
+        .arch = e.model.arch == ARCH_LINEAR ? MODEL_LINEAR : MODEL_RESNET18,
         .width = e.model.width,
         .stem = e.model.stem == STEM_IMAGENET ? MODEL_STEM_IMAGENET : MODEL_STEM_CIFAR,
         .in_c = train.c, .in_h = train.h, .in_w = train.w,
@@ -262,8 +263,11 @@ int main(int argc, char **argv) {
         printf("dsgd-run %s: %s, method %s, p = %d, b = %d, m = p·b = %d, %ld iterations (%.2f epochs)\n", DSGD_VERSION, e.name,
                method_name(e.method), e.p, e.b, e.p * e.b, e.iterations,
                (double)e.iterations / (double)t.train_loader.steps_per_epoch);
-        printf("model resnet18 width %d, %s stem, %zu parameters; %d training / %d validation images; %d threads per rank; output %s\n",
-               e.model.width, stem_name(e.model.stem), model_n_params(t.net), train.n, val.n, threads, e.output);
+        char arch[64];
+        if (e.model.arch == ARCH_LINEAR) snprintf(arch, sizeof arch, "linear (multinomial logistic regression)");
+        else snprintf(arch, sizeof arch, "resnet18 width %d, %s stem", e.model.width, stem_name(e.model.stem));
+        printf("model %s, %zu parameters; %d training / %d validation images; %d threads per rank; output %s\n", arch,
+               model_n_params(t.net), train.n, val.n, threads, e.output);
         fflush(stdout);
     }
 

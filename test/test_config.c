@@ -79,7 +79,7 @@ START_TEST(test_defaults_are_the_papers) {
     ck_assert_close(e.weight_decay, 1e-4, 0);
     ck_assert_int_eq(e.tau, 10);
     ck_assert_close(e.beta, 0.8, 0);
-    ck_assert_str_eq(e.model.arch, "resnet18");
+    ck_assert_int_eq(e.model.arch, ARCH_RESNET18);
     ck_assert_int_eq(e.model.width, 64);
     ck_assert_int_eq(e.model.stem, STEM_IMAGENET);
     ck_assert_str_eq(e.data.format, "idx");
@@ -159,7 +159,7 @@ START_TEST(test_full_file) {
     ck_assert_close(e.weight_decay, 5e-4, 0);
     ck_assert_int_eq(e.tau, 4);
     ck_assert_close(e.beta, 0.9, 0);
-    ck_assert_str_eq(e.model.arch, "resnet18");
+    ck_assert_int_eq(e.model.arch, ARCH_RESNET18);
     ck_assert_int_eq(e.model.width, 16);
     ck_assert_int_eq(e.model.stem, STEM_CIFAR);
     ck_assert_str_eq(e.data.train_images, "a/ti.gz");
@@ -336,13 +336,16 @@ START_TEST(test_enums_and_unbuilt) {
     EXPECT_ERROR("method = \"sgd\";\n", ":1: key 'method': expected one of \"allreduce\", \"ps\", \"easgd\", \"gossip_pull\", \"gossip_push\", \"backup\", got a string \"sgd\"");
     EXPECT_ERROR("device = \"cuda\";\n", ":1: device = \"cuda\" is not built yet (GPU backend is planned); built devices: cpu");
     EXPECT_ERROR("device = \"tpu\";\n", ":1: key 'device': expected one of \"cpu\", \"cuda\", got a string \"tpu\"");
-    EXPECT_ERROR("model = { arch = \"resnet50\"; };\n", "key 'model.arch': expected one of \"resnet18\"");
+    EXPECT_ERROR("model = { arch = \"resnet50\"; };\n", "key 'model.arch': expected one of \"resnet18\", \"linear\"");
     EXPECT_ERROR("model = { stem = \"mnist\"; };\n", "key 'model.stem': expected one of \"cifar\", \"imagenet\"");
     EXPECT_ERROR("alpha = { schedule = \"linear\"; };\n", "key 'alpha.schedule': expected one of \"step\", \"constant\", \"cosine\"");
     EXPECT_ERROR("data = { format = \"csv\"; };\n", "key 'data.format': expected one of \"idx\"");
     ck_assert_int_eq(load_text("alpha = { schedule = \"cosine\"; };\nmodel = { stem = \"cifar\"; };\n", NULL, 0), 0);
     ck_assert_int_eq(e.alpha.schedule, SCHED_COSINE);
     ck_assert_int_eq(e.model.stem, STEM_CIFAR);
+    ck_assert_int_eq(load_text("model = { arch = \"linear\"; };\n", NULL, 0), 0);
+    ck_assert_int_eq(e.model.arch, ARCH_LINEAR);
+    ck_assert_str_eq(arch_name(ARCH_LINEAR), "linear");
     ck_assert_str_eq(method_name(METHOD_GOSSIP_PUSH), "gossip_push");
     ck_assert_str_eq(schedule_name(SCHED_CONSTANT), "constant");
     ck_assert_str_eq(stem_name(STEM_IMAGENET), "imagenet");

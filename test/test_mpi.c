@@ -231,6 +231,22 @@ START_TEST(test_divergence_stops_every_rank) {
 }
 END_TEST
 
+START_TEST(test_linear_converges) {
+    /* configs/linear.cfg: multinomial logistic regression, 2 epochs on p = 2 ranks. Plain
+     * logistic regression on Fashion-MNIST reaches about 0.16 top-1 error (0.1564 measured). */
+    char h5[512], extra[700], out[1 << 15];
+    snprintf(h5, sizeof h5, "%s/linear.h5", g_dir);
+    snprintf(extra, sizeof extra, "--set output=%s", h5);
+    int st = dsgd(2, "configs/linear.cfg", extra, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
+    double top1[64];
+    long n = read_1d(h5, "/eval/top1_error", top1, 64);
+    ck_assert(n >= 2);
+    ck_assert_msg(top1[0] > 0.8, "initial top-1 error %g", top1[0]);
+    ck_assert_msg(top1[n - 1] < 0.17, "final top-1 error %g", top1[n - 1]);
+}
+END_TEST
+
 START_TEST(test_existing_output_refused) {
     char cfg[512], h5[512], out[1 << 15];
     make_cfg("exists", "", cfg, h5);
@@ -321,6 +337,7 @@ int main(void) {
     tcase_add_test(tc, test_bad_input_every_rank);
     tcase_add_test(tc, test_existing_output_refused);
     tcase_add_test(tc, test_divergence_stops_every_rank);
+    tcase_add_test(tc, test_linear_converges);
     tcase_add_test(tc, test_killed_run_leaves_readable_file);
     tcase_add_test(tc, test_eval_independent_of_p);
     suite_add_tcase(s, tc);

@@ -76,7 +76,7 @@ typedef struct {
 static const char *const method_names[] = {"allreduce", "ps", "easgd", "gossip_pull", "gossip_push", "backup"};
 static const char *const schedule_names[] = {"step", "constant", "cosine"};
 static const char *const stem_names[] = {"cifar", "imagenet"}; /* order of stem_kind */
-static const char *const arch_names[] = {"resnet18"};
+static const char *const arch_names[] = {"resnet18", "linear"}; /* order of arch_kind */
 static const char *const format_names[] = {"idx"};
 static const char *const device_names[] = {"cpu", "cuda"};
 
@@ -144,12 +144,12 @@ static const key_def keys[] = {
             "L2 weight decay λ (added to the gradient as λ·w)"),
     K_INT("tau", tau, 10, 1, INT_MAX, "iterations", "EASGD communication period τ (used by easgd)"),
     K_FLOAT("beta", beta, 0.8, 1, 1, 0, 1, 0, 1, "", "EASGD moving rate β = p·a (used by easgd)"),
-    K_CHOICE("model.arch", model.arch, "resnet18", arch_names, 0x1u, NULL, "architectures",
-             "network architecture"),
+    K_ENUM("model.arch", model.arch, ARCH_RESNET18, arch_names, 0x3u, NULL, "architectures",
+           "network: resnet18, or linear (multinomial logistic regression, for fast tests)"),
     K_INT("model.width", model.width, 64, 1, 1024, "channels",
-          "channels of the first stage (64 in the paper; doubled at each stage)"),
+          "channels of the first stage (64 in the paper; doubled at each stage); linear ignores it"),
     K_ENUM("model.stem", model.stem, STEM_IMAGENET, stem_names, 0x3u, NULL, "stems",
-           "imagenet: 7x7/2 conv + 3x3/2 max-pool; cifar: 3x3/1 conv, no pool"),
+           "imagenet: 7x7/2 conv + 3x3/2 max-pool; cifar: 3x3/1 conv, no pool; linear ignores it"),
     K_CHOICE("data.format", data.format, "idx", format_names, 0x1u, NULL, "formats",
              "dataset file format (IDX, as MNIST / Fashion-MNIST; .gz is read directly)"),
     K_STRING("data.train_images", data.train_images, FASHION "train-images-idx3-ubyte.gz",
@@ -1114,4 +1114,8 @@ const char *schedule_name(schedule_kind s) {
 
 const char *stem_name(stem_kind s) {
     return (int)s >= 0 && (int)s < NNAMES(stem_names) ? stem_names[s] : "?";
+}
+
+const char *arch_name(arch_kind a) {
+    return (int)a >= 0 && (int)a < NNAMES(arch_names) ? arch_names[a] : "?";
 }

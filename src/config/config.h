@@ -21,6 +21,7 @@
 typedef enum { METHOD_ALLREDUCE, METHOD_PS, METHOD_EASGD, METHOD_GOSSIP_PULL, METHOD_GOSSIP_PUSH, METHOD_BACKUP } method_kind;
 typedef enum { SCHED_STEP, SCHED_CONSTANT, SCHED_COSINE } schedule_kind;
 typedef enum { STEM_CIFAR, STEM_IMAGENET } stem_kind;
+typedef enum { ARCH_RESNET18, ARCH_LINEAR } arch_kind; /* model.arch: "resnet18", "linear" */
 
 typedef struct {
     char name[128];         /* run name (provenance, progress lines) */
@@ -43,9 +44,9 @@ typedef struct {
     int tau;                /* EASGD communication period τ (validated, used by easgd) */
     double beta;            /* EASGD β = p·a (validated, used by easgd) */
     struct {
-        char arch[32];      /* "resnet18" */
-        int width;          /* channels of the first stage (64 in the paper) */
-        stem_kind stem;
+        arch_kind arch;     /* ResNet-18, or multinomial logistic regression (fast tests) */
+        int width;          /* channels of the first stage (64 in the paper); resnet18 only */
+        stem_kind stem;     /* resnet18 only */
     } model;
     struct {
         char format[16];    /* "idx" */
@@ -102,5 +103,6 @@ void config_print_markdown(FILE *f);
 const char *method_name(method_kind m);
 const char *schedule_name(schedule_kind s);
 const char *stem_name(stem_kind s);
+const char *arch_name(arch_kind a);
 
 #endif

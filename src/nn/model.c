@@ -18,9 +18,16 @@
  *   stem:   x -> conv1 -> bn1+ReLU -> [maxpool 3x3/2]                (ImageNet stem only)
  *   block:  x -> conv1 -> bn1+ReLU -> conv2 -> bn2 -> (+ shortcut) -> ReLU -> y
  *           shortcut = x, or downsample.1(downsample.0(x)) = BN(conv1x1/s(x))
- *   head:   global average pool -> fc -> softmax cross-entropy (mean over the batch) */
+ *   head:   global average pool -> fc -> softmax cross-entropy (mean over the batch)
+ *
+ * MODEL_LINEAR (multinomial logistic regression) shares the layout (tensors "fc.weight",
+ * "fc.bias", fan_in = in_c*in_h*in_w), model_init, the scoring of model_eval and the plain-C
+ * fc_* and softmax_xent_* of layers.h; it builds no oneDNN object. Its nets hold only logits,
+ * probabilities, losses and the logit gradient; the input needs no copy, since a (B, C, H, W)
+ * nchw batch already is the (B, C*H*W) row-major matrix torch's x.view(B, -1) gives. */
 #include "nn/model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -161,6 +168,20 @@ static int out_size(int i, int k, int s, int p) { return (i + 2 * p - k) / s + 1
 static int layout_build(layout *L, const model_spec *s, char *err, size_t errlen) {
     memset(L, 0, sizeof *L);
     L->s = *s;
+    if (s->arch == MODEL_LINEAR) {
+        if (s->in_c < 1 || s->in_h < 1 || s->in_w < 1 || s->n_classes < 1)
+            return seterr(err, errlen, "model: linear: input %dx%dx%d, %d classes: all must be >= 1", s->in_c, s->in_h,
+                          s->in_w, s->n_classes);
+        const long feat = (long)s->in_c * s->in_h * s->in_w;
+        if (feat > INT_MAX)
+            return seterr(err, errlen, "model: linear: input %dx%dx%d has more than %d features", s->in_c, s->in_h,
+                          s->in_w, INT_MAX);
+        L->feat = (int)feat;
+        L->fc_w = add_tensor(L, T_FC_WEIGHT, "fc.weight", 2, s->n_classes, L->feat, 0, 0);
+        L->fc_b = add_tensor(L, T_FC_BIAS, "fc.bias", 1, s->n_classes, 0, 0, 0);
+        return 0;
+    }
+    if (s->arch != MODEL_RESNET18) return seterr(err, errlen, "model: unknown architecture %d", (int)s->arch);
     if (s->width < 1 || s->in_c < 1 || s->in_h < 1 || s->in_w < 1 || s->n_classes < 1)
         return seterr(err, errlen, "model: width %d, input %dx%dx%d, %d classes: all must be >= 1", s->width,
                       s->in_c, s->in_h, s->in_w, s->n_classes);
@@ -363,6 +384,20 @@ static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t er
     return 0;
 }
 
+/* The linear model's network for batch n: logits, probabilities, per-sample losses and (training)
+ * the logit gradient; no layers. */
+static void net_build_linear(model *m, net *t, nn_mode mode, int n) {
+    const size_t k = (size_t)m->L.s.n_classes;
+    t->mode = mode;
+    t->n = n;
+    t->built = 1;
+    t->logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
+    t->probs = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
+    t->losses = net_alloc(t, NULL, (size_t)n * sizeof(float));
+    if (mode == NN_TRAIN) t->d_logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
+}
+
+/* Safe on a linear net: the layer structs are zero, and every *_free accepts that. */
 static void net_free(net *t) {
     if (!t->built) return;
     nn_reorder_free(&t->in);
@@ -391,15 +426,25 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
         seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
         goto fail;
     }
+    if (s->eval_batch < 0) {
+        seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
+        goto fail;
+    }
+    if (s->arch == MODEL_LINEAR) {
+        if (s->threads > 0) omp_set_num_threads(s->threads);
+        m->params = nn_alloc(m->L.n_params * sizeof(float));
+        m->grads = nn_alloc(m->L.n_params * sizeof(float));
+        m->bn = nn_alloc(0); /* n_bn = 0: a valid pointer to nothing */
+        net_build_linear(m, &m->train, NN_TRAIN, s->batch);
+        if (s->eval_batch > 0) net_build_linear(m, &m->eval, NN_INFER, s->eval_batch);
+        model_init(m, 0);
+        return m;
+    }
     /* BN in training mode needs more than one value per channel (PyTorch refuses it too). */
     const block_def *last = &m->L.blk[N_BLOCKS - 1];
     if ((long)s->batch * last->oh * last->ow < 2) {
         seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
                last->oh, last->ow);
-        goto fail;
-    }
-    if (s->eval_batch < 0) {
-        seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
         goto fail;
     }
     if (s->threads > 0) omp_set_num_threads(s->threads);
@@ -465,7 +510,8 @@ void model_init(model *m, uint64_t seed) {
             for (size_t j = 0; j < t->n; j++) p[j] = 0.0f;
             break;
         case T_FC_WEIGHT:
-        case T_FC_BIAS: { /* nn.Linear.reset_parameters: U(−1/√fan_in, 1/√fan_in), fan_in = 8w */
+        case T_FC_BIAS: { /* nn.Linear.reset_parameters: U(−1/√fan_in, 1/√fan_in), fan_in = 8w
+                           * (linear: in_c*in_h*in_w) */
             double bound = 1.0 / sqrt((double)L->feat);
             for (size_t j = 0; j < t->n; j++) p[j] = (float)(bound * (2.0 * rng_uniform(&r) - 1.0));
             break;
@@ -536,6 +582,14 @@ float model_train_step(model *m, const float *x, const int *y) {
     const int n = t->n, k = L->s.n_classes;
     check_labels(m, y, n);
 
+    if (L->s.arch == MODEL_LINEAR) { /* x is the (n, feat) input of the fc layer as it is */
+        fc_forward(t->logits, x, P + L->fc_w, P + L->fc_b, n, L->feat, k);
+        float loss = softmax_xent_forward(t->probs, NULL, t->logits, y, n, k);
+        softmax_xent_backward(t->d_logits, t->probs, y, n, k);
+        fc_backward(NULL, G + L->fc_w, G + L->fc_b, t->d_logits, x, P + L->fc_w, n, L->feat, k);
+        return loss;
+    }
+
     net_forward(m, t, x);
     float loss = softmax_xent_forward(t->probs, NULL, t->logits, y, n, k);
 
@@ -581,7 +635,10 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
     if (n_valid == 0) return;
     const int k = m->L.s.n_classes;
     check_labels(m, y, n_valid);
-    net_forward(m, t, x);
+    if (m->L.s.arch == MODEL_LINEAR) /* the padding rows need no logits */
+        fc_forward(t->logits, x, m->params + m->L.fc_w, m->params + m->L.fc_b, n_valid, m->L.feat, k);
+    else
+        net_forward(m, t, x);
     softmax_xent_forward(t->probs, t->losses, t->logits, y, n_valid, k);
     double s = 0;
     long c1 = 0, c5 = 0;
@@ -606,6 +663,14 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
 }
 
 const float *model_logits(const model *m, int eval) { return eval ? m->eval.logits : m->train.logits; }
+
+const char *model_arch_name(model_arch a) {
+    switch (a) {
+    case MODEL_RESNET18: return "resnet18";
+    case MODEL_LINEAR: return "linear";
+    }
+    return "?";
+}
 
 void model_backend_version(char *buf, size_t n) {
     const dnnl_version_t *v = dnnl_version();
