@@ -396,6 +396,33 @@ START_TEST(test_overwrite_replaces) {
 }
 END_TEST
 
+START_TEST(test_concurrent_overwrite_detected) {
+    /* Run A writes path; run B starts on the same output with overwrite and replaces it. A must
+     * fail at close (its results are gone) and must not touch B's file; B closes fine. */
+    char dir[256], path[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta ma = meta_for("a"), mb = meta_for("b");
+    runlog *a = runlog_create(path, 0, &ma, err, sizeof err);
+    ck_assert_msg(a != NULL, "%s", err);
+    long na = 0, nb = 0;
+    ck_assert_int_eq(write_rows(a, &na, 3), 0);
+    ck_assert_int_eq(write_eval(a, 0, na), 0);
+    runlog *b = runlog_create(path, 1, &mb, err, sizeof err);
+    ck_assert_msg(b != NULL, "%s", err);
+    ck_assert_int_eq(write_rows(b, &nb, 4), 0);
+    ck_assert_int_eq(write_eval(b, 0, nb), 0);
+    runlog_set_attr_string(a, "status", "completed");
+    ck_assert_int_eq(runlog_close(a), -1);
+    ck_assert_int_eq(runlog_close(b), 0);
+    hid_t f = open_ro(path);
+    assert_attr_str(f, "method", "b");
+    ck_assert_int_eq(H5Aexists(f, "status"), 0);
+    H5Fclose(f);
+    rm_rf(dir);
+}
+END_TEST
+
 START_TEST(test_parent_dirs) {
     char dir[256], path[512], bad[600], err[ERRLEN] = "";
     make_tmpdir(dir, sizeof dir);
@@ -576,6 +603,7 @@ static Suite *runlog_suite(void) {
     tcase_add_test(tc, test_close_writes_buffer);
     tcase_add_test(tc, test_existing_refused);
     tcase_add_test(tc, test_overwrite_replaces);
+    tcase_add_test(tc, test_concurrent_overwrite_detected);
     tcase_add_test(tc, test_parent_dirs);
     tcase_add_test(tc, test_hdf5_error_message);
     tcase_add_test(tc, test_kill_after_three_evals);

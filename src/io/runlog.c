@@ -361,6 +361,8 @@ struct runlog {
     staged_attr *attrs;
     int nattrs, capattrs;
     int failed; /* an append failed: the file is no longer extended */
+    dev_t dev;  /* identity of the file this run writes, to notice if another run */
+    ino_t ino;  /* replaced it at path (overwrite = true on the same output) */
     char path[PATHLEN];
     char err[ERRLEN];
 };
@@ -656,6 +658,10 @@ runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, 
     H5Pclose(fapl);
     if (!created) goto fail;
 
+    struct stat sb;
+    if (stat(tmp, &sb) != 0) { syserr(err, errlen, tmp, "cannot stat the new run file"); goto fail; }
+    r->dev = sb.st_dev;
+    r->ino = sb.st_ino;
     if (build_layout(r, r->file, meta, path, err, errlen) < 0) goto fail;
     /* From here on only appends: SWMR orders every write so that any prefix is a valid file. */
     if (H5Fstart_swmr_write(r->file) < 0) { h5fail(err, errlen, path, "H5Fstart_swmr_write", "/"); goto fail; }
@@ -807,6 +813,14 @@ int runlog_close(runlog *r) {
     for (int i = 0; i < NEVAL; i++)
         if (H5Dclose(r->eval[i]) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", eval_cols[i].name);
     if (H5Fclose(r->file) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Fclose", "/");
+    /* Another run given the same output with overwrite = true may have replaced our file:
+     * never finish (or report success for) a file that is not the one this run wrote. */
+    struct stat sb;
+    if (rc == 0 && (stat(r->path, &sb) != 0 || sb.st_dev != r->dev || sb.st_ino != r->ino)) {
+        seterr(r->err, sizeof r->err, "%s was replaced by another run while this one was writing it "
+               "(two runs with the same output and overwrite = true?): this run's results are lost", r->path);
+        rc = -1;
+    }
     if (rc == 0 && r->nattrs > 0) rc = write_final_attrs(r);
     /* r is freed below, so nobody could ask runlog_error: say it here. */
     if (rc != 0 && !r->failed) fprintf(stderr, "dsgd-run: error closing the run file: %s\n", r->err);
