@@ -83,12 +83,12 @@ static int parse_args(int argc, char **argv, cli_args *a, char *err, size_t errl
 
 /* Threads per rank: the experiment's `threads`, or the CPUs this process may run on divided by
  * the ranks sharing the node (at least 1). */
-static int choose_threads(const experiment *e) {
+static int choose_threads(const experiment *e, int ranks_on_node) {
     if (e->threads > 0) return e->threads;
     cpu_set_t set;
     int ncpu = 1;
     if (sched_getaffinity(0, sizeof set, &set) == 0) ncpu = CPU_COUNT(&set);
-    int t = ncpu / comm_local_size();
+    int t = ncpu / ranks_on_node;
     return t < 1 ? 1 : t;
 }
 
@@ -134,7 +134,7 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
 }
 
 /* Prefix a data-loading error with the experiment file and the keys that named the files. */
-static void blame_data_keys(const experiment *e, const char *keys, char *err, size_t errlen) {
+static void blame_keys(const experiment *e, const char *keys, char *err, size_t errlen) {
     char prefix[CFG_PATH_MAX + 128];
     int n = snprintf(prefix, sizeof prefix, "%s: %s: ", e->source, keys);
     size_t len = strlen(err), k = (size_t)n < errlen - 1 ? (size_t)n : errlen - 1;
@@ -186,28 +186,29 @@ int main(int argc, char **argv) {
     /* 2. The data: train and validation sets, validated. */
     static dataset train, val;
     st = dataset_load(&train, e.data.train_images, e.data.train_labels, 0, err, sizeof err);
-    if (st) blame_data_keys(&e, "keys 'data.train_images', 'data.train_labels'", err, sizeof err);
+    if (st) blame_keys(&e, "keys 'data.train_images', 'data.train_labels'", err, sizeof err);
     if (!st && (st = dataset_load(&val, e.data.val_images, e.data.val_labels, train.n_classes, err, sizeof err)))
-        blame_data_keys(&e, "keys 'data.val_images', 'data.val_labels'", err, sizeof err);
+        blame_keys(&e, "keys 'data.val_images', 'data.val_labels'", err, sizeof err);
     if (!st && (val.c != train.c || val.h != train.h || val.w != train.w)) {
         st = seterr(err, sizeof err, "%s is %dx%dx%d but %s is %dx%dx%d: training and validation images must have the same shape",
                     e.data.val_images, val.c, val.h, val.w, e.data.train_images, train.c, train.h, train.w);
-        blame_data_keys(&e, "keys 'data.val_images', 'data.train_images'", err, sizeof err);
+        blame_keys(&e, "keys 'data.val_images', 'data.train_images'", err, sizeof err);
     }
     trainer t = {.e = &e, .method = method, .train = &train, .val = &val, .rank = rank, .p = comm_size()};
     if (!st && (st = loader_init(&t.train_loader, &train, e.p, rank, e.b, e.seed, err, sizeof err)))
-        blame_data_keys(&e, "keys 'p', 'b'", err, sizeof err);
+        blame_keys(&e, "keys 'p', 'b'", err, sizeof err);
     agree_or_exit(st, err);
 
     /* 3. The output (rank 0 writes it). */
     if (r0) st = check_output(&e, err, sizeof err);
     agree_or_exit(st, err);
 
-    const int threads = choose_threads(&e);
+    /* Under `--check` without mpiexec, show the threads the real run (p ranks here) would use. */
+    const int threads = choose_threads(&e, world_unchecked ? e.p : comm_local_size());
     if (args.check_only) {
         if (r0) {
             config_print_table(&e, stdout);
-            printf("\nm = p·b = %d, %d training images (%dx%dx%d, %d classes), %ld steps per epoch, %d validation images, %d threads per rank\n",
+            printf("\nm = p·b = %d, %d training images (%dx%dx%d, %d classes), %ld steps per epoch, %d validation images, %d thread(s) per rank\n",
                    e.p * e.b, train.n, train.c, train.h, train.w, train.n_classes, t.train_loader.steps_per_epoch, val.n, threads);
             if (world_unchecked) printf("not checked: p = %d must equal the number of MPI ranks (mpiexec -n %d)\n", e.p, e.p);
             printf("experiment OK\n");
@@ -233,6 +234,7 @@ int main(int argc, char **argv) {
     };
     t.net = model_create(&spec, err, sizeof err);
     st = t.net ? 0 : EXIT_BADINPUT;
+    if (st) blame_keys(&e, "keys 'model.arch', 'model.width', 'model.stem', 'b' (with the images' size)", err, sizeof err);
     agree_or_exit(st, err);
     model_init(t.net, e.seed);
     const size_t sample = (size_t)train.c * train.h * train.w;
@@ -248,7 +250,12 @@ int main(int argc, char **argv) {
     /* 5. The run file (rank 0), created exclusively. */
     if (r0) {
         static char cfg_text[1 << 16], cmdline[4096];
-        config_to_text(&e, cfg_text, sizeof cfg_text);
+        /* Stored with overwrite = false: re-running the experiment from the file it produced must
+         * never replace that file. */
+        static experiment stored;
+        stored = e;
+        stored.overwrite = 0;
+        config_to_text(&stored, cfg_text, sizeof cfg_text);
         join_args(argc, argv, cmdline, sizeof cmdline);
         runlog_meta meta = {
             .method = method_name(e.method), .p = e.p, .b = e.b, .m = e.p * e.b, .seed = e.seed,
@@ -266,7 +273,7 @@ int main(int argc, char **argv) {
         char arch[64];
         if (e.model.arch == ARCH_LINEAR) snprintf(arch, sizeof arch, "linear (multinomial logistic regression)");
         else snprintf(arch, sizeof arch, "resnet18 width %d, %s stem", e.model.width, stem_name(e.model.stem));
-        printf("model %s, %zu parameters; %d training / %d validation images; %d threads per rank; output %s\n", arch,
+        printf("model %s, %zu parameters; %d training / %d validation images; %d thread(s) per rank; output %s\n", arch,
                model_n_params(t.net), train.n, val.n, threads, e.output);
         fflush(stdout);
     }

@@ -314,13 +314,15 @@ START_TEST(test_steps_and_cross_keys) {
                  ":3: key 'alpha.steps': expected strictly increasing iterations, got alpha.steps[2] = 200 after alpha.steps[1] = 300");
     EXPECT_ERROR("alpha = { steps = [100, 100]; };\n", "alpha.steps[1] = 100 repeating alpha.steps[0] = 100");
     EXPECT_ERROR("iterations = 1000;\nalpha = { steps = [100, 5000]; };\n",
-                 ":2: key 'alpha.steps': expected each step in [1, iterations (1000)], got alpha.steps[1] = 5000");
+                 ":2: key 'alpha.steps': expected each step in [1, iterations (1000)), got alpha.steps[1] = 5000");
     EXPECT_ERROR("alpha = { steps = [0]; };\n", "got alpha.steps[0] = 0");
     EXPECT_ERROR("iterations = 100;\nalpha = { warmup = 100; };\n",
                  ":2: key 'alpha.warmup': expected an integer >= 0 and < iterations (100), got 100");
     EXPECT_ERROR("alpha = { warmup = -1; };\n", "key 'alpha.warmup'", "got -1");
     /* the limits themselves are fine */
-    ck_assert_msg(load_text("iterations = 100;\nalpha = { steps = [1, 100]; warmup = 99; };\n", NULL, 0) == 0, "%s", err);
+    ck_assert_msg(load_text("iterations = 100;\nalpha = { steps = [1, 99]; warmup = 99; };\n", NULL, 0) == 0, "%s", err);
+    /* a step at the last iteration would never take effect */
+    EXPECT_ERROR("iterations = 100;\nalpha = { steps = [1, 100]; };\n", "got alpha.steps[1] = 100", "never take effect");
     /* too many steps */
     char text[1024];
     int w = snprintf(text, sizeof text, "iterations = 1000;\nalpha = { steps = [");

@@ -44,6 +44,20 @@ START_TEST(test_alpha_step) {
 }
 END_TEST
 
+START_TEST(test_alpha_step_inside_warmup) {
+    /* Warm-up scales the schedule: a step at 3 inside a 5-step warm-up acts at t = 3. */
+    experiment e = base_experiment();
+    e.alpha.schedule = SCHED_STEP;
+    e.alpha.warmup = 5;
+    e.alpha.n_steps = 1;
+    e.alpha.steps[0] = 3;
+    e.alpha.factor = 0.5;
+    ck_assert_close(alpha_at(&e, 2), 0.1 * 3.0 / 5.0, 1e-15);
+    ck_assert_close(alpha_at(&e, 3), 0.05 * 4.0 / 5.0, 1e-15);
+    ck_assert_close(alpha_at(&e, 5), 0.05, 1e-15);
+}
+END_TEST
+
 START_TEST(test_alpha_cosine) {
     experiment e = base_experiment();
     e.alpha.schedule = SCHED_COSINE;
@@ -110,6 +124,7 @@ int main(void) {
     TCase *tc = tcase_create("sgd");
     tcase_add_test(tc, test_alpha_constant_and_warmup);
     tcase_add_test(tc, test_alpha_step);
+    tcase_add_test(tc, test_alpha_step_inside_warmup);
     tcase_add_test(tc, test_alpha_cosine);
     tcase_add_test(tc, test_sgd_nesterov);
     tcase_add_test(tc, test_sgd_heavy_ball);

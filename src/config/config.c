@@ -130,8 +130,8 @@ static const key_def keys[] = {
            "learning-rate schedule: step (×factor at each of steps), constant, cosine (decay to 0)"),
     { .key = "alpha.steps", .type = KT_STEPS, .off = offsetof(experiment, alpha.steps),
       .size = FSIZE(alpha.steps), .off_n = offsetof(experiment, alpha.n_steps), .ilo = 1,
-      .ihi = LLONG_MAX, .hi_key = "iterations", .unit = "iterations",
-      .doc = "iterations at which the step schedule multiplies α by factor" },
+      .ihi = LLONG_MAX, .hi_key = "iterations", .hi_open = 1, .unit = "iterations",
+      .doc = "the step schedule multiplies α by factor once this many iterations are done" },
     K_FLOAT("alpha.factor", alpha.factor, 0.1, 1, 1, 0, 1, 0, 1, "",
             "multiplier of α at each step of the step schedule"),
     { .key = "alpha.warmup", .type = KT_INT64, .off = offsetof(experiment, alpha.warmup),
@@ -843,9 +843,10 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
             if (i > 0 && s[i] <= s[i - 1])
                 return oerr(err, errlen, o, "key '%s': expected strictly increasing iterations, got %s[%d] = %ld %s %s[%d] = %ld",
                             d->key, d->key, i, s[i], s[i] == s[i - 1] ? "repeating" : "after", d->key, i - 1, s[i - 1]);
-            if (s[i] < d->ilo || s[i] > hi)
-                return oerr(err, errlen, o, "key '%s': expected each step in [%lld, %s (%lld)], got %s[%d] = %ld",
-                            d->key, d->ilo, d->hi_key, hi, d->key, i, s[i]);
+            if (s[i] < d->ilo || s[i] > hi - (d->hi_open ? 1 : 0))
+                return oerr(err, errlen, o, "key '%s': expected each step in [%lld, %s (%lld)%c, got %s[%d] = %ld%s",
+                            d->key, d->ilo, d->hi_key, hi, d->hi_open ? ')' : ']', d->key, i, s[i],
+                            d->hi_open && s[i] == hi ? " (a step at the last iteration would never take effect)" : "");
         }
         return 0;
     }

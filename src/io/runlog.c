@@ -332,14 +332,14 @@ typedef struct {
 static const colspec train_cols[NTRAIN] = {
     {"step", "iterations", "global iterations completed (1-based)"},
     {"time_s", "s", "training wall clock since training began, evaluation time excluded"},
-    {"loss", "nats", "cross-entropy loss, mean over the nodes' minibatches at this step"},
+    {"loss", "nats", "cross-entropy loss, mean over the nodes' minibatches and over the steps since the previous row"},
     {"alpha", "1", "learning rate (step size) alpha used at this step"},
 };
 
 static const colspec eval_cols[NEVAL] = {
     {"step", "iterations", "global iterations completed when the model was evaluated"},
     {"time_s", "s", "training wall clock since training began, evaluation time excluded"},
-    {"epoch", "epochs", "training images seen / training set size"},
+    {"epoch", "epochs", "step / steps per epoch, with floor(training set size / m) steps per epoch"},
     {"loss", "nats", "cross-entropy loss, mean over the whole validation set"},
     {"top1_error", "fraction", "fraction of the validation set whose label is not the top-1 prediction"},
     {"top5_error", "fraction", "fraction of the validation set whose label is not among the top-5 predictions"},
@@ -568,6 +568,10 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
         attr_string(f, "/", "hostname", hostname, path, err, errlen) < 0 ||
         attr_string(f, "/", "created", created, path, err, errlen) < 0)
         return -1;
+    /* Relative paths in config and command_line are relative to this directory. */
+    char cwd[PATHLEN];
+    if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
+    if (attr_string(f, "/", "working_directory", cwd, path, err, errlen) < 0) return -1;
 
     for (int g = 0; g < 2; g++) {
         const char *gname = g == 0 ? "/train" : "/eval";

@@ -15,21 +15,23 @@ static inline uint32_t nonfinite_bits(float x) {
 double alpha_at(const experiment *e, long t) {
     const double a0 = e->alpha.base;
     const long w = e->alpha.warmup;
-    if (t < w) return a0 * (double)(t + 1) / (double)w;
+    double a = a0;
     switch (e->alpha.schedule) {
-    case SCHED_CONSTANT: return a0;
-    case SCHED_STEP: {
-        double a = a0;
+    case SCHED_CONSTANT: break;
+    case SCHED_STEP:
         for (int i = 0; i < e->alpha.n_steps; i++)
             if (e->alpha.steps[i] <= t) a *= e->alpha.factor;
-        return a;
-    }
+        break;
     case SCHED_COSINE: {
         const double span = (double)(e->iterations - w);
-        return a0 * 0.5 * (1.0 + cos(M_PI * (double)(t - w) / span));
+        const double done = (double)(t > w ? t - w : 0);
+        a = a0 * 0.5 * (1.0 + cos(M_PI * done / span));
+        break;
     }
     }
-    return a0;
+    /* Warm-up scales whatever the schedule gives, so a step inside the warm-up is not lost. */
+    if (t < w) a *= (double)(t + 1) / (double)w;
+    return a;
 }
 
 int sgd_update(float *restrict theta, const float *restrict grad, float *restrict v, size_t n, float alpha,

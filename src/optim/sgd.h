@@ -15,11 +15,12 @@
 
 #include "config/config.h"
 
-/* α for the (0-based) step t of a run of `iterations` steps:
- *   warm-up (t < warmup):  α_0 · (t+1)/warmup
- *   "constant":            α_0
- *   "step":                α_0 · factor^k, k = #{i : steps[i] <= t}
- *   "cosine":              α_0 · ½(1 + cos(π (t − warmup)/(iterations − warmup)))  */
+/* α for the (0-based) step t of a run of `iterations` steps, W = warmup:
+ *   "constant":  α_0
+ *   "step":      α_0 · factor^k, k = #{i : steps[i] <= t}  (steps[i] = s: from the (s+1)-th
+ *                step on, i.e. after s steps are done; so every s < iterations)
+ *   "cosine":    α_0 · ½(1 + cos(π max(t − W, 0)/(iterations − W)))
+ * then, during warm-up (t < W), multiplied by (t+1)/W. */
 double alpha_at(const experiment *e, long t);
 
 /* One update of n parameters in place (see above). theta, grad, v: (n). Returns 1 if every

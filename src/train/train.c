@@ -94,9 +94,17 @@ int train_run(trainer *t) {
     double train_s = 0.0;       /* training wall clock, evaluation excluded */
     double loss_acc = 0.0;      /* mean loss over the steps since the last /train row */
     long loss_n = 0, last_log_step = 0;
-    double last_log_s = 0.0;
+    double last_log_s = 0.0;    /* training clock at the last row (the img/s window) */
+    double eval_s_total = 0.0;  /* wall clock spent in evaluations so far, for the ETA */
+    long n_evals = 0;
+    const long evals_total = total / e->eval.every + (total % e->eval.every != 0);
 
-    if (e->eval.at_start && (status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &nonfinite)) != EXIT_OK) return status;
+    double at_start_eval_s = 0.0;
+    if (e->eval.at_start) {
+        const double ev0 = wall_time();
+        if ((status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &nonfinite)) != EXIT_OK) return status;
+        at_start_eval_s = wall_time() - ev0;
+    }
 
     comm_barrier();
     double seg_start = wall_time();
@@ -130,8 +138,12 @@ int train_run(trainer *t) {
                 }
                 double ips = (double)((s + 1 - last_log_step) * m) / (now - last_log_s);
                 char eta[32];
-                format_eta((now / (double)(s + 1)) * (double)(total - s - 1), eta, sizeof eta);
-                printf("step %*ld/%ld  epoch %6.2f  loss %.4f  α %.5f  %6.0f img/s  ETA %s\n", (int)snprintf(NULL, 0, "%ld", total),
+                /* Remaining training at the mean step time, plus the remaining evaluations at
+                 * the mean evaluation time (the first one not yet measured: guess the step 0 one). */
+                double eval_mean = n_evals ? eval_s_total / (double)n_evals : at_start_eval_s;
+                format_eta((now / (double)(s + 1)) * (double)(total - s - 1) + eval_mean * (double)(evals_total - n_evals),
+                           eta, sizeof eta);
+                printf("step %*ld/%ld  epoch %6.2f  loss %.4f  α %-9.3g  %6.0f img/s  ETA %s\n", (int)snprintf(NULL, 0, "%ld", total),
                        s + 1, total, (double)(s + 1) / (double)spe, mean_loss, alpha, ips, eta);
                 fflush(stdout);
             }
@@ -143,10 +155,12 @@ int train_run(trainer *t) {
 
         if ((s + 1) % e->eval.every == 0 || last) {
             train_s += wall_time() - seg_start;
+            const double ev0 = wall_time();
             status = evaluate_and_log(t, s + 1, train_s, status, &nonfinite);
             if (status != EXIT_OK) break;
             seg_start = wall_time();
-            last_log_s = train_s;
+            eval_s_total += wall_time() - ev0;
+            n_evals++;
         }
     }
     t->method->finalize(t);
