@@ -102,13 +102,13 @@ int train_run(trainer *t) {
     double at_start_eval_s = 0.0;
     if (e->eval.at_start) {
         const double ev0 = wall_time();
-        if ((status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &nonfinite)) != EXIT_OK) return status;
+        status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &nonfinite);
         at_start_eval_s = wall_time() - ev0;
     }
 
     comm_barrier();
     double seg_start = wall_time();
-    for (long s = 0; s < total; s++) {
+    for (long s = 0; status == EXIT_OK && s < total; s++) {
         const double alpha = alpha_at(e, s);
         const double loss = t->method->step(t, s, alpha);
         if (!isfinite(loss)) {
@@ -165,14 +165,14 @@ int train_run(trainer *t) {
     }
     t->method->finalize(t);
 
-    if (r0 && t->step > 0) {
-        double ips = (double)(t->step * m) / train_s;
+    if (r0) {
+        double ips = t->step > 0 ? (double)(t->step * m) / train_s : 0.0;
+        const double steps = t->step > 0 ? (double)t->step : 1.0;
         const phase_times *ph = &t->times;
         printf("%s: %ld steps, %.1f s training (evaluation excluded), %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : "stopped",
                t->step, train_s, ips, m);
-        printf("rank 0 time per step: data %.2f ms, compute %.2f ms, all-reduce %.2f ms, update %.2f ms\n",
-               1e3 * ph->data_s / (double)t->step, 1e3 * ph->compute_s / (double)t->step,
-               1e3 * ph->comm_s / (double)t->step, 1e3 * ph->update_s / (double)t->step);
+        printf("rank 0 time per step: data %.2f ms, compute %.2f ms, communication %.2f ms, update %.2f ms\n",
+               1e3 * ph->data_s / steps, 1e3 * ph->compute_s / steps, 1e3 * ph->comm_s / steps, 1e3 * ph->update_s / steps);
         runlog_set_attr_double(t->log, "train_time_s", train_s);
         runlog_set_attr_double(t->log, "images_per_s", ips);
         runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
