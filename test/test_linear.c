@@ -22,32 +22,7 @@
 #include "testutil.h"
 #include "util/util.h"
 
-/* ---- allocation counting (as test_model.c): the malloc family forwards to glibc and, while
- * armed, counts calls. ---- */
-
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-extern void __libc_free(void *);
-
-static volatile int alloc_armed;
-static long alloc_count;
-
-static inline void *counted(void *p) {
-    if (alloc_armed && p) __atomic_add_fetch(&alloc_count, 1, __ATOMIC_RELAXED);
-    return p;
-}
-void *malloc(size_t n) { return counted(__libc_malloc(n)); }
-void *calloc(size_t n, size_t s) { return counted(__libc_calloc(n, s)); }
-void *realloc(void *p, size_t n) { return counted(__libc_realloc(p, n)); }
-void free(void *p) { __libc_free(p); }
-void *memalign(size_t a, size_t n) { return counted(__libc_memalign(a, n)); }
-void *aligned_alloc(size_t a, size_t n) { return counted(__libc_memalign(a, n)); }
-int posix_memalign(void **p, size_t a, size_t n) {
-    *p = counted(__libc_memalign(a, n));
-    return *p ? 0 : ENOMEM;
-}
+#include "alloccount.h"
 
 /* ---- helpers ---- */
 
