@@ -22,12 +22,17 @@ typedef enum { METHOD_ALLREDUCE, METHOD_PS, METHOD_EASGD, METHOD_GOSSIP_PULL, ME
 typedef enum { SCHED_STEP, SCHED_CONSTANT, SCHED_COSINE } schedule_kind;
 typedef enum { STEM_CIFAR, STEM_IMAGENET } stem_kind;
 typedef enum { ARCH_RESNET18, ARCH_LINEAR } arch_kind; /* model.arch: "resnet18", "linear" */
+typedef enum { GOSSIP_STALE, GOSSIP_FRESH } gossip_order_kind; /* gossip_order (Jin et al. §6.2) */
+typedef enum { DELAY_FIXED, DELAY_EXPONENTIAL, DELAY_LOGNORMAL } delay_dist_kind; /* inject.delay_dist */
+
+/* Most entries of inject.slow_ranks. */
+#define CFG_MAX_SLOW 256
 
 typedef struct {
     char name[128];         /* run name (provenance, progress lines) */
     uint64_t seed;          /* seeds initialisation and the per-epoch permutation */
-    method_kind method;     /* only METHOD_ALLREDUCE is built so far */
-    int p;                  /* worker ranks; must equal the MPI world size */
+    method_kind method;     /* distributed SGD method */
+    int p;                  /* worker ranks; the MPI world is p + servers for ps/easgd/backup, else p */
     int b;                  /* per-node minibatch; aggregate m = p*b */
     long iterations;        /* SGD steps per node */
     struct {
@@ -42,7 +47,21 @@ typedef struct {
     int nesterov;           /* 1: Nesterov momentum (the paper), 0: heavy ball */
     double weight_decay;    /* λ */
     int tau;                /* EASGD communication period τ (validated, used by easgd) */
-    double beta;            /* EASGD β = p·a (validated, used by easgd) */
+    double beta;            /* EASGD β = p·a (used by easgd) */
+    int servers;            /* parameter-server ranks (ps, easgd, backup), after the p workers */
+    int backups;            /* backup workers (backup, Chen et al.): N = p - backups gradients/step */
+    int synchronous;        /* easgd, gossip_*: the synchronous form instead of the asynchronous */
+    gossip_order_kind gossip_order; /* gossip: stale (gradient and gossip from the same θ) / fresh */
+    double comm_timeout_s;  /* a synchronous wait longer than this stops every rank with an error */
+    struct {
+        int slow_ranks[CFG_MAX_SLOW]; /* worker ranks delayed on every step */
+        int n_slow_ranks;
+        double delay_ms;    /* mean extra time per delayed step, ms */
+        delay_dist_kind delay_dist;
+        double random_slow; /* probability that one uniformly drawn worker is delayed on a step */
+        int fail_rank;      /* worker that stops for good at fail_step; -1: none */
+        long fail_step;     /* 0-based step at which fail_rank stops (it completes fail_step steps) */
+    } inject;
     struct {
         arch_kind arch;     /* ResNet-18, or multinomial logistic regression (fast tests) */
         int width;          /* channels of the first stage (64 in the paper); resnet18 only */
@@ -79,7 +98,13 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
  * For errors found after loading (world size, output path). */
 const char *config_where(const char *key);
 
-/* Checks that need the run environment: p equals the MPI world size. */
+/* 1 if the method runs parameter-server ranks (ps, easgd, backup). */
+int method_has_servers(method_kind m);
+
+/* MPI ranks the experiment needs: p + servers for ps/easgd/backup, else p. */
+int config_world_size(const experiment *e);
+
+/* Checks that need the run environment: config_world_size(e) equals the MPI world size. */
 int config_check_world(const experiment *e, int world_size, char *err, size_t errlen);
 
 /* The resolved experiment as libconfig text (every key, defaults included); returns the length
@@ -104,5 +129,7 @@ const char *method_name(method_kind m);
 const char *schedule_name(schedule_kind s);
 const char *stem_name(stem_kind s);
 const char *arch_name(arch_kind a);
+const char *gossip_order_name(gossip_order_kind g);
+const char *delay_dist_name(delay_dist_kind d);
 
 #endif

@@ -18,6 +18,15 @@
 
 typedef struct runlog runlog;
 
+/* A fixed-size int64 dataset created with the file and rewritten whole by runlog_array
+ * (e.g. "ps/staleness_histogram"; parent groups are created). cols == 0: 1-D of rows. */
+typedef struct {
+    const char *name;   /* path below the root, no leading '/' */
+    long rows, cols;
+    const char *units;
+    const char *description;
+} runlog_array_spec;
+
 typedef struct {
     const char *method;
     int p, b, m;
@@ -26,6 +35,11 @@ typedef struct {
     const char *config_text;   /* the resolved experiment (config_to_text) */
     const char *command_line;
     const char *hostname;
+    int servers;                      /* parameter-server ranks (0 for methods without) */
+    int ranks;                        /* columns of the /ranks datasets (the p workers); 0: none */
+    int eval_local;                   /* 1: also create /eval_local (gossip: rank 0's own model) */
+    const runlog_array_spec *arrays;  /* n_arrays fixed-size datasets (may be NULL) */
+    int n_arrays;
 } runlog_meta;
 
 /* Create path (its parent directories too). An existing file is refused unless overwrite. */
@@ -38,6 +52,21 @@ int runlog_train(runlog *r, long step, double time_s, double loss, double alpha)
 /* One /eval row (fractions in [0,1]); writes buffered /train rows and flushes the file. */
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                 double top5_error);
+
+/* One /eval_local row (same columns as /eval); needs meta.eval_local. Written with the next
+ * flush (the next runlog_eval or runlog_close). */
+int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
+                      double top5_error);
+
+/* One /ranks row: /ranks/step (int64, iterations) and the 2-D [row, meta.ranks] float64
+ * datasets /ranks/step_time_s, compute_s, comm_s, wait_s: each worker's mean seconds per step
+ * over the steps since the previous row. Buffered like /train rows. */
+int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *compute_s, const double *comm_s,
+                 const double *wait_s);
+
+/* Rewrite the whole fixed-size dataset meta.arrays[index] (rows·max(cols,1) int64, row-major).
+ * Takes effect in the file at the next flush. */
+int runlog_array(runlog *r, int index, const long long *data);
 
 /* A root attribute written at the end of the run (e.g. "images_per_s", "status"). */
 int runlog_set_attr_double(runlog *r, const char *name, double v);
