@@ -13,6 +13,7 @@
 #include "util/util.h"
 
 #include <ftw.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,6 +80,17 @@ START_TEST(test_defaults_are_the_papers) {
     ck_assert_close(e.weight_decay, 1e-4, 0);
     ck_assert_int_eq(e.tau, 10);
     ck_assert_close(e.beta, 0.8, 0);
+    ck_assert_int_eq(e.servers, 1);
+    ck_assert_int_eq(e.backups, 0);
+    ck_assert_int_eq(e.synchronous, 0);
+    ck_assert_int_eq(e.gossip_order, GOSSIP_STALE);
+    ck_assert_close(e.comm_timeout_s, 300.0, 0);
+    ck_assert_int_eq(e.inject.n_slow_ranks, 0);
+    ck_assert_close(e.inject.delay_ms, 0.0, 0);
+    ck_assert_int_eq(e.inject.delay_dist, DELAY_FIXED);
+    ck_assert_close(e.inject.random_slow, 0.0, 0);
+    ck_assert_int_eq(e.inject.fail_rank, -1);
+    ck_assert_int_eq(e.inject.fail_step, 0);
     ck_assert_int_eq(e.model.arch, ARCH_RESNET18);
     ck_assert_int_eq(e.model.width, 64);
     ck_assert_int_eq(e.model.stem, STEM_IMAGENET);
@@ -126,6 +138,19 @@ static const char *full_file =
     "weight_decay = 5e-4;\n"
     "tau = 4;\n"
     "beta = 0.9;\n"
+    "servers = 2;\n"
+    "backups = 1;\n"
+    "synchronous = true;\n"
+    "gossip_order = \"fresh\";\n"
+    "comm_timeout_s = 60.5;\n"
+    "inject = {\n"
+    "  slow_ranks = [1, 3];\n"
+    "  delay_ms = 50.0;\n"
+    "  delay_dist = \"lognormal\";\n"
+    "  random_slow = 0.1;\n"
+    "  fail_rank = 2;\n"
+    "  fail_step = 1000;\n"
+    "};\n"
     "model = { arch = \"resnet18\"; width = 16; stem = \"cifar\"; };\n"
     "data = {\n"
     "  format = \"idx\";\n"
@@ -159,6 +184,19 @@ START_TEST(test_full_file) {
     ck_assert_close(e.weight_decay, 5e-4, 0);
     ck_assert_int_eq(e.tau, 4);
     ck_assert_close(e.beta, 0.9, 0);
+    ck_assert_int_eq(e.servers, 2);
+    ck_assert_int_eq(e.backups, 1);
+    ck_assert_int_eq(e.synchronous, 1);
+    ck_assert_int_eq(e.gossip_order, GOSSIP_FRESH);
+    ck_assert_close(e.comm_timeout_s, 60.5, 0);
+    ck_assert_int_eq(e.inject.n_slow_ranks, 2);
+    ck_assert_int_eq(e.inject.slow_ranks[0], 1);
+    ck_assert_int_eq(e.inject.slow_ranks[1], 3);
+    ck_assert_close(e.inject.delay_ms, 50.0, 0);
+    ck_assert_int_eq(e.inject.delay_dist, DELAY_LOGNORMAL);
+    ck_assert_close(e.inject.random_slow, 0.1, 0);
+    ck_assert_int_eq(e.inject.fail_rank, 2);
+    ck_assert_int_eq(e.inject.fail_step, 1000);
     ck_assert_int_eq(e.model.arch, ARCH_RESNET18);
     ck_assert_int_eq(e.model.width, 16);
     ck_assert_int_eq(e.model.stem, STEM_CIFAR);
@@ -332,9 +370,121 @@ START_TEST(test_steps_and_cross_keys) {
 }
 END_TEST
 
+START_TEST(test_method_keys_ranges) {
+    EXPECT_ERROR("\nservers = 0;\n", ":2: key 'servers': expected an integer in [1, 64], got 0");
+    EXPECT_ERROR("servers = 65;\n", ":1: key 'servers': expected an integer in [1, 64], got 65");
+    EXPECT_ERROR("p = 4;\nbackups = 4;\n", ":2: key 'backups': expected an integer >= 0 and < p (4), got 4");
+    EXPECT_ERROR("backups = -1;\n", ":1: key 'backups': expected an integer >= 0 and < p (1), got -1");
+    EXPECT_ERROR("b = 8;\ncomm_timeout_s = 0;\n", ":2: key 'comm_timeout_s': expected a number > 0, got 0");
+    EXPECT_ERROR("comm_timeout_s = -1.5;\n", ":1: key 'comm_timeout_s': expected a number > 0, got -1.5");
+    EXPECT_ERROR("synchronous = 1;\n", ":1: key 'synchronous': expected a boolean (true or false), got an integer 1");
+    /* a cross-key error found after an override points at the key that breaks, in the file */
+    EXPECT_SET_ERROR("b = 8;\nbackups = 3;\n", "p=3", ":2: key 'backups'", "< p (3), got 3");
+    ck_assert_msg(strstr(err, path), "%s", err);
+    /* the limits are fine */
+    ck_assert_msg(load_text("p = 4;\nbackups = 3;\nservers = 64;\ncomm_timeout_s = 1e-3;\n", NULL, 0) == 0, "%s", err);
+    ck_assert_int_eq(e.servers, 64);
+}
+END_TEST
+
+START_TEST(test_inject_ranges) {
+    EXPECT_ERROR("p = 4;\ninject = {\n  fail_rank = 4;\n};\n", ":3: key 'inject.fail_rank': expected an integer >= -1 and < p (4), got 4");
+    EXPECT_ERROR("inject = { fail_rank = -2; };\n", ":1: key 'inject.fail_rank'", "got -2");
+    EXPECT_ERROR("iterations = 100;\ninject = { fail_rank = 0; fail_step = 100; };\n",
+                 ":2: key 'inject.fail_step': expected an integer >= 0 and < iterations (100), got 100");
+    EXPECT_ERROR("inject = { fail_step = -1; };\n", ":1: key 'inject.fail_step'", "got -1");
+    EXPECT_ERROR("inject = { random_slow = 1.5; };\n", ":1: key 'inject.random_slow': expected a number in [0, 1], got 1.5");
+    EXPECT_ERROR("inject = { random_slow = -0.1; };\n", ":1: key 'inject.random_slow': expected a number in [0, 1], got -0.1");
+    EXPECT_ERROR("b = 8;\ninject = { delay_ms = -1; };\n", ":2: key 'inject.delay_ms': expected a number >= 0, got -1");
+    EXPECT_ERROR("inject = 5;\n", ":1: key 'inject': expected a group");
+    EXPECT_ERROR("inject = { slow_rank = [1]; };\n", ":1: unknown key 'inject.slow_rank'; did you mean 'inject.slow_ranks'?");
+    /* slow_ranks: each a worker rank, strictly increasing, at most CFG_MAX_SLOW */
+    EXPECT_ERROR("p = 4;\ninject = {\n  slow_ranks = [1, 7];\n};\n",
+                 ":3: key 'inject.slow_ranks': expected each worker rank in [0, p (4)), got inject.slow_ranks[1] = 7");
+    EXPECT_ERROR("p = 4;\ninject = { slow_ranks = [4]; };\n", "got inject.slow_ranks[0] = 4 (workers are numbered 0 to p-1)");
+    EXPECT_ERROR("p = 4;\ninject = { slow_ranks = [-1]; };\n", "expected each worker rank in [0, p (4)), got inject.slow_ranks[0] = -1");
+    EXPECT_ERROR("p = 4;\ninject = { slow_ranks = [2, 1]; };\n",
+                 ":2: key 'inject.slow_ranks': expected strictly increasing worker ranks, got inject.slow_ranks[1] = 1 after inject.slow_ranks[0] = 2");
+    EXPECT_ERROR("p = 4;\ninject = { slow_ranks = [2, 2]; };\n", "inject.slow_ranks[1] = 2 repeating inject.slow_ranks[0] = 2");
+    EXPECT_ERROR("inject = { slow_ranks = [5000000000L]; };\n", ":1: key 'inject.slow_ranks'", "got inject.slow_ranks[0] = 5000000000");
+    EXPECT_ERROR("inject = { slow_ranks = (0, 1.0); };\n", ":1: key 'inject.slow_ranks': expected integers, got a float 1.0 at index 1");
+    EXPECT_ERROR("inject = { slow_ranks = 1; };\n", ":1: key 'inject.slow_ranks': expected a list of integers such as [1, 3], got an integer 1");
+    static char text[4096];
+    int w = snprintf(text, sizeof text, "p = 1000;\ninject = { slow_ranks = [");
+    for (int i = 0; i <= CFG_MAX_SLOW; i++) w += snprintf(text + w, sizeof text - w, "%s%d", i ? ", " : "", i);
+    snprintf(text + w, sizeof text - w, "]; };\n");
+    EXPECT_ERROR(text, ":2: key 'inject.slow_ranks': expected at most 256 worker ranks, got 257");
+    /* the limits are fine; delays of 0 ms with slow workers are allowed (nothing is delayed) */
+    w = snprintf(text, sizeof text, "p = 1000;\niterations = 50;\ninject = { fail_rank = 999; fail_step = 49; random_slow = 1.0; slow_ranks = [");
+    for (int i = 0; i < CFG_MAX_SLOW; i++) w += snprintf(text + w, sizeof text - w, "%s%d", i ? ", " : "", 3 * i + 1);
+    snprintf(text + w, sizeof text - w, "]; };\n");
+    ck_assert_msg(load_text(text, NULL, 0) == 0, "%s", err);
+    ck_assert_int_eq(e.inject.n_slow_ranks, CFG_MAX_SLOW);
+    ck_assert_int_eq(e.inject.slow_ranks[CFG_MAX_SLOW - 1], 3 * (CFG_MAX_SLOW - 1) + 1);
+    ck_assert_int_eq(e.inject.fail_rank, 999);
+    ck_assert_int_eq(e.inject.fail_step, 49);
+    ck_assert_close(e.inject.delay_ms, 0.0, 0);
+    ck_assert_close(e.inject.random_slow, 1.0, 0);
+    ck_assert_msg(load_text("p = 2;\ninject = { slow_ranks = [0, 1]; random_slow = 0.5; delay_ms = 0; };\n", NULL, 0) == 0, "%s", err);
+}
+END_TEST
+
+START_TEST(test_inject_set) {
+    char *sets[] = {"inject.slow_ranks=[1,2]", "inject.delay_ms=12.5", "inject.delay_dist=exponential", "p=3"};
+    ck_assert_msg(load_text("inject = { slow_ranks = [0]; random_slow = 0.25; };\n", sets, 4) == 0, "%s", err);
+    ck_assert_int_eq(e.inject.n_slow_ranks, 2);
+    ck_assert_int_eq(e.inject.slow_ranks[0], 1);
+    ck_assert_int_eq(e.inject.slow_ranks[1], 2);
+    ck_assert_close(e.inject.delay_ms, 12.5, 0);
+    ck_assert_int_eq(e.inject.delay_dist, DELAY_EXPONENTIAL);
+    ck_assert_close(e.inject.random_slow, 0.25, 0); /* the file's, untouched by the group's other keys */
+    ck_assert_str_eq(config_where("inject.slow_ranks"), "--set inject.slow_ranks=[1,2]");
+    ck_assert_msg(strstr(config_where("inject.random_slow"), ":1"), "%s", config_where("inject.random_slow"));
+    /* a whole group, an empty list, and the remaining method keys */
+    char *sets2[] = {"inject={slow_ranks=(); fail_rank=0; fail_step=5;}", "servers=3", "synchronous=true",
+                     "gossip_order=fresh", "comm_timeout_s=2", "method=ps", "backups=0"};
+    ck_assert_msg(load_text("inject = { slow_ranks = [0]; };\n", sets2, 7) == 0, "%s", err);
+    ck_assert_int_eq(e.inject.n_slow_ranks, 0);
+    ck_assert_int_eq(e.inject.slow_ranks[0], 0);
+    ck_assert_int_eq(e.inject.fail_rank, 0);
+    ck_assert_int_eq(e.inject.fail_step, 5);
+    ck_assert_int_eq(e.servers, 3);
+    ck_assert_int_eq(e.synchronous, 1);
+    ck_assert_int_eq(e.gossip_order, GOSSIP_FRESH);
+    ck_assert_close(e.comm_timeout_s, 2.0, 0);
+    ck_assert_int_eq(e.method, METHOD_PS);
+    /* errors name the override */
+    EXPECT_SET_ERROR("p = 2;\n", "inject.slow_ranks=[1,2]",
+                     "--set inject.slow_ranks=[1,2]: key 'inject.slow_ranks': expected each worker rank in [0, p (2)), got inject.slow_ranks[1] = 2");
+    EXPECT_SET_ERROR("", "inject.delay_dist=gamma",
+                     "--set inject.delay_dist=gamma: key 'inject.delay_dist': expected one of \"fixed\", \"exponential\", \"lognormal\", got a string \"gamma\"");
+    EXPECT_SET_ERROR("", "inject.slow_ranks=[1,", "--set inject.slow_ranks=[1,: key 'inject.slow_ranks': cannot read",
+                     "expected a strictly increasing list of integers, each >= 0 and < p");
+    EXPECT_SET_ERROR("", "slow_ranks=[0]", "unknown key 'slow_ranks'; did you mean 'inject.slow_ranks'?");
+    EXPECT_SET_ERROR("", "injct.delay_ms=1", "unknown key 'injct.delay_ms'; did you mean 'inject.delay_ms'?");
+    EXPECT_SET_ERROR("", "num_servers=2", "unknown key 'num_servers'; did you mean 'servers'?");
+    EXPECT_SET_ERROR("", "backup_workers=1", "unknown key 'backup_workers'; did you mean 'backups'?");
+}
+END_TEST
+
 START_TEST(test_enums_and_unbuilt) {
-    EXPECT_ERROR("b = 8;\nmethod = \"ps\";\n", ":2: method = \"ps\" is not built yet (planned); built methods: allreduce");
-    EXPECT_ERROR("method = \"easgd\";\n", "method = \"easgd\" is not built yet (planned); built methods: allreduce");
+    EXPECT_ERROR("b = 8;\nmethod = \"gossip_pull\";\n",
+                 ":2: method = \"gossip_pull\" is not built yet (planned); built methods: allreduce, ps, easgd, backup");
+    EXPECT_ERROR("method = \"gossip_push\";\n", ":1: method = \"gossip_push\" is not built yet (planned)");
+    /* the parameter-server methods load */
+    ck_assert_msg(load_text("method = \"ps\";\n", NULL, 0) == 0, "%s", err);
+    ck_assert_int_eq(e.method, METHOD_PS);
+    ck_assert_msg(load_text("method = \"easgd\";\nsynchronous = true;\n", NULL, 0) == 0, "%s", err);
+    ck_assert_int_eq(e.method, METHOD_EASGD);
+    ck_assert_msg(load_text("method = \"backup\";\np = 4;\nbackups = 3;\n", NULL, 0) == 0, "%s", err);
+    ck_assert_int_eq(e.method, METHOD_BACKUP);
+    ck_assert_int_eq(e.backups, 3);
+    EXPECT_ERROR("gossip_order = \"sideways\";\n", ":1: key 'gossip_order': expected one of \"stale\", \"fresh\", got a string \"sideways\"");
+    EXPECT_ERROR("b = 8;\ninject = { delay_dist = \"gamma\"; };\n",
+                 ":2: key 'inject.delay_dist': expected one of \"fixed\", \"exponential\", \"lognormal\", got a string \"gamma\"");
+    ck_assert_msg(load_text("inject = { delay_dist = \"exponential\"; };\ngossip_order = \"fresh\";\n", NULL, 0) == 0, "%s", err);
+    ck_assert_int_eq(e.inject.delay_dist, DELAY_EXPONENTIAL);
+    ck_assert_int_eq(e.gossip_order, GOSSIP_FRESH);
     EXPECT_ERROR("method = \"sgd\";\n", ":1: key 'method': expected one of \"allreduce\", \"ps\", \"easgd\", \"gossip_pull\", \"gossip_push\", \"backup\", got a string \"sgd\"");
     EXPECT_ERROR("device = \"cuda\";\n", ":1: device = \"cuda\" is not built yet (GPU backend is planned); built devices: cpu");
     EXPECT_ERROR("device = \"tpu\";\n", ":1: key 'device': expected one of \"cpu\", \"cuda\", got a string \"tpu\"");
@@ -351,6 +501,18 @@ START_TEST(test_enums_and_unbuilt) {
     ck_assert_str_eq(method_name(METHOD_GOSSIP_PUSH), "gossip_push");
     ck_assert_str_eq(schedule_name(SCHED_CONSTANT), "constant");
     ck_assert_str_eq(stem_name(STEM_IMAGENET), "imagenet");
+    ck_assert_str_eq(gossip_order_name(GOSSIP_STALE), "stale");
+    ck_assert_str_eq(gossip_order_name(GOSSIP_FRESH), "fresh");
+    ck_assert_str_eq(delay_dist_name(DELAY_FIXED), "fixed");
+    ck_assert_str_eq(delay_dist_name(DELAY_EXPONENTIAL), "exponential");
+    ck_assert_str_eq(delay_dist_name(DELAY_LOGNORMAL), "lognormal");
+    ck_assert_str_eq(delay_dist_name((delay_dist_kind)7), "?");
+    ck_assert_int_eq(method_has_servers(METHOD_PS), 1);
+    ck_assert_int_eq(method_has_servers(METHOD_EASGD), 1);
+    ck_assert_int_eq(method_has_servers(METHOD_BACKUP), 1);
+    ck_assert_int_eq(method_has_servers(METHOD_ALLREDUCE), 0);
+    ck_assert_int_eq(method_has_servers(METHOD_GOSSIP_PULL), 0);
+    ck_assert_int_eq(method_has_servers(METHOD_GOSSIP_PUSH), 0);
 }
 END_TEST
 
@@ -377,9 +539,9 @@ END_TEST
 START_TEST(test_set_overrides) {
     char *sets[] = {"alpha.base=0.05", "output=runs/x.h5", "method=allreduce", "overwrite=true",
                     "model.stem=cifar", "alpha.steps=[10, 20]", "seed=7", " momentum = 0.5 ", "eval={every=5;}"};
-    ck_assert_msg(load_text("method = \"ps\";\nb = 0;\n", sets, 9) == EXIT_BADINPUT, "file b = 0 must still fail");
+    ck_assert_msg(load_text("method = \"gossip_pull\";\nb = 0;\n", sets, 9) == EXIT_BADINPUT, "file b = 0 must still fail");
     ck_assert_msg(strstr(err, ":2: key 'b'"), "%s", err);
-    ck_assert_msg(load_text("method = \"ps\";\nalpha = { base = 0.3; };\n", sets, 9) == 0, "%s", err);
+    ck_assert_msg(load_text("method = \"gossip_pull\";\nalpha = { base = 0.3; };\n", sets, 9) == 0, "%s", err);
     ck_assert_close(e.alpha.base, 0.05, 0);
     ck_assert_str_eq(e.output, "runs/x.h5");
     ck_assert_int_eq(e.method, METHOD_ALLREDUCE); /* the override repairs the file's unbuilt method */
@@ -414,7 +576,7 @@ START_TEST(test_set_errors) {
     EXPECT_SET_ERROR("", "b", "--set b: expected KEY=VALUE");
     EXPECT_SET_ERROR("", "=3", "--set =3: empty KEY");
     EXPECT_SET_ERROR("", "b=1; p=2", "--set b=1; p=2: key 'b': cannot read '1; p=2'");
-    EXPECT_SET_ERROR("", "method=ps", "--set method=ps: method = \"ps\" is not built yet (planned)");
+    EXPECT_SET_ERROR("", "method=gossip_pull", "--set method=gossip_pull: method = \"gossip_pull\" is not built yet (planned)");
     EXPECT_SET_ERROR("", "method=foo", "--set method=foo: key 'method': expected one of", "got a string \"foo\"");
     EXPECT_SET_ERROR("", "alpha=0.1", "--set alpha=0.1: key 'alpha': expected a group");
     EXPECT_SET_ERROR("", "alpha={bse=1;}", "--set alpha={bse=1;}: unknown key 'alpha.bse'; did you mean 'alpha.base'?");
@@ -457,6 +619,24 @@ START_TEST(test_round_trip) {
     round_trip("", sets, 9);
     ck_assert_str_eq(e.data.train_images, "we\"ird\\path\n\twith\x01" "ctl");
     ck_assert_str_eq(e.output, "runs/a.b+c-d.h5");
+    /* the method keys and the inject group: lists, enums, a fail rank */
+    char *sets2[] = {"p=2000", "method=backup", "backups=1999", "servers=64", "synchronous=true", "gossip_order=fresh",
+                     "comm_timeout_s=0.001", "inject.slow_ranks=[0, 7, 1999]", "inject.delay_ms=1e-3",
+                     "inject.delay_dist=lognormal", "inject.random_slow=0.3333333333333333", "inject.fail_rank=1999",
+                     "inject.fail_step=999"};
+    round_trip("", sets2, 13);
+    ck_assert_int_eq(e.inject.n_slow_ranks, 3);
+    ck_assert_int_eq(e.inject.slow_ranks[2], 1999);
+    ck_assert_int_eq(e.inject.delay_dist, DELAY_LOGNORMAL);
+    /* the longest slow_ranks list */
+    static char list[4096];
+    int w = snprintf(list, sizeof list, "inject.slow_ranks=[");
+    for (int i = 0; i < CFG_MAX_SLOW; i++) w += snprintf(list + w, sizeof list - w, "%s%d", i ? ", " : "", 1000000 + 7 * i);
+    snprintf(list + w, sizeof list - w, "]");
+    char *sets3[] = {"p=2000000000", list};
+    round_trip("", sets3, 2);
+    ck_assert_int_eq(e.inject.n_slow_ranks, CFG_MAX_SLOW);
+    ck_assert_int_eq(e.inject.slow_ranks[CFG_MAX_SLOW - 1], 1000000 + 7 * (CFG_MAX_SLOW - 1));
 }
 END_TEST
 
@@ -468,6 +648,11 @@ START_TEST(test_to_text_sizes) {
     memset(w.name, 'n', sizeof w.name - 1);
     char *fields[] = {w.data.train_images, w.data.train_labels, w.data.val_images, w.data.val_labels, w.output, w.source};
     for (int i = 0; i < 6; i++) { memset(fields[i], 1, CFG_PATH_MAX - 1); fields[i][CFG_PATH_MAX - 1] = 0; }
+    /* and every list full of the widest numbers */
+    w.alpha.n_steps = CFG_MAX_STEPS;
+    for (int i = 0; i < CFG_MAX_STEPS; i++) w.alpha.steps[i] = LONG_MIN;
+    w.inject.n_slow_ranks = CFG_MAX_SLOW;
+    for (int i = 0; i < CFG_MAX_SLOW; i++) w.inject.slow_ranks[i] = INT_MIN;
     int n = config_to_text(&w, buf, sizeof buf);
     ck_assert_int_eq(n, (int)strlen(buf));
     ck_assert_int_lt(n, CFG_TEXT_MAX - 1);
@@ -485,6 +670,36 @@ START_TEST(test_check_world) {
     ck_assert_int_eq(config_check_world(&e, 4, err, sizeof err), 0);
     ck_assert_int_eq(config_check_world(&e, 2, err, sizeof err), EXIT_BADINPUT);
     ck_assert_msg(strstr(err, path) && strstr(err, "p = 4") && strstr(err, "started 2"), "%s", err);
+    ck_assert_int_eq(config_world_size(&e), 4);
+
+    /* allreduce: the world is p; the message keeps its shape and names the line of p */
+    ck_assert_int_eq(load_text("b = 8;\np = 4;\nservers = 3;\n", NULL, 0), 0);
+    ck_assert_int_eq(config_world_size(&e), 4); /* servers is ignored without servers */
+    ck_assert_int_eq(config_check_world(&e, 4, err, sizeof err), 0);
+    ck_assert_int_eq(config_check_world(&e, 7, err, sizeof err), EXIT_BADINPUT);
+    char want[1024];
+    snprintf(want, sizeof want, "%s:2: key 'p': the experiment asks for p = 4 worker ranks but MPI started 7; "
+             "run mpiexec -n 4, or set p = 7 (--set p=7)", path);
+    ck_assert_str_eq(err, want);
+
+    /* ps, easgd, backup: p + servers */
+    ck_assert_int_eq(load_text("method = \"ps\";\np = 4;\n", NULL, 0), 0);
+    ck_assert_int_eq(config_world_size(&e), 5);
+    ck_assert_int_eq(config_check_world(&e, 5, err, sizeof err), 0);
+    ck_assert_int_eq(config_check_world(&e, 4, err, sizeof err), EXIT_BADINPUT);
+    snprintf(want, sizeof want, "%s:2: key 'p': method 'ps' runs on p + servers = 4 + 1 = 5 MPI ranks but MPI started 4; "
+             "run mpiexec -n 5, or change p or servers", path);
+    ck_assert_str_eq(err, want);
+    char *sets[] = {"servers=3"};
+    ck_assert_int_eq(load_text("method = \"easgd\";\np = 2;\n", sets, 1), 0);
+    ck_assert_int_eq(config_world_size(&e), 5);
+    ck_assert_int_eq(config_check_world(&e, 2, err, sizeof err), EXIT_BADINPUT);
+    ck_assert_msg(strstr(err, "method 'easgd' runs on p + servers = 2 + 3 = 5 MPI ranks but MPI started 2; run mpiexec -n 5"), "%s", err);
+    ck_assert_int_eq(load_text("method = \"backup\";\np = 8;\nbackups = 2;\nservers = 2;\n", NULL, 0), 0);
+    ck_assert_int_eq(config_world_size(&e), 10);
+    ck_assert_int_eq(config_check_world(&e, 10, err, sizeof err), 0);
+    ck_assert_int_eq(load_text("method = \"allreduce\";\np = 3;\n", NULL, 0), 0);
+    ck_assert_int_eq(config_world_size(&e), 3);
 }
 END_TEST
 
@@ -517,7 +732,7 @@ static int table_keys(char keys[][64], int max) {
 START_TEST(test_print_keys_and_table) {
     char keys[64][64];
     int nk = table_keys(keys, 64);
-    ck_assert_int_eq(nk, 32);
+    ck_assert_int_eq(nk, 43);
     char *help = capture(print_keys_, NULL);
     for (int i = 0; i < nk; i++) {
         char k[80];
@@ -525,7 +740,10 @@ START_TEST(test_print_keys_and_table) {
         ck_assert_msg(strstr(help, k), "--help lacks key %s", keys[i]);
     }
     ck_assert_ptr_nonnull(strstr(help, "in [0, 1)"));
-    ck_assert_ptr_nonnull(strstr(help, "allreduce (planned: ps, easgd, gossip_pull, gossip_push, backup)"));
+    ck_assert_ptr_nonnull(strstr(help, "allreduce, ps, easgd, backup (planned: gossip_pull, gossip_push)"));
+    ck_assert_ptr_nonnull(strstr(help, "strictly increasing, each in [0, p), at most 256"));
+    ck_assert_ptr_nonnull(strstr(help, "strictly increasing, each in [1, iterations), at most 32"));
+    ck_assert_ptr_nonnull(strstr(help, "300.0")); /* comm_timeout_s: not 3e+02 */
     free(help);
 
     char *sets[] = {"alpha.base=0.05"};
@@ -588,6 +806,9 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_string_too_long);
     tcase_add_test(tc, test_out_of_range);
     tcase_add_test(tc, test_steps_and_cross_keys);
+    tcase_add_test(tc, test_method_keys_ranges);
+    tcase_add_test(tc, test_inject_ranges);
+    tcase_add_test(tc, test_inject_set);
     tcase_add_test(tc, test_enums_and_unbuilt);
     tcase_add_test(tc, test_include);
     tcase_add_test(tc, test_set_overrides);

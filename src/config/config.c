@@ -38,7 +38,8 @@ typedef enum {
     KT_STRING, /* char[] field, libconfig string */
     KT_ENUM,   /* enum field (int), libconfig string naming one of names[] (index = enum value) */
     KT_CHOICE, /* char[] field, libconfig string naming one of names[] */
-    KT_STEPS,  /* long[CFG_MAX_STEPS] + int count, libconfig array or list of integers */
+    KT_LIST,   /* long[] or int[] (elem_int) + int count, libconfig array or list of integers,
+                  strictly increasing, each in [ilo, hi_key) */
 } key_type;
 
 /* String checks (KT_STRING). */
@@ -49,9 +50,14 @@ typedef struct {
     key_type type;
     size_t off;       /* offset of the field in experiment */
     size_t size;      /* sizeof the field (strings: capacity including the NUL) */
-    size_t off_n;     /* KT_STEPS: offset of the element count */
+    size_t off_n;     /* KT_LIST: offset of the element count */
+    int elem_int;     /* KT_LIST: the elements are int (else long) */
+    int n_max;        /* KT_LIST: capacity of the array */
+    /* KT_LIST, for messages: one element, several, what they count, and a note added when an
+     * element equals the (open) upper bound: "step", "steps", "iterations". */
+    const char *elem, *elems, *values, *hi_note;
     int u64;          /* KT_INT64: the field is uint64_t (seed), else long */
-    /* Integer range [ilo, ihi] (KT_INT, KT_INT64, KT_STEPS elements). */
+    /* Integer range [ilo, ihi] (KT_INT, KT_INT64, KT_LIST elements). */
     long long ilo, ihi;
     /* Float range (KT_FLOAT): lo < or <= x < or <= hi; has_* = 0 means unbounded. */
     int has_lo, lo_open, has_hi, hi_open;
@@ -79,6 +85,8 @@ static const char *const stem_names[] = {"cifar", "imagenet"}; /* order of stem_
 static const char *const arch_names[] = {"resnet18", "linear"}; /* order of arch_kind */
 static const char *const format_names[] = {"idx"};
 static const char *const device_names[] = {"cpu", "cuda"};
+static const char *const gossip_order_names[] = {"stale", "fresh"};                  /* order of gossip_order_kind */
+static const char *const delay_dist_names[] = {"fixed", "exponential", "lognormal"}; /* order of delay_dist_kind */
 
 #define NNAMES(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define FSIZE(f) sizeof(((experiment *)0)->f)
@@ -107,6 +115,13 @@ static const char *const device_names[] = {"cpu", "cuda"};
       .dflt_s = d, .names = nm, .n_names = NNAMES(nm), .built = blt, .planned = pl,            \
       .noun = nn, .unit = "", .doc = doc_ }
 
+/* A strictly increasing list of integers, each in [l, hk) (hk: another integer key). */
+#define K_LIST(k, f, fn, ei, l, hk, el, els, vals, note, u, doc_)                               \
+    { .key = k, .type = KT_LIST, .off = offsetof(experiment, f), .size = FSIZE(f),             \
+      .off_n = offsetof(experiment, fn), .elem_int = ei, .n_max = (int)(FSIZE(f) / FSIZE(f[0])), \
+      .ilo = l, .ihi = LLONG_MAX, .hi_key = hk, .hi_open = 1, .elem = el, .elems = els,        \
+      .values = vals, .hi_note = note, .unit = u, .doc = doc_ }
+
 #define FASHION "/usr/share/datasets/fashion-mnist/"
 
 /* Defaults are the paper's (Jin et al. 2016 §4.2): α = 0.1, Nesterov µ = 0.9, λ = 1e-4,
@@ -117,10 +132,11 @@ static const key_def keys[] = {
     { .key = "seed", .type = KT_INT64, .off = offsetof(experiment, seed), .size = FSIZE(seed), .u64 = 1,
       .dflt = 1, .ilo = 0, .ihi = LLONG_MAX, .unit = "",
       .doc = "seeds the initialisation and the per-epoch permutation of the training set" },
-    K_ENUM("method", method, METHOD_ALLREDUCE, method_names, 1u << METHOD_ALLREDUCE, "planned",
+    K_ENUM("method", method, METHOD_ALLREDUCE, method_names,
+           1u << METHOD_ALLREDUCE | 1u << METHOD_PS | 1u << METHOD_EASGD | 1u << METHOD_BACKUP, "planned",
            "methods", "distributed SGD method (Jin et al. 2016 §3; backup: Chen et al. 2016)"),
     K_INT("p", p, 1, 1, INT_MAX, "ranks",
-          "worker ranks; must equal the MPI world size (mpiexec -n p)"),
+          "worker ranks; the MPI world is p ranks, p + servers for ps, easgd and backup"),
     K_INT("b", b, 32, 1, INT_MAX, "samples",
           "per-node minibatch; the aggregate minibatch is m = p*b"),
     K_INT64("iterations", iterations, 1000, 1, "iterations", "SGD steps per node"),
@@ -128,10 +144,9 @@ static const key_def keys[] = {
             "base learning rate α_0 (after warm-up, before the schedule)"),
     K_ENUM("alpha.schedule", alpha.schedule, SCHED_STEP, schedule_names, 0x7u, NULL, "schedules",
            "learning-rate schedule: step (×factor at each of steps), constant, cosine (decay to 0)"),
-    { .key = "alpha.steps", .type = KT_STEPS, .off = offsetof(experiment, alpha.steps),
-      .size = FSIZE(alpha.steps), .off_n = offsetof(experiment, alpha.n_steps), .ilo = 1,
-      .ihi = LLONG_MAX, .hi_key = "iterations", .hi_open = 1, .unit = "iterations",
-      .doc = "the step schedule multiplies α by factor once this many iterations are done" },
+    K_LIST("alpha.steps", alpha.steps, alpha.n_steps, 0, 1, "iterations", "step", "steps", "iterations",
+           " (a step at the last iteration would never take effect)", "iterations",
+           "the step schedule multiplies α by factor once this many iterations are done"),
     K_FLOAT("alpha.factor", alpha.factor, 0.1, 1, 1, 0, 1, 0, 1, "",
             "multiplier of α at each step of the step schedule"),
     { .key = "alpha.warmup", .type = KT_INT64, .off = offsetof(experiment, alpha.warmup),
@@ -144,6 +159,33 @@ static const key_def keys[] = {
             "L2 weight decay λ (added to the gradient as λ·w)"),
     K_INT("tau", tau, 10, 1, INT_MAX, "iterations", "EASGD communication period τ (used by easgd)"),
     K_FLOAT("beta", beta, 0.8, 1, 1, 0, 1, 0, 1, "", "EASGD moving rate β = p·a (used by easgd)"),
+    K_INT("servers", servers, 1, 1, 64, "ranks",
+          "parameter-server ranks (ps, easgd, backup), started after the p workers; parameters are sharded over them"),
+    { .key = "backups", .type = KT_INT, .off = offsetof(experiment, backups), .size = FSIZE(backups),
+      .dflt = 0, .ilo = 0, .ihi = INT_MAX, .hi_key = "p", .hi_open = 1, .unit = "ranks",
+      .doc = "backup workers (backup, Chen et al. 2016): each step aggregates the first N = p - backups gradients" },
+    K_BOOL("synchronous", synchronous, 0,
+           "easgd, gossip_pull, gossip_push: the synchronous form (all nodes exchange in lock-step)"),
+    K_ENUM("gossip_order", gossip_order, GOSSIP_STALE, gossip_order_names, 0x3u, NULL, "orders",
+           "gossip (Jin et al. §6.2): stale = gradient step and gossip from the same θ; fresh = gradient step first, then gossip"),
+    K_FLOAT("comm_timeout_s", comm_timeout_s, 300, 1, 1, 0, 0, 0, 0, "s",
+            "a synchronous wait (all-reduce, server reply) longer than this stops every rank with an error instead of hanging"),
+    K_LIST("inject.slow_ranks", inject.slow_ranks, inject.n_slow_ranks, 1, 0, "p", "worker rank", "worker ranks",
+           "worker ranks", " (workers are numbered 0 to p-1)", "ranks",
+           "workers delayed on every step (by a delay drawn from delay_dist with mean delay_ms)"),
+    K_FLOAT("inject.delay_ms", inject.delay_ms, 0, 1, 0, 0, 0, 0, 0, "ms",
+            "mean extra time of a delayed step (slept, not computed); 0: no delays"),
+    K_ENUM("inject.delay_dist", inject.delay_dist, DELAY_FIXED, delay_dist_names, 0x7u, NULL, "distributions",
+           "distribution of each delay: fixed (delay_ms), exponential (mean delay_ms), lognormal (σ = 1, mean delay_ms)"),
+    K_FLOAT("inject.random_slow", inject.random_slow, 0, 1, 0, 0, 1, 0, 1, "",
+            "probability that, on each step, one worker drawn uniformly (the same on every rank) is delayed"),
+    { .key = "inject.fail_rank", .type = KT_INT, .off = offsetof(experiment, inject.fail_rank),
+      .size = FSIZE(inject.fail_rank), .dflt = -1, .ilo = -1, .ihi = INT_MAX, .hi_key = "p", .hi_open = 1,
+      .unit = "", .doc = "worker that stops for good at fail_step (a simulated failure); -1: none" },
+    { .key = "inject.fail_step", .type = KT_INT64, .off = offsetof(experiment, inject.fail_step),
+      .size = FSIZE(inject.fail_step), .dflt = 0, .ilo = 0, .ihi = LLONG_MAX, .hi_key = "iterations",
+      .hi_open = 1, .unit = "iterations",
+      .doc = "0-based step at which fail_rank stops (it completes fail_step steps)" },
     K_ENUM("model.arch", model.arch, ARCH_RESNET18, arch_names, 0x3u, NULL, "architectures",
            "network: resnet18, or linear (multinomial logistic regression, for fast tests)"),
     K_INT("model.width", model.width, 64, 1, 1024, "channels",
@@ -184,6 +226,7 @@ static const struct { const char *alias, *key; } aliases[] = {
     {"minibatch", "b"},         {"workers", "p"},                {"ranks", "p"},
     {"np", "p"},                {"world_size", "p"},             {"gamma", "alpha.factor"},
     {"lr_steps", "alpha.steps"}, {"milestones", "alpha.steps"},  {"iters", "iterations"},
+    {"num_servers", "servers"}, {"backup_workers", "backups"},
 };
 
 #define FIELD(e, d, T) ((T *)((char *)(e) + (d)->off))
@@ -206,13 +249,14 @@ static int key_is_group(const char *path) {
     return 0;
 }
 
-/* Shortest "%.*g" that reads back to exactly x, always with a '.' or an exponent so libconfig
- * reads it as a float. */
+/* Shortest "%.*g" that reads back to exactly x (whole numbers below 1e15 without an exponent),
+ * always with a '.' or an exponent so libconfig reads it as a float. */
 static void fmt_double(char *buf, size_t n, double x) {
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, n, "%.*g", prec, x);
         if (strtod(buf, NULL) == x) break;
     }
+    if (strchr(buf, 'e') && x == floor(x) && fabs(x) < 1e15) snprintf(buf, n, "%.0f", x); /* 300, not 3e+02 */
     if (!strpbrk(buf, ".eEni")) { /* "1" -> "1.0"; leave inf/nan alone */
         size_t l = strlen(buf);
         if (l + 3 <= n) memcpy(buf + l, ".0", 3);
@@ -270,6 +314,17 @@ static void set_int(const key_def *d, experiment *e, long long v) {
     else *FIELD(e, d, long) = (long)v;
 }
 
+/* KT_LIST: the element count, and element i (int or long) as a long long. */
+static int *list_n(const key_def *d, experiment *e) { return (int *)((char *)e + d->off_n); }
+static int list_len(const key_def *d, const experiment *e) { return *(const int *)((const char *)e + d->off_n); }
+static long long list_get(const key_def *d, const experiment *e, int i) {
+    return d->elem_int ? (long long)CFIELD(e, d, int)[i] : (long long)CFIELD(e, d, long)[i];
+}
+static void list_set(const key_def *d, experiment *e, int i, long long v) {
+    if (d->elem_int) FIELD(e, d, int)[i] = (int)v;
+    else FIELD(e, d, long)[i] = (long)v;
+}
+
 /* The value of key d in e as libconfig text ("0.1", "\"dsgd\"", "[100, 200]", "true"). */
 static void value_text(const key_def *d, const experiment *e, char *buf, size_t n) {
     size_t len = 0;
@@ -288,13 +343,12 @@ static void value_text(const key_def *d, const experiment *e, char *buf, size_t 
         put_quoted(buf, n, &len, v >= 0 && v < d->n_names ? d->names[v] : "?");
         break;
     }
-    case KT_STEPS: {
-        const long *s = CFIELD(e, d, long);
-        int ns = *(const int *)((const char *)e + d->off_n), wide = 0;
-        for (int i = 0; i < ns; i++) wide |= s[i] > INT_MAX || s[i] < INT_MIN;
+    case KT_LIST: {
+        int ns = list_len(d, e), wide = 0;
+        for (int i = 0; i < ns; i++) wide |= list_get(d, e, i) > INT_MAX || list_get(d, e, i) < INT_MIN;
         put(buf, n, &len, "[");
         /* libconfig arrays are homogeneous: all with L or none */
-        for (int i = 0; i < ns; i++) put(buf, n, &len, "%s%ld%s", i ? ", " : "", s[i], wide ? "L" : "");
+        for (int i = 0; i < ns; i++) put(buf, n, &len, "%s%lld%s", i ? ", " : "", list_get(d, e, i), wide ? "L" : "");
         put(buf, n, &len, "]");
         break;
     }
@@ -314,9 +368,9 @@ static void expect_text(const key_def *d, const experiment *e, char *buf, size_t
     switch (d->type) {
     case KT_INT:
     case KT_INT64:
-    case KT_STEPS: {
+    case KT_LIST: {
         long long hi = d->ihi;
-        const char *what = d->type == KT_STEPS ? "a strictly increasing list of integers, each" : "an integer";
+        const char *what = d->type == KT_LIST ? "a strictly increasing list of integers, each" : "an integer";
         if (d->hi_key) {
             const key_def *h = key_find(d->hi_key);
             if (e) put(buf, n, &len, "%s >= %lld and %s %s (%lld)", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key, get_int(h, e));
@@ -407,7 +461,7 @@ static int edit_distance(const char *a, const char *b) {
  * component ("base" -> "alpha.base"), else the nearest by edit distance when it is small
  * (≤ 3 and ≤ half the length), else a known alias ("lr" -> "alpha.base"). */
 static const char *key_suggest(const char *unknown) {
-    static const char *const groups[] = {"alpha", "model", "data", "eval"};
+    static const char *const groups[] = {"alpha", "inject", "model", "data", "eval"};
     /* the right name in the wrong group (or at the top level) first: an exact hit */
     const char *last = strrchr(unknown, '.');
     last = last ? last + 1 : unknown;
@@ -661,13 +715,13 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
             }
         return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
     }
-    case KT_STEPS: {
+    case KT_LIST: {
         if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST)
-            return oerr(err, errlen, o, "key '%s': expected a list of integers such as [30000, 60000], got %s", d->key, got);
+            return oerr(err, errlen, o, "key '%s': expected a list of integers such as %s, got %s", d->key,
+                        d->elem_int ? "[1, 3]" : "[30000, 60000]", got);
         int ns = config_setting_length(s);
-        if (ns > CFG_MAX_STEPS)
-            return oerr(err, errlen, o, "key '%s': expected at most %d steps, got %d", d->key, CFG_MAX_STEPS, ns);
-        long *steps = FIELD(e, d, long);
+        if (ns > d->n_max)
+            return oerr(err, errlen, o, "key '%s': expected at most %d %s, got %d", d->key, d->n_max, d->elems, ns);
         for (int i = 0; i < ns; i++) {
             const config_setting_t *el = config_setting_get_elem(s, (unsigned)i);
             int et = config_setting_type(el);
@@ -675,10 +729,13 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
                 found_text(el, got, sizeof got);
                 return oerr(err, errlen, o, "key '%s': expected integers, got %s at index %d", d->key, got, i);
             }
-            steps[i] = (long)config_setting_get_int64(el);
+            long long v = config_setting_get_int64(el);
+            if (d->elem_int && (v < INT_MIN || v > INT_MAX))
+                return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %lld", d->key, want, d->key, i, v);
+            list_set(d, e, i, v);
         }
-        for (int i = ns; i < CFG_MAX_STEPS; i++) steps[i] = 0;
-        *(int *)((char *)e + d->off_n) = ns;
+        for (int i = ns; i < d->n_max; i++) list_set(d, e, i, 0);
+        *list_n(d, e) = ns;
         return 0;
     }
     }
@@ -835,18 +892,18 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         return oerr(err, errlen, o, "%s = \"%s\" is not built yet (%s); built %s: %s", d->key,
                     d->names[idx], d->planned ? d->planned : "planned", d->noun, built);
     }
-    case KT_STEPS: {
-        const long *s = CFIELD(e, d, long);
-        int ns = *(const int *)((const char *)e + d->off_n);
+    case KT_LIST: {
+        int ns = list_len(d, e);
         long long hi = get_int(key_find(d->hi_key), e);
         for (int i = 0; i < ns; i++) {
-            if (i > 0 && s[i] <= s[i - 1])
-                return oerr(err, errlen, o, "key '%s': expected strictly increasing iterations, got %s[%d] = %ld %s %s[%d] = %ld",
-                            d->key, d->key, i, s[i], s[i] == s[i - 1] ? "repeating" : "after", d->key, i - 1, s[i - 1]);
-            if (s[i] < d->ilo || s[i] > hi - (d->hi_open ? 1 : 0))
-                return oerr(err, errlen, o, "key '%s': expected each step in [%lld, %s (%lld)%c, got %s[%d] = %ld%s",
-                            d->key, d->ilo, d->hi_key, hi, d->hi_open ? ')' : ']', d->key, i, s[i],
-                            d->hi_open && s[i] == hi ? " (a step at the last iteration would never take effect)" : "");
+            long long x = list_get(d, e, i), prev = i > 0 ? list_get(d, e, i - 1) : 0;
+            if (i > 0 && x <= prev)
+                return oerr(err, errlen, o, "key '%s': expected strictly increasing %s, got %s[%d] = %lld %s %s[%d] = %lld",
+                            d->key, d->values, d->key, i, x, x == prev ? "repeating" : "after", d->key, i - 1, prev);
+            if (x < d->ilo || x > hi - (d->hi_open ? 1 : 0))
+                return oerr(err, errlen, o, "key '%s': expected each %s in [%lld, %s (%lld)%c, got %s[%d] = %lld%s",
+                            d->key, d->elem, d->ilo, d->hi_key, hi, d->hi_open ? ')' : ']', d->key, i, x,
+                            d->hi_open && x == hi && d->hi_note ? d->hi_note : "");
         }
         return 0;
     }
@@ -870,7 +927,7 @@ void config_defaults(experiment *e) {
         case KT_FLOAT: *FIELD(e, d, double) = d->dflt; break;
         case KT_STRING:
         case KT_CHOICE: set_string(d, e, d->dflt_s); break;
-        case KT_STEPS: *(int *)((char *)e + d->off_n) = 0; break;
+        case KT_LIST: *list_n(d, e) = 0; break;
         }
     }
 }
@@ -931,7 +988,11 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
         st = apply_override(e, origins, sets[i], err, errlen);
     }
 
-    /* Pass 3: ranges, built-ness, cross-key constraints, derived defaults. */
+    /* Pass 3: ranges, built-ness, cross-key constraints, derived defaults. The cross-key
+     * constraints are ranges bounded by another key (hi_key): backups < p (so backup's
+     * N = p - backups >= 1), inject.fail_rank < p, inject.slow_ranks[i] < p, inject.fail_step <
+     * iterations, alpha.steps < iterations, alpha.warmup < iterations. inject.delay_ms = 0 with
+     * slow ranks or random_slow > 0 is allowed: nothing is delayed. */
     for (int i = 0; !st && i < N_KEYS; i++) st = validate_key(e, &keys[i], &origins[i], err, errlen);
     if (!st) st = resolve_output(e, &origins[key_find("output") - keys], err, errlen);
     /* Keep where each value came from for the checks made after loading (config_where). */
@@ -945,8 +1006,18 @@ const char *config_where(const char *key) {
     return d && g_where[d - keys][0] ? g_where[d - keys] : "";
 }
 
+int method_has_servers(method_kind m) { return m == METHOD_PS || m == METHOD_EASGD || m == METHOD_BACKUP; }
+
+int config_world_size(const experiment *e) { return method_has_servers(e->method) ? e->p + e->servers : e->p; }
+
 int config_check_world(const experiment *e, int world_size, char *err, size_t errlen) {
-    if (e->p == world_size) return 0;
+    if (config_world_size(e) == world_size) return 0;
+    if (method_has_servers(e->method))
+        return seterr(err, errlen,
+                      "%s: key 'p': method '%s' runs on p + servers = %d + %d = %d MPI ranks but MPI started %d; "
+                      "run mpiexec -n %d, or change p or servers",
+                      config_where("p")[0] ? config_where("p") : e->source, method_name(e->method), e->p, e->servers,
+                      config_world_size(e), world_size, config_world_size(e));
     return seterr(err, errlen,
                   "%s: key 'p': the experiment asks for p = %d worker ranks but MPI started %d; "
                   "run mpiexec -n %d, or set p = %d (--set p=%d)",
@@ -1017,7 +1088,7 @@ static const char *type_name(const key_def *d) {
     case KT_STRING: return "string";
     case KT_ENUM:
     case KT_CHOICE: return "enum";
-    case KT_STEPS: return "int64 list";
+    case KT_LIST: return d->elem_int ? "int list" : "int64 list";
     }
     return "?";
 }
@@ -1034,7 +1105,9 @@ static void range_text(const key_def *d, char *buf, size_t n) {
         expect_text(d, NULL, want, sizeof want);
         put(buf, n, &len, "%s", strncmp(want, "an integer ", 11) ? want + 9 /* "a number " */ : want + 11);
         break;
-    case KT_STEPS: put(buf, n, &len, "strictly increasing, each in [%lld, %s], at most %d", d->ilo, d->hi_key, CFG_MAX_STEPS); break;
+    case KT_LIST:
+        put(buf, n, &len, "strictly increasing, each in [%lld, %s%c, at most %d", d->ilo, d->hi_key, d->hi_open ? ')' : ']', d->n_max);
+        break;
     case KT_BOOL: put(buf, n, &len, "true, false"); break;
     case KT_STRING:
         if (d->str_check == S_RUNNAME) put(buf, n, &len, "letters, digits, ._+-; 1..%zu chars", d->size - 1);
@@ -1119,4 +1192,12 @@ const char *stem_name(stem_kind s) {
 
 const char *arch_name(arch_kind a) {
     return (int)a >= 0 && (int)a < NNAMES(arch_names) ? arch_names[a] : "?";
+}
+
+const char *gossip_order_name(gossip_order_kind g) {
+    return (int)g >= 0 && (int)g < NNAMES(gossip_order_names) ? gossip_order_names[g] : "?";
+}
+
+const char *delay_dist_name(delay_dist_kind d) {
+    return (int)d >= 0 && (int)d < NNAMES(delay_dist_names) ? delay_dist_names[d] : "?";
 }
