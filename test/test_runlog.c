@@ -2,7 +2,9 @@
  * attribute and root attribute read back through the HDF5 C API; refusal of an existing file
  * (byte-identical afterwards); overwrite; parent directories; HDF5's own error printing off; and
  * crash safety: children killed with SIGKILL after 3 evaluations and at random instants, whose
- * files must open read-only (no SWMR, no h5clear) and pass `h5dump -H`. */
+ * files must open read-only (no SWMR, no h5clear) and pass `h5dump -H`. The optional parts
+ * (/ranks, /eval_local, the fixed arrays, root attribute servers) likewise, in their own tests
+ * and in every other trial of the random-instant kill test. */
 #define _GNU_SOURCE /* strptime, nftw */
 #include "io/runlog.h"
 #include "testutil.h"
@@ -35,8 +37,54 @@ static const char *CONFIG_TEXT = "# resolved experiment\nmethod = \"ssgd\"\np = 
 static const uint64_t SEED = 0xFEDCBA9876543210ULL;
 
 static runlog_meta meta_for(const char *method) {
-    runlog_meta m = {method, 4, 128, 2, SEED, 5000, CONFIG_TEXT, "dsgd-run --set seed=1 quick.cfg", "testhost"};
+    runlog_meta m = {.method = method, .p = 4, .b = 128, .m = 2, .seed = SEED, .iterations = 5000, .config_text = CONFIG_TEXT,
+                     .command_line = "dsgd-run --set seed=1 quick.cfg", .hostname = "testhost"};
     return m;
+}
+
+/* The optional parts: RANKS /ranks columns, /eval_local, and the three fixed arrays below. */
+enum { RANKS = 3, HIST_BINS = 8, DROPPED_ROWS = 50 };
+static const runlog_array_spec ARRAYS[3] = {
+    {"ps/staleness_histogram", HIST_BINS, 0, "gradients", "gradients applied with staleness k (last bin: k >= bins-1)"},
+    {"gossip/peers", RANKS, RANKS, "times", "times worker i chose peer j"},
+    {"backup/dropped", DROPPED_ROWS, 0, "gradients", "gradients dropped at each step (never written here: zeros)"},
+};
+static runlog_meta meta_full(const char *method) {
+    runlog_meta m = meta_for(method);
+    m.servers = 2;
+    m.ranks = RANKS;
+    m.eval_local = 1;
+    m.arrays = ARRAYS;
+    m.n_arrays = 3;
+    return m;
+}
+
+/* /ranks row j (0-based), quantity q (0 step_time_s, 1 compute_s, 2 comm_s, 3 wait_s), worker
+ * w: exact in binary, distinct for every (q, j, w). The row's step is tr_step(j). */
+static double rk_val(int q, long j, int w) { return 1e6 * q + 4.0 * (double)j + 0.25 * w; }
+
+static int write_ranks_row(runlog *r, long j) {
+    double v[4][RANKS];
+    for (int q = 0; q < 4; q++)
+        for (int w = 0; w < RANKS; w++) v[q][w] = rk_val(q, j, w);
+    return runlog_ranks(r, tr_step(j), v[0], v[1], v[2], v[3]);
+}
+
+/* Train rows [*nt, upto), each with its /ranks row. */
+static int write_rows_ranks(runlog *r, long *nt, long upto) {
+    for (; *nt < upto; (*nt)++)
+        if (runlog_train(r, tr_step(*nt), tr_time(*nt), tr_loss(*nt), tr_alpha(*nt)) != 0 || write_ranks_row(r, *nt) != 0)
+            return -1;
+    return 0;
+}
+
+/* Version k of the fixed arrays 0 and 1 (element i, row-major); array 2 is never written. */
+static long long arr_val(int a, long k, long i) { return 1000 * k + (a + 1) * 100 + i + 1; }
+static int write_arrays(runlog *r, long k) {
+    long long h[HIST_BINS], g[RANKS * RANKS];
+    for (long i = 0; i < HIST_BINS; i++) h[i] = arr_val(0, k, i);
+    for (long i = 0; i < RANKS * RANKS; i++) g[i] = arr_val(1, k, i);
+    return runlog_array(r, 0, h) || runlog_array(r, 1, g) ? -1 : 0;
 }
 
 /* Write train rows [*nt, upto) then, if eval_k >= 0, eval row eval_k at the current step. */
@@ -47,6 +95,12 @@ static int write_rows(runlog *r, long *nt, long upto) {
 }
 static int write_eval(runlog *r, long k, long nt) {
     return runlog_eval(r, nt, tr_time(nt - 1), ev_epoch(k), ev_loss(k), ev_top1(k), ev_top5(k));
+}
+/* /eval_local row k: the /eval values shifted by EL_SHIFT (exact), so a mix-up shows. */
+static const double EL_SHIFT = 0.125;
+static int write_eval_local(runlog *r, long k, long nt) {
+    return runlog_eval_local(r, nt, tr_time(nt - 1), ev_epoch(k), ev_loss(k) + EL_SHIFT, ev_top1(k) + EL_SHIFT,
+                             ev_top5(k) + EL_SHIFT);
 }
 
 /* ---- temporary directories ---- */
@@ -183,11 +237,14 @@ static hsize_t check_train(hid_t f, hsize_t n_lo, hsize_t n_hi) {
     return nmin;
 }
 
-/* Same for /eval, where eval k was written after train_per_eval*(k+1) train rows. */
-static hsize_t check_eval(hid_t f, hsize_t n_lo, hsize_t n_hi, long train_per_eval) {
-    const char *names[6] = {"/eval/step", "/eval/time_s", "/eval/epoch", "/eval/loss", "/eval/top1_error", "/eval/top5_error"};
+/* Same for /eval (local = 0) or /eval_local (local = 1, values of write_eval_local), where
+ * eval k was written after train_per_eval*(k+1) train rows. */
+static hsize_t check_eval_group(hid_t f, int local, hsize_t n_lo, hsize_t n_hi, long train_per_eval) {
+    const char *cols[6] = {"step", "time_s", "epoch", "loss", "top1_error", "top5_error"};
+    char names[6][64];
     hsize_t nmin = (hsize_t)-1;
     for (int c = 0; c < 6; c++) {
+        snprintf(names[c], sizeof names[c], "%s/%s", local ? "/eval_local" : "/eval", cols[c]);
         hsize_t n;
         void *buf = ds_read(f, names[c], c == 0, &n);
         ck_assert_msg(n >= n_lo && n <= n_hi, "%s has %llu rows, expected %llu..%llu", names[c], (unsigned long long)n,
@@ -200,6 +257,7 @@ static hsize_t check_eval(hid_t f, hsize_t n_lo, hsize_t n_hi, long train_per_ev
             }
             double want = c == 1 ? tr_time(nt - 1) : c == 2 ? ev_epoch((long)k) : c == 3 ? ev_loss((long)k)
                         : c == 4 ? ev_top1((long)k) : ev_top5((long)k);
+            if (local && c >= 3) want += EL_SHIFT;
             ck_assert_msg(((double *)buf)[k] == want, "%s[%llu] = %.17g, expected %.17g", names[c], (unsigned long long)k,
                           ((double *)buf)[k], want);
         }
@@ -207,6 +265,90 @@ static hsize_t check_eval(hid_t f, hsize_t n_lo, hsize_t n_hi, long train_per_ev
         if (n < nmin) nmin = n;
     }
     return nmin;
+}
+static hsize_t check_eval(hid_t f, hsize_t n_lo, hsize_t n_hi, long train_per_eval) {
+    return check_eval_group(f, 0, n_lo, n_hi, train_per_eval);
+}
+
+/* Read a 2-D dataset of ncols fixed columns and unlimited rows as doubles (n = its rows). */
+static double *ds_read2(hid_t f, const char *name, hsize_t ncols, hsize_t *n) {
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    ck_assert_msg(d >= 0, "H5Dopen2(%s)", name);
+    hid_t s = H5Dget_space(d);
+    ck_assert_msg(H5Sget_simple_extent_ndims(s) == 2, "%s is not 2-D", name);
+    hsize_t dims[2], maxd[2];
+    ck_assert_int_ge(H5Sget_simple_extent_dims(s, dims, maxd), 0);
+    ck_assert_msg(maxd[0] == H5S_UNLIMITED && dims[1] == ncols && maxd[1] == ncols, "%s: shape [%llu, %llu], max [%llu, %llu]", name,
+                  (unsigned long long)dims[0], (unsigned long long)dims[1], (unsigned long long)maxd[0], (unsigned long long)maxd[1]);
+    *n = dims[0];
+    double *buf = malloc((dims[0] ? dims[0] : 1) * ncols * sizeof *buf);
+    ck_assert(buf != NULL);
+    if (dims[0]) ck_assert_msg(H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0, "H5Dread(%s)", name);
+    H5Sclose(s);
+    H5Dclose(d);
+    return buf;
+}
+
+/* Every /ranks row present holds write_ranks_row's values; lengths n_lo..n_hi; returns the shortest. */
+static hsize_t check_ranks(hid_t f, hsize_t n_lo, hsize_t n_hi) {
+    const char *names[4] = {"/ranks/step_time_s", "/ranks/compute_s", "/ranks/comm_s", "/ranks/wait_s"};
+    hsize_t n;
+    int64_t *step = ds_read(f, "/ranks/step", 1, &n);
+    ck_assert_msg(n >= n_lo && n <= n_hi, "/ranks/step has %llu rows, expected %llu..%llu", (unsigned long long)n,
+                  (unsigned long long)n_lo, (unsigned long long)n_hi);
+    for (hsize_t j = 0; j < n; j++) ck_assert_msg(step[j] == tr_step((long)j), "/ranks/step[%llu]", (unsigned long long)j);
+    free(step);
+    hsize_t nmin = n;
+    for (int q = 0; q < 4; q++) {
+        double *v = ds_read2(f, names[q], RANKS, &n);
+        ck_assert_msg(n >= n_lo && n <= n_hi, "%s has %llu rows, expected %llu..%llu", names[q], (unsigned long long)n,
+                      (unsigned long long)n_lo, (unsigned long long)n_hi);
+        for (hsize_t j = 0; j < n; j++)
+            for (int w = 0; w < RANKS; w++)
+                ck_assert_msg(v[j * RANKS + (hsize_t)w] == rk_val(q, (long)j, w), "%s[%llu, %d] = %.17g, expected %.17g", names[q],
+                              (unsigned long long)j, w, v[j * RANKS + (hsize_t)w], rk_val(q, (long)j, w));
+        free(v);
+        if (n < nmin) nmin = n;
+    }
+    return nmin;
+}
+
+/* Fixed array a (0 or 1 of ARRAYS) has its shape; element i holds version k_i of it, with
+ * k_lo <= k_i <= k_hi (k_i = -1: still the zero fill). Returns the lowest version found. */
+static long check_array(hid_t f, int a, long k_lo, long k_hi) {
+    char name[64];
+    snprintf(name, sizeof name, "/%s", ARRAYS[a].name);
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    ck_assert_msg(d >= 0, "H5Dopen2(%s)", name);
+    hid_t s = H5Dget_space(d);
+    hsize_t dims[2] = {0, 0}, maxd[2] = {0, 0};
+    int nd = H5Sget_simple_extent_ndims(s);
+    ck_assert_int_eq(nd, ARRAYS[a].cols ? 2 : 1);
+    H5Sget_simple_extent_dims(s, dims, maxd);
+    ck_assert_msg(dims[0] == (hsize_t)ARRAYS[a].rows && maxd[0] == dims[0], "%s: %llu rows", name, (unsigned long long)dims[0]);
+    if (nd == 2) ck_assert_msg(dims[1] == (hsize_t)ARRAYS[a].cols && maxd[1] == dims[1], "%s: %llu cols", name, (unsigned long long)dims[1]);
+    H5Sclose(s);
+    long n = ARRAYS[a].rows * (ARRAYS[a].cols ? ARRAYS[a].cols : 1);
+    long long *v = malloc((size_t)n * sizeof *v);
+    ck_assert(v != NULL);
+    ck_assert_msg(H5Dread(d, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0, "H5Dread(%s)", name);
+    H5Dclose(d);
+    long kmin = k_hi;
+    for (long i = 0; i < n; i++) {
+        long k = v[i] == 0 ? -1 : (long)((v[i] - 1) / 1000);
+        ck_assert_msg((k == -1 || v[i] == arr_val(a, k, i)) && k >= k_lo && k <= k_hi, "%s[%ld] = %lld, expected a version in %ld..%ld",
+                      name, i, v[i], k_lo, k_hi);
+        if (k < kmin) kmin = k;
+    }
+    free(v);
+    return kmin;
+}
+
+/* h5dump of the whole file, data included (not only the header). */
+static int h5dump_data_ok(const char *path) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "h5dump '%s' >/dev/null 2>&1", path);
+    return system(cmd) == 0;
 }
 
 static int h5dump_ok(const char *path) {
@@ -507,10 +649,255 @@ START_TEST(test_kill_after_three_evals) {
 }
 END_TEST
 
+/* Dtype, chunk shape [256, RANKS], units, description and `columns` of a 2-D /ranks dataset. */
+static void assert_ranks_meta(hid_t f, const char *name) {
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    ck_assert_msg(d >= 0, "H5Dopen2(%s)", name);
+    hid_t t = H5Dget_type(d);
+    ck_assert_msg(H5Tequal(t, H5T_IEEE_F64LE) > 0, "%s has the wrong dtype", name);
+    H5Tclose(t);
+    hid_t dcpl = H5Dget_create_plist(d);
+    ck_assert_int_eq(H5Pget_layout(dcpl), H5D_CHUNKED);
+    hsize_t c[2] = {0, 0};
+    ck_assert_int_eq(H5Pget_chunk(dcpl, 2, c), 2);
+    ck_assert_msg(c[0] == 256 && c[1] == RANKS, "%s chunk [%llu, %llu]", name, (unsigned long long)c[0], (unsigned long long)c[1]);
+    H5Pclose(dcpl);
+    assert_attr_str(d, "units", "s");
+    assert_attr_str(d, "columns", "worker rank 0..2");
+    char *desc = attr_str(d, "description");
+    ck_assert_msg(strlen(desc) > 10, "%s: description too short", name);
+    free(desc);
+    H5Dclose(d);
+}
+
+/* /ranks over 2.6 buffers, /eval_local, the fixed arrays rewritten at every evaluation and one
+ * never written, root attribute servers: every value, shape, dtype, chunk and attribute back. */
+START_TEST(test_ranks_eval_local_arrays) {
+    enum { M = 5, PER = 130, N = M * PER + 20 }; /* 670 /ranks rows (buffer 256), 20 after the last eval */
+    char dir[256], path[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta meta = meta_full("ps");
+    runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_create: %s", err);
+    long nt = 0;
+    for (long k = 0; k < M; k++) {
+        ck_assert_msg(write_rows_ranks(r, &nt, PER * (k + 1)) == 0, "%s", runlog_error(r));
+        ck_assert_msg(write_arrays(r, k) == 0, "%s", runlog_error(r));
+        ck_assert_msg(write_eval_local(r, k, nt) == 0, "%s", runlog_error(r));
+        ck_assert_msg(write_eval(r, k, nt) == 0, "%s", runlog_error(r));
+    }
+    ck_assert_msg(write_rows_ranks(r, &nt, N) == 0, "%s", runlog_error(r));
+    ck_assert_int_eq(runlog_set_attr_string(r, "status", "completed"), 0);
+    ck_assert_int_eq(runlog_close(r), 0);
+    ck_assert_msg(count_entries(dir), "temporary files left next to %s", path);
+
+    hid_t f = open_ro(path);
+    ck_assert_int_eq(check_train(f, N, N), N);
+    ck_assert_int_eq(check_eval(f, M, M, PER), M);
+    ck_assert_int_eq(check_eval_group(f, 1, M, M, PER), M);
+    ck_assert_int_eq(check_ranks(f, N, N), N);
+    ck_assert_int_eq(check_array(f, 0, M - 1, M - 1), M - 1);
+    ck_assert_int_eq(check_array(f, 1, M - 1, M - 1), M - 1);
+
+    assert_column_meta(f, "/ranks/step", "iterations", 1, 256);
+    const char *rn[4] = {"/ranks/step_time_s", "/ranks/compute_s", "/ranks/comm_s", "/ranks/wait_s"};
+    for (int q = 0; q < 4; q++) assert_ranks_meta(f, rn[q]);
+    const char *en[6] = {"/eval_local/step", "/eval_local/time_s", "/eval_local/epoch", "/eval_local/loss",
+                         "/eval_local/top1_error", "/eval_local/top5_error"};
+    const char *eu[6] = {"iterations", "s", "epochs", "nats", "fraction", "fraction"};
+    for (int c = 0; c < 6; c++) assert_column_meta(f, en[c], eu[c], c == 0, 64);
+
+    /* The fixed arrays: int64, fixed shape, the spec's attributes; the unwritten one all zeros. */
+    for (int a = 0; a < 3; a++) {
+        char name[64];
+        snprintf(name, sizeof name, "/%s", ARRAYS[a].name);
+        hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+        ck_assert_msg(d >= 0, "H5Dopen2(%s)", name);
+        hid_t t = H5Dget_type(d);
+        ck_assert_msg(H5Tequal(t, H5T_STD_I64LE) > 0, "%s has the wrong dtype", name);
+        H5Tclose(t);
+        assert_attr_str(d, "units", ARRAYS[a].units);
+        assert_attr_str(d, "description", ARRAYS[a].description);
+        if (a == 2) {
+            hid_t s = H5Dget_space(d);
+            hsize_t dims = 0, maxd = 0;
+            ck_assert_int_eq(H5Sget_simple_extent_ndims(s), 1);
+            H5Sget_simple_extent_dims(s, &dims, &maxd);
+            ck_assert(dims == DROPPED_ROWS && maxd == DROPPED_ROWS);
+            H5Sclose(s);
+            long long v[DROPPED_ROWS];
+            memset(v, 0xff, sizeof v);
+            ck_assert(H5Dread(d, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0);
+            for (int i = 0; i < DROPPED_ROWS; i++) ck_assert_msg(v[i] == 0, "%s[%d] = %lld", name, i, v[i]);
+        }
+        H5Dclose(d);
+    }
+    int32_t servers = -1;
+    attr_num(f, "servers", H5T_STD_I32LE, H5T_NATIVE_INT32, &servers);
+    ck_assert_int_eq(servers, 2);
+    assert_attr_str(f, "status", "completed");
+    ck_assert_int_ge(H5Fclose(f), 0);
+    require_h5dump();
+    ck_assert(h5dump_ok(path));
+    ck_assert(h5dump_data_ok(path));
+    rm_rf(dir);
+}
+END_TEST
+
+/* Without ranks, eval_local and arrays, the file has no /ranks, no /eval_local and nothing but
+ * /train and /eval below the root; the calls for the missing parts fail with a message that
+ * names them and leave the run file usable. Bad indices and missing data are refused too. */
+START_TEST(test_optional_parts_absent) {
+    char dir[256], path[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta meta = meta_for("ssgd");
+    runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_create: %s", err);
+    double v[RANKS] = {1, 2, 3};
+    long long a[HIST_BINS] = {0};
+    ck_assert_int_eq(runlog_ranks(r, 1, v, v, v, v), -1);
+    ck_assert_msg(strstr(runlog_error(r), "/ranks") != NULL, "message: %s", runlog_error(r));
+    ck_assert_int_eq(runlog_eval_local(r, 1, 0, 0, 0, 0, 0), -1);
+    ck_assert_msg(strstr(runlog_error(r), "/eval_local") != NULL, "message: %s", runlog_error(r));
+    ck_assert_int_eq(runlog_array(r, 0, a), -1);
+    ck_assert_msg(strstr(runlog_error(r), "fixed array 0") != NULL, "message: %s", runlog_error(r));
+    long nt = 0;
+    ck_assert_msg(write_rows(r, &nt, 5) == 0 && write_eval(r, 0, nt) == 0, "%s", runlog_error(r));
+    ck_assert_int_eq(runlog_close(r), 0);
+    hid_t f = open_ro(path);
+    ck_assert_int_eq(H5Lexists(f, "/ranks", H5P_DEFAULT), 0);
+    ck_assert_int_eq(H5Lexists(f, "/eval_local", H5P_DEFAULT), 0);
+    H5G_info_t gi;
+    ck_assert_int_ge(H5Gget_info(f, &gi), 0);
+    ck_assert_msg(gi.nlinks == 2, "%llu objects below the root, expected /train and /eval", (unsigned long long)gi.nlinks);
+    int32_t servers = -1;
+    attr_num(f, "servers", H5T_STD_I32LE, H5T_NATIVE_INT32, &servers);
+    ck_assert_int_eq(servers, 0);
+    ck_assert_int_eq(check_eval(f, 1, 1, 5), 1);
+    H5Fclose(f);
+
+    /* With every part: out-of-range indices and NULL data are refused, the file stays usable. */
+    snprintf(path, sizeof path, "%s/full.h5", dir);
+    meta = meta_full("ps");
+    r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_create: %s", err);
+    ck_assert_int_eq(runlog_array(r, 3, a), -1);
+    ck_assert_msg(strstr(runlog_error(r), "no fixed array 3") != NULL, "message: %s", runlog_error(r));
+    ck_assert_int_eq(runlog_array(r, -1, a), -1);
+    ck_assert_int_eq(runlog_array(r, 0, NULL), -1);
+    ck_assert_msg(strstr(runlog_error(r), "ps/staleness_histogram") != NULL, "message: %s", runlog_error(r));
+    ck_assert_int_eq(runlog_ranks(r, 1, v, v, NULL, v), -1);
+    ck_assert_msg(strstr(runlog_error(r), "comm_s") != NULL, "message: %s", runlog_error(r));
+    nt = 0;
+    ck_assert_msg(write_rows_ranks(r, &nt, 4) == 0 && write_eval_local(r, 0, nt) == 0 && write_eval(r, 0, nt) == 0, "%s",
+                  runlog_error(r));
+    ck_assert_int_eq(runlog_close(r), 0);
+    f = open_ro(path);
+    ck_assert_int_eq(check_ranks(f, 4, 4), 4);
+    ck_assert_int_eq(check_eval_group(f, 1, 1, 1, 4), 1);
+    ck_assert_int_eq(check_array(f, 0, -1, -1), -1); /* never written: zeros */
+    H5Fclose(f);
+
+    ck_assert_int_eq(runlog_ranks(NULL, 1, v, v, v, v), -1);
+    ck_assert_int_eq(runlog_eval_local(NULL, 1, 0, 0, 0, 0, 0), -1);
+    ck_assert_int_eq(runlog_array(NULL, 0, a), -1);
+    rm_rf(dir);
+}
+END_TEST
+
+/* Unusable layouts are refused by runlog_create with a message naming the problem, and leave
+ * nothing behind: bad array names and shapes, negative ranks, a name used twice. */
+START_TEST(test_bad_layout_refused) {
+    char dir[256], path[512], err[ERRLEN];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    struct {
+        runlog_array_spec spec[2];
+        int n;
+        const char *want;
+    } cases[] = {
+        {{{"", 4, 0, "1", "d"}}, 1, "name"},
+        {{{"/ps/h", 4, 0, "1", "d"}}, 1, "/ps/h"},
+        {{{"ps/", 4, 0, "1", "d"}}, 1, "ps/"},
+        {{{"ps//h", 4, 0, "1", "d"}}, 1, "ps//h"},
+        {{{"eval/h", 4, 0, "1", "d"}}, 1, "/eval"},
+        {{{"ranks", 4, 0, "1", "d"}}, 1, "/ranks"},
+        {{{"ps/h", 0, 0, "1", "d"}}, 1, "rows = 0"},
+        {{{"ps/h", 4, -1, "1", "d"}}, 1, "cols = -1"},
+        {{{"ps/h", 4, 0, "1", "d"}, {"ps/h", 2, 0, "1", "d"}}, 2, "/ps/h"}, /* HDF5 refuses the second */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        runlog_meta meta = meta_full("ps");
+        meta.arrays = cases[i].spec;
+        meta.n_arrays = cases[i].n;
+        err[0] = '\0';
+        ck_assert_msg(runlog_create(path, 0, &meta, err, sizeof err) == NULL, "case %zu accepted", i);
+        ck_assert_msg(strstr(err, cases[i].want) != NULL, "case %zu: message lacks \"%s\": %s", i, cases[i].want, err);
+    }
+    runlog_meta meta = meta_for("ssgd");
+    meta.ranks = -1;
+    ck_assert(runlog_create(path, 0, &meta, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "ranks = -1") != NULL, "message: %s", err);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", dir);
+    ck_assert_msg(system(cmd) == 0, "files left in %s", dir);
+    rm_rf(dir);
+}
+END_TEST
+
+/* Killed after 3 evaluations: /ranks holds exactly the rows written before the last flush (the
+ * buffered ones die), /eval_local its 3 rows (or 4: a row appended after the flush may reach
+ * the disk), the arrays their version from before the last flush; h5dump reads it all. */
+START_TEST(test_kill_after_flush_new_parts) {
+    enum { PER = 300 }; /* 900 /ranks rows: the 256-row buffer fills 3 times */
+    require_h5dump();
+    char dir[256], path[512];
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) {
+        char err[ERRLEN];
+        runlog_meta meta = meta_full("gossip");
+        runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+        if (!r) { fprintf(stderr, "child: %s\n", err); _exit(3); }
+        long nt = 0;
+        for (long k = 0; k < 3; k++)
+            if (write_rows_ranks(r, &nt, PER * (k + 1)) || write_arrays(r, k) || write_eval_local(r, k, nt) || write_eval(r, k, nt)) {
+                fprintf(stderr, "child: %s\n", runlog_error(r));
+                _exit(3);
+            }
+        if (write_rows_ranks(r, &nt, 3 * PER + 200) || write_eval_local(r, 3, nt)) _exit(3);
+        raise(SIGKILL);
+        _exit(4);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child did not die by SIGKILL (status %d)", status);
+    ck_assert_msg(h5dump_ok(path), "h5dump -H %s failed", path);
+    ck_assert_msg(h5dump_data_ok(path), "h5dump %s failed", path);
+    hid_t f = open_ro(path);
+    ck_assert_int_eq(check_eval(f, 3, 3, PER), 3);
+    ck_assert_int_eq(check_ranks(f, 3 * PER, 3 * PER), 3 * PER);
+    check_eval_group(f, 1, 3, 4, PER);
+    ck_assert_int_eq(check_array(f, 0, 2, 2), 2);
+    ck_assert_int_eq(check_array(f, 1, 2, 2), 2);
+    int32_t servers = -1;
+    attr_num(f, "servers", H5T_STD_I32LE, H5T_NATIVE_INT32, &servers);
+    ck_assert_int_eq(servers, 2);
+    H5Fclose(f);
+    rm_rf(dir);
+}
+END_TEST
+
 /* Kill at random instants: during create, appends, flushes and close. Whatever the instant, the
  * file is absent only if no evaluation had completed; otherwise h5dump reads it, every completed
  * evaluation is there (plus at most the one in flight), and every row present is correct.
- * RUNLOG_KILL_TRIALS=n sets the number of kills (default 60, about a second). */
+ * Every other trial (and the timing run) also writes /ranks rows, /eval_local rows and the fixed
+ * arrays (meta_full), checked the same way. RUNLOG_KILL_TRIALS=n sets the number of kills (default 60, about a second). */
 START_TEST(test_kill_at_random_instants) {
     enum { E = 80, PER = 40 };
     const char *env = getenv("RUNLOG_KILL_TRIALS"); /* more for a stress run */
@@ -526,6 +913,7 @@ START_TEST(test_kill_at_random_instants) {
     for (int trial = -1; trial < TRIALS; trial++) {
         char path[512];
         snprintf(path, sizeof path, "%s/run%d.h5", dir, trial + 1);
+        int full = trial % 2 != 0;
         int pfd[2];
         ck_assert_int_eq(pipe(pfd), 0);
         fflush(NULL);
@@ -535,12 +923,14 @@ START_TEST(test_kill_at_random_instants) {
         if (pid == 0) {
             close(pfd[0]);
             char err[ERRLEN];
-            runlog_meta meta = meta_for("ssgd");
+            runlog_meta meta = full ? meta_full("ssgd") : meta_for("ssgd");
             runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
             if (!r) { fprintf(stderr, "child: %s\n", err); _exit(3); }
             long nt = 0;
             for (long k = 0; k < E; k++) {
-                if (write_rows(r, &nt, PER * (k + 1)) || write_eval(r, k, nt)) { fprintf(stderr, "child: %s\n", runlog_error(r)); _exit(3); }
+                int rc = full ? write_rows_ranks(r, &nt, PER * (k + 1)) || write_arrays(r, k) || write_eval_local(r, k, nt)
+                              : write_rows(r, &nt, PER * (k + 1));
+                if (rc || write_eval(r, k, nt)) { fprintf(stderr, "child: %s\n", runlog_error(r)); _exit(3); }
                 if (write(pfd[1], "e", 1) != 1) _exit(3);
             }
             runlog_set_attr_double(r, "images_per_s", 99.5);
@@ -583,6 +973,15 @@ START_TEST(test_kill_at_random_instants) {
         hsize_t ne = check_eval(f, (hsize_t)done, hi, PER);
         ck_assert_msg(ne >= (hsize_t)done, "trial %d: %llu complete eval rows, %ld evaluations done", trial, (unsigned long long)ne, done);
         check_train(f, (hsize_t)(PER * done), (hsize_t)(PER * E));
+        if (full) {
+            /* /eval_local row k and array version k are written after evaluation k-1 reported. */
+            hsize_t nr = check_ranks(f, (hsize_t)(closed ? PER * E : PER * done), (hsize_t)(PER * E));
+            ck_assert_msg(nr >= (hsize_t)(PER * done), "trial %d: %llu complete /ranks rows", trial, (unsigned long long)nr);
+            hsize_t nl = check_eval_group(f, 1, (hsize_t)done, hi, PER);
+            ck_assert_msg(nl >= (hsize_t)done, "trial %d: %llu complete /eval_local rows", trial, (unsigned long long)nl);
+            long k_lo = closed ? E - 1 : done - 1, k_hi = done < E ? done : E - 1;
+            for (int a = 0; a < 2; a++) check_array(f, a, k_lo, k_hi);
+        }
         htri_t has = H5Aexists(f, "images_per_s");
         ck_assert(has >= 0);
         if (closed) ck_assert_msg(has > 0, "trial %d: closed without the final attribute", trial);
@@ -607,6 +1006,10 @@ static Suite *runlog_suite(void) {
     tcase_add_test(tc, test_parent_dirs);
     tcase_add_test(tc, test_hdf5_error_message);
     tcase_add_test(tc, test_kill_after_three_evals);
+    tcase_add_test(tc, test_ranks_eval_local_arrays);
+    tcase_add_test(tc, test_optional_parts_absent);
+    tcase_add_test(tc, test_bad_layout_refused);
+    tcase_add_test(tc, test_kill_after_flush_new_parts);
     tcase_add_test(tc, test_kill_at_random_instants);
     suite_add_tcase(s, tc);
     return s;

@@ -44,12 +44,22 @@
  *    renames the copy over the output. A kill during close leaves either the file without the
  *    final attributes or the final file, never a torn one (at worst a stray hidden temporary).
  *
+ * Optional parts, all created in build_layout like the rest: /eval_local (the columns of /eval,
+ * appended at once by runlog_eval_local and flushed by the next runlog_eval), /ranks (step plus
+ * 2-D [row, meta.ranks] datasets with fixed columns, chunks of 256 rows by all columns,
+ * buffered like /train) and the fixed arrays of meta.arrays: contiguous int64 datasets whose
+ * storage is allocated and zero-filled at creation (H5D_ALLOC_TIME_EARLY), so runlog_array's
+ * H5Dwrite only overwrites raw data in place and never touches metadata in SWMR mode.
+ *
  * Limits: the guarantee covers process death (SIGKILL, OOM killer, MPI abort), not power loss
  * or a kernel crash (no fsync). Datasets of a group are extended one after another, so a kill
- * inside runlog_eval may leave the in-flight row in some datasets of /eval but not others, and
- * readers use the shortest length of the group. /train rows after the last completed
- * runlog_eval may be lost. Past about 8 million /train rows (about 500 thousand /eval rows) the
- * chunk index grows blocks larger than a page (4118 bytes, measured), which a kill could tear.
+ * inside runlog_eval may leave the in-flight row in some datasets of /eval (/ranks, ...) but not
+ * others, and readers use the shortest length of the group. /train and /ranks rows after the
+ * last completed runlog_eval may be lost; an /eval_local row or an array rewrite made after it
+ * may or may not be in the file. A fixed array is rewritten in place, so a kill while its new
+ * values are being written can leave some elements old and some new. Past about 8 million
+ * /train rows (about 500 thousand /eval rows, 2 million /ranks rows) the chunk index grows
+ * blocks larger than a page (4118 bytes, measured), which a kill could tear.
  *
  * Errors: every HDF5 and system call is checked. HDF5's automatic error printing is turned off
  * for the process (H5Eset_auto2); failures are reported as "<path>: HDF5 <call> failed for
@@ -73,6 +83,9 @@ enum {
     TRAIN_CHUNK = 1024, /* rows per chunk of a /train dataset */
     EVAL_CHUNK = 64,    /* rows per chunk of an /eval dataset */
     TRAIN_BUF = 1024,   /* /train rows buffered in memory before an append */
+    RANKS_CHUNK = 256,  /* rows per chunk of a /ranks dataset (all meta.ranks columns in one chunk) */
+    RANKS_BUF = 256,    /* /ranks rows buffered in memory before an append */
+    MAX_RANKS = 1 << 20, /* most /ranks columns (bounds the buffer size computation) */
     PATHLEN = 4096,
     FILE_PAGE = 4096, /* HDF5 file-space page; divides every Linux page size */
 };
@@ -345,11 +358,29 @@ static const colspec eval_cols[NEVAL] = {
     {"top5_error", "fraction", "fraction of the validation set whose label is not among the top-5 predictions"},
 };
 
+enum { R_STEP_TIME, R_COMPUTE, R_COMM, R_WAIT, NRANKS };
+
+static const colspec ranks_step_col = {"step", "iterations", "global iterations completed when the row was logged"};
+
+/* The 2-D [row, meta.ranks] datasets of /ranks: column j is worker j. */
+static const colspec ranks_cols[NRANKS] = {
+    {"step_time_s", "s", "each worker's mean wall-clock seconds per step over the steps since the previous row"},
+    {"compute_s", "s", "each worker's mean seconds per step spent computing over the steps since the previous row"},
+    {"comm_s", "s", "each worker's mean seconds per step spent in communication calls over the steps since the previous row"},
+    {"wait_s", "s", "each worker's mean seconds per step spent waiting for other ranks over the steps since the previous row"},
+};
+
 typedef struct {
     char *name;
     char *s; /* NULL for a double */
     double d;
 } staged_attr;
+
+/* One fixed-size int64 dataset of meta.arrays. */
+typedef struct {
+    char *obj; /* "/" + spec name, for messages */
+    hid_t ds;
+} fixed_array;
 
 struct runlog {
     hid_t file;
@@ -358,6 +389,17 @@ struct runlog {
     int nbuf;                /* rows waiting in the buffer */
     int64_t buf_step[TRAIN_BUF];
     double buf_time[TRAIN_BUF], buf_loss[TRAIN_BUF], buf_alpha[TRAIN_BUF];
+    hid_t eval_local[NEVAL]; /* all invalid without meta.eval_local */
+    int has_eval_local;
+    hsize_t n_eval_local;
+    int ranks;               /* columns of /ranks; 0: no /ranks group */
+    hid_t ranks_step, ranks_ds[NRANKS];
+    hsize_t n_ranks;         /* /ranks rows written to the file */
+    int nrbuf;               /* /ranks rows waiting in the buffers */
+    int64_t rbuf_step[RANKS_BUF];
+    double *rbuf[NRANKS];    /* [RANKS_BUF][ranks] each, row-major, in one allocation at create */
+    fixed_array *arrays;
+    int n_arrays;
     staged_attr *attrs;
     int nattrs, capattrs;
     int failed; /* an append failed: the file is no longer extended */
@@ -400,18 +442,20 @@ static int attr_string(hid_t obj, const char *objname, const char *name, const c
     return rc;
 }
 
-/* A 1-D chunked extendible dataset of nrows = 0 with its units and description attributes. */
-static hid_t make_column(hid_t group, const char *gname, const colspec *c, hid_t ftype, hsize_t chunk,
+/* A chunked extendible dataset of 0 rows with its units and description attributes: 1-D when
+ * cols == 0, else 2-D [rows, cols] with cols fixed and chunks of chunk rows by all cols. */
+static hid_t make_column(hid_t group, const char *gname, const colspec *c, hid_t ftype, hsize_t chunk, hsize_t cols,
                          const char *path, char *err, size_t errlen) {
     char obj[64];
     snprintf(obj, sizeof obj, "%s/%s", gname, c->name);
-    hsize_t zero = 0, unlimited = H5S_UNLIMITED;
-    hid_t space = H5Screate_simple(1, &zero, &unlimited);
+    int rank = cols ? 2 : 1;
+    hsize_t dims[2] = {0, cols}, maxdims[2] = {H5S_UNLIMITED, cols}, cdims[2] = {chunk, cols};
+    hid_t space = H5Screate_simple(rank, dims, maxdims);
     if (space < 0) return h5fail(err, errlen, path, "H5Screate_simple", obj);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     if (dcpl < 0) { H5Sclose(space); return h5fail(err, errlen, path, "H5Pcreate", obj); }
     hid_t ds = H5I_INVALID_HID;
-    if (H5Pset_chunk(dcpl, 1, &chunk) < 0) h5fail(err, errlen, path, "H5Pset_chunk", obj);
+    if (H5Pset_chunk(dcpl, rank, cdims) < 0) h5fail(err, errlen, path, "H5Pset_chunk", obj);
     else if (H5Pset_obj_track_times(dcpl, 0) < 0) h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
     else if ((ds = H5Dcreate2(group, c->name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0)
         h5fail(err, errlen, path, "H5Dcreate2", obj);
@@ -426,16 +470,18 @@ static hid_t make_column(hid_t group, const char *gname, const colspec *c, hid_t
     return ds;
 }
 
-/* Append n rows from buf (memory type mtype) to ds, which holds n0 rows. */
-static int append(runlog *r, hid_t ds, const char *obj, hid_t mtype, hsize_t n0, hsize_t n, const void *buf) {
-    hsize_t total = n0 + n;
-    if (H5Dset_extent(ds, &total) < 0) return h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", obj);
+/* Append n rows from buf (memory type mtype, row-major) to ds, which holds n0 rows: a 1-D
+ * dataset when cols == 0, else a 2-D one of cols columns. */
+static int append(runlog *r, hid_t ds, const char *obj, hid_t mtype, hsize_t n0, hsize_t n, hsize_t cols, const void *buf) {
+    int rank = cols ? 2 : 1;
+    hsize_t total[2] = {n0 + n, cols}, start[2] = {n0, 0}, count[2] = {n, cols};
+    if (H5Dset_extent(ds, total) < 0) return h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", obj);
     hid_t fspace = H5Dget_space(ds);
     if (fspace < 0) return h5fail(r->err, sizeof r->err, r->path, "H5Dget_space", obj);
-    hid_t mspace = H5Screate_simple(1, &n, NULL);
+    hid_t mspace = H5Screate_simple(rank, count, NULL);
     if (mspace < 0) { H5Sclose(fspace); return h5fail(r->err, sizeof r->err, r->path, "H5Screate_simple", obj); }
     int rc = 0;
-    if (H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &n0, NULL, &n, NULL) < 0)
+    if (H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
         rc = h5fail(r->err, sizeof r->err, r->path, "H5Sselect_hyperslab", obj);
     else if (H5Dwrite(ds, mtype, mspace, fspace, H5P_DEFAULT, buf) < 0)
         rc = h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", obj);
@@ -452,10 +498,44 @@ static int write_train(runlog *r) {
         char obj[64];
         snprintf(obj, sizeof obj, "/train/%s", train_cols[i].name);
         hid_t mtype = i == T_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
-        if (append(r, r->train[i], obj, mtype, r->n_train, (hsize_t)r->nbuf, cols[i]) < 0) return -1;
+        if (append(r, r->train[i], obj, mtype, r->n_train, (hsize_t)r->nbuf, 0, cols[i]) < 0) return -1;
     }
     r->n_train += (hsize_t)r->nbuf;
     r->nbuf = 0;
+    return 0;
+}
+
+/* Append the buffered /ranks rows. */
+static int write_ranks(runlog *r) {
+    if (r->nrbuf == 0) return 0;
+    if (append(r, r->ranks_step, "/ranks/step", H5T_NATIVE_INT64, r->n_ranks, (hsize_t)r->nrbuf, 0, r->rbuf_step) < 0)
+        return -1;
+    for (int q = 0; q < NRANKS; q++) {
+        char obj[64];
+        snprintf(obj, sizeof obj, "/ranks/%s", ranks_cols[q].name);
+        if (append(r, r->ranks_ds[q], obj, H5T_NATIVE_DOUBLE, r->n_ranks, (hsize_t)r->nrbuf, (hsize_t)r->ranks, r->rbuf[q]) < 0)
+            return -1;
+    }
+    r->n_ranks += (hsize_t)r->nrbuf;
+    r->nrbuf = 0;
+    return 0;
+}
+
+/* Write the buffered /train and /ranks rows (at an evaluation, at close). */
+static int write_buffers(runlog *r) { return write_train(r) < 0 || write_ranks(r) < 0 ? -1 : 0; }
+
+/* Append one row to the NEVAL columns ds of group gname (/eval or /eval_local), which hold n rows. */
+static int append_eval_row(runlog *r, const hid_t *ds, const char *gname, hsize_t n, long step, double time_s, double epoch,
+                           double loss, double top1_error, double top5_error) {
+    int64_t s = step;
+    const double v[NEVAL] = {0, time_s, epoch, loss, top1_error, top5_error};
+    for (int i = 0; i < NEVAL; i++) {
+        char obj[64];
+        snprintf(obj, sizeof obj, "%s/%s", gname, eval_cols[i].name);
+        int rc = i == E_STEP ? append(r, ds[i], obj, H5T_NATIVE_INT64, n, 1, 0, &s)
+                             : append(r, ds[i], obj, H5T_NATIVE_DOUBLE, n, 1, 0, &v[i]);
+        if (rc < 0) return -1;
+    }
     return 0;
 }
 
@@ -527,13 +607,111 @@ static void close_handles(runlog *r) {
         if (r->train[i] >= 0) H5Dclose(r->train[i]), r->train[i] = H5I_INVALID_HID;
     for (int i = 0; i < NEVAL; i++)
         if (r->eval[i] >= 0) H5Dclose(r->eval[i]), r->eval[i] = H5I_INVALID_HID;
+    for (int i = 0; i < NEVAL; i++)
+        if (r->eval_local[i] >= 0) H5Dclose(r->eval_local[i]), r->eval_local[i] = H5I_INVALID_HID;
+    if (r->ranks_step >= 0) H5Dclose(r->ranks_step), r->ranks_step = H5I_INVALID_HID;
+    for (int q = 0; q < NRANKS; q++)
+        if (r->ranks_ds[q] >= 0) H5Dclose(r->ranks_ds[q]), r->ranks_ds[q] = H5I_INVALID_HID;
+    for (int i = 0; i < r->n_arrays; i++)
+        if (r->arrays[i].ds >= 0) H5Dclose(r->arrays[i].ds), r->arrays[i].ds = H5I_INVALID_HID;
     if (r->file >= 0) H5Fclose(r->file), r->file = H5I_INVALID_HID;
 }
 
 static void free_runlog(runlog *r) {
     for (int i = 0; i < r->nattrs; i++) free(r->attrs[i].name), free(r->attrs[i].s);
     free(r->attrs);
+    for (int i = 0; i < r->n_arrays; i++) free(r->arrays[i].obj);
+    free(r->arrays);
+    free(r->rbuf[0]); /* the one allocation behind every rbuf[q] */
     free(r);
+}
+
+/* A new runlog with every handle invalid: the /ranks buffers and the fixed-array table are
+ * allocated here, once (meta already checked by check_meta). */
+static runlog *new_runlog(const char *path, const runlog_meta *meta) {
+    runlog *r = xcalloc(1, sizeof *r);
+    r->file = H5I_INVALID_HID;
+    for (int i = 0; i < NTRAIN; i++) r->train[i] = H5I_INVALID_HID;
+    for (int i = 0; i < NEVAL; i++) r->eval[i] = r->eval_local[i] = H5I_INVALID_HID;
+    r->ranks_step = H5I_INVALID_HID;
+    for (int q = 0; q < NRANKS; q++) r->ranks_ds[q] = H5I_INVALID_HID;
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->has_eval_local = meta->eval_local != 0;
+    r->ranks = meta->ranks;
+    if (r->ranks > 0) {
+        size_t per = (size_t)RANKS_BUF * (size_t)r->ranks;
+        double *mem = xmalloc((size_t)NRANKS * per * sizeof *mem);
+        for (int q = 0; q < NRANKS; q++) r->rbuf[q] = mem + (size_t)q * per;
+    }
+    if (meta->n_arrays > 0) {
+        r->arrays = xcalloc((size_t)meta->n_arrays, sizeof *r->arrays);
+        r->n_arrays = meta->n_arrays;
+        for (int i = 0; i < r->n_arrays; i++) {
+            const char *name = meta->arrays[i].name;
+            r->arrays[i].ds = H5I_INVALID_HID;
+            r->arrays[i].obj = xmalloc(strlen(name) + 2);
+            r->arrays[i].obj[0] = '/';
+            strcpy(r->arrays[i].obj + 1, name);
+        }
+    }
+    return r;
+}
+
+/* Check the parts of meta that shape the layout; err filled and -1 if one is unusable. */
+static int check_meta(const runlog_meta *meta, const char *path, char *err, size_t errlen) {
+    if (meta->servers < 0) return seterr(err, errlen, "%s: runlog_create: servers = %d is negative", path, meta->servers), -1;
+    if (meta->ranks < 0 || meta->ranks > MAX_RANKS)
+        return seterr(err, errlen, "%s: runlog_create: ranks = %d is not in 0..%d", path, meta->ranks, MAX_RANKS), -1;
+    if (meta->n_arrays < 0 || (meta->n_arrays > 0 && !meta->arrays))
+        return seterr(err, errlen, "%s: runlog_create: %d fixed arrays%s", path, meta->n_arrays,
+                      meta->n_arrays < 0 ? " is negative" : " but no array specs"), -1;
+    static const char *reserved[] = {"train", "eval", "eval_local", "ranks"};
+    for (int i = 0; i < meta->n_arrays; i++) {
+        const runlog_array_spec *a = &meta->arrays[i];
+        const char *n = a->name;
+        if (!n || !n[0] || n[0] == '/' || n[strlen(n) - 1] == '/' || strstr(n, "//"))
+            return seterr(err, errlen, "%s: runlog_create: fixed array %d has the name \"%s\" (want a path like "
+                          "\"ps/staleness_histogram\": not empty, no leading, trailing or double '/')", path, i, n ? n : "(null)"), -1;
+        size_t first = strcspn(n, "/");
+        for (size_t k = 0; k < sizeof reserved / sizeof *reserved; k++)
+            if (strlen(reserved[k]) == first && strncmp(n, reserved[k], first) == 0)
+                return seterr(err, errlen, "%s: runlog_create: fixed array \"%s\" would be inside /%s, which runlog owns",
+                              path, n, reserved[k]), -1;
+        if (a->rows < 1 || a->cols < 0 || a->rows > (1L << 40) / (a->cols ? a->cols : 1))
+            return seterr(err, errlen, "%s: runlog_create: fixed array %s has shape rows = %ld, cols = %ld "
+                          "(want rows >= 1, cols >= 0 (0: 1-D), at most 2^40 elements)", path, n, a->rows, a->cols), -1;
+    }
+    return 0;
+}
+
+/* The fixed-size, zero-filled int64 dataset of spec a (parent groups created): contiguous,
+ * its storage allocated and filled now, so a later rewrite changes raw data only. */
+static hid_t make_array(hid_t f, const runlog_array_spec *a, const char *obj, const char *path, char *err, size_t errlen) {
+    hsize_t dims[2] = {(hsize_t)a->rows, (hsize_t)a->cols};
+    hid_t space = H5Screate_simple(a->cols ? 2 : 1, dims, NULL);
+    if (space < 0) return h5fail(err, errlen, path, "H5Screate_simple", obj);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
+    hid_t ds = H5I_INVALID_HID;
+    const int64_t zero = 0;
+    if (dcpl < 0 || lcpl < 0) h5fail(err, errlen, path, "H5Pcreate", obj);
+    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
+    else if (H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0) h5fail(err, errlen, path, "H5Pset_layout", obj);
+    else if (H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0) h5fail(err, errlen, path, "H5Pset_alloc_time", obj);
+    else if (H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC) < 0) h5fail(err, errlen, path, "H5Pset_fill_time", obj);
+    else if (H5Pset_fill_value(dcpl, H5T_NATIVE_INT64, &zero) < 0) h5fail(err, errlen, path, "H5Pset_fill_value", obj);
+    else if (H5Pset_obj_track_times(dcpl, 0) < 0) h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
+    else if ((ds = H5Dcreate2(f, a->name, H5T_STD_I64LE, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
+        h5fail(err, errlen, path, "H5Dcreate2", obj);
+    if (lcpl >= 0) H5Pclose(lcpl);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Sclose(space);
+    if (ds < 0) return H5I_INVALID_HID;
+    if (attr_string(ds, obj, "units", a->units, path, err, errlen) < 0 ||
+        attr_string(ds, obj, "description", a->description, path, err, errlen) < 0) {
+        H5Dclose(ds);
+        return H5I_INVALID_HID;
+    }
+    return ds;
 }
 
 /* Root attributes, groups and empty datasets of a new file (all created before SWMR starts). */
@@ -555,12 +733,14 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     int32_t p = meta->p, b = meta->b, m = meta->m;
     uint64_t seed = meta->seed;
     int64_t iterations = meta->iterations;
+    int32_t servers = meta->servers;
     if (attr_string(f, "/", "method", meta->method, path, err, errlen) < 0 ||
         attr_write(f, "/", "p", H5T_STD_I32LE, H5T_NATIVE_INT32, &p, path, err, errlen) < 0 ||
         attr_write(f, "/", "b", H5T_STD_I32LE, H5T_NATIVE_INT32, &b, path, err, errlen) < 0 ||
         attr_write(f, "/", "m", H5T_STD_I32LE, H5T_NATIVE_INT32, &m, path, err, errlen) < 0 ||
         attr_write(f, "/", "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0 ||
         attr_write(f, "/", "iterations", H5T_STD_I64LE, H5T_NATIVE_INT64, &iterations, path, err, errlen) < 0 ||
+        attr_write(f, "/", "servers", H5T_STD_I32LE, H5T_NATIVE_INT32, &servers, path, err, errlen) < 0 ||
         attr_string(f, "/", "dsgd_version", DSGD_VERSION, path, err, errlen) < 0 ||
         attr_string(f, "/", "hdf5_version", h5ver, path, err, errlen) < 0 ||
         attr_string(f, "/", "config", meta->config_text, path, err, errlen) < 0 ||
@@ -573,21 +753,48 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
     if (attr_string(f, "/", "working_directory", cwd, path, err, errlen) < 0) return -1;
 
-    for (int g = 0; g < 2; g++) {
-        const char *gname = g == 0 ? "/train" : "/eval";
+    /* /train, /eval and, if asked for, /eval_local (the columns of /eval). */
+    for (int g = 0; g < 3; g++) {
+        if (g == 2 && !r->has_eval_local) break;
+        const char *gname = g == 0 ? "/train" : g == 1 ? "/eval" : "/eval_local";
         hid_t grp = H5Gcreate2(f, gname, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         if (grp < 0) return h5fail(err, errlen, path, "H5Gcreate2", gname);
         int ncols = g == 0 ? NTRAIN : NEVAL;
         for (int i = 0; i < ncols; i++) {
             const colspec *c = g == 0 ? &train_cols[i] : &eval_cols[i];
-            hid_t ftype = i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE; /* column 0 is step in both */
-            hid_t ds = make_column(grp, gname, c, ftype, g == 0 ? TRAIN_CHUNK : EVAL_CHUNK, path, err, errlen);
+            hid_t ftype = i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE; /* column 0 is step in all */
+            hid_t ds = make_column(grp, gname, c, ftype, g == 0 ? TRAIN_CHUNK : EVAL_CHUNK, 0, path, err, errlen);
             if (ds < 0) { H5Gclose(grp); return -1; }
             if (g == 0) r->train[i] = ds;
-            else r->eval[i] = ds;
+            else if (g == 1) r->eval[i] = ds;
+            else r->eval_local[i] = ds;
         }
         if (H5Gclose(grp) < 0) return h5fail(err, errlen, path, "H5Gclose", gname);
     }
+
+    /* /ranks: step, and the 2-D [row, ranks] timing datasets with a `columns` attribute. */
+    if (r->ranks > 0) {
+        hid_t grp = H5Gcreate2(f, "/ranks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (grp < 0) return h5fail(err, errlen, path, "H5Gcreate2", "/ranks");
+        char columns[64];
+        snprintf(columns, sizeof columns, "worker rank 0..%d", r->ranks - 1);
+        r->ranks_step = make_column(grp, "/ranks", &ranks_step_col, H5T_STD_I64LE, RANKS_CHUNK, 0, path, err, errlen);
+        if (r->ranks_step < 0) { H5Gclose(grp); return -1; }
+        for (int q = 0; q < NRANKS; q++) {
+            char obj[64];
+            snprintf(obj, sizeof obj, "/ranks/%s", ranks_cols[q].name);
+            r->ranks_ds[q] = make_column(grp, "/ranks", &ranks_cols[q], H5T_IEEE_F64LE, RANKS_CHUNK, (hsize_t)r->ranks, path, err, errlen);
+            if (r->ranks_ds[q] < 0 || attr_string(r->ranks_ds[q], obj, "columns", columns, path, err, errlen) < 0) {
+                H5Gclose(grp);
+                return -1;
+            }
+        }
+        if (H5Gclose(grp) < 0) return h5fail(err, errlen, path, "H5Gclose", "/ranks");
+    }
+
+    /* The method's fixed-size arrays, zero-filled. */
+    for (int i = 0; i < r->n_arrays; i++)
+        if ((r->arrays[i].ds = make_array(f, &meta->arrays[i], r->arrays[i].obj, path, err, errlen)) < 0) return -1;
     return 0;
 }
 
@@ -610,13 +817,10 @@ runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, 
         seterr(err, errlen, already_exists_fmt, path);
         return NULL;
     }
+    if (check_meta(meta, path, err, errlen) < 0) return NULL;
     if (make_parents(path, err, errlen) < 0) return NULL;
 
-    runlog *r = xcalloc(1, sizeof *r);
-    r->file = H5I_INVALID_HID;
-    for (int i = 0; i < NTRAIN; i++) r->train[i] = H5I_INVALID_HID;
-    for (int i = 0; i < NEVAL; i++) r->eval[i] = H5I_INVALID_HID;
-    snprintf(r->path, sizeof r->path, "%s", path);
+    runlog *r = new_runlog(path, meta);
 
     char tmp[PATHLEN];
     if (temp_name(tmp, sizeof tmp, path, "new") < 0) {
@@ -699,20 +903,77 @@ int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, 
                 double top5_error) {
     if (!r) return -1;
     if (r->failed) return -1;
-    int64_t s = step;
-    const double v[NEVAL] = {0, time_s, epoch, loss, top1_error, top5_error};
-    for (int i = 0; i < NEVAL; i++) {
-        char obj[64];
-        snprintf(obj, sizeof obj, "/eval/%s", eval_cols[i].name);
-        int rc = i == E_STEP ? append(r, r->eval[i], obj, H5T_NATIVE_INT64, r->n_eval, 1, &s)
-                             : append(r, r->eval[i], obj, H5T_NATIVE_DOUBLE, r->n_eval, 1, &v[i]);
-        if (rc < 0) { r->failed = 1; return -1; }
+    if (append_eval_row(r, r->eval, "/eval", r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
+        r->failed = 1;
+        return -1;
     }
     r->n_eval++;
-    if (write_train(r) < 0) { r->failed = 1; return -1; }
+    if (write_buffers(r) < 0) { r->failed = 1; return -1; }
     if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) {
         r->failed = 1;
         return h5fail(r->err, sizeof r->err, r->path, "H5Fflush", "/");
+    }
+    return 0;
+}
+
+/* Appended at once (not buffered: one row per evaluation), flushed with the next runlog_eval
+ * or at close. */
+int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
+                      double top5_error) {
+    if (!r) return -1;
+    if (r->failed) return -1;
+    if (!r->has_eval_local) {
+        seterr(r->err, sizeof r->err, "%s: runlog_eval_local: the file has no /eval_local (created without meta.eval_local)", r->path);
+        return -1;
+    }
+    if (append_eval_row(r, r->eval_local, "/eval_local", r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
+        r->failed = 1;
+        return -1;
+    }
+    r->n_eval_local++;
+    return 0;
+}
+
+int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *compute_s, const double *comm_s,
+                 const double *wait_s) {
+    if (!r) return -1;
+    if (r->failed) return -1;
+    if (r->ranks == 0) {
+        seterr(r->err, sizeof r->err, "%s: runlog_ranks: the file has no /ranks (created with meta.ranks = 0)", r->path);
+        return -1;
+    }
+    const double *src[NRANKS] = {step_time_s, compute_s, comm_s, wait_s};
+    for (int q = 0; q < NRANKS; q++)
+        if (!src[q]) {
+            seterr(r->err, sizeof r->err, "%s: runlog_ranks: no values for /ranks/%s", r->path, ranks_cols[q].name);
+            return -1;
+        }
+    int i = r->nrbuf++;
+    r->rbuf_step[i] = step;
+    for (int q = 0; q < NRANKS; q++) memcpy(r->rbuf[q] + (size_t)i * (size_t)r->ranks, src[q], (size_t)r->ranks * sizeof(double));
+    if (r->nrbuf == RANKS_BUF && write_ranks(r) < 0) {
+        r->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* The dataset exists with its final size and allocated storage, so this H5Dwrite changes raw
+ * data only (allowed in SWMR mode); it is on disk after the next H5Fflush. */
+int runlog_array(runlog *r, int index, const long long *data) {
+    if (!r) return -1;
+    if (r->failed) return -1;
+    if (index < 0 || index >= r->n_arrays) {
+        seterr(r->err, sizeof r->err, "%s: runlog_array: no fixed array %d (the file has %d)", r->path, index, r->n_arrays);
+        return -1;
+    }
+    if (!data) {
+        seterr(r->err, sizeof r->err, "%s: runlog_array: no data for %s", r->path, r->arrays[index].obj);
+        return -1;
+    }
+    if (H5Dwrite(r->arrays[index].ds, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+        r->failed = 1;
+        return h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", r->arrays[index].obj);
     }
     return 0;
 }
@@ -811,11 +1072,20 @@ static int write_final_attrs(runlog *r) {
 int runlog_close(runlog *r) {
     if (!r) return 0;
     int rc = r->failed ? -1 : 0; /* an earlier failure was already reported by its caller */
-    if (rc == 0 && write_train(r) < 0) rc = -1;
+    if (rc == 0 && write_buffers(r) < 0) rc = -1;
     for (int i = 0; i < NTRAIN; i++)
         if (H5Dclose(r->train[i]) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", train_cols[i].name);
     for (int i = 0; i < NEVAL; i++)
         if (H5Dclose(r->eval[i]) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", eval_cols[i].name);
+    for (int i = 0; i < NEVAL && r->has_eval_local; i++)
+        if (H5Dclose(r->eval_local[i]) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", eval_cols[i].name);
+    if (r->ranks > 0) {
+        if (H5Dclose(r->ranks_step) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", "/ranks/step");
+        for (int q = 0; q < NRANKS; q++)
+            if (H5Dclose(r->ranks_ds[q]) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", ranks_cols[q].name);
+    }
+    for (int i = 0; i < r->n_arrays; i++)
+        if (H5Dclose(r->arrays[i].ds) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", r->arrays[i].obj);
     if (H5Fclose(r->file) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Fclose", "/");
     /* Another run given the same output with overwrite = true may have replaced our file:
      * never finish (or report success for) a file that is not the one this run wrote. */
