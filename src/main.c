@@ -176,9 +176,14 @@ int main(int argc, char **argv) {
     static experiment e;
     st = config_load(&e, args.config_path, args.sets, args.n_sets, err, sizeof err);
     /* `dsgd-run --check` without mpiexec checks everything but the world size. */
-    const int world_unchecked = args.check_only && comm_size() == 1 && e.p != 1;
+    const int world_unchecked = args.check_only && comm_size() == 1 && config_world_size(&e) != 1;
     if (!st && !world_unchecked) st = config_check_world(&e, comm_size(), err, sizeof err);
     agree_or_exit(st, err);
+    if (!world_unchecked) comm_set_workers(e.p);
+    comm_set_timeout(e.comm_timeout_s);
+    const int has_servers = method_has_servers(e.method);
+    const int worker = rank < e.p ? rank : -1;   /* workers: ranks 0..p-1; servers after them */
+    const int log_rank = has_servers ? e.p : 0;
     const method_ops *method = method_find(e.method);
     if (!method) st = seterr(err, sizeof err, "%s: method '%s' is not built", e.source, method_name(e.method));
     agree_or_exit(st, err);
@@ -194,8 +199,10 @@ int main(int argc, char **argv) {
                     e.data.val_images, val.c, val.h, val.w, e.data.train_images, train.c, train.h, train.w);
         blame_keys(&e, "keys 'data.val_images', 'data.train_images'", err, sizeof err);
     }
-    trainer t = {.e = &e, .method = method, .train = &train, .val = &val, .rank = rank, .p = comm_size()};
-    if (!st && (st = loader_init(&t.train_loader, &train, e.p, rank, e.b, e.seed, err, sizeof err)))
+    trainer t = {.e = &e, .method = method, .train = &train, .val = &val, .rank = rank, .p = e.p, .worker = worker,
+                 .server = worker < 0 ? rank - e.p : -1, .log_rank = log_rank};
+    inject_init(&t.inj, &e, worker >= 0 ? worker : 0);
+    if (!st && (st = loader_init(&t.train_loader, &train, e.p, worker >= 0 ? worker : 0, e.b, e.seed, err, sizeof err)))
         blame_keys(&e, "keys 'p', 'b'", err, sizeof err);
     agree_or_exit(st, err);
 
@@ -204,22 +211,28 @@ int main(int argc, char **argv) {
     agree_or_exit(st, err);
 
     /* Under `--check` without mpiexec, show the threads the real run (p ranks here) would use. */
-    const int threads = choose_threads(&e, world_unchecked ? e.p : comm_local_size());
+    const int threads = choose_threads(&e, world_unchecked ? config_world_size(&e) : comm_local_size());
     if (args.check_only) {
         if (r0) {
             config_print_table(&e, stdout);
             printf("\nm = p·b = %d, %d training images (%dx%dx%d, %d classes), %ld steps per epoch, %d validation images, %d thread(s) per rank\n",
                    e.p * e.b, train.n, train.c, train.h, train.w, train.n_classes, t.train_loader.steps_per_epoch, val.n, threads);
-            if (world_unchecked) printf("not checked: p = %d must equal the number of MPI ranks (mpiexec -n %d)\n", e.p, e.p);
+            if (world_unchecked) {
+                if (has_servers)
+                    printf("not checked: method %s runs on p + servers = %d + %d = %d MPI ranks (mpiexec -n %d)\n", method_name(e.method), e.p,
+                           e.servers, config_world_size(&e), config_world_size(&e));
+                else printf("not checked: p = %d must equal the number of MPI ranks (mpiexec -n %d)\n", e.p, e.p);
+            }
             printf("experiment OK\n");
         }
         comm_finalize();
         return 0;
     }
 
-    /* 4. Model, buffers, method. No rank evaluates more than ceil(n_val / p) images, so a
-     * larger eval.batch would only allocate memory that is never used. */
-    const int max_slice = (val.n + t.p - 1) / t.p;
+    /* 4. Model, buffers, method. No rank evaluates more than ceil(n_val / p) images (a server
+     * evaluating the center: all of them), so a larger eval.batch would only allocate memory
+     * that is never used. */
+    const int max_slice = has_servers ? val.n : (val.n + t.p - 1) / t.p;
     t.eval_batch = e.eval.batch < max_slice ? e.eval.batch : max_slice;
     omp_set_num_threads(threads);
     model_spec spec = {
@@ -247,8 +260,8 @@ int main(int argc, char **argv) {
     st = method->init(&t, err, sizeof err);
     agree_or_exit(st, err);
 
-    /* 5. The run file (rank 0), created exclusively. */
-    if (r0) {
+    /* 5. The run file (log rank), created exclusively. */
+    if (rank == log_rank) {
         static char cfg_text[1 << 16], cmdline[4096];
         /* Stored with overwrite = false: re-running the experiment from the file it produced must
          * never replace that file. */
@@ -260,16 +273,30 @@ int main(int argc, char **argv) {
         runlog_meta meta = {
             .method = method_name(e.method), .p = e.p, .b = e.b, .m = e.p * e.b, .seed = e.seed,
             .iterations = e.iterations, .config_text = cfg_text, .command_line = cmdline, .hostname = comm_host(),
+            .servers = has_servers ? e.servers : 0, .ranks = e.p,
         };
+        /* Method-specific fixed-size arrays (docs/output.md). */
+        static runlog_array_spec arr;
+        if (e.method == METHOD_PS) {
+            arr = (runlog_array_spec){"ps/staleness_histogram", 4L * e.p, 0, "gradients",
+                                      "gradients applied with staleness k (server updates between the worker's pull and its push) = row k; the last row counts k >= rows-1"};
+            meta.arrays = &arr, meta.n_arrays = 1;
+        } else if (e.method == METHOD_BACKUP) {
+            arr = (runlog_array_spec){"backup/dropped", e.iterations, 0, "gradients",
+                                      "gradients dropped at step v (computed on the parameters of step v, arrived after the first N)"};
+            meta.arrays = &arr, meta.n_arrays = 1;
+        }
         t.log = runlog_create(e.output, e.overwrite, &meta, err, sizeof err);
         if (!t.log) st = EXIT_BADINPUT;
     }
     agree_or_exit(st, err);
 
-    if (r0) {
+    if (rank == log_rank) {
         printf("dsgd-run %s: %s, method %s, p = %d, b = %d, m = p·b = %d, %ld iterations (%.2f epochs)\n", DSGD_VERSION, e.name,
                method_name(e.method), e.p, e.b, e.p * e.b, e.iterations,
                (double)e.iterations / (double)t.train_loader.steps_per_epoch);
+        if (has_servers) printf("ranks 0..%d: workers; ranks %d..%d: parameter servers (rank %d writes the run file)\n", e.p - 1, e.p,
+                                e.p + e.servers - 1, e.p);
         char arch[64];
         if (e.model.arch == ARCH_LINEAR) snprintf(arch, sizeof arch, "linear (multinomial logistic regression)");
         else snprintf(arch, sizeof arch, "resnet18 width %d, %s stem", e.model.width, stem_name(e.model.stem));
@@ -280,7 +307,7 @@ int main(int argc, char **argv) {
 
     /* 6. Train. */
     st = train_run(&t);
-    if (r0 && runlog_close(t.log) != 0 && !st) st = EXIT_RUNTIME; /* runlog_close printed why */
+    if (rank == log_rank && runlog_close(t.log) != 0 && !st) st = EXIT_RUNTIME; /* runlog_close printed why */
 
     free(t.x), free(t.y), free(t.eval_x), free(t.eval_y), free(t.eval_idx), free(t.velocity);
     model_free(t.net);

@@ -21,13 +21,32 @@ int comm_local_rank(void);   /* rank among the ranks sharing this node */
 int comm_local_size(void);   /* ranks sharing this node */
 const char *comm_host(void);
 
+/* Split the world into the p worker ranks 0..p-1 and the server ranks p..size-1 (collective
+ * over the world; call once after comm_init). The worker collectives below (all-reduce, worker
+ * barrier, gather) then run over the workers only; without this call the workers are the world. */
+void comm_set_workers(int p);
+
+/* Seconds a blocking wait may last before comm_* reports a timeout (default 300). */
+void comm_set_timeout(double seconds);
+
 /* Collective: the largest of every rank's code (0 = fine). Used after each set-up phase so
  * that a rank that failed makes every rank stop together, none left waiting. */
 int comm_max_int(int code);
 
-/* Collective: buf[i] = mean over ranks of buf[i], in place, in chunks of COMM_CHUNK_BYTES
- * (Jin et al. §2.1 all-reduce). n floats. */
-void comm_allreduce_mean_f32(float *buf, size_t n);
+/* Collective over the workers: buf[i] = mean over workers of buf[i], in place, in chunks of
+ * COMM_CHUNK_BYTES (Jin et al. §2.1 all-reduce). n floats. Non-blocking MPI_Iallreduce
+ * completed by comm's polling wait (below), so a missing worker is reported after the timeout:
+ * the message names the rank and the call, and every rank is stopped (MPI_Abort, exit 1).
+ * If wait_s is not NULL, first waits at a worker barrier and adds the seconds spent there (the
+ * time this worker waited for the slowest one) to *wait_s. */
+void comm_allreduce_mean_f32(float *buf, size_t n, double *wait_s);
+
+/* Collective over the workers: in-place sum of n doubles. */
+void comm_workers_sum_f64(double *buf, int n);
+
+/* Collective over the workers: worker 0 receives every worker's n doubles, worker-major, in
+ * out (p·n); out is ignored elsewhere. */
+void comm_workers_gather_f64(const double *in, int n, double *out);
 
 /* Collective: in-place sum of n doubles over ranks. */
 void comm_allreduce_sum_f64(double *buf, int n);
@@ -36,6 +55,42 @@ void comm_allreduce_sum_f64(double *buf, int n);
 void comm_bcast(void *buf, size_t nbytes, int root);
 
 void comm_barrier(void);
+
+/* ---- Point-to-point: persistent requests and a polling wait that does not spin a core ----
+ *
+ * A comm_set holds up to cap persistent requests (MPI_Send_init / MPI_Recv_init) on buffers the
+ * caller owns and keeps alive. Waiting polls MPI_Testsome: a short burst of immediate tests, then
+ * nanosleep with a delay doubling from 2 µs to 1 ms, so ranks that wait leave the core to ranks
+ * that compute (p = 16 ranks on 2 cores still progress) while a fast reply is seen within a few
+ * µs. MPICH progresses a message only while its ranks are inside MPI; a worker busy computing
+ * does not progress anything, which is why every exchange here is started and completed by the
+ * rank that needs it (docs/methods.md, "Progress"). */
+typedef struct comm_set comm_set;
+
+enum { COMM_SEND = 1, COMM_RECV = 0 };
+/* Peer for a receive from any rank. */
+#define COMM_ANY_SOURCE (-1)
+
+comm_set *comm_set_new(int cap);
+void comm_set_free(comm_set *s);
+/* Add a persistent request: bytes of buf to/from world rank peer with tag; returns its index. */
+int comm_set_add(comm_set *s, int kind, void *buf, size_t bytes, int peer, int tag);
+/* Start request i (it must not be active). */
+void comm_set_start(comm_set *s, int i);
+/* 1 while request i is started and not yet seen complete. */
+int comm_set_active(const comm_set *s, int i);
+/* Wait until at least one active request completes (or none is active); their indices go to
+ * done[] (capacity cap), the count is returned. After timeout_s seconds: -1. */
+int comm_set_wait_some(comm_set *s, int *done, double timeout_s);
+/* Wait until request i completes; returns 0, or -1 after timeout_s seconds. */
+int comm_set_wait(comm_set *s, int i, double timeout_s);
+/* Bytes received and source world rank of the last completion of receive i. */
+size_t comm_set_received(const comm_set *s, int i);
+int comm_set_source(const comm_set *s, int i);
+
+/* Stop every rank after a wait that timed out: prints the rank, what it waited for (what) and
+ * the timeout, and aborts with exit status 1. */
+void comm_timeout_abort(const char *what) __attribute__((noreturn));
 
 /* Stop every rank now with status code (after printing the reason yourself). */
 void comm_abort(int code) __attribute__((noreturn));

@@ -8,6 +8,7 @@
  * evaluation. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "comm/comm.h"
 #include "methods/method.h"
@@ -26,28 +27,40 @@ static double allreduce_step(trainer *t, long step, double alpha) {
     model *net = t->net;
     const size_t n = model_n_params(net);
 
+    if (inject_failed(&t->inj, step)) {
+        /* This worker stops for good: it never enters the all-reduce, so the others report a
+         * timeout after comm_timeout_s and stop every rank (MPI_Abort) — what a real failed
+         * node does to synchronous SGD. Bounded, in case nothing stops it. */
+        fprintf(stderr, "dsgd-run: rank %d: injected failure before step %ld (inject.fail_rank)\n", t->rank, step + 1);
+        inject_sleep(e->comm_timeout_s + 60.0);
+        exit(EXIT_RUNTIME);
+    }
     double t0 = wall_time();
     loader_batch(&t->train_loader, step, t->x, t->y);
     double t1 = wall_time();
     double loss = model_train_step(net, t->x, t->y);
+    double delay = inject_delay_s(&t->inj, step);
+    inject_sleep(delay);
     double t2 = wall_time();
-    comm_allreduce_mean_f32(model_grads(net), n);
-    comm_allreduce_sum_f64(&loss, 1);
+    comm_allreduce_mean_f32(model_grads(net), n, &t->times.wait_s);
+    comm_workers_sum_f64(&loss, 1);
     double t3 = wall_time();
     int finite = sgd_update(model_params(net), model_grads(net), t->velocity, n, (float)alpha, (float)e->momentum,
                             (float)e->weight_decay, e->nesterov);
     double t4 = wall_time();
 
     t->times.data_s += t1 - t0;
-    t->times.compute_s += t2 - t1;
+    t->times.compute_s += t2 - t1 - delay;
+    t->times.delay_s += delay;
     t->times.comm_s += t3 - t2;
     t->times.update_s += t4 - t3;
+    t->times.step_s += t4 - t0;
     loss /= (double)t->p;
     /* The averaged gradient is identical on every rank, so every rank sees the same verdict. */
     return finite ? loss : NAN;
 }
 
-static void allreduce_eval_prepare(trainer *t) { comm_allreduce_mean_f32(model_bn(t->net), model_n_bn(t->net)); }
+static void allreduce_eval_prepare(trainer *t) { comm_allreduce_mean_f32(model_bn(t->net), model_n_bn(t->net), NULL); }
 
 static void allreduce_finalize(trainer *t) { (void)t; }
 

@@ -7,6 +7,8 @@
  *   eval_prepare  before each evaluation: make the model each rank evaluates the one the
  *             method's paper evaluates (e.g. average BN statistics across ranks)
  *   finalize  once at the end
+ *   run       optional: replaces the whole synchronous loop of train_run (methods whose ranks
+ *             do not move in lock-step: ps, easgd, backup; src/methods/server.c)
  *
  * Methods touch parameters only through the flat vectors of src/nn/model.h and communicate
  * only through src/comm/comm.h. */
@@ -23,9 +25,11 @@ struct method_ops {
     double (*step)(trainer *t, long step, double alpha);
     void (*eval_prepare)(trainer *t);
     void (*finalize)(trainer *t);
+    int (*run)(trainer *t);
+    const struct server_rules *rules; /* methods with servers (src/methods/server.h) */
 };
 
-extern const method_ops method_allreduce;
+extern const method_ops method_allreduce, method_ps, method_easgd, method_backup;
 
 /* The table for a method, or NULL if that method is not built. */
 const method_ops *method_find(method_kind k);

@@ -4,6 +4,9 @@
 const method_ops *method_find(method_kind k) {
     switch (k) {
     case METHOD_ALLREDUCE: return &method_allreduce;
-    default: return NULL; /* ps, easgd, gossip_pull, gossip_push, backup: not built yet */
+    case METHOD_PS: return &method_ps;
+    case METHOD_EASGD: return &method_easgd;
+    case METHOD_BACKUP: return &method_backup;
+    default: return NULL; /* gossip_pull, gossip_push: not built yet */
     }
 }

@@ -9,6 +9,7 @@
 #include "data/loader.h"
 #include "io/runlog.h"
 #include "nn/model.h"
+#include "train/inject.h"
 
 typedef struct method_ops method_ops;
 
@@ -16,8 +17,12 @@ typedef struct method_ops method_ops;
 typedef struct {
     double data_s;     /* assembling and normalising minibatches */
     double compute_s;  /* forward + backward */
-    double comm_s;     /* collectives (includes waiting for slower ranks) */
+    double comm_s;     /* communication, waiting included */
+    double wait_s;     /* the part of comm_s spent blocked on another rank (barrier before the
+                          all-reduce, a server's reply) */
     double update_s;   /* optimizer update */
+    double delay_s;    /* injected straggler delay (inject group) */
+    double step_s;     /* whole steps, everything above included */
 } phase_times;
 
 typedef struct trainer {
@@ -26,20 +31,30 @@ typedef struct trainer {
     model *net;
     loader train_loader;
     const dataset *train, *val;
-    runlog *log;              /* rank 0 only, else NULL */
-    int rank, p;
+    runlog *log;              /* log_rank only, else NULL */
+    int rank, p;              /* world rank; p worker ranks */
+    int worker;               /* 0..p-1 on a worker rank, -1 on a server */
+    int server;               /* 0..servers-1 on a server rank (world rank p + server), else -1 */
+    int log_rank;             /* world rank writing the run file and printing progress: 0, or
+                                 the first server (rank p) for methods with servers */
+    injector inj;             /* straggler/failure injection of this worker */
 
     /* Buffers allocated once (train_init), reused every step. */
     float *x;                 /* (b, c, h, w) training minibatch */
     int *y;                   /* (b) */
-    int eval_batch;           /* eval.batch, capped at the largest evaluation slice */
+    int eval_batch;           /* eval.batch, capped at the most samples one rank evaluates */
     float *eval_x;            /* (eval_batch, c, h, w) */
     int *eval_y;              /* (eval_batch) */
     int *eval_idx;            /* (eval_batch) sample indices */
     float *velocity;          /* (n_params) momentum v */
 
     phase_times times;
-    long step;                /* steps completed */
+    long step;                /* steps completed (server methods: iterations, see methods.md) */
+
+    /* Progress-line state of the log rank (train_log_*). */
+    long last_log_step;
+    double last_log_s, eval_s_total, at_start_eval_s;
+    long n_evals;
 } trainer;
 
 /* Result of one evaluation over the whole validation set (every sample once across ranks). */
@@ -51,8 +66,26 @@ typedef struct {
 } eval_result;
 
 /* Evaluate the model the rank holds now on its slice of the validation set and reduce over
- * ranks (collective). */
+ * the workers (collective over the workers). */
 eval_result train_evaluate(trainer *t);
+
+/* Evaluate net on the whole validation set on this rank alone (a server evaluating the
+ * center); uses t's evaluation buffers. */
+eval_result train_evaluate_all(trainer *t, model *net);
+
+/* Log rank: the progress line and /train row after `step` iterations at `time_s` seconds of
+ * training with mean loss and α; also /ranks when step_time etc. are not NULL (p values each).
+ * Returns 0 or EXIT_RUNTIME after a run-file write error (printed). */
+int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *step_time,
+                    const double *compute, const double *comm, const double *wait);
+
+/* Log rank: print and append an /eval row (local = 1: /eval_local). eval_s: how long the
+ * evaluation took (for the ETA). Returns 0 or EXIT_RUNTIME after a write error (printed). */
+int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, double eval_s, int local);
+
+/* Log rank: the end-of-run summary lines and run-file attributes. images: training images
+ * processed by all workers; train_s: training wall clock. */
+void train_log_summary(trainer *t, int status, int nonfinite, double train_s, double images);
 
 /* Run the whole experiment (collective). Returns EXIT_OK, or EXIT_RUNTIME after a non-finite
  * loss or gradient (all ranks agree) or an output error on rank 0. */

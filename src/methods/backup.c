@@ -1,0 +1,75 @@
+/* backup.c — synchronous SGD with backup workers (Chen, Monga, Bengio, Józefowicz 2016).
+ *
+ * p = N + `backups` workers. Step v: the servers aggregate the first N gradients computed on
+ * the parameters of step v, apply one Nesterov-SGD update with their mean (α of step v) and
+ * reply with the new parameters to those N workers; a gradient computed on older parameters
+ * arrives late, is dropped (counted per step in /backup/dropped) and its worker gets the newest
+ * parameters at once, so every worker always computes on the newest parameters it has. A run
+ * is `iterations` steps; afterwards every reply says stop. With backups = 0 this is synchronous
+ * SGD through a parameter server; with p = 1, plain SGD bitwise. Each server shard takes the
+ * first N gradients of its own (as TensorFlow's SyncReplicasOptimizer accumulates per variable).
+ * The sum over the N gradients is in arrival order (not bitwise reproducible for N > 1). */
+#include "methods/method.h"
+#include "methods/server.h"
+#include "optim/sgd.h"
+
+#include <string.h>
+
+static int backup_n(const srv *sv) { return sv->p - sv->t->e->backups; }
+
+static int finished(const srv *sv) { return sv->version >= sv->t->e->iterations || sv->live < backup_n(sv); }
+
+static void backup_apply(srv *sv) {
+    const experiment *e = sv->t->e;
+    const float inv = 1.0f / (float)sv->count;
+    for (size_t j = 0; j < sv->n; j++) sv->acc[j] *= inv;
+    if (!sv->diverged && !sgd_update(sv->center, sv->acc, sv->vel, sv->n, (float)alpha_at(e, sv->version), (float)e->momentum,
+                                     (float)e->weight_decay, e->nesterov))
+        sv->diverged = 1;
+    memset(sv->acc, 0, sv->n * sizeof(float));
+    sv->count = 0;
+    sv->version++;
+    for (int i = 0; i < sv->p; i++)
+        if (sv->held[i]) srv_reply_center(sv, i, sv->diverged ? STOP_DIVERGED : finished(sv) ? STOP_DONE : STOP_NO);
+}
+
+static void backup_request(srv *sv, int i) {
+    const long v = sv->in[i].version;
+    if (finished(sv) || sv->diverged) {
+        srv_reply_center(sv, i, sv->diverged ? STOP_DIVERGED : STOP_DONE);
+        return;
+    }
+    if (v == sv->version) {
+        const float *g = sv->gbuf[i];
+        for (size_t j = 0; j < sv->n; j++) sv->acc[j] += g[j];
+        sv->held[i] = 1;
+        if (++sv->count == backup_n(sv)) backup_apply(sv);
+        return;
+    }
+    /* Computed on older parameters: too late for its step. */
+    if (sv->k == 0 && v >= 0 && v < sv->t->e->iterations) sv->dropped[v]++, sv->n_dropped++;
+    srv_reply_center(sv, i, STOP_NO);
+}
+
+/* A worker left: if fewer than N remain, no step can complete any more: release everyone. */
+static void backup_leave(srv *sv, int i) {
+    (void)i;
+    if (sv->live >= backup_n(sv)) return;
+    for (int w = 0; w < sv->p; w++)
+        if (sv->held[w]) srv_reply_center(sv, w, STOP_DONE);
+}
+
+static long backup_iteration(const srv *sv) { return (long)sv->version; }
+
+static const server_rules backup_rules = {
+    .name = "backup",
+    .until_stop = 1,
+    .request = backup_request,
+    .leave = backup_leave,
+    .iteration = backup_iteration,
+};
+
+const method_ops method_backup = {
+    .name = "backup", .init = server_init, .step = server_nostep, .eval_prepare = server_noop, .finalize = server_noop,
+    .run = server_run, .rules = &backup_rules,
+};

@@ -1,0 +1,45 @@
+/* ps.c — asynchronous parameter-server SGD (Jin et al. 2016 §2.2; Dean et al. 2012, Downpour).
+ *
+ * Every step worker i computes the gradient of its b samples at the parameters it last pulled
+ * and pushes it; server k applies it to its shard at once with Nesterov-momentum SGD (the
+ * momentum lives on the server), with α of the server's iteration count (gradients applied / p),
+ * and replies with the new shard, which the worker trains on next. Workers never wait for each
+ * other. Staleness of a gradient = server updates between the worker's pull and its push
+ * (histogram on server 0, /ps/staleness_histogram). With p = 1 this is plain SGD, bitwise. */
+#include "methods/method.h"
+#include "methods/server.h"
+#include "optim/sgd.h"
+
+static int ps_exchange_after(const trainer *t, long s) { (void)t, (void)s; return 1; }
+
+static void ps_request(srv *sv, int i) {
+    const experiment *e = sv->t->e;
+    if (sv->k == 0) {
+        long long st = sv->version - sv->in[i].version;
+        sv->hist[st < sv->hist_bins - 1 ? st : sv->hist_bins - 1]++;
+    }
+    if (!sv->diverged) {
+        long it = (sv->steps_total - 1) / sv->p; /* the iteration this gradient belongs to */
+        double alpha = alpha_at(e, it < e->iterations ? it : e->iterations - 1);
+        if (!sgd_update(sv->center, sv->gbuf[i], sv->vel, sv->n, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov))
+            sv->diverged = 1;
+        sv->version++;
+    }
+    srv_reply_center(sv, i, srv_stop(sv));
+}
+
+static void ps_leave(srv *sv, int i) { (void)sv, (void)i; }
+static long ps_iteration(const srv *sv) { return sv->steps_total / sv->p; }
+
+static const server_rules ps_rules = {
+    .name = "ps",
+    .exchange_after = ps_exchange_after,
+    .request = ps_request,
+    .leave = ps_leave,
+    .iteration = ps_iteration,
+};
+
+const method_ops method_ps = {
+    .name = "ps", .init = server_init, .step = server_nostep, .eval_prepare = server_noop, .finalize = server_noop,
+    .run = server_run, .rules = &ps_rules,
+};

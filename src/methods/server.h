@@ -1,0 +1,99 @@
+/* server.h — the runtime shared by the methods with parameter-server ranks (ps, easgd, backup):
+ * rank roles, the message layout, the worker's exchange and the server loop. Each method supplies
+ * a server_rules table (src/methods/ps.c, easgd.c, backup.c); server.c does everything else.
+ *
+ * Ranks: workers are world ranks 0..p-1 (worker i = rank i, the loader's rank), servers are
+ * ranks p..p+S-1. The flat parameter vector of n floats is cut into S contiguous shards,
+ * shard k = [n·k/S, n·(k+1)/S), held by server k together with its optimizer state.
+ *
+ * An exchange: worker i sends every server k a header and its shard of the payload (ps, backup:
+ * the gradient; easgd: its parameters θ_i), plus its BN running statistics to server 0; each
+ * server answers with a header and a shard (ps, backup: the new parameters, received straight
+ * into the worker's parameters; easgd: the center x̃ before the elastic update). Servers apply
+ * rules->request when a worker's exchange has fully arrived; the rule replies at once
+ * (srv_reply) or holds the worker until a round completes (easgd synchronous, backup). */
+#ifndef DSGD_SERVER_H
+#define DSGD_SERVER_H
+
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "train/train.h"
+
+/* Header of every message between a worker and a server (either direction). */
+typedef struct {
+    int32_t kind;       /* MSG_* (worker to server) */
+    int32_t worker;
+    int64_t version;    /* worker→server: version of the shard its payload derives from;
+                           server→worker: version of the shard in the reply */
+    int64_t steps;      /* worker→server: local steps the worker has completed */
+    int32_t n_loss;     /* worker→server: losses summed in loss_sum (steps since its last exchange) */
+    int32_t stop;       /* server→worker: STOP_* */
+    double loss_sum;
+    double step_s, compute_s, comm_s, wait_s; /* worker→server: cumulative seconds (/ranks rows) */
+} msg_hdr;
+
+enum { MSG_EXCHANGE = 1, MSG_DONE = 2, MSG_DIVERGED = 3 };
+enum { STOP_NO = 0, STOP_DONE = 1, STOP_DIVERGED = 2 };
+
+/* One server's state: shard k of the center. */
+typedef struct srv {
+    trainer *t;
+    const struct server_rules *rules;
+    int k, S, p;
+    size_t lo, n;            /* shard [lo, lo + n) */
+    float *center;           /* (n) the parameters / EASGD center x̃ of this shard */
+    float *vel;              /* (n) Nesterov momentum (ps, backup) */
+    float *acc;              /* (n) gradient sum of the current step (backup) */
+    int64_t version;         /* updates applied (ps: gradients; backup: steps; easgd: exchanges) */
+    long steps_total;        /* worker steps reported to this server so far */
+    int diverged;            /* a non-finite update: every reply from now on says STOP_DIVERGED */
+    int live;                /* workers that have not left */
+    /* per worker i */
+    msg_hdr *in, *out;       /* (p) last request header, reply header */
+    float **gbuf, **rep;     /* (p)(n) payload received, reply payload */
+    float **bnbuf;           /* (p)(n_bn) BN statistics (server 0) */
+    char *held, *left, *seen_bn;
+    long *last_steps;        /* (p) steps reported at the previous exchange */
+    /* rule state */
+    int count;               /* backup: gradients in acc; easgd synchronous: workers held */
+    long long *hist;         /* ps: staleness histogram (server 0), hist_bins bins */
+    int hist_bins;
+    long long *dropped;      /* backup: gradients dropped per step (server 0), iterations entries */
+    long long n_dropped;
+    /* requests (indices into set) */
+    comm_set *set;
+    int *r_hdr, *r_data, *r_bn, *s_hdr, *s_data;
+} srv;
+
+typedef struct server_rules {
+    const char *name;
+    int sends_params;        /* worker sends θ_i (easgd), else its gradient */
+    int local_update;        /* worker applies its own SGD step each step (easgd) */
+    /* Worker: exchange after local step s (0-based)? (unused with until_stop) */
+    int (*exchange_after)(const trainer *t, long s);
+    int until_stop;          /* workers run until a reply says STOP (backup), not `iterations` */
+    /* Worker: combine the replies (reply = the servers' shards, n floats); NULL: nothing. */
+    void (*worker_reply)(trainer *t, const float *reply);
+    /* Server: worker i's exchange has arrived (sv->in[i], sv->gbuf[i]). Reply or hold. */
+    void (*request)(srv *sv, int i);
+    /* Server: worker i has left (done or failed): release rounds waiting for it. */
+    void (*leave)(srv *sv, int i);
+    /* Server: iterations done so far, by this server's count. */
+    long (*iteration)(const srv *sv);
+} server_rules;
+
+/* Reply to worker i now with the shard in sv->rep[i] (the caller filled it) and stop code. */
+void srv_reply(srv *sv, int i, int stop);
+/* Reply to worker i with a copy of the current center. */
+void srv_reply_center(srv *sv, int i, int stop);
+/* Stop code for replies now: STOP_DIVERGED after a non-finite update, else STOP_NO. */
+int srv_stop(const srv *sv);
+
+/* method_ops.run of the server methods. */
+int server_run(trainer *t);
+int server_init(trainer *t, char *err, size_t errlen);
+void server_noop(trainer *t);
+double server_nostep(trainer *t, long step, double alpha);
+
+#endif

@@ -1,0 +1,287 @@
+/* test_methods.c — every distributed SGD method end to end under mpiexec, on the linear model
+ * (multinomial logistic regression, seconds per run) and Fashion-MNIST: equality with plain
+ * SGD at p = 1, convergence within a stated tolerance of plain SGD, the method-specific records
+ * (staleness, dropped gradients), straggler and failure injection, p = 16 ranks on this
+ * machine, and world-size errors. Every mpiexec runs under `timeout` (mpiutil.h). */
+#define _GNU_SOURCE
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mpiutil.h"
+#include "testutil.h"
+
+static char g_dir[256];
+
+/* The linear model, α = 0.02 cosine, 2 epochs at m = 64 unless a test overrides. */
+static const char *LIN =
+    "name = \"lin\";\nseed = 3;\nb = 32;\niterations = 1874;\n"
+    "alpha = { base = 0.02; schedule = \"cosine\"; };\n"
+    "model = { arch = \"linear\"; };\n"
+    "eval = { every = 400; batch = 500; at_start = false; };\n"
+    "log_every = 20;\n";
+
+/* Write LIN + extra to <tag>.cfg (output <tag>.h5) and run it on np ranks; returns the exit
+ * status, output in out. */
+static int run_lin(const char *tag, int np, const char *extra, char *h5, char *out, size_t n) {
+    char cfg[512], text[4096];
+    snprintf(cfg, sizeof cfg, "%s/%s.cfg", g_dir, tag);
+    snprintf(h5, 512, "%s/%s.h5", g_dir, tag);
+    snprintf(text, sizeof text, "%s%s\noutput = \"%s\";\noverwrite = true;\n", LIN, extra ? extra : "", h5);
+    write_file(cfg, text);
+    return dsgd(np, cfg, NULL, out, n);
+}
+
+#define MAXR 4096
+static double g_a[MAXR], g_b[MAXR];
+
+/* Last value of a 1-D dataset. */
+static double last_of(const char *h5, const char *name) {
+    long n = read_1d(h5, name, g_a, MAXR);
+    ck_assert_msg(n > 0, "%s: %s is empty", h5, name);
+    return g_a[n - 1];
+}
+
+/* ps, backup (p = 1) and easgd (p = 1, τ = iterations) take exactly plain SGD's steps: /train
+ * losses bitwise equal; ps and backup evaluate the same final model, bitwise. */
+START_TEST(test_p1_equals_sgd) {
+    char ref[512], h5[512], out[1 << 14];
+    int st = run_lin("p1_sgd", 1, "method = \"allreduce\";\np = 1;\niterations = 300;\n", ref, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
+    long n_ref = read_1d(ref, "/train/loss", g_b, MAXR);
+    ck_assert_int_eq(n_ref, 15);
+    const char *methods[] = {"ps", "backup"};
+    for (int k = 0; k < 2; k++) {
+        char tag[64], extra[256];
+        snprintf(tag, sizeof tag, "p1_%s", methods[k]);
+        snprintf(extra, sizeof extra, "method = \"%s\";\np = 1;\niterations = 300;\n", methods[k]);
+        st = run_lin(tag, 2, extra, h5, out, sizeof out);
+        ck_assert_msg(st == 0, "%s exit %d:\n%s", methods[k], st, out);
+        ck_assert_int_eq(read_1d(h5, "/train/loss", g_a, MAXR), n_ref);
+        for (long i = 0; i < n_ref; i++)
+            ck_assert_msg(g_a[i] == g_b[i], "%s /train/loss[%ld] = %.17g, plain SGD %.17g", methods[k], i, g_a[i], g_b[i]);
+        ck_assert_msg(last_of(h5, "/eval/loss") == last_of(ref, "/eval/loss"), "%s final eval loss differs", methods[k]);
+        ck_assert_msg(last_of(h5, "/eval/top1_error") == last_of(ref, "/eval/top1_error"), "%s top-1 differs", methods[k]);
+    }
+    /* easgd: local steps are plain SGD; one exchange at the end (τ = iterations) logs one row,
+     * the mean of the same losses summed in the same order. */
+    st = run_lin("p1_sgd_one_row", 1, "method = \"allreduce\";\np = 1;\niterations = 300;\nlog_every = 300;\n", ref, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
+    st = run_lin("p1_easgd", 2, "method = \"easgd\";\np = 1;\niterations = 300;\ntau = 300;\nlog_every = 300;\n", h5, out, sizeof out);
+    ck_assert_msg(st == 0, "easgd exit %d:\n%s", st, out);
+    ck_assert_int_eq(read_1d(h5, "/train/loss", g_a, MAXR), 1);
+    ck_assert_int_eq(read_1d(ref, "/train/loss", g_b, MAXR), 1);
+    ck_assert_msg(g_a[0] == g_b[0], "easgd loss %.17g, plain SGD %.17g", g_a[0], g_b[0]);
+    /* With β = 1 (a = 1) the center becomes the worker's θ: the same model up to rounding. */
+    ck_assert_close(last_of(h5, "/eval/top1_error"), last_of(ref, "/eval/top1_error"), 2e-4);
+}
+END_TEST
+
+/* Every method at p = 4 ends within a stated tolerance of plain SGD with the same budget
+ * (1874 iterations at m = 128): final validation loss ≤ 1.15 × SGD's and top-1 error ≤ SGD's
+ * + 0.02. Measured: SGD 0.442 / 0.156; every method within 0.05 in loss. */
+START_TEST(test_methods_converge) {
+    char ref[512], h5[512], out[1 << 14];
+    int st = run_lin("conv_sgd", 1, "method = \"allreduce\";\np = 1;\nb = 128;\n", ref, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
+    const double l_ref = last_of(ref, "/eval/loss"), e_ref = last_of(ref, "/eval/top1_error");
+    struct { const char *extra; int np; } m[] = {
+        {"method = \"allreduce\";\np = 4;\n", 4},
+        {"method = \"ps\";\np = 4;\n", 5},
+        {"method = \"ps\";\np = 4;\nservers = 2;\n", 6},
+        {"method = \"easgd\";\np = 4;\n", 5},
+        {"method = \"easgd\";\np = 4;\nsynchronous = true;\nservers = 2;\n", 6},
+        {"method = \"backup\";\np = 4;\nbackups = 1;\n", 5},
+    };
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "conv_%zu", k);
+        st = run_lin(tag, m[k].np, m[k].extra, h5, out, sizeof out);
+        ck_assert_msg(st == 0, "%s exit %d:\n%s", m[k].extra, st, out);
+        double l = last_of(h5, "/eval/loss"), e = last_of(h5, "/eval/top1_error");
+        printf("converge: %-50s loss %.4f (SGD %.4f)  top-1 %.4f (SGD %.4f)\n", m[k].extra, l, l_ref, e, e_ref);
+        ck_assert_msg(l <= 1.15 * l_ref, "%s: final loss %.4f > 1.15 × SGD's %.4f", m[k].extra, l, l_ref);
+        ck_assert_msg(e <= e_ref + 0.02, "%s: top-1 error %.4f > SGD's %.4f + 0.02", m[k].extra, e, e_ref);
+        ck_assert_int_eq((long)last_of(h5, "/eval/step"), 1874);
+    }
+}
+END_TEST
+
+/* ps: every gradient is applied once (histogram total = p · iterations); at p = 1 all have
+ * staleness 0, at p = 3 most are stale. backup: with one backup worker a gradient is dropped at
+ * almost every step, never more than `backups` per step. */
+START_TEST(test_method_records) {
+    char h5[512], out[1 << 14];
+    int st = run_lin("rec_ps", 4, "method = \"ps\";\np = 3;\niterations = 300;\n", h5, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
+    long bins = read_1d(h5, "/ps/staleness_histogram", g_a, MAXR);
+    ck_assert_int_eq(bins, 12);
+    double total = 0, stale = 0;
+    for (long i = 0; i < bins; i++) total += g_a[i], stale += i > 0 ? g_a[i] : 0;
+    ck_assert_int_eq((long)total, 900);
+    ck_assert_msg(stale > 0.5 * total, "only %.0f of %.0f gradients stale at p = 3", stale, total);
+
+    st = run_lin("rec_backup", 4, "method = \"backup\";\np = 3;\nbackups = 1;\niterations = 300;\ninject = { slow_ranks = [2]; delay_ms = 2.0; };\n",
+                 h5, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
+    long n = read_1d(h5, "/backup/dropped", g_a, MAXR);
+    ck_assert_int_eq(n, 300);
+    double dropped = 0;
+    for (long i = 0; i < n; i++) {
+        ck_assert_msg(g_a[i] >= 0 && g_a[i] <= 1, "step %ld dropped %.0f gradients; at most backups = 1", i, g_a[i]);
+        dropped += g_a[i];
+    }
+    ck_assert_msg(dropped >= 100, "only %.0f dropped gradients in 300 steps with a 2 ms straggler", dropped);
+    ck_assert_int_eq((long)last_of(h5, "/eval/step"), 300);
+}
+END_TEST
+
+/* Mean over rows of the mean over the given worker columns of /ranks/step_time_s. */
+static double mean_step_time(const char *h5, int p, int skip) {
+    static double buf[MAXR * 8];
+    long cols = 0, rows = read_2d(h5, "/ranks/step_time_s", buf, MAXR * 8, &cols);
+    ck_assert_int_eq(cols, p);
+    double s = 0;
+    long n = 0;
+    for (long r = 0; r < rows; r++)
+        for (int c = 0; c < p; c++)
+            if (c != skip && isfinite(buf[r * p + c])) s += buf[r * p + c], n++;
+    ck_assert(n > 0);
+    return s / (double)n;
+}
+
+/* One worker of four delayed by 20 ms per step (≥ 10× an undisturbed step here): the fast
+ * workers of ps and easgd keep ≥ 80% of their undisturbed step rate; all-reduce slows to the
+ * straggler's pace; backup with one backup worker keeps its step time ≤ 1.5× undisturbed. */
+START_TEST(test_stragglers) {
+    char h5[512], out[1 << 14];
+    const char *slow = "inject = { slow_ranks = [1]; delay_ms = 20.0; };\n";
+    struct { const char *name, *extra; int np; } m[] = {
+        {"allreduce", "method = \"allreduce\";\np = 4;\n", 4},
+        {"ps", "method = \"ps\";\np = 4;\n", 5},
+        {"easgd", "method = \"easgd\";\np = 4;\n", 5},
+        {"backup", "method = \"backup\";\np = 4;\nbackups = 1;\n", 5},
+    };
+    printf("straggler: method      undisturbed  one slow   (ms per step; ps/easgd: fast workers; others: per iteration)\n");
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        double v[2];
+        for (int d = 0; d < 2; d++) {
+            char tag[64], extra[512];
+            snprintf(tag, sizeof tag, "strag_%s_%d", m[k].name, d);
+            snprintf(extra, sizeof extra, "%siterations = 300;\nlog_every = 10;\n%s", m[k].extra, d ? slow : "");
+            int st = run_lin(tag, m[k].np, extra, h5, out, sizeof out);
+            ck_assert_msg(st == 0, "%s exit %d:\n%s", tag, st, out);
+            if (!strcmp(m[k].name, "ps") || !strcmp(m[k].name, "easgd")) v[d] = mean_step_time(h5, 4, 1);
+            else v[d] = last_of(h5, "/train/time_s") / last_of(h5, "/train/step");
+        }
+        printf("straggler: %-10s %9.3f %10.3f\n", m[k].name, 1e3 * v[0], 1e3 * v[1]);
+        ck_assert_msg(v[0] < 2e-3, "%s: undisturbed step %.3f ms; the 20 ms delay is not 10× it", m[k].name, 1e3 * v[0]);
+        if (!strcmp(m[k].name, "allreduce"))
+            ck_assert_msg(v[1] >= 0.9 * 20e-3, "allreduce: %.3f ms per step with a 20 ms straggler", 1e3 * v[1]);
+        else if (!strcmp(m[k].name, "backup"))
+            ck_assert_msg(v[1] <= 1.5 * v[0] + 0.2e-3, "backup: %.3f ms per step vs %.3f undisturbed", 1e3 * v[1], 1e3 * v[0]);
+        else
+            ck_assert_msg(1.0 / v[1] >= 0.8 / v[0], "%s: fast workers %.3f ms per step vs %.3f undisturbed", m[k].name, 1e3 * v[1],
+                          1e3 * v[0]);
+    }
+}
+END_TEST
+
+/* A worker that stops for good: ps, easgd and backup (one backup) finish their runs; all-reduce
+ * stops every rank with exit 1 after comm_timeout_s instead of hanging. */
+START_TEST(test_failed_worker) {
+    char h5[512], out[1 << 14];
+    const char *fail = "inject = { fail_rank = 1; fail_step = 50; };\niterations = 300;\n";
+    struct { const char *extra; int np; } m[] = {
+        {"method = \"ps\";\np = 3;\n", 4},
+        {"method = \"easgd\";\np = 3;\n", 4},
+        {"method = \"easgd\";\np = 3;\nsynchronous = true;\n", 4},
+        {"method = \"backup\";\np = 3;\nbackups = 1;\n", 4},
+    };
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        char tag[32], extra[512], status[128];
+        snprintf(tag, sizeof tag, "fail_%zu", k);
+        snprintf(extra, sizeof extra, "%s%s", m[k].extra, fail);
+        int st = run_lin(tag, m[k].np, extra, h5, out, sizeof out);
+        ck_assert_msg(st == 0, "%s exit %d:\n%s", m[k].extra, st, out);
+        ck_assert_msg(strstr(out, "injected failure") != NULL, "%s", out);
+        read_attr_string(h5, "status", status, sizeof status);
+        ck_assert_str_eq(status, "completed");
+        ck_assert_msg(last_of(h5, "/eval/top1_error") < 0.25, "%s: top-1 %.3f", m[k].extra, last_of(h5, "/eval/top1_error"));
+    }
+    int st = run_lin("fail_allreduce", 3, "method = \"allreduce\";\np = 3;\ncomm_timeout_s = 2.0;\ninject = { fail_rank = 1; fail_step = 50; };\n",
+                     h5, out, sizeof out);
+    ck_assert_msg(st == 1, "allreduce with a failed worker: exit %d, expected 1:\n%s", st, out);
+    ck_assert_msg(strstr(out, "comm_timeout_s = 2 s") != NULL, "%s", out);
+}
+END_TEST
+
+/* p = 16 workers (17 ranks with a server) on this 2-core machine: every method finishes. */
+START_TEST(test_p16) {
+    char h5[512], out[1 << 14];
+    struct { const char *extra; int np; } m[] = {
+        {"method = \"allreduce\";\n", 16},
+        {"method = \"ps\";\n", 17},
+        {"method = \"easgd\";\n", 17},
+        {"method = \"easgd\";\nsynchronous = true;\n", 17},
+        {"method = \"backup\";\nbackups = 2;\n", 17},
+    };
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        char tag[32], extra[512], status[128];
+        snprintf(tag, sizeof tag, "p16_%zu", k);
+        snprintf(extra, sizeof extra, "%sp = 16;\nb = 4;\niterations = 200;\nthreads = 1;\n", m[k].extra);
+        int st = run_lin(tag, m[k].np, extra, h5, out, sizeof out);
+        ck_assert_msg(st == 0, "%s exit %d:\n%s", m[k].extra, st, out);
+        read_attr_string(h5, "status", status, sizeof status);
+        ck_assert_str_eq(status, "completed");
+        ck_assert_int_eq((long)last_of(h5, "/eval/step"), 200);
+    }
+}
+END_TEST
+
+/* Synchronous EASGD is deterministic for a seed: two runs give bitwise the same curves. */
+START_TEST(test_sync_easgd_deterministic) {
+    char a[512], b[512], out[1 << 14];
+    const char *x = "method = \"easgd\";\np = 3;\nsynchronous = true;\ntau = 4;\niterations = 200;\n";
+    ck_assert_int_eq(run_lin("det_a", 4, x, a, out, sizeof out), 0);
+    ck_assert_int_eq(run_lin("det_b", 4, x, b, out, sizeof out), 0);
+    long n = read_1d(a, "/eval/loss", g_a, MAXR);
+    ck_assert_int_eq(read_1d(b, "/eval/loss", g_b, MAXR), n);
+    for (long i = 0; i < n; i++) ck_assert_msg(g_a[i] == g_b[i], "row %ld: %.17g vs %.17g", i, g_a[i], g_b[i]);
+}
+END_TEST
+
+/* A world of the wrong size names both numbers and stops every rank with exit 2. */
+START_TEST(test_world_size_error) {
+    char h5[512], out[1 << 14];
+    int st = run_lin("world", 4, "method = \"ps\";\np = 4;\n", h5, out, sizeof out);
+    ck_assert_int_eq(st, 2);
+    ck_assert_msg(strstr(out, "p + servers = 4 + 1 = 5") && strstr(out, "MPI started 4"), "%s", out);
+    ck_assert_msg(access(h5, F_OK) != 0, "a run file was written");
+}
+END_TEST
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/dsgd_test_methods_%d", (int)getpid());
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", g_dir, g_dir);
+    if (system(cmd) != 0) return 1;
+    Suite *s = suite_create("methods");
+    TCase *tc = tcase_create("methods");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_world_size_error);
+    tcase_add_test(tc, test_p1_equals_sgd);
+    tcase_add_test(tc, test_method_records);
+    tcase_add_test(tc, test_sync_easgd_deterministic);
+    tcase_add_test(tc, test_methods_converge);
+    tcase_add_test(tc, test_failed_worker);
+    tcase_add_test(tc, test_stragglers);
+    tcase_add_test(tc, test_p16);
+    suite_add_tcase(s, tc);
+    int rc = run_suite(s);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) return 1;
+    return rc;
+}
