@@ -17,11 +17,20 @@ static char g_dir[256];
 
 /* The linear model, α = 0.02 cosine, 2 epochs at m = 64 unless a test overrides. */
 static const char *LIN =
-    "name = \"lin\";\nseed = 3;\nb = 32;\niterations = 1874;\n"
+    "name = \"lin\";\nseed = 3;\n"
     "alpha = { base = 0.02; schedule = \"cosine\"; };\n"
     "model = { arch = \"linear\"; };\n"
-    "eval = { every = 400; batch = 500; at_start = false; };\n"
-    "log_every = 20;\n";
+    "eval = { every = 400; batch = 500; at_start = false; };\n";
+/* Keys a test may set; LIN's value is used where it does not. */
+static const char *const LIN_DEFAULTS[][2] = {{"b", "32"}, {"iterations", "1874"}, {"log_every", "20"}};
+
+/* 1 if the libconfig text sets key at the start of a line. */
+static int has_key(const char *text, const char *key) {
+    size_t k = strlen(key);
+    for (const char *s = text; s && *s; s = strchr(s, '\n') ? strchr(s, '\n') + 1 : NULL)
+        if (!strncmp(s, key, k) && (s[k] == ' ' || s[k] == '=')) return 1;
+    return 0;
+}
 
 /* Write LIN + extra to <tag>.cfg (output <tag>.h5) and run it on np ranks; returns the exit
  * status, output in out. */
@@ -29,7 +38,11 @@ static int run_lin(const char *tag, int np, const char *extra, char *h5, char *o
     char cfg[512], text[4096];
     snprintf(cfg, sizeof cfg, "%s/%s.cfg", g_dir, tag);
     snprintf(h5, 512, "%s/%s.h5", g_dir, tag);
-    snprintf(text, sizeof text, "%s%s\noutput = \"%s\";\noverwrite = true;\n", LIN, extra ? extra : "", h5);
+    extra = extra ? extra : "";
+    int len = snprintf(text, sizeof text, "%s%s\noutput = \"%s\";\noverwrite = true;\n", LIN, extra, h5);
+    for (size_t i = 0; i < sizeof LIN_DEFAULTS / sizeof LIN_DEFAULTS[0]; i++)
+        if (!has_key(extra, LIN_DEFAULTS[i][0]))
+            len += snprintf(text + len, sizeof text - (size_t)len, "%s = %s;\n", LIN_DEFAULTS[i][0], LIN_DEFAULTS[i][1]);
     write_file(cfg, text);
     return dsgd(np, cfg, NULL, out, n);
 }
@@ -69,7 +82,7 @@ START_TEST(test_p1_equals_sgd) {
      * the mean of the same losses summed in the same order. */
     st = run_lin("p1_sgd_one_row", 1, "method = \"allreduce\";\np = 1;\niterations = 300;\nlog_every = 300;\n", ref, out, sizeof out);
     ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
-    st = run_lin("p1_easgd", 2, "method = \"easgd\";\np = 1;\niterations = 300;\ntau = 300;\nlog_every = 300;\n", h5, out, sizeof out);
+    st = run_lin("p1_easgd", 2, "method = \"easgd\";\np = 1;\niterations = 300;\ntau = 300;\nbeta = 1.0;\nlog_every = 300;\n", h5, out, sizeof out);
     ck_assert_msg(st == 0, "easgd exit %d:\n%s", st, out);
     ck_assert_int_eq(read_1d(h5, "/train/loss", g_a, MAXR), 1);
     ck_assert_int_eq(read_1d(ref, "/train/loss", g_b, MAXR), 1);
@@ -111,7 +124,7 @@ END_TEST
 
 /* ps: every gradient is applied once (histogram total = p · iterations); at p = 1 all have
  * staleness 0, at p = 3 most are stale. backup: with one backup worker a gradient is dropped at
- * almost every step, never more than `backups` per step. */
+ * (nearly) every step, never more than `backups` per step. */
 START_TEST(test_method_records) {
     char h5[512], out[1 << 14];
     int st = run_lin("rec_ps", 4, "method = \"ps\";\np = 3;\niterations = 300;\n", h5, out, sizeof out);
@@ -123,8 +136,7 @@ START_TEST(test_method_records) {
     ck_assert_int_eq((long)total, 900);
     ck_assert_msg(stale > 0.5 * total, "only %.0f of %.0f gradients stale at p = 3", stale, total);
 
-    st = run_lin("rec_backup", 4, "method = \"backup\";\np = 3;\nbackups = 1;\niterations = 300;\ninject = { slow_ranks = [2]; delay_ms = 2.0; };\n",
-                 h5, out, sizeof out);
+    st = run_lin("rec_backup", 4, "method = \"backup\";\np = 3;\nbackups = 1;\niterations = 300;\n", h5, out, sizeof out);
     ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
     long n = read_1d(h5, "/backup/dropped", g_a, MAXR);
     ck_assert_int_eq(n, 300);
@@ -133,7 +145,8 @@ START_TEST(test_method_records) {
         ck_assert_msg(g_a[i] >= 0 && g_a[i] <= 1, "step %ld dropped %.0f gradients; at most backups = 1", i, g_a[i]);
         dropped += g_a[i];
     }
-    ck_assert_msg(dropped >= 100, "only %.0f dropped gradients in 300 steps with a 2 ms straggler", dropped);
+    /* Each worker sends one gradient per step in steady state, so the third is dropped. */
+    ck_assert_msg(dropped >= 240, "only %.0f dropped gradients in 300 steps of N = 2 of 3", dropped);
     ck_assert_int_eq((long)last_of(h5, "/eval/step"), 300);
 }
 END_TEST
@@ -201,7 +214,7 @@ START_TEST(test_failed_worker) {
         {"method = \"backup\";\np = 3;\nbackups = 1;\n", 4},
     };
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
-        char tag[32], extra[512], status[128];
+        char tag[32], extra[1024], status[128];
         snprintf(tag, sizeof tag, "fail_%zu", k);
         snprintf(extra, sizeof extra, "%s%s", m[k].extra, fail);
         int st = run_lin(tag, m[k].np, extra, h5, out, sizeof out);
@@ -229,7 +242,7 @@ START_TEST(test_p16) {
         {"method = \"backup\";\nbackups = 2;\n", 17},
     };
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
-        char tag[32], extra[512], status[128];
+        char tag[32], extra[1024], status[128];
         snprintf(tag, sizeof tag, "p16_%zu", k);
         snprintf(extra, sizeof extra, "%sp = 16;\nb = 4;\niterations = 200;\nthreads = 1;\n", m[k].extra);
         int st = run_lin(tag, m[k].np, extra, h5, out, sizeof out);

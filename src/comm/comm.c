@@ -116,6 +116,8 @@ void comm_timeout_abort(const char *what) {
             "dsgd-run: rank %d on %s: waited more than comm_timeout_s = %g s for %s; a rank has stopped or is "
             "far slower than the others; stopping every rank\n",
             g_rank, g_host, g_timeout_s, what);
+    fflush(stderr);
+    nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
     comm_abort(EXIT_RUNTIME);
 }
 

@@ -2,8 +2,12 @@
  *
  * Every step worker i computes the gradient of its b samples at the parameters it last pulled
  * and pushes it; server k applies it to its shard at once with Nesterov-momentum SGD (the
- * momentum lives on the server), with α of the server's iteration count (gradients applied / p),
- * and replies with the new shard, which the worker trains on next. Workers never wait for each
+ * momentum lives on the server) and step α_t/p, t = the server's iteration count (gradients
+ * applied / p), and replies with the new shard, which the worker trains on next. α is the step
+ * of the aggregate minibatch m = p·b throughout dsgd-run: one all-reduce step applies the mean
+ * of p gradients with α; ps applies p gradients per iteration, each with α/p, so that with zero
+ * staleness an iteration moves θ as far (docs/methods.md; Downpour used α per gradient: set
+ * alpha.base to p·α for that). Workers never wait for each
  * other. Staleness of a gradient = server updates between the worker's pull and its push
  * (histogram on server 0, /ps/staleness_histogram). With p = 1 this is plain SGD, bitwise. */
 #include "methods/method.h"
@@ -20,7 +24,7 @@ static void ps_request(srv *sv, int i) {
     }
     if (!sv->diverged) {
         long it = (sv->steps_total - 1) / sv->p; /* the iteration this gradient belongs to */
-        double alpha = alpha_at(e, it < e->iterations ? it : e->iterations - 1);
+        double alpha = alpha_at(e, it < e->iterations ? it : e->iterations - 1) / sv->p;
         if (!sgd_update(sv->center, sv->gbuf[i], sv->vel, sv->n, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov))
             sv->diverged = 1;
         sv->version++;

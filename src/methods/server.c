@@ -236,16 +236,18 @@ static void *eval_main(void *arg) {
     return NULL;
 }
 
-/* Snapshot bookkeeping on server 0: labels (iterations) crossed and waiting to be evaluated. */
-#define MAX_PENDING 64
+/* Snapshots on server 0. One is assembled (its shards requested from the other servers) while
+ * at most one other is evaluated; a count that passes eval.every while both are busy skips that
+ * evaluation (printed) rather than evaluate a later center under an earlier time. */
 typedef struct {
-    long label[MAX_PENDING];
-    double time_s[MAX_PENDING];
-    int n;             /* queued labels; label[0] is being assembled when asked */
-    int asked;         /* snapshot requests for label[0] are out */
-    int got;           /* shards of label[0] received */
-    long eval_label;   /* label the thread evaluates */
+    int asked;         /* a snapshot is being assembled (shards requested) */
+    int got;           /* shards of it received (server 0's own counts) */
+    int ready;         /* an assembled snapshot waits for the evaluator */
+    long label;        /* iteration of the snapshot being assembled / ready */
+    double time_s;     /* wall clock of it */
+    long eval_label;   /* the one the thread evaluates */
     double eval_time;
+    long skipped;
 } snapq;
 
 typedef struct {
@@ -378,27 +380,35 @@ static void maybe_log(server_ctx *c, int force) {
     c->loss_sum = 0.0, c->n_loss = 0;
 }
 
-/* Server 0: copy own shard and the average BN statistics into the snapshot; ask the others. */
-static void snapshot_begin(server_ctx *c) {
+/* Server 0: snapshot the center at iteration `label`: copy own shard, ask the others. */
+static void snapshot_begin(server_ctx *c, long label) {
     srv *sv = &c->sv;
+    c->q.label = label;
+    c->q.time_s = wall_time() - c->t_start;
     memcpy(c->snap + sv->lo, sv->center, sv->n * sizeof(float));
     for (int k = 1; k < sv->S; k++) {
-        c->sreq_out[k] = (msg_hdr){.version = c->q.label[0]};
         wait_or_die(sv->set, c->s_req[k], sv->t->e->comm_timeout_s, "a parameter server (snapshot)");
+        c->sreq_out[k] = (msg_hdr){.version = label};
         comm_set_start(sv->set, c->r_shdr[k]);
         comm_set_start(sv->set, c->r_snap[k]);
         comm_set_start(sv->set, c->s_req[k]);
     }
     c->q.asked = 1;
     c->q.got = 1;
+    if (c->q.got == sv->S) c->q.asked = 0, c->q.ready = 1;
 }
 
-/* Server 0: if the snapshot at the head of the queue is complete and the evaluator is free,
- * move it into the model and start the evaluation. */
+/* Server 0: a shard of the snapshot arrived from server k (both its messages complete). */
+static void snapshot_shard(server_ctx *c) {
+    if (++c->q.got == c->sv.S) c->q.asked = 0, c->q.ready = 1;
+}
+
+/* Server 0: if an assembled snapshot waits and the evaluator is free, move it into the model
+ * (with the workers' average BN statistics) and start the evaluation. */
 static void snapshot_launch(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
-    if (!c->q.n || !c->q.asked || c->q.got < sv->S || atomic_load(&c->ev.running)) return;
+    if (!c->q.ready || atomic_load(&c->ev.running)) return;
     const size_t nbn = model_n_bn(t->net);
     memcpy(model_params(t->net), c->snap, model_n_params(t->net) * sizeof(float));
     if (nbn) {
@@ -412,18 +422,15 @@ static void snapshot_launch(server_ctx *c) {
                     for (size_t j = 0; j < nbn; j++) bn[j] += sv->bnbuf[i][j] / (float)cnt;
         }
     }
-    c->q.eval_label = c->q.label[0];
-    c->q.eval_time = c->q.time_s[0];
-    memmove(c->q.label, c->q.label + 1, (size_t)(c->q.n - 1) * sizeof(long));
-    memmove(c->q.time_s, c->q.time_s + 1, (size_t)(c->q.n - 1) * sizeof(double));
-    c->q.n--;
-    c->q.asked = 0;
+    c->q.eval_label = c->q.label;
+    c->q.eval_time = c->q.time_s;
+    c->q.ready = 0;
     atomic_store(&c->ev.finished, 0);
     atomic_store(&c->ev.running, 1);
     if (pthread_create(&c->ev.th, NULL, eval_main, &c->ev) != 0) DIE("pthread_create failed for the evaluation thread");
 }
 
-/* Server 0: log a finished evaluation. */
+/* Server 0: log a finished evaluation (wait = 1: wait for it). */
 static void eval_collect(server_ctx *c, int wait) {
     if (!atomic_load(&c->ev.running)) return;
     if (!wait && !atomic_load(&c->ev.finished)) return;
@@ -440,13 +447,6 @@ static void eval_collect(server_ctx *c, int wait) {
     }
 }
 
-static void queue_snapshot(server_ctx *c, long label) {
-    if (c->q.n == MAX_PENDING) return; /* evaluations far behind: skip this one */
-    c->q.label[c->q.n] = label;
-    c->q.time_s[c->q.n] = wall_time() - c->t_start;
-    c->q.n++;
-}
-
 /* Server 0 after each request: rows, snapshots. */
 static void server0_progress(server_ctx *c) {
     srv *sv = &c->sv;
@@ -454,7 +454,10 @@ static void server0_progress(server_ctx *c) {
     maybe_log(c, 0);
     long it = srv_iteration(sv);
     while (c->next_eval <= it && c->next_eval < e->iterations) {
-        queue_snapshot(c, c->next_eval);
+        if (!c->q.asked && !c->q.ready) snapshot_begin(c, c->next_eval);
+        else if (c->q.skipped++ == 0)
+            printf("note: evaluation at iteration %ld skipped: the previous evaluation of the center is still running "
+                   "(evaluation takes longer than eval.every iterations of training)\n", c->next_eval);
         c->next_eval += e->eval.every;
     }
 }
@@ -511,9 +514,8 @@ static int server_loop(server_ctx *c) {
     for (;;) {
         if (sv->k == 0) {
             eval_collect(c, 0);
-            if (c->q.n && !c->q.asked && !atomic_load(&c->ev.running)) snapshot_begin(c);
             snapshot_launch(c);
-            if (sv->live == 0 && c->q.n == 0 && !atomic_load(&c->ev.running)) break;
+            if (sv->live == 0 && !c->q.asked && !c->q.ready && !atomic_load(&c->ev.running)) break;
         } else if (c->quit && sv->live == 0) break;
         /* Server 0 wakes for a finishing evaluation at least every 10 ms. */
         int nd = comm_set_wait_some(sv->set, done, sv->k == 0 && atomic_load(&c->ev.running) ? 0.01 : 1e9);
@@ -524,7 +526,7 @@ static int server_loop(server_ctx *c) {
                 for (int k = 1; k < S && !handled; k++)
                     if (idx == c->r_snap[k] || idx == c->r_shdr[k]) {
                         handled = 1;
-                        if (!comm_set_active(sv->set, c->r_snap[k]) && !comm_set_active(sv->set, c->r_shdr[k])) c->q.got++;
+                        if (!comm_set_active(sv->set, c->r_snap[k]) && !comm_set_active(sv->set, c->r_shdr[k])) snapshot_shard(c);
                     }
                 if (handled) continue;
             } else if (idx == c->r_req) {
@@ -558,17 +560,16 @@ static void server0_finish(server_ctx *c) {
     long it = srv_iteration(sv);
     t->step = it;
     maybe_log(c, 1);
-    queue_snapshot(c, it);
-    c->q.time_s[c->q.n - 1] = train_s;
-    snapshot_begin(c);
+    snapshot_begin(c, it);
+    c->q.time_s = train_s;
     int *done = xmalloc((size_t)(5 * sv->p + 3 * sv->S + 3) * sizeof(int));
-    while (c->q.got < sv->S) {
+    while (c->q.asked) {
         int nd = comm_set_wait_some(sv->set, done, 1e9);
         for (int j = 0; j < nd; j++)
             for (int k = 1; k < sv->S; k++)
                 if ((done[j] == c->r_snap[k] || done[j] == c->r_shdr[k]) && !comm_set_active(sv->set, c->r_snap[k]) &&
                     !comm_set_active(sv->set, c->r_shdr[k]))
-                    c->q.got++;
+                    snapshot_shard(c);
     }
     free(done);
     snapshot_launch(c);
@@ -583,6 +584,7 @@ static void server0_finish(server_ctx *c) {
     if (e->method == METHOD_BACKUP && runlog_array(t->log, 0, sv->dropped) != 0) c->status = EXIT_RUNTIME;
     if (sv->diverged) c->nonfinite = 1, c->status = EXIT_RUNTIME;
     train_log_summary(t, c->status, c->nonfinite, train_s, (double)it * (double)e->p * (double)e->b);
+    if (c->q.skipped) printf("%ld evaluation(s) skipped: evaluating the center took longer than eval.every iterations\n", c->q.skipped);
     if (e->method == METHOD_BACKUP)
         printf("backup: %lld gradients dropped (arrived after the first N = %d of their step)\n", sv->n_dropped, e->p - e->backups);
     if (e->method == METHOD_PS) {
