@@ -276,15 +276,21 @@ int main(int argc, char **argv) {
             .servers = has_servers ? e.servers : 0, .ranks = e.p,
         };
         /* Method-specific fixed-size arrays (docs/output.md). */
-        static runlog_array_spec arr;
+        static runlog_array_spec arr, garr[2];
         if (e.method == METHOD_PS) {
             arr = (runlog_array_spec){"ps/staleness_histogram", 4L * e.p, 0, "gradients",
-                                      "gradients applied with staleness k (server updates between the worker's pull and its push) = row k; the last row counts k >= rows-1"};
+                                      "gradients applied with staleness k (server updates between the worker's pull and its push) = row k; the last row counts k >= rows-1", 0};
             meta.arrays = &arr, meta.n_arrays = 1;
         } else if (e.method == METHOD_BACKUP) {
             arr = (runlog_array_spec){"backup/dropped", e.iterations, 0, "gradients",
-                                      "gradients dropped at step v (computed on the parameters of step v, arrived after the first N)"};
+                                      "gradients dropped at step v (computed on the parameters of step v, arrived after the first N)", 0};
             meta.arrays = &arr, meta.n_arrays = 1;
+        } else if (e.method == METHOD_GOSSIP_PULL || e.method == METHOD_GOSSIP_PUSH) {
+            garr[0] = (runlog_array_spec){"gossip/peers", e.p, e.p, "times", "element [i, j]: steps at which node i chose peer j", 0};
+            garr[1] = (runlog_array_spec){"gossip/potential", e.iterations / e.eval.every + 2, 0, "1",
+                                          "diffusion potential sum_i ||theta_i - mean theta||^2 at each evaluation, in /eval row order (NaN: unused)", 1};
+            meta.arrays = garr, meta.n_arrays = 2;
+            meta.eval_local = 1;
         }
         t.log = runlog_create(e.output, e.overwrite, &meta, err, sizeof err);
         if (!t.log) st = EXIT_BADINPUT;

@@ -57,20 +57,20 @@ static double last_of(const char *h5, const char *name) {
     return g_a[n - 1];
 }
 
-/* ps, backup (p = 1) and easgd (p = 1, τ = iterations) take exactly plain SGD's steps: /train
- * losses bitwise equal; ps and backup evaluate the same final model, bitwise. */
+/* ps, backup, gossip (p = 1) and easgd (p = 1, τ = iterations) take exactly plain SGD's steps:
+ * /train losses bitwise equal; all but easgd evaluate the same final model, bitwise. */
 START_TEST(test_p1_equals_sgd) {
     char ref[512], h5[512], out[1 << 14];
     int st = run_lin("p1_sgd", 1, "method = \"allreduce\";\np = 1;\niterations = 300;\n", ref, out, sizeof out);
     ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
     long n_ref = read_1d(ref, "/train/loss", g_b, MAXR);
     ck_assert_int_eq(n_ref, 15);
-    const char *methods[] = {"ps", "backup"};
-    for (int k = 0; k < 2; k++) {
+    const char *methods[] = {"ps", "backup", "gossip_pull", "gossip_push"};
+    for (int k = 0; k < 4; k++) {
         char tag[64], extra[256];
         snprintf(tag, sizeof tag, "p1_%s", methods[k]);
         snprintf(extra, sizeof extra, "method = \"%s\";\np = 1;\niterations = 300;\n", methods[k]);
-        st = run_lin(tag, 2, extra, h5, out, sizeof out);
+        st = run_lin(tag, k < 2 ? 2 : 1, extra, h5, out, sizeof out);
         ck_assert_msg(st == 0, "%s exit %d:\n%s", methods[k], st, out);
         ck_assert_int_eq(read_1d(h5, "/train/loss", g_a, MAXR), n_ref);
         for (long i = 0; i < n_ref; i++)
@@ -107,6 +107,9 @@ START_TEST(test_methods_converge) {
         {"method = \"easgd\";\np = 4;\n", 5},
         {"method = \"easgd\";\np = 4;\nsynchronous = true;\nservers = 2;\n", 6},
         {"method = \"backup\";\np = 4;\nbackups = 1;\n", 5},
+        {"method = \"gossip_pull\";\np = 4;\n", 4},
+        {"method = \"gossip_pull\";\np = 4;\nsynchronous = true;\ngossip_order = \"fresh\";\n", 4},
+        {"method = \"gossip_push\";\np = 4;\n", 4},
     };
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
         char tag[32];
@@ -166,7 +169,7 @@ static double mean_step_time(const char *h5, int p, int skip) {
 }
 
 /* One worker of four delayed by 20 ms per step (≥ 10× an undisturbed step here): the fast
- * workers of ps and easgd keep ≥ 80% of their undisturbed step rate; all-reduce slows to the
+ * workers of ps, easgd and both gossips keep ≥ 80% of their undisturbed step rate; all-reduce slows to the
  * straggler's pace; backup with one backup worker keeps its step time ≤ 1.5× undisturbed. */
 START_TEST(test_stragglers) {
     char h5[512], out[1 << 14];
@@ -176,17 +179,19 @@ START_TEST(test_stragglers) {
         {"ps", "method = \"ps\";\np = 4;\n", 5},
         {"easgd", "method = \"easgd\";\np = 4;\n", 5},
         {"backup", "method = \"backup\";\np = 4;\nbackups = 1;\n", 5},
+        {"gossip_pull", "method = \"gossip_pull\";\np = 4;\n", 4},
+        {"gossip_push", "method = \"gossip_push\";\np = 4;\n", 4},
     };
     printf("straggler: method      undisturbed  one slow   (ms per step; ps/easgd: fast workers; others: per iteration)\n");
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
         double v[2];
         for (int d = 0; d < 2; d++) {
-            char tag[64], extra[512];
+            char tag[64], extra[1024];
             snprintf(tag, sizeof tag, "strag_%s_%d", m[k].name, d);
             snprintf(extra, sizeof extra, "%siterations = 300;\nlog_every = 10;\n%s", m[k].extra, d ? slow : "");
             int st = run_lin(tag, m[k].np, extra, h5, out, sizeof out);
             ck_assert_msg(st == 0, "%s exit %d:\n%s", tag, st, out);
-            if (!strcmp(m[k].name, "ps") || !strcmp(m[k].name, "easgd")) v[d] = mean_step_time(h5, 4, 1);
+            if (strcmp(m[k].name, "allreduce") && strcmp(m[k].name, "backup")) v[d] = mean_step_time(h5, 4, 1);
             else v[d] = last_of(h5, "/train/time_s") / last_of(h5, "/train/step");
         }
         printf("straggler: %-10s %9.3f %10.3f\n", m[k].name, 1e3 * v[0], 1e3 * v[1]);
@@ -240,6 +245,9 @@ START_TEST(test_p16) {
         {"method = \"easgd\";\n", 17},
         {"method = \"easgd\";\nsynchronous = true;\n", 17},
         {"method = \"backup\";\nbackups = 2;\n", 17},
+        {"method = \"gossip_pull\";\n", 16},
+        {"method = \"gossip_push\";\n", 16},
+        {"method = \"gossip_pull\";\nsynchronous = true;\n", 16},
     };
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
         char tag[32], extra[1024], status[128];
@@ -266,6 +274,32 @@ START_TEST(test_sync_easgd_deterministic) {
 }
 END_TEST
 
+/* Synchronous pull-gossip with α = 0 (from step 20 on: alpha.factor = 0) only mixes: the
+ * diffusion potential Φ = Σ_i ‖θ_i − θ̄‖² must shrink per round by the expected factor
+ *   E[Φ'/Φ] = (p − 2)/(2(p − 1)) − (1 − 1/(p − 1)²)/(4p)   (uniform peer j ≠ i, θ_i' = (θ_i + θ_j)/2)
+ * = 0.39796 at p = 8. Mean of the 8 measured ratios within ±0.1 (≈ 3 standard deviations of the
+ * mean of 8 per-round ratios; the run is deterministic for its seed). */
+START_TEST(test_gossip_contraction) {
+    char h5[512], out[1 << 15];
+    int st = run_lin("contract", 8,
+                     "method = \"gossip_pull\";\np = 8;\nsynchronous = true;\niterations = 28;\n"
+                     "alpha = { base = 0.05; schedule = \"step\"; steps = [20]; factor = 0.0; };\n"
+                     "eval = { every = 1; batch = 500; at_start = false; };\n", h5, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
+    long n = read_1d(h5, "/gossip/potential", g_a, MAXR);
+    ck_assert(n >= 28);
+    const double p = 8, c = (p - 2) / (2 * (p - 1)) - (1 - 1 / ((p - 1) * (p - 1))) / (4 * p);
+    ck_assert_msg(g_a[19] > 0, "no disagreement after 20 steps: Φ = %g", g_a[19]);
+    double mean = 0;
+    for (int k = 19; k < 27; k++) {
+        double r = g_a[k + 1] / g_a[k]; /* row k: Φ after step k + 1 */
+        printf("contraction: step %d → %d: Φ %.6g → %.6g, ratio %.4f (expected %.4f)\n", k + 1, k + 2, g_a[k], g_a[k + 1], r, c);
+        mean += r / 8;
+    }
+    ck_assert_msg(fabs(mean - c) <= 0.1, "mean contraction %.4f per round, expected %.4f ± 0.1", mean, c);
+}
+END_TEST
+
 /* A world of the wrong size names both numbers and stops every rank with exit 2. */
 START_TEST(test_world_size_error) {
     char h5[512], out[1 << 14];
@@ -278,7 +312,7 @@ END_TEST
 
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dsgd_test_methods_%d", (int)getpid());
-    char cmd[512];
+    char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", g_dir, g_dir);
     if (system(cmd) != 0) return 1;
     Suite *s = suite_create("methods");
@@ -288,6 +322,7 @@ int main(void) {
     tcase_add_test(tc, test_p1_equals_sgd);
     tcase_add_test(tc, test_method_records);
     tcase_add_test(tc, test_sync_easgd_deterministic);
+    tcase_add_test(tc, test_gossip_contraction);
     tcase_add_test(tc, test_methods_converge);
     tcase_add_test(tc, test_failed_worker);
     tcase_add_test(tc, test_stragglers);

@@ -17,6 +17,7 @@ static int g_rank, g_size, g_local_rank, g_local_size = 1;
 static MPI_Comm g_workers = MPI_COMM_NULL; /* workers only (MPI_COMM_WORLD until comm_set_workers) */
 static int g_nworkers = 1, g_is_worker = 1;
 static double g_timeout_s = 300.0;
+static int g_thread_multiple;
 /* The polling wait (poll_wait): test, yielding the core between tests, for SPIN_S; then nap
  * from NAP_MIN_NS, doubling up to NAP_FINE_MAX_NS while the wait is younger than NAP_FINE_S,
  * then up to NAP_MAX_NS. Measured on 2 cores, linear model, 1874 steps (docs/methods.md):
@@ -27,6 +28,9 @@ static double g_timeout_s = 300.0;
 #define NAP_FINE_S 0.02
 #define NAP_FINE_MAX_NS 50000L
 #define NAP_MAX_NS 1000000L
+/* A background thread (comm_set_background) never spins and naps at most 200 µs: it shares
+ * the core with computation and answers a peer within ~0.2 ms. */
+#define NAP_BG_MAX_NS 200000L
 static char g_host[MPI_MAX_PROCESSOR_NAME];
 
 static void mpi_check(int rc, const char *call, const char *file, int line) {
@@ -41,8 +45,10 @@ static void mpi_check(int rc, const char *call, const char *file, int line) {
 #define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
 
 int comm_init(int *argc, char ***argv) {
-    int provided;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    int provided = MPI_THREAD_SINGLE;
+    /* MULTIPLE: the gossip methods answer peers from a communication thread. */
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &g_size));
@@ -83,7 +89,7 @@ static void nap(long ns) {
  * until all complete, else until at least one does) with a short burst of immediate tests, then
  * naps doubling from 2 µs to 1 ms. Returns the number completed (Testsome semantics for
  * all = 0, n for all = 1) or -1 after timeout_s. */
-static int poll_wait(MPI_Request *req, int n, int all, int *idx, MPI_Status *st, double timeout_s) {
+static int poll_wait_bg(MPI_Request *req, int n, int all, int *idx, MPI_Status *st, double timeout_s, int background) {
     const double t0 = wall_time();
     long napns = NAP_MIN_NS;
     for (;;) {
@@ -98,7 +104,7 @@ static int poll_wait(MPI_Request *req, int n, int all, int *idx, MPI_Status *st,
             if (out > 0) return out;
         }
         double now = wall_time();
-        if (now - t0 < SPIN_S) {
+        if (!background && now - t0 < SPIN_S) {
             sched_yield(); /* a rank that computes on this core goes first */
             continue;
         }
@@ -106,9 +112,13 @@ static int poll_wait(MPI_Request *req, int n, int all, int *idx, MPI_Status *st,
         nap(napns);
         /* Fine naps for the first NAP_FINE_S (a collective's rounds, a server's reply), then
          * coarse ones (a rank waiting for a straggler or for the end of the run). */
-        long cap = now - t0 < NAP_FINE_S ? NAP_FINE_MAX_NS : NAP_MAX_NS;
+        long cap = background ? NAP_BG_MAX_NS : now - t0 < NAP_FINE_S ? NAP_FINE_MAX_NS : NAP_MAX_NS;
         napns = napns * 2 < cap ? napns * 2 : cap;
     }
+}
+
+static int poll_wait(MPI_Request *req, int n, int all, int *idx, MPI_Status *st, double timeout_s) {
+    return poll_wait_bg(req, n, all, idx, st, timeout_s, 0);
 }
 
 void comm_timeout_abort(const char *what) {
@@ -138,6 +148,37 @@ int comm_max_int(int code) {
     mpiCheck(MPI_Iallreduce(&code, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req));
     poll_wait(&req, 1, 1, NULL, NULL, NO_TIMEOUT);
     return out;
+}
+
+int comm_thread_multiple(void) { return g_thread_multiple; }
+
+void comm_workers_sum_f32(float *buf, size_t n) {
+    if (g_nworkers == 1) return;
+    MPI_Request req;
+    const size_t chunk = COMM_CHUNK_BYTES / sizeof(float);
+    for (size_t off = 0; off < n; off += chunk) {
+        int cnt = (int)(n - off < chunk ? n - off : chunk);
+        mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, g_workers, &req));
+        if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (all-reduce)");
+    }
+}
+
+void comm_workers_bcast(void *buf, size_t nbytes, int root) {
+    if (g_nworkers == 1) return;
+    MPI_Request req;
+    const size_t chunk = COMM_CHUNK_BYTES;
+    for (size_t off = 0; off < nbytes; off += chunk) {
+        int cnt = (int)(nbytes - off < chunk ? nbytes - off : chunk);
+        mpiCheck(MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, root, g_workers, &req));
+        if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (broadcast)");
+    }
+}
+
+void comm_workers_barrier(void) {
+    if (g_nworkers == 1) return;
+    MPI_Request req;
+    mpiCheck(MPI_Ibarrier(g_workers, &req));
+    poll_wait(&req, 1, 1, NULL, NULL, NO_TIMEOUT);
 }
 
 void comm_allreduce_mean_f32(float *buf, size_t n, double *wait_s) {
@@ -209,6 +250,7 @@ void comm_library_version(char *buf, size_t n) {
 
 struct comm_set {
     int n, cap;
+    int background;
     MPI_Request *req;
     MPI_Status *st;       /* last status of each request */
     MPI_Status *tmp;      /* Testsome's statuses */
@@ -257,8 +299,10 @@ void comm_set_start(comm_set *s, int i) {
 
 int comm_set_active(const comm_set *s, int i) { return s->active[i]; }
 
+void comm_set_background(comm_set *s) { s->background = 1; }
+
 int comm_set_wait_some(comm_set *s, int *done, double timeout_s) {
-    int k = poll_wait(s->req, s->n, 0, s->idx, s->tmp, timeout_s);
+    int k = poll_wait_bg(s->req, s->n, 0, s->idx, s->tmp, timeout_s, s->background);
     for (int j = 0; j < k; j++) {
         int i = s->idx[j];
         s->st[i] = s->tmp[j];
@@ -270,7 +314,7 @@ int comm_set_wait_some(comm_set *s, int *done, double timeout_s) {
 
 int comm_set_wait(comm_set *s, int i, double timeout_s) {
     if (!s->active[i]) return 0;
-    if (poll_wait(&s->req[i], 1, 1, NULL, &s->st[i], timeout_s) < 0) return -1;
+    if (poll_wait_bg(&s->req[i], 1, 1, NULL, &s->st[i], timeout_s, s->background) < 0) return -1;
     s->active[i] = 0;
     return 0;
 }

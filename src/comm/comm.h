@@ -41,6 +41,18 @@ int comm_max_int(int code);
  * time this worker waited for the slowest one) to *wait_s. */
 void comm_allreduce_mean_f32(float *buf, size_t n, double *wait_s);
 
+/* Collective over the workers: in-place sum of n floats (chunked like the mean above). */
+void comm_workers_sum_f32(float *buf, size_t n);
+
+/* Collective over the workers: broadcast nbytes from worker root. */
+void comm_workers_bcast(void *buf, size_t nbytes, int root);
+
+/* Collective over the workers: wait until every worker is here (polled, no timeout). */
+void comm_workers_barrier(void);
+
+/* 1 if MPI gave MPI_THREAD_MULTIPLE (needed by a communication thread). */
+int comm_thread_multiple(void);
+
 /* Collective over the workers: in-place sum of n doubles. */
 void comm_workers_sum_f64(double *buf, int n);
 
@@ -75,6 +87,9 @@ comm_set *comm_set_new(int cap);
 void comm_set_free(comm_set *s);
 /* Add a persistent request: bytes of buf to/from world rank peer with tag; returns its index. */
 int comm_set_add(comm_set *s, int kind, void *buf, size_t bytes, int peer, int tag);
+/* The set is polled by a background thread next to computation: its waits never spin and nap
+ * at most 200 µs. */
+void comm_set_background(comm_set *s);
 /* Start request i (it must not be active). */
 void comm_set_start(comm_set *s, int i);
 /* 1 while request i is started and not yet seen complete. */

@@ -69,6 +69,7 @@
 #include "util/util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <stdint.h>
@@ -376,10 +377,11 @@ typedef struct {
     double d;
 } staged_attr;
 
-/* One fixed-size int64 dataset of meta.arrays. */
+/* One fixed-size int64 (or float64) dataset of meta.arrays. */
 typedef struct {
     char *obj; /* "/" + spec name, for messages */
     hid_t ds;
+    int f64;   /* float64, NaN-filled (else int64, zero-filled) */
 } fixed_array;
 
 struct runlog {
@@ -649,6 +651,7 @@ static runlog *new_runlog(const char *path, const runlog_meta *meta) {
         for (int i = 0; i < r->n_arrays; i++) {
             const char *name = meta->arrays[i].name;
             r->arrays[i].ds = H5I_INVALID_HID;
+            r->arrays[i].f64 = meta->arrays[i].float64;
             r->arrays[i].obj = xmalloc(strlen(name) + 2);
             r->arrays[i].obj[0] = '/';
             strcpy(r->arrays[i].obj + 1, name);
@@ -693,14 +696,16 @@ static hid_t make_array(hid_t f, const runlog_array_spec *a, const char *obj, co
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     hid_t ds = H5I_INVALID_HID;
     const int64_t zero = 0;
+    const double nan_fill = NAN;
     if (dcpl < 0 || lcpl < 0) h5fail(err, errlen, path, "H5Pcreate", obj);
     else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
     else if (H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0) h5fail(err, errlen, path, "H5Pset_layout", obj);
     else if (H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0) h5fail(err, errlen, path, "H5Pset_alloc_time", obj);
     else if (H5Pset_fill_time(dcpl, H5D_FILL_TIME_ALLOC) < 0) h5fail(err, errlen, path, "H5Pset_fill_time", obj);
-    else if (H5Pset_fill_value(dcpl, H5T_NATIVE_INT64, &zero) < 0) h5fail(err, errlen, path, "H5Pset_fill_value", obj);
+    else if (H5Pset_fill_value(dcpl, a->float64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, a->float64 ? (const void *)&nan_fill : (const void *)&zero) < 0)
+        h5fail(err, errlen, path, "H5Pset_fill_value", obj);
     else if (H5Pset_obj_track_times(dcpl, 0) < 0) h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
-    else if ((ds = H5Dcreate2(f, a->name, H5T_STD_I64LE, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
+    else if ((ds = H5Dcreate2(f, a->name, a->float64 ? H5T_IEEE_F64LE : H5T_STD_I64LE, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
         h5fail(err, errlen, path, "H5Dcreate2", obj);
     if (lcpl >= 0) H5Pclose(lcpl);
     if (dcpl >= 0) H5Pclose(dcpl);
@@ -960,7 +965,11 @@ int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *
 
 /* The dataset exists with its final size and allocated storage, so this H5Dwrite changes raw
  * data only (allowed in SWMR mode); it is on disk after the next H5Fflush. */
-int runlog_array(runlog *r, int index, const long long *data) {
+static int array_write(runlog *r, int index, const void *data, int f64);
+int runlog_array(runlog *r, int index, const long long *data) { return array_write(r, index, data, 0); }
+int runlog_array_f64(runlog *r, int index, const double *data) { return array_write(r, index, data, 1); }
+
+static int array_write(runlog *r, int index, const void *data, int f64) {
     if (!r) return -1;
     if (r->failed) return -1;
     if (index < 0 || index >= r->n_arrays) {
@@ -971,7 +980,11 @@ int runlog_array(runlog *r, int index, const long long *data) {
         seterr(r->err, sizeof r->err, "%s: runlog_array: no data for %s", r->path, r->arrays[index].obj);
         return -1;
     }
-    if (H5Dwrite(r->arrays[index].ds, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
+    if (r->arrays[index].f64 != f64) {
+        seterr(r->err, sizeof r->err, "%s: runlog_array: %s holds %s", r->path, r->arrays[index].obj, f64 ? "int64" : "float64");
+        return -1;
+    }
+    if (H5Dwrite(r->arrays[index].ds, f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
         r->failed = 1;
         return h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", r->arrays[index].obj);
     }

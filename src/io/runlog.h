@@ -18,13 +18,15 @@
 
 typedef struct runlog runlog;
 
-/* A fixed-size int64 dataset created with the file and rewritten whole by runlog_array
- * (e.g. "ps/staleness_histogram"; parent groups are created). cols == 0: 1-D of rows. */
+/* A fixed-size dataset created with the file and rewritten whole by runlog_array (int64,
+ * zero-filled) or runlog_array_f64 (float64, NaN-filled), e.g. "ps/staleness_histogram"
+ * (parent groups are created). cols == 0: 1-D of rows. */
 typedef struct {
     const char *name;   /* path below the root, no leading '/' */
     long rows, cols;
     const char *units;
     const char *description;
+    int float64;        /* 1: float64 values, else int64 */
 } runlog_array_spec;
 
 typedef struct {
@@ -67,6 +69,8 @@ int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *
 /* Rewrite the whole fixed-size dataset meta.arrays[index] (rows·max(cols,1) int64, row-major).
  * Takes effect in the file at the next flush. */
 int runlog_array(runlog *r, int index, const long long *data);
+/* The same for a float64 array (spec.float64 = 1). */
+int runlog_array_f64(runlog *r, int index, const double *data);
 
 /* A root attribute written at the end of the run (e.g. "images_per_s", "status"). */
 int runlog_set_attr_double(runlog *r, const char *name, double v);

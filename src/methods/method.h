@@ -29,7 +29,7 @@ struct method_ops {
     const struct server_rules *rules; /* methods with servers (src/methods/server.h) */
 };
 
-extern const method_ops method_allreduce, method_ps, method_easgd, method_backup;
+extern const method_ops method_allreduce, method_ps, method_easgd, method_backup, method_gossip_pull, method_gossip_push;
 
 /* The table for a method, or NULL if that method is not built. */
 const method_ops *method_find(method_kind k);

@@ -7,6 +7,8 @@ const method_ops *method_find(method_kind k) {
     case METHOD_PS: return &method_ps;
     case METHOD_EASGD: return &method_easgd;
     case METHOD_BACKUP: return &method_backup;
-    default: return NULL; /* gossip_pull, gossip_push: not built yet */
+    case METHOD_GOSSIP_PULL: return &method_gossip_pull;
+    case METHOD_GOSSIP_PUSH: return &method_gossip_push;
+    default: return NULL;
     }
 }

@@ -1,0 +1,470 @@
+/* gossip.c — gossiping SGD (Jin et al. 2016 §3): pull-gossip and push-gossip, asynchronous or
+ * in lock-step (§6.1.1), in the two orders of §6.2.
+ *
+ * Every node i keeps its own θ_i and momentum. At each step s it draws a peer j ≠ i uniformly
+ * (a pure function of (seed, i, s), counted in /gossip/peers) and gets "received" vectors:
+ *   gossip_pull  θ_j, read without j taking part;            mix(θ) = (θ + θ_j)/2
+ *   gossip_push  it sends θ_i to j; received = the θ_k pushed to i since its previous step
+ *                (k ≥ 0 of them, a node may receive from several); mix(θ) = (θ + Σ θ_k)/(1 + k)
+ * and combines them with its Nesterov-SGD step on its own minibatch, in `gossip_order`:
+ *   stale (§6.2.1)  gradient and gossip from the same θ:  θ ← SGD-update(mix(θ), ∇f(θ))
+ *   fresh (§6.2.2)  gradient step first:                  θ ← mix(SGD-update(θ, ∇f(θ)))
+ * (SGD-update adds weight decay at the θ it updates.)
+ *
+ * Asynchronous (default). Pull: node j publishes θ_j after each step into a buffer served by
+ * its communication thread (MPI_THREAD_MULTIPLE, polled with naps, src/comm/comm.c); node i
+ * sends a small request before computing its gradient and collects the reply after, so neither
+ * waits for the other's computation. Push: the receiver's communication thread sums arriving
+ * vectors into an inbox that its main thread mixes in at its next step.
+ * Synchronous (`synchronous = true`): lock-step rounds from θ^s of every node. As peer choices
+ * are pure functions, node i knows which nodes pull from it (or push to it) at step s and
+ * exchanges with exactly those, in rank order, from the main thread: deterministic for a seed.
+ *
+ * Evaluation (collective over the workers every eval.every local steps and at the end; time
+ * there, waiting for slower nodes included, is excluded from the clock): the average of the
+ * nodes' θ and BN statistics, formed only for evaluation, and rank 0's own model (/eval_local).
+ * The diffusion potential Φ = Σ_i ‖θ_i − θ̄‖² (§3.1) is printed and kept in /gossip/potential.
+ * /train rows carry rank 0's own losses; /ranks rows are gathered at evaluations.
+ * A failed node (inject.fail_rank) stops training and gossiping but still joins evaluations
+ * with weight 0; pulls from it are answered "gone" and skipped. With p = 1, plain SGD. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "methods/method.h"
+#include "optim/sgd.h"
+#include "util/util.h"
+
+enum { TAG_PULL = 200, TAG_PULLHDR, TAG_PULLREP, TAG_PUSH, TAG_QUIT, TAG_SYNC };
+
+typedef struct {
+    trainer *t;
+    int push, sync, fresh, p, me;
+    size_t n, nbn;
+    float *peer;              /* (n) θ_j pulled / one received θ_k */
+    float *inbox;             /* (n) push: sum of received θ_k */
+    int inbox_k;
+    float *sendbuf;           /* (n) main thread: θ_i being pushed (async push) or sent (sync) */
+    /* asynchronous: the communication thread */
+    pthread_t th;
+    int has_thread;
+    pthread_mutex_t mu;       /* pub, inbox, inbox_k, gone */
+    float *pub;               /* (n) pull: θ_i published after each step */
+    float *tbuf;              /* (n) pull: the reply the thread sends */
+    float *recvbuf;           /* (n) push: a vector arriving */
+    int gone;
+    comm_set *bg;
+    int32_t req_in, rep_hdr, quit_in;
+    int b_req, b_push, b_quit, *b_rephdr, *b_rep, last_rep, *bg_done;
+    /* main thread requests */
+    comm_set *set;
+    int32_t ask, ans, quit_out;
+    int *m_ask, *m_ans, *m_get, *m_send, *m_recv, m_quit, last_push;
+    /* records */
+    long long *peers;         /* (p) this node's choices; (p·p) on rank 0 at the end */
+    double *phi;              /* rank 0: Φ per evaluation */
+    long n_evals, max_evals;
+    float *avg, *own, *avg_bn, *own_bn;
+    double *gbuf, *rows;      /* /ranks gather */
+    phase_times prev;
+    long prev_step;
+} gossip;
+
+static gossip G;
+
+/* The peer node i talks to at step s: uniform over the other p − 1 nodes. */
+static int peer_of(const experiment *e, int i, long s) {
+    rng_t r;
+    rng_seed(&r, seed_mix(seed_mix(e->seed ^ 0x676f73736970ULL, (uint64_t)s), (uint64_t)i));
+    int j = (int)rng_below(&r, (uint64_t)(e->p - 1));
+    return j >= i ? j + 1 : j;
+}
+
+static int node_failed(const experiment *e, int k, long s) { return e->inject.fail_rank == k && s >= e->inject.fail_step; }
+
+static void *gossip_thread(void *arg) {
+    (void)arg;
+    comm_set *s = G.bg;
+    int *done = G.bg_done;
+    for (;;) {
+        int nd = comm_set_wait_some(s, done, 1e18);
+        for (int k = 0; k < nd; k++) {
+            int idx = done[k];
+            if (idx == G.b_quit) return NULL; /* pending receives are cancelled by comm_set_free */
+            if (idx == G.b_req) { /* a pull: answer from the published θ */
+                int from = comm_set_source(s, G.b_req);
+                if (G.last_rep >= 0) {
+                    comm_set_wait(s, G.b_rephdr[G.last_rep], 1e18);
+                    comm_set_wait(s, G.b_rep[G.last_rep], 1e18);
+                }
+                pthread_mutex_lock(&G.mu);
+                G.rep_hdr = G.gone;
+                if (!G.gone) memcpy(G.tbuf, G.pub, G.n * sizeof(float));
+                pthread_mutex_unlock(&G.mu);
+                comm_set_start(s, G.b_rephdr[from]);
+                comm_set_start(s, G.b_rep[from]);
+                G.last_rep = from;
+                comm_set_start(s, G.b_req);
+            } else if (idx == G.b_push) { /* a pushed θ_k: into the inbox */
+                pthread_mutex_lock(&G.mu);
+                if (!G.gone) {
+                    for (size_t j = 0; j < G.n; j++) G.inbox[j] += G.recvbuf[j];
+                    G.inbox_k++;
+                }
+                pthread_mutex_unlock(&G.mu);
+                comm_set_start(s, G.b_push);
+            }
+        }
+    }
+}
+
+static int gossip_setup(trainer *t, char *err, size_t errlen) {
+    const experiment *e = t->e;
+    gossip *g = &G;
+    memset(g, 0, sizeof *g);
+    g->t = t;
+    g->push = e->method == METHOD_GOSSIP_PUSH;
+    g->sync = e->synchronous;
+    g->fresh = e->gossip_order == GOSSIP_FRESH;
+    g->p = e->p, g->me = t->worker;
+    g->n = model_n_params(t->net), g->nbn = model_n_bn(t->net);
+    const size_t n = g->n, nb = n * sizeof(float);
+    const int p = g->p;
+    g->peer = xmalloc(nb), g->inbox = xcalloc(n, sizeof(float)), g->sendbuf = xmalloc(nb);
+    g->avg = xmalloc(nb), g->own = xmalloc(nb);
+    g->avg_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float)), g->own_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float));
+    g->peers = xcalloc((size_t)p * p, sizeof(long long));
+    g->max_evals = e->iterations / e->eval.every + 2;
+    g->phi = xcalloc((size_t)g->max_evals, sizeof(double));
+    g->gbuf = xmalloc((size_t)p * 4 * sizeof(double)), g->rows = xmalloc((size_t)p * 4 * sizeof(double));
+    g->m_ask = xmalloc((size_t)p * sizeof(int)), g->m_ans = xmalloc((size_t)p * sizeof(int)), g->m_get = xmalloc((size_t)p * sizeof(int));
+    g->m_send = xmalloc((size_t)p * sizeof(int)), g->m_recv = xmalloc((size_t)p * sizeof(int));
+    g->last_push = -1, g->last_rep = -1, g->b_req = -1, g->b_push = -1, g->b_quit = -1;
+    g->set = comm_set_new(5 * p + 1);
+    if (p == 1) return 0;
+    if (g->sync) {
+        for (int k = 0; k < p; k++) {
+            g->m_send[k] = comm_set_add(g->set, COMM_SEND, g->sendbuf, nb, k, TAG_SYNC);
+            g->m_recv[k] = comm_set_add(g->set, COMM_RECV, g->peer, nb, k, TAG_SYNC);
+        }
+        return 0;
+    }
+    if (!comm_thread_multiple())
+        return seterr(err, errlen, "%s: method %s (asynchronous) needs an MPI library with MPI_THREAD_MULTIPLE; "
+                                   "this one does not provide it: use synchronous = true", e->source, method_name(e->method));
+    pthread_mutex_init(&g->mu, NULL);
+    g->bg = comm_set_new(2 * p + 3);
+    g->bg_done = xmalloc((size_t)(2 * p + 3) * sizeof(int));
+    comm_set_background(g->bg);
+    g->b_rephdr = xmalloc((size_t)p * sizeof(int)), g->b_rep = xmalloc((size_t)p * sizeof(int));
+    if (!g->push) {
+        g->pub = xmalloc(nb), g->tbuf = xmalloc(nb);
+        memcpy(g->pub, model_params(t->net), nb);
+        g->b_req = comm_set_add(g->bg, COMM_RECV, &g->req_in, sizeof g->req_in, COMM_ANY_SOURCE, TAG_PULL);
+        for (int k = 0; k < p; k++) {
+            g->b_rephdr[k] = comm_set_add(g->bg, COMM_SEND, &g->rep_hdr, sizeof g->rep_hdr, k, TAG_PULLHDR);
+            g->b_rep[k] = comm_set_add(g->bg, COMM_SEND, g->tbuf, nb, k, TAG_PULLREP);
+            g->m_ask[k] = comm_set_add(g->set, COMM_SEND, &g->ask, sizeof g->ask, k, TAG_PULL);
+            g->m_ans[k] = comm_set_add(g->set, COMM_RECV, &g->ans, sizeof g->ans, k, TAG_PULLHDR);
+            g->m_get[k] = comm_set_add(g->set, COMM_RECV, g->peer, nb, k, TAG_PULLREP);
+        }
+        comm_set_start(g->bg, g->b_req);
+    } else {
+        g->recvbuf = xmalloc(nb);
+        g->b_push = comm_set_add(g->bg, COMM_RECV, g->recvbuf, nb, COMM_ANY_SOURCE, TAG_PUSH);
+        for (int k = 0; k < p; k++) g->m_send[k] = comm_set_add(g->set, COMM_SEND, g->sendbuf, nb, k, TAG_PUSH);
+        comm_set_start(g->bg, g->b_push);
+    }
+    g->b_quit = comm_set_add(g->bg, COMM_RECV, &g->quit_in, sizeof g->quit_in, t->rank, TAG_QUIT);
+    g->m_quit = comm_set_add(g->set, COMM_SEND, &g->quit_out, sizeof g->quit_out, t->rank, TAG_QUIT);
+    comm_set_start(g->bg, g->b_quit);
+    if (pthread_create(&g->th, NULL, gossip_thread, NULL) != 0) return seterr(err, errlen, "cannot start the gossip communication thread");
+    g->has_thread = 1;
+    return 0;
+}
+
+static void gossip_teardown(void) {
+    gossip *g = &G;
+    if (g->has_thread) {
+        comm_set_start(g->set, g->m_quit);
+        comm_set_wait(g->set, g->m_quit, 1e18);
+        pthread_join(g->th, NULL);
+        comm_set_free(g->bg);
+        pthread_mutex_destroy(&g->mu);
+    }
+    comm_set_free(g->set);
+    free(g->peer), free(g->inbox), free(g->sendbuf), free(g->avg), free(g->own), free(g->avg_bn), free(g->own_bn);
+    free(g->peers), free(g->phi), free(g->gbuf), free(g->rows);
+    free(g->m_ask), free(g->m_ans), free(g->m_get), free(g->m_send), free(g->m_recv), free(g->b_rephdr), free(g->b_rep), free(g->bg_done);
+    free(g->pub), free(g->tbuf), free(g->recvbuf);
+}
+
+static void wait_req(comm_set *s, int i, const char *what) {
+    if (comm_set_wait(s, i, G.t->e->comm_timeout_s) != 0) comm_timeout_abort(what);
+}
+
+/* θ ← (θ + Σ received)/(1 + k) for k received vectors summed in sum. */
+static void mix(float *th, const float *sum, int k, size_t n) {
+    if (k == 0) return;
+    if (k == 1) {
+        for (size_t j = 0; j < n; j++) th[j] = 0.5f * (th[j] + sum[j]);
+        return;
+    }
+    const float inv = 1.0f / (float)(1 + k);
+    for (size_t j = 0; j < n; j++) th[j] = (th[j] + sum[j]) * inv;
+}
+
+/* One gossip step of node i at step s. Returns the loss (NaN: non-finite). */
+static double gossip_step(trainer *t, long s, double alpha) {
+    gossip *g = &G;
+    const experiment *e = t->e;
+    model *net = t->net;
+    float *th = model_params(net);
+    const size_t n = g->n, nb = n * sizeof(float);
+    const int p = g->p, me = g->me;
+    const int j = p > 1 ? peer_of(e, me, s) : -1;
+    double t0 = wall_time(), c0 = 0, c1 = 0;
+    int got = 0; /* vectors received this step (into g->peer or g->inbox) */
+    float *recv = g->peer;
+
+    /* 1. start the exchange */
+    double x0 = wall_time();
+    if (j >= 0 && !g->sync && !g->push) {
+        g->ask = me;
+        comm_set_start(g->set, g->m_ans[j]);
+        comm_set_start(g->set, g->m_get[j]);
+        comm_set_start(g->set, g->m_ask[j]);
+    } else if (j >= 0 && g->sync) {
+        memcpy(g->sendbuf, th, nb); /* θ^s */
+        if (!g->push) {
+            for (int k = 0; k < p; k++)
+                if (k != me && peer_of(e, k, s) == me && !node_failed(e, k, s)) comm_set_start(g->set, g->m_send[k]);
+            if (!node_failed(e, j, s)) comm_set_start(g->set, g->m_recv[j]);
+        } else if (!node_failed(e, j, s)) comm_set_start(g->set, g->m_send[j]);
+    }
+    c0 = wall_time() - x0;
+
+    /* 2. the gradient at θ_i */
+    double d0 = wall_time();
+    loader_batch(&t->train_loader, s, t->x, t->y);
+    double d1 = wall_time();
+    double loss = model_train_step(net, t->x, t->y);
+    const double delay = inject_delay_s(&t->inj, s);
+    inject_sleep(delay);
+    double d2 = wall_time();
+    t->times.data_s += d1 - d0;
+    t->times.compute_s += d2 - d1 - delay;
+    t->times.delay_s += delay;
+
+    /* 3. finish the exchange: what this node received */
+    double w0 = wall_time();
+    if (j >= 0 && !g->sync && !g->push) {
+        wait_req(g->set, g->m_ask[j], "a gossip peer (pull request)");
+        wait_req(g->set, g->m_ans[j], "a gossip peer's reply");
+        wait_req(g->set, g->m_get[j], "a gossip peer's reply");
+        got = g->ans == 0;
+    } else if (j >= 0 && g->sync && !g->push) {
+        for (int k = 0; k < p; k++) wait_req(g->set, g->m_send[k], "a gossip peer (lock-step)");
+        wait_req(g->set, g->m_recv[j], "a gossip peer (lock-step)");
+        got = !node_failed(e, j, s);
+    } else if (j >= 0 && g->sync && g->push) {
+        memset(g->inbox, 0, nb);
+        for (int k = 0; k < p; k++)
+            if (k != me && peer_of(e, k, s) == me && !node_failed(e, k, s)) {
+                comm_set_start(g->set, g->m_recv[k]);
+                wait_req(g->set, g->m_recv[k], "a gossip peer (lock-step)");
+                for (size_t q = 0; q < n; q++) g->inbox[q] += g->peer[q];
+                got++;
+            }
+        wait_req(g->set, g->m_send[j], "a gossip peer (lock-step)");
+        recv = g->inbox;
+    } else if (j >= 0 && g->push) { /* asynchronous push: take the inbox */
+        pthread_mutex_lock(&g->mu);
+        got = g->inbox_k;
+        if (got) memcpy(g->peer, g->inbox, nb), memset(g->inbox, 0, nb);
+        g->inbox_k = 0;
+        pthread_mutex_unlock(&g->mu);
+    }
+    double w1 = wall_time();
+    c1 = w1 - w0;
+    if (j >= 0) g->peers[j]++;
+
+    /* 4. combine */
+    double u0 = wall_time();
+    int finite = isfinite(loss);
+    if (!g->fresh) mix(th, recv, got, n);
+    finite = finite && sgd_update(th, model_grads(net), t->velocity, n, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
+    if (g->fresh) mix(th, recv, got, n);
+    double u1 = wall_time();
+
+    /* 5. publish / push θ_i */
+    double y0 = wall_time();
+    if (j >= 0 && !g->sync && !g->push) {
+        pthread_mutex_lock(&g->mu);
+        memcpy(g->pub, th, nb);
+        pthread_mutex_unlock(&g->mu);
+    } else if (j >= 0 && !g->sync && g->push) {
+        if (g->last_push >= 0) wait_req(g->set, g->m_send[g->last_push], "a gossip peer (push)");
+        memcpy(g->sendbuf, th, nb);
+        comm_set_start(g->set, g->m_send[j]);
+        g->last_push = j;
+    }
+    double y1 = wall_time();
+
+    t->times.comm_s += c0 + c1 + (y1 - y0);
+    t->times.wait_s += c1;
+    t->times.update_s += u1 - u0;
+    t->times.step_s += wall_time() - t0;
+    return finite ? loss : NAN;
+}
+
+/* Collective over the workers: evaluate the nodes' average and rank 0's own model, log both,
+ * Φ and a /ranks row. Returns the status every worker agrees on. */
+static int gossip_evaluate(trainer *t, long step, double train_s, int status, int *nonfinite) {
+    gossip *g = &G;
+    model *net = t->net;
+    float *th = model_params(net), *bn = model_bn(net);
+    const size_t n = g->n, nbn = g->nbn;
+    double ev0 = wall_time();
+    const int alive = !node_failed(t->e, g->me, step);
+    memcpy(g->own, th, n * sizeof(float));
+    if (nbn) memcpy(g->own_bn, bn, nbn * sizeof(float));
+    for (size_t q = 0; q < n; q++) g->avg[q] = alive ? th[q] : 0.0f;
+    for (size_t q = 0; q < nbn; q++) g->avg_bn[q] = alive ? bn[q] : 0.0f;
+    comm_workers_sum_f32(g->avg, n);
+    if (nbn) comm_workers_sum_f32(g->avg_bn, nbn);
+    double w[2] = {(double)alive, 0.0};
+    comm_workers_sum_f64(w, 1);
+    const float inv = (float)(1.0 / w[0]);
+    for (size_t q = 0; q < n; q++) g->avg[q] *= inv;
+    for (size_t q = 0; q < nbn; q++) g->avg_bn[q] *= inv;
+    double d = 0.0;
+    if (alive)
+        for (size_t q = 0; q < n; q++) d += ((double)th[q] - g->avg[q]) * ((double)th[q] - g->avg[q]);
+    comm_workers_sum_f64(&d, 1);
+
+    memcpy(th, g->avg, n * sizeof(float));
+    if (nbn) memcpy(bn, g->avg_bn, nbn * sizeof(float));
+    eval_result r = train_evaluate(t);
+    /* rank 0's own model, evaluated by every worker on its slice */
+    if (t->worker == 0) memcpy(th, g->own, n * sizeof(float));
+    comm_workers_bcast(th, n * sizeof(float), 0);
+    if (nbn) {
+        if (t->worker == 0) memcpy(bn, g->own_bn, nbn * sizeof(float));
+        comm_workers_bcast(bn, nbn * sizeof(float), 0);
+    }
+    eval_result rl = train_evaluate(t);
+    memcpy(th, g->own, n * sizeof(float));
+    if (nbn) memcpy(bn, g->own_bn, nbn * sizeof(float));
+
+    /* /ranks row: each worker's mean times per step since the previous row */
+    const phase_times *c = &t->times;
+    double ns = step > g->prev_step ? (double)(step - g->prev_step) : 1.0;
+    double mine[4] = {(c->step_s - g->prev.step_s) / ns, (c->compute_s - g->prev.compute_s) / ns, (c->comm_s - g->prev.comm_s) / ns,
+                      (c->wait_s - g->prev.wait_s) / ns};
+    g->prev = *c, g->prev_step = step;
+    comm_workers_gather_f64(mine, 4, g->gbuf);
+    if (t->log) {
+        const int p = g->p;
+        for (int rr = 0; rr < p; rr++)
+            for (int k = 0; k < 4; k++) g->rows[k * p + rr] = g->gbuf[rr * 4 + k];
+        double es = wall_time() - ev0;
+        printf("gossip step %ld: diffusion potential Φ = Σ‖θ_i − θ̄‖² = %.6g\n", step, d);
+        if (step > 0 && runlog_ranks(t->log, step, g->rows, g->rows + p, g->rows + 2 * p, g->rows + 3 * p) != 0) status = EXIT_RUNTIME;
+        if (train_log_eval(t, step, train_s, &rl, es, 1) != 0) status = EXIT_RUNTIME;
+        if (train_log_eval(t, step, train_s, &r, es, 0) != 0) status = EXIT_RUNTIME;
+        if (g->n_evals < g->max_evals) g->phi[g->n_evals++] = d;
+    }
+    if (!isfinite(r.loss)) {
+        if (t->log) fprintf(stderr, "dsgd-run: non-finite validation loss at step %ld: the nodes diverged; stopping every rank\n", step);
+        *nonfinite = 1;
+        status = EXIT_RUNTIME;
+    }
+    return comm_max_int(status);
+}
+
+static int gossip_run(trainer *t) {
+    gossip *g = &G;
+    const experiment *e = t->e;
+    const long total = e->iterations, m = (long)e->p * e->b;
+    int status = EXIT_OK, nonfinite = 0;
+    char err[ERRLEN];
+    int st = gossip_setup(t, err, sizeof err);
+    st = comm_max_int(st);
+    if (st) {
+        if (t->log) fprintf(stderr, "dsgd-run: %s\n", err);
+        gossip_teardown();
+        return st;
+    }
+    g->prev = t->times;
+    if (e->eval.at_start) status = gossip_evaluate(t, 0, 0.0, EXIT_OK, &nonfinite);
+    comm_workers_barrier();
+    double train_s = 0.0, seg = wall_time(), loss_acc = 0.0;
+    long loss_n = 0;
+    for (long s = 0; status == EXIT_OK && s < total; s++) {
+        const double alpha = alpha_at(e, s);
+        int failed = node_failed(e, g->me, s);
+        if (failed && g->has_thread && !g->gone) {
+            pthread_mutex_lock(&g->mu);
+            g->gone = 1;
+            pthread_mutex_unlock(&g->mu);
+        }
+        if (failed && s == e->inject.fail_step)
+            fprintf(stderr, "dsgd-run: rank %d: injected failure before its step %ld (inject.fail_rank); the other nodes go on\n", t->rank, s + 1);
+        if (!failed) {
+            double loss = gossip_step(t, s, alpha);
+            if (!isfinite(loss)) {
+                fprintf(stderr, "dsgd-run: rank %d: non-finite loss or gradient at its step %ld: stopping every rank at the next evaluation\n",
+                        t->rank, s + 1);
+                status = EXIT_RUNTIME, nonfinite = 1;
+            }
+            loss_acc += loss, loss_n++;
+        }
+        t->step = s + 1;
+        const int last = s + 1 == total;
+        if (t->log && ((s + 1) % e->log_every == 0 || last) && loss_n) {
+            if (train_log_train(t, s + 1, train_s + wall_time() - seg, loss_acc / (double)loss_n, alpha, NULL, NULL, NULL, NULL) != 0)
+                status = EXIT_RUNTIME;
+            loss_acc = 0.0, loss_n = 0;
+        }
+        if ((s + 1) % e->eval.every == 0 || last) {
+            train_s += wall_time() - seg;
+            status = gossip_evaluate(t, s + 1, train_s, status, &nonfinite);
+            seg = wall_time();
+        }
+    }
+    /* peers chosen: rank 0 collects every node's row */
+    double *row = xmalloc((size_t)g->p * sizeof(double)), *all = xmalloc((size_t)g->p * g->p * sizeof(double));
+    for (int k = 0; k < g->p; k++) row[k] = (double)g->peers[k];
+    comm_workers_gather_f64(row, g->p, all);
+    comm_workers_barrier(); /* every node has finished: no pull or push is still on its way */
+    if (t->log) {
+        for (int k = 0; k < g->p * g->p; k++) g->peers[k] = (long long)all[k];
+        for (long k = g->n_evals; k < g->max_evals; k++) g->phi[k] = NAN;
+        if (runlog_array(t->log, 0, g->peers) != 0 || runlog_array_f64(t->log, 1, g->phi) != 0) status = EXIT_RUNTIME;
+        train_log_summary(t, status, nonfinite, train_s, (double)(t->step * m));
+    }
+    free(row), free(all);
+    gossip_teardown();
+    return status;
+}
+
+static int gossip_init(trainer *t, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    /* every node starts from rank 0's initialisation */
+    comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
+    return 0;
+}
+static void gossip_noop(trainer *t) { (void)t; }
+static double gossip_nostep(trainer *t, long s, double a) { (void)t, (void)s, (void)a; return NAN; }
+
+const method_ops method_gossip_pull = {
+    .name = "gossip_pull", .init = gossip_init, .step = gossip_nostep, .eval_prepare = gossip_noop, .finalize = gossip_noop, .run = gossip_run,
+};
+const method_ops method_gossip_push = {
+    .name = "gossip_push", .init = gossip_init, .step = gossip_nostep, .eval_prepare = gossip_noop, .finalize = gossip_noop, .run = gossip_run,
+};
