@@ -16,13 +16,13 @@
 static char g_dir[256];
 
 /* The linear model, α = 0.02 cosine, 2 epochs at m = 64 unless a test overrides. */
-static const char *LIN =
-    "name = \"lin\";\nseed = 3;\n"
-    "alpha = { base = 0.02; schedule = \"cosine\"; };\n"
-    "model = { arch = \"linear\"; };\n"
-    "eval = { every = 400; batch = 500; at_start = false; };\n";
-/* Keys a test may set; LIN's value is used where it does not. */
-static const char *const LIN_DEFAULTS[][2] = {{"b", "32"}, {"iterations", "1874"}, {"log_every", "20"}};
+static const char *LIN = "name = \"lin\";\nseed = 3;\nmodel = { arch = \"linear\"; };\n";
+/* Keys (or groups) a test may set; this value is used where it does not. */
+static const char *const LIN_DEFAULTS[][2] = {{"b", "32"},
+                                              {"iterations", "1874"},
+                                              {"log_every", "20"},
+                                              {"alpha", "{ base = 0.02; schedule = \"cosine\"; }"},
+                                              {"eval", "{ every = 400; batch = 500; at_start = false; }"}};
 
 /* 1 if the libconfig text sets key at the start of a line. */
 static int has_key(const char *text, const char *key) {
@@ -300,6 +300,32 @@ START_TEST(test_gossip_contraction) {
 }
 END_TEST
 
+/* α = 1e30 overflows the weights at once: every method stops every rank with exit status 1, a
+ * message, and a run file whose status says why. */
+START_TEST(test_divergence) {
+    char h5[512], out[1 << 15], status[128];
+    struct { const char *extra; int np; } m[] = {
+        {"method = \"ps\";\n", 4},
+        {"method = \"easgd\";\n", 4},
+        {"method = \"backup\";\nbackups = 1;\n", 4},
+        {"method = \"gossip_pull\";\n", 3},
+        {"method = \"gossip_push\";\n", 3},
+        {"method = \"gossip_pull\";\nsynchronous = true;\n", 3},
+    };
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        char tag[32], extra[1024];
+        snprintf(tag, sizeof tag, "div_%zu", k);
+        snprintf(extra, sizeof extra, "%sp = 3;\niterations = 200;\nalpha = { base = 1e30; schedule = \"constant\"; };\n"
+                 "eval = { every = 50; batch = 500; at_start = false; };\n", m[k].extra);
+        int st = run_lin(tag, m[k].np, extra, h5, out, sizeof out);
+        ck_assert_msg(st == 1, "%s: exit %d, expected 1:\n%s", m[k].extra, st, out);
+        ck_assert_msg(strstr(out, "non-finite") != NULL, "%s: no message:\n%s", m[k].extra, out);
+        read_attr_string(h5, "status", status, sizeof status);
+        ck_assert_msg(!strncmp(status, "stopped: non-finite", 19), "%s: status '%s'", m[k].extra, status);
+    }
+}
+END_TEST
+
 /* A world of the wrong size names both numbers and stops every rank with exit 2. */
 START_TEST(test_world_size_error) {
     char h5[512], out[1 << 14];
@@ -323,6 +349,7 @@ int main(void) {
     tcase_add_test(tc, test_method_records);
     tcase_add_test(tc, test_sync_easgd_deterministic);
     tcase_add_test(tc, test_gossip_contraction);
+    tcase_add_test(tc, test_divergence);
     tcase_add_test(tc, test_methods_converge);
     tcase_add_test(tc, test_failed_worker);
     tcase_add_test(tc, test_stragglers);

@@ -36,11 +36,7 @@ static double allreduce_step(trainer *t, long step, double alpha) {
         exit(EXIT_RUNTIME);
     }
     double t0 = wall_time();
-    loader_batch(&t->train_loader, step, t->x, t->y);
-    double t1 = wall_time();
-    double loss = model_train_step(net, t->x, t->y);
-    double delay = inject_delay_s(&t->inj, step);
-    inject_sleep(delay);
+    double loss = train_compute(t, step, step);
     double t2 = wall_time();
     comm_allreduce_mean_f32(model_grads(net), n, &t->times.wait_s);
     comm_workers_sum_f64(&loss, 1);
@@ -49,9 +45,6 @@ static double allreduce_step(trainer *t, long step, double alpha) {
                             (float)e->weight_decay, e->nesterov);
     double t4 = wall_time();
 
-    t->times.data_s += t1 - t0;
-    t->times.compute_s += t2 - t1 - delay;
-    t->times.delay_s += delay;
     t->times.comm_s += t3 - t2;
     t->times.update_s += t4 - t3;
     t->times.step_s += t4 - t0;

@@ -249,16 +249,7 @@ static double gossip_step(trainer *t, long s, double alpha) {
     c0 = wall_time() - x0;
 
     /* 2. the gradient at θ_i */
-    double d0 = wall_time();
-    loader_batch(&t->train_loader, s, t->x, t->y);
-    double d1 = wall_time();
-    double loss = model_train_step(net, t->x, t->y);
-    const double delay = inject_delay_s(&t->inj, s);
-    inject_sleep(delay);
-    double d2 = wall_time();
-    t->times.data_s += d1 - d0;
-    t->times.compute_s += d2 - d1 - delay;
-    t->times.delay_s += delay;
+    double loss = train_compute(t, s, s);
 
     /* 3. finish the exchange: what this node received */
     double w0 = wall_time();
@@ -405,6 +396,11 @@ static int gossip_run(trainer *t) {
     comm_workers_barrier();
     double train_s = 0.0, seg = wall_time(), loss_acc = 0.0;
     long loss_n = 0;
+    /* `status` is agreed at evaluations only: every node leaves the loop at the same step, so
+     * the collectives stay matched. A local problem (non-finite loss, a run-file write error)
+     * is carried in `local` until then; a diverged node keeps stepping (in lock-step its peers
+     * need it) and the evaluation of the NaN average stops everyone. */
+    int local = EXIT_OK;
     for (long s = 0; status == EXIT_OK && s < total; s++) {
         const double alpha = alpha_at(e, s);
         int failed = node_failed(e, g->me, s);
@@ -417,10 +413,10 @@ static int gossip_run(trainer *t) {
             fprintf(stderr, "dsgd-run: rank %d: injected failure before its step %ld (inject.fail_rank); the other nodes go on\n", t->rank, s + 1);
         if (!failed) {
             double loss = gossip_step(t, s, alpha);
-            if (!isfinite(loss)) {
-                fprintf(stderr, "dsgd-run: rank %d: non-finite loss or gradient at its step %ld: stopping every rank at the next evaluation\n",
+            if (!isfinite(loss) && !nonfinite) {
+                fprintf(stderr, "dsgd-run: rank %d: non-finite loss or gradient at its step %ld: every rank stops at the next evaluation\n",
                         t->rank, s + 1);
-                status = EXIT_RUNTIME, nonfinite = 1;
+                local = EXIT_RUNTIME, nonfinite = 1;
             }
             loss_acc += loss, loss_n++;
         }
@@ -428,12 +424,12 @@ static int gossip_run(trainer *t) {
         const int last = s + 1 == total;
         if (t->log && ((s + 1) % e->log_every == 0 || last) && loss_n) {
             if (train_log_train(t, s + 1, train_s + wall_time() - seg, loss_acc / (double)loss_n, alpha, NULL, NULL, NULL, NULL) != 0)
-                status = EXIT_RUNTIME;
+                local = EXIT_RUNTIME;
             loss_acc = 0.0, loss_n = 0;
         }
         if ((s + 1) % e->eval.every == 0 || last) {
             train_s += wall_time() - seg;
-            status = gossip_evaluate(t, s + 1, train_s, status, &nonfinite);
+            status = gossip_evaluate(t, s + 1, train_s, local, &nonfinite);
             seg = wall_time();
         }
     }

@@ -153,15 +153,7 @@ static int worker_run(trainer *t) {
         double t0 = wall_time();
         /* backup: the data of the step whose parameters the worker holds (server 0's version) */
         const long data_step = R->until_stop ? (long)w.rhdr[0].version : s;
-        loader_batch(&t->train_loader, data_step, t->x, t->y);
-        double t1 = wall_time();
-        const double loss = model_train_step(net, t->x, t->y);
-        const double delay = inject_delay_s(&t->inj, s);
-        inject_sleep(delay);
-        double t2 = wall_time();
-        t->times.data_s += t1 - t0;
-        t->times.compute_s += t2 - t1 - delay;
-        t->times.delay_s += delay;
+        const double loss = train_compute(t, data_step, s);
         w.loss_sum += loss;
         w.n_loss++;
         int finite = isfinite(loss);
@@ -189,7 +181,8 @@ static int worker_run(trainer *t) {
         if (stop == STOP_DIVERGED) status = EXIT_RUNTIME;
         if (stop != STOP_NO) break;
     }
-    worker_exchange(t, &w, MSG_DONE, t->step);
+    /* leave; MSG_DIVERGED makes server 0 record the stop in the run file */
+    worker_exchange(t, &w, status == EXIT_OK ? MSG_DONE : MSG_DIVERGED, t->step);
     worker_free(&w);
     return status;
 }

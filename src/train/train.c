@@ -62,6 +62,20 @@ eval_result train_evaluate_all(trainer *t, model *net) {
     return eval_from_sums(sums);
 }
 
+double train_compute(trainer *t, long data_step, long step) {
+    double t0 = wall_time();
+    loader_batch(&t->train_loader, data_step, t->x, t->y);
+    double t1 = wall_time();
+    double loss = model_train_step(t->net, t->x, t->y);
+    const double delay = inject_delay_s(&t->inj, step);
+    inject_sleep(delay);
+    double t2 = wall_time();
+    t->times.data_s += t1 - t0;
+    t->times.compute_s += t2 - t1 - delay;
+    t->times.delay_s += delay;
+    return loss;
+}
+
 static void format_eta(double s, char *buf, size_t n) {
     if (!(s >= 0) || s > 1e7) s = 0;
     long x = (long)(s + 0.5);

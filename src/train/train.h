@@ -73,6 +73,12 @@ eval_result train_evaluate(trainer *t);
  * center); uses t's evaluation buffers. */
 eval_result train_evaluate_all(trainer *t, model *net);
 
+/* One worker's local computation of step `step`: the minibatch of data step `data_step`
+ * (loader_batch), forward and backward (model_train_step: grads overwritten, BN statistics
+ * updated), then the injected straggler delay (inject group). Adds to t->times data_s,
+ * compute_s and delay_s. Returns the mean loss of the minibatch. No allocation. */
+double train_compute(trainer *t, long data_step, long step);
+
 /* Log rank: the progress line and /train row after `step` iterations at `time_s` seconds of
  * training with mean loss and α; also /ranks when step_time etc. are not NULL (p values each).
  * Returns 0 or EXIT_RUNTIME after a run-file write error (printed). */
