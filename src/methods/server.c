@@ -191,11 +191,11 @@ static int worker_run(trainer *t) {
 /* Server                                                                                   */
 
 void srv_reply(srv *sv, int i, int stop) {
-    msg_hdr *h = &sv->out[i];
-    *h = (msg_hdr){.worker = i, .version = sv->version, .stop = stop};
-    /* The previous reply to i completed before i could send this request; collect it. */
+    /* The previous reply to i completed before i could send this request; collect it before
+     * its buffers are written again. */
     wait_or_die(sv->set, sv->s_hdr[i], sv->t->e->comm_timeout_s, "a worker (reply)");
     wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
+    sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop};
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
     sv->held[i] = 0;
@@ -527,6 +527,7 @@ static int server_loop(server_ctx *c) {
                 if (label == SNAP_QUIT) c->quit = 1;
                 else {
                     wait_or_die(sv->set, c->s_snap, t->e->comm_timeout_s, "the first parameter server (snapshot)");
+                    wait_or_die(sv->set, c->s_shdr, t->e->comm_timeout_s, "the first parameter server (snapshot)");
                     memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
                     c->shdr_out = (msg_hdr){.version = label};
                     comm_set_start(sv->set, c->s_shdr);
