@@ -52,7 +52,8 @@ static void print_usage(FILE *f) {
             "  --help           this text and every key of the experiment file\n"
             "  --version        version and library versions\n"
             "\n"
-            "exit status: 0 done, 1 stopped during training (non-finite loss, I/O), 2 bad input.\n"
+            "exit status: 0 done, 1 stopped during training (non-finite loss, I/O, a rank waiting\n"
+            "longer than comm_timeout_s, too few workers left), 2 bad input.\n"
             "docs: docs/config.md (keys), docs/output.md (run file), docs/methods.md (methods)\n");
 }
 
@@ -142,6 +143,15 @@ static void blame_keys(const experiment *e, const char *keys, char *err, size_t 
     memmove(err + k, err, len);
     memcpy(err, prefix, k);
     err[k + len] = '\0';
+}
+
+/* Run-file writer, on a communication timeout (comm_on_timeout): keep the rows logged so far
+ * and say why the run stopped. */
+static void record_timeout(void *arg) {
+    trainer *t = arg;
+    runlog_set_attr_string(t->log, "status", "stopped: communication timeout (comm_timeout_s)");
+    runlog_close(t->log);
+    t->log = NULL;
 }
 
 static void join_args(int argc, char **argv, char *buf, size_t n) {
@@ -293,7 +303,12 @@ int main(int argc, char **argv) {
             meta.eval_local = 1;
         }
         t.log = runlog_create(e.output, e.overwrite, &meta, err, sizeof err);
-        if (!t.log) st = EXIT_BADINPUT;
+        if (!t.log) {
+            st = EXIT_BADINPUT;
+            char msg[ERRLEN];
+            snprintf(msg, sizeof msg, "%s", err);
+            snprintf(err, sizeof err, "%s: key 'output': %.900s", config_where("output"), msg);
+        } else comm_on_timeout(record_timeout, &t);
     }
     agree_or_exit(st, err);
 

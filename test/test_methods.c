@@ -233,6 +233,17 @@ START_TEST(test_failed_worker) {
                      h5, out, sizeof out);
     ck_assert_msg(st == 1, "allreduce with a failed worker: exit %d, expected 1:\n%s", st, out);
     ck_assert_msg(strstr(out, "comm_timeout_s = 2 s") != NULL, "%s", out);
+    char status[128];
+    read_attr_string(h5, "status", status, sizeof status);
+    ck_assert_str_eq(status, "stopped: communication timeout (comm_timeout_s)");
+    /* backup without a backup worker cannot go on without the failed one: it says so, exit 1 */
+    st = run_lin("fail_backup0", 4, "method = \"backup\";\np = 3;\ninject = { fail_rank = 1; fail_step = 50; };\n", h5, out, sizeof out);
+    ck_assert_msg(st == 1, "backup, backups = 0, a failed worker: exit %d, expected 1:\n%s", st, out);
+    ck_assert_msg(strstr(out, "fewer than the N = 3") != NULL, "%s", out);
+    read_attr_string(h5, "status", status, sizeof status);
+    ck_assert_str_eq(status, "stopped: fewer workers left than a step needs");
+    long n = read_1d(h5, "/train/step", g_a, MAXR);
+    for (long i = 1; i < n; i++) ck_assert_msg(g_a[i] > g_a[i - 1], "/train/step repeats or goes back at row %ld", i);
 }
 END_TEST
 

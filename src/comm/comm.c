@@ -121,13 +121,25 @@ static int poll_wait(MPI_Request *req, int n, int all, int *idx, MPI_Status *st,
     return poll_wait_bg(req, n, all, idx, st, timeout_s, 0);
 }
 
+static void (*g_on_timeout)(void *);
+static void *g_on_timeout_arg;
+
+void comm_on_timeout(void (*fn)(void *), void *arg) {
+    g_on_timeout = fn;
+    g_on_timeout_arg = arg;
+}
+
 void comm_timeout_abort(const char *what) {
     fprintf(stderr,
             "dsgd-run: rank %d on %s: waited more than comm_timeout_s = %g s for %s; a rank has stopped or is "
             "far slower than the others; stopping every rank\n",
             g_rank, g_host, g_timeout_s, what);
     fflush(stderr);
-    nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
+    if (g_on_timeout) {
+        g_on_timeout(g_on_timeout_arg);
+        nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
+    } else
+        nap(2000000000L); /* the run-file writer, timing out too, records the stop first */
     comm_abort(EXIT_RUNTIME);
 }
 

@@ -103,8 +103,13 @@ int comm_set_wait(comm_set *s, int i, double timeout_s);
 size_t comm_set_received(const comm_set *s, int i);
 int comm_set_source(const comm_set *s, int i);
 
+/* A function comm_timeout_abort calls on this rank before stopping (the run-file writer
+ * records why the run stopped). */
+void comm_on_timeout(void (*fn)(void *), void *arg);
+
 /* Stop every rank after a wait that timed out: prints the rank, what it waited for (what) and
- * the timeout, and aborts with exit status 1. */
+ * the timeout, runs the comm_on_timeout function if this rank has one (else waits 2 s so that
+ * the rank that has one can finish it), and aborts with exit status 1. */
 void comm_timeout_abort(const char *what) __attribute__((noreturn));
 
 /* Stop every rank now with status code (after printing the reason yourself). */

@@ -994,6 +994,10 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
      * iterations, alpha.steps < iterations, alpha.warmup < iterations. inject.delay_ms = 0 with
      * slow ranks or random_slow > 0 is allowed: nothing is delayed. */
     for (int i = 0; !st && i < N_KEYS; i++) st = validate_key(e, &keys[i], &origins[i], err, errlen);
+    /* A failed worker needs another one to go on without it. */
+    if (!st && e->inject.fail_rank >= 0 && e->p < 2)
+        st = oerr(err, errlen, &origins[key_find("inject.fail_rank") - keys],
+                  "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);
     if (!st) st = resolve_output(e, &origins[key_find("output") - keys], err, errlen);
     /* Keep where each value came from for the checks made after loading (config_where). */
     for (int i = 0; !st && i < N_KEYS; i++) origin_text(&origins[i], g_where[i], sizeof g_where[i]);

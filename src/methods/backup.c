@@ -54,7 +54,11 @@ static void backup_request(srv *sv, int i) {
 /* A worker left: if fewer than N remain, no step can complete any more: release everyone. */
 static void backup_leave(srv *sv, int i) {
     (void)i;
-    if (sv->live >= backup_n(sv)) return;
+    if (sv->live >= backup_n(sv) || sv->version >= sv->t->e->iterations) return;
+    if (!sv->starved && sv->k == 0)
+        fprintf(stderr, "dsgd-run: backup: %d worker(s) left, fewer than the N = %d a step needs: stopping at step %ld of %ld\n", sv->live,
+                backup_n(sv), (long)sv->version, sv->t->e->iterations);
+    sv->starved = 1;
     for (int w = 0; w < sv->p; w++)
         if (sv->held[w]) srv_reply_center(sv, w, STOP_DONE);
 }

@@ -71,7 +71,7 @@ typedef struct {
     float *avg, *own, *avg_bn, *own_bn;
     double *gbuf, *rows;      /* /ranks gather */
     phase_times prev;
-    long prev_step;
+    long prev_step, steps_done, prev_done;
 } gossip;
 
 static gossip G;
@@ -353,11 +353,13 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
     if (nbn) memcpy(bn, g->own_bn, nbn * sizeof(float));
 
     /* /ranks row: each worker's mean times per step since the previous row */
+    /* (NaN for a node with no step since the previous row: a failed node) */
     const phase_times *c = &t->times;
-    double ns = step > g->prev_step ? (double)(step - g->prev_step) : 1.0;
+    double ns = (double)(g->steps_done - g->prev_done);
     double mine[4] = {(c->step_s - g->prev.step_s) / ns, (c->compute_s - g->prev.compute_s) / ns, (c->comm_s - g->prev.comm_s) / ns,
                       (c->wait_s - g->prev.wait_s) / ns};
-    g->prev = *c, g->prev_step = step;
+    if (ns == 0) mine[0] = mine[1] = mine[2] = mine[3] = NAN;
+    g->prev = *c, g->prev_step = step, g->prev_done = g->steps_done;
     comm_workers_gather_f64(mine, 4, g->gbuf);
     if (t->log) {
         const int p = g->p;
@@ -410,8 +412,9 @@ static int gossip_run(trainer *t) {
             pthread_mutex_unlock(&g->mu);
         }
         if (failed && s == e->inject.fail_step)
-            fprintf(stderr, "dsgd-run: rank %d: injected failure before its step %ld (inject.fail_rank); the other nodes go on\n", t->rank, s + 1);
+            fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other nodes go on\n", t->rank, s);
         if (!failed) {
+            g->steps_done++;
             double loss = gossip_step(t, s, alpha);
             if (!isfinite(loss) && !nonfinite) {
                 fprintf(stderr, "dsgd-run: rank %d: non-finite loss or gradient at its step %ld: every rank stops at the next evaluation\n",
@@ -428,6 +431,9 @@ static int gossip_run(trainer *t) {
             loss_acc = 0.0, loss_n = 0;
         }
         if ((s + 1) % e->eval.every == 0 || last) {
+            /* The nodes meet: waiting here for slower nodes is training time (the averaged
+             * model exists only once every node has done s + 1 steps); the evaluation is not. */
+            comm_workers_barrier();
             train_s += wall_time() - seg;
             status = gossip_evaluate(t, s + 1, train_s, local, &nonfinite);
             seg = wall_time();
@@ -442,7 +448,7 @@ static int gossip_run(trainer *t) {
         for (int k = 0; k < g->p * g->p; k++) g->peers[k] = (long long)all[k];
         for (long k = g->n_evals; k < g->max_evals; k++) g->phi[k] = NAN;
         if (runlog_array(t->log, 0, g->peers) != 0 || runlog_array_f64(t->log, 1, g->phi) != 0) status = EXIT_RUNTIME;
-        train_log_summary(t, status, nonfinite, train_s, (double)(t->step * m));
+        train_log_summary(t, status, nonfinite ? STOPPED_NONFINITE : STOPPED_WRITE, train_s, (double)(t->step * m));
     }
     free(row), free(all);
     gossip_teardown();

@@ -21,6 +21,7 @@ static void ps_request(srv *sv, int i) {
     if (sv->k == 0) {
         long long st = sv->version - sv->in[i].version;
         sv->hist[st < sv->hist_bins - 1 ? st : sv->hist_bins - 1]++;
+        sv->stale_sum += st;
     }
     if (!sv->diverged) {
         long it = (sv->steps_total - 1) / sv->p; /* the iteration this gradient belongs to */

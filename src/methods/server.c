@@ -146,8 +146,8 @@ static int worker_run(trainer *t) {
     int status = EXIT_OK;
     for (long s = 0; R->until_stop || s < e->iterations; s++) {
         if (inject_failed(&t->inj, s)) {
-            fprintf(stderr, "dsgd-run: rank %d: injected failure before its step %ld (inject.fail_rank); the other workers go on\n",
-                    t->rank, s + 1);
+            fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other workers go on\n",
+                    t->rank, s);
             break;
         }
         double t0 = wall_time();
@@ -258,6 +258,8 @@ typedef struct {
     int quit;
     /* logging (server 0) */
     long next_log, next_eval;
+    long last_row;                    /* iteration of the last /train row */
+    long last_eval;                   /* iteration of the last evaluation (-1: none) */
     double loss_sum;
     long n_loss;
     msg_hdr *last;                    /* (p) latest header of each worker */
@@ -355,7 +357,8 @@ static void maybe_log(server_ctx *c, int force) {
     long it = srv_iteration(sv);
     if (!force && it < c->next_log) return;
     while (c->next_log <= it) c->next_log += e->log_every;
-    if (c->n_loss == 0) return;
+    if (c->n_loss == 0 || it <= c->last_row) return; /* one row per iteration count, from 1 */
+    c->last_row = it;
     const int p = sv->p;
     for (int i = 0; i < p; i++) {
         const msg_hdr *a = &c->last[i], *b = &c->prev[i];
@@ -430,6 +433,7 @@ static void eval_collect(server_ctx *c, int wait) {
     pthread_join(c->ev.th, NULL);
     atomic_store(&c->ev.running, 0);
     trainer *t = c->sv.t;
+    c->last_eval = c->q.eval_label;
     if (train_log_eval(t, c->q.eval_label, c->q.eval_time, &c->ev.r, c->ev.seconds, 0) != 0) c->status = EXIT_RUNTIME;
     if (!isfinite(c->ev.r.loss)) {
         fprintf(stderr, "dsgd-run: non-finite validation loss at iteration %ld: the center diverged; stopping every rank\n",
@@ -554,7 +558,8 @@ static void server0_finish(server_ctx *c) {
     long it = srv_iteration(sv);
     t->step = it;
     maybe_log(c, 1);
-    snapshot_begin(c, it);
+    /* the final center, unless that iteration was just evaluated (e.g. a stop at step 0) */
+    if (it != c->last_eval) snapshot_begin(c, it);
     c->q.time_s = train_s;
     int *done = xmalloc((size_t)(5 * sv->p + 3 * sv->S + 3) * sizeof(int));
     while (c->q.asked) {
@@ -576,15 +581,17 @@ static void server0_finish(server_ctx *c) {
     }
     if (e->method == METHOD_PS && runlog_array(t->log, 0, sv->hist) != 0) c->status = EXIT_RUNTIME;
     if (e->method == METHOD_BACKUP && runlog_array(t->log, 0, sv->dropped) != 0) c->status = EXIT_RUNTIME;
-    if (sv->diverged) c->nonfinite = 1, c->status = EXIT_RUNTIME;
-    train_log_summary(t, c->status, c->nonfinite, train_s, (double)it * (double)e->p * (double)e->b);
+    int why = c->nonfinite ? STOPPED_NONFINITE : STOPPED_WRITE;
+    if (sv->diverged) why = STOPPED_NONFINITE, c->status = EXIT_RUNTIME;
+    else if (sv->starved) why = STOPPED_WORKERS, c->status = EXIT_RUNTIME;
+    train_log_summary(t, c->status, why, train_s, (double)it * (double)e->p * (double)e->b);
     if (c->q.skipped) printf("%ld evaluation(s) skipped: evaluating the center took longer than eval.every iterations\n", c->q.skipped);
     if (e->method == METHOD_BACKUP)
         printf("backup: %lld gradients dropped (arrived after the first N = %d of their step)\n", sv->n_dropped, e->p - e->backups);
     if (e->method == METHOD_PS) {
-        long long tot = 0, wsum = 0;
-        for (int b = 0; b < sv->hist_bins; b++) tot += sv->hist[b], wsum += (long long)b * sv->hist[b];
-        printf("ps: mean staleness %.2f server updates over %lld gradients\n", tot ? (double)wsum / (double)tot : 0.0, tot);
+        long long tot = 0;
+        for (int b = 0; b < sv->hist_bins; b++) tot += sv->hist[b];
+        printf("ps: mean staleness %.2f server updates over %lld gradients\n", tot ? (double)sv->stale_sum / (double)tot : 0.0, tot);
     }
 }
 
@@ -594,11 +601,13 @@ int server_run(trainer *t) {
         status = worker_run(t);
     } else {
         server_ctx c = {0};
+        c.last_eval = -1;
         server_setup(t, &c);
         if (c.sv.k == 0 && t->e->eval.at_start) {
             double ev0 = wall_time();
             eval_result r = train_evaluate_all(t, t->net);
             if (train_log_eval(t, 0, 0.0, &r, wall_time() - ev0, 0) != 0) c.status = EXIT_RUNTIME;
+            c.last_eval = 0;
         }
         server_loop(&c);
         if (c.sv.k == 0) server0_finish(&c);

@@ -61,6 +61,8 @@ typedef struct srv {
     int hist_bins;
     long long *dropped;      /* backup: gradients dropped per step (server 0), iterations entries */
     long long n_dropped;
+    long long stale_sum;     /* ps: sum of the staleness of every gradient applied (server 0) */
+    int starved;             /* backup: fewer than N workers left, no step can complete */
     /* requests (indices into set) */
     comm_set *set;
     int *r_hdr, *r_data, *r_bn, *s_hdr, *s_data;

@@ -128,7 +128,7 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
     return 0;
 }
 
-void train_log_summary(trainer *t, int status, int nonfinite, double train_s, double images) {
+void train_log_summary(trainer *t, int status, int why, double train_s, double images) {
     const long m = (long)t->e->p * t->e->b;
     double ips = train_s > 0 ? images / train_s : 0.0;
     printf("%s: %ld steps, %.1f s training%s, %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : "stopped", t->step, train_s,
@@ -136,9 +136,10 @@ void train_log_summary(trainer *t, int status, int nonfinite, double train_s, do
     runlog_set_attr_double(t->log, "train_time_s", train_s);
     runlog_set_attr_double(t->log, "images_per_s", ips);
     runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
-    runlog_set_attr_string(t->log, "status", status == EXIT_OK ? "completed"
-                                            : nonfinite ? "stopped: non-finite loss or gradient"
-                                                        : "stopped: run-file write error");
+    runlog_set_attr_string(t->log, "status", status == EXIT_OK              ? "completed"
+                                            : why == STOPPED_NONFINITE ? "stopped: non-finite loss or gradient"
+                                            : why == STOPPED_WORKERS   ? "stopped: fewer workers left than a step needs"
+                                                                       : "stopped: run-file write error");
 }
 
 /* Evaluate the model the method designates (collective over the workers) after `step` steps
@@ -237,7 +238,7 @@ int train_run(trainer *t) {
     if (t->log) {
         const double steps = t->step > 0 ? (double)t->step : 1.0;
         const phase_times *ph = &t->times;
-        train_log_summary(t, status, nonfinite, train_s, (double)(t->step * m));
+        train_log_summary(t, status, nonfinite ? STOPPED_NONFINITE : STOPPED_WRITE, train_s, (double)(t->step * m));
         printf("rank 0 time per step: data %.2f ms, compute %.2f ms, communication %.2f ms (waiting %.2f ms), update %.2f ms\n",
                1e3 * ph->data_s / steps, 1e3 * ph->compute_s / steps, 1e3 * ph->comm_s / steps, 1e3 * ph->wait_s / steps,
                1e3 * ph->update_s / steps);

@@ -89,9 +89,14 @@ int train_log_train(trainer *t, long step, double time_s, double loss, double al
  * evaluation took (for the ETA). Returns 0 or EXIT_RUNTIME after a write error (printed). */
 int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, double eval_s, int local);
 
-/* Log rank: the end-of-run summary lines and run-file attributes. images: training images
- * processed by all workers; train_s: training wall clock. */
-void train_log_summary(trainer *t, int status, int nonfinite, double train_s, double images);
+/* Why a run stopped early (the run file's `status`): a run-file write error, a non-finite
+ * loss or gradient, or too few workers left to complete a step (backup). */
+enum { STOPPED_WRITE = 0, STOPPED_NONFINITE = 1, STOPPED_WORKERS = 2 };
+
+/* Log rank: the end-of-run summary lines and run-file attributes. why: STOPPED_* (used when
+ * status != EXIT_OK); images: training images processed by all workers; train_s: training
+ * wall clock. */
+void train_log_summary(trainer *t, int status, int why, double train_s, double images);
 
 /* Run the whole experiment (collective). Returns EXIT_OK, or EXIT_RUNTIME after a non-finite
  * loss or gradient (all ranks agree) or an output error on rank 0. */
