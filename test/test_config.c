@@ -442,8 +442,8 @@ START_TEST(test_inject_set) {
     ck_assert_msg(strstr(config_where("inject.random_slow"), ":1"), "%s", config_where("inject.random_slow"));
     /* a whole group, an empty list, and the remaining method keys */
     char *sets2[] = {"inject={slow_ranks=(); fail_rank=0; fail_step=5;}", "servers=3", "synchronous=true",
-                     "gossip_order=fresh", "comm_timeout_s=2", "method=ps", "backups=0"};
-    ck_assert_msg(load_text("inject = { slow_ranks = [0]; };\n", sets2, 7) == 0, "%s", err);
+                     "gossip_order=fresh", "comm_timeout_s=2", "method=ps", "backups=0", "p=2"};
+    ck_assert_msg(load_text("inject = { slow_ranks = [0]; };\n", sets2, 8) == 0, "%s", err);
     ck_assert_int_eq(e.inject.n_slow_ranks, 0);
     ck_assert_int_eq(e.inject.slow_ranks[0], 0);
     ck_assert_int_eq(e.inject.fail_rank, 0);
@@ -464,6 +464,13 @@ START_TEST(test_inject_set) {
     EXPECT_SET_ERROR("", "injct.delay_ms=1", "unknown key 'injct.delay_ms'; did you mean 'inject.delay_ms'?");
     EXPECT_SET_ERROR("", "num_servers=2", "unknown key 'num_servers'; did you mean 'servers'?");
     EXPECT_SET_ERROR("", "backup_workers=1", "unknown key 'backup_workers'; did you mean 'backups'?");
+}
+END_TEST
+
+START_TEST(test_fail_needs_two_workers) {
+    /* a failed worker needs another one to go on: p = 1 with fail_rank = 0 is refused */
+    EXPECT_ERROR("p = 1;\ninject = { fail_rank = 0; };\n", ":2: key 'inject.fail_rank': a failure needs p >= 2 workers");
+    ck_assert_msg(load_text("p = 2;\ninject = { fail_rank = 0; };\n", NULL, 0) == 0, "%s", err);
 }
 END_TEST
 
@@ -812,6 +819,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_inject_ranges);
     tcase_add_test(tc, test_inject_set);
     tcase_add_test(tc, test_enums_and_unbuilt);
+    tcase_add_test(tc, test_fail_needs_two_workers);
     tcase_add_test(tc, test_include);
     tcase_add_test(tc, test_set_overrides);
     tcase_add_test(tc, test_set_errors);
