@@ -4,13 +4,13 @@ injected straggler: images per second and wall-clock time to a target top-1 erro
 Markdown table (docs/methods.md). Runs ./dsgd-run under mpiexec; reads the run files with h5py.
 
     /usr/bin/python3 tools/bench_methods.py [--out DIR] [--bin ./dsgd-run] [--target 0.15] [--delay-ms 300]
-                                            [--methods allreduce,ps,easgd,backup] [--set KEY=VALUE ...]
+                                            [--methods allreduce,ps,...] [--set KEY=VALUE ...]
 
 Each run: configs/quickstart.cfg with p = 4, b = 16 (m = 64, as the quickstart), eval.every
 = 100; methods with servers run one server (5 ranks). The straggler is worker 1, delayed by
 --delay-ms per step (fixed). time_s of the first evaluation at or below --target is reported
-("—" if never reached). Evaluation time: excluded for allreduce (stop-the-world, as in the
-training loop); for the server methods the center is evaluated on server 0 concurrently with
+("not reached" if none). Evaluation time: excluded for allreduce and gossip (every rank stops
+for it); for the server methods the center is evaluated on server 0 concurrently with
 training, so on a machine with fewer cores than ranks evaluation slows training too.
 """
 import argparse
@@ -25,6 +25,8 @@ METHODS = {
     "allreduce": ([], 4),
     "ps": ([], 5),
     "easgd": ([], 5),
+    "gossip_pull": ([], 4),
+    "gossip_push": ([], 4),
     "backup": (["backups=1"], 5),
 }
 
@@ -62,7 +64,7 @@ def main():
     ap.add_argument("--out", default="runs/bench_methods")
     ap.add_argument("--target", type=float, default=0.15)
     ap.add_argument("--delay-ms", type=float, default=300.0)
-    ap.add_argument("--methods", default="allreduce,ps,easgd,backup")
+    ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--bin", default="./dsgd-run", help="the dsgd-run binary (default ./dsgd-run)")
     ap.add_argument("--set", action="append", default=[], help="extra KEY=VALUE for every run")
     args = ap.parse_args()
