@@ -71,7 +71,7 @@ typedef struct {
     float *avg, *own, *avg_bn, *own_bn;
     double *gbuf, *rows;      /* /ranks gather */
     phase_times prev;
-    long prev_step, steps_done, prev_done;
+    long steps_done, prev_done;   /* steps this node took; at the previous /ranks row */
 } gossip;
 
 static gossip G;
@@ -359,7 +359,7 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
     double mine[4] = {(c->step_s - g->prev.step_s) / ns, (c->compute_s - g->prev.compute_s) / ns, (c->comm_s - g->prev.comm_s) / ns,
                       (c->wait_s - g->prev.wait_s) / ns};
     if (ns == 0) mine[0] = mine[1] = mine[2] = mine[3] = NAN;
-    g->prev = *c, g->prev_step = step, g->prev_done = g->steps_done;
+    g->prev = *c, g->prev_done = g->steps_done;
     comm_workers_gather_f64(mine, 4, g->gbuf);
     if (t->log) {
         const int p = g->p;

@@ -288,7 +288,7 @@ static void server_setup(trainer *t, server_ctx *c) {
     sv->in = xcalloc((size_t)p, sizeof(msg_hdr)), sv->out = xcalloc((size_t)p, sizeof(msg_hdr));
     sv->gbuf = xmalloc((size_t)p * sizeof(float *)), sv->rep = xmalloc((size_t)p * sizeof(float *));
     sv->bnbuf = xcalloc((size_t)p, sizeof(float *));
-    sv->held = xcalloc((size_t)p, 1), sv->left = xcalloc((size_t)p, 1), sv->seen_bn = xcalloc((size_t)p, 1);
+    sv->held = xcalloc((size_t)p, 1), sv->seen_bn = xcalloc((size_t)p, 1);
     sv->last_steps = xcalloc((size_t)p, sizeof(long));
     sv->r_hdr = xmalloc((size_t)p * sizeof(int)), sv->r_data = xmalloc((size_t)p * sizeof(int));
     sv->r_bn = xmalloc((size_t)p * sizeof(int));
@@ -343,7 +343,7 @@ static void server_free(server_ctx *c) {
     comm_set_free(sv->set);
     for (int i = 0; i < sv->p; i++) free(sv->gbuf[i]), free(sv->rep[i]), free(sv->bnbuf[i]);
     free(sv->center), free(sv->vel), free(sv->acc), free(sv->in), free(sv->out), free(sv->gbuf), free(sv->rep), free(sv->bnbuf);
-    free(sv->held), free(sv->left), free(sv->seen_bn), free(sv->last_steps), free(sv->r_hdr), free(sv->r_data), free(sv->r_bn);
+    free(sv->held), free(sv->seen_bn), free(sv->last_steps), free(sv->r_hdr), free(sv->r_data), free(sv->r_bn);
     free(sv->s_hdr), free(sv->s_data), free(sv->hist), free(sv->dropped);
     free(c->snap), free(c->sreq_out), free(c->shdr_in), free(c->s_req), free(c->r_shdr), free(c->r_snap);
     free(c->snapbuf), free(c->last), free(c->prev), free(c->rows);
@@ -482,7 +482,6 @@ static void server_handle(server_ctx *c, int i, int leaving) {
     long new_steps = h->steps - sv->last_steps[i];
     sv->last_steps[i] = h->steps;
     if (leaving) {
-        sv->left[i] = 1;
         sv->live--;
         sv->rules->leave(sv, i);
     } else {

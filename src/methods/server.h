@@ -53,7 +53,7 @@ typedef struct srv {
     msg_hdr *in, *out;       /* (p) last request header, reply header */
     float **gbuf, **rep;     /* (p)(n) payload received, reply payload */
     float **bnbuf;           /* (p)(n_bn) BN statistics (server 0) */
-    char *held, *left, *seen_bn;
+    char *held, *seen_bn;
     long *last_steps;        /* (p) steps reported at the previous exchange */
     /* rule state */
     int count;               /* backup: gradients in acc; easgd synchronous: workers held */
