@@ -34,43 +34,10 @@
 #include <string.h>
 
 #include "nn/layers.h"
+#include "nn/layout.h"
 #include "util/util.h"
 
-#define N_BLOCKS 8
-#define MAX_TENSORS 64
-#define MAX_BN_TENSORS 48
-#define NAME_LEN 48
 
-typedef enum { T_CONV, T_BN_WEIGHT, T_BN_BIAS, T_FC_WEIGHT, T_FC_BIAS } tensor_kind;
-
-/* Shapes and flat offsets of one BasicBlock (torchvision names: layer{s}.{i}.*). */
-typedef struct {
-    char prefix[16];                        /* "layer2.0" */
-    char lname[6][NAME_LEN];                /* conv1, bn1, conv2, bn2, downsample.0, downsample.1 */
-    int cin, cout, stride, down;
-    int ih, iw, oh, ow;
-    size_t w1, g1, b1, w2, g2, b2, wd, gd, bd; /* params */
-    size_t rm1, rv1, rm2, rv2, rmd, rvd;       /* running statistics in bn */
-} block_def;
-
-/* The network's parameter layout, independent of batch and oneDNN. */
-typedef struct {
-    model_spec s;
-    size_t n_params, n_bn;
-    int n_tensors, n_bn_tensors;
-    model_tensor tensors[MAX_TENSORS];
-    tensor_kind kind[MAX_TENSORS];
-    model_tensor bn_tensors[MAX_BN_TENSORS];
-    char names[MAX_TENSORS][NAME_LEN];
-    char bn_names[MAX_BN_TENSORS][NAME_LEN];
-    int c0, h0, w0;                         /* stem conv output (c0 = w) */
-    int h1, w1;                             /* stage-1 input (after max-pool for ImageNet) */
-    int stem_k, stem_stride, stem_pad;
-    size_t conv1, bn1_g, bn1_b, bn1_rm, bn1_rv;
-    block_def blk[N_BLOCKS];
-    int feat;                               /* 8w: fc input */
-    size_t fc_w, fc_b;
-} layout;
 
 /* One BasicBlock's layers and buffers in a network. */
 typedef struct {
@@ -104,7 +71,7 @@ typedef struct {
 } net;
 
 struct model {
-    layout L;
+    nn_layout L;
     nn_ctx ctx;
     float *params, *grads, *bn;
     net train, eval;
@@ -112,7 +79,7 @@ struct model {
 
 /* ---- layout: names, shapes, offsets (torchvision state_dict order) ------------------------ */
 
-static size_t add_tensor(layout *L, tensor_kind kind, const char *name, int ndim, int d0, int d1, int d2, int d3) {
+static size_t add_tensor(nn_layout *L, tensor_kind kind, const char *name, int ndim, int d0, int d1, int d2, int d3) {
     if (L->n_tensors >= MAX_TENSORS) DIE("too many tensors");
     int i = L->n_tensors++;
     model_tensor *t = &L->tensors[i];
@@ -132,14 +99,14 @@ static size_t add_tensor(layout *L, tensor_kind kind, const char *name, int ndim
 }
 
 /* conv weight (O, I, k, k). */
-static size_t add_conv(layout *L, const char *name, int o, int i, int k) {
+static size_t add_conv(nn_layout *L, const char *name, int o, int i, int k) {
     char full[NAME_LEN + 8];
     snprintf(full, sizeof full, "%s.weight", name);
     return add_tensor(L, T_CONV, full, 4, o, i, k, k);
 }
 
 /* BN weight, bias (C) in params; running_mean, running_var (C) in bn. */
-static void add_bn(layout *L, const char *name, int ch, size_t *g, size_t *b, size_t *rm, size_t *rv) {
+static void add_bn(nn_layout *L, const char *name, int ch, size_t *g, size_t *b, size_t *rm, size_t *rv) {
     char full[NAME_LEN + 16];
     snprintf(full, sizeof full, "%s.weight", name);
     *g = add_tensor(L, T_BN_WEIGHT, full, 1, ch, 0, 0, 0);
@@ -165,7 +132,7 @@ static void add_bn(layout *L, const char *name, int ch, size_t *g, size_t *b, si
 static int out_size(int i, int k, int s, int p) { return (i + 2 * p - k) / s + 1; }
 
 /* Fill L from s; returns 0 or EXIT_BADINPUT with err. */
-static int layout_build(layout *L, const model_spec *s, char *err, size_t errlen) {
+int nn_layout_build(nn_layout *L, const model_spec *s, char *err, size_t errlen) {
     memset(L, 0, sizeof *L);
     L->s = *s;
     if (s->arch == MODEL_LINEAR) {
@@ -233,10 +200,10 @@ static int layout_build(layout *L, const model_spec *s, char *err, size_t errlen
 }
 
 size_t model_spec_n_params(const model_spec *s, size_t *n_bn) {
-    layout *L = xmalloc(sizeof *L);
+    nn_layout *L = xmalloc(sizeof *L);
     char err[ERRLEN];
     size_t n = 0;
-    if (layout_build(L, s, err, sizeof err) == 0) {
+    if (nn_layout_build(L, s, err, sizeof err) == 0) {
         n = L->n_params;
         if (n_bn) *n_bn = L->n_bn;
     }
@@ -278,7 +245,7 @@ static int conv_make(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, 
 
 /* Build every layer of one network (training or evaluation) for batch n. */
 static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t errlen) {
-    const layout *L = &m->L;
+    const nn_layout *L = &m->L;
     const model_spec *s = &L->s;
     nn_ctx *c = &m->ctx;
     const int train = mode == NN_TRAIN;
@@ -421,7 +388,7 @@ static void net_free(net *t) {
 
 model *model_create(const model_spec *s, char *err, size_t errlen) {
     model *m = xcalloc(1, sizeof *m);
-    if (layout_build(&m->L, s, err, errlen)) goto fail;
+    if (nn_layout_build(&m->L, s, err, errlen)) goto fail;
     if (s->batch < 1) {
         seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
         goto fail;
@@ -493,7 +460,7 @@ const model_spec *model_get_spec(const model *m) { return &m->L.s; }
 void model_init(model *m, uint64_t seed) {
     rng_t r;
     rng_seed(&r, seed);
-    const layout *L = &m->L;
+    const nn_layout *L = &m->L;
     for (int i = 0; i < L->n_tensors; i++) {
         const model_tensor *t = &L->tensors[i];
         float *p = m->params + t->offset;
@@ -530,7 +497,7 @@ void model_init(model *m, uint64_t seed) {
 
 /* Stem, blocks, global pool, fc: logits (n, classes) in t->logits. x (n, c, h, w). */
 static void net_forward(model *m, net *t, const float *x) {
-    const layout *L = &m->L;
+    const nn_layout *L = &m->L;
     nn_ctx *c = &m->ctx;
     const float *P = m->params;
     float *B = m->bn;
@@ -574,7 +541,7 @@ static void check_labels(const model *m, const int *y, int n) {
 }
 
 float model_train_step(model *m, const float *x, const int *y) {
-    const layout *L = &m->L;
+    const nn_layout *L = &m->L;
     net *t = &m->train;
     nn_ctx *c = &m->ctx;
     const float *P = m->params;

@@ -17,6 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { MODEL_STEM_CIFAR = 0, MODEL_STEM_IMAGENET = 1 } model_stem;
 
 /* MODEL_RESNET18 is 0 so that a zero-initialised spec keeps meaning ResNet-18.
@@ -25,6 +29,13 @@ typedef enum { MODEL_STEM_CIFAR = 0, MODEL_STEM_IMAGENET = 1 } model_stem;
  * in_c*in_h*in_w) then "fc.bias" (n_classes); no BN (n_bn = 0, model_bn a valid pointer to
  * nothing); width and stem are ignored. */
 typedef enum { MODEL_RESNET18 = 0, MODEL_LINEAR = 1 } model_arch;
+
+/* Where the network computes. MODEL_CUDA needs a `make CUDA=1` build and gpu_select (cuda/gpu.h)
+ * first; model_create says so otherwise. */
+typedef enum { MODEL_CPU = 0, MODEL_CUDA = 1 } model_device;
+
+/* Arithmetic on MODEL_CUDA (cuda/gpu.h gpu_precision); the CPU always computes in fp32. */
+typedef enum { MODEL_FP32 = 0, MODEL_TF32 = 1, MODEL_BF16 = 2 } model_precision;
 
 typedef struct {
     model_arch arch;    /* network: ResNet-18 (0, default) or multinomial logistic regression */
@@ -35,6 +46,8 @@ typedef struct {
     int batch;          /* training minibatch b */
     int eval_batch;     /* evaluation minibatch */
     int threads;        /* compute threads (OpenMP) */
+    model_device device;       /* MODEL_CPU (oneDNN, default) or MODEL_CUDA (cuda/, cuDNN) */
+    model_precision precision; /* MODEL_CUDA only: MODEL_FP32 (default), MODEL_TF32, MODEL_BF16 */
 } model_spec;
 
 typedef struct {
@@ -102,5 +115,54 @@ const char *model_arch_name(model_arch a);
 
 /* "oneDNN x.y.z" — the backend library the model runs on, into buf. */
 void model_backend_version(char *buf, size_t n);
+
+/* ---- devices: the flat vectors on a GPU (model_spec.device = MODEL_CUDA) -------------------
+ *
+ * On a GPU, params, grads and bn above are page-locked HOST MIRRORS of the device vectors the
+ * network computes with. Which side is current is up to the caller, in one of two modes:
+ *
+ *   host sync (the default, model_set_host_sync(m, 1)): the host vectors are the truth, as on the
+ *     CPU. model_train_step uploads params and bn before computing and downloads grads and bn
+ *     after; model_eval_begin uploads params and bn. A method may read and write the host
+ *     vectors between steps exactly as on the CPU (every method in src/methods/ works
+ *     unchanged), at the cost of two parameter-sized copies and a host update per step.
+ *   device (model_set_host_sync(m, 0)): the device vectors are the truth and nothing moves by
+ *     itself; the caller moves what it needs with model_download / model_upload and updates
+ *     the device parameters with model_sgd_update (all-reduce: download grads, MPI_Allreduce on
+ *     the host, upload grads, update on the device; with p = 1 nothing leaves the GPU).
+ *
+ * On the CPU the mirrors ARE the vectors: upload and download do nothing, and both modes are
+ * the same. */
+
+/* Bits of `which` for model_upload / model_download. */
+enum { MODEL_PARAMS = 1, MODEL_GRADS = 2, MODEL_BN = 4 };
+
+/* The device m computes on. */
+model_device model_get_device(const model *m);
+/* Host sync mode on (1, default) or off (0); see above. */
+void model_set_host_sync(model *m, int on);
+int model_host_sync(const model *m);
+/* Host mirrors -> device (upload) or device -> host mirrors (download) for the vectors in
+ * `which`; return when the copy is complete. No-ops on the CPU. */
+void model_upload(model *m, int which);
+void model_download(model *m, int which);
+/* Before a series of model_eval calls on parameters the caller may have changed on the host:
+ * in host sync mode, uploads params and bn (GPU); otherwise nothing. */
+void model_eval_begin(model *m);
+
+/* sgd_update (src/optim/sgd.h) of the model's parameters with its gradients and its own
+ * velocity (zero at model_create and model_init), where they live: the host on the CPU, the
+ * device on a GPU (one kernel; the host mirror of params is then stale until model_download).
+ * Returns 1 if every parameter is finite, 0 otherwise. */
+int model_sgd_update(model *m, float alpha, float mu, float lambda, int nesterov);
+
+/* Host memory for buffers the model copies from every step (minibatches): page-locked on a GPU
+ * (faster transfers), 64-byte aligned otherwise; zeroed; dies on failure. */
+void *model_host_alloc(const model *m, size_t nbytes);
+void model_host_free(const model *m, void *p);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -7,6 +7,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define DSGD_VERSION "0.1.0"
 
 /* Exit status of dsgd-run: 0 success, 1 runtime failure (non-finite loss, I/O error during
@@ -47,5 +51,9 @@ uint64_t rng_below(rng_t *r, uint64_t n);
 double rng_normal(rng_t *r);
 /* Mix several 64-bit words into one seed (e.g. (seed, epoch) -> permutation seed). */
 uint64_t seed_mix(uint64_t a, uint64_t b);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

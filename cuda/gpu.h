@@ -1,0 +1,101 @@
+/* gpu.h — the GPU backend (cuda/: CUDA runtime, cuDNN, cuBLAS and our kernels) as the rest of
+ * dsgd-run sees it. Plain C. Implemented by cuda/*.cu in a `make CUDA=1` build and by
+ * cuda/nogpu.c in a CPU-only build, where every entry point reports that the backend was not
+ * built. Only src/nn/model.c (the model.h contract on a GPU) and src/main.c (device choice)
+ * call it; the distributed methods never do.
+ *
+ * Memory. A gpu_model owns device copies of the flat vectors of model.h (params, grads, bn, in
+ * the same layout, fp32) plus the Nesterov velocity, every activation, workspace and cuDNN /
+ * cuBLAS handle, all allocated by gpu_model_create; the entry points below allocate nothing.
+ * Host pointers passed in may be pageable or pinned (gpu_host_alloc: faster copies).
+ *
+ * Threads. Every entry point makes the model's device current (cudaSetDevice) and runs on the
+ * model's own stream, so a model may be used from another thread than the one that built it
+ * (the parameter server's evaluation thread), one thread at a time.
+ *
+ * Errors. gpu_select and gpu_model_create return an error string (no GPU, out of memory, an
+ * unsupported shape: the operation, the layer and its shapes, the library's status string).
+ * A CUDA, cuDNN or cuBLAS failure while training is a fault of the device or of this code: the
+ * process prints the operation, layer, shapes and status and aborts (like DNNL_CHECK), and
+ * MPI's launcher takes the other ranks down. */
+#ifndef DSGD_CUDA_GPU_H
+#define DSGD_CUDA_GPU_H
+
+#include <stddef.h>
+
+#include "nn/layout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Arithmetic of convolutions and matrix products. GPU_FP32: IEEE fp32 everywhere (cuDNN
+ * CUDNN_FMA_MATH, cuBLAS CUBLAS_DEFAULT_MATH with TF32 off): the paper's setting and the one the
+ * CPU comparison holds to 1e-5. GPU_TF32: tensor cores with TF32 inputs (10-bit mantissa) for
+ * convolutions and the fc layer, fp32 storage. GPU_BF16: bf16 activations and weight copies
+ * with fp32 master weights, gradients and BN (mixed precision). */
+typedef enum { GPU_FP32 = 0, GPU_TF32 = 1, GPU_BF16 = 2 } gpu_precision;
+
+/* Which flat vectors a copy moves (bit mask). */
+enum { GPU_PARAMS = 1, GPU_GRADS = 2, GPU_BN = 4 };
+
+/* 1 in a `make CUDA=1` build, 0 in a CPU-only one. */
+int gpu_built(void);
+
+/* "CUDA runtime 13.0, driver 13.0, cuDNN 9.19.0, cuBLAS 13.1.0" or "GPU backend not built". */
+void gpu_version(char *buf, size_t n);
+
+/* Choose this process's GPU: visible device local_rank mod count, where local_rank is the
+ * rank's index among the ranks of its node (MPI_Comm_split_type shared) and count the devices
+ * the CUDA runtime shows (CUDA_VISIBLE_DEVICES respected). Fills desc, e.g.
+ * "GPU 1 of 4: NVIDIA H200 (sm_90, 139.8 GiB)", plus ", shared by 2 ranks" when local_size >
+ * count. Returns 0, or EXIT_RUNTIME with err ("no CUDA GPU visible: cudaGetDeviceCount: ...").
+ * Must precede gpu_model_create and gpu_host_alloc. */
+int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char *err, size_t errlen);
+
+/* Zeroed page-locked host memory (cudaHostAlloc) for buffers copied to and from the device
+ * every step; dies with the size on failure. gpu_host_free(NULL) is a no-op. */
+void *gpu_host_alloc(size_t nbytes);
+void gpu_host_free(void *p);
+
+typedef struct gpu_model gpu_model;
+
+/* Build the network of L (ResNet-18 or the linear model, L->s.batch training rows and
+ * L->s.eval_batch evaluation rows, eval_batch 0: no evaluation network) on the current GPU:
+ * descriptors, convolution algorithms (cudnnFind*, fastest whose workspace fits, one workspace
+ * sized to the largest choice), every buffer. params, grads, bn and velocity start at zero.
+ * Returns NULL with err filled. */
+gpu_model *gpu_model_create(const nn_layout *L, gpu_precision prec, char *err, size_t errlen);
+void gpu_model_free(gpu_model *g);
+
+/* Host -> device copies of the vectors in `which` (GPU_PARAMS, GPU_GRADS, GPU_BN; lengths
+ * L->n_params, L->n_params, L->n_bn); pointers of vectors not in `which` are ignored. Returns
+ * when the copy is done. */
+void gpu_model_upload(gpu_model *g, int which, const float *params, const float *grads, const float *bn);
+/* Device -> host copies, likewise. Returns when the data is on the host. */
+void gpu_model_download(gpu_model *g, int which, float *params, float *grads, float *bn);
+/* velocity := 0 on the device. */
+void gpu_model_zero_velocity(gpu_model *g);
+
+/* One training step on the device parameters, as model_train_step: x (batch, c, h, w) fp32 and
+ * y (batch) in [0, classes) on the host; overwrites the device gradients with those of the mean
+ * softmax cross-entropy, updates the device BN running statistics (momentum 0.1, unbiased
+ * variance, as PyTorch), returns the mean loss (waits for the step to finish). */
+float gpu_model_train_step(gpu_model *g, const float *x, const int *y);
+
+/* Inference with the running BN statistics on the first n_valid (<= eval_batch) rows of x
+ * (eval_batch, c, h, w) on the host; logits (n_valid, classes) row-major written to the host. */
+void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits);
+
+/* Logits (batch, classes) of the last gpu_model_train_step, to the host. */
+void gpu_model_train_logits(gpu_model *g, float *logits);
+
+/* The update of sgd_update (src/optim/sgd.h) on the device: params, grads and the model's
+ * velocity, one kernel. Returns 1 if every updated parameter is finite, else 0. */
+int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int nesterov);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
