@@ -4,9 +4,12 @@
 #   make run        install missing Debian packages, build, run configs/quickstart.cfg on 2 ranks
 #   make check      install missing Debian packages, build and run every test (Check + MPI)
 #   make deps       install missing Debian packages only (root: apt-get; else print the line)
+#   make CUDA=1     the same ./dsgd-run with the GPU backend (cuda/: nvcc, cuDNN, cuBLAS) as well;
+#                   `make CUDA=1 check` also builds and runs test/gpu/ (they skip without a GPU),
+#                   `make CUDA=1 gpu-tests` builds them only
 #
-# Knobs: CC (an MPI compiler wrapper), OPT, NP (ranks for `make run`), CONFIG, RUN_ARGS.
-# CUDA ?= 0 is reserved for the GPU backend in cuda/ (a later issue).
+# Knobs: CC (an MPI compiler wrapper), OPT, NP (ranks for `make run`), CONFIG, RUN_ARGS;
+# CUDA (0/1), CUDA_HOME, NVCC, CUDA_ARCH (compute capabilities to build for).
 
 CC      ?= mpicc
 ifeq ($(origin CC),default)
@@ -27,7 +30,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
-INCLUDES := -Isrc
+INCLUDES := -Isrc -Icuda
 LDLIBS   = $(PKG_LIBS) -ldnnl -lm
 
 SRC  := $(wildcard src/*/*.c)
@@ -36,11 +39,32 @@ LIB  := build/libdsgd.a
 BIN  := dsgd-run
 TESTS := $(patsubst test/%.c,build/test/%,$(wildcard test/test_*.c))
 
-ifneq ($(CUDA),0)
-$(error CUDA=$(CUDA): the GPU backend (cuda/) is not built yet; build the CPU backend with plain `make`)
+# ---- the GPU backend (cuda/): CUDA=1 compiles cuda/*.cu with nvcc into build/libgpu.a; CUDA=0
+# puts cuda/nogpu.c there instead (device = "cuda" then says how to rebuild). Plain `make` never
+# runs nvcc. CUDA 13 dropped sm_70 (Volta): it is built only by older toolkits.
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+GPU_LIB   := build/libgpu.a
+GPU_TESTS :=
+ifeq ($(CUDA),0)
+GPU_OBJ   := build/cuda/nogpu.o
+else
+NVCC_MAJOR := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+ifeq ($(NVCC_MAJOR),)
+$(error CUDA=$(CUDA): no nvcc at $(NVCC); install the CUDA toolkit or set CUDA_HOME / NVCC)
+endif
+CUDA_ARCH ?= $(if $(filter 1 2 3 4 5 6 7 8 9 10 11 12,$(NVCC_MAJOR)),70 )75 80 86 89 90
+NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-fopenmp \
+             $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+             -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))
+GPU_SRC   := $(wildcard cuda/*.cu)
+GPU_OBJ   := $(GPU_SRC:%.cu=build/%.o)
+GPU_TESTS := $(patsubst test/gpu/%.c,build/test/gpu/%,$(wildcard test/gpu/test_*.c))
+INCLUDES  += -I$(CUDA_HOME)/include
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas -lcudart -lstdc++
 endif
 
-.PHONY: all run check deps clean
+.PHONY: all run check deps clean gpu-tests FORCE
 all: $(BIN)
 
 deps:
@@ -59,12 +83,34 @@ $(LIB): $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BIN): build/src/main.o $(LIB)
+# Which backend build/libgpu.a holds; a change of CUDA or CUDA_ARCH rebuilds and relinks.
+build/.backend: FORCE | build/.deps-ok
+	@echo "CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH)" | cmp -s - $@ || echo "CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH)" > $@
+
+build/cuda/nogpu.o: cuda/nogpu.c build/.backend | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(INCLUDES) -MMD -MP -c $< -o $@
+
+build/cuda/%.o: cuda/%.cu build/.backend | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -MMD -MP -c $< -o $@
+
+$(GPU_LIB): $(GPU_OBJ) build/.backend
+	@rm -f $@
+	ar rcs $@ $(GPU_OBJ)
+
+$(BIN): build/src/main.o $(LIB) $(GPU_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h $(LIB) | build/.deps-ok
+build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h $(LIB) $(GPU_LIB) | build/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(CHECK_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(CHECK_LIBS) $(LDLIBS)
+
+# test/gpu/: every GPU op and the whole model against the CPU backend (CUDA=1 only).
+gpu-tests: $(if $(filter 0,$(CUDA)),gpu-tests-need-cuda,$(GPU_TESTS) build/bench_gpu)
+.PHONY: gpu-tests-need-cuda
+gpu-tests-need-cuda:
+	@echo "make gpu-tests: the GPU tests need the GPU backend: make CUDA=1 gpu-tests" >&2; exit 2
 
 run: deps
 	@$(MAKE) --no-print-directory $(BIN)
@@ -72,20 +118,25 @@ run: deps
 
 # Every test binary runs under a timeout so that a hang fails instead of stalling CI.
 check: deps
-	@$(MAKE) --no-print-directory $(BIN) $(TESTS)
-	@sh test/run-tests.sh $(TESTS)
+	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS)
+	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS)
 
 clean:
 	rm -rf build $(BIN)
 
--include $(OBJ:.o=.d) build/src/main.d
+-include $(OBJ:.o=.d) build/src/main.d $(GPU_OBJ:.o=.d)
 
 # ---- bench (owner: src/nn): img/s of model_train_step, tools/bench_model.c; compare with
 # /usr/bin/python3 tools/bench_torch.py (the same network in PyTorch).
 .PHONY: bench
-build/bench_model: tools/bench_model.c $(LIB) | build/.deps-ok
+build/bench_model: tools/bench_model.c $(LIB) $(GPU_LIB) | build/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(LDLIBS)
+
+# img/s of the GPU training step (model_train_step + model_sgd_update), CUDA=1 only.
+build/bench_gpu: tools/bench_gpu.c $(LIB) $(GPU_LIB) | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(LDLIBS)
 
 bench: build/bench_model
 	./build/bench_model

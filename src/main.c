@@ -23,6 +23,7 @@
 #include "io/runlog.h"
 #include "methods/method.h"
 #include "nn/model.h"
+#include "gpu.h"
 #include "train/train.h"
 #include "util/util.h"
 
@@ -245,6 +246,15 @@ int main(int argc, char **argv) {
     const int max_slice = has_servers ? val.n : (val.n + t.p - 1) / t.p;
     t.eval_batch = e.eval.batch < max_slice ? e.eval.batch : max_slice;
     omp_set_num_threads(threads);
+    /* One GPU per rank, chosen from the rank's index on its node (cuda/gpu.h gpu_select). */
+    const int on_gpu = strcmp(e.device, "cuda") == 0;
+    char gpu_desc[256] = "";
+    if (on_gpu && (st = gpu_select(comm_local_rank(), comm_local_size(), gpu_desc, sizeof gpu_desc, err, sizeof err))) {
+        char msg[ERRLEN];
+        snprintf(msg, sizeof msg, "%s", err);
+        snprintf(err, sizeof err, "%s: key 'device': %.900s", config_where("device"), msg);
+    }
+    agree_or_exit(st, err);
     model_spec spec = {
         .arch = e.model.arch == ARCH_LINEAR ? MODEL_LINEAR : MODEL_RESNET18,
         .width = e.model.width,
@@ -254,17 +264,23 @@ int main(int argc, char **argv) {
         .batch = e.b,
         .eval_batch = t.eval_batch,
         .threads = threads,
+        .device = on_gpu ? MODEL_CUDA : MODEL_CPU,
+        .precision = strcmp(e.precision, "tf32") == 0 ? MODEL_TF32 : strcmp(e.precision, "bf16") == 0 ? MODEL_BF16 : MODEL_FP32,
     };
     t.net = model_create(&spec, err, sizeof err);
     st = t.net ? 0 : EXIT_BADINPUT;
-    if (st) blame_keys(&e, "keys 'model.arch', 'model.width', 'model.stem', 'b' (with the images' size)", err, sizeof err);
+    if (st)
+        blame_keys(&e, on_gpu ? "keys 'model.arch', 'model.width', 'model.stem', 'b', 'device', 'precision' (with the images' size)"
+                              : "keys 'model.arch', 'model.width', 'model.stem', 'b' (with the images' size)",
+                   err, sizeof err);
     agree_or_exit(st, err);
     model_init(t.net, e.seed);
     const size_t sample = (size_t)train.c * train.h * train.w;
-    t.x = xmalloc((size_t)e.b * sample * sizeof(float));
-    t.y = xmalloc((size_t)e.b * sizeof(int));
-    t.eval_x = xmalloc((size_t)t.eval_batch * sample * sizeof(float));
-    t.eval_y = xmalloc((size_t)t.eval_batch * sizeof(int));
+    /* Minibatches are copied to the device every step: page-locked there (model_host_alloc). */
+    t.x = model_host_alloc(t.net, (size_t)e.b * sample * sizeof(float));
+    t.y = model_host_alloc(t.net, (size_t)e.b * sizeof(int));
+    t.eval_x = model_host_alloc(t.net, (size_t)t.eval_batch * sample * sizeof(float));
+    t.eval_y = model_host_alloc(t.net, (size_t)t.eval_batch * sizeof(int));
     t.eval_idx = xmalloc((size_t)t.eval_batch * sizeof(int));
     t.velocity = xcalloc(model_n_params(t.net), sizeof(float));
     st = method->init(&t, err, sizeof err);
@@ -323,6 +339,7 @@ int main(int argc, char **argv) {
         else snprintf(arch, sizeof arch, "resnet18 width %d, %s stem", e.model.width, stem_name(e.model.stem));
         printf("model %s, %zu parameters; %d training / %d validation images; %d thread(s) per rank; output %s\n", arch,
                model_n_params(t.net), train.n, val.n, threads, e.output);
+        if (on_gpu) printf("device cuda (%s): rank %d on %s\n", e.precision, rank, gpu_desc);
         fflush(stdout);
     }
 
@@ -330,7 +347,8 @@ int main(int argc, char **argv) {
     st = train_run(&t);
     if (rank == log_rank && runlog_close(t.log) != 0 && !st) st = EXIT_RUNTIME; /* runlog_close printed why */
 
-    free(t.x), free(t.y), free(t.eval_x), free(t.eval_y), free(t.eval_idx), free(t.velocity);
+    model_host_free(t.net, t.x), model_host_free(t.net, t.y), model_host_free(t.net, t.eval_x), model_host_free(t.net, t.eval_y);
+    free(t.eval_idx), free(t.velocity);
     model_free(t.net);
     loader_free(&t.train_loader);
     dataset_free(&train), dataset_free(&val);

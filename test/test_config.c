@@ -495,7 +495,12 @@ START_TEST(test_enums_and_unbuilt) {
     ck_assert_int_eq(e.inject.delay_dist, DELAY_EXPONENTIAL);
     ck_assert_int_eq(e.gossip_order, GOSSIP_FRESH);
     EXPECT_ERROR("method = \"sgd\";\n", ":1: key 'method': expected one of \"allreduce\", \"ps\", \"easgd\", \"gossip_pull\", \"gossip_push\", \"backup\", got a string \"sgd\"");
-    EXPECT_ERROR("device = \"cuda\";\n", ":1: device = \"cuda\" is not built yet (GPU backend is planned); built devices: cpu");
+    ck_assert_msg(load_text("device = \"cuda\";\nprecision = \"tf32\";\n", NULL, 0) == 0, "%s", err);
+    ck_assert_str_eq(e.device, "cuda");
+    ck_assert_str_eq(e.precision, "tf32");
+    EXPECT_ERROR("precision = \"tf32\";\n", ":1: key 'precision': \"tf32\" is for device = \"cuda\"; device = \"cpu\" computes in fp32");
+    EXPECT_ERROR("device = \"cuda\";\nprecision = \"bf16\";\n", ":2: precision = \"bf16\" is not built yet (bf16 mixed precision is planned); built precisions: fp32, tf32");
+    EXPECT_ERROR("precision = \"fp16\";\n", ":1: key 'precision': expected one of \"fp32\", \"tf32\", \"bf16\", got a string \"fp16\"");
     EXPECT_ERROR("device = \"tpu\";\n", ":1: key 'device': expected one of \"cpu\", \"cuda\", got a string \"tpu\"");
     EXPECT_ERROR("model = { arch = \"resnet50\"; };\n", "key 'model.arch': expected one of \"resnet18\", \"linear\"");
     EXPECT_ERROR("model = { stem = \"mnist\"; };\n", "key 'model.stem': expected one of \"cifar\", \"imagenet\"");
@@ -585,7 +590,7 @@ START_TEST(test_set_errors) {
     EXPECT_SET_ERROR("", "b", "--set b: expected KEY=VALUE");
     EXPECT_SET_ERROR("", "=3", "--set =3: empty KEY");
     EXPECT_SET_ERROR("", "b=1; p=2", "--set b=1; p=2: key 'b': cannot read '1; p=2'");
-    EXPECT_SET_ERROR("", "device=cuda", "--set device=cuda: device = \"cuda\" is not built yet (GPU backend is planned)");
+    EXPECT_SET_ERROR("", "precision=tf32", "--set precision=tf32: key 'precision': \"tf32\" is for device = \"cuda\"");
     EXPECT_SET_ERROR("", "method=foo", "--set method=foo: key 'method': expected one of", "got a string \"foo\"");
     EXPECT_SET_ERROR("", "alpha=0.1", "--set alpha=0.1: key 'alpha': expected a group");
     EXPECT_SET_ERROR("", "alpha={bse=1;}", "--set alpha={bse=1;}: unknown key 'alpha.bse'; did you mean 'alpha.base'?");
@@ -741,7 +746,7 @@ static int table_keys(char keys[][64], int max) {
 START_TEST(test_print_keys_and_table) {
     char keys[64][64];
     int nk = table_keys(keys, 64);
-    ck_assert_int_eq(nk, 43);
+    ck_assert_int_eq(nk, 44);
     char *help = capture(print_keys_, NULL);
     for (int i = 0; i < nk; i++) {
         char k[80];

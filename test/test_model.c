@@ -22,7 +22,9 @@
 
 #include <hdf5.h>
 
+#include "gpu.h"
 #include "nn/model.h"
+#include "optim/sgd.h"
 #include "h5ref.h"
 #include "testutil.h"
 #include "util/util.h"
@@ -430,6 +432,65 @@ START_TEST(test_no_allocation) {
 }
 END_TEST
 
+/* ---- devices (model.h): on the CPU the host mirrors are the vectors ---- */
+
+START_TEST(test_device_api_cpu) {
+    model_spec s = {.width = 4, .stem = MODEL_STEM_CIFAR, .in_c = 1, .in_h = 8, .in_w = 8, .n_classes = 10,
+                    .batch = 4, .eval_batch = 4, .threads = 1};
+    model *m = make(&s);
+    model_init(m, 3);
+    ck_assert_int_eq(model_get_device(m), MODEL_CPU);
+    ck_assert_int_eq(model_host_sync(m), 1);
+    const size_t n = model_n_params(m);
+    float *x = model_host_alloc(m, (size_t)4 * 64 * sizeof(float));
+    for (int i = 0; i < 4 * 64; i++) x[i] = (float)((i * 37) % 23) / 23.0f - 0.5f;
+    int y[4] = {0, 3, 7, 9};
+    /* Reference: the parameters, updated by sgd_update with a velocity of our own. */
+    float *theta = malloc(n * sizeof(float)), *v = calloc(n, sizeof(float)), *before = malloc(n * sizeof(float));
+    memcpy(theta, model_params(m), n * sizeof(float));
+    for (int step = 0; step < 3; step++) {
+        model_set_host_sync(m, step % 2); /* both modes are the same on the CPU */
+        model_train_step(m, x, y);
+        memcpy(before, model_params(m), n * sizeof(float));
+        model_upload(m, MODEL_PARAMS | MODEL_GRADS | MODEL_BN);   /* no-ops */
+        model_download(m, MODEL_PARAMS | MODEL_GRADS | MODEL_BN);
+        ck_assert_mem_eq(before, model_params(m), n * sizeof(float));
+        ck_assert_int_eq(sgd_update(theta, model_grads(m), v, n, 0.05f, 0.9f, 1e-4f, 1), 1);
+        ck_assert_int_eq(model_sgd_update(m, 0.05f, 0.9f, 1e-4f, 1), 1);
+        ck_assert_mem_eq(theta, model_params(m), n * sizeof(float)); /* bitwise: the same update */
+    }
+    /* A non-finite gradient is reported, as by sgd_update. */
+    model_grads(m)[n / 2] = NAN;
+    ck_assert_int_eq(model_sgd_update(m, 0.05f, 0.9f, 1e-4f, 1), 0);
+    model_init(m, 3); /* zeroes the model's velocity: the first update is then θ − α(g + λθ)(1 + µ) */
+    memcpy(theta, model_params(m), n * sizeof(float));
+    memset(model_grads(m), 0, n * sizeof(float));
+    ck_assert_int_eq(model_sgd_update(m, 0.5f, 0.9f, 0.0f, 1), 1);
+    ck_assert_mem_eq(theta, model_params(m), n * sizeof(float));
+    model_host_free(m, x);
+    free(theta), free(v), free(before);
+    model_free(m);
+}
+END_TEST
+
+/* The errors of device and precision on a CPU-only build and on the CPU backend. */
+START_TEST(test_device_errors) {
+    char err[ERRLEN] = "";
+    model_spec s = {.width = 4, .stem = MODEL_STEM_CIFAR, .in_c = 1, .in_h = 8, .in_w = 8, .n_classes = 10,
+                    .batch = 4, .eval_batch = 4, .threads = 1, .precision = MODEL_TF32};
+    ck_assert_ptr_null(model_create(&s, err, sizeof err));
+    ck_assert_msg(strstr(err, "precision tf32 is for device cuda") != NULL, "%s", err);
+    if (!gpu_built()) {
+        s.device = MODEL_CUDA, s.precision = MODEL_FP32;
+        ck_assert_ptr_null(model_create(&s, err, sizeof err));
+        ck_assert_msg(strstr(err, "rebuild with `make CUDA=1`") != NULL, "%s", err);
+        char desc[64] = "x";
+        ck_assert_int_ne(gpu_select(0, 1, desc, sizeof desc, err, sizeof err), 0);
+        ck_assert_msg(strstr(err, "built without it") != NULL, "%s", err);
+    }
+}
+END_TEST
+
 static Suite *model_suite(void) {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("resnet18");
@@ -441,6 +502,8 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, test_resnet18_size);
     tcase_add_test(tc, test_init);
     tcase_add_test(tc, test_no_allocation);
+    tcase_add_test(tc, test_device_api_cpu);
+    tcase_add_test(tc, test_device_errors);
     suite_add_tcase(s, tc);
     return s;
 }

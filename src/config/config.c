@@ -85,6 +85,7 @@ static const char *const stem_names[] = {"cifar", "imagenet"}; /* order of stem_
 static const char *const arch_names[] = {"resnet18", "linear"}; /* order of arch_kind */
 static const char *const format_names[] = {"idx"};
 static const char *const device_names[] = {"cpu", "cuda"};
+static const char *const precision_names[] = {"fp32", "tf32", "bf16"}; /* order of precision_kind */
 static const char *const gossip_order_names[] = {"stale", "fresh"};                  /* order of gossip_order_kind */
 static const char *const delay_dist_names[] = {"fixed", "exponential", "lognormal"}; /* order of delay_dist_kind */
 
@@ -214,8 +215,11 @@ static const key_def keys[] = {
     K_STRING("output", output, "", S_ANY, "path",
              "HDF5 run file; \"\" means runs/<name>.h5"),
     K_BOOL("overwrite", overwrite, 0, "replace an existing output file instead of refusing"),
-    K_CHOICE("device", device, "cpu", device_names, 0x1u, "GPU backend is planned", "devices",
-             "compute device"),
+    K_CHOICE("device", device, "cpu", device_names, 0x3u, NULL, "devices",
+             "compute device: cpu (oneDNN) or cuda (cuDNN, cuBLAS; one GPU per rank, a `make CUDA=1` build)"),
+    K_CHOICE("precision", precision, "fp32", precision_names, 0x3u, "bf16 mixed precision is planned", "precisions",
+             "arithmetic of convolutions and matrix products on device cuda: fp32 (IEEE, the papers), tf32 "
+             "(tensor cores, fp32 storage); the CPU computes in fp32"),
 };
 #define N_KEYS ((int)(sizeof(keys) / sizeof(keys[0])))
 
@@ -995,6 +999,9 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
      * slow ranks or random_slow > 0 is allowed: nothing is delayed. */
     for (int i = 0; !st && i < N_KEYS; i++) st = validate_key(e, &keys[i], &origins[i], err, errlen);
     /* A failed worker needs another one to go on without it. */
+    if (!st && strcmp(e->precision, "fp32") != 0 && strcmp(e->device, "cuda") != 0)
+        st = oerr(err, errlen, &origins[key_find("precision") - keys],
+                  "key 'precision': \"%s\" is for device = \"cuda\"; device = \"%s\" computes in fp32", e->precision, e->device);
     if (!st && e->inject.fail_rank >= 0 && e->p < 2)
         st = oerr(err, errlen, &origins[key_find("inject.fail_rank") - keys],
                   "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);

@@ -81,7 +81,8 @@ typedef struct {
     int threads;            /* compute threads per rank; 0 = cores / ranks on this node */
     char output[CFG_PATH_MAX];
     int overwrite;          /* allow replacing an existing output file */
-    char device[16];        /* "cpu" */
+    char device[16];        /* "cpu" or "cuda" */
+    char precision[8];      /* "fp32", "tf32" (device cuda) */
     char source[CFG_PATH_MAX]; /* the experiment file this was read from (not a key) */
 } experiment;
 

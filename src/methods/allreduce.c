@@ -5,20 +5,26 @@
  * every node applies the same Nesterov-SGD update, so all nodes hold identical parameters and
  * the step equals one step of minibatch SGD with the aggregate minibatch m = p·b.
  * BN running statistics are local to each node; they are averaged across nodes before each
- * evaluation. */
+ * evaluation.
+ *
+ * The model runs in device mode (model.h "devices"): parameters and momentum stay where the
+ * network computes and the update is model_sgd_update. On a GPU only the gradient travels: to
+ * the host for MPI_Allreduce (Debian's MPICH is not CUDA-aware) and back; with p = 1 nothing
+ * leaves the GPU. On the CPU the transfers are no-ops. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "comm/comm.h"
 #include "methods/method.h"
-#include "optim/sgd.h"
 #include "util/util.h"
 
 static int allreduce_init(trainer *t, char *err, size_t errlen) {
     (void)err, (void)errlen;
     /* Identical starting point on every rank whatever the node's libm: rank 0's parameters. */
     comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
+    model_set_host_sync(t->net, 0);
+    model_upload(t->net, MODEL_PARAMS);
     return 0;
 }
 
@@ -38,11 +44,14 @@ static double allreduce_step(trainer *t, long step, double alpha) {
     double t0 = wall_time();
     double loss = train_compute(t, step, step);
     double t2 = wall_time();
-    comm_allreduce_mean_f32(model_grads(net), n, &t->times.wait_s);
+    if (t->p > 1) {
+        model_download(net, MODEL_GRADS);
+        comm_allreduce_mean_f32(model_grads(net), n, &t->times.wait_s);
+        model_upload(net, MODEL_GRADS);
+    }
     comm_workers_sum_f64(&loss, 1);
     double t3 = wall_time();
-    int finite = sgd_update(model_params(net), model_grads(net), t->velocity, n, (float)alpha, (float)e->momentum,
-                            (float)e->weight_decay, e->nesterov);
+    int finite = model_sgd_update(net, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
     double t4 = wall_time();
 
     t->times.comm_s += t3 - t2;
@@ -53,7 +62,11 @@ static double allreduce_step(trainer *t, long step, double alpha) {
     return finite ? loss : NAN;
 }
 
-static void allreduce_eval_prepare(trainer *t) { comm_allreduce_mean_f32(model_bn(t->net), model_n_bn(t->net), NULL); }
+static void allreduce_eval_prepare(trainer *t) {
+    model_download(t->net, MODEL_BN);
+    comm_allreduce_mean_f32(model_bn(t->net), model_n_bn(t->net), NULL);
+    model_upload(t->net, MODEL_BN);
+}
 
 static void allreduce_finalize(trainer *t) { (void)t; }
 

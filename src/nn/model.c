@@ -35,6 +35,8 @@
 
 #include "nn/layers.h"
 #include "nn/layout.h"
+#include "optim/sgd.h"
+#include "gpu.h"
 #include "util/util.h"
 
 
@@ -73,8 +75,11 @@ typedef struct {
 struct model {
     nn_layout L;
     nn_ctx ctx;
-    float *params, *grads, *bn;
+    float *params, *grads, *bn;  /* the vectors (CPU) or their page-locked host mirrors (GPU) */
+    float *velocity;             /* model_sgd_update's momentum (CPU; on a GPU it is on the device) */
     net train, eval;
+    gpu_model *gpu;              /* MODEL_CUDA: the network on the device (cuda/gpu.h) */
+    int host_sync;               /* model.h "devices": 1 host mirrors are the truth, 0 the device */
 };
 
 /* ---- layout: names, shapes, offsets (torchvision state_dict order) ------------------------ */
@@ -397,8 +402,38 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
         seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
         goto fail;
     }
+    /* BN in training mode needs more than one value per channel (PyTorch refuses it too). */
+    const block_def *last = &m->L.blk[N_BLOCKS - 1];
+    if (s->arch == MODEL_RESNET18 && (long)s->batch * last->oh * last->ow < 2) {
+        seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
+               last->oh, last->ow);
+        goto fail;
+    }
+    m->host_sync = 1;
+    if (s->device == MODEL_CUDA) {
+        m->gpu = gpu_model_create(&m->L, (gpu_precision)s->precision, err, errlen);
+        if (!m->gpu) goto fail;
+        m->params = gpu_host_alloc(m->L.n_params * sizeof(float));
+        m->grads = gpu_host_alloc(m->L.n_params * sizeof(float));
+        m->bn = gpu_host_alloc((m->L.n_bn ? m->L.n_bn : 1) * sizeof(float));
+        /* Host-side logits for model_eval's scoring and model_logits. */
+        m->train.logits = gpu_host_alloc((size_t)s->batch * s->n_classes * sizeof(float));
+        m->eval.logits = gpu_host_alloc(((size_t)s->eval_batch + 1) * s->n_classes * sizeof(float));
+        m->eval.probs = gpu_host_alloc(((size_t)s->eval_batch + 1) * s->n_classes * sizeof(float));
+        m->eval.losses = gpu_host_alloc(((size_t)s->eval_batch + 1) * sizeof(float));
+        m->eval.n = s->eval_batch;
+        m->eval.built = s->eval_batch > 0;
+        model_init(m, 0);
+        return m;
+    }
+    if (s->precision != MODEL_FP32) {
+        seterr(err, errlen, "model: precision %s is for device cuda; the CPU backend computes in fp32",
+               s->precision == MODEL_TF32 ? "tf32" : "bf16");
+        goto fail;
+    }
     if (s->arch == MODEL_LINEAR) {
         if (s->threads > 0) omp_set_num_threads(s->threads);
+        m->velocity = nn_alloc(m->L.n_params * sizeof(float));
         m->params = nn_alloc(m->L.n_params * sizeof(float));
         m->grads = nn_alloc(m->L.n_params * sizeof(float));
         m->bn = nn_alloc(0); /* n_bn = 0: a valid pointer to nothing */
@@ -407,18 +442,12 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
         model_init(m, 0);
         return m;
     }
-    /* BN in training mode needs more than one value per channel (PyTorch refuses it too). */
-    const block_def *last = &m->L.blk[N_BLOCKS - 1];
-    if ((long)s->batch * last->oh * last->ow < 2) {
-        seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
-               last->oh, last->ow);
-        goto fail;
-    }
     if (s->threads > 0) omp_set_num_threads(s->threads);
     if (nn_ctx_init(&m->ctx, err, errlen)) goto fail;
     m->params = nn_alloc(m->L.n_params * sizeof(float));
     m->grads = nn_alloc(m->L.n_params * sizeof(float));
     m->bn = nn_alloc(m->L.n_bn * sizeof(float));
+    m->velocity = nn_alloc(m->L.n_params * sizeof(float));
     if (net_build(m, &m->train, NN_TRAIN, s->batch, err, errlen)) goto fail;
     if (s->eval_batch > 0 && net_build(m, &m->eval, NN_INFER, s->eval_batch, err, errlen)) goto fail;
     model_init(m, 0);
@@ -430,6 +459,19 @@ fail:
 
 void model_free(model *m) {
     if (!m) return;
+    if (m->L.s.device == MODEL_CUDA) { /* nothing was allocated unless gpu_model_create succeeded */
+        if (!m->gpu) {
+            free(m);
+            return;
+        }
+        gpu_model_free(m->gpu);
+        gpu_host_free(m->params), gpu_host_free(m->grads), gpu_host_free(m->bn);
+        gpu_host_free(m->train.logits), gpu_host_free(m->eval.logits), gpu_host_free(m->eval.probs),
+            gpu_host_free(m->eval.losses);
+        free(m);
+        return;
+    }
+    free(m->velocity);
     net_free(&m->train);
     net_free(&m->eval);
     nn_ctx_free(&m->ctx);
@@ -491,6 +533,11 @@ void model_init(model *m, uint64_t seed) {
         for (size_t j = 0; j < t->n; j++) m->bn[t->offset + j] = v;
     }
     memset(m->grads, 0, L->n_params * sizeof(float));
+    if (m->velocity) memset(m->velocity, 0, L->n_params * sizeof(float));
+    if (m->gpu) {
+        gpu_model_upload(m->gpu, GPU_PARAMS | GPU_GRADS | GPU_BN, m->params, m->grads, m->bn);
+        gpu_model_zero_velocity(m->gpu);
+    }
 }
 
 /* ---- forward / backward ------------------------------------------------------------------- */
@@ -541,6 +588,12 @@ static void check_labels(const model *m, const int *y, int n) {
 }
 
 float model_train_step(model *m, const float *x, const int *y) {
+    if (m->gpu) {
+        if (m->host_sync) gpu_model_upload(m->gpu, GPU_PARAMS | GPU_BN, m->params, NULL, m->bn);
+        float loss = gpu_model_train_step(m->gpu, x, y);
+        if (m->host_sync) gpu_model_download(m->gpu, GPU_GRADS | GPU_BN, NULL, m->grads, m->bn);
+        return loss;
+    }
     const nn_layout *L = &m->L;
     net *t = &m->train;
     nn_ctx *c = &m->ctx;
@@ -602,7 +655,9 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
     if (n_valid == 0) return;
     const int k = m->L.s.n_classes;
     check_labels(m, y, n_valid);
-    if (m->L.s.arch == MODEL_LINEAR) /* the padding rows need no logits */
+    if (m->gpu)
+        gpu_model_eval(m->gpu, x, n_valid, t->logits);
+    else if (m->L.s.arch == MODEL_LINEAR) /* the padding rows need no logits */
         fc_forward(t->logits, x, m->params + m->L.fc_w, m->params + m->L.fc_b, n_valid, m->L.feat, k);
     else
         net_forward(m, t, x);
@@ -629,7 +684,10 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
     *top5 += c5;
 }
 
-const float *model_logits(const model *m, int eval) { return eval ? m->eval.logits : m->train.logits; }
+const float *model_logits(const model *m, int eval) {
+    if (m->gpu && !eval) gpu_model_train_logits(m->gpu, m->train.logits);
+    return eval ? m->eval.logits : m->train.logits;
+}
 
 const char *model_arch_name(model_arch a) {
     switch (a) {
@@ -641,5 +699,45 @@ const char *model_arch_name(model_arch a) {
 
 void model_backend_version(char *buf, size_t n) {
     const dnnl_version_t *v = dnnl_version();
-    snprintf(buf, n, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
+    char g[256];
+    gpu_version(g, sizeof g);
+    snprintf(buf, n, "cpu: oneDNN %d.%d.%d; cuda: %s", v->major, v->minor, v->patch, g);
+}
+
+/* ---- devices (model.h) -------------------------------------------------------------------- */
+
+model_device model_get_device(const model *m) { return m->gpu ? MODEL_CUDA : MODEL_CPU; }
+void model_set_host_sync(model *m, int on) { m->host_sync = on != 0; }
+int model_host_sync(const model *m) { return m->host_sync; }
+
+static int gpu_bits(int which) {
+    return (which & MODEL_PARAMS ? GPU_PARAMS : 0) | (which & MODEL_GRADS ? GPU_GRADS : 0) | (which & MODEL_BN ? GPU_BN : 0);
+}
+
+void model_upload(model *m, int which) {
+    if (m->gpu) gpu_model_upload(m->gpu, gpu_bits(which), m->params, m->grads, m->bn);
+}
+
+void model_download(model *m, int which) {
+    if (m->gpu) gpu_model_download(m->gpu, gpu_bits(which), m->params, m->grads, m->bn);
+}
+
+void model_eval_begin(model *m) {
+    if (m->gpu && m->host_sync) gpu_model_upload(m->gpu, GPU_PARAMS | GPU_BN, m->params, NULL, m->bn);
+}
+
+int model_sgd_update(model *m, float alpha, float mu, float lambda, int nesterov) {
+    if (m->gpu) return gpu_model_sgd_update(m->gpu, alpha, mu, lambda, nesterov);
+    return sgd_update(m->params, m->grads, m->velocity, m->L.n_params, alpha, mu, lambda, nesterov);
+}
+
+void *model_host_alloc(const model *m, size_t nbytes) {
+    if (nbytes == 0) nbytes = 64; /* a valid pointer to nothing, as nn_alloc(0) */
+    if (m->gpu) return gpu_host_alloc(nbytes);
+    return nn_alloc(nbytes);
+}
+
+void model_host_free(const model *m, void *p) {
+    if (m->gpu) gpu_host_free(p);
+    else free(p);
 }

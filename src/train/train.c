@@ -25,6 +25,7 @@ static void eval_range(trainer *t, model *net, int begin, int end, double sums[3
     const size_t sample = (size_t)v->c * v->h * v->w;
     long top1 = 0, top5 = 0;
     int *idx = t->eval_idx;
+    model_eval_begin(net); /* GPU in host sync mode: the host parameters and BN to the device */
     for (int i = begin; i < end; i += eb) {
         int cnt = end - i < eb ? end - i : eb;
         for (int j = 0; j < cnt; j++) idx[j] = i + j;

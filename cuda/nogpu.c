@@ -1,0 +1,63 @@
+/* nogpu.c — cuda/gpu.h in a CPU-only build (plain `make`): the GPU backend is absent, and every
+ * entry point that could be reached from user input says how to get it. Replaced by the .cu files of cuda/
+ * in a `make CUDA=1` build. */
+#include "gpu.h"
+
+#include "util/util.h"
+
+#define NOT_BUILT                                                                                 \
+    "device = \"cuda\" needs the GPU backend: this dsgd-run was built without it; rebuild with "  \
+    "`make CUDA=1` (CUDA toolkit, cuDNN and cuBLAS)"
+
+int gpu_built(void) { return 0; }
+
+void gpu_version(char *buf, size_t n) { snprintf(buf, n, "GPU backend not built (make CUDA=1)"); }
+
+int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char *err, size_t errlen) {
+    (void)local_rank, (void)local_size;
+    if (desclen) desc[0] = '\0';
+    return seterr(err, errlen, NOT_BUILT);
+}
+
+gpu_model *gpu_model_create(const nn_layout *L, gpu_precision prec, char *err, size_t errlen) {
+    (void)L, (void)prec;
+    seterr(err, errlen, NOT_BUILT);
+    return NULL;
+}
+
+/* Unreachable without a gpu_model: model.c calls these only on a model gpu_model_create built. */
+void *gpu_host_alloc(size_t nbytes) { DIE("gpu_host_alloc(%zu): " NOT_BUILT, nbytes); }
+void gpu_host_free(void *p) {
+    if (p) DIE("gpu_host_free: " NOT_BUILT);
+}
+void gpu_model_free(gpu_model *g) {
+    if (g) DIE("gpu_model_free: " NOT_BUILT);
+}
+void gpu_model_upload(gpu_model *g, int which, const float *params, const float *grads, const float *bn) {
+    (void)g, (void)which, (void)params, (void)grads, (void)bn;
+    DIE("gpu_model_upload: " NOT_BUILT);
+}
+void gpu_model_download(gpu_model *g, int which, float *params, float *grads, float *bn) {
+    (void)g, (void)which, (void)params, (void)grads, (void)bn;
+    DIE("gpu_model_download: " NOT_BUILT);
+}
+void gpu_model_zero_velocity(gpu_model *g) {
+    (void)g;
+    DIE("gpu_model_zero_velocity: " NOT_BUILT);
+}
+float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
+    (void)g, (void)x, (void)y;
+    DIE("gpu_model_train_step: " NOT_BUILT);
+}
+void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits) {
+    (void)g, (void)x, (void)n_valid, (void)logits;
+    DIE("gpu_model_eval: " NOT_BUILT);
+}
+void gpu_model_train_logits(gpu_model *g, float *logits) {
+    (void)g, (void)logits;
+    DIE("gpu_model_train_logits: " NOT_BUILT);
+}
+int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int nesterov) {
+    (void)g, (void)alpha, (void)mu, (void)lambda, (void)nesterov;
+    DIE("gpu_model_sgd_update: " NOT_BUILT);
+}
