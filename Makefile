@@ -119,7 +119,7 @@ run: deps
 # Every test binary runs under a timeout so that a hang fails instead of stalling CI.
 check: deps
 	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS)
-	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS)
+	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS) test/gpu/nogpu.sh
 
 clean:
 	rm -rf build $(BIN)
