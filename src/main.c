@@ -296,10 +296,17 @@ int main(int argc, char **argv) {
         stored.overwrite = 0;
         config_to_text(&stored, cfg_text, sizeof cfg_text);
         join_args(argc, argv, cmdline, sizeof cmdline);
+        static char device_desc[512];
+        if (on_gpu) snprintf(device_desc, sizeof device_desc, "cuda %s: %s", e.precision, gpu_desc);
+        else {
+            char v[256];
+            model_backend_version(v, sizeof v);
+            snprintf(device_desc, sizeof device_desc, "cpu: %.*s, %d thread(s) per rank", (int)strcspn(v + 5, ";"), v + 5, threads);
+        }
         runlog_meta meta = {
             .method = method_name(e.method), .p = e.p, .b = e.b, .m = e.p * e.b, .seed = e.seed,
             .iterations = e.iterations, .config_text = cfg_text, .command_line = cmdline, .hostname = comm_host(),
-            .servers = has_servers ? e.servers : 0, .ranks = e.p,
+            .servers = has_servers ? e.servers : 0, .ranks = e.p, .device = device_desc,
         };
         /* Method-specific fixed-size arrays (docs/output.md). */
         static runlog_array_spec arr, garr[2];

@@ -38,7 +38,8 @@ static const uint64_t SEED = 0xFEDCBA9876543210ULL;
 
 static runlog_meta meta_for(const char *method) {
     runlog_meta m = {.method = method, .p = 4, .b = 128, .m = 2, .seed = SEED, .iterations = 5000, .config_text = CONFIG_TEXT,
-                     .command_line = "dsgd-run --set seed=1 quick.cfg", .hostname = "testhost"};
+                     .command_line = "dsgd-run --set seed=1 quick.cfg", .hostname = "testhost",
+                     .device = "cuda tf32: GPU 1 of 4: NVIDIA H200 (sm_90, 139.8 GiB)"};
     return m;
 }
 
@@ -413,6 +414,7 @@ START_TEST(test_roundtrip) {
     assert_attr_str(f, "config", CONFIG_TEXT);
     assert_attr_str(f, "command_line", "dsgd-run --set seed=1 quick.cfg");
     assert_attr_str(f, "hostname", "testhost");
+    assert_attr_str(f, "device", "cuda tf32: GPU 1 of 4: NVIDIA H200 (sm_90, 139.8 GiB)");
     assert_attr_str(f, "dsgd_version", DSGD_VERSION);
     unsigned maj, min, rel;
     H5get_libversion(&maj, &min, &rel);

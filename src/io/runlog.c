@@ -757,6 +757,7 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     char cwd[PATHLEN];
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
     if (attr_string(f, "/", "working_directory", cwd, path, err, errlen) < 0) return -1;
+    if (meta->device && attr_string(f, "/", "device", meta->device, path, err, errlen) < 0) return -1;
 
     /* /train, /eval and, if asked for, /eval_local (the columns of /eval). */
     for (int g = 0; g < 3; g++) {

@@ -37,6 +37,9 @@ typedef struct {
     const char *config_text;   /* the resolved experiment (config_to_text) */
     const char *command_line;
     const char *hostname;
+    const char *device;               /* what the writer computes on, e.g. "cpu: oneDNN 2.6.3" or
+                                         "cuda fp32: GPU 0 of 1: NVIDIA H200 (sm_90, 139.8 GiB)";
+                                         NULL: attribute not written */
     int servers;                      /* parameter-server ranks (0 for methods without) */
     int ranks;                        /* columns of the /ranks datasets (the p workers); 0: none */
     int eval_local;                   /* 1: also create /eval_local (gossip: rank 0's own model) */
