@@ -176,7 +176,8 @@ int main(int argc, char **argv) {
             comm_library_version(mpi, sizeof mpi);
             model_backend_version(dnn, sizeof dnn);
             runlog_library_version(h5, sizeof h5);
-            printf("dsgd-run %s\n  backend: %s\n  run file: %s\n  MPI: %s\n", DSGD_VERSION, dnn, h5, mpi);
+            printf("dsgd-run %s\n  backend: %s\n  run file: %s\n  MPI: %s (CUDA-aware: %s)\n", DSGD_VERSION, dnn, h5, mpi,
+                   comm_gpu_aware() ? "yes" : "no");
         }
         if (r0 && args.help) { print_usage(stdout); printf("\nexperiment keys:\n"); config_print_keys(stdout); }
         comm_finalize();

@@ -5,6 +5,9 @@
 #include <sched.h>
 #include <sys/prctl.h>
 #include <mpi.h>
+#if defined(OPEN_MPI)
+#include <mpi-ext.h> /* MPIX_Query_cuda_support */
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +166,18 @@ int comm_max_int(int code) {
 }
 
 int comm_thread_multiple(void) { return g_thread_multiple; }
+
+int comm_gpu_aware(void) {
+    const char *env = getenv("DSGD_CUDA_AWARE");
+    if (env && strcmp(env, "0") == 0) return 0;
+    int yes = 0;
+#if defined(MPICH) && defined(MPIX_GPU_SUPPORT_CUDA)
+    if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) != MPI_SUCCESS) yes = 0;
+#elif defined(OPEN_MPI) && defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+    yes = MPIX_Query_cuda_support();
+#endif
+    return yes != 0;
+}
 
 void comm_workers_sum_f32(float *buf, size_t n) {
     if (g_nworkers == 1) return;

@@ -50,6 +50,12 @@ void comm_workers_bcast(void *buf, size_t nbytes, int root);
 /* Collective over the workers: wait until every worker is here (polled, no timeout). */
 void comm_workers_barrier(void);
 
+/* 1 if this MPI library can send and receive CUDA device memory directly ("CUDA-aware"):
+ * MPICH's MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA) or Open MPI's MPIX_Query_cuda_support();
+ * 0 otherwise (Debian's MPICH: buffers then go through page-locked host memory). Setting the
+ * environment variable DSGD_CUDA_AWARE=0 forces 0. */
+int comm_gpu_aware(void);
+
 /* 1 if MPI gave MPI_THREAD_MULTIPLE (needed by a communication thread). */
 int comm_thread_multiple(void);
 
