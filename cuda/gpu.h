@@ -1,5 +1,5 @@
 /* gpu.h — the GPU backend (cuda/: CUDA runtime, cuDNN, cuBLAS and our kernels) as the rest of
- * dsgd-run sees it. Plain C. Implemented by cuda/*.cu in a `make CUDA=1` build and by
+ * dsgd-run sees it. Plain C. Implemented by the .cu files of cuda/ in a `make CUDA=1` build and by
  * cuda/nogpu.c in a CPU-only build, where every entry point reports that the backend was not
  * built. Only src/nn/model.c (the model.h contract on a GPU) and src/main.c (device choice)
  * call it; the distributed methods never do.
