@@ -305,18 +305,22 @@ typedef struct {
     cudnnStatus_t status;
     size_t memory;
     cudnnMathType_t math;
+    cudnnDeterminism_t determinism;
 } perf_row;
 
 /* The first usable row (Find sorts by time, Get_v7 by expected performance): succeeded, fits
  * the cap, and computes in the precision asked for: never fp16 down-conversion, and no tensor
- * cores (TF32) for GPU_FP32. */
+ * cores (TF32) for GPU_FP32. Deterministic algorithms first (bitwise reproducible steps; the
+ * others sum with atomics), any usable one when none is. */
 static int pick(const perf_row *r, int n, const gpu_ctx *c) {
-    for (int i = 0; i < n; i++) {
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > c->ws_cap) continue;
-        if (r[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
-        if (c->prec == GPU_FP32 && r[i].math == CUDNN_TENSOR_OP_MATH) continue;
-        return i;
-    }
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > c->ws_cap) continue;
+            if (r[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+            if (c->prec == GPU_FP32 && r[i].math == CUDNN_TENSOR_OP_MATH) continue;
+            if (pass == 0 && r[i].determinism != CUDNN_DETERMINISTIC) continue;
+            return i;
+        }
     return -1;
 }
 
@@ -337,11 +341,13 @@ static void memo_add(gpu_ctx *c, const gpu_algo_memo *m) {
 
 #define MAX_PERF 16
 
-static void set_row(perf_row *r, int algo, cudnnStatus_t status, size_t memory, cudnnMathType_t math) {
+static void set_row(perf_row *r, int algo, cudnnStatus_t status, size_t memory, cudnnMathType_t math,
+                    cudnnDeterminism_t determinism) {
     r->algo = algo;
     r->status = status;
     r->memory = memory;
     r->math = math;
+    r->determinism = determinism;
 }
 
 /* Find (or Get_v7) rows for direction dir of l into r; returns the number of rows. A failing
@@ -359,7 +365,7 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
                       : cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, l->x_desc, l->w_desc, l->fwd_desc, l->y_desc,
                                                                maxc, &got, p);
         for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
-            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType);
+            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
     } else if (dir == 1) {
         cudnnConvolutionBwdDataAlgoPerf_t p[MAX_PERF];
         CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c->dnn, &maxc), l->what);
@@ -370,7 +376,7 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
                       : cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, l->w_desc, l->y_desc, l->bwd_data_desc,
                                                                     l->x_desc, maxc, &got, p);
         for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
-            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType);
+            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t p[MAX_PERF];
         CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c->dnn, &maxc), l->what);
@@ -381,7 +387,7 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
                       : cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, l->x_desc, l->y_desc, l->bwd_filter_desc,
                                                                       l->w_desc, maxc, &got, p);
         for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
-            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType);
+            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
     }
     if (st != CUDNN_STATUS_SUCCESS) {
         if (use_find) {

@@ -129,8 +129,9 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
                   int stride, int pad, gpu_mode mode, int need_dinp, char *err, size_t errlen);
 /* Choose the algorithm of every direction l needs: cudnnFind*AlgorithmEx timed on the given
  * buffers (x (n, ic, ih, iw), w (oc, ic, k, k), y (n, oc, oh, ow); dx like x and dw like w for
- * training, dx may be NULL without need_dinp), the fastest that succeeds within the workspace
- * cap; cudnnGet*Algorithm_v7 (heuristics) when Find fails. The buffers are those the layer will
+ * training, dx may be NULL without need_dinp), the fastest deterministic one that succeeds
+ * within the workspace cap (the fastest non-deterministic one only when no deterministic one
+ * does); cudnnGet*Algorithm_v7 (heuristics) when Find fails. The buffers are those the layer will
  * run on (cuDNN may pick kernels by pointer alignment); y, dx and dw are overwritten with
  * garbage. Reserves the workspace (gpu_ctx_reserve). Shapes already tuned on c reuse the choice. */
 int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const float *x, const float *w, float *y, float *dx, float *dw,
