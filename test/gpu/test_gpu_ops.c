@@ -15,7 +15,8 @@
  * single operation (ReLU, add, max); 1e-6 for max-pool gradients (sums of up to four window
  * contributions in another order).
  *
- * Without a GPU (cudaGetDeviceCount fails or finds none) it prints one line and exits 0. CUDA
+ * Without a GPU (cudaGetDeviceCount fails or finds none) it checks that gpu_select reports it
+ * ("no CUDA GPU visible: ..."), prints one line and exits 0. CUDA
  * does not survive fork() after initialisation, so the tests run in this process (CK_NOFORK). */
 #include <math.h>
 #include <stdint.h>
@@ -588,11 +589,16 @@ END_TEST
 int main(void) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
+    char buf[256], err[ERRLEN];
     if (e != cudaSuccess || count < 1) {
+        /* gpu_select must say so too (dsgd-run's message to a user who asked for the GPU). */
+        if (gpu_select(0, 1, buf, sizeof buf, err, sizeof err) != EXIT_RUNTIME || strstr(err, "no CUDA GPU visible") != err) {
+            printf("test_gpu_ops: no GPU, and gpu_select does not say so: \"%s\"\n", err);
+            return 1;
+        }
         printf("test_gpu_ops: no GPU: skipped (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
         return 0;
     }
-    char buf[256], err[ERRLEN];
     gpu_version(buf, sizeof buf);
     printf("test_gpu_ops: %s\n", buf);
     if (gpu_select(0, 1, buf, sizeof buf, err, sizeof err) != 0) {
