@@ -1,0 +1,271 @@
+/* layers.h — the layers of ResNet-18 on a GPU: the twins of src/nn/layers.h (oneDNN, CPU) with the
+ * same names prefixed gpu_ and the same argument order (layer, context, outputs, inputs), on
+ * cuDNN 9 (convolution, batch normalisation, max pooling: the "legacy" cudnn_cnn / cudnn_ops
+ * API), cuBLAS (fully connected) and our own kernels (ReLU, add, global average pooling,
+ * softmax cross-entropy, SGD update). Plain C: compiled by nvcc (the .cu files of cuda/) and included by C
+ * tests (mpicc -I/usr/local/cuda/include).
+ *
+ * Memory. Every pointer handed to a gpu_* function is DEVICE memory unless said otherwise.
+ * Activations are NCHW fp32, row-major, packed — PyTorch's layout — so the flat parameter
+ * vectors of nn_layout (conv weight (O, I, kh, kw), BN γ, β (C), fc weight (out, in)) are used
+ * in place: a conv weight is cuDNN's NCHW filter as it is, and no reorders exist on the GPU.
+ *
+ * Build and run. A layer is built once by gpu_*_init (descriptors, its own small buffers such as
+ * BN's saved statistics) and then run by gpu_*_forward / gpu_*_backward, which allocate nothing
+ * and only enqueue work on the context's stream (they return before the GPU is done; results are
+ * on the device when the stream is synchronised). Convolutions also need gpu_conv_tune (algorithm
+ * choice on real buffers) and every layer needs gpu_ctx_commit (the shared workspace) before
+ * they run.
+ *
+ * Gradients. Backward functions OVERWRITE their outputs (input gradient and parameter
+ * gradients), as on the CPU; the model sums two paths into a block input with gpu_add_forward.
+ *
+ * Errors. *_init, gpu_conv_tune and gpu_ctx_* return 0, or -1 with err naming the layer, its
+ * shapes, the call, file:line and the library's status. A failure while executing is a fault of
+ * the device or of this code: CUDA_CHECK / CUDNN_CHECK / CUBLAS_CHECK (cuda/common.h) print the
+ * same and abort. */
+#ifndef DSGD_CUDA_LAYERS_H
+#define DSGD_CUDA_LAYERS_H
+
+#include <stddef.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include "gpu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { GPU_INFER = 0, GPU_TRAIN = 1 } gpu_mode;
+
+/* Length of a layer's description: "layer2.0.conv1: conv 3x3/2 pad 1, (128, 64, 32, 32) ->
+ * (128, 128, 16, 16)", printed with every failure. */
+#define GPU_WHAT_LEN 160
+
+/* Workspace of one convolution direction at most (and of cudnnFind while tuning): 1 GiB, or a
+ * quarter of the free device memory if that is less (ranks may share a GPU). */
+#define GPU_CONV_WS_CAP ((size_t)1 << 30)
+
+/* cuBLAS workspace (cublasSetWorkspace): 32 MiB, cuBLAS's recommendation for Hopper (4 MiB for
+ * older GPUs), so that cuBLAS never allocates while training. */
+#define GPU_BLAS_WS_NBYTES ((size_t)32 << 20)
+
+/* A convolution algorithm chosen once per shape (cudnnFind is the expensive part of building a
+ * model: ResNet-18 repeats most shapes). dir: 0 forward, 1 backward data, 2 backward filter. */
+typedef struct {
+    int dir, n, ic, ih, iw, oc, k, stride, pad;
+    int align;              /* smallest alignment in bytes (<= 256) of the buffers it was found on */
+    int algo;               /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
+    cudnnMathType_t math;
+} gpu_algo_memo;
+
+#define GPU_MEMO_MAX 96
+
+/* One device's handles and stream, and the workspace every layer shares. Layers of one context
+ * run one at a time (one stream), like nn_ctx's scratchpad on the CPU. */
+typedef struct {
+    int dev;                /* device ordinal (the current device at gpu_ctx_init) */
+    int n_sm;               /* multiprocessors: grid sizes of the grid-stride kernels */
+    gpu_precision prec;
+    cudaStream_t stream;    /* a blocking stream: ordered with cudaMemcpy on the legacy stream */
+    cudnnHandle_t dnn;
+    cublasHandle_t blas;
+    void *blas_ws;          /* GPU_BLAS_WS_NBYTES, given to cuBLAS */
+    void *ws;               /* shared workspace of ws_nbytes, allocated by gpu_ctx_commit */
+    size_t ws_nbytes;
+    size_t ws_need;         /* the largest gpu_ctx_reserve so far */
+    void *find_ws;          /* cudnnFind workspace while tuning (freed by gpu_ctx_commit) */
+    size_t find_ws_nbytes;
+    size_t ws_cap;          /* per-direction workspace limit, set with find_ws */
+    int find_ready;         /* find_ws and ws_cap are set */
+    gpu_algo_memo memo[GPU_MEMO_MAX];
+    int n_memo;
+} gpu_ctx;
+
+/* Handles on the current device, a stream, the cuBLAS workspace; cuBLAS math mode from prec
+ * (GPU_FP32: CUBLAS_DEFAULT_MATH, which never uses TF32 for sgemm; GPU_TF32:
+ * CUBLAS_TF32_TENSOR_OP_MATH; cuBLAS "cublasSetMathMode"). GPU_BF16 is refused. */
+int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen);
+/* The shared workspace must hold at least nbytes (layers call this while being tuned). */
+void gpu_ctx_reserve(gpu_ctx *c, size_t nbytes);
+/* Release the tuning workspace and allocate the shared one (the largest reservation), once,
+ * after every layer is tuned and before any runs. */
+int gpu_ctx_commit(gpu_ctx *c, char *err, size_t errlen);
+void gpu_ctx_free(gpu_ctx *c);
+/* Wait for everything enqueued on c's stream (dies on an asynchronous error). */
+void gpu_ctx_sync(gpu_ctx *c, const char *where);
+
+/* cudaMalloc of nbytes (256-byte aligned), zeroed; 0 or -1 with err naming `what` and the size. */
+int gpu_malloc(void **p, size_t nbytes, const char *what, char *err, size_t errlen);
+
+/* ---- convolution (no bias), torch.nn.Conv2d(ic, oc, k, stride, pad, bias=False) ---------- */
+typedef struct {
+    const char *name;
+    char what[GPU_WHAT_LEN];
+    gpu_mode mode;
+    int need_dinp;                  /* backward computes the input gradient */
+    int n, ic, ih, iw, oc, oh, ow, k, stride, pad;
+    cudnnTensorDescriptor_t x_desc, y_desc;
+    cudnnFilterDescriptor_t w_desc;
+    /* One convolution descriptor per direction: each carries the math type of its algorithm. */
+    cudnnConvolutionDescriptor_t fwd_desc, bwd_data_desc, bwd_filter_desc;
+    cudnnConvolutionFwdAlgo_t fwd_algo;
+    cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+    cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
+    size_t fwd_ws, bwd_data_ws, bwd_filter_ws; /* workspace bytes of the chosen algorithms */
+    int tuned;
+} gpu_conv_layer;
+
+/* Descriptors of a convolution of a (n, ic, ih, iw) input; oh = (ih + 2 pad − k) / stride + 1
+ * (floor, as PyTorch; checked against cudnnGetConvolution2dForwardOutputDim). Cross-correlation,
+ * fp32 compute; math type CUDNN_FMA_MATH for GPU_FP32 (no TF32), CUDNN_DEFAULT_MATH for GPU_TF32
+ * (TF32 tensor cores allowed; cuDNN "cudnnMathType_t"). mode GPU_TRAIN also prepares the
+ * backward directions; need_dinp = 0 skips backward data (the network's first convolution). */
+int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
+                  int stride, int pad, gpu_mode mode, int need_dinp, char *err, size_t errlen);
+/* Choose the algorithm of every direction l needs: cudnnFind*AlgorithmEx timed on the given
+ * buffers (x (n, ic, ih, iw), w (oc, ic, k, k), y (n, oc, oh, ow); dx like x and dw like w for
+ * training, dx may be NULL without need_dinp), the fastest deterministic one that succeeds
+ * within the workspace cap (the fastest non-deterministic one only when no deterministic one
+ * does); cudnnGet*Algorithm_v7 (heuristics) when Find fails. The buffers are those the layer will
+ * run on (cuDNN may pick kernels by pointer alignment); y, dx and dw are overwritten with
+ * garbage. Reserves the workspace (gpu_ctx_reserve). Shapes already tuned on c reuse the choice. */
+int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const float *x, const float *w, float *y, float *dx, float *dw,
+                  char *err, size_t errlen);
+/* The chosen algorithms, e.g. "fwd IMPLICIT_PRECOMP_GEMM/fma 0 B, bwd-data ALGO_1/fma 0 B, ...". */
+void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n);
+/* out (n, oc, oh, ow) = conv(inp (n, ic, ih, iw), weight (oc, ic, k, k)); cudnnConvolutionForward. */
+void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, float *out, const float *inp, const float *weight);
+/* dinp (n, ic, ih, iw) (skipped when NULL or !need_dinp) and dweight (oc, ic, k, k), both
+ * overwritten (beta = 0), from dout (n, oc, oh, ow), the forward input inp and weight:
+ * cudnnConvolutionBackwardFilter, cudnnConvolutionBackwardData. Unlike conv_backward on the CPU,
+ * the weight is an argument (the CPU layer keeps its reordered copy). */
+void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, float *dinp, float *dweight, const float *dout,
+                       const float *inp, const float *weight);
+void gpu_conv_free(gpu_conv_layer *l);
+
+/* ---- batch normalisation, torch.nn.BatchNorm2d (eps 1e-5, momentum 0.1), optional ReLU --- */
+typedef struct {
+    const char *name;
+    char what[GPU_WHAT_LEN];
+    gpu_mode mode;
+    int relu;                       /* ReLU after the normalisation (our kernel, in place) */
+    int n, c, h, w;
+    size_t count;                   /* n*c*h*w */
+    double eps, momentum;
+    cudnnTensorDescriptor_t x_desc, stat_desc; /* data (n, c, h, w); (1, c, 1, 1) derived */
+    float *save_mean, *save_inv_var; /* (c) of the last training forward, for the backward */
+} gpu_bn_layer;
+
+/* BN over a (n, c, h, w) tensor, CUDNN_BATCHNORM_SPATIAL. GPU_TRAIN: batch statistics (and
+ * backward); GPU_INFER: running statistics. */
+int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
+                char *err, size_t errlen);
+/* out = [relu](γ (inp − µ) / sqrt(σ² + eps) + β); out must not alias inp. GPU_TRAIN:
+ * cudnnBatchNormalizationForwardTraining with µ, σ² of the batch (biased σ² normalises), the
+ * running statistics updated as running = 0.9 running + 0.1 batch with the UNBIASED variance
+ * (cuDNN's exponentialAverageFactor = momentum; PyTorch's rule), µ and 1/sqrt(σ² + eps) saved in
+ * the layer. GPU_INFER: cudnnBatchNormalizationForwardInference with running_mean, running_var
+ * (not changed). gamma, beta, running_*: (C). */
+void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, float *out, const float *inp, const float *gamma,
+                    const float *beta, float *running_mean, float *running_var);
+/* dinp, dgamma, dbeta (C) overwritten (cudnnBatchNormalizationBackward, beta factors 0), from
+ * dout, the forward input inp and the saved statistics of the last gpu_bn_forward. With relu,
+ * dout is first masked IN PLACE by the forward output out (dout := dout · [out > 0]); out is
+ * ignored without relu. dinp must not alias dout or inp. */
+void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, float *dinp, float *dgamma, float *dbeta, float *dout,
+                     const float *inp, const float *out, const float *gamma);
+void gpu_bn_free(gpu_bn_layer *l);
+
+/* ---- ReLU --------------------------------------------------------------------------------- */
+typedef struct {
+    const char *name;
+    char what[GPU_WHAT_LEN];
+    gpu_mode mode;
+    size_t count;
+} gpu_relu_layer;
+
+int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, gpu_mode mode,
+                  char *err, size_t errlen);
+/* out = max(inp, 0) (NaN stays NaN); out == inp allowed. */
+void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, float *out, const float *inp);
+/* dinp = dout · [out > 0]; dinp == dout allowed. out: the forward output. */
+void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, float *dinp, const float *dout, const float *out);
+
+/* ---- elementwise add, optionally followed by ReLU ----------------------------------------- */
+typedef struct {
+    const char *name;
+    char what[GPU_WHAT_LEN];
+    gpu_mode mode;
+    int relu;
+    size_t count;
+} gpu_add_layer;
+
+int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu,
+                 gpu_mode mode, char *err, size_t errlen);
+/* out = [relu](a + b), all (n, c, h, w); out may be a or b (in place). The residual connection
+ * (relu) and the sum of two gradients reaching a block input (dx += other: out == a, no relu). */
+void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, float *out, const float *a, const float *b);
+/* With relu: dsum = dout · [out > 0] (dsum == dout allowed): the gradient of a and of b. */
+void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, float *dsum, const float *dout, const float *out);
+
+/* ---- pooling: max k x k (stride, pad; padding excluded) or global average ---------------- */
+typedef struct {
+    const char *name;
+    char what[GPU_WHAT_LEN];
+    gpu_mode mode;
+    int max;                        /* 1: max pooling (cuDNN), 0: global average (our kernels) */
+    int n, c, ih, iw, oh, ow;
+    cudnnPoolingDescriptor_t desc;
+    cudnnTensorDescriptor_t x_desc, y_desc;
+} gpu_pool_layer;
+
+/* Max pooling (max = 1; k, stride, pad as torch.nn.MaxPool2d, floor mode;
+ * CUDNN_POOLING_MAX_DETERMINISTIC, NaN propagated) or global average pooling (max = 0; k, stride,
+ * pad ignored; output (n, c, 1, 1), which is the (n, c) row-major input of the fc layer). */
+int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
+                  int stride, int pad, gpu_mode mode, char *err, size_t errlen);
+/* out (n, c, oh, ow) from inp (n, c, ih, iw). Average: one warp per (n, c) plane, fixed order. */
+void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, float *out, const float *inp);
+/* dinp (n, c, ih, iw) overwritten from dout (n, c, oh, ow). Max pooling needs the forward input
+ * inp and output out (cudnnPoolingBackward recomputes the argmax); average ignores both
+ * (dinp = dout / (ih iw) broadcast). */
+void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, float *dinp, const float *dout, const float *inp,
+                       const float *out);
+void gpu_pool_free(gpu_pool_layer *l);
+
+/* ---- fully connected, torch.nn.Linear(nin, nout), cuBLAS --------------------------------- */
+/* out (n, nout) = inp (n, nin) · weightᵀ (nout, nin) + bias (nout): cublasSgemm on the
+ * column-major views (out ᵀ = W · inpᵀ), then a bias kernel. */
+void gpu_fc_forward(gpu_ctx *c, float *out, const float *inp, const float *weight, const float *bias, int n,
+                    int nin, int nout);
+/* dinp (n, nin) = dout · W (skipped if NULL), dweight (nout, nin) = doutᵀ · inp, dbias (nout) =
+ * column sums of dout (our kernel, rows in order), all overwritten, from dout (n, nout). */
+void gpu_fc_backward(gpu_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int n, int nin, int nout);
+
+/* ---- softmax cross-entropy, torch.nn.functional.cross_entropy (mean) -------------------- */
+/* probs (n, k) = softmax(logits (n, k)) with the row maximum subtracted; losses (n) =
+ * logsumexp − logit[y] (NaN for a label outside [0, k)); *loss (one device float) = the mean of
+ * losses, summed in a fixed order (deterministic). y: (n) device labels. One warp per row. The
+ * CPU's softmax_xent_forward returns the mean; here it stays on the device until copied. */
+void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *loss, const float *logits,
+                              const int *y, int n, int k);
+/* dlogits (n, k) = (probs − onehot(y)) / n: the gradient of the mean loss. */
+void gpu_softmax_xent_backward(gpu_ctx *c, float *dlogits, const float *probs, const int *y, int n, int k);
+
+/* ---- SGD update (src/optim/sgd.h, the same formula, fp32) --------------------------------- */
+/* For each of the n elements: g = grad + λθ; v = µv + g; θ −= α (Nesterov ? g + µv : v).
+ * *bad (one device int) := 1 if any updated θ is NaN or ±Inf, else 0. theta, grad, v: (n). */
+void gpu_sgd_update(gpu_ctx *c, float *theta, const float *grad, float *v, size_t n, float alpha, float mu,
+                    float lambda, int nesterov, int *bad);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,585 @@
+/* model.cu — cuda/gpu.h: device choice, pinned host memory, and ResNet-18 (or the linear model)
+ * on one GPU, built from the parameter layout of src/nn/layout.h on the layers of layers.h. The
+ * network is src/nn/model.c's, layer for layer and in the same order (torchvision's resnet18:
+ * stem conv → bn1+ReLU → [3x3/2 max pool] → 8 BasicBlocks, projection shortcut (1x1 conv + BN)
+ * where block_def.down → global average pool → fc → softmax cross-entropy), so the flat params,
+ * grads and bn vectors mean the same on both backends.
+ *
+ * Memory. params, grads, velocity and bn are one cudaMalloc each; every layer reads its tensors
+ * as views at the layout's offsets (a conv weight (O, I, k, k) is cuDNN's NCHW filter as it is).
+ * Each network (training: L->s.batch rows; evaluation: L->s.eval_batch rows) keeps all its
+ * activations in one cudaMalloc (an arena carved at 256-byte boundaries). Nothing is allocated
+ * after gpu_model_create.
+ *
+ * Buffers of the training network, as on the CPU: every forward activation a backward pass
+ * reads has its own buffer (b2 == y: the residual add runs in place); gradients flow through two
+ * block-boundary buffers g[0], g[1] and three temporaries t[0..2] of the largest activation
+ * size. Unlike the CPU, no BN backward runs in place (cuDNN does not document it), so the
+ * temporaries rotate differently (net_backward). The evaluation network needs no saved
+ * activations: four rotating buffers, with the block input kept until the residual add.
+ *
+ * Threads and streams: every entry point makes the model's device current and enqueues on the
+ * model's one stream; the calls that return data (or a loss, or a flag) synchronise it. */
+#include "gpu.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "layers.h"
+
+typedef struct {
+    gpu_conv_layer conv1, conv2, convd;
+    gpu_bn_layer bn1, bn2, bnd;
+    gpu_add_layer res;              /* y = relu(bn2 + shortcut), in place in y */
+    gpu_add_layer acc;              /* dx += gradient through the shortcut (training) */
+    float *c1, *a1, *c2, *y, *cd, *sd;
+} gpu_block;
+
+typedef struct {
+    gpu_mode mode;
+    int n;
+    int built;
+    gpu_conv_layer conv1;
+    gpu_bn_layer bn1;
+    gpu_pool_layer maxpool, gap;
+    gpu_block b[N_BLOCKS];
+    float *x;                       /* input (n, c, h, w) copied from the host */
+    int *y;                         /* labels (n) (training) */
+    float *c0, *a0, *p0;            /* stem: conv, bn1+ReLU, max pool (ImageNet stem) */
+    float *feat, *logits;           /* (n, 8w), (n, classes) */
+    float *probs, *losses, *loss;   /* training: (n, classes), (n), the mean loss (1) */
+    float *d_feat, *d_logits;       /* training */
+    float *g[2], *t[3];             /* training gradient buffers, `big` floats each */
+    void *arena;
+    size_t arena_nbytes;
+} gpu_net;
+
+/* Page-locked staging of the scalars read back every step. */
+typedef struct {
+    float loss;
+    int bad;
+} host_stage;
+
+struct gpu_model {
+    nn_layout L;
+    int dev;
+    gpu_ctx ctx;
+    float *params, *grads, *vel, *bn; /* device, n_params (n_bn) floats */
+    int *bad;                          /* device flag of gpu_sgd_update */
+    gpu_net train, eval;
+    host_stage *host;                  /* pinned */
+};
+
+/* ---- devices, versions, host memory ------------------------------------------------------- */
+
+int gpu_built(void) { return 1; }
+
+void gpu_version(char *buf, size_t n) {
+    int rt = 0, drv = 0, bmaj = 0, bmin = 0, bpat = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv); /* 0 when no driver is installed */
+    cudaGetLastError();
+    const size_t dnn = cudnnGetVersion(); /* major*10000 + minor*100 + patch since cuDNN 9 */
+    cublasGetProperty(MAJOR_VERSION, &bmaj);
+    cublasGetProperty(MINOR_VERSION, &bmin);
+    cublasGetProperty(PATCH_LEVEL, &bpat);
+    char d[32];
+    if (drv > 0) snprintf(d, sizeof d, "%d.%d", drv / 1000, (drv % 1000) / 10);
+    else snprintf(d, sizeof d, "none");
+    snprintf(buf, n, "CUDA runtime %d.%d, driver %s, cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d", rt / 1000, (rt % 1000) / 10, d,
+             dnn / 10000, (dnn % 10000) / 100, dnn % 100, bmaj, bmin, bpat);
+}
+
+int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char *err, size_t errlen) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count < 1) {
+        cudaGetLastError();
+        seterr(err, errlen, "no CUDA GPU visible: cudaGetDeviceCount: %s",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices (CUDA_VISIBLE_DEVICES?)");
+        return EXIT_RUNTIME;
+    }
+    const int dev = (local_rank < 0 ? 0 : local_rank) % count;
+    e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaFree(NULL); /* create the context now: driver problems show here */
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        seterr(err, errlen, "GPU %d of %d: cudaSetDevice: %s", dev, count, cudaGetErrorString(e));
+        return EXIT_RUNTIME;
+    }
+    cudaDeviceProp p;
+    e = cudaGetDeviceProperties(&p, dev);
+    if (e != cudaSuccess) {
+        seterr(err, errlen, "GPU %d of %d: cudaGetDeviceProperties: %s", dev, count, cudaGetErrorString(e));
+        return EXIT_RUNTIME;
+    }
+    int len = snprintf(desc, desclen, "GPU %d of %d: %s (sm_%d%d, %.1f GiB)", dev, count, p.name, p.major, p.minor,
+                       (double)p.totalGlobalMem / (1 << 30));
+    int sharing = 0; /* ranks of this node on this device: local ranks r with r mod count = dev */
+    for (int r = 0; r < local_size; r++) sharing += r % count == dev;
+    if (sharing > 1 && len >= 0 && (size_t)len < desclen)
+        snprintf(desc + len, desclen - (size_t)len, ", shared by %d ranks", sharing);
+    return 0;
+}
+
+void *gpu_host_alloc(size_t nbytes) {
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) DIE("cudaHostAlloc of %zu bytes of page-locked host memory: %s", nbytes, cudaGetErrorString(e));
+    memset(p, 0, nbytes);
+    return p;
+}
+
+void gpu_host_free(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p), "gpu_host_free");
+}
+
+/* ---- buffers ------------------------------------------------------------------------------ */
+
+/* Bump allocation in an arena; with base NULL it only measures (net_buffers runs twice). */
+typedef struct {
+    char *base;
+    size_t off;
+} carver;
+
+static void *carve(carver *cv, size_t nbytes) {
+    const size_t at = cv->off;
+    cv->off += (nbytes + 255) & ~(size_t)255;
+    return cv->base ? cv->base + at : NULL;
+}
+
+static float *carve_f(carver *cv, size_t count) { return (float *)carve(cv, count * sizeof(float)); }
+
+static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Point every buffer of t into the arena cv (see the file comment for the plan). */
+static void net_buffers(const nn_layout *L, gpu_net *t, carver *cv) {
+    const model_spec *s = &L->s;
+    const size_t n = (size_t)t->n, k = (size_t)s->n_classes;
+    const int train = t->mode == GPU_TRAIN;
+    t->x = carve_f(cv, n * s->in_c * s->in_h * s->in_w);
+    t->logits = carve_f(cv, n * k);
+    if (train) {
+        t->y = (int *)carve(cv, n * sizeof(int));
+        t->probs = carve_f(cv, n * k);
+        t->losses = carve_f(cv, n);
+        t->loss = carve_f(cv, 1);
+        t->d_logits = carve_f(cv, n * k);
+    }
+    if (s->arch == MODEL_LINEAR) return;
+
+    t->feat = carve_f(cv, n * L->feat);
+    const size_t s_c0 = n * L->c0 * L->h0 * L->w0, s_p0 = n * L->c0 * L->h1 * L->w1;
+    size_t big = max_z(s_c0, s_p0); /* every block input is the stem output or a block output */
+    for (int i = 0; i < N_BLOCKS; i++) big = max_z(big, n * L->blk[i].cout * L->blk[i].oh * L->blk[i].ow);
+    if (train) {
+        t->c0 = carve_f(cv, s_c0);
+        t->a0 = carve_f(cv, s_c0);
+        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = carve_f(cv, s_p0);
+        for (int i = 0; i < N_BLOCKS; i++) {
+            const block_def *d = &L->blk[i];
+            gpu_block *r = &t->b[i];
+            const size_t so = n * d->cout * d->oh * d->ow;
+            r->c1 = carve_f(cv, so);
+            r->a1 = carve_f(cv, so);
+            r->c2 = carve_f(cv, so);
+            r->y = carve_f(cv, so);
+            if (d->down) {
+                r->cd = carve_f(cv, so);
+                r->sd = carve_f(cv, so);
+            }
+        }
+        for (int i = 0; i < 2; i++) t->g[i] = carve_f(cv, big);
+        for (int i = 0; i < 3; i++) t->t[i] = carve_f(cv, big);
+        t->d_feat = carve_f(cv, n * L->feat);
+    } else {
+        /* e[cur] holds the block input; of the other three, o[0] takes conv1, conv2 and the
+         * downsample conv in turn (each dead when the next is written), o[1] bn1 then the
+         * downsample BN, o[2] bn2 and the residual sum: the next block input. */
+        float *e[4];
+        for (int i = 0; i < 4; i++) e[i] = carve_f(cv, big);
+        t->c0 = e[0];
+        t->a0 = e[1];
+        int cur = 1;
+        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = e[2], cur = 2;
+        for (int i = 0; i < N_BLOCKS; i++) {
+            int o[3], j = 0;
+            for (int q = 0; q < 4; q++)
+                if (q != cur) o[j++] = q;
+            gpu_block *r = &t->b[i];
+            r->c1 = r->c2 = r->cd = e[o[0]];
+            r->a1 = r->sd = e[o[1]];
+            r->y = e[o[2]];
+            cur = o[2];
+        }
+    }
+}
+
+#define TRY(call)                                                                                 \
+    do {                                                                                          \
+        if ((call) != 0) return -1;                                                               \
+    } while (0)
+
+/* Every layer of one ResNet-18 network for t->n rows (descriptors; no buffers yet). */
+static int net_layers(gpu_model *g, gpu_net *t, char *err, size_t errlen) {
+    const nn_layout *L = &g->L;
+    const model_spec *s = &L->s;
+    gpu_ctx *c = &g->ctx;
+    const gpu_mode mode = t->mode;
+    const int n = t->n, train = mode == GPU_TRAIN;
+    TRY(gpu_conv_init(&t->conv1, c, "conv1", n, s->in_c, s->in_h, s->in_w, L->c0, L->stem_k, L->stem_stride,
+                      L->stem_pad, mode, 0, err, errlen));
+    TRY(gpu_bn_init(&t->bn1, c, "bn1", n, L->c0, L->h0, L->w0, 1, mode, err, errlen));
+    if (s->stem == MODEL_STEM_IMAGENET)
+        TRY(gpu_pool_init(&t->maxpool, c, "maxpool", n, L->c0, L->h0, L->w0, 1, 3, 2, 1, mode, err, errlen));
+    for (int i = 0; i < N_BLOCKS; i++) {
+        const block_def *d = &L->blk[i];
+        gpu_block *r = &t->b[i];
+        TRY(gpu_conv_init(&r->conv1, c, d->lname[0], n, d->cin, d->ih, d->iw, d->cout, 3, d->stride, 1, mode, 1, err,
+                          errlen));
+        TRY(gpu_bn_init(&r->bn1, c, d->lname[1], n, d->cout, d->oh, d->ow, 1, mode, err, errlen));
+        TRY(gpu_conv_init(&r->conv2, c, d->lname[2], n, d->cout, d->oh, d->ow, d->cout, 3, 1, 1, mode, 1, err, errlen));
+        TRY(gpu_bn_init(&r->bn2, c, d->lname[3], n, d->cout, d->oh, d->ow, 0, mode, err, errlen));
+        if (d->down) {
+            TRY(gpu_conv_init(&r->convd, c, d->lname[4], n, d->cin, d->ih, d->iw, d->cout, 1, d->stride, 0, mode, 1,
+                              err, errlen));
+            if (r->convd.oh != d->oh || r->convd.ow != d->ow)
+                return seterr(err, errlen, "%s: shortcut output %dx%d differs from the block output %dx%d",
+                              r->convd.what, r->convd.oh, r->convd.ow, d->oh, d->ow),
+                       -1;
+            TRY(gpu_bn_init(&r->bnd, c, d->lname[5], n, d->cout, d->oh, d->ow, 0, mode, err, errlen));
+        }
+        TRY(gpu_add_init(&r->res, c, d->prefix, n, d->cout, d->oh, d->ow, 1, mode, err, errlen));
+        if (train) TRY(gpu_add_init(&r->acc, c, d->prefix, n, d->cin, d->ih, d->iw, 0, mode, err, errlen));
+    }
+    const block_def *last = &L->blk[N_BLOCKS - 1];
+    TRY(gpu_pool_init(&t->gap, c, "avgpool", n, L->feat, last->oh, last->ow, 0, 0, 0, 0, mode, err, errlen));
+    return 0;
+}
+
+/* cudnnFind on the network's own buffers (every convolution of t). */
+static int net_tune(gpu_model *g, gpu_net *t, char *err, size_t errlen) {
+    const nn_layout *L = &g->L;
+    gpu_ctx *c = &g->ctx;
+    const int train = t->mode == GPU_TRAIN;
+    const float *P = g->params;
+    float *G = train ? g->grads : NULL;
+    TRY(gpu_conv_tune(&t->conv1, c, t->x, P + L->conv1, t->c0, NULL, G ? G + L->conv1 : NULL, err, errlen));
+    const float *h = L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0;
+    for (int i = 0; i < N_BLOCKS; i++) {
+        const block_def *d = &L->blk[i];
+        gpu_block *r = &t->b[i];
+        TRY(gpu_conv_tune(&r->conv1, c, h, P + d->w1, r->c1, train ? t->g[0] : NULL, G ? G + d->w1 : NULL, err, errlen));
+        TRY(gpu_conv_tune(&r->conv2, c, r->a1, P + d->w2, r->c2, train ? t->t[1] : NULL, G ? G + d->w2 : NULL, err,
+                          errlen));
+        if (d->down)
+            TRY(gpu_conv_tune(&r->convd, c, h, P + d->wd, r->cd, train ? t->t[2] : NULL, G ? G + d->wd : NULL, err,
+                              errlen));
+        h = r->y;
+    }
+    return 0;
+}
+
+static void net_free(gpu_net *t) {
+    if (!t->built) return;
+    gpu_conv_free(&t->conv1);
+    gpu_bn_free(&t->bn1);
+    gpu_pool_free(&t->maxpool);
+    for (int i = 0; i < N_BLOCKS; i++) {
+        gpu_block *r = &t->b[i];
+        gpu_conv_free(&r->conv1), gpu_conv_free(&r->conv2), gpu_conv_free(&r->convd);
+        gpu_bn_free(&r->bn1), gpu_bn_free(&r->bn2), gpu_bn_free(&r->bnd);
+    }
+    gpu_pool_free(&t->gap);
+    cudaFree(t->arena);
+    memset(t, 0, sizeof *t);
+}
+
+/* Layers (ResNet-18) and the arena of one network. */
+static int net_build(gpu_model *g, gpu_net *t, gpu_mode mode, int n, char *err, size_t errlen) {
+    t->mode = mode;
+    t->n = n;
+    t->built = 1;
+    if (g->L.s.arch != MODEL_LINEAR) TRY(net_layers(g, t, err, errlen));
+    carver cv = {NULL, 0};
+    net_buffers(&g->L, t, &cv);
+    char what[64];
+    snprintf(what, sizeof what, "the %s network's activations (%d rows)", mode == GPU_TRAIN ? "training" : "evaluation", n);
+    TRY(gpu_malloc(&t->arena, cv.off, what, err, errlen));
+    t->arena_nbytes = cv.off;
+    cv.base = (char *)t->arena;
+    cv.off = 0;
+    net_buffers(&g->L, t, &cv);
+    return 0;
+}
+
+/* ---- create, free, copies ----------------------------------------------------------------- */
+
+void gpu_model_free(gpu_model *g) {
+    if (!g) return;
+    cudaSetDevice(g->dev);
+    if (g->ctx.stream) cudaStreamSynchronize(g->ctx.stream);
+    net_free(&g->train);
+    net_free(&g->eval);
+    cudaFree(g->params);
+    cudaFree(g->grads);
+    cudaFree(g->vel);
+    cudaFree(g->bn);
+    cudaFree(g->bad);
+    if (g->host) cudaFreeHost(g->host);
+    gpu_ctx_free(&g->ctx);
+    free(g);
+}
+
+static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errlen) {
+    const nn_layout *L = &g->L;
+    const model_spec *s = &L->s;
+    CUDA_TRY(cudaGetDevice(&g->dev), "gpu_model_create");
+    TRY(gpu_ctx_init(&g->ctx, prec, err, errlen));
+    CUDA_TRY(cudaHostAlloc((void **)&g->host, sizeof *g->host, cudaHostAllocPortable), "gpu_model_create (pinned staging)");
+    memset(g->host, 0, sizeof *g->host);
+    const size_t np = L->n_params * sizeof(float);
+    TRY(gpu_malloc((void **)&g->params, np, "the parameters", err, errlen));
+    TRY(gpu_malloc((void **)&g->grads, np, "the gradients", err, errlen));
+    TRY(gpu_malloc((void **)&g->vel, np, "the velocity", err, errlen));
+    TRY(gpu_malloc((void **)&g->bn, L->n_bn * sizeof(float), "the BN running statistics", err, errlen));
+    TRY(gpu_malloc((void **)&g->bad, sizeof(int), "the SGD flag", err, errlen));
+    TRY(net_build(g, &g->train, GPU_TRAIN, s->batch, err, errlen));
+    if (s->eval_batch > 0) TRY(net_build(g, &g->eval, GPU_INFER, s->eval_batch, err, errlen));
+    if (s->arch != MODEL_LINEAR) {
+        TRY(net_tune(g, &g->train, err, errlen));
+        if (g->eval.built) TRY(net_tune(g, &g->eval, err, errlen));
+    }
+    TRY(gpu_ctx_commit(&g->ctx, err, errlen));
+    /* cudnnFind wrote into gradients and activations: everything starts at zero again. */
+    cudaStream_t st = g->ctx.stream;
+    CUDA_TRY(cudaMemsetAsync(g->grads, 0, np, st), "gpu_model_create");
+    CUDA_TRY(cudaMemsetAsync(g->train.arena, 0, g->train.arena_nbytes, st), "gpu_model_create");
+    if (g->eval.built) CUDA_TRY(cudaMemsetAsync(g->eval.arena, 0, g->eval.arena_nbytes, st), "gpu_model_create");
+    CUDA_TRY(cudaStreamSynchronize(st), "gpu_model_create");
+    return 0;
+}
+
+gpu_model *gpu_model_create(const nn_layout *L, gpu_precision prec, char *err, size_t errlen) {
+    const model_spec *s = &L->s;
+    if (prec == GPU_BF16) {
+        seterr(err, errlen, "precision bf16 is not built yet in the GPU backend (fp32 and tf32 are)");
+        return NULL;
+    }
+    if (prec != GPU_FP32 && prec != GPU_TF32) {
+        seterr(err, errlen, "unknown GPU precision %d", (int)prec);
+        return NULL;
+    }
+    if (s->batch < 1) {
+        seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
+        return NULL;
+    }
+    if (s->eval_batch < 0) {
+        seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
+        return NULL;
+    }
+    if (s->arch != MODEL_LINEAR) { /* BN in training needs two values per channel (as the CPU) */
+        const block_def *last = &L->blk[N_BLOCKS - 1];
+        if ((long)s->batch * last->oh * last->ow < 2) {
+            seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
+                   last->oh, last->ow);
+            return NULL;
+        }
+    }
+    gpu_model *g = (gpu_model *)calloc(1, sizeof *g);
+    if (!g) DIE("out of memory allocating the GPU model");
+    g->L = *L;
+    /* L's tensor names point into L itself: re-point them at the copy. */
+    for (int i = 0; i < g->L.n_tensors; i++) g->L.tensors[i].name = g->L.names[i];
+    for (int i = 0; i < g->L.n_bn_tensors; i++) g->L.bn_tensors[i].name = g->L.bn_names[i];
+    if (model_build(g, prec, err, errlen)) {
+        gpu_model_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static void set_dev(const gpu_model *g) { CUDA_CHECK(cudaSetDevice(g->dev), "the GPU model (cudaSetDevice)"); }
+
+void gpu_model_upload(gpu_model *g, int which, const float *params, const float *grads, const float *bn) {
+    set_dev(g);
+    cudaStream_t st = g->ctx.stream;
+    const size_t np = g->L.n_params * sizeof(float), nb = g->L.n_bn * sizeof(float);
+    if (which & GPU_PARAMS) CUDA_CHECK(cudaMemcpyAsync(g->params, params, np, cudaMemcpyHostToDevice, st), "upload of params");
+    if (which & GPU_GRADS) CUDA_CHECK(cudaMemcpyAsync(g->grads, grads, np, cudaMemcpyHostToDevice, st), "upload of grads");
+    if ((which & GPU_BN) && nb) CUDA_CHECK(cudaMemcpyAsync(g->bn, bn, nb, cudaMemcpyHostToDevice, st), "upload of bn");
+    CUDA_CHECK(cudaStreamSynchronize(st), "gpu_model_upload");
+}
+
+void gpu_model_download(gpu_model *g, int which, float *params, float *grads, float *bn) {
+    set_dev(g);
+    cudaStream_t st = g->ctx.stream;
+    const size_t np = g->L.n_params * sizeof(float), nb = g->L.n_bn * sizeof(float);
+    if (which & GPU_PARAMS) CUDA_CHECK(cudaMemcpyAsync(params, g->params, np, cudaMemcpyDeviceToHost, st), "download of params");
+    if (which & GPU_GRADS) CUDA_CHECK(cudaMemcpyAsync(grads, g->grads, np, cudaMemcpyDeviceToHost, st), "download of grads");
+    if ((which & GPU_BN) && nb) CUDA_CHECK(cudaMemcpyAsync(bn, g->bn, nb, cudaMemcpyDeviceToHost, st), "download of bn");
+    CUDA_CHECK(cudaStreamSynchronize(st), "gpu_model_download");
+}
+
+void gpu_model_zero_velocity(gpu_model *g) {
+    set_dev(g);
+    CUDA_CHECK(cudaMemsetAsync(g->vel, 0, g->L.n_params * sizeof(float), g->ctx.stream), "gpu_model_zero_velocity");
+    CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_zero_velocity");
+}
+
+/* ---- forward / backward ------------------------------------------------------------------- */
+
+/* Stem, blocks, global pool, fc: logits (n, classes) in t->logits from the input in t->x. */
+static void net_forward(gpu_model *g, gpu_net *t) {
+    const nn_layout *L = &g->L;
+    gpu_ctx *c = &g->ctx;
+    const float *P = g->params;
+    float *B = g->bn;
+    gpu_conv_forward(&t->conv1, c, t->c0, t->x, P + L->conv1);
+    gpu_bn_forward(&t->bn1, c, t->a0, t->c0, P + L->bn1_g, P + L->bn1_b, B + L->bn1_rm, B + L->bn1_rv);
+    const float *h = t->a0;
+    if (L->s.stem == MODEL_STEM_IMAGENET) {
+        gpu_pool_forward(&t->maxpool, c, t->p0, t->a0);
+        h = t->p0;
+    }
+    for (int i = 0; i < N_BLOCKS; i++) {
+        const block_def *d = &L->blk[i];
+        gpu_block *r = &t->b[i];
+        gpu_conv_forward(&r->conv1, c, r->c1, h, P + d->w1);
+        gpu_bn_forward(&r->bn1, c, r->a1, r->c1, P + d->g1, P + d->b1, B + d->rm1, B + d->rv1);
+        gpu_conv_forward(&r->conv2, c, r->c2, r->a1, P + d->w2);
+        gpu_bn_forward(&r->bn2, c, r->y, r->c2, P + d->g2, P + d->b2, B + d->rm2, B + d->rv2);
+        const float *sc = h;
+        if (d->down) {
+            gpu_conv_forward(&r->convd, c, r->cd, h, P + d->wd);
+            gpu_bn_forward(&r->bnd, c, r->sd, r->cd, P + d->gd, P + d->bd, B + d->rmd, B + d->rvd);
+            sc = r->sd;
+        }
+        gpu_add_forward(&r->res, c, r->y, r->y, sc);
+        h = r->y;
+    }
+    gpu_pool_forward(&t->gap, c, t->feat, h);
+    gpu_fc_forward(c, t->logits, t->feat, P + L->fc_w, P + L->fc_b, t->n, L->feat, L->s.n_classes);
+}
+
+/* Gradients of every parameter into g->grads from t->d_logits, in model_train_step's order.
+ * Per block, with dy = g[gy] the gradient of the block output and dx = g[1 − gy] that of its
+ * input: dy ·= [y > 0]; t0 = bn2'(dy); t1 = conv2'(t0); t0 = bn1'(t1 ·= [a1 > 0]);
+ * dx = conv1'(t0); then dx += convd'(bnd'(dy)) through t1, t2, or dx += dy. */
+static void net_backward(gpu_model *g, gpu_net *t) {
+    const nn_layout *L = &g->L;
+    gpu_ctx *c = &g->ctx;
+    const float *P = g->params;
+    float *G = g->grads;
+    const int n = t->n, k = L->s.n_classes;
+    gpu_fc_backward(c, t->d_feat, G + L->fc_w, G + L->fc_b, t->d_logits, t->feat, P + L->fc_w, n, L->feat, k);
+    int gy = 0;
+    gpu_pool_backward(&t->gap, c, t->g[gy], t->d_feat, NULL, NULL);
+    float *T0 = t->t[0], *T1 = t->t[1], *T2 = t->t[2];
+    for (int i = N_BLOCKS - 1; i >= 0; i--) {
+        const block_def *d = &L->blk[i];
+        gpu_block *r = &t->b[i];
+        const float *h = i > 0 ? t->b[i - 1].y : (L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0);
+        float *dy = t->g[gy], *dx = t->g[1 - gy];
+        gpu_add_backward(&r->res, c, dy, dy, r->y); /* the gradient of bn2's output and of the shortcut */
+        gpu_bn_backward(&r->bn2, c, T0, G + d->g2, G + d->b2, dy, r->c2, NULL, P + d->g2);
+        gpu_conv_backward(&r->conv2, c, T1, G + d->w2, T0, r->a1, P + d->w2);
+        gpu_bn_backward(&r->bn1, c, T0, G + d->g1, G + d->b1, T1, r->c1, r->a1, P + d->g1);
+        gpu_conv_backward(&r->conv1, c, dx, G + d->w1, T0, h, P + d->w1);
+        if (d->down) {
+            gpu_bn_backward(&r->bnd, c, T1, G + d->gd, G + d->bd, dy, r->cd, NULL, P + d->gd);
+            gpu_conv_backward(&r->convd, c, T2, G + d->wd, T1, h, P + d->wd);
+            gpu_add_forward(&r->acc, c, dx, dx, T2);
+        } else {
+            gpu_add_forward(&r->acc, c, dx, dx, dy);
+        }
+        gy = 1 - gy;
+    }
+    float *d0 = t->g[gy]; /* gradient of the stage-1 input */
+    if (L->s.stem == MODEL_STEM_IMAGENET) {
+        gpu_pool_backward(&t->maxpool, c, T0, d0, t->a0, t->p0);
+        d0 = T0;
+    }
+    gpu_bn_backward(&t->bn1, c, T1, G + L->bn1_g, G + L->bn1_b, d0, t->c0, t->a0, P + L->bn1_g);
+    gpu_conv_backward(&t->conv1, c, NULL, G + L->conv1, T1, t->x, P + L->conv1);
+}
+
+static void check_labels(const nn_layout *L, const int *y, int n) {
+    for (int i = 0; i < n; i++)
+        if (y[i] < 0 || y[i] >= L->s.n_classes) DIE("label %d of sample %d outside [0, %d)", y[i], i, L->s.n_classes);
+}
+
+static size_t input_nbytes(const nn_layout *L, int rows) {
+    return (size_t)rows * L->s.in_c * L->s.in_h * L->s.in_w * sizeof(float);
+}
+
+float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
+    set_dev(g);
+    const nn_layout *L = &g->L;
+    gpu_net *t = &g->train;
+    gpu_ctx *c = &g->ctx;
+    const int n = t->n, k = L->s.n_classes;
+    check_labels(L, y, n);
+    CUDA_CHECK(cudaMemcpyAsync(t->x, x, input_nbytes(L, n), cudaMemcpyHostToDevice, c->stream), "train step: input");
+    CUDA_CHECK(cudaMemcpyAsync(t->y, y, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, c->stream), "train step: labels");
+    const float *P = g->params;
+    float *G = g->grads;
+    if (L->s.arch == MODEL_LINEAR) { /* x is the (n, feat) input of the fc layer as it is */
+        gpu_fc_forward(c, t->logits, t->x, P + L->fc_w, P + L->fc_b, n, L->feat, k);
+        gpu_softmax_xent_forward(c, t->probs, t->losses, t->loss, t->logits, t->y, n, k);
+        gpu_softmax_xent_backward(c, t->d_logits, t->probs, t->y, n, k);
+        gpu_fc_backward(c, NULL, G + L->fc_w, G + L->fc_b, t->d_logits, t->x, P + L->fc_w, n, L->feat, k);
+    } else {
+        net_forward(g, t);
+        gpu_softmax_xent_forward(c, t->probs, t->losses, t->loss, t->logits, t->y, n, k);
+        gpu_softmax_xent_backward(c, t->d_logits, t->probs, t->y, n, k);
+        net_backward(g, t);
+    }
+    CUDA_CHECK(cudaMemcpyAsync(&g->host->loss, t->loss, sizeof(float), cudaMemcpyDeviceToHost, c->stream),
+               "train step: loss");
+    CUDA_CHECK(cudaStreamSynchronize(c->stream), "gpu_model_train_step");
+    return g->host->loss;
+}
+
+void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits) {
+    set_dev(g);
+    gpu_net *t = &g->eval;
+    gpu_ctx *c = &g->ctx;
+    const nn_layout *L = &g->L;
+    if (!t->built) DIE("gpu_model_eval on a model created with eval_batch 0");
+    if (n_valid < 0 || n_valid > t->n) DIE("gpu_model_eval: n_valid %d outside [0, %d]", n_valid, t->n);
+    if (n_valid == 0) return;
+    const int k = L->s.n_classes;
+    /* Only the valid rows move; rows are independent in inference (BN uses running statistics),
+     * so the stale rows beyond n_valid change nothing. */
+    CUDA_CHECK(cudaMemcpyAsync(t->x, x, input_nbytes(L, n_valid), cudaMemcpyHostToDevice, c->stream), "eval: input");
+    if (L->s.arch == MODEL_LINEAR)
+        gpu_fc_forward(c, t->logits, t->x, g->params + L->fc_w, g->params + L->fc_b, n_valid, L->feat, k);
+    else
+        net_forward(g, t);
+    CUDA_CHECK(cudaMemcpyAsync(logits, t->logits, (size_t)n_valid * k * sizeof(float), cudaMemcpyDeviceToHost, c->stream),
+               "eval: logits");
+    CUDA_CHECK(cudaStreamSynchronize(c->stream), "gpu_model_eval");
+}
+
+void gpu_model_train_logits(gpu_model *g, float *logits) {
+    set_dev(g);
+    const gpu_net *t = &g->train;
+    CUDA_CHECK(cudaMemcpyAsync(logits, t->logits, (size_t)t->n * g->L.s.n_classes * sizeof(float),
+                               cudaMemcpyDeviceToHost, g->ctx.stream),
+               "gpu_model_train_logits");
+    CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_train_logits");
+}
+
+int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int nesterov) {
+    set_dev(g);
+    gpu_ctx *c = &g->ctx;
+    gpu_sgd_update(c, g->params, g->grads, g->vel, g->L.n_params, alpha, mu, lambda, nesterov, g->bad);
+    CUDA_CHECK(cudaMemcpyAsync(&g->host->bad, g->bad, sizeof(int), cudaMemcpyDeviceToHost, c->stream),
+               "gpu_model_sgd_update");
+    CUDA_CHECK(cudaStreamSynchronize(c->stream), "gpu_model_sgd_update");
+    return g->host->bad == 0;
+}

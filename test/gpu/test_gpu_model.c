@@ -1,0 +1,237 @@
+/* test_gpu_model.c — the whole network of cuda/model.cu (cuda/gpu.h) against src/nn/model.c on
+ * the CPU (itself held to torchvision by test_model.c), from the same parameters, BN statistics
+ * and minibatches: ResNet-18 with the CIFAR stem (fp32 and tf32) and the ImageNet stem (7x7/2
+ * conv + max pool), and the linear model. For three steps: the training loss, the training
+ * logits, every parameter gradient (per tensor), the BN running statistics after the step, the
+ * evaluation logits of n_valid < eval_batch rows, and the SGD update (Nesterov) of params and
+ * velocity on the device against sgd_update on the host; then the non-finite flag, a velocity
+ * reset, and that the steps allocate no device memory (cudaMemGetInfo unchanged once every
+ * kernel has been loaded).
+ *
+ * Tolerances (relative L2 error per tensor, every one printed): fp32 5e-5 for losses, logits and
+ * running statistics, 5e-4 for gradients and updated parameters (two fp32 backends with
+ * different summation orders and convolution algorithms, through 18 layers with BN at small
+ * batches; the CPU itself is held to PyTorch at 1e-5 / 1e-4); tf32 5e-2 / 2e-1 (10-bit mantissas:
+ * a smoke test of that path, not a precision claim). After each step the host parameters and
+ * statistics are uploaded again, so every step compares one step of each backend from the same
+ * state; the SGD update is compared at 1e-6 (fp32 on both sides, the same formula).
+ *
+ * Without a GPU it prints one line and exits 0. The tests run in this process (CK_NOFORK):
+ * CUDA does not survive fork() after initialisation. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu.h"
+#include "nn/layout.h"
+#include "nn/model.h"
+#include "optim/sgd.h"
+#include "testutil.h"
+#include "util/util.h"
+
+static double rel_l2(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)got[i] - (double)want[i];
+        num += d * d;
+        den += (double)want[i] * (double)want[i];
+    }
+    if (!isfinite(num)) return INFINITY;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+#define CHECK_REL(what, got, want, n, tol)                                                                      \
+    do {                                                                                                        \
+        double r_ = rel_l2((got), (want), (n));                                                                 \
+        printf("    %-44s rel. error %.3g (tol %.0e)\n", (what), r_, (double)(tol));                            \
+        ck_assert_msg(r_ <= (tol), "%s: relative L2 error %.3g > %.1g", (what), r_, (double)(tol));               \
+    } while (0)
+
+/* Every parameter tensor's gradient within tol; prints the worst. */
+static void check_grads(const nn_layout *L, const float *got, const float *want, double tol) {
+    double worst = 0;
+    int wi = 0;
+    for (int i = 0; i < L->n_tensors; i++) {
+        const model_tensor *t = &L->tensors[i];
+        const double r = rel_l2(got + t->offset, want + t->offset, t->n);
+        ck_assert_msg(r <= tol, "gradient of %s: relative L2 error %.3g > %.1g", t->name, r, tol);
+        if (r > worst || i == 0) worst = r, wi = i;
+    }
+    printf("    %-44s rel. error %.3g (tol %.0e, %s)\n", "gradients, worst tensor", worst, tol, L->tensors[wi].name);
+}
+
+static void model_case(const char *name, model_spec s, gpu_precision prec) {
+    const double tol_fwd = prec == GPU_TF32 ? 5e-2 : 5e-5, tol_grad = prec == GPU_TF32 ? 2e-1 : 5e-4;
+    printf("  %s (%s)\n", name, prec == GPU_TF32 ? "tf32" : "fp32");
+    char err[ERRLEN];
+    model *m = model_create(&s, err, sizeof err);
+    ck_assert_msg(m != NULL, "model_create: %s", err);
+    model_init(m, 7);
+    nn_layout L;
+    ck_assert_msg(nn_layout_build(&L, &s, err, sizeof err) == 0, "%s", err);
+    gpu_model *g = gpu_model_create(&L, prec, err, sizeof err);
+    ck_assert_msg(g != NULL, "gpu_model_create: %s", err);
+    const size_t np = model_n_params(m), nb = model_n_bn(m);
+    ck_assert_uint_eq(np, L.n_params);
+    ck_assert_uint_eq(nb, L.n_bn);
+
+    /* A fresh model is all zeros on the device. */
+    float *gp = malloc(np * sizeof(float) + 4), *gg = malloc(np * sizeof(float) + 4), *gb = malloc(nb * sizeof(float) + 4);
+    gpu_model_download(g, GPU_PARAMS | GPU_GRADS | GPU_BN, gp, gg, gb);
+    for (size_t i = 0; i < np; i++) ck_assert_msg(gp[i] == 0.0f && gg[i] == 0.0f, "device vector not zero at %zu", i);
+    for (size_t i = 0; i < nb; i++) ck_assert_msg(gb[i] == 0.0f, "device bn not zero at %zu", i);
+
+    const int n = s.batch, ne = s.eval_batch, n_valid = ne > 1 ? ne - 1 : ne, k = s.n_classes;
+    const size_t in = (size_t)s.in_c * s.in_h * s.in_w;
+    float *x = malloc((size_t)n * in * sizeof(float)), *ex = malloc((size_t)ne * in * sizeof(float) + 4);
+    int *y = malloc((size_t)n * sizeof(int)), *ey = malloc((size_t)ne * sizeof(int) + 4);
+    float *vel = calloc(np, sizeof(float)), *logits = malloc((size_t)(n > ne ? n : ne) * k * sizeof(float));
+    rng_t r;
+    rng_seed(&r, 99);
+    const float alpha = 0.05f, mu = 0.9f, lambda = 1e-4f;
+    size_t free0 = 0, free1 = 0, total = 0;
+
+    for (int step = 0; step < 3; step++) {
+        printf("   step %d\n", step);
+        for (size_t i = 0; i < (size_t)n * in; i++) x[i] = (float)rng_normal(&r);
+        for (int i = 0; i < n; i++) y[i] = (int)rng_below(&r, (uint64_t)k);
+        for (size_t i = 0; i < (size_t)ne * in; i++) ex[i] = (float)rng_normal(&r);
+        for (int i = 0; i < ne; i++) ey[i] = (int)rng_below(&r, (uint64_t)k);
+        gpu_model_upload(g, GPU_PARAMS | GPU_BN, model_params(m), NULL, model_bn(m));
+
+        const float lc = model_train_step(m, x, y);
+        const float lg = gpu_model_train_step(g, x, y);
+        CHECK_REL("training loss", &lg, &lc, 1, tol_fwd);
+        gpu_model_train_logits(g, logits);
+        CHECK_REL("training logits", logits, model_logits(m, 0), (size_t)n * k, tol_fwd);
+        gpu_model_download(g, GPU_GRADS | GPU_BN, NULL, gg, gb);
+        check_grads(&L, gg, model_grads(m), tol_grad);
+        if (nb) CHECK_REL("BN running statistics", gb, model_bn(m), nb, tol_fwd);
+
+        /* Evaluation on the statistics just updated (the CPU's: the same up to tol_fwd). */
+        gpu_model_upload(g, GPU_BN, NULL, NULL, model_bn(m));
+        double ls = 0;
+        long t1 = 0, t5 = 0;
+        model_eval(m, ex, ey, n_valid, &ls, &t1, &t5);
+        gpu_model_eval(g, ex, n_valid, logits);
+        CHECK_REL("evaluation logits", logits, model_logits(m, 1), (size_t)n_valid * k, tol_fwd);
+
+        /* One update on each side from the same gradients (the CPU's). */
+        gpu_model_upload(g, GPU_GRADS, NULL, model_grads(m), NULL);
+        ck_assert_int_eq(sgd_update(model_params(m), model_grads(m), vel, np, alpha, mu, lambda, 1), 1);
+        ck_assert_int_eq(gpu_model_sgd_update(g, alpha, mu, lambda, 1), 1);
+        gpu_model_download(g, GPU_PARAMS, gp, NULL, NULL);
+        CHECK_REL("parameters after the SGD update", gp, model_params(m), np, 1e-6);
+        if (step == 0) {
+            ck_assert(cudaMemGetInfo(&free0, &total) == cudaSuccess);
+        }
+    }
+    ck_assert(cudaMemGetInfo(&free1, &total) == cudaSuccess);
+    printf("    free device memory after step 0 %zu, after step 2 %zu bytes\n", free0, free1);
+    ck_assert_msg(free1 == free0, "device memory changed during training: %zu -> %zu bytes free", free0, free1);
+
+    /* A non-finite gradient is reported; a zeroed velocity restarts the momentum. */
+    memcpy(gg, model_grads(m), np * sizeof(float));
+    gg[np / 2] = NAN;
+    gpu_model_upload(g, GPU_PARAMS | GPU_GRADS, model_params(m), gg, NULL);
+    ck_assert_int_eq(gpu_model_sgd_update(g, alpha, mu, lambda, 1), 0);
+    gpu_model_zero_velocity(g);
+    memset(vel, 0, np * sizeof(float));
+    gpu_model_upload(g, GPU_PARAMS | GPU_GRADS, model_params(m), model_grads(m), NULL);
+    ck_assert_int_eq(sgd_update(model_params(m), model_grads(m), vel, np, alpha, mu, lambda, 0), 1);
+    ck_assert_int_eq(gpu_model_sgd_update(g, alpha, mu, lambda, 0), 1);
+    gpu_model_download(g, GPU_PARAMS, gp, NULL, NULL);
+    CHECK_REL("parameters after a velocity reset", gp, model_params(m), np, 1e-6);
+
+    gpu_model_free(g);
+    model_free(m);
+    free(gp), free(gg), free(gb), free(x), free(ex), free(y), free(ey), free(vel), free(logits);
+}
+
+static model_spec cifar(int width, int batch, int eval_batch) {
+    model_spec s = {.arch = MODEL_RESNET18, .width = width, .stem = MODEL_STEM_CIFAR, .in_c = 3, .in_h = 32, .in_w = 32,
+                    .n_classes = 10, .batch = batch, .eval_batch = eval_batch, .threads = 0};
+    return s;
+}
+
+START_TEST(test_resnet_cifar_fp32) { model_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_FP32); }
+END_TEST
+
+START_TEST(test_resnet_cifar_odd) {
+    /* Width 3: parameter views off 16-byte alignment (the scalar paths, cuDNN on odd pointers),
+     * 1-channel input. */
+    model_spec s = cifar(3, 5, 4);
+    s.in_c = 1, s.in_h = s.in_w = 28;
+    model_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", s, GPU_FP32);
+}
+END_TEST
+
+START_TEST(test_resnet_cifar_tf32) { model_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_TF32); }
+END_TEST
+
+START_TEST(test_resnet_imagenet) {
+    model_spec s = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 64,
+                    .in_w = 64, .n_classes = 20, .batch = 4, .eval_batch = 3, .threads = 0};
+    model_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", s, GPU_FP32);
+}
+END_TEST
+
+START_TEST(test_linear) {
+    model_spec s = {.arch = MODEL_LINEAR, .in_c = 1, .in_h = 28, .in_w = 28, .n_classes = 10, .batch = 32,
+                    .eval_batch = 20, .threads = 0};
+    model_case("linear 784 -> 10, batch 32", s, GPU_FP32);
+}
+END_TEST
+
+START_TEST(test_errors) {
+    char err[ERRLEN];
+    model_spec s = cifar(8, 8, 6);
+    nn_layout L;
+    ck_assert_msg(nn_layout_build(&L, &s, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_null(gpu_model_create(&L, GPU_BF16, err, sizeof err));
+    printf("  expected error: %s\n", err);
+    ck_assert_msg(strstr(err, "bf16 is not built yet") != NULL, "%s", err);
+    model_spec one = cifar(8, 1, 0);
+    one.in_h = one.in_w = 8; /* last stage 1x1 with batch 1: one value per BN channel */
+    ck_assert_msg(nn_layout_build(&L, &one, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_null(gpu_model_create(&L, GPU_FP32, err, sizeof err));
+    printf("  expected error: %s\n", err);
+}
+END_TEST
+
+int main(void) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count < 1) {
+        printf("test_gpu_model: no GPU: skipped (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+        return 0;
+    }
+    char buf[256], err[ERRLEN];
+    gpu_version(buf, sizeof buf);
+    printf("test_gpu_model: %s\n", buf);
+    if (gpu_select(0, 1, buf, sizeof buf, err, sizeof err) != 0) {
+        printf("test_gpu_model: gpu_select: %s\n", err);
+        return 1;
+    }
+    printf("test_gpu_model: %s\n", buf);
+
+    Suite *s = suite_create("gpu_model");
+    TCase *tc = tcase_create("gpu_vs_cpu");
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_linear);
+    tcase_add_test(tc, test_resnet_cifar_fp32);
+    tcase_add_test(tc, test_resnet_cifar_odd);
+    tcase_add_test(tc, test_resnet_imagenet);
+    tcase_add_test(tc, test_resnet_cifar_tf32);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    const int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,628 @@
+/* test_gpu_ops.c — every layer of cuda/layers.h (cuDNN, cuBLAS, our kernels) against its CPU twin
+ * in src/nn/layers.h (oneDNN; itself held to PyTorch by test_layers.c), on fresh random inputs
+ * (fixed seeds, so a failure reproduces): convolution forward / backward data / backward filter
+ * (3x3/1 on 3 and 1 input channels, 3x3/2, 1x1/2 downsample, 7x7/2 stem; training and inference
+ * layers; without the input gradient as the stem runs), BN training forward with the running
+ * statistics, backward and inference, with and without the fused ReLU; ReLU; add + ReLU forward
+ * and backward and the in-place accumulation; max pooling 3x3/2 pad 1; global average pooling;
+ * fc; softmax cross-entropy; the SGD update (Nesterov and heavy ball, with a non-finite case).
+ * Elementwise ops run on aligned buffers (the float4 path) and on views one float off (the
+ * scalar path), with counts that are not multiples of 4.
+ *
+ * Tolerances (relative L2 error ||gpu − cpu|| / ||cpu|| per tensor, every one printed): 1e-5 in
+ * fp32 (GPU_FP32: FMA math in cuDNN, no TF32 in cuBLAS; the summation orders differ); 5e-3 for
+ * convolutions and fc in tf32 (10-bit mantissa inputs); 0 where both sides compute the same
+ * single operation (ReLU, add, max); 1e-6 for max-pool gradients (sums of up to four window
+ * contributions in another order).
+ *
+ * Without a GPU (cudaGetDeviceCount fails or finds none) it checks that gpu_select reports it
+ * ("no CUDA GPU visible: ..."), prints one line and exits 0. CUDA
+ * does not survive fork() after initialisation, so the tests run in this process (CK_NOFORK). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "layers.h" /* cuda/layers.h: the GPU layers (-Icuda) */
+#include "nn/layers.h"
+#include "optim/sgd.h"
+#include "testutil.h"
+#include "util/util.h"
+
+#define TOL_FP32 1e-5
+#define TOL_TF32 5e-3
+
+static double rel_l2(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = (double)got[i] - (double)want[i];
+        num += d * d;
+        den += (double)want[i] * (double)want[i];
+    }
+    if (!isfinite(num)) return INFINITY;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+#define CHECK_REL(what, got, want, n, tol)                                                                      \
+    do {                                                                                                        \
+        double r_ = rel_l2((got), (want), (n));                                                                 \
+        printf("    %-44s rel. error %.3g (tol %.0e)\n", (what), r_, (double)(tol));                            \
+        ck_assert_msg(r_ <= (tol), "%s: relative L2 error %.3g > %.1g", (what), r_, (double)(tol));               \
+    } while (0)
+
+/* ---- buffers: host random, device copies (freed at the end of each test) ---- */
+
+#define MAX_BUFS 64
+static void *dev_bufs[MAX_BUFS];
+static int n_dev_bufs;
+
+static void *d_alloc(size_t nbytes) {
+    void *d = NULL;
+    cudaError_t e = cudaMalloc(&d, nbytes ? nbytes : 4);
+    ck_assert_msg(e == cudaSuccess, "cudaMalloc(%zu): %s", nbytes, cudaGetErrorString(e));
+    ck_assert_int_lt(n_dev_bufs, MAX_BUFS);
+    dev_bufs[n_dev_bufs++] = d;
+    return d;
+}
+
+static float *d_from(const float *h, size_t n) {
+    float *d = d_alloc(n * sizeof(float));
+    cudaError_t e = cudaMemcpy(d, h, n * sizeof(float), cudaMemcpyHostToDevice);
+    ck_assert_msg(e == cudaSuccess, "cudaMemcpy: %s", cudaGetErrorString(e));
+    return d;
+}
+
+static float *d_zero(size_t n) {
+    float *d = d_alloc(n * sizeof(float));
+    ck_assert(cudaMemset(d, 0, n * sizeof(float)) == cudaSuccess);
+    return d;
+}
+
+/* Host copy of n device floats, after everything enqueued so far (the contexts' streams are
+ * blocking: the legacy-stream cudaMemcpy waits for them). Free with free(). */
+static float *h_from(const float *d, size_t n) {
+    float *h = malloc(n * sizeof(float) + 4);
+    cudaError_t e = cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost);
+    ck_assert_msg(e == cudaSuccess, "cudaMemcpy: %s", cudaGetErrorString(e));
+    return h;
+}
+
+static void d_free_all(void) {
+    ck_assert_msg(cudaDeviceSynchronize() == cudaSuccess, "asynchronous error: %s", cudaGetErrorString(cudaGetLastError()));
+    for (int i = 0; i < n_dev_bufs; i++) cudaFree(dev_bufs[i]);
+    n_dev_bufs = 0;
+}
+
+static float *rnd(rng_t *r, size_t n, double scale, double shift) {
+    float *p = malloc(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) p[i] = (float)(shift + scale * rng_normal(r));
+    return p;
+}
+
+static void gctx(gpu_ctx *c, gpu_precision prec) {
+    char err[ERRLEN];
+    ck_assert_msg(gpu_ctx_init(c, prec, err, sizeof err) == 0, "gpu_ctx_init: %s", err);
+}
+
+static void cctx(nn_ctx *c) {
+    char err[ERRLEN];
+    ck_assert_msg(nn_ctx_init(c, err, sizeof err) == 0, "nn_ctx_init: %s", err);
+}
+
+static void commit(gpu_ctx *c) {
+    char err[ERRLEN];
+    ck_assert_msg(gpu_ctx_commit(c, err, sizeof err) == 0, "gpu_ctx_commit: %s", err);
+}
+
+static const char *label(char *buf, size_t n, const char *name, const char *quantity) {
+    snprintf(buf, n, "%s: %s", name, quantity);
+    return buf;
+}
+
+/* ---- convolution ---- */
+
+static void conv_case(const char *name, gpu_precision prec, int n, int ic, int ih, int iw, int oc, int k, int stride,
+                      int pad, int need_dinp) {
+    const double tol = prec == GPU_TF32 ? TOL_TF32 : TOL_FP32;
+    printf("  %s %s (%d, %d, %d, %d) -> %d channels, %dx%d/%d pad %d%s\n", name, prec == GPU_TF32 ? "tf32" : "fp32", n,
+           ic, ih, iw, oc, k, k, stride, pad, need_dinp ? "" : ", no input gradient");
+    char err[ERRLEN], lab[128];
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)(ic * 131 + k * 7 + stride), (uint64_t)(oc * 17 + ih)));
+    const int oh = (ih + 2 * pad - k) / stride + 1, ow = (iw + 2 * pad - k) / stride + 1;
+    const size_t nx = (size_t)n * ic * ih * iw, nw = (size_t)oc * ic * k * k, ny = (size_t)n * oc * oh * ow;
+    float *x = rnd(&r, nx, 1.0, 0.0), *w = rnd(&r, nw, sqrt(2.0 / (ic * k * k)), 0.0), *dy = rnd(&r, ny, 1.0, 0.0);
+
+    /* CPU reference on plain nchw buffers. */
+    nn_ctx cc;
+    cctx(&cc);
+    dnnl_memory_desc_t xmd = nn_md4(n, ic, ih, iw, dnnl_nchw), ymd = nn_md4(n, oc, oh, ow, dnnl_nchw);
+    conv_layer cl;
+    ck_assert_msg(conv_init(&cl, &cc, name, n, ic, ih, iw, oc, k, stride, pad, &xmd, &ymd, NN_TRAIN, 1, err, sizeof err) == 0,
+                  "%s", err);
+    float *y_ref = nn_alloc(ny * sizeof(float)), *dx_ref = nn_alloc(nx * sizeof(float)), *dw_ref = nn_alloc(nw * sizeof(float));
+    conv_forward(&cl, &cc, y_ref, x, w);
+    conv_backward(&cl, &cc, dx_ref, dw_ref, dy, x);
+
+    gpu_ctx gc;
+    gctx(&gc, prec);
+    gpu_conv_layer gl;
+    ck_assert_msg(gpu_conv_init(&gl, &gc, name, n, ic, ih, iw, oc, k, stride, pad, GPU_TRAIN, need_dinp, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_int_eq(gl.oh, oh);
+    ck_assert_int_eq(gl.ow, ow);
+    float *gx = d_from(x, nx), *gw = d_from(w, nw), *gdy = d_from(dy, ny);
+    float *gy = d_zero(ny), *gdx = d_zero(nx), *gdw = d_zero(nw);
+    ck_assert_msg(gpu_conv_tune(&gl, &gc, gx, gw, gy, need_dinp ? gdx : NULL, gdw, err, sizeof err) == 0, "%s", err);
+    commit(&gc);
+    char algos[256];
+    gpu_conv_algos(&gl, algos, sizeof algos);
+    printf("    algorithms: %s\n", algos);
+    gpu_conv_forward(&gl, &gc, gy, gx, gw);
+    gpu_conv_backward(&gl, &gc, need_dinp ? gdx : NULL, gdw, gdy, gx, gw);
+    float *y = h_from(gy, ny), *dw = h_from(gdw, nw);
+    CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, ny, tol);
+    CHECK_REL(label(lab, sizeof lab, name, "weight gradient"), dw, dw_ref, nw, tol);
+    if (need_dinp) {
+        float *dx = h_from(gdx, nx);
+        CHECK_REL(label(lab, sizeof lab, name, "input gradient"), dx, dx_ref, nx, tol);
+        free(dx);
+    }
+
+    /* The inference layer (forward only) gives the same output. */
+    gpu_conv_layer gi;
+    ck_assert_msg(gpu_conv_init(&gi, &gc, name, n, ic, ih, iw, oc, k, stride, pad, GPU_INFER, 0, err, sizeof err) == 0,
+                  "%s", err);
+    float *gyi = d_zero(ny);
+    ck_assert_msg(gpu_conv_tune(&gi, &gc, gx, gw, gyi, NULL, NULL, err, sizeof err) == 0, "%s", err);
+    commit(&gc);
+    gpu_conv_forward(&gi, &gc, gyi, gx, gw);
+    float *yi = h_from(gyi, ny);
+    CHECK_REL(label(lab, sizeof lab, name, "inference forward"), yi, y_ref, ny, tol);
+
+    gpu_conv_free(&gl);
+    gpu_conv_free(&gi);
+    d_free_all();
+    gpu_ctx_free(&gc);
+    conv_free(&cl);
+    nn_ctx_free(&cc);
+    free(x), free(w), free(dy), free(y_ref), free(dx_ref), free(dw_ref), free(y), free(dw), free(yi);
+}
+
+START_TEST(test_conv_fp32) {
+    conv_case("conv 3x3s1 c3", GPU_FP32, 4, 3, 16, 16, 16, 3, 1, 1, 1);
+    conv_case("conv 3x3s1 c3 stem", GPU_FP32, 4, 3, 16, 16, 16, 3, 1, 1, 0);
+    conv_case("conv 3x3s1 c1", GPU_FP32, 4, 1, 14, 14, 8, 3, 1, 1, 1);
+    conv_case("conv 3x3s1 c1 stem", GPU_FP32, 4, 1, 14, 14, 8, 3, 1, 1, 0);
+    conv_case("conv 3x3s1", GPU_FP32, 4, 16, 12, 12, 16, 3, 1, 1, 1);
+    conv_case("conv 3x3s2", GPU_FP32, 4, 16, 16, 16, 32, 3, 2, 1, 1);
+    conv_case("conv 3x3s2 odd", GPU_FP32, 3, 8, 9, 9, 16, 3, 2, 1, 1);
+    conv_case("conv 1x1s2", GPU_FP32, 4, 16, 16, 16, 32, 1, 2, 0, 1);
+    conv_case("conv 7x7s2 stem", GPU_FP32, 2, 3, 32, 32, 16, 7, 2, 3, 0);
+    conv_case("conv 7x7s2", GPU_FP32, 2, 3, 33, 33, 16, 7, 2, 3, 1);
+}
+END_TEST
+
+START_TEST(test_conv_tf32) {
+    conv_case("conv 3x3s1 c3", GPU_TF32, 4, 3, 16, 16, 16, 3, 1, 1, 1);
+    conv_case("conv 3x3s1", GPU_TF32, 4, 32, 12, 12, 32, 3, 1, 1, 1);
+    conv_case("conv 3x3s2", GPU_TF32, 4, 16, 16, 16, 32, 3, 2, 1, 1);
+    conv_case("conv 1x1s2", GPU_TF32, 4, 16, 16, 16, 32, 1, 2, 0, 1);
+    conv_case("conv 7x7s2 stem", GPU_TF32, 2, 3, 32, 32, 16, 7, 2, 3, 0);
+}
+END_TEST
+
+/* ---- batch normalisation ---- */
+
+static void bn_case(const char *name, int relu, int n, int ch, int h, int w) {
+    printf("  %s (%d, %d, %d, %d)%s\n", name, n, ch, h, w, relu ? " + relu" : "");
+    char err[ERRLEN], lab[128];
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)(n * 1000 + ch), (uint64_t)(h * 10 + w + relu)));
+    const size_t nx = (size_t)n * ch * h * w, hw = (size_t)h * w;
+    float *x = rnd(&r, nx, 2.0, 0.0);
+    for (size_t i = 0; i < nx; i++) x[i] += (float)(0.5 * ((i / hw) % ch)); /* a different mean per channel */
+    float *gamma = rnd(&r, (size_t)ch, 0.2, 1.0), *beta = rnd(&r, (size_t)ch, 0.2, 0.0);
+    float *rm = rnd(&r, (size_t)ch, 0.1, 0.0), *rv = malloc((size_t)ch * sizeof(float));
+    for (int i = 0; i < ch; i++) rv[i] = (float)(0.5 + rng_uniform(&r));
+    float *dy = rnd(&r, nx, 1.0, 0.0);
+    float *rm_ref = malloc((size_t)ch * sizeof(float)), *rv_ref = malloc((size_t)ch * sizeof(float));
+    memcpy(rm_ref, rm, (size_t)ch * sizeof(float));
+    memcpy(rv_ref, rv, (size_t)ch * sizeof(float));
+
+    nn_ctx cc;
+    cctx(&cc);
+    dnnl_memory_desc_t md = nn_md4(n, ch, h, w, dnnl_nchw);
+    bn_layer cb, cbi;
+    ck_assert_msg(bn_init(&cb, &cc, name, &md, relu, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(bn_init(&cbi, &cc, name, &md, relu, NN_INFER, err, sizeof err) == 0, "%s", err);
+    float *y_ref = nn_alloc(nx * sizeof(float)), *dx_ref = nn_alloc(nx * sizeof(float)), *yi_ref = nn_alloc(nx * sizeof(float));
+    float *dg_ref = nn_alloc((size_t)ch * sizeof(float)), *db_ref = nn_alloc((size_t)ch * sizeof(float));
+    bn_forward(&cb, &cc, y_ref, x, gamma, beta, rm_ref, rv_ref);
+    bn_backward(&cb, &cc, dx_ref, dg_ref, db_ref, dy, x, gamma, beta);
+    bn_forward(&cbi, &cc, yi_ref, x, gamma, beta, rm_ref, rv_ref);
+
+    gpu_ctx gc;
+    gctx(&gc, GPU_FP32);
+    gpu_bn_layer gb, gbi;
+    ck_assert_msg(gpu_bn_init(&gb, &gc, name, n, ch, h, w, relu, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(gpu_bn_init(&gbi, &gc, name, n, ch, h, w, relu, GPU_INFER, err, sizeof err) == 0, "%s", err);
+    commit(&gc);
+    float *gx = d_from(x, nx), *gg = d_from(gamma, (size_t)ch), *gbe = d_from(beta, (size_t)ch);
+    float *grm = d_from(rm, (size_t)ch), *grv = d_from(rv, (size_t)ch), *gdy = d_from(dy, nx);
+    float *gy = d_zero(nx), *gdx = d_zero(nx), *gyi = d_zero(nx), *gdg = d_zero((size_t)ch), *gdb = d_zero((size_t)ch);
+    gpu_bn_forward(&gb, &gc, gy, gx, gg, gbe, grm, grv);
+    gpu_bn_backward(&gb, &gc, gdx, gdg, gdb, gdy, gx, gy, gg);
+    gpu_bn_forward(&gbi, &gc, gyi, gx, gg, gbe, grm, grv);
+    float *y = h_from(gy, nx), *dx = h_from(gdx, nx), *yi = h_from(gyi, nx);
+    float *rm1 = h_from(grm, (size_t)ch), *rv1 = h_from(grv, (size_t)ch);
+    float *dg = h_from(gdg, (size_t)ch), *db = h_from(gdb, (size_t)ch);
+    CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, nx, TOL_FP32);
+    CHECK_REL(label(lab, sizeof lab, name, "running mean"), rm1, rm_ref, (size_t)ch, TOL_FP32);
+    CHECK_REL(label(lab, sizeof lab, name, "running var (unbiased)"), rv1, rv_ref, (size_t)ch, TOL_FP32);
+    CHECK_REL(label(lab, sizeof lab, name, "input gradient"), dx, dx_ref, nx, TOL_FP32);
+    CHECK_REL(label(lab, sizeof lab, name, "gamma gradient"), dg, dg_ref, (size_t)ch, TOL_FP32);
+    CHECK_REL(label(lab, sizeof lab, name, "beta gradient"), db, db_ref, (size_t)ch, TOL_FP32);
+    CHECK_REL(label(lab, sizeof lab, name, "inference forward"), yi, yi_ref, nx, TOL_FP32);
+
+    gpu_bn_free(&gb);
+    gpu_bn_free(&gbi);
+    d_free_all();
+    gpu_ctx_free(&gc);
+    bn_free(&cb);
+    bn_free(&cbi);
+    nn_ctx_free(&cc);
+    free(x), free(gamma), free(beta), free(rm), free(rv), free(dy), free(rm_ref), free(rv_ref), free(y_ref);
+    free(dx_ref), free(yi_ref), free(dg_ref), free(db_ref), free(y), free(dx), free(yi), free(rm1), free(rv1);
+    free(dg), free(db);
+}
+
+START_TEST(test_bn) {
+    bn_case("bn", 0, 8, 16, 6, 6);
+    bn_case("bn+relu", 1, 8, 16, 6, 6);
+    bn_case("bn+relu 2x2", 1, 4, 32, 2, 2);
+    bn_case("bn+relu stem", 1, 2, 8, 16, 16);
+    bn_case("bn 1x1", 0, 5, 24, 1, 1);
+}
+END_TEST
+
+/* ---- ReLU, add + ReLU ---- */
+
+/* off: the views start off floats into their buffers (1: unaligned, the scalar path). */
+static void elementwise_case(int n, int ch, int h, int w, int off) {
+    printf("  elementwise (%d, %d, %d, %d), offset %d\n", n, ch, h, w, off);
+    char err[ERRLEN];
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)(n * ch * h * w), (uint64_t)off));
+    const size_t cnt = (size_t)n * ch * h * w, nb = cnt + (size_t)off;
+    float *a = rnd(&r, nb, 1.0, 0.0), *b = rnd(&r, nb, 1.0, 0.0), *dy = rnd(&r, nb, 1.0, 0.0);
+
+    nn_ctx cc;
+    cctx(&cc);
+    dnnl_memory_desc_t md = nn_md4(n, ch, h, w, dnnl_nchw);
+    relu_layer cr;
+    add_layer ca, cacc;
+    ck_assert_msg(relu_init(&cr, &cc, "relu", &md, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(add_init(&ca, &cc, "add_relu", &md, &md, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(add_init(&cacc, &cc, "add", &md, &md, 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    float *relu_ref = nn_alloc(cnt * 4), *drelu_ref = nn_alloc(cnt * 4), *add_ref = nn_alloc(cnt * 4);
+    float *dadd_ref = nn_alloc(cnt * 4), *acc_ref = nn_alloc(cnt * 4);
+    const float *ah = a + off, *bh = b + off, *dyh = dy + off;
+    relu_forward(&cr, &cc, relu_ref, ah);
+    relu_backward(&cr, &cc, drelu_ref, dyh, relu_ref);
+    add_forward(&ca, &cc, add_ref, ah, bh);
+    add_backward(&ca, &cc, dadd_ref, dyh, add_ref);
+    add_forward(&cacc, &cc, acc_ref, ah, bh);
+
+    gpu_ctx gc;
+    gctx(&gc, GPU_FP32);
+    gpu_relu_layer gr;
+    gpu_add_layer ga, gacc;
+    ck_assert_msg(gpu_relu_init(&gr, &gc, "relu", n, ch, h, w, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(gpu_add_init(&ga, &gc, "add_relu", n, ch, h, w, 1, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(gpu_add_init(&gacc, &gc, "add", n, ch, h, w, 0, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
+    float *ga_ = d_from(a, nb) + off, *gb_ = d_from(b, nb) + off, *gdy = d_from(dy, nb) + off;
+    float *gy = d_zero(nb) + off, *gdx = d_zero(nb) + off;
+
+    gpu_relu_forward(&gr, &gc, gy, ga_);
+    float *t = h_from(gy, cnt);
+    CHECK_REL("relu forward", t, relu_ref, cnt, 0.0);
+    free(t);
+    gpu_relu_backward(&gr, &gc, gdx, gdy, gy);
+    t = h_from(gdx, cnt);
+    CHECK_REL("relu backward", t, drelu_ref, cnt, 0.0);
+    free(t);
+    float *gcopy = d_from(a, nb) + off; /* in place */
+    gpu_relu_forward(&gr, &gc, gcopy, gcopy);
+    t = h_from(gcopy, cnt);
+    CHECK_REL("relu forward in place", t, relu_ref, cnt, 0.0);
+    free(t);
+
+    gpu_add_forward(&ga, &gc, gy, ga_, gb_);
+    t = h_from(gy, cnt);
+    CHECK_REL("add+relu forward", t, add_ref, cnt, 0.0);
+    free(t);
+    float *gdy2 = d_from(dy, nb) + off; /* in place, as the model runs it */
+    gpu_add_backward(&ga, &gc, gdy2, gdy2, gy);
+    t = h_from(gdy2, cnt);
+    CHECK_REL("add+relu backward in place", t, dadd_ref, cnt, 0.0);
+    free(t);
+    float *gsum = d_from(a, nb) + off; /* dx += other */
+    gpu_add_forward(&gacc, &gc, gsum, gsum, gb_);
+    t = h_from(gsum, cnt);
+    CHECK_REL("add in place (accumulate)", t, acc_ref, cnt, 0.0);
+    free(t);
+    float *gres = d_from(a, nb) + off; /* the residual add: out == a with ReLU */
+    gpu_add_forward(&ga, &gc, gres, gres, gb_);
+    t = h_from(gres, cnt);
+    CHECK_REL("add+relu in place", t, add_ref, cnt, 0.0);
+    free(t);
+
+    d_free_all();
+    gpu_ctx_free(&gc);
+    relu_free(&cr);
+    add_free(&ca);
+    add_free(&cacc);
+    nn_ctx_free(&cc);
+    free(a), free(b), free(dy), free(relu_ref), free(drelu_ref), free(add_ref), free(dadd_ref), free(acc_ref);
+}
+
+START_TEST(test_elementwise) {
+    elementwise_case(2, 8, 6, 6, 0);
+    elementwise_case(2, 8, 6, 6, 1);
+    elementwise_case(3, 5, 7, 3, 0);
+    elementwise_case(3, 5, 7, 3, 1);
+    elementwise_case(64, 64, 16, 16, 0); /* larger than one grid of the grid-stride loop */
+}
+END_TEST
+
+/* ---- pooling ---- */
+
+static void pool_case(const char *name, int max, int n, int ch, int h, int w) {
+    printf("  %s (%d, %d, %d, %d)\n", name, n, ch, h, w);
+    char err[ERRLEN], lab[128];
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)(n * ch), (uint64_t)(h * 100 + w + max)));
+    nn_ctx cc;
+    cctx(&cc);
+    dnnl_memory_desc_t md = nn_md4(n, ch, h, w, dnnl_nchw);
+    pool_layer cp;
+    ck_assert_msg(pool_init(&cp, &cc, name, &md, max, 3, 2, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    const size_t nx = (size_t)n * ch * h * w, ny = (size_t)n * ch * cp.oh * cp.ow;
+    float *x = rnd(&r, nx, 1.0, 0.0), *dy = rnd(&r, ny, 1.0, 0.0);
+    float *y_ref = nn_alloc(ny * 4), *dx_ref = nn_alloc(nx * 4);
+    pool_forward(&cp, &cc, y_ref, x);
+    pool_backward(&cp, &cc, dx_ref, dy);
+
+    gpu_ctx gc;
+    gctx(&gc, GPU_FP32);
+    gpu_pool_layer gp, gpi;
+    ck_assert_msg(gpu_pool_init(&gp, &gc, name, n, ch, h, w, max, 3, 2, 1, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(gpu_pool_init(&gpi, &gc, name, n, ch, h, w, max, 3, 2, 1, GPU_INFER, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(gp.oh, cp.oh);
+    ck_assert_int_eq(gp.ow, cp.ow);
+    float *gx = d_from(x, nx), *gdy = d_from(dy, ny), *gy = d_zero(ny), *gyi = d_zero(ny), *gdx = d_zero(nx);
+    gpu_pool_forward(&gp, &gc, gy, gx);
+    gpu_pool_backward(&gp, &gc, gdx, gdy, gx, gy);
+    gpu_pool_forward(&gpi, &gc, gyi, gx);
+    float *y = h_from(gy, ny), *dx = h_from(gdx, nx), *yi = h_from(gyi, ny);
+    CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, ny, max ? 0.0 : 1e-6);
+    CHECK_REL(label(lab, sizeof lab, name, "backward"), dx, dx_ref, nx, 1e-6);
+    CHECK_REL(label(lab, sizeof lab, name, "inference forward"), yi, y_ref, ny, max ? 0.0 : 1e-6);
+    gpu_pool_free(&gp);
+    gpu_pool_free(&gpi);
+    d_free_all();
+    gpu_ctx_free(&gc);
+    pool_free(&cp);
+    nn_ctx_free(&cc);
+    free(x), free(dy), free(y_ref), free(dx_ref), free(y), free(dx), free(yi);
+}
+
+START_TEST(test_pool) {
+    pool_case("maxpool 9x9", 1, 2, 8, 9, 9);
+    pool_case("maxpool 12x12", 1, 2, 8, 12, 12);
+    pool_case("maxpool 56x56", 1, 2, 4, 56, 56);
+    pool_case("avgpool 7x7", 0, 4, 16, 7, 7);
+    pool_case("avgpool 4x4", 0, 2, 8, 4, 4);
+    pool_case("avgpool 1x1", 0, 3, 5, 1, 1);
+    pool_case("avgpool 9x9", 0, 2, 64, 9, 9); /* planes of more than 32 values */
+}
+END_TEST
+
+/* ---- fully connected ---- */
+
+static void fc_case(gpu_precision prec, int n, int nin, int nout) {
+    const double tol = prec == GPU_TF32 ? TOL_TF32 : TOL_FP32;
+    printf("  fc %s (%d, %d) -> %d\n", prec == GPU_TF32 ? "tf32" : "fp32", n, nin, nout);
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)n, (uint64_t)(nin * 10000 + nout)));
+    const size_t nx = (size_t)n * nin, nw = (size_t)nout * nin, ny = (size_t)n * nout;
+    float *x = rnd(&r, nx, 1.0, 0.0), *w = rnd(&r, nw, 1.0 / sqrt(nin), 0.0), *b = rnd(&r, (size_t)nout, 0.1, 0.0);
+    float *dy = rnd(&r, ny, 1.0, 0.0);
+    float *y_ref = malloc(ny * 4), *dx_ref = malloc(nx * 4), *dw_ref = malloc(nw * 4), *db_ref = malloc((size_t)nout * 4);
+    fc_forward(y_ref, x, w, b, n, nin, nout);
+    fc_backward(dx_ref, dw_ref, db_ref, dy, x, w, n, nin, nout);
+
+    gpu_ctx gc;
+    gctx(&gc, prec);
+    float *gx = d_from(x, nx), *gw = d_from(w, nw), *gb = d_from(b, (size_t)nout), *gdy = d_from(dy, ny);
+    float *gy = d_zero(ny), *gdx = d_zero(nx), *gdw = d_zero(nw), *gdb = d_zero((size_t)nout);
+    gpu_fc_forward(&gc, gy, gx, gw, gb, n, nin, nout);
+    gpu_fc_backward(&gc, gdx, gdw, gdb, gdy, gx, gw, n, nin, nout);
+    float *y = h_from(gy, ny), *dx = h_from(gdx, nx), *dw = h_from(gdw, nw), *db = h_from(gdb, (size_t)nout);
+    CHECK_REL("fc forward", y, y_ref, ny, tol);
+    CHECK_REL("fc input gradient", dx, dx_ref, nx, tol);
+    CHECK_REL("fc weight gradient", dw, dw_ref, nw, tol);
+    CHECK_REL("fc bias gradient", db, db_ref, (size_t)nout, TOL_FP32);
+    gpu_fc_backward(&gc, NULL, gdw, gdb, gdy, gx, gw, n, nin, nout); /* without the input gradient */
+    float *dw2 = h_from(gdw, nw);
+    CHECK_REL("fc weight gradient (no input gradient)", dw2, dw_ref, nw, tol);
+    d_free_all();
+    gpu_ctx_free(&gc);
+    free(x), free(w), free(b), free(dy), free(y_ref), free(dx_ref), free(dw_ref), free(db_ref), free(y), free(dx);
+    free(dw), free(db), free(dw2);
+}
+
+START_TEST(test_fc) {
+    fc_case(GPU_FP32, 8, 64, 10);
+    fc_case(GPU_FP32, 32, 512, 1000);
+    fc_case(GPU_FP32, 5, 3, 7);
+    fc_case(GPU_FP32, 16, 784, 10); /* the linear model on 28x28 inputs */
+    fc_case(GPU_TF32, 32, 512, 1000);
+    fc_case(GPU_TF32, 8, 64, 10);
+}
+END_TEST
+
+/* ---- softmax cross-entropy ---- */
+
+static void xent_case(int n, int k, double scale) {
+    printf("  softmax cross-entropy (%d, %d), logits scale %g\n", n, k, scale);
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)n, (uint64_t)k));
+    const size_t nl = (size_t)n * k;
+    float *z = rnd(&r, nl, scale, 0.0);
+    int *y = malloc((size_t)n * sizeof(int));
+    for (int i = 0; i < n; i++) y[i] = (int)rng_below(&r, (uint64_t)k);
+    float *p_ref = malloc(nl * 4), *l_ref = malloc((size_t)n * 4), *d_ref = malloc(nl * 4);
+    const float loss_ref = softmax_xent_forward(p_ref, l_ref, z, y, n, k);
+    softmax_xent_backward(d_ref, p_ref, y, n, k);
+
+    gpu_ctx gc;
+    gctx(&gc, GPU_FP32);
+    float *gz = d_from(z, nl), *gp = d_zero(nl), *gl = d_zero((size_t)n), *gloss = d_zero(1), *gd = d_zero(nl);
+    int *gyl = d_alloc((size_t)n * sizeof(int));
+    ck_assert(cudaMemcpy(gyl, y, (size_t)n * sizeof(int), cudaMemcpyHostToDevice) == cudaSuccess);
+    gpu_softmax_xent_forward(&gc, gp, gl, gloss, gz, gyl, n, k);
+    gpu_softmax_xent_backward(&gc, gd, gp, gyl, n, k);
+    float *p = h_from(gp, nl), *l = h_from(gl, (size_t)n), *loss = h_from(gloss, 1), *d = h_from(gd, nl);
+    CHECK_REL("probabilities", p, p_ref, nl, TOL_FP32);
+    CHECK_REL("per-row losses", l, l_ref, (size_t)n, TOL_FP32);
+    CHECK_REL("mean loss", loss, &loss_ref, 1, TOL_FP32);
+    CHECK_REL("logit gradient", d, d_ref, nl, TOL_FP32);
+    d_free_all();
+    gpu_ctx_free(&gc);
+    free(z), free(y), free(p_ref), free(l_ref), free(d_ref), free(p), free(l), free(loss), free(d);
+}
+
+START_TEST(test_softmax_xent) {
+    xent_case(16, 10, 3.0);
+    xent_case(64, 1000, 20.0);
+    xent_case(5, 33, 80.0); /* exp would overflow without the row maximum */
+    xent_case(300, 10, 1.0); /* more rows than one block's threads (the mean) */
+}
+END_TEST
+
+/* ---- SGD ---- */
+
+static void sgd_case(size_t n, int off, int nesterov, int poison) {
+    printf("  sgd n %zu, offset %d, %s%s\n", n, off, nesterov ? "Nesterov" : "heavy ball",
+           poison ? ", one non-finite gradient" : "");
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)n, (uint64_t)(off * 4 + nesterov * 2 + poison)));
+    const size_t nb = n + (size_t)off;
+    float *th = rnd(&r, nb, 1.0, 0.0), *g = rnd(&r, nb, 0.1, 0.0), *v = rnd(&r, nb, 0.1, 0.0);
+    if (poison) g[off + n / 2] = poison == 1 ? INFINITY : NAN;
+    float *th_ref = malloc(nb * 4), *v_ref = malloc(nb * 4);
+    memcpy(th_ref, th, nb * 4);
+    memcpy(v_ref, v, nb * 4);
+    const float alpha = 0.05f, mu = 0.9f, lambda = 1e-4f;
+    const int ok_ref = sgd_update(th_ref + off, g + off, v_ref + off, n, alpha, mu, lambda, nesterov);
+
+    gpu_ctx gc;
+    gctx(&gc, GPU_FP32);
+    float *gth = d_from(th, nb), *gg = d_from(g, nb), *gv = d_from(v, nb);
+    int *bad = d_alloc(sizeof(int));
+    ck_assert(cudaMemset(bad, 0x7f, sizeof(int)) == cudaSuccess); /* garbage: the update must clear it */
+    gpu_sgd_update(&gc, gth + off, gg + off, gv + off, n, alpha, mu, lambda, nesterov, bad);
+    float *th1 = h_from(gth, nb), *v1 = h_from(gv, nb);
+    int hbad = -1;
+    ck_assert(cudaMemcpy(&hbad, bad, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess);
+    ck_assert_int_eq(ok_ref, !poison);
+    ck_assert_msg(hbad == (poison ? 1 : 0), "non-finite flag %d, want %d", hbad, poison ? 1 : 0);
+    if (!poison) {
+        CHECK_REL("sgd parameters", th1, th_ref, nb, 1e-6);
+        CHECK_REL("sgd velocity", v1, v_ref, nb, 1e-6);
+    }
+    if (off) ck_assert_msg(th1[0] == th[0] && v1[0] == v[0], "sgd wrote before its view");
+    d_free_all();
+    gpu_ctx_free(&gc);
+    free(th), free(g), free(v), free(th_ref), free(v_ref), free(th1), free(v1);
+}
+
+START_TEST(test_sgd) {
+    for (int nesterov = 0; nesterov <= 1; nesterov++) {
+        sgd_case(1003, 0, nesterov, 0);
+        sgd_case(1003, 1, nesterov, 0);
+        sgd_case(1 << 20, 0, nesterov, 0);
+    }
+    sgd_case(1003, 0, 1, 1);
+    sgd_case(1003, 1, 1, 2);
+    sgd_case(4096, 0, 0, 1);
+}
+END_TEST
+
+/* ---- errors ---- */
+
+START_TEST(test_errors) {
+    char err[ERRLEN];
+    gpu_ctx gc;
+    ck_assert_int_ne(gpu_ctx_init(&gc, GPU_BF16, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "bf16") != NULL, "%s", err);
+    gpu_ctx_free(&gc);
+    gctx(&gc, GPU_FP32);
+    gpu_conv_layer l;
+    ck_assert_int_ne(gpu_conv_init(&l, &gc, "tiny", 1, 3, 2, 2, 8, 7, 2, 0, GPU_TRAIN, 1, err, sizeof err), 0);
+    printf("  expected error: %s\n", err);
+    ck_assert_msg(strstr(err, "tiny") != NULL, "%s", err);
+    gpu_conv_free(&l);
+    gpu_bn_layer b;
+    ck_assert_int_ne(gpu_bn_init(&b, &gc, "bn", 1, 8, 1, 1, 0, GPU_TRAIN, err, sizeof err), 0);
+    printf("  expected error: %s\n", err);
+    gpu_bn_free(&b);
+    gpu_ctx_free(&gc);
+}
+END_TEST
+
+int main(void) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    char buf[256], err[ERRLEN];
+    if (e != cudaSuccess || count < 1) {
+        /* gpu_select must say so too (dsgd-run's message to a user who asked for the GPU). */
+        if (gpu_select(0, 1, buf, sizeof buf, err, sizeof err) != EXIT_RUNTIME || strstr(err, "no CUDA GPU visible") != err) {
+            printf("test_gpu_ops: no GPU, and gpu_select does not say so: \"%s\"\n", err);
+            return 1;
+        }
+        printf("test_gpu_ops: no GPU: skipped (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+        return 0;
+    }
+    gpu_version(buf, sizeof buf);
+    printf("test_gpu_ops: %s\n", buf);
+    if (gpu_select(0, 1, buf, sizeof buf, err, sizeof err) != 0) {
+        printf("test_gpu_ops: gpu_select: %s\n", err);
+        return 1;
+    }
+    printf("test_gpu_ops: %s\n", buf);
+
+    Suite *s = suite_create("gpu_ops");
+    TCase *tc = tcase_create("gpu_vs_cpu");
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_elementwise);
+    tcase_add_test(tc, test_softmax_xent);
+    tcase_add_test(tc, test_sgd);
+    tcase_add_test(tc, test_fc);
+    tcase_add_test(tc, test_pool);
+    tcase_add_test(tc, test_bn);
+    tcase_add_test(tc, test_conv_fp32);
+    tcase_add_test(tc, test_conv_tf32);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    const int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
