@@ -106,8 +106,27 @@ build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiut
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(CHECK_LIBS) $(LDLIBS)
 
+# test/gpu/mock: cuda/model.cu (host code) compiled by g++ over CPU stand-ins of the GPU layers
+# and CUDA calls, checked against src/nn/model.c by test/gpu/test_gpu_model.c: the GPU model's
+# wiring, tested by `make check` on machines without a GPU. Needs only the CUDA and cuDNN
+# headers; skipped (with a line saying so) where they are absent.
+CUDA_HDRS := $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h)
+CUDNN_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
+MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model)
+MOCK_INC  := -I$(CUDA_HOME)/include $(if $(CUDNN_HDR),-I$(dir $(CUDNN_HDR)))
+CXX_MOCK  ?= g++
+build/mock/model.o: cuda/model.cu cuda/gpu.h cuda/layers.h cuda/common.h src/nn/layout.h | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(MOCK_INC) -c $< -o $@
+build/mock/%.o: test/gpu/mock/%.c cuda/layers.h | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -Icuda $(MOCK_INC) -c $< -o $@
+build/mock/test_gpu_model: test/gpu/test_gpu_model.c build/mock/model.o build/mock/mock_layers.o build/mock/mock_cuda.o $(LIB) test/testutil.h | build/.deps-ok
+	$(CC) $(CFLAGS) -Isrc -Icuda -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< build/mock/model.o \
+	    build/mock/mock_layers.o build/mock/mock_cuda.o $(LIB) -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) -ldnnl -lm
+
 # test/gpu/: every GPU op and the whole model against the CPU backend (CUDA=1 only).
-gpu-tests: $(if $(filter 0,$(CUDA)),gpu-tests-need-cuda,$(GPU_TESTS) build/bench_gpu)
+gpu-tests: $(if $(filter 0,$(CUDA)),gpu-tests-need-cuda,$(GPU_TESTS) $(if $(wildcard tools/bench_gpu.c),build/bench_gpu))
 .PHONY: gpu-tests-need-cuda
 gpu-tests-need-cuda:
 	@echo "make gpu-tests: the GPU tests need the GPU backend: make CUDA=1 gpu-tests" >&2; exit 2
@@ -118,8 +137,9 @@ run: deps
 
 # Every test binary runs under a timeout so that a hang fails instead of stalling CI.
 check: deps
-	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS)
-	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS) test/gpu/nogpu.sh
+	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST)
+	@$(if $(MOCK_TEST),,echo "SKIPPED: test/gpu/mock (no CUDA / cuDNN headers under $(CUDA_HOME)/include)")
+	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh
 
 clean:
 	rm -rf build $(BIN)
