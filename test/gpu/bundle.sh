@@ -24,8 +24,8 @@
 #              libdl, librt, libresolv, ld-linux, ...), libgcc_s and the CUDA / NVIDIA libraries
 #              (libcudart, libcudnn*, libcublas*, libcuda, libnccl, ...: the GPU machine's own);
 #              lib/ucx/ UCX's shared-memory transport module (MPICH here is ch4:ucx)
-#   lib/fallback/  libstdc++ and libgomp: run.sh adds them only if the machine's own are missing
-#              or too old
+#   lib/fallback/{stdc++,gomp}/  libstdc++ and libgomp: run.sh adds each only if the machine's
+#              own is missing or too old
 #   data/      the first 10000 training and 2000 test images and labels of Fashion-MNIST
 #              (test/gpu/make_data.sh), fmnist_short.cfg: the short run's experiment
 #   MANIFEST.txt   what was built, from which commit, with which flags, every file and size,
@@ -83,7 +83,7 @@ else
 fi
 
 # ---- 2. what goes in ---------------------------------------------------------------------
-mkdir -p "$outdir"/{bin,test,lib/ucx,lib/fallback,data}
+mkdir -p "$outdir"/{bin,test,lib/ucx,lib/fallback/stdc++,lib/fallback/gomp,data}
 tests=()
 for t in build/test/gpu/test_gpu_ops build/test/gpu/test_gpu_model build/bench_gpu; do
     if [ -x "$t" ]; then
@@ -143,7 +143,8 @@ add_libs_of() { # every library ldd resolves for ELF file $1
             [ -n "${seen[$name]:-}" ] && continue
             seen[$name]=$path
             case $name in
-            libstdc++.so.* | libgomp.so.*) cp -L "$path" "$outdir/lib/fallback/$name" ;;
+            libstdc++.so.*) cp -L "$path" "$outdir/lib/fallback/stdc++/$name" ;;
+            libgomp.so.*) cp -L "$path" "$outdir/lib/fallback/gomp/$name" ;;
             *) cp -L "$path" "$outdir/lib/$name" ;;
             esac
             ;;
@@ -166,7 +167,7 @@ fi
 [ ${#missing[@]} -eq 0 ] || die "ldd finds no: ${missing[*]}"
 
 # ---- 4. strip ----------------------------------------------------------------------------
-for f in "$outdir"/lib/*.so* "$outdir"/lib/ucx/*.so* "$outdir"/lib/fallback/*.so*; do
+for f in "$outdir"/lib/*.so* "$outdir"/lib/ucx/*.so* "$outdir"/lib/fallback/*/*.so*; do
     [ -f "$f" ] && chmod u+w "$f" && strip --strip-unneeded "$f"
 done
 for f in "$outdir"/bin/* "$outdir"/test/*; do
@@ -179,7 +180,7 @@ cp "$here/fmnist_short.cfg" "$outdir/data/"
 
 # ---- 6. manifest -------------------------------------------------------------------------
 glibc_need=$(for f in "$outdir"/bin/* "$outdir"/test/* "$outdir"/lib/*.so* "$outdir"/lib/ucx/*.so* \
-    "$outdir"/lib/fallback/*.so*; do [ -f "$f" ] && objdump -T "$f" 2>/dev/null; done |
+    "$outdir"/lib/fallback/*/*.so*; do [ -f "$f" ] && objdump -T "$f" 2>/dev/null; done |
     grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2,2n -u | tail -n 1 || true)
 glibcxx_need=$(for f in "$outdir"/bin/* "$outdir"/test/* "$outdir"/lib/*.so* "$outdir"/lib/ucx/*.so*; do
     [ -f "$f" ] && objdump -T "$f" 2>/dev/null; done | grep -o 'GLIBCXX_3\.4\.[0-9]*' | sort -t. -k3,3n -u | tail -n 1 || true)

@@ -333,11 +333,20 @@ PYEOF
     }
     miss=$(lib_missing "$LDP" "${bins[@]}")
     fb_note=""
-    if [ -n "$miss" ] && [ -d "$B/lib/fallback" ]; then
-        { echo; echo "==== missing without lib/fallback (libstdc++, libgomp):"; echo "$miss"; } >> "$ENV_LOG"
-        LDP=$LDP:$B/lib/fallback
+    if [ -n "$miss" ]; then
+        # The machine's libstdc++ or libgomp missing or older than the build machine's: the
+        # bundle's own (only these: they would replace PyTorch's and cuDNN's too).
+        { echo; echo "==== missing with the machine's libstdc++ / libgomp:"; echo "$miss"; } >> "$ENV_LOG"
+        if grep -qE 'libstdc\+\+|GLIBCXX|CXXABI' <<< "$miss" && [ -d "$B/lib/fallback/stdc++" ]; then
+            LDP=$LDP:$B/lib/fallback/stdc++
+            fb_note="libstdc++"
+        fi
+        if grep -qE 'libgomp|GOMP_|OMP_' <<< "$miss" && [ -d "$B/lib/fallback/gomp" ]; then
+            LDP=$LDP:$B/lib/fallback/gomp
+            fb_note="${fb_note:+$fb_note and }libgomp"
+        fi
+        [ -n "$fb_note" ] && fb_note=" (with the bundle's $fb_note)"
         miss=$(lib_missing "$LDP" "${bins[@]}")
-        fb_note=" (with the bundle's libstdc++/libgomp)"
     fi
     {
         echo
