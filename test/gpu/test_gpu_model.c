@@ -20,7 +20,8 @@
  * only the summation order differs from oneDNN's: loss 1e-5 (relative), logits 1e-4, gradients
  * 1e-4 overall and 1e-3 per tensor, BN running statistics 1e-5 after one step; after six SGD steps
  * (α = 0.05, Nesterov µ = 0.9, λ = 1e-4) parameters 1e-4 and BN statistics 1e-4; host sync against
- * device mode, both on the GPU, 1e-5.
+ * device mode, both on the GPU, 1e-5 (gradients 1e-4: cuDNN's backward-filter algorithms may sum
+ * in a different order on every call).
  *
  * Without a GPU (a CPU-only build, or no device visible) the program prints one line
  * "test_gpu_model: no GPU: skipped (...)" and exits 0. DSGD_TEST_GPU_AS_CPU=1 runs everything
@@ -274,9 +275,9 @@ START_TEST(test_modes) {
     model_download(d, MODEL_PARAMS | MODEL_GRADS | MODEL_BN);
     const double ep = rel_err(model_params(d), model_params(h), n), eg = rel_err(model_grads(d), model_grads(h), n);
     const double eb = rel_err(model_bn(d), model_bn(h), nbn);
-    ck_assert_msg(ep <= TOL_MODES && eg <= TOL_MODES && eb <= TOL_MODES,
-                  "%s: after %d steps, device mode against host sync: params %.3g, grads %.3g, bn %.3g (tol %g)",
-                  k->name, steps, ep, eg, eb, TOL_MODES);
+    ck_assert_msg(ep <= TOL_MODES && eg <= TOL_GRAD && eb <= TOL_MODES,
+                  "%s: after %d steps, device mode against host sync: params %.3g, grads %.3g, bn %.3g (tol %g; grads %g)",
+                  k->name, steps, ep, eg, eb, TOL_MODES, TOL_GRAD);
     const int same = !memcmp(model_params(d), model_params(h), n * sizeof(float));
     printf("%s: host sync vs device mode after %d steps: params %.2g%s, grads %.2g, bn %.2g\n", k->name, steps, ep,
            same ? " (bitwise equal)" : "", eg, eb);
