@@ -103,7 +103,7 @@ fi
 
 mpiexec_path=$(command -v mpiexec) || die "no mpiexec on PATH"
 mpiexec_real=$(readlink -f "$mpiexec_path")
-"$mpiexec_real" --version 2>&1 | grep -q HYDRA || die "$mpiexec_path -> $mpiexec_real is not MPICH's Hydra"
+"$mpiexec_real" --version 2>&1 | grep HYDRA > /dev/null || die "$mpiexec_path -> $mpiexec_real is not MPICH's Hydra"
 proxy=$(dirname "$mpiexec_real")/hydra_pmi_proxy
 [ -x "$proxy" ] || die "no $proxy beside $mpiexec_real"
 
@@ -166,6 +166,18 @@ if [ -n "${seen[libucs.so.0]:-}" ]; then
 fi
 [ ${#missing[@]} -eq 0 ] || die "ldd finds no: ${missing[*]}"
 
+# What the binaries say here, where there is no GPU (warnings only: the GPU machine decides).
+say "dsgd-run --version: $(./dsgd-run --version 2>&1 | tr '\n' ' ')"
+if [ $cuda = 1 ] && ! ./dsgd-run --version 2>&1 | grep -i cuda > /dev/null; then
+    say "WARNING: dsgd-run --version names no CUDA backend"
+fi
+for t in ${tests[@]+"${tests[@]}"}; do
+    case $t in *bench_gpu) continue ;; esac
+    out=$(timeout 60 "$t" 2>&1) && st=0 || st=$?
+    say "$t without a GPU: exit $st: $(printf '%s\n' "$out" | tail -n 1)"
+    [ "$st" = 0 ] || say "WARNING: $t should skip (exit 0) where there is no GPU"
+done
+
 # ---- 4. strip ----------------------------------------------------------------------------
 for f in "$outdir"/lib/*.so* "$outdir"/lib/ucx/*.so* "$outdir"/lib/fallback/*/*.so*; do
     [ -f "$f" ] && chmod u+w "$f" && strip --strip-unneeded "$f"
@@ -179,9 +191,14 @@ done
 cp "$here/fmnist_short.cfg" "$outdir/data/"
 
 # ---- 6. manifest -------------------------------------------------------------------------
-glibc_need=$(for f in "$outdir"/bin/* "$outdir"/test/* "$outdir"/lib/*.so* "$outdir"/lib/ucx/*.so* \
-    "$outdir"/lib/fallback/*/*.so*; do [ -f "$f" ] && objdump -T "$f" 2>/dev/null; done |
-    grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2,2n -u | tail -n 1 || true)
+# The newest glibc symbol version needed (the fallback libstdc++ / libgomp apart: they are used
+# only where the machine has none of its own).
+newest_glibc() {
+    for f in "$@"; do [ -f "$f" ] && objdump -T "$f" 2>/dev/null; done |
+        grep -o 'GLIBC_2\.[0-9]*' | sort -t. -k2,2n -u | tail -n 1 || true
+}
+glibc_need=$(newest_glibc "$outdir"/bin/* "$outdir"/test/* "$outdir"/lib/*.so* "$outdir"/lib/ucx/*.so*)
+glibc_need_fb=$(newest_glibc "$outdir"/lib/fallback/*/*.so*)
 glibcxx_need=$(for f in "$outdir"/bin/* "$outdir"/test/* "$outdir"/lib/*.so* "$outdir"/lib/ucx/*.so*; do
     [ -f "$f" ] && objdump -T "$f" 2>/dev/null; done | grep -o 'GLIBCXX_3\.4\.[0-9]*' | sort -t. -k3,3n -u | tail -n 1 || true)
 {
@@ -190,9 +207,9 @@ glibcxx_need=$(for f in "$outdir"/bin/* "$outdir"/test/* "$outdir"/lib/*.so* "$o
     echo "commit:       $(git describe --always --dirty 2>/dev/null || echo '?') ($(git rev-parse --abbrev-ref HEAD 2>/dev/null || echo '?'))"
     echo "backend:      $([ $cuda = 1 ] && echo "CUDA (make CUDA=1 CUDA_ARCH=$arch)" || echo "CPU only (--cpu)")"
     echo "OPT:          $opt"
-    echo "compiler:     $(mpicc --version | head -n 1)"
-    [ $cuda = 1 ] && echo "nvcc:         $("${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version | tail -n 1)"
-    echo "glibc needed: ${glibc_need:-?} (this machine: $(getconf GNU_LIBC_VERSION))"
+    echo "compiler:     $(mpicc --version 2>&1 | sed -n 1p || true)"
+    [ $cuda = 1 ] && echo "nvcc:         $( ("${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version || nvcc --version) 2>/dev/null | tail -n 1 || true)"
+    echo "glibc needed: ${glibc_need:-?}; ${glibc_need_fb:-?} with lib/fallback (this machine: $(getconf GNU_LIBC_VERSION))"
     echo "libstdc++ needed: ${glibcxx_need:-none}"
     echo "mpiexec:      $mpiexec_path -> $mpiexec_real"
     echo
@@ -203,6 +220,7 @@ glibcxx_need=$(for f in "$outdir"/bin/* "$outdir"/test/* "$outdir"/lib/*.so* "$o
     for k in "${!seen[@]}"; do printf '%s\t%s\n' "$k" "${seen[$k]}"; done | sort
 } > "$outdir/MANIFEST.txt"
 echo "glibc_need=${glibc_need:-}" > "$outdir/requires.txt"
+echo "glibc_need_fallback=${glibc_need_fb:-}" >> "$outdir/requires.txt"
 echo "glibcxx_need=${glibcxx_need:-}" >> "$outdir/requires.txt"
 
 # ---- 7. size; pack if large ------------------------------------------------------------------
