@@ -153,6 +153,7 @@ LAST_NOTE=""
 run_step() {
     local name=$1 log=$2 limit=$3
     shift 3
+    rm -f "$tmp/step.out"
     local left=$(( deadline - reserve - $(now) ))
     [ "$limit" -le "$left" ] || limit=$left
     if [ "$limit" -lt 10 ]; then
@@ -215,12 +216,12 @@ export PATH
 
 have_gpu=0
 if command -v nvidia-smi > /dev/null 2>&1; then
-    { echo "==== nvidia-smi -L"; nvidia-smi -L 2>&1; echo; echo "==== nvidia-smi"; nvidia-smi 2>&1; } >> "$ENV_LOG"
-    if nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]'; then
+    { echo "==== nvidia-smi -L"; timeout 30 nvidia-smi -L 2>&1; echo; echo "==== nvidia-smi"; timeout 30 nvidia-smi 2>&1; } >> "$ENV_LOG"
+    if timeout 30 nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]'; then
         have_gpu=1
-        GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
-        DRIVER=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
-        CUDA_DRV=$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n 1)
+        GPU_NAME=$(timeout 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+        DRIVER=$(timeout 30 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+        CUDA_DRV=$(timeout 30 nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n 1)
     fi
 else
     echo "nvidia-smi: not found (PATH=$PATH)" >> "$ENV_LOG"
@@ -230,7 +231,7 @@ if [ $have_gpu = 0 ]; then
         GPU_NAME="none (simulated)"
         record "a. GPU" INFO 0 "no GPU: GPUCHECK_SIMULATE=1, everything on the CPU" "$ENV_LOG"
     else
-        why="no NVIDIA GPU visible: $(command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L 2>&1 | head -n 1 || echo 'nvidia-smi not found')"
+        why="no NVIDIA GPU visible: $(command -v nvidia-smi > /dev/null 2>&1 && timeout 30 nvidia-smi -L 2>&1 | head -n 1 || echo 'nvidia-smi not found')"
         echo "run.sh: $why — nothing to check here (run this on a machine with a GPU)" >&2
         record "a. GPU" "FAIL" 0 "$why" "$ENV_LOG"
         echo
@@ -246,13 +247,13 @@ PY=""
 PY_H5=""
 for c in ${PYTHON:-} python3 /opt/torch/.venv/bin/python3 /usr/bin/python3; do
     command -v "$c" > /dev/null 2>&1 || continue
-    if [ -z "$PY" ] && "$c" -c 'import torch, torchvision, h5py, numpy' > /dev/null 2>&1; then PY=$c; fi
-    if [ -z "$PY_H5" ] && "$c" -c 'import h5py, numpy' > /dev/null 2>&1; then PY_H5=$c; fi
+    if [ -z "$PY" ] && timeout 120 "$c" -c 'import torch, torchvision, h5py, numpy' > /dev/null 2>&1; then PY=$c; fi
+    if [ -z "$PY_H5" ] && timeout 60 "$c" -c 'import h5py, numpy' > /dev/null 2>&1; then PY_H5=$c; fi
     [ -n "$PY" ] && break
 done
 [ -n "$PY" ] && PY_H5=$PY
 if [ -n "$PY" ]; then
-    TORCH_INFO=$("$PY" -c 'import torch; c = torch.cuda.is_available(); print(f"{torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version() if c else None}, GPU visible: {c}")' 2>&1 | tail -n 1)
+    TORCH_INFO=$(timeout 120 "$PY" -c 'import torch; c = torch.cuda.is_available(); print(f"{torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version() if c else None}, GPU visible: {c}")' 2>&1 | tail -n 1)
 fi
 {
     echo
@@ -452,6 +453,7 @@ gpu_test() { # NAME BINARY LIMIT [VAR=VALUE...]
     run_step "$name" "$CHECKS_LOG" "$limit" "${BENV[@]}" "$@" "$bin"
     rc=$?
     # A test that skips itself on a machine with a GPU has not tested anything.
+    [ -f "$tmp/step.out" ] || return # not run (time budget)
     if [ $rc = 0 ] && [ $have_gpu = 1 ] && grep -qiE 'no GPU.*skip' "$tmp/step.out"; then
         amend_last "FAIL" "(skipped itself on a GPU machine)"
     fi
