@@ -19,7 +19,7 @@
 #
 # OUTDIR holds:
 #   bin/       dsgd-run, mpiexec.hydra, hydra_pmi_proxy (MPICH's launcher and its proxy)
-#   test/      test_gpu_ops, test_gpu_model, bench_gpu
+#   test/      test_gpu_ops, test_gpu_model, test_gpu_device, bench_gpu
 #   lib/       every library ldd resolves for those, except glibc's own (libc, libm, libpthread,
 #              libdl, librt, libresolv, ld-linux, ...), libgcc_s and the CUDA / NVIDIA libraries
 #              (libcudart, libcudnn*, libcublas*, libcuda, libnccl, ...: the GPU machine's own);
@@ -85,7 +85,7 @@ fi
 # ---- 2. what goes in ---------------------------------------------------------------------
 mkdir -p "$outdir"/{bin,test,lib/ucx,lib/fallback/stdc++,lib/fallback/gomp,data}
 tests=()
-for t in build/test/gpu/test_gpu_ops build/test/gpu/test_gpu_model build/bench_gpu; do
+for t in build/test/gpu/test_gpu_ops build/test/gpu/test_gpu_model build/test/gpu/test_gpu_device build/bench_gpu; do
     if [ -x "$t" ]; then
         tests+=("$t")
     elif [ $cuda = 1 ]; then

@@ -4,7 +4,7 @@
 #   a. the machine: nvidia-smi, driver, CUDA, cuDNN, PyTorch, glibc; the binaries' libraries;
 #      an MPI smoke test (2 ranks, the linear model on the CPU)
 #   b. test_gpu_ops     every GPU op against the CPU backend
-#   c. test_gpu_model   the GPU model against the CPU model through model.h
+#   c. test_gpu_model   the GPU network (cuda/model.cu) against the CPU model; test_gpu_device: the same through model.h (host sync and device modes)
 #   d. short Fashion-MNIST runs of dsgd-run (test/gpu/fmnist_short.cfg: ResNet-18 width 16,
 #      150 steps of b = 64, allreduce): device = cuda at p = 1 and p = 2 (both ranks on one
 #      GPU), device = cpu at p = 1; each exits 0 and writes its run file; final top-1 error
@@ -465,10 +465,11 @@ gpu_test() { # NAME BINARY LIMIT [VAR=VALUE...]
     fi
 }
 gpu_test "b. test_gpu_ops" "$TDIR/test_gpu_ops" 150
+gpu_test "c. test_gpu_model" "$TDIR/test_gpu_model" 120
 if [ "$simulate" = 1 ]; then
-    gpu_test "c. test_gpu_model" "$TDIR/test_gpu_model" 150 DSGD_TEST_GPU_AS_CPU=1
+    gpu_test "c. test_gpu_device" "$TDIR/test_gpu_device" 120 DSGD_TEST_GPU_AS_CPU=1
 else
-    gpu_test "c. test_gpu_model" "$TDIR/test_gpu_model" 150
+    gpu_test "c. test_gpu_device" "$TDIR/test_gpu_device" 120
 fi
 
 # ---- d. short training runs ------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-/* test_gpu_model.c — the GPU backend through the model.h API alone, against the CPU backend (the
+/* test_gpu_device.c — the GPU backend through the model.h API alone, against the CPU backend (the
  * reference, src/nn on oneDNN). For each network of `cases` (ResNet-18 width 16, CIFAR stem,
  * 1x28x28, b = 8; ResNet-18 width 8, ImageNet stem, 3x64x64, b = 4; the linear model, 1x28x28,
  * b = 8; 10 classes) a CPU model and a MODEL_CUDA model are made from the same spec and
@@ -24,10 +24,10 @@
  * in a different order on every call).
  *
  * Without a GPU (a CPU-only build, or no device visible) the program prints one line
- * "test_gpu_model: no GPU: skipped (...)" and exits 0. DSGD_TEST_GPU_AS_CPU=1 runs everything
+ * "test_gpu_device: no GPU: skipped (...)" and exits 0. DSGD_TEST_GPU_AS_CPU=1 runs everything
  * with a CPU model in the GPU's place (a self-test of this program where there is no GPU). The
  * tests run in this process (CK_NOFORK): CUDA must not be used across fork(), and gpu_select runs
- * once, in main. Built by `make CUDA=1 gpu-tests` as build/test/gpu/test_gpu_model. */
+ * once, in main. Built by `make CUDA=1 gpu-tests` as build/test/gpu/test_gpu_device. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -368,18 +368,18 @@ int main(void) {
     gpu_version(ver, sizeof ver);
     if (as_cpu && !strcmp(as_cpu, "1")) {
         dut = MODEL_CPU;
-        printf("test_gpu_model: DSGD_TEST_GPU_AS_CPU=1: a CPU model in the GPU's place (self-test)\n");
+        printf("test_gpu_device: DSGD_TEST_GPU_AS_CPU=1: a CPU model in the GPU's place (self-test)\n");
     } else {
         char desc[256], err[ERRLEN];
         if (!gpu_built()) {
-            printf("test_gpu_model: no GPU: skipped (%s)\n", ver);
+            printf("test_gpu_device: no GPU: skipped (%s)\n", ver);
             return EXIT_SUCCESS;
         }
         if (gpu_select(0, 1, desc, sizeof desc, err, sizeof err) != 0) {
-            printf("test_gpu_model: no GPU: skipped (%s)\n", err);
+            printf("test_gpu_device: no GPU: skipped (%s)\n", err);
             return EXIT_SUCCESS;
         }
-        printf("test_gpu_model: %s; %s\n", desc, ver);
+        printf("test_gpu_device: %s; %s\n", desc, ver);
     }
     fflush(stdout);
     SRunner *sr = srunner_create(gpu_model_suite());
