@@ -1,0 +1,73 @@
+"""report.py — the throughput table of the GPU check (test/gpu/run.sh, step f): reads the
+BENCH and INFO lines that build/bench_gpu (tools/bench_gpu.c) and tools/bench_torch_gpu.py print
+(collected in one log) and writes a Markdown table, img/s of dsgd-run against PyTorch per
+(batch, precision) with the ratio, to stdout. Standard library only.
+
+    python3 test/gpu/report.py bench.log
+"""
+import re
+import sys
+
+
+def parse(path):
+    rows, info, order = {}, {}, []
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("INFO "):
+                kv = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
+                info[kv.get("impl", "?")] = {k: v.replace("_", " ") for k, v in kv.items()}
+            elif line.startswith("BENCH "):
+                kv = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
+                key = (kv.get("precision", "?"), int(kv.get("batch", "0")))
+                if key not in order:
+                    order.append(key)
+                rows.setdefault(key, {})[kv.get("impl", "?")] = kv
+                shape = (kv.get("width"), kv.get("stem"), kv.get("input"), kv.get("classes"))
+                info.setdefault("_shape", shape)
+    return rows, info, order
+
+
+def cell(r):
+    if r is None:
+        return "—", None
+    st = r.get("status", "?")
+    if st == "ok":
+        med = float(r["img_s_med"])
+        return f"{med:,.0f} ({float(r['img_s_min']):,.0f}–{float(r['img_s_max']):,.0f})", med
+    return ("not built" if st == "unsupported" else st), None
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    rows, info, order = parse(sys.argv[1])
+    if not rows:
+        print("No throughput rows (no BENCH lines in the bench log).")
+        return 1
+    w, stem, inp, k = info.get("_shape", ("?", "?", "?", "?"))
+    print(f"ResNet-18 width {w}, {stem} stem, {inp} input, {k} classes. One step: minibatch from pinned host"
+          " memory to the GPU, forward, cross-entropy, backward, SGD Nesterov µ = 0.9 λ = 1e-4, loss to the host."
+          " img/s: median (min–max) of the timings.\n")
+    prec_rank = {"fp32": 0, "tf32": 1, "bf16": 2}
+    print("| b | precision | dsgd-run img/s | PyTorch img/s | dsgd-run / PyTorch |")
+    print("|---:|---|---:|---:|---:|")
+    for prec, b in sorted(order, key=lambda t: (prec_rank.get(t[0], 9), t[1])):
+        r = rows[(prec, b)]
+        c_ours, ours = cell(r.get("dsgd-run"))
+        c_torch, torch = cell(r.get("torch"))
+        ratio = f"{ours / torch:.2f}" if ours and torch else "—"
+        print(f"| {b} | {prec} | {c_ours} | {c_torch} | {ratio} |")
+    print()
+    d, t = info.get("dsgd-run"), info.get("torch")
+    if d:
+        print(f"- dsgd-run {d.get('version', '?')}: {d.get('backend', '?')}; {d.get('gpu', '?')}")
+    if t:
+        print(f"- PyTorch {t.get('torch', '?')} (CUDA {t.get('cuda', '?')}, cuDNN {t.get('cudnn', '?')}) on {t.get('gpu', '?')};"
+              " fp32: TF32 off, cudnn.benchmark; tf32: TF32 on; bf16: autocast + channels_last")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,553 @@
+#!/bin/bash
+# run.sh — the GPU check of dsgd-run, in one call, within a time budget (default 540 s):
+#
+#   a. the machine: nvidia-smi, driver, CUDA, cuDNN, PyTorch, glibc; the binaries' libraries;
+#      an MPI smoke test (2 ranks, the linear model on the CPU)
+#   b. test_gpu_ops     every GPU op against the CPU backend
+#   c. test_gpu_model   the GPU network (cuda/model.cu) against the CPU model; test_gpu_device: the same through model.h (host sync and device modes)
+#   d. short Fashion-MNIST runs of dsgd-run (test/gpu/fmnist_short.cfg: ResNet-18 width 16,
+#      150 steps of b = 64, allreduce): device = cuda at p = 1 and p = 2 (both ranks on one
+#      GPU), device = cpu at p = 1; each exits 0 and writes its run file; final top-1 error
+#      < 0.35; the cuda and cpu loss curves agree over the first 10 steps (rel ≤ 1e-3, fp32)
+#   e. throughput: build/bench_gpu and tools/bench_torch_gpu.py, ResNet-18 width 64, ImageNet
+#      stem, 3x224x224, 1000 classes, b = 32, 64, 128, fp32 / tf32 / bf16
+#   f. summary.md: every step with its status and time, and img/s dsgd-run vs PyTorch
+#
+#   test/gpu/run.sh RESULTS_DIR [--bundle DIR] [--budget SECONDS]
+#
+#   --bundle DIR   run the binaries that test/gpu/bundle.sh packed (for a GPU machine without
+#                  MPI, oneDNN, HDF5, libconfig, Check); without it, build here with
+#                  `make CUDA=1 dsgd-run gpu-tests` and use the system's mpiexec
+#   --budget S     stop starting steps when S seconds have passed (each step's timeout is cut to
+#                  what is left); default 540
+#
+# RESULTS_DIR gets at most six files: summary.md (also printed at the end), env.log, checks.log
+# (tests), runs.log (training runs and their checks), bench.log, runs.tar.gz (the HDF5 run
+# files). Every step runs under `timeout`; a failing step is recorded and the script goes on.
+# summary.md is rewritten after every step, so a killed run still leaves one.
+#
+# Exit status: 0 every check passed; 1 a check failed or timed out; 2 no GPU here (nothing run)
+# or bad arguments.
+#
+# Environment: PYTHON (an interpreter with torch, torchvision, h5py; default: the first of
+# python3, /opt/torch/.venv/bin/python3, /usr/bin/python3 that has them), MPIEXEC_FLAGS (more
+# mpiexec options), GPUCHECK_SIMULATE=1 (test this script where there is no GPU: the "cuda"
+# runs and the benchmarks run on the CPU with small shapes, and the checks are loosened).
+set -u
+export LC_ALL=C
+
+usage() { sed -n '/^#   test\/gpu\/run.sh RESULTS_DIR/,/^# RESULTS_DIR gets/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+results=
+bundle=
+budget=540
+while [ $# -gt 0 ]; do
+    case $1 in
+    --bundle) [ $# -ge 2 ] || { usage >&2; exit 2; }; bundle=$2; shift 2 ;;
+    --bundle=*) bundle=${1#--bundle=}; shift ;;
+    --budget) [ $# -ge 2 ] || { usage >&2; exit 2; }; budget=$2; shift 2 ;;
+    --budget=*) budget=${1#--budget=}; shift ;;
+    -h | --help) usage; exit 0 ;;
+    -*) echo "run.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
+    *)
+        [ -z "$results" ] || { echo "run.sh: more than one RESULTS_DIR ('$results', '$1')" >&2; exit 2; }
+        results=$1; shift ;;
+    esac
+done
+[ -n "$results" ] || { echo "run.sh: no RESULTS_DIR" >&2; usage >&2; exit 2; }
+case $budget in '' | *[!0-9]*) echo "run.sh: --budget $budget: expected whole seconds" >&2; exit 2 ;; esac
+if [ -n "$bundle" ] && [ ! -d "$bundle" ]; then echo "run.sh: --bundle $bundle: no such directory" >&2; exit 2; fi
+mkdir -p "$results" || exit 2
+results=$(cd "$results" && pwd)
+[ -n "$bundle" ] && bundle=$(cd "$bundle" && pwd)
+cd "$root" || exit 2
+
+simulate=${GPUCHECK_SIMULATE:-0}
+T0=$(date +%s)
+deadline=$(( T0 + budget ))
+reserve=15 # seconds kept for the report at the end
+tmp=$(mktemp -d /tmp/dsgd-gpucheck.XXXXXX) || exit 2
+trap 'rm -rf "$tmp"' EXIT
+
+ENV_LOG=$results/env.log
+CHECKS_LOG=$results/checks.log
+RUNS_LOG=$results/runs.log
+BENCH_LOG=$results/bench.log
+SUMMARY=$results/summary.md
+: > "$ENV_LOG"; : > "$CHECKS_LOG"; : > "$RUNS_LOG"; : > "$BENCH_LOG"
+rm -f "$results/runs.tar.gz"
+
+# ---- bookkeeping ----------------------------------------------------------------------------
+S_NAME=(); S_STATUS=(); S_SECS=(); S_NOTE=(); S_LOG=()
+GPU_NAME="?"; DRIVER="?"; CUDA_DRV="?"; BACKEND="?"; TORCH_INFO="?"; MPI_MODE="?"
+BENCH_MD=""
+now() { date +%s; }
+elapsed() { echo $(( $(now) - T0 )); }
+
+write_summary() {
+    local i n_pass=0 n_fail=0 n_skip=0
+    for i in "${!S_NAME[@]}"; do
+        case ${S_STATUS[$i]} in PASS) n_pass=$((n_pass + 1)) ;; SKIP* | INFO) n_skip=$((n_skip + 1)) ;; *) n_fail=$((n_fail + 1)) ;; esac
+    done
+    {
+        echo "# dsgd-run GPU check — $(date -u +'%Y-%m-%d %H:%M UTC')"
+        echo
+        [ "$simulate" = 1 ] && echo "**SIMULATED (GPUCHECK_SIMULATE=1): no GPU was used; device = cpu everywhere.**" && echo
+        echo "| | |"
+        echo "|---|---|"
+        echo "| GPU | $GPU_NAME |"
+        echo "| driver / CUDA (driver) | $DRIVER / $CUDA_DRV |"
+        echo "| dsgd-run GPU backend | $BACKEND |"
+        echo "| PyTorch | $TORCH_INFO |"
+        echo "| binaries | ${bundle:-built here (make CUDA=1)} |"
+        echo "| commit | $(git -C "$root" describe --always --dirty 2>/dev/null || echo '?') |"
+        echo "| mpiexec | $MPI_MODE |"
+        echo "| result | **$n_pass passed, $n_fail failed, $n_skip skipped/info** in $(elapsed) s (budget $budget s) |"
+        echo
+        echo "## Checks"
+        echo
+        echo "| step | status | s | note | log |"
+        echo "|---|---|---:|---|---|"
+        for i in "${!S_NAME[@]}"; do
+            echo "| ${S_NAME[$i]} | ${S_STATUS[$i]} | ${S_SECS[$i]} | ${S_NOTE[$i]//|//} | ${S_LOG[$i]} |"
+        done
+        if [ -n "$BENCH_MD" ]; then
+            echo
+            echo "## Throughput (step e), $GPU_NAME"
+            echo
+            echo "$BENCH_MD"
+        fi
+    } > "$SUMMARY.tmp" && mv "$SUMMARY.tmp" "$SUMMARY"
+}
+
+# record NAME STATUS SECONDS NOTE LOGFILE
+record() {
+    S_NAME+=("$1"); S_STATUS+=("$2"); S_SECS+=("$3"); S_NOTE+=("$4"); S_LOG+=("$(basename "$5")")
+    printf '[%4d s] %-8s %-34s %5s s  %s\n' "$(elapsed)" "$2" "$1" "$3" "$4"
+    write_summary
+}
+
+# The line that says how a step ended: a Check summary, an ok/FAIL line, or the last line.
+step_note() {
+    local f=$1 l
+    if grep -q '^BENCH ' "$f"; then # a benchmark: count its rows
+        printf '%s rows: %s ok, %s not built, %s failed' "$(grep -c '^BENCH ' "$f")" "$(grep -c '^BENCH .*status=ok' "$f")" \
+            "$(grep -c '^BENCH .*status=unsupported' "$f")" "$(grep -c '^BENCH .*status=error' "$f")"
+        return
+    fi
+    l=$(grep -E '^[0-9]+%: Checks|^(ok|FAIL)[: ]|skipped|^done:' "$f" | tail -n 1)
+    [ -n "$l" ] || l=$(grep -v '^[[:space:]]*$' "$f" | tail -n 1)
+    if grep -qE '^[0-9]+%: Checks' <<< "$l"; then # add the first failure of a Check run
+        local first
+        first=$(grep -E ':[EF]:' "$f" | head -n 1 | sed 's/^[^:]*:[0-9]*:[EF]:[^:]*:[^:]*:[0-9]*: //')
+        [ -n "$first" ] && l="$l — $first"
+    fi
+    printf '%s' "${l:0:240}"
+}
+
+# run_step NAME LOG LIMIT CMD... — run CMD under timeout (LIMIT, cut to the budget left), its
+# output appended to LOG; records PASS / FAIL (rc) / TIMEOUT / SKIP; returns CMD's status.
+LAST_NOTE=""
+run_step() {
+    local name=$1 log=$2 limit=$3
+    shift 3
+    rm -f "$tmp/step.out"
+    local left=$(( deadline - reserve - $(now) ))
+    [ "$limit" -le "$left" ] || limit=$left
+    if [ "$limit" -lt 10 ]; then
+        record "$name" "NOT RUN" 0 "time budget spent (--budget $budget)" "$log"
+        return 125
+    fi
+    printf '[%4d s] %-8s %-34s up to %d s\n' "$(elapsed)" "run" "$name" "$limit"
+    {
+        echo
+        echo "==== $name  ($(date -u +%H:%M:%S), timeout $limit s)"
+        printf '$'; printf ' %q' "$@"; echo
+    } >> "$log"
+    local t rc out=$tmp/step.out
+    t=$(now)
+    timeout -k 10 "$limit" "$@" > "$out" 2>&1
+    rc=$?
+    cat "$out" >> "$log"
+    local secs=$(( $(now) - t )) st
+    LAST_NOTE=$(step_note "$out")
+    case $rc in
+    0) st=PASS ;;
+    124 | 137) st=TIMEOUT; LAST_NOTE="killed after $limit s; $LAST_NOTE" ;;
+    *) st="FAIL ($rc)" ;;
+    esac
+    echo "==== $name: $st in $secs s" >> "$log"
+    record "$name" "$st" "$secs" "$LAST_NOTE" "$log"
+    return $rc
+}
+
+finish() {
+    if [ -d "$tmp/runs" ] && [ -n "$(ls -A "$tmp/runs" 2>/dev/null)" ]; then
+        tar -C "$tmp" -czf "$results/runs.tar.gz" runs 2>> "$RUNS_LOG"
+    fi
+    write_summary
+    echo
+    cat "$SUMMARY"
+    local i bad=0
+    for i in "${!S_STATUS[@]}"; do
+        case ${S_STATUS[$i]} in PASS | SKIP* | INFO) ;; *) bad=1 ;; esac
+    done
+    exit $bad
+}
+
+# ---- a. the machine -----------------------------------------------------------------------------
+echo "run.sh: results in $results; budget $budget s"
+for d in /usr/local/nvidia/bin /usr/local/cuda/bin; do
+    [ -d "$d" ] && case ":$PATH:" in *":$d:"*) ;; *) PATH=$PATH:$d ;; esac
+done
+export PATH
+{
+    echo "date:      $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host:      $(uname -a)"
+    echo "os:        $(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-?}")"
+    echo "glibc:     $(getconf GNU_LIBC_VERSION 2>&1)"
+    echo "cpus:      $(nproc)"
+    echo "user:      uid $(id -u)"
+    echo "LD_LIBRARY_PATH (given): ${LD_LIBRARY_PATH:-}"
+    echo
+} >> "$ENV_LOG"
+
+have_gpu=0
+if command -v nvidia-smi > /dev/null 2>&1; then
+    { echo "==== nvidia-smi -L"; timeout 30 nvidia-smi -L 2>&1; echo; echo "==== nvidia-smi"; timeout 30 nvidia-smi 2>&1; } >> "$ENV_LOG"
+    if timeout 30 nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]'; then
+        have_gpu=1
+        GPU_NAME=$(timeout 30 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+        DRIVER=$(timeout 30 nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+        CUDA_DRV=$(timeout 30 nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9.]*\).*/\1/p' | head -n 1)
+    fi
+else
+    echo "nvidia-smi: not found (PATH=$PATH)" >> "$ENV_LOG"
+fi
+if [ $have_gpu = 0 ]; then
+    if [ "$simulate" = 1 ]; then
+        GPU_NAME="none (simulated)"
+        record "a. GPU" INFO 0 "no GPU: GPUCHECK_SIMULATE=1, everything on the CPU" "$ENV_LOG"
+    else
+        why="no NVIDIA GPU visible: $(command -v nvidia-smi > /dev/null 2>&1 && timeout 30 nvidia-smi -L 2>&1 | head -n 1 || echo 'nvidia-smi not found')"
+        echo "run.sh: $why — nothing to check here (run this on a machine with a GPU)" >&2
+        record "a. GPU" "FAIL" 0 "$why" "$ENV_LOG"
+        echo
+        cat "$SUMMARY"
+        exit 2
+    fi
+else
+    record "a. GPU" PASS 0 "$GPU_NAME, driver $DRIVER, CUDA $CUDA_DRV" "$ENV_LOG"
+fi
+
+# Python: one with torch + h5py for the benchmark and the run-file checks.
+PY=""
+PY_H5=""
+for c in ${PYTHON:-} python3 /opt/torch/.venv/bin/python3 /usr/bin/python3; do
+    command -v "$c" > /dev/null 2>&1 || continue
+    if [ -z "$PY" ] && timeout 120 "$c" -c 'import torch, torchvision, h5py, numpy' > /dev/null 2>&1; then PY=$c; fi
+    if [ -z "$PY_H5" ] && timeout 60 "$c" -c 'import h5py, numpy' > /dev/null 2>&1; then PY_H5=$c; fi
+    [ -n "$PY" ] && break
+done
+[ -n "$PY" ] && PY_H5=$PY
+if [ -n "$PY" ]; then
+    TORCH_INFO=$(timeout 120 "$PY" -c 'import torch; c = torch.cuda.is_available(); print(f"{torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version() if c else None}, GPU visible: {c}")' 2>&1 | tail -n 1)
+fi
+{
+    echo
+    echo "python (torch): ${PY:-none}"
+    echo "python (h5py):  ${PY_H5:-none}"
+    echo "torch:          $TORCH_INFO"
+    echo "nvcc:           $(nvcc --version 2>/dev/null | tail -n 1 || echo none)"
+} >> "$ENV_LOG"
+
+# ---- binaries, libraries, data ----------------------------------------------------------------
+BENV=(env)
+MPIEXEC=(mpiexec)
+if [ -n "$bundle" ]; then
+    if [ -f "$bundle/payload.tar.xz" ]; then
+        B=$tmp/bundle
+        mkdir -p "$B"
+        t=$(now)
+        if command -v xz > /dev/null 2>&1 && tar -C "$B" -xJf "$bundle/payload.tar.xz" 2>> "$ENV_LOG"; then
+            :
+        elif [ -n "$PY_H5" ] && "$PY_H5" -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+            "$bundle/payload.tar.xz" "$B" 2>> "$ENV_LOG"; then
+            :
+        else
+            record "a. unpack bundle" "FAIL" $(( $(now) - t )) "cannot unpack $bundle/payload.tar.xz (no xz, no python lzma)" "$ENV_LOG"
+            finish
+        fi
+        echo "unpacked $bundle/payload.tar.xz to $B in $(( $(now) - t )) s" >> "$ENV_LOG"
+    else
+        B=$bundle
+    fi
+    BIN=$B/bin/dsgd-run
+    TDIR=$B/test
+    BENCH=$B/test/bench_gpu
+    DATA=$bundle/data
+    CFG=$DATA/fmnist_short.cfg
+    [ -f "$CFG" ] || CFG=$here/fmnist_short.cfg
+    MPIEXEC=("$B/bin/mpiexec.hydra" -launcher fork)
+    [ -f "$bundle/MANIFEST.txt" ] && { echo; echo "==== bundle MANIFEST.txt"; head -n 12 "$bundle/MANIFEST.txt"; } >> "$ENV_LOG"
+
+    # The machine's CUDA libraries: pip's nvidia-* packages (what PyTorch uses), then the toolkit.
+    cuda_dirs=""
+    if [ -n "$PY_H5" ]; then
+        cuda_dirs=$("$PY_H5" - 2>> "$ENV_LOG" << 'PYEOF'
+import glob, os
+dirs = []
+try:
+    import nvidia
+    roots = list(nvidia.__path__)
+except Exception:
+    roots = []
+for r in roots:
+    for pat in ("libcudnn.so*", "libcublas.so*", "libcublasLt.so*", "libcudart.so*", "libnvrtc.so*", "libnvJitLink.so*"):
+        for f in sorted(glob.glob(os.path.join(r, "**", pat), recursive=True)):
+            d = os.path.dirname(f)
+            if d not in dirs:
+                dirs.append(d)
+print(":".join(dirs))
+PYEOF
+        )
+    fi
+    LDP=$B/lib${cuda_dirs:+:$cuda_dirs}
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && LDP=$LDP:$d; done
+    LDP=$LDP${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+    bins=("$BIN" "$B/bin/mpiexec.hydra" "$B/bin/hydra_pmi_proxy")
+    for f in "$TDIR"/*; do [ -f "$f" ] && bins+=("$f"); done
+    lib_missing() { # the libraries the loader cannot find (or find too old) for "$@", with LD_LIBRARY_PATH=$1
+        local ldp=$1 f
+        shift
+        for f in "$@"; do
+            [ -f "$f" ] || continue
+            if command -v ldd > /dev/null 2>&1; then
+                env LD_LIBRARY_PATH="$ldp" ldd "$f" 2>&1
+            else
+                env LD_LIBRARY_PATH="$ldp" LD_TRACE_LOADED_OBJECTS=1 "$f" 2>&1
+            fi | grep 'not found' | sed "s|^|$(basename "$f"): |"
+        done
+    }
+    miss=$(lib_missing "$LDP" "${bins[@]}")
+    fb_note=""
+    if [ -n "$miss" ]; then
+        # The machine's libstdc++ or libgomp missing or older than the build machine's: the
+        # bundle's own (only these: they would replace PyTorch's and cuDNN's too).
+        { echo; echo "==== missing with the machine's libstdc++ / libgomp:"; echo "$miss"; } >> "$ENV_LOG"
+        if grep -qE 'libstdc\+\+|GLIBCXX|CXXABI' <<< "$miss" && [ -d "$B/lib/fallback/stdc++" ]; then
+            LDP=$LDP:$B/lib/fallback/stdc++
+            fb_note="libstdc++"
+        fi
+        if grep -qE 'libgomp|GOMP_|OMP_' <<< "$miss" && [ -d "$B/lib/fallback/gomp" ]; then
+            LDP=$LDP:$B/lib/fallback/gomp
+            fb_note="${fb_note:+$fb_note and }libgomp"
+        fi
+        [ -n "$fb_note" ] && fb_note=" (with the bundle's $fb_note)"
+        miss=$(lib_missing "$LDP" "${bins[@]}")
+    fi
+    {
+        echo
+        echo "LD_LIBRARY_PATH for the binaries: $LDP"
+        for f in "${bins[@]}"; do
+            [ -f "$f" ] || continue
+            echo "==== ldd $f"
+            env LD_LIBRARY_PATH="$LDP" ldd "$f" 2>&1
+        done
+    } >> "$ENV_LOG"
+    if [ -n "$(cat "$bundle/requires.txt" 2>/dev/null)" ]; then
+        need=$(sed -n 's/^glibc_need=GLIBC_2\.\([0-9]*\)$/\1/p' "$bundle/requires.txt")
+        have=$(getconf GNU_LIBC_VERSION 2>/dev/null | sed -n 's/^glibc 2\.\([0-9]*\).*/\1/p')
+        if [ -n "$need" ] && [ -n "$have" ] && [ "$have" -lt "$need" ]; then
+            miss="${miss:+$miss; }glibc 2.$have here, the bundle needs 2.$need (build it on an older system)"
+        fi
+    fi
+    if [ -n "$miss" ]; then
+        record "a. libraries" "FAIL" 0 "$(echo "$miss" | sort -u | head -n 5 | tr '\n' ';')" "$ENV_LOG"
+    else
+        record "a. libraries" PASS 0 "every library of the bundle found$fb_note" "$ENV_LOG"
+    fi
+    # UCX transports and hwloc plugins from the bundle only, never the machine's own (another
+    # version's modules would be loaded into ours).
+    mkdir -p "$tmp/no-hwloc-plugins"
+    BENV=(env "LD_LIBRARY_PATH=$LDP" "PATH=$B/bin:$PATH" "UCX_MODULE_DIR=$B/lib/ucx" "UCX_WARN_UNUSED_ENV_VARS=n"
+          "HWLOC_PLUGINS_PATH=$tmp/no-hwloc-plugins")
+else
+    BIN=./dsgd-run
+    TDIR=build/test/gpu
+    BENCH=build/bench_gpu
+    DATA=$tmp/data
+    CFG=$here/fmnist_short.cfg
+    if [ "$simulate" = 1 ]; then
+        run_step "a. build (make)" "$CHECKS_LOG" 600 make -j"$(nproc)" dsgd-run
+    else
+        run_step "a. build (make CUDA=1)" "$CHECKS_LOG" 600 make -j"$(nproc)" CUDA=1 dsgd-run gpu-tests
+    fi
+    run_step "a. data (make_data.sh)" "$RUNS_LOG" 120 "$here/make_data.sh" "$DATA" 10000 2000
+fi
+# shellcheck disable=SC2206
+MPIEXEC+=(${MPIEXEC_FLAGS:-})
+BENV+=("CK_DEFAULT_TIMEOUT=300")
+
+if [ -x "$BIN" ]; then
+    { echo; echo "==== dsgd-run --version"; "${BENV[@]}" "$BIN" --version 2>&1; } >> "$ENV_LOG"
+    BACKEND=$("${BENV[@]}" "$BIN" --version 2>&1 | grep -iE 'cuda|gpu' | head -n 1)
+    [ -n "$BACKEND" ] || BACKEND="none in --version: $("${BENV[@]}" "$BIN" --version 2>&1 | grep -i backend | head -n 1)"
+    BACKEND=$(echo "$BACKEND" | sed 's/^[[:space:]]*//')
+fi
+
+# MPI smoke test: 2 ranks, the linear model, a few steps on the CPU. If the launcher or MPI_Init
+# fails, try the usual remedies for a bare machine in turn and keep the first that works.
+DSETS=(--set "data.train_images=$DATA/train-images.gz" --set "data.train_labels=$DATA/train-labels.gz"
+       --set "data.val_images=$DATA/val-images.gz" --set "data.val_labels=$DATA/val-labels.gz" --set overwrite=true)
+mkdir -p "$tmp/runs"
+smoke_ok=0
+if [ -x "$BIN" ]; then
+    variants=("" "-localhost 127.0.0.1" "-localhost 127.0.0.1 UCX_TLS=self,sm" "-localhost 127.0.0.1 MPIR_CVAR_NOLOCAL=1 UCX_TLS=self,tcp")
+    [ -n "$bundle" ] || variants=("")
+    t=$(now)
+    for v in "${variants[@]}"; do
+        flags=(); envs=()
+        for w in $v; do case $w in *=*) envs+=("$w") ;; *) flags+=("$w") ;; esac; done
+        echo "==== MPI smoke test: mpiexec ${flags[*]} ${envs[*]}" >> "$RUNS_LOG"
+        if timeout -k 5 60 "${BENV[@]}" ${envs[@]+"${envs[@]}"} "${MPIEXEC[@]}" ${flags[@]+"${flags[@]}"} -n 2 "$BIN" \
+            "${DSETS[@]}" --set p=2 --set b=32 --set iterations=30 --set log_every=10 --set eval.every=30 \
+            --set device=cpu --set "output=$tmp/smoke.h5" configs/linear.cfg >> "$RUNS_LOG" 2>&1; then
+            smoke_ok=1
+            MPIEXEC+=(${flags[@]+"${flags[@]}"})
+            [ ${#envs[@]} -gt 0 ] && BENV+=("${envs[@]}")
+            MPI_MODE="${MPIEXEC[*]##*/} ${envs[*]:-}"
+            break
+        fi
+        [ $(( $(now) - t )) -lt 150 ] || break
+    done
+    if [ $smoke_ok = 1 ]; then
+        record "a. MPI smoke test (2 ranks, cpu)" PASS $(( $(now) - t )) "mpiexec ${v:-(no extra options)}" "$RUNS_LOG"
+    else
+        record "a. MPI smoke test (2 ranks, cpu)" "FAIL" $(( $(now) - t )) "every mpiexec variant failed; see runs.log" "$RUNS_LOG"
+    fi
+    rm -f "$tmp/smoke.h5"
+else
+    record "a. dsgd-run" "FAIL" 0 "no $BIN" "$ENV_LOG"
+fi
+
+# ---- b, c. tests ---------------------------------------------------------------------------------
+# Change the status (and note) of the last recorded step.
+amend_last() {
+    local i=$(( ${#S_STATUS[@]} - 1 ))
+    S_STATUS[i]=$1
+    S_NOTE[i]="$2 ${S_NOTE[i]}"
+    echo "           -> $1 $2"
+    write_summary
+}
+gpu_test() { # NAME BINARY LIMIT [VAR=VALUE...]
+    local name=$1 bin=$2 limit=$3 rc
+    shift 3
+    if [ ! -x "$bin" ]; then
+        record "$name" "FAIL" 0 "not built: no $bin" "$CHECKS_LOG"
+        return
+    fi
+    run_step "$name" "$CHECKS_LOG" "$limit" "${BENV[@]}" "$@" "$bin"
+    rc=$?
+    # A test that skips itself on a machine with a GPU has not tested anything.
+    [ -f "$tmp/step.out" ] || return # not run (time budget)
+    if [ $rc = 0 ] && [ $have_gpu = 1 ] && grep -qiE 'no GPU.*skip' "$tmp/step.out"; then
+        amend_last "FAIL" "(skipped itself on a GPU machine)"
+    fi
+    # CUDA cannot be used in a child forked after the parent initialised it: if every test of a
+    # Check run failed that way, run it once more in one process (CK_FORK=no) to see the results.
+    if [ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 137 ] &&
+        grep -qiE 'initialization error|^0%: Checks' "$tmp/step.out"; then
+        run_step "$name (again, CK_FORK=no)" "$CHECKS_LOG" "$limit" "${BENV[@]}" "$@" CK_FORK=no "$bin"
+    fi
+}
+gpu_test "b. test_gpu_ops" "$TDIR/test_gpu_ops" 150
+gpu_test "c. test_gpu_model" "$TDIR/test_gpu_model" 120
+if [ "$simulate" = 1 ]; then
+    gpu_test "c. test_gpu_device" "$TDIR/test_gpu_device" 120 DSGD_TEST_GPU_AS_CPU=1
+else
+    gpu_test "c. test_gpu_device" "$TDIR/test_gpu_device" 120
+fi
+
+# ---- d. short training runs ------------------------------------------------------------------------
+dev=cuda
+extra=()
+max_top1=0.35
+if [ "$simulate" = 1 ]; then
+    dev=cpu
+    extra=(--set iterations=40 --set eval.every=20)
+    max_top1=0.9
+fi
+if [ -x "$BIN" ] && "${BENV[@]}" "$BIN" --help 2>/dev/null | grep -qE '^  precision[[:space:]]'; then
+    cuda_prec=(--set precision=fp32)
+else
+    cuda_prec=()
+fi
+# train NAME NP DEVICE OUT.h5 [more --set]
+declare -A RUN_OK=()
+train() {
+    local name=$1 np=$2 device=$3 out=$4
+    shift 4
+    local -a dset=(--set "device=$device")
+    [ "$device" = cuda ] && dset+=(${cuda_prec[@]+"${cuda_prec[@]}"})
+    if [ ! -x "$BIN" ]; then record "$name" "FAIL" 0 "no $BIN" "$RUNS_LOG"; return; fi
+    if run_step "$name" "$RUNS_LOG" 180 "${BENV[@]}" "${MPIEXEC[@]}" -n "$np" "$BIN" "${DSETS[@]}" \
+        --set "p=$np" --set "output=$out" "${dset[@]}" ${extra[@]+"${extra[@]}"} "$@" "$CFG"; then
+        RUN_OK[$out]=1
+    fi
+}
+check_final() { # NAME RUN.h5
+    if [ -z "$PY_H5" ]; then record "$1" "FAIL" 0 "no python3 with h5py" "$RUNS_LOG"; return; fi
+    if [ -z "${RUN_OK[$2]:-}" ]; then record "$1" "SKIP" 0 "its run failed" "$RUNS_LOG"; return; fi
+    run_step "$1" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" final "$2" --max-top1 "$max_top1"
+}
+R=$tmp/runs
+train "d. run cuda p=1" 1 "$dev" "$R/cuda_p1.h5"
+check_final "d. check cuda p=1: top-1 < $max_top1" "$R/cuda_p1.h5"
+train "d. run cpu p=1" 1 cpu "$R/cpu_p1.h5"
+check_final "d. check cpu p=1: top-1 < $max_top1" "$R/cpu_p1.h5"
+if [ -n "${RUN_OK[$R/cuda_p1.h5]:-}" ] && [ -n "${RUN_OK[$R/cpu_p1.h5]:-}" ] && [ -n "$PY_H5" ]; then
+    run_step "d. loss curves cuda vs cpu (10 steps)" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
+        "$R/cuda_p1.h5" "$R/cpu_p1.h5" --steps 10 --rtol 1e-3
+else
+    record "d. loss curves cuda vs cpu (10 steps)" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
+fi
+train "d. run cuda p=2 (one GPU)" 2 "$dev" "$R/cuda_p2.h5"
+check_final "d. check cuda p=2: top-1 < $max_top1" "$R/cuda_p2.h5"
+
+# shellcheck disable=SC2054 # (the commas are in --batch values)
+# ---- e. throughput ----------------------------------------------------------------------------------
+if [ "$simulate" = 1 ]; then
+    SHAPE=(--width 8 --stem cifar --input 1x28x28 --classes 10 --batch 8,16 --reps 3 --steps 2 --warmup 1 --max-seconds 3)
+    DEVARG=(--device cpu)
+else
+    SHAPE=(--width 64 --stem imagenet --input 3x224x224 --classes 1000 --batch 32,64,128 --reps 5 --steps 8 --warmup 5
+           --max-seconds 6)
+    DEVARG=()
+fi
+if [ -x "$BENCH" ]; then
+    run_step "e. bench_gpu (dsgd-run)" "$BENCH_LOG" 240 "${BENV[@]}" "$BENCH" "${SHAPE[@]}" --precision fp32,tf32,bf16 \
+        ${DEVARG[@]+"${DEVARG[@]}"}
+else
+    record "e. bench_gpu (dsgd-run)" "FAIL" 0 "not built: no $BENCH" "$BENCH_LOG"
+fi
+if [ -n "$PY" ]; then
+    run_step "e. bench_torch_gpu.py (PyTorch)" "$BENCH_LOG" 200 env PYTHONUNBUFFERED=1 "$PY" "$root/tools/bench_torch_gpu.py" \
+        "${SHAPE[@]}" --precision fp32,tf32,bf16 ${DEVARG[@]+"${DEVARG[@]}"}
+else
+    record "e. bench_torch_gpu.py (PyTorch)" "FAIL" 0 "no python3 with torch, torchvision, h5py" "$BENCH_LOG"
+fi
+
+# ---- f. report ----------------------------------------------------------------------------------------
+py_any=${PY_H5:-$(command -v python3 || true)}
+if [ -n "$py_any" ] && grep -q '^BENCH ' "$BENCH_LOG"; then
+    BENCH_MD=$("$py_any" "$here/report.py" "$BENCH_LOG" 2>&1)
+    BACKEND_B=$(sed -n 's/^INFO impl=dsgd-run .*backend=\([^ ]*\).*/\1/p' "$BENCH_LOG" | head -n 1 | tr '_' ' ')
+    [ -n "$BACKEND_B" ] && BACKEND=$BACKEND_B
+else
+    BENCH_MD="No throughput table: $( [ -n "$py_any" ] && echo 'no BENCH lines in bench.log' || echo 'no python3')."
+fi
+finish

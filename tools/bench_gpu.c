@@ -1,0 +1,241 @@
+/* bench_gpu.c — training throughput of dsgd-run's GPU backend in images per second: one step is
+ * model_train_step + model_sgd_update in device mode (model_set_host_sync(m, 0)), the work of an
+ * all-reduce step at p = 1, where nothing but the minibatch (in) and the loss (out) crosses the
+ * bus:
+ *
+ *     minibatch copied from page-locked host memory (model_host_alloc) to the GPU, forward,
+ *     mean cross-entropy, backward, SGD update on the device (Nesterov µ = 0.9, λ = 1e-4),
+ *     loss read back to the host.
+ *
+ * tools/bench_torch_gpu.py does the same step in PyTorch. Timing as the HPC benchmarks do it
+ * (and as tools/bench_model.c): a model per (precision, batch), warm-up steps excluded (cuDNN
+ * algorithm choice happened in model_create; the first steps still touch every buffer), then up
+ * to `reps` timings of `steps` steps each (stopping after --max-seconds once 3 are done); the
+ * table shows the median, min and max of the per-timing img/s. Each step ends with the loss on
+ * the host, so a wall clock around the steps is the GPU time plus launch overhead.
+ *
+ * Every row also goes out as one machine-readable line (test/gpu/report.py reads them):
+ *   BENCH impl=dsgd-run width=64 stem=imagenet input=3x224x224 classes=1000 batch=32
+ *         precision=fp32 status=ok img_s_med=... img_s_min=... img_s_max=... ms_step=... reps=5 steps=8
+ * status is ok, unsupported (model_create refused the precision: the message is printed above
+ * the line) or error (model_create failed at fp32, or the loss or parameters became
+ * non-finite).
+ *
+ *   make CUDA=1 gpu-tests            (builds build/bench_gpu)
+ *   build/bench_gpu [--width 64] [--stem imagenet|cifar] [--input 3x224x224] [--classes 1000]
+ *                   [--batch 32,64,128] [--precision fp32,tf32,bf16] [--reps 5] [--steps 8]
+ *                   [--warmup 5] [--max-seconds 30] [--device cuda|cpu]
+ * --device cpu times the same loop on the CPU backend (fp32 only), e.g. to try this program on a
+ * machine without a GPU. Exit status: 0 every row ok or unsupported, 1 a row failed, 2 bad
+ * arguments or no GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../cuda/gpu.h"
+#include "nn/model.h"
+#include "util/util.h"
+
+#define MAX_LIST 16
+#define MAX_REPS 100
+
+typedef struct {
+    int width, in_c, in_h, in_w, classes;
+    model_stem stem;
+    int batches[MAX_LIST], n_batches;
+    model_precision precs[MAX_LIST];
+    int n_precs;
+    int reps, steps, warmup;
+    double max_seconds;
+    model_device device;
+} bench_args;
+
+static const char *prec_name(model_precision p) {
+    return p == MODEL_FP32 ? "fp32" : p == MODEL_TF32 ? "tf32" : p == MODEL_BF16 ? "bf16" : "?";
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int usage(const char *msg) {
+    if (msg) fprintf(stderr, "bench_gpu: %s\n", msg);
+    fprintf(stderr,
+            "usage: bench_gpu [--width W] [--stem imagenet|cifar] [--input CxHxW] [--classes K]\n"
+            "                 [--batch B1,B2,...] [--precision fp32,tf32,bf16] [--reps R] [--steps S]\n"
+            "                 [--warmup N] [--max-seconds T] [--device cuda|cpu]\n");
+    return EXIT_BADINPUT;
+}
+
+/* Positive integer in [1, max] from s, or -1. */
+static int parse_int(const char *s, int max) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    return (*s && !*end && v >= 1 && v <= max) ? (int)v : -1;
+}
+
+static int parse_args(int argc, char **argv, bench_args *a) {
+    *a = (bench_args){.width = 64, .in_c = 3, .in_h = 224, .in_w = 224, .classes = 1000, .stem = MODEL_STEM_IMAGENET,
+                      .batches = {32, 64, 128}, .n_batches = 3, .precs = {MODEL_FP32, MODEL_TF32, MODEL_BF16},
+                      .n_precs = 3, .reps = 5, .steps = 8, .warmup = 5, .max_seconds = 30, .device = MODEL_CUDA};
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            usage(NULL);
+            exit(0);
+        }
+        if (!v) return usage("every option takes a value");
+        i++;
+        if (!strcmp(k, "--width")) {
+            if ((a->width = parse_int(v, 1024)) < 0) return usage("--width: 1..1024");
+        } else if (!strcmp(k, "--classes")) {
+            if ((a->classes = parse_int(v, 1000000)) < 0) return usage("--classes: >= 1");
+        } else if (!strcmp(k, "--reps")) {
+            if ((a->reps = parse_int(v, MAX_REPS)) < 0) return usage("--reps: 1..100");
+        } else if (!strcmp(k, "--steps")) {
+            if ((a->steps = parse_int(v, 1000000)) < 0) return usage("--steps: >= 1");
+        } else if (!strcmp(k, "--warmup")) {
+            if (!strcmp(v, "0")) a->warmup = 0;
+            else if ((a->warmup = parse_int(v, 1000000)) < 0) return usage("--warmup: >= 0");
+        } else if (!strcmp(k, "--max-seconds")) {
+            char *end;
+            a->max_seconds = strtod(v, &end);
+            if (*end || !(a->max_seconds > 0)) return usage("--max-seconds: > 0");
+        } else if (!strcmp(k, "--stem")) {
+            if (!strcmp(v, "imagenet")) a->stem = MODEL_STEM_IMAGENET;
+            else if (!strcmp(v, "cifar")) a->stem = MODEL_STEM_CIFAR;
+            else return usage("--stem: imagenet or cifar");
+        } else if (!strcmp(k, "--device")) {
+            if (!strcmp(v, "cuda")) a->device = MODEL_CUDA;
+            else if (!strcmp(v, "cpu")) a->device = MODEL_CPU;
+            else return usage("--device: cuda or cpu");
+        } else if (!strcmp(k, "--input")) {
+            if (sscanf(v, "%dx%dx%d", &a->in_c, &a->in_h, &a->in_w) != 3 || a->in_c < 1 || a->in_h < 1 || a->in_w < 1)
+                return usage("--input: CxHxW, e.g. 3x224x224");
+        } else if (!strcmp(k, "--batch") || !strcmp(k, "--precision")) {
+            const int is_batch = k[2] == 'b';
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            int n = 0;
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (n == MAX_LIST) return usage("at most 16 values in a list");
+                if (is_batch) {
+                    if ((a->batches[n++] = parse_int(t, 1 << 20)) < 0) return usage("--batch: comma-separated integers >= 1");
+                } else if (!strcmp(t, "fp32")) a->precs[n++] = MODEL_FP32;
+                else if (!strcmp(t, "tf32")) a->precs[n++] = MODEL_TF32;
+                else if (!strcmp(t, "bf16")) a->precs[n++] = MODEL_BF16;
+                else return usage("--precision: comma-separated fp32, tf32, bf16");
+            }
+            if (!n) return usage("empty list");
+            if (is_batch) a->n_batches = n;
+            else a->n_precs = n;
+        } else {
+            return usage("unknown option");
+        }
+    }
+    return 0;
+}
+
+/* One row: returns 0 ok, 1 failed (printed), 2 precision unsupported (printed). */
+static int bench_row(const bench_args *a, int b, model_precision prec, const char *common) {
+    model_spec s = {.arch = MODEL_RESNET18, .width = a->width, .stem = a->stem, .in_c = a->in_c, .in_h = a->in_h,
+                    .in_w = a->in_w, .n_classes = a->classes, .batch = b, .eval_batch = 0, .threads = 0,
+                    .device = a->device, .precision = prec};
+    char err[ERRLEN];
+    const double tc = wall_time();
+    model *m = model_create(&s, err, sizeof err);
+    if (!m) {
+        const int unsupported = prec != MODEL_FP32;
+        printf("%9s %6d  %s: model_create: %s\n", prec_name(prec), b, unsupported ? "not built" : "error", err);
+        printf("BENCH %s status=%s\n", common, unsupported ? "unsupported" : "error");
+        return unsupported ? 2 : 1;
+    }
+    const double create_s = wall_time() - tc;
+    model_init(m, 1);
+    model_set_host_sync(m, 0);
+    model_upload(m, MODEL_PARAMS | MODEL_BN);
+
+    const size_t nx = (size_t)b * a->in_c * a->in_h * a->in_w;
+    float *x = model_host_alloc(m, nx * sizeof(float));
+    int *y = model_host_alloc(m, (size_t)b * sizeof(int));
+    rng_t r;
+    rng_seed(&r, 2);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)rng_uniform(&r);
+    for (int i = 0; i < b; i++) y[i] = (int)rng_below(&r, (uint64_t)a->classes);
+
+    int finite = 1;
+    float loss = 0;
+    for (int i = 0; i < a->warmup; i++) {
+        loss = model_train_step(m, x, y);
+        finite &= model_sgd_update(m, 0.01f, 0.9f, 1e-4f, 1);
+    }
+    double rate[MAX_REPS];
+    int n = 0;
+    const double t_start = wall_time();
+    while (n < a->reps) {
+        const double t0 = wall_time();
+        for (int i = 0; i < a->steps; i++) {
+            loss = model_train_step(m, x, y); /* returns with the loss on the host */
+            finite &= model_sgd_update(m, 0.01f, 0.9f, 1e-4f, 1);
+        }
+        rate[n++] = (double)b * a->steps / (wall_time() - t0);
+        if (n >= 3 && wall_time() - t_start > a->max_seconds) break;
+    }
+    finite &= isfinite(loss) != 0;
+    qsort(rate, (size_t)n, sizeof rate[0], cmp_double);
+    const double med = n % 2 ? rate[n / 2] : 0.5 * (rate[n / 2 - 1] + rate[n / 2]);
+    printf("%9s %6d %11.1f %11.1f %11.1f %9.2f %9.2f%s\n", prec_name(prec), b, med, rate[0], rate[n - 1],
+           1e3 * b / med, create_s, finite ? "" : "  NON-FINITE loss or parameters");
+    printf("BENCH %s status=%s img_s_med=%.1f img_s_min=%.1f img_s_max=%.1f ms_step=%.3f reps=%d steps=%d\n", common,
+           finite ? "ok" : "error", med, rate[0], rate[n - 1], 1e3 * b / med, n, a->steps);
+    fflush(stdout);
+    model_host_free(m, x);
+    model_host_free(m, y);
+    model_free(m);
+    return finite ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    bench_args a;
+    int st = parse_args(argc, argv, &a);
+    if (st) return st;
+
+    char desc[256] = "cpu", err[ERRLEN], ver[256], backend[128];
+    model_backend_version(backend, sizeof backend);
+    gpu_version(ver, sizeof ver);
+    if (a.device == MODEL_CUDA) {
+        if (gpu_select(0, 1, desc, sizeof desc, err, sizeof err) != 0) {
+            fprintf(stderr, "bench_gpu: no GPU: %s\n", err);
+            return EXIT_BADINPUT;
+        }
+    } else {
+        a.n_precs = 1, a.precs[0] = MODEL_FP32; /* the CPU computes in fp32 only */
+    }
+    const char *stem = a.stem == MODEL_STEM_IMAGENET ? "imagenet" : "cifar";
+    printf("bench_gpu: dsgd-run %s on %s (%s; CPU backend %s)\n", DSGD_VERSION, desc, ver, backend);
+    printf("ResNet-18 width %d, %s stem, %dx%dx%d input, %d classes; per step: model_train_step + model_sgd_update in\n"
+           "device mode (pinned host -> GPU minibatch, forward, cross-entropy, backward, Nesterov update, loss to the\n"
+           "host); %d warm-up steps, median of up to %d timings of %d steps (create s: model_create incl. cuDNN search)\n\n",
+           a.width, stem, a.in_c, a.in_h, a.in_w, a.classes, a.warmup, a.reps, a.steps);
+    printf("INFO impl=dsgd-run version=%s backend=", DSGD_VERSION);
+    for (const char *p = ver; *p; p++) putchar(*p == ' ' ? '_' : *p);
+    printf(" gpu=");
+    for (const char *p = desc; *p; p++) putchar(*p == ' ' ? '_' : *p);
+    printf("\n%9s %6s %11s %11s %11s %9s %9s\n", "precision", "batch", "img/s(med)", "img/s(min)", "img/s(max)",
+           "ms/step", "create s");
+    fflush(stdout);
+
+    int failed = 0;
+    for (int pi = 0; pi < a.n_precs; pi++) {
+        for (int bi = 0; bi < a.n_batches; bi++) {
+            char common[256];
+            snprintf(common, sizeof common,
+                     "impl=dsgd-run width=%d stem=%s input=%dx%dx%d classes=%d batch=%d precision=%s", a.width, stem,
+                     a.in_c, a.in_h, a.in_w, a.classes, a.batches[bi], prec_name(a.precs[pi]));
+            failed |= bench_row(&a, a.batches[bi], a.precs[pi], common) == 1;
+        }
+    }
+    return failed ? EXIT_RUNTIME : 0;
+}
