@@ -16,7 +16,7 @@
  * statistics are uploaded again, so every step compares one step of each backend from the same
  * state; the SGD update is compared at 1e-6 (fp32 on both sides, the same formula).
  *
- * Without a GPU it prints one line and exits 0. The tests run in this process (CK_NOFORK):
+ * Without a GPU it prints one line and exits 0 (1 with DSGD_REQUIRE_GPU set, test/gpu/testgpu.h). The tests run in this process (CK_NOFORK):
  * CUDA does not survive fork() after initialisation. */
 #include <math.h>
 #include <stdint.h>
@@ -30,6 +30,7 @@
 #include "nn/layout.h"
 #include "nn/model.h"
 #include "optim/sgd.h"
+#include "testgpu.h"
 #include "testutil.h"
 #include "util/util.h"
 
@@ -207,7 +208,12 @@ int main(void) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count < 1) {
-        printf("test_gpu_model: no GPU: skipped (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+        const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
+        if (gpu_required()) {
+            printf("test_gpu_model: FAILED: DSGD_REQUIRE_GPU is set but no GPU is usable: %s\n", why);
+            return 1;
+        }
+        printf("test_gpu_model: no GPU: skipped (%s)\n", why);
         return 0;
     }
     char buf[256], err[ERRLEN];
