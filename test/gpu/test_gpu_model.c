@@ -6,7 +6,8 @@
  * evaluation logits of n_valid < eval_batch rows, and the SGD update (Nesterov) of params and
  * velocity on the device against sgd_update on the host; then the non-finite flag, a velocity
  * reset, and that the steps allocate no device memory (cudaMemGetInfo unchanged once every
- * kernel has been loaded).
+ * kernel has been loaded). DSGD_GPU_TEST_FULL=1 adds torchvision's ResNet-18 at 224x224 (width
+ * 64, batch 16), the benchmark's shapes, at looser gradient tolerances (see that test).
  *
  * Tolerances (relative L2 error per tensor, every one printed): fp32 5e-5 for losses, logits and
  * running statistics, 5e-4 for gradients and updated parameters (two fp32 backends with
@@ -65,8 +66,10 @@ static void check_grads(const nn_layout *L, const float *got, const float *want,
     printf("    %-44s rel. error %.3g (tol %.0e, %s)\n", "gradients, worst tensor", worst, tol, L->tensors[wi].name);
 }
 
-static void model_case(const char *name, model_spec s, gpu_precision prec) {
-    const double tol_fwd = prec == GPU_TF32 ? 5e-2 : 5e-5, tol_grad = prec == GPU_TF32 ? 2e-1 : 5e-4;
+/* tol_fwd, tol_grad: 0 for the defaults above. */
+static void model_case_tol(const char *name, model_spec s, gpu_precision prec, double tol_fwd, double tol_grad) {
+    if (tol_fwd <= 0) tol_fwd = prec == GPU_TF32 ? 5e-2 : 5e-5;
+    if (tol_grad <= 0) tol_grad = prec == GPU_TF32 ? 2e-1 : 5e-4;
     printf("  %s (%s)\n", name, prec == GPU_TF32 ? "tf32" : "fp32");
     char err[ERRLEN];
     model *m = model_create(&s, err, sizeof err);
@@ -153,6 +156,8 @@ static void model_case(const char *name, model_spec s, gpu_precision prec) {
     free(gp), free(gg), free(gb), free(x), free(ex), free(y), free(ey), free(vel), free(logits);
 }
 
+static void model_case(const char *name, model_spec s, gpu_precision prec) { model_case_tol(name, s, prec, 0, 0); }
+
 static model_spec cifar(int width, int batch, int eval_batch) {
     model_spec s = {.arch = MODEL_RESNET18, .width = width, .stem = MODEL_STEM_CIFAR, .in_c = 3, .in_h = 32, .in_w = 32,
                     .n_classes = 10, .batch = batch, .eval_batch = eval_batch, .threads = 0};
@@ -178,6 +183,25 @@ START_TEST(test_resnet_imagenet) {
     model_spec s = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 64,
                     .in_w = 64, .n_classes = 20, .batch = 4, .eval_batch = 3, .threads = 0};
     model_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", s, GPU_FP32);
+}
+END_TEST
+
+START_TEST(test_resnet_imagenet_224) {
+    /* The shapes the GPU is benchmarked on (torchvision's ResNet-18 at 224x224, width 64), where
+     * cudnnFind picks other kernels (FFT, Winograd, larger tiles) than on the small cases above.
+     * Opt-in (DSGD_GPU_TEST_FULL=1): tens of seconds of CPU reference. Gradient tolerance 5e-2:
+     * at these sizes two correct fp32 backends disagree by about 1e-2 per tensor (ReLU masks
+     * flip where activations differ by an ulp near zero, and BN's backward cancels): the oneDNN
+     * network against the same layers in model.cu's wiring (the mock) measured 1.1e-2. The
+     * forward, the statistics and the update stay tight; a wiring or algorithm fault is O(1). */
+    const char *v = getenv("DSGD_GPU_TEST_FULL");
+    if (!v || !*v || strcmp(v, "0") == 0) {
+        printf("  resnet18 ImageNet stem 224x224: skipped (set DSGD_GPU_TEST_FULL=1)\n");
+        return;
+    }
+    model_spec s = {.arch = MODEL_RESNET18, .width = 64, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 224,
+                    .in_w = 224, .n_classes = 1000, .batch = 16, .eval_batch = 8, .threads = 0};
+    model_case_tol("resnet18 ImageNet stem, width 64, 3x224x224, batch 16", s, GPU_FP32, 2e-4, 5e-2);
 }
 END_TEST
 
@@ -233,6 +257,7 @@ int main(void) {
     tcase_add_test(tc, test_resnet_cifar_odd);
     tcase_add_test(tc, test_resnet_imagenet);
     tcase_add_test(tc, test_resnet_cifar_tf32);
+    tcase_add_test(tc, test_resnet_imagenet_224);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);
