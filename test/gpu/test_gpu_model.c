@@ -4,7 +4,8 @@
  * conv + max pool), and the linear model. For three steps: the training loss, the training
  * logits, every parameter gradient (per tensor), the BN running statistics after the step, the
  * evaluation logits of n_valid < eval_batch rows, and the SGD update (Nesterov) of params and
- * velocity on the device against sgd_update on the host; then the non-finite flag, a velocity
+ * velocity on the device against sgd_update on the host; that the first step repeated from the
+ * same state gives bitwise the same loss, gradients and statistics; then the non-finite flag, a velocity
  * reset, and that the steps allocate no device memory (cudaMemGetInfo unchanged once every
  * kernel has been loaded). DSGD_GPU_TEST_FULL=1 adds torchvision's ResNet-18 at 224x224 (width
  * 64, batch 16), the benchmark's shapes, at looser gradient tolerances (see that test).
@@ -85,6 +86,7 @@ static void model_case_tol(const char *name, model_spec s, gpu_precision prec, d
 
     /* A fresh model is all zeros on the device. */
     float *gp = malloc(np * sizeof(float) + 4), *gg = malloc(np * sizeof(float) + 4), *gb = malloc(nb * sizeof(float) + 4);
+    float *gg2 = malloc(np * sizeof(float) + 4), *gb2 = malloc(nb * sizeof(float) + 4), *bn0 = malloc(nb * sizeof(float) + 4);
     gpu_model_download(g, GPU_PARAMS | GPU_GRADS | GPU_BN, gp, gg, gb);
     for (size_t i = 0; i < np; i++) ck_assert_msg(gp[i] == 0.0f && gg[i] == 0.0f, "device vector not zero at %zu", i);
     for (size_t i = 0; i < nb; i++) ck_assert_msg(gb[i] == 0.0f, "device bn not zero at %zu", i);
@@ -98,6 +100,7 @@ static void model_case_tol(const char *name, model_spec s, gpu_precision prec, d
     rng_seed(&r, 99);
     const float alpha = 0.05f, mu = 0.9f, lambda = 1e-4f;
     size_t free0 = 0, free1 = 0, total = 0;
+    char repro[256] = ""; /* what differed between two identical steps */
 
     for (int step = 0; step < 3; step++) {
         printf("   step %d\n", step);
@@ -106,6 +109,7 @@ static void model_case_tol(const char *name, model_spec s, gpu_precision prec, d
         for (size_t i = 0; i < (size_t)ne * in; i++) ex[i] = (float)rng_normal(&r);
         for (int i = 0; i < ne; i++) ey[i] = (int)rng_below(&r, (uint64_t)k);
         gpu_model_upload(g, GPU_PARAMS | GPU_BN, model_params(m), NULL, model_bn(m));
+        if (step == 0 && nb) memcpy(bn0, model_bn(m), nb * sizeof(float)); /* the statistics before the step */
 
         const float lc = model_train_step(m, x, y);
         const float lg = gpu_model_train_step(g, x, y);
@@ -115,6 +119,27 @@ static void model_case_tol(const char *name, model_spec s, gpu_precision prec, d
         gpu_model_download(g, GPU_GRADS | GPU_BN, NULL, gg, gb);
         check_grads(&L, gg, model_grads(m), tol_grad);
         if (nb) CHECK_REL("BN running statistics", gb, model_bn(m), nb, tol_fwd);
+        if (step == 0) {
+            /* The same step again from the same state gives the same bits: the convolutions are
+             * deterministic algorithms (cuDNN has one for every direction), BN, max pooling
+             * (CUDNN_POOLING_MAX_DETERMINISTIC) and our kernels sum in a fixed order. A
+             * difference means a race, an uninitialised read or an algorithm that is not.
+             * Checked at the end, so that the comparisons with the CPU still run. */
+            if (nb) gpu_model_upload(g, GPU_BN, NULL, NULL, bn0);
+            const float lg2 = gpu_model_train_step(g, x, y);
+            gpu_model_download(g, GPU_GRADS | GPU_BN, NULL, gg2, gb2);
+            if (memcmp(&lg2, &lg, sizeof lg) != 0)
+                snprintf(repro, sizeof repro, "training loss %.9g then %.9g", lg, lg2);
+            for (int i = 0; i < L.n_tensors && !repro[0]; i++) {
+                const model_tensor *t = &L.tensors[i];
+                if (memcmp(gg + t->offset, gg2 + t->offset, t->n * sizeof(float)) != 0)
+                    snprintf(repro, sizeof repro, "gradient of %s (relative L2 difference %.3g)", t->name,
+                             rel_l2(gg2 + t->offset, gg + t->offset, t->n));
+            }
+            if (!repro[0] && nb && memcmp(gb, gb2, nb * sizeof(float)) != 0)
+                snprintf(repro, sizeof repro, "BN running statistics");
+            printf("    %-44s %s%s\n", "the same step twice", repro[0] ? "DIFFERS: " : "bitwise identical", repro);
+        }
 
         /* Evaluation on the statistics just updated (the CPU's: the same up to tol_fwd). */
         gpu_model_upload(g, GPU_BN, NULL, NULL, model_bn(m));
@@ -151,9 +176,10 @@ static void model_case_tol(const char *name, model_spec s, gpu_precision prec, d
     gpu_model_download(g, GPU_PARAMS, gp, NULL, NULL);
     CHECK_REL("parameters after a velocity reset", gp, model_params(m), np, 1e-6);
 
+    ck_assert_msg(!repro[0], "the same training step twice from the same state differs: %s", repro);
     gpu_model_free(g);
     model_free(m);
-    free(gp), free(gg), free(gb), free(x), free(ex), free(y), free(ey), free(vel), free(logits);
+    free(gp), free(gg), free(gb), free(gg2), free(gb2), free(bn0), free(x), free(ex), free(y), free(ey), free(vel), free(logits);
 }
 
 static void model_case(const char *name, model_spec s, gpu_precision prec) { model_case_tol(name, s, prec, 0, 0); }
