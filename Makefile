@@ -102,7 +102,7 @@ $(GPU_LIB): $(GPU_OBJ) build/.backend
 $(BIN): build/src/main.o $(LIB) $(GPU_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h $(LIB) $(GPU_LIB) | build/.deps-ok
+build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h $(wildcard test/gpu/testgpu.h) $(LIB) $(GPU_LIB) | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(CHECK_LIBS) $(LDLIBS)
 
@@ -121,7 +121,7 @@ build/mock/model.o: cuda/model.cu cuda/gpu.h cuda/layers.h cuda/common.h src/nn/
 build/mock/%.o: test/gpu/mock/%.c cuda/layers.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Icuda $(MOCK_INC) -c $< -o $@
-build/mock/test_gpu_model: test/gpu/test_gpu_model.c build/mock/model.o build/mock/mock_layers.o build/mock/mock_cuda.o $(LIB) test/testutil.h | build/.deps-ok
+build/mock/test_gpu_model: test/gpu/test_gpu_model.c build/mock/model.o build/mock/mock_layers.o build/mock/mock_cuda.o $(LIB) test/testutil.h test/gpu/testgpu.h | build/.deps-ok
 	$(CC) $(CFLAGS) -Isrc -Icuda -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< build/mock/model.o \
 	    build/mock/mock_layers.o build/mock/mock_cuda.o $(LIB) -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) -ldnnl -lm
 

@@ -283,6 +283,26 @@ static int net_tune(gpu_model *g, gpu_net *t, char *err, size_t errlen) {
     return 0;
 }
 
+/* DSGD_GPU_VERBOSE set (not "0"): every convolution's chosen algorithms, math and workspace on
+ * stderr, and the shared workspace, once per model (diagnosing speed on a new GPU or cuDNN). */
+static void net_print_algos(const gpu_model *g, const gpu_net *t) {
+    const char *v = getenv("DSGD_GPU_VERBOSE");
+    if (!v || !*v || strcmp(v, "0") == 0 || !t->built || g->L.s.arch == MODEL_LINEAR) return;
+    char buf[512];
+    const char *net = t->mode == GPU_TRAIN ? "train" : "eval";
+    gpu_conv_algos(&t->conv1, buf, sizeof buf);
+    fprintf(stderr, "dsgd-run: GPU %s n=%d %s: %s\n", net, t->n, t->conv1.name, buf);
+    for (int i = 0; i < N_BLOCKS; i++) {
+        const gpu_block *r = &t->b[i];
+        const gpu_conv_layer *ls[3] = {&r->conv1, &r->conv2, g->L.blk[i].down ? &r->convd : NULL};
+        for (int j = 0; j < 3; j++) {
+            if (!ls[j]) continue;
+            gpu_conv_algos(ls[j], buf, sizeof buf);
+            fprintf(stderr, "dsgd-run: GPU %s n=%d %s: %s\n", net, t->n, ls[j]->name, buf);
+        }
+    }
+}
+
 static void net_free(gpu_net *t) {
     if (!t->built) return;
     gpu_conv_free(&t->conv1);
@@ -354,6 +374,11 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
         if (g->eval.built) TRY(net_tune(g, &g->eval, err, errlen));
     }
     TRY(gpu_ctx_commit(&g->ctx, err, errlen));
+    net_print_algos(g, &g->train);
+    net_print_algos(g, &g->eval);
+    if (getenv("DSGD_GPU_VERBOSE") && strcmp(getenv("DSGD_GPU_VERBOSE"), "0") != 0)
+        fprintf(stderr, "dsgd-run: GPU shared cuDNN workspace %zu bytes, training arena %zu bytes, eval arena %zu bytes\n",
+                g->ctx.ws_nbytes, g->train.arena_nbytes, g->eval.arena_nbytes);
     /* cudnnFind wrote into gradients and activations: everything starts at zero again. */
     cudaStream_t st = g->ctx.stream;
     CUDA_TRY(cudaMemsetAsync(g->grads, 0, np, st), "gpu_model_create");

@@ -16,7 +16,8 @@
  * contributions in another order).
  *
  * Without a GPU (cudaGetDeviceCount fails or finds none) it checks that gpu_select reports it
- * ("no CUDA GPU visible: ..."), prints one line and exits 0. CUDA
+ * ("no CUDA GPU visible: ..."), prints one line and exits 0 (1 with DSGD_REQUIRE_GPU set: on a
+ * machine meant to have one, test/gpu/testgpu.h). CUDA
  * does not survive fork() after initialisation, so the tests run in this process (CK_NOFORK). */
 #include <math.h>
 #include <stdint.h>
@@ -29,6 +30,7 @@
 #include "layers.h" /* cuda/layers.h: the GPU layers (-Icuda) */
 #include "nn/layers.h"
 #include "optim/sgd.h"
+#include "testgpu.h"
 #include "testutil.h"
 #include "util/util.h"
 
@@ -594,6 +596,10 @@ int main(void) {
         /* gpu_select must say so too (dsgd-run's message to a user who asked for the GPU). */
         if (gpu_select(0, 1, buf, sizeof buf, err, sizeof err) != EXIT_RUNTIME || strstr(err, "no CUDA GPU visible") != err) {
             printf("test_gpu_ops: no GPU, and gpu_select does not say so: \"%s\"\n", err);
+            return 1;
+        }
+        if (gpu_required()) {
+            printf("test_gpu_ops: FAILED: DSGD_REQUIRE_GPU is set but no GPU is usable: %s\n", err);
             return 1;
         }
         printf("test_gpu_ops: no GPU: skipped (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
