@@ -464,8 +464,11 @@ gpu_test() { # NAME BINARY LIMIT [VAR=VALUE...]
         run_step "$name (again, CK_FORK=no)" "$CHECKS_LOG" "$limit" "${BENV[@]}" "$@" CK_FORK=no "$bin"
     fi
 }
+# On the GPU machine a test that cannot start CUDA fails instead of skipping; the chosen
+# convolution algorithms go to the logs; test_gpu_model adds ResNet-18 at 224x224.
+[ "$simulate" = 1 ] || BENV+=("DSGD_REQUIRE_GPU=1" "DSGD_GPU_VERBOSE=1" "DSGD_GPU_TEST_FULL=1")
 gpu_test "b. test_gpu_ops" "$TDIR/test_gpu_ops" 150
-gpu_test "c. test_gpu_model" "$TDIR/test_gpu_model" 120
+gpu_test "c. test_gpu_model" "$TDIR/test_gpu_model" 180
 if [ "$simulate" = 1 ]; then
     gpu_test "c. test_gpu_device" "$TDIR/test_gpu_device" 120 DSGD_TEST_GPU_AS_CPU=1
 else
