@@ -34,8 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../cuda/gpu.h"
-#include "../testutil.h"
+#include "gpu.h"
+#include "testutil.h"
+#include "testgpu.h"
 #include "nn/model.h"
 #include "optim/sgd.h"
 #include "util/util.h"
@@ -371,11 +372,12 @@ int main(void) {
         printf("test_gpu_device: DSGD_TEST_GPU_AS_CPU=1: a CPU model in the GPU's place (self-test)\n");
     } else {
         char desc[256], err[ERRLEN];
-        if (!gpu_built()) {
-            printf("test_gpu_device: no GPU: skipped (%s)\n", ver);
-            return EXIT_SUCCESS;
-        }
-        if (gpu_select(0, 1, desc, sizeof desc, err, sizeof err) != 0) {
+        if (!gpu_built()) snprintf(err, sizeof err, "%s", ver);
+        if (!gpu_built() || gpu_select(0, 1, desc, sizeof desc, err, sizeof err) != 0) {
+            if (gpu_required()) {
+                printf("test_gpu_device: no usable GPU and DSGD_REQUIRE_GPU is set: %s\n", err);
+                return EXIT_FAILURE;
+            }
             printf("test_gpu_device: no GPU: skipped (%s)\n", err);
             return EXIT_SUCCESS;
         }

@@ -36,23 +36,6 @@
 #include "testutil.h"
 #include "util/util.h"
 
-static double rel_l2(const float *got, const float *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = (double)got[i] - (double)want[i];
-        num += d * d;
-        den += (double)want[i] * (double)want[i];
-    }
-    if (!isfinite(num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
-#define CHECK_REL(what, got, want, n, tol)                                                                      \
-    do {                                                                                                        \
-        double r_ = rel_l2((got), (want), (n));                                                                 \
-        printf("    %-44s rel. error %.3g (tol %.0e)\n", (what), r_, (double)(tol));                            \
-        ck_assert_msg(r_ <= (tol), "%s: relative L2 error %.3g > %.1g", (what), r_, (double)(tol));               \
-    } while (0)
 
 /* Every parameter tensor's gradient within tol; prints the worst. */
 static void check_grads(const nn_layout *L, const float *got, const float *want, double tol) {

@@ -37,23 +37,6 @@
 #define TOL_FP32 1e-5
 #define TOL_TF32 5e-3
 
-static double rel_l2(const float *got, const float *want, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = (double)got[i] - (double)want[i];
-        num += d * d;
-        den += (double)want[i] * (double)want[i];
-    }
-    if (!isfinite(num)) return INFINITY;
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
-#define CHECK_REL(what, got, want, n, tol)                                                                      \
-    do {                                                                                                        \
-        double r_ = rel_l2((got), (want), (n));                                                                 \
-        printf("    %-44s rel. error %.3g (tol %.0e)\n", (what), r_, (double)(tol));                            \
-        ck_assert_msg(r_ <= (tol), "%s: relative L2 error %.3g > %.1g", (what), r_, (double)(tol));               \
-    } while (0)
 
 /* ---- buffers: host random, device copies (freed at the end of each test) ---- */
 
