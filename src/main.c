@@ -34,6 +34,8 @@ typedef struct {
     char *sets[MAX_SETS];
     int n_sets;
     int check_only, help, version;
+    int p_from_world;           /* --p-from-world: p = MPI ranks − servers */
+    int print_config;           /* --print-config: the resolved experiment as libconfig text */
 } cli_args;
 
 static void print_usage(FILE *f) {
@@ -50,6 +52,10 @@ static void print_usage(FILE *f) {
             "                   (a bare word is accepted for string keys). Repeatable.\n"
             "  --check          validate the experiment and the data, print the resolved\n"
             "                   experiment as a table and exit 0\n"
+            "  --print-config   print the resolved experiment (every key, --set applied) as an\n"
+            "                   experiment file and exit 0 (tools/sweep.py writes its points so)\n"
+            "  --p-from-world   take p from the MPI world: p = ranks - servers (batch jobs:\n"
+            "                   the allocation decides; same as --set p=N, given last)\n"
             "  --help           this text and every key of the experiment file\n"
             "  --version        version and library versions\n"
             "\n"
@@ -66,6 +72,8 @@ static int parse_args(int argc, char **argv, cli_args *a, char *err, size_t errl
         if (!strcmp(s, "--help") || !strcmp(s, "-h")) a->help = 1;
         else if (!strcmp(s, "--version")) a->version = 1;
         else if (!strcmp(s, "--check")) a->check_only = 1;
+        else if (!strcmp(s, "--p-from-world")) a->p_from_world = 1;
+        else if (!strcmp(s, "--print-config")) a->print_config = 1;
         else if (!strcmp(s, "--set") || !strncmp(s, "--set=", 6)) {
             const char *kv = s[5] == '=' ? s + 6 : (i + 1 < argc ? argv[++i] : NULL);
             if (!kv) return seterr(err, errlen, "--set needs KEY=VALUE (e.g. --set alpha.base=0.05)");
@@ -168,6 +176,13 @@ int main(int argc, char **argv) {
 
     cli_args args;
     int st = parse_args(argc, argv, &args, err, sizeof err);
+    /* srun started several tasks but each is its own MPI world of one: the MPI library is not
+     * wired to srun's process manager (PMI), and every task would train alone. */
+    const char *step_tasks = getenv("SLURM_STEP_NUM_TASKS");
+    if (!st && step_tasks && atoi(step_tasks) > 1 && comm_size() == 1)
+        st = seterr(err, sizeof err, "srun started %s tasks but MPI sees a world of 1 rank in each: this MPI library is not "
+                    "connected to srun's PMI; launch with `srun --mpi=pmi2` (or pmix) if the MPI supports it, or with "
+                    "mpiexec inside the allocation (jobs/README.md)", step_tasks);
     if (st && r0) fprintf(stderr, "dsgd-run: %s\n", err);
     if (st) { comm_finalize(); return st; }
     if (args.help || args.version) {
@@ -187,6 +202,30 @@ int main(int argc, char **argv) {
     /* 1. The experiment: every rank reads it; all reach the same verdict. */
     static experiment e;
     st = config_load(&e, args.config_path, args.sets, args.n_sets, err, sizeof err);
+    if (!st && args.p_from_world) {
+        /* The allocation decides p: read the file once for the method and its servers, then
+         * again with p set last, so every check on p (backups, slow ranks, ...) sees it. */
+        static char p_set[32];
+        const int servers = method_has_servers(e.method) ? e.servers : 0;
+        const int p = comm_size() - servers;
+        if (p < 1)
+            st = seterr(err, sizeof err, "--p-from-world: MPI started %d rank(s), but method %s needs %d server rank(s) "
+                        "plus at least one worker", comm_size(), method_name(e.method), servers);
+        else if (args.n_sets == MAX_SETS) st = seterr(err, sizeof err, "more than %d --set options", MAX_SETS - 1);
+        else {
+            snprintf(p_set, sizeof p_set, "p=%d", p);
+            args.sets[args.n_sets++] = p_set;
+            st = config_load(&e, args.config_path, args.sets, args.n_sets, err, sizeof err);
+        }
+    }
+    if (!st && args.print_config) {
+        static char text[1 << 16];
+        if (config_to_text(&e, text, sizeof text) >= (int)sizeof text - 1) st = seterr(err, sizeof err, "--print-config: the experiment does not fit in %zu bytes", sizeof text);
+        else if (r0) fputs(text, stdout);
+        agree_or_exit(st, err);
+        comm_finalize();
+        return 0;
+    }
     /* `dsgd-run --check` without mpiexec checks everything but the world size. */
     const int world_unchecked = args.check_only && comm_size() == 1 && config_world_size(&e) != 1;
     if (!st && !world_unchecked) st = config_check_world(&e, comm_size(), err, sizeof err);
