@@ -139,7 +139,7 @@ run: deps
 check: deps
 	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST)
 	@$(if $(MOCK_TEST),,echo "SKIPPED: test/gpu/mock (no CUDA / cuDNN headers under $(CUDA_HOME)/include)")
-	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh
+	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/test_tools.sh
 
 clean:
 	rm -rf build $(BIN)

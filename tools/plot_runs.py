@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+"""plot_runs.py — the papers' panels from dsgd-run run files (Jin et al. 2016, Figures 1 and 2):
+validation loss and top-1 error against wall-clock time (hours; minutes or seconds for short
+runs) and against iterations, one line per
+run labelled by method and p, plus each worker's step-time distribution (straggler studies), to
+PNG and PDF; and a summary table (final top-1 error, time to a target error, img/s) on stdout.
+
+    /usr/bin/python3 tools/plot_runs.py runs/*.h5 [--out plots/fig] [--target 0.15] [--title T]
+
+Writes OUT.png, OUT.pdf (the four curve panels) and OUT-steptime.png, OUT-steptime.pdf. Runs
+that are still going are read through HDF5's SWMR mode (a consistent snapshot at their last
+flush); their rows are marked "running" in the table. Runs of the same method and p (e.g. a
+requeued job's pieces, or repeats) get the same colour. An existing OUT.* is never replaced
+unless --overwrite. Needs h5py and matplotlib (Debian: python3-h5py, python3-matplotlib).
+"""
+import argparse
+import math
+import os
+import sys
+
+import h5py
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def die(msg):
+    print(f"plot_runs.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def attr(f, name, default=None):
+    v = f.attrs.get(name, default)
+    if isinstance(v, bytes):
+        v = v.decode()
+    if isinstance(v, np.generic):
+        v = v.item()
+    return v
+
+
+def columns(group, names):
+    """The named datasets of group, cut to their common length (a killed or running run may have
+    one more row in some datasets than in others: docs/output.md)."""
+    ds = [group[n] for n in names]
+    for d in ds:
+        if hasattr(d, "refresh"):
+            try:
+                d.refresh()
+            except Exception:  # not opened in SWMR mode
+                pass
+    n = min(len(d) for d in ds)
+    return [d[:n] for d in ds]
+
+
+def read_run(path):
+    try:
+        f = h5py.File(path, "r", swmr=True)
+    except OSError:
+        f = h5py.File(path, "r")  # a file not written in SWMR mode
+    with f:
+        r = {"path": path, "method": attr(f, "method", "?"), "p": attr(f, "p", 0), "b": attr(f, "b", 0),
+             "m": attr(f, "m", 0), "iterations": attr(f, "iterations", 0), "status": attr(f, "status", None),
+             "images_per_s": attr(f, "images_per_s", None), "device": attr(f, "device", "")}
+        if "eval" not in f or "train" not in f:
+            raise ValueError("not a dsgd-run run file (no /eval or /train)")
+        r["e_step"], r["e_time"], r["e_loss"], r["e_top1"] = columns(f["eval"], ["step", "time_s", "loss", "top1_error"])
+        r["t_step"], r["t_time"] = columns(f["train"], ["step", "time_s"])
+        r["step_time"] = None
+        if "ranks" in f and "step_time_s" in f["ranks"]:
+            (st,) = columns(f["ranks"], ["step_time_s"])
+            r["step_time"] = np.asarray(st)
+    return r
+
+
+def time_to(r, target):
+    """Training seconds at the first evaluation with top-1 error <= target, or None."""
+    hit = np.nonzero(np.asarray(r["e_top1"]) <= target)[0]
+    return float(r["e_time"][hit[0]]) if len(hit) else None
+
+
+def img_per_s(r):
+    if r["images_per_s"] is not None:
+        return float(r["images_per_s"])
+    if len(r["t_step"]) and r["t_time"][-1] > 0:  # a running run: from its last /train row
+        return float(r["m"] * r["t_step"][-1] / r["t_time"][-1])
+    return float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="HDF5 run files")
+    ap.add_argument("--out", default="plots/runs", help="output prefix (default plots/runs)")
+    ap.add_argument("--target", type=float, default=0.15, help="top-1 error for 'time to target' (default 0.15)")
+    ap.add_argument("--title", default=None)
+    ap.add_argument("--overwrite", action="store_true", help="replace existing output files")
+    a = ap.parse_args()
+
+    outs = [a.out + s for s in (".png", ".pdf", "-steptime.png", "-steptime.pdf")]
+    if not a.overwrite:
+        for o in outs:
+            if os.path.exists(o):
+                die(f"{o} exists; use --overwrite or another --out")
+    runs = []
+    for p in a.runs:
+        try:
+            runs.append(read_run(p))
+        except (OSError, KeyError, ValueError) as ex:
+            die(f"{p}: {ex}")
+    runs.sort(key=lambda r: (r["method"], r["p"], r["path"]))
+
+    # One colour per (method, p); line style per method.
+    keys = sorted({(r["method"], r["p"]) for r in runs})
+    cmap = plt.get_cmap("tab10" if len(keys) <= 10 else "tab20")
+    colour = {k: cmap(i % cmap.N) for i, k in enumerate(keys)}
+    styles = ["-", "--", "-.", ":"]
+    methods = sorted({k[0] for k in keys})
+    style = {m: styles[i % len(styles)] for i, m in enumerate(methods)}
+
+    # Wall-clock axis in hours as the papers, or minutes / seconds for short runs.
+    tmax = max((float(r["e_time"][-1]) for r in runs if len(r["e_time"])), default=0.0)
+    unit, scale = ("hours", 3600.0) if tmax >= 7200 else ("minutes", 60.0) if tmax >= 120 else ("seconds", 1.0)
+    fig, ax = plt.subplots(2, 2, figsize=(12, 8.5))
+    labelled = set()
+    for r in runs:
+        k = (r["method"], r["p"])
+        lab = None if k in labelled else f"{r['method']} p={r['p']}"
+        labelled.add(k)
+        kw = dict(color=colour[k], linestyle=style[r["method"]], marker=".", markersize=4, label=lab)
+        wall = np.asarray(r["e_time"]) / scale
+        ax[0, 0].plot(wall, r["e_loss"], **kw)
+        ax[0, 1].plot(wall, r["e_top1"], **kw)
+        ax[1, 0].plot(r["e_step"], r["e_loss"], **kw)
+        ax[1, 1].plot(r["e_step"], r["e_top1"], **kw)
+    for i, x in enumerate((f"wall-clock training time ({unit})", "iterations")):
+        ax[i, 0].set_xlabel(x)
+        ax[i, 1].set_xlabel(x)
+        ax[i, 0].set_ylabel("validation loss (nats)")
+        ax[i, 1].set_ylabel("validation top-1 error")
+    for x in ax.flat:
+        x.grid(True, alpha=0.3)
+    ax[0, 1].axhline(a.target, color="grey", linewidth=0.8, linestyle=":")
+    ax[1, 1].axhline(a.target, color="grey", linewidth=0.8, linestyle=":")
+    ax[0, 1].legend(fontsize=8)
+    fig.suptitle(a.title or f"{len(runs)} run(s): validation loss and top-1 error")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    fig.savefig(outs[0], dpi=120)
+    fig.savefig(outs[1])
+    plt.close(fig)
+
+    # Step-time distribution of every worker of every run (median line, quartile box, 5-95 % whiskers).
+    with_ranks = [r for r in runs if r["step_time"] is not None and r["step_time"].size]
+    n = max(len(with_ranks), 1)
+    fig, axs = plt.subplots(n, 1, figsize=(12, 2.6 * n), squeeze=False)
+    for x, r in zip(axs[:, 0], with_ranks):
+        st = r["step_time"] * 1e3
+        data = [c[np.isfinite(c)] for c in st.T]
+        data = [d if d.size else np.array([np.nan]) for d in data]
+        x.boxplot(data, whis=(5, 95), showfliers=False)
+        x.set_ylabel("ms per step")
+        x.set_title(f"{os.path.basename(r['path'])}: {r['method']} p={r['p']}, step time per worker "
+                    f"(one value per /ranks row)", fontsize=9)
+        x.set_xticks(range(1, st.shape[1] + 1))
+        x.set_xticklabels([str(j) for j in range(st.shape[1])], fontsize=7)
+        x.grid(True, axis="y", alpha=0.3)
+    axs[-1, 0].set_xlabel("worker rank")
+    if not with_ranks:
+        axs[0, 0].text(0.5, 0.5, "no /ranks data in these runs", ha="center", va="center")
+    fig.tight_layout()
+    fig.savefig(outs[2], dpi=120)
+    fig.savefig(outs[3])
+    plt.close(fig)
+
+    # Summary table (Markdown).
+    print(f"| run | method | p | b | m | iterations | final top-1 error | time to top-1 <= {a.target:g} | img/s | status |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        final = f"{r['e_top1'][-1]:.4f}" if len(r["e_top1"]) else "-"
+        t = time_to(r, a.target)
+        tt = "-" if t is None else (f"{t:.3g} s" if t < 3600 else f"{t / 3600:.2f} h")
+        done = int(r["t_step"][-1]) if len(r["t_step"]) else 0
+        ips = img_per_s(r)
+        status = r["status"] or "running (or killed)"
+        print(f"| {os.path.basename(r['path'])} | {r['method']} | {r['p']} | {r['b']} | {r['m']} | {done}/{r['iterations']} | "
+              f"{final} | {tt} | {'-' if math.isnan(ips) else f'{ips:.0f}'} | {status} |")
+    print(f"\nwrote {', '.join(outs)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

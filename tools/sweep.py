@@ -1,0 +1,197 @@
+#!/usr/bin/python3
+"""sweep.py — a node-count / method sweep: one experiment file per point, then one batch job per
+point (or one job array per world size), submitted or printed.
+
+    tools/sweep.py BASE.cfg --vary p=8,16,32,64,128 --vary method=allreduce,gossip_pull,easgd \\
+        --m 256 --name s1 [--set KEY=VALUE ...] [--scheduler slurm|pbs] [--array] [--dry-run]
+
+- `--vary KEY=V1,V2,...` (repeatable): the points are every combination of the lists.
+- `--m M` holds the aggregate minibatch m = p·b: each point gets b = M / p (Jin et al. hold m = 256
+  while p grows); a p that does not divide M is an error, before anything is written.
+- `--set KEY=VALUE` (repeatable): fixed overrides for every point.
+- Each point's experiment is resolved and validated by dsgd-run itself (`dsgd-run --print-config`,
+  with every --set applied) and written to sweeps/<name>/<name>-<key><value>-....cfg with
+  `name` set to that file's stem (s1-allreduce-p8 for method=allreduce, p=8), so that the run files (runs/<stem>.<job id>.h5) and the plot
+  tool (tools/plot_runs.py) group runs by sweep, method and p.
+- Jobs: jobs/slurm/dsgd.sbatch (sbatch --nodes=W) or jobs/pbs/dsgd.pbs (qsub -l select=W), W = the
+  point's MPI ranks (p, plus the servers of ps, easgd and backup), one rank per node;
+  `--ranks-per-node R` packs R ranks per node (GPU nodes: R = GPUs per node), `--job-args`
+  passes more options to sbatch/qsub. `--array`: one job array per world size, the job script
+  picking its point from a list file (sweeps/<name>/ranksW.list) by the array index.
+- `--dry-run` writes the experiment files and sweep.json but prints the commands instead of
+  running them. Otherwise the job ids are recorded in sweeps/<name>/sweep.json.
+
+An existing sweeps/<name>/ is never overwritten: choose another --name.
+"""
+import argparse
+import itertools
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+SERVER_METHODS = ("ps", "easgd", "backup")
+
+
+def die(msg):
+    print(f"sweep.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_kv(s, what):
+    if "=" not in s:
+        die(f"{what} {s!r}: expected KEY=VALUE")
+    k, v = s.split("=", 1)
+    if not k:
+        die(f"{what} {s!r}: empty KEY")
+    return k, v
+
+
+def resolve(dsgd, base, sets):
+    """The point's resolved experiment text, or die with dsgd-run's own message."""
+    cmd = [dsgd, "--print-config"]
+    for s in sets:
+        cmd += ["--set", s]
+    cmd.append(base)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"point {' '.join(sets)}: {r.stderr.strip() or 'dsgd-run --print-config failed'}")
+    return r.stdout
+
+
+def setting(text, key):
+    """A top-level scalar of a resolved experiment (as --print-config writes it: `key = value;`)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith(key + " =") and line.endswith(";"):
+            return line[len(key) + 2:-1].strip().strip('"')
+    die(f"resolved experiment has no key {key!r}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("base", help="base experiment file")
+    ap.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--m", type=int, help="hold m = p*b: b = M/p at every point")
+    ap.add_argument("--name", required=True, help="sweep name: letters, digits, ._+-")
+    ap.add_argument("--dir", default="sweeps", help="where sweeps/<name>/ goes (default sweeps)")
+    ap.add_argument("--scheduler", choices=("slurm", "pbs"), default="slurm")
+    ap.add_argument("--ranks-per-node", type=int, default=1)
+    ap.add_argument("--array", action="store_true", help="one job array per world size")
+    ap.add_argument("--job-args", default="", help="more options for sbatch / qsub (one string)")
+    ap.add_argument("--dsgd", default="./dsgd-run", help="the dsgd-run binary (default ./dsgd-run)")
+    ap.add_argument("--dry-run", action="store_true", help="print the submit commands, run none")
+    a = ap.parse_args()
+
+    if not a.name or any(not (c.isalnum() or c in "._+-") for c in a.name):
+        die(f"--name {a.name!r}: use letters, digits and ._+-")
+    if not os.path.isfile(a.base):
+        die(f"base experiment {a.base!r} not found")
+    if not os.access(a.dsgd, os.X_OK):
+        die(f"{a.dsgd} not found or not executable (build it with make, or --dsgd PATH)")
+    if a.ranks_per_node < 1:
+        die("--ranks-per-node must be >= 1")
+    if a.m is not None and a.m < 1:
+        die("--m must be >= 1")
+    axes = []
+    for v in a.vary:
+        k, vals = parse_kv(v, "--vary")
+        vals = [x.strip() for x in vals.split(",") if x.strip()]
+        if not vals:
+            die(f"--vary {v!r}: no values")
+        if k in [ax[0] for ax in axes]:
+            die(f"--vary {k} given twice")
+        axes.append((k, vals))
+    if not axes:
+        die("nothing to sweep: give --vary KEY=V1,V2,...")
+    if a.m is not None and "b" in [k for k, _ in axes]:
+        die("--m sets b = m/p at every point: do not also --vary b")
+    fixed = [parse_kv(s, "--set") and s for s in a.set]
+
+    out = os.path.join(a.dir, a.name)
+    if os.path.exists(out):
+        die(f"{out} exists: an earlier sweep is never overwritten; choose another --name")
+
+    # 1. every point resolved and validated before anything is written
+    points = []
+    for combo in itertools.product(*[vals for _, vals in axes]):
+        vary = list(zip([k for k, _ in axes], combo))
+        stem = a.name + "-" + "-".join(v if k == "method" else f"{k.replace('.', '_')}{v}" for k, v in vary)
+        stem = "".join(c if (c.isalnum() or c in "._+-") else "_" for c in stem)
+        sets = list(fixed) + [f"{k}={v}" for k, v in vary]
+        if a.m is not None:
+            text = resolve(a.dsgd, a.base, sets)
+            p = int(setting(text, "p"))
+            if a.m % p:
+                die(f"point {' '.join(f'{k}={v}' for k, v in vary)}: p = {p} does not divide m = {a.m}")
+            sets.append(f"b={a.m // p}")
+        sets.append(f'name="{stem}"')
+        text = resolve(a.dsgd, a.base, sets)
+        p, method = int(setting(text, "p")), setting(text, "method")
+        servers = int(setting(text, "servers")) if method in SERVER_METHODS else 0
+        points.append({"file": os.path.join(out, stem + ".cfg"), "stem": stem, "vary": dict(vary),
+                       "p": p, "b": int(setting(text, "b")), "method": method, "ranks": p + servers,
+                       "text": text})
+
+    # 2. the experiment files
+    os.makedirs(out)
+    for pt in points:
+        with open(pt["file"], "x") as f:
+            f.write(pt.pop("text"))
+
+    # 3. the jobs
+    rpn = a.ranks_per_node
+    extra = shlex.split(a.job_args)
+    jobs = []
+    groups = {}
+    for pt in points:
+        groups.setdefault(pt["ranks"], []).append(pt)
+    for ranks, pts in sorted(groups.items()):
+        nodes = (ranks + rpn - 1) // rpn
+        if ranks % rpn:
+            die(f"{ranks} ranks do not fill nodes of --ranks-per-node {rpn}")
+        if a.array and len(pts) > 1:
+            lst = os.path.join(out, f"ranks{ranks}.list")
+            with open(lst, "x") as f:
+                f.write("".join(pt["file"] + "\n" for pt in pts))
+            targets = [(lst, pts)]
+        else:
+            targets = [(pt["file"], [pt]) for pt in pts]
+        for exp, members in targets:
+            n = len(members)
+            if a.scheduler == "slurm":
+                cmd = ["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks-per-node={rpn}"]
+                if n > 1:
+                    cmd.append(f"--array=0-{n - 1}")
+                cmd += extra + ["jobs/slurm/dsgd.sbatch", exp]
+            else:
+                cmd = ["qsub", "-l", f"select={nodes}:ncpus={rpn}:mpiprocs={rpn}", "-v", f"EXP={exp}"]
+                if n > 1:
+                    cmd += ["-J", f"0-{n - 1}"]
+                cmd += extra + ["jobs/pbs/dsgd.pbs"]
+            jobs.append({"command": cmd, "points": [m["stem"] for m in members]})
+
+    for j in jobs:
+        print(("(dry run) " if a.dry_run else "") + shlex.join(j["command"]))
+        if a.dry_run:
+            continue
+        r = subprocess.run(j["command"], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"sweep.py: {shlex.join(j['command'])} failed: {r.stderr.strip()}", file=sys.stderr)
+            j["error"] = r.stderr.strip()
+        else:
+            j["job_id"] = r.stdout.strip().split(";")[0]
+            print(f"  job {j['job_id']}")
+    with open(os.path.join(out, "sweep.json"), "x") as f:
+        json.dump({"name": a.name, "base": a.base, "vary": {k: v for k, v in axes}, "set": a.set, "m": a.m,
+                   "scheduler": a.scheduler, "dry_run": a.dry_run, "points": points, "jobs": jobs}, f, indent=1)
+    print(f"sweep.py: {len(points)} point(s) in {out}/, {len(jobs)} job(s)"
+          + (" (dry run: nothing submitted)" if a.dry_run else ""))
+    return 1 if any("error" in j for j in jobs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
