@@ -15,7 +15,8 @@ point (or one job array per world size), submitted or printed.
   tool (tools/plot_runs.py) group runs by sweep, method and p.
 - Jobs: jobs/slurm/dsgd.sbatch (sbatch --nodes=W) or jobs/pbs/dsgd.pbs (qsub -l select=W), W = the
   point's MPI ranks (p, plus the servers of ps, easgd and backup), one rank per node;
-  `--ranks-per-node R` packs R ranks per node (GPU nodes: R = GPUs per node), `--job-args`
+  `--ranks-per-node R` packs R ranks per node (GPU nodes: R = GPUs per node; Slurm jobs ask for
+  --ntasks = the point's ranks, so the last node may hold fewer; PBS needs R to divide them), `--job-args`
   passes more options to sbatch/qsub. `--array`: one job array per world size, the job script
   picking its point from a list file (sweeps/<name>/ranksW.list) by the array index.
 - `--dry-run` writes the experiment files and sweep.json but prints the commands instead of
@@ -81,7 +82,9 @@ def main():
     ap.add_argument("--scheduler", choices=("slurm", "pbs"), default="slurm")
     ap.add_argument("--ranks-per-node", type=int, default=1)
     ap.add_argument("--array", action="store_true", help="one job array per world size")
-    ap.add_argument("--job-args", default="", help="more options for sbatch / qsub (one string)")
+    ap.add_argument("--job-args", default="", metavar="'OPTIONS'",
+                    help="more options for sbatch / qsub, one string; write it with '=' since it starts "
+                         "with '-': --job-args='--time=30 --partition=gpu'")
     ap.add_argument("--dsgd", default="./dsgd-run", help="the dsgd-run binary (default ./dsgd-run)")
     ap.add_argument("--dry-run", action="store_true", help="print the submit commands, run none")
     a = ap.parse_args()
@@ -150,9 +153,9 @@ def main():
     for pt in points:
         groups.setdefault(pt["ranks"], []).append(pt)
     for ranks, pts in sorted(groups.items()):
-        nodes = (ranks + rpn - 1) // rpn
-        if ranks % rpn:
-            die(f"{ranks} ranks do not fill nodes of --ranks-per-node {rpn}")
+        nodes = (ranks + rpn - 1) // rpn  # Slurm: the last node may hold fewer (--ntasks = ranks)
+        if ranks % rpn and a.scheduler == "pbs":
+            die(f"{ranks} ranks do not fill nodes of --ranks-per-node {rpn} (PBS: choose R dividing every point's ranks)")
         if a.array and len(pts) > 1:
             lst = os.path.join(out, f"ranks{ranks}.list")
             with open(lst, "x") as f:
@@ -163,7 +166,7 @@ def main():
         for exp, members in targets:
             n = len(members)
             if a.scheduler == "slurm":
-                cmd = ["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks-per-node={rpn}"]
+                cmd = ["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks={ranks}", f"--ntasks-per-node={rpn}"]
                 if n > 1:
                     cmd.append(f"--array=0-{n - 1}")
                 cmd += extra + ["jobs/slurm/dsgd.sbatch", exp]
