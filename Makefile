@@ -3,6 +3,7 @@
 #   make            build ./dsgd-run (CPU backend: oneDNN; never needs nvcc)
 #   make run        install missing Debian packages, build, run configs/quickstart.cfg on 2 ranks
 #   make check      install missing Debian packages, build and run every test (Check + MPI)
+#   make check-slurm  the batch-job loop on a real one-node Slurm started on localhost
 #   make deps       install missing Debian packages only (root: apt-get; else print the line)
 #   make CUDA=1     the same ./dsgd-run with the GPU backend (cuda/: nvcc, cuDNN, cuBLAS) as well;
 #                   `make CUDA=1 check` also builds and runs test/gpu/ (they skip without a GPU),
@@ -140,6 +141,13 @@ check: deps
 	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST)
 	@$(if $(MOCK_TEST),,echo "SKIPPED: test/gpu/mock (no CUDA / cuDNN headers under $(CUDA_HOME)/include)")
 	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/test_tools.sh
+
+# A one-node Slurm cluster on localhost (slurm-wlm, munge: installed if missing, as root), the
+# sweep -> sbatch -> run files -> plot loop through it (test/slurm/run.sh). CI runs it after check.
+.PHONY: check-slurm
+check-slurm: deps
+	@$(MAKE) --no-print-directory $(BIN)
+	@timeout -k 10 900 sh test/slurm/run.sh
 
 clean:
 	rm -rf build $(BIN)
