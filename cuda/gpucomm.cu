@@ -28,29 +28,6 @@
 #include <nccl.h>
 #endif
 
-/* ---- polling ------------------------------------------------------------------------------- */
-
-typedef struct {
-    double t0;
-    long nap_ns;
-} poller;
-
-static poller poll_start(void) { return poller{wall_time(), 2000L}; }
-
-/* Seconds since poll_start. */
-static double poll_elapsed(const poller *p) { return wall_time() - p->t0; }
-
-/* Give the core away before the next test: yield during the first millisecond, then nap. */
-static void poll_pause(poller *p) {
-    if (poll_elapsed(p) < 1e-3) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, p->nap_ns};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
-    p->nap_ns = p->nap_ns * 2 < 200000L ? p->nap_ns * 2 : 200000L;
-}
-
 /* ---- scaling (CUDA-aware MPI) and the GPU's identity ----------------------------------------- */
 
 __global__ void gpucomm_scale_kernel(float *x, size_t n, float s) {
@@ -85,6 +62,29 @@ int gpucomm_gpu_id(gpu_model *g, char *buf, size_t n, char *err, size_t errlen) 
 /* ==== NCCL ==================================================================================== */
 
 static_assert(sizeof(ncclUniqueId) == GPUCOMM_ID_BYTES, "GPUCOMM_ID_BYTES must be NCCL_UNIQUE_ID_BYTES");
+
+/* ---- polling ------------------------------------------------------------------------------- */
+
+typedef struct {
+    double t0;
+    long nap_ns;
+} poller;
+
+static poller poll_start(void) { return poller{wall_time(), 2000L}; }
+
+/* Seconds since poll_start. */
+static double poll_elapsed(const poller *p) { return wall_time() - p->t0; }
+
+/* Give the core away before the next test: yield during the first millisecond, then nap. */
+static void poll_pause(poller *p) {
+    if (poll_elapsed(p) < 1e-3) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, p->nap_ns};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    p->nap_ns = p->nap_ns * 2 < 200000L ? p->nap_ns * 2 : 200000L;
+}
 
 /* Oldest NCCL with what is used here: ncclCommInitRankConfig with blocking = 0 and
  * ncclCommFinalize (2.14), ncclAvg (2.10), ncclGetLastError (2.13). */
