@@ -156,21 +156,18 @@ static void record_timeout(void *arg) {
     t->log = NULL;
 }
 
-/* comm = "nccl" (collective over the workers, which are the world for allreduce): load NCCL,
- * check that no two workers share a GPU (NCCL refuses it: cuda/gpucomm.h), broadcast worker 0's
+/* comm = "nccl" (collective over the workers, which are the world for allreduce): check that no
+ * two workers share a GPU (NCCL refuses it: cuda/gpucomm.h), load NCCL, broadcast worker 0's
  * NCCL id over MPI and build the communicator on the model's GPU. Every failure stops every rank
  * with the message naming key 'comm': exit 2 for workers sharing a GPU (the experiment does not
  * fit the machine, as a wrong world size), 1 for a missing NCCL or a failed initialisation. */
 static gpucomm *nccl_setup(const experiment *e, model *net, int worker) {
     char err[ERRLEN] = "", msg[ERRLEN];
-    int st = gpucomm_load(msg, sizeof msg);
-    if (st) snprintf(err, sizeof err, "%s: key 'comm': %.900s", config_where("comm"), msg);
-    agree_or_exit(st, err);
-
-    /* "host GPU-bus-id" of every worker: two equal ones share a GPU. */
+    /* "host GPU-bus-id" of every worker: two equal ones share a GPU. First, as it does not
+     * depend on NCCL being installed. */
     enum { ID = 320 };
     char mine[ID] = "", *all = xcalloc((size_t)e->p, ID), bus[64] = "";
-    st = gpucomm_gpu_id(model_gpu(net), bus, sizeof bus, msg, sizeof msg);
+    int st = gpucomm_gpu_id(model_gpu(net), bus, sizeof bus, msg, sizeof msg);
     if (st) snprintf(err, sizeof err, "%s: key 'comm': %.900s", config_where("comm"), msg);
     snprintf(mine, sizeof mine, "%.250s %.60s", comm_host(), bus);
     comm_workers_allgather(mine, ID, all);
@@ -185,6 +182,10 @@ static gpucomm *nccl_setup(const experiment *e, model *net, int worker) {
                             config_where("comm"), i, j, sp + 1, (int)(sp - a), a);
         }
     free(all);
+    agree_or_exit(st, err);
+
+    st = gpucomm_load(msg, sizeof msg);
+    if (st) snprintf(err, sizeof err, "%s: key 'comm': %.900s", config_where("comm"), msg);
     agree_or_exit(st, err);
 
     char id[GPUCOMM_ID_BYTES] = {0};
