@@ -5,12 +5,14 @@
 #   make check      install missing Debian packages, build and run every test (Check + MPI)
 #   make check-slurm  the batch-job loop on a real one-node Slurm started on localhost
 #   make deps       install missing Debian packages only (root: apt-get; else print the line)
-#   make CUDA=1     the same ./dsgd-run with the GPU backend (cuda/: nvcc, cuDNN, cuBLAS) as well;
+#   make CUDA=1     the same ./dsgd-run with the GPU backend (cuda/: nvcc, cuDNN, cuBLAS; NCCL if
+#                   nccl.h is found) as well;
 #                   `make CUDA=1 check` also builds and runs test/gpu/ (they skip without a GPU),
 #                   `make CUDA=1 gpu-tests` builds them only
 #
 # Knobs: CC (an MPI compiler wrapper), OPT, NP (ranks for `make run`), CONFIG, RUN_ARGS;
-# CUDA (0/1), CUDA_HOME, NVCC, CUDA_ARCH (compute capabilities to build for).
+# CUDA (0/1), CUDA_HOME, NVCC, CUDA_ARCH (compute capabilities to build for);
+# NCCL (auto/0/1: comm = "nccl"; auto = 1 when CUDA=1 and nccl.h is found).
 
 CC      ?= mpicc
 ifeq ($(origin CC),default)
@@ -48,7 +50,8 @@ NVCC      ?= $(CUDA_HOME)/bin/nvcc
 GPU_LIB   := build/libgpu.a
 GPU_TESTS :=
 ifeq ($(CUDA),0)
-GPU_OBJ   := build/cuda/nogpu.o
+GPU_OBJ   := build/cuda/nogpu.o build/cuda/nogpucomm.o
+NCCL_ON   := 0
 else
 NVCC_MAJOR := $(shell $(NVCC) --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
 ifeq ($(NVCC_MAJOR),)
@@ -62,7 +65,20 @@ GPU_SRC   := $(wildcard cuda/*.cu)
 GPU_OBJ   := $(GPU_SRC:%.cu=build/%.o)
 GPU_TESTS := $(patsubst test/gpu/%.c,build/test/gpu/%,$(wildcard test/gpu/test_*.c))
 INCLUDES  += -I$(CUDA_HOME)/include
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas -lcudart -lstdc++
+LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas -lcudart -lstdc++ -ldl
+# NCCL (comm = "nccl", cuda/gpucomm.cu): compiled in when nccl.h is found; libnccl.so.2 is opened
+# at run time (dlopen), never linked, so the binary also starts where NCCL is absent. The
+# directory of the libnccl.so.2 seen here is the last place tried at run time.
+NCCL      ?= auto
+NCCL_HDR  := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
+NCCL_LIB  := $(firstword $(wildcard $(CUDA_HOME)/lib64/libnccl.so.2 /usr/local/lib/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2))
+NCCL_ON   := $(if $(filter auto,$(NCCL)),$(if $(NCCL_HDR),1,0),$(NCCL))
+ifeq ($(NCCL_ON),1)
+ifeq ($(NCCL_HDR),)
+$(error NCCL=1: no nccl.h under $(CUDA_HOME)/include, /usr/local/include or /usr/include; install NCCL's headers (libnccl-dev) or build with NCCL=0)
+endif
+NCCL_FLAGS := -DDSGD_NCCL=1 -I$(dir $(NCCL_HDR)) $(if $(NCCL_LIB),-DDSGD_NCCL_LIBDIR='"$(patsubst %/,%,$(dir $(NCCL_LIB)))"')
+endif
 endif
 
 .PHONY: all run check deps clean gpu-tests FORCE
@@ -84,17 +100,17 @@ $(LIB): $(OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-# Which backend build/libgpu.a holds; a change of CUDA or CUDA_ARCH rebuilds and relinks.
+# Which backend build/libgpu.a holds; a change of CUDA, CUDA_ARCH or NCCL rebuilds and relinks.
 build/.backend: FORCE | build/.deps-ok
-	@echo "CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH)" | cmp -s - $@ || echo "CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH)" > $@
+	@echo "CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH) NCCL=$(NCCL_ON)" | cmp -s - $@ || echo "CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH) NCCL=$(NCCL_ON)" > $@
 
-build/cuda/nogpu.o: cuda/nogpu.c build/.backend | build/.deps-ok
+build/cuda/nogpu.o build/cuda/nogpucomm.o: build/cuda/%.o: cuda/%.c build/.backend | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -MMD -MP -c $< -o $@
 
 build/cuda/%.o: cuda/%.cu build/.backend | build/.deps-ok
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(INCLUDES) -MMD -MP -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(INCLUDES) $(NCCL_FLAGS) -MMD -MP -c $< -o $@
 
 $(GPU_LIB): $(GPU_OBJ) build/.backend
 	@rm -f $@
@@ -116,7 +132,7 @@ CUDNN_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/local/incl
 MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model)
 MOCK_INC  := -I$(CUDA_HOME)/include $(if $(CUDNN_HDR),-I$(dir $(CUDNN_HDR)))
 CXX_MOCK  ?= g++
-build/mock/model.o: cuda/model.cu cuda/gpu.h cuda/layers.h cuda/common.h src/nn/layout.h | build/.deps-ok
+build/mock/model.o: cuda/model.cu cuda/gpu.h cuda/layers.h cuda/common.h cuda/internal.h src/nn/layout.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(MOCK_INC) -c $< -o $@
 build/mock/%.o: test/gpu/mock/%.c cuda/layers.h | build/.deps-ok

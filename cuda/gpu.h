@@ -94,6 +94,13 @@ void gpu_model_train_logits(gpu_model *g, float *logits);
  * velocity, one kernel. Returns 1 if every updated parameter is finite, else 0. */
 int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int nesterov);
 
+/* The device vector `which` (exactly one of GPU_PARAMS, GPU_GRADS, GPU_BN): n_params, n_params or
+ * n_bn fp32 values in device memory of g's GPU, for communication that reads and writes them in
+ * place (NCCL, CUDA-aware MPI: cuda/gpucomm.h, src/train train_allreduce_mean). The pointer is
+ * valid until gpu_model_free. Work on it belongs on g's stream or after it is synchronised (every
+ * entry point above returns with the stream idle). Dies on another `which`. */
+float *gpu_model_vector(gpu_model *g, int which);
+
 #ifdef __cplusplus
 }
 #endif

@@ -608,3 +608,21 @@ int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int 
     CUDA_CHECK(cudaStreamSynchronize(c->stream), "gpu_model_sgd_update");
     return g->host->bad == 0;
 }
+
+/* ---- the device vectors and the stream, for communication on the device ---------------------
+ * gpu_model_vector (gpu.h) and cuda/internal.h, used by cuda/gpucomm.cu (NCCL). Included here,
+ * next to what it declares. */
+#include "internal.h"
+
+float *gpu_model_vector(gpu_model *g, int which) {
+    switch (which) {
+    case GPU_PARAMS: return g->params;
+    case GPU_GRADS: return g->grads;
+    case GPU_BN: return g->bn;
+    }
+    DIE("gpu_model_vector: which = %d is not one of GPU_PARAMS, GPU_GRADS, GPU_BN", which);
+}
+
+cudaStream_t gpu_model_stream(const gpu_model *g) { return g->ctx.stream; }
+
+int gpu_model_device(const gpu_model *g) { return g->dev; }

@@ -61,3 +61,7 @@ int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int 
     (void)g, (void)alpha, (void)mu, (void)lambda, (void)nesterov;
     DIE("gpu_model_sgd_update: " NOT_BUILT);
 }
+float *gpu_model_vector(gpu_model *g, int which) {
+    (void)g, (void)which;
+    DIE("gpu_model_vector: " NOT_BUILT);
+}

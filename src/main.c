@@ -24,6 +24,7 @@
 #include "methods/method.h"
 #include "nn/model.h"
 #include "gpu.h"
+#include "gpucomm.h"
 #include "train/train.h"
 #include "util/util.h"
 
@@ -163,6 +164,50 @@ static void record_timeout(void *arg) {
     t->log = NULL;
 }
 
+/* comm = "nccl" (collective over the workers, which are the world for allreduce): check that no
+ * two workers share a GPU (NCCL refuses it: cuda/gpucomm.h), load NCCL, broadcast worker 0's
+ * NCCL id over MPI and build the communicator on the model's GPU. Every failure stops every rank
+ * with the message naming key 'comm': exit 2 for workers sharing a GPU (the experiment does not
+ * fit the machine, as a wrong world size), 1 for a missing NCCL or a failed initialisation. */
+static gpucomm *nccl_setup(const experiment *e, model *net, int worker) {
+    char err[ERRLEN] = "", msg[ERRLEN];
+    /* "host GPU-bus-id" of every worker: two equal ones share a GPU. First, as it does not
+     * depend on NCCL being installed. */
+    enum { ID = 320 };
+    char mine[ID] = "", *all = xcalloc((size_t)e->p, ID), bus[64] = "";
+    int st = gpucomm_gpu_id(model_gpu(net), bus, sizeof bus, msg, sizeof msg);
+    if (st) snprintf(err, sizeof err, "%s: key 'comm': %.900s", config_where("comm"), msg);
+    snprintf(mine, sizeof mine, "%.250s %.60s", comm_host(), bus);
+    comm_workers_allgather(mine, ID, all);
+    for (int i = 0; !st && i < e->p; i++)
+        for (int j = i + 1; !st && j < e->p; j++) {
+            const char *a = all + (size_t)i * ID, *sp = strchr(a, ' ');
+            if (strcmp(a, all + (size_t)j * ID) == 0 && sp)
+                st = seterr(err, sizeof err,
+                            "%s: key 'comm': comm = \"nccl\" needs one GPU per worker, but workers %d and %d share GPU %s on "
+                            "%.*s (NCCL refuses two ranks on one GPU: \"Duplicate GPU detected\"); give each worker its own "
+                            "GPU, or use comm = \"mpi\", which lets workers share GPUs",
+                            config_where("comm"), i, j, sp + 1, (int)(sp - a), a);
+        }
+    free(all);
+    agree_or_exit(st, err);
+
+    st = gpucomm_load(msg, sizeof msg);
+    if (st) snprintf(err, sizeof err, "%s: key 'comm': %.900s", config_where("comm"), msg);
+    agree_or_exit(st, err);
+
+    char id[GPUCOMM_ID_BYTES] = {0};
+    if (worker == 0 && (st = gpucomm_unique_id(id, msg, sizeof msg)))
+        snprintf(err, sizeof err, "%s: key 'comm': %.900s", config_where("comm"), msg);
+    agree_or_exit(st, err);
+    comm_workers_bcast(id, sizeof id, 0);
+    gpucomm *c = gpucomm_create(model_gpu(net), e->p, worker, id, e->comm_timeout_s, msg, sizeof msg);
+    st = c ? 0 : EXIT_RUNTIME;
+    if (st) snprintf(err, sizeof err, "%s: key 'comm': %.900s", config_where("comm"), msg);
+    agree_or_exit(st, err);
+    return c;
+}
+
 static void join_args(int argc, char **argv, char *buf, size_t n) {
     size_t off = 0;
     buf[0] = '\0';
@@ -187,12 +232,13 @@ int main(int argc, char **argv) {
     if (st) { comm_finalize(); return st; }
     if (args.help || args.version) {
         if (r0 && args.version) {
-            char mpi[256], dnn[128], h5[64];
+            char mpi[256], dnn[128], h5[64], nccl[ERRLEN + 64];
             comm_library_version(mpi, sizeof mpi);
             model_backend_version(dnn, sizeof dnn);
             runlog_library_version(h5, sizeof h5);
-            printf("dsgd-run %s\n  backend: %s\n  run file: %s\n  MPI: %s (CUDA-aware: %s)\n", DSGD_VERSION, dnn, h5, mpi,
-                   comm_gpu_aware() ? "yes" : "no");
+            gpucomm_version(nccl, sizeof nccl);
+            printf("dsgd-run %s\n  backend: %s\n  run file: %s\n  MPI: %s (CUDA-aware: %s)\n  comm nccl: %s\n", DSGD_VERSION, dnn,
+                   h5, mpi, comm_gpu_aware() ? "yes" : "no", nccl);
         }
         if (r0 && args.help) { print_usage(stdout); printf("\nexperiment keys:\n"); config_print_keys(stdout); }
         comm_finalize();
@@ -323,6 +369,21 @@ int main(int argc, char **argv) {
     t.eval_y = model_host_alloc(t.net, (size_t)t.eval_batch * sizeof(int));
     t.eval_idx = xmalloc((size_t)t.eval_batch * sizeof(int));
     t.velocity = xcalloc(model_n_params(t.net), sizeof(float));
+    /* How allreduce moves the gradients on a GPU (train_allreduce_mean): NCCL, MPI on device
+     * memory, or MPI through the host. */
+    if (on_gpu && strcmp(e.comm, "nccl") == 0) t.gcomm = nccl_setup(&e, t.net, worker);
+    t.gpu_aware = on_gpu && comm_gpu_aware();
+    char comm_desc[160] = "";
+    if (on_gpu && e.method == METHOD_ALLREDUCE) {
+        if (t.gcomm) {
+            char v[ERRLEN + 64];
+            gpucomm_version(v, sizeof v); /* "NCCL 2.28.9 (path; ...)" */
+            int len = (int)strcspn(v, "(");
+            while (len > 0 && v[len - 1] == ' ') len--;
+            snprintf(comm_desc, sizeof comm_desc, "; all-reduce: %.*s on the GPUs", len < 40 ? len : 40, v);
+        } else
+            snprintf(comm_desc, sizeof comm_desc, "; all-reduce: MPI %s", t.gpu_aware ? "on device memory (CUDA-aware)" : "through host memory");
+    }
     st = method->init(&t, err, sizeof err);
     agree_or_exit(st, err);
 
@@ -337,7 +398,7 @@ int main(int argc, char **argv) {
         config_to_text(&stored, cfg_text, sizeof cfg_text);
         join_args(argc, argv, cmdline, sizeof cmdline);
         static char device_desc[512];
-        if (on_gpu) snprintf(device_desc, sizeof device_desc, "cuda %s: %s", e.precision, gpu_desc);
+        if (on_gpu) snprintf(device_desc, sizeof device_desc, "cuda %s: %s%s", e.precision, gpu_desc, comm_desc);
         else {
             char v[256];
             model_backend_version(v, sizeof v);
@@ -386,7 +447,7 @@ int main(int argc, char **argv) {
         else snprintf(arch, sizeof arch, "resnet18 width %d, %s stem", e.model.width, stem_name(e.model.stem));
         printf("model %s, %zu parameters; %d training / %d validation images; %d thread(s) per rank; output %s\n", arch,
                model_n_params(t.net), train.n, val.n, threads, e.output);
-        if (on_gpu) printf("device cuda (%s): rank %d on %s\n", e.precision, rank, gpu_desc);
+        if (on_gpu) printf("device cuda (%s): rank %d on %s%s\n", e.precision, rank, gpu_desc, comm_desc);
         fflush(stdout);
     }
 
@@ -396,6 +457,7 @@ int main(int argc, char **argv) {
 
     model_host_free(t.net, t.x), model_host_free(t.net, t.y), model_host_free(t.net, t.eval_x), model_host_free(t.net, t.eval_y);
     free(t.eval_idx), free(t.velocity);
+    gpucomm_free(t.gcomm);
     model_free(t.net);
     loader_free(&t.train_loader);
     dataset_free(&train), dataset_free(&val);

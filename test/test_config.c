@@ -581,6 +581,29 @@ START_TEST(test_set_overrides) {
 }
 END_TEST
 
+/* comm: NCCL needs the GPU backend's device and the method that all-reduces its gradients. */
+START_TEST(test_comm_key) {
+    config_defaults(&e);
+    ck_assert_str_eq(e.comm, "mpi");
+    ck_assert_msg(load_text("device = \"cuda\";\ncomm = \"nccl\";\n", NULL, 0) == 0, "%s", err);
+    ck_assert_str_eq(e.comm, "nccl");
+    static char buf[CFG_TEXT_MAX];
+    config_to_text(&e, buf, sizeof buf);
+    ck_assert_msg(strstr(buf, "comm = \"nccl\";"), "%s", buf);
+    ck_assert_msg(load_text("method = \"ps\";\ncomm = \"mpi\";\n", NULL, 0) == 0, "%s", err);
+    EXPECT_ERROR("comm = \"nccl\";\n",
+                 ":1: key 'comm': \"nccl\" is for device = \"cuda\" (NCCL all-reduces GPU memory); device = \"cpu\" uses comm = \"mpi\"");
+    EXPECT_ERROR("device = \"cuda\";\nmethod = \"gossip_pull\";\ncomm = \"nccl\";\n",
+                 ":3: key 'comm': \"nccl\" is for method = \"allreduce\"; method 'gossip_pull' exchanges point to point through MPI");
+    EXPECT_ERROR("comm = \"gloo\";\n", ":1: key 'comm': expected one of \"mpi\", \"nccl\", got a string \"gloo\"");
+    EXPECT_ERROR("comm = 1;\n", ":1: key 'comm'");
+    EXPECT_SET_ERROR("", "comm=nccl", "--set comm=nccl: key 'comm': \"nccl\" is for device = \"cuda\"");
+    EXPECT_SET_ERROR("device = \"cuda\";\nmethod = \"backup\";\np = 2;\n", "comm=nccl",
+                     "--set comm=nccl: key 'comm': \"nccl\" is for method = \"allreduce\"; method 'backup'");
+    EXPECT_SET_ERROR("device = \"cuda\";\ncomm = \"nccl\";\n", "method=easgd", ":2: key 'comm'", "method 'easgd'");
+}
+END_TEST
+
 START_TEST(test_set_errors) {
     EXPECT_SET_ERROR("", "alpha.bse=0.05", "--set alpha.bse=0.05: unknown key 'alpha.bse'; did you mean 'alpha.base'?");
     EXPECT_SET_ERROR("", "b=abc", "--set b=abc: key 'b': cannot read 'abc' as a libconfig value", "expected an integer >= 1");
@@ -746,7 +769,7 @@ static int table_keys(char keys[][64], int max) {
 START_TEST(test_print_keys_and_table) {
     char keys[64][64];
     int nk = table_keys(keys, 64);
-    ck_assert_int_eq(nk, 44);
+    ck_assert_int_eq(nk, 45);
     char *help = capture(print_keys_, NULL);
     for (int i = 0; i < nk; i++) {
         char k[80];
@@ -825,6 +848,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_inject_set);
     tcase_add_test(tc, test_enums_and_unbuilt);
     tcase_add_test(tc, test_fail_needs_two_workers);
+    tcase_add_test(tc, test_comm_key);
     tcase_add_test(tc, test_include);
     tcase_add_test(tc, test_set_overrides);
     tcase_add_test(tc, test_set_errors);

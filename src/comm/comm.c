@@ -208,15 +208,26 @@ void comm_workers_barrier(void) {
     poll_wait(&req, 1, 1, NULL, NULL, NO_TIMEOUT);
 }
 
+void comm_workers_wait(double *wait_s) {
+    if (g_nworkers == 1) return;
+    MPI_Request req;
+    double t0 = wall_time();
+    mpiCheck(MPI_Ibarrier(g_workers, &req));
+    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (barrier before the all-reduce)");
+    *wait_s += wall_time() - t0;
+}
+
+void comm_workers_allgather(const void *in, size_t nbytes, void *out) {
+    if (nbytes > (size_t)INT32_MAX) DIE("comm_workers_allgather: %zu bytes per worker", nbytes);
+    MPI_Request req;
+    mpiCheck(MPI_Iallgather(in, (int)nbytes, MPI_BYTE, out, (int)nbytes, MPI_BYTE, g_workers, &req));
+    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (all-gather)");
+}
+
 void comm_allreduce_mean_f32(float *buf, size_t n, double *wait_s) {
     if (g_nworkers == 1) return;
     MPI_Request req;
-    if (wait_s) {
-        double t0 = wall_time();
-        mpiCheck(MPI_Ibarrier(g_workers, &req));
-        if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (barrier before the all-reduce)");
-        *wait_s += wall_time() - t0;
-    }
+    if (wait_s) comm_workers_wait(wait_s);
     const size_t chunk = COMM_CHUNK_BYTES / sizeof(float);
     for (size_t off = 0; off < n; off += chunk) {
         int cnt = (int)(n - off < chunk ? n - off : chunk);

@@ -38,11 +38,23 @@ int comm_max_int(int code);
  * completed by comm's polling wait (below), so a missing worker is reported after the timeout:
  * the message names the rank and the call, and every rank is stopped (MPI_Abort, exit 1).
  * If wait_s is not NULL, first waits at a worker barrier and adds the seconds spent there (the
- * time this worker waited for the slowest one) to *wait_s. */
+ * time this worker waited for the slowest one) to *wait_s. buf is host memory: the division by
+ * p runs on the host (device memory: comm_workers_sum_f32, then scale on the device). */
 void comm_allreduce_mean_f32(float *buf, size_t n, double *wait_s);
 
-/* Collective over the workers: in-place sum of n floats (chunked like the mean above). */
+/* Collective over the workers: in-place sum of n floats (chunked like the mean above). buf may
+ * be CUDA device memory where comm_gpu_aware() says so. */
 void comm_workers_sum_f32(float *buf, size_t n);
+
+/* Collective over the workers: the barrier comm_allreduce_mean_f32 waits at before its
+ * all-reduce, with the same timeout; adds the seconds spent there (the time this worker waited
+ * for the slowest one) to *wait_s. For all-reduces made elsewhere (NCCL, device memory), so that
+ * /ranks wait_s means the same whatever carries the data. */
+void comm_workers_wait(double *wait_s);
+
+/* Collective over the workers: worker i's nbytes of in land at out + i·nbytes on every worker
+ * (out: p·nbytes). */
+void comm_workers_allgather(const void *in, size_t nbytes, void *out);
 
 /* Collective over the workers: broadcast nbytes from worker root. */
 void comm_workers_bcast(void *buf, size_t nbytes, int root);

@@ -84,6 +84,7 @@ static const char *const schedule_names[] = {"step", "constant", "cosine"};
 static const char *const stem_names[] = {"cifar", "imagenet"}; /* order of stem_kind */
 static const char *const arch_names[] = {"resnet18", "linear"}; /* order of arch_kind */
 static const char *const format_names[] = {"idx"};
+static const char *const comm_names[] = {"mpi", "nccl"};
 static const char *const device_names[] = {"cpu", "cuda"};
 static const char *const precision_names[] = {"fp32", "tf32", "bf16"}; /* order of precision_kind */
 static const char *const gossip_order_names[] = {"stale", "fresh"};                  /* order of gossip_order_kind */
@@ -215,6 +216,9 @@ static const key_def keys[] = {
     K_STRING("output", output, "", S_ANY, "path",
              "HDF5 run file; \"\" means runs/<name>.h5"),
     K_BOOL("overwrite", overwrite, 0, "replace an existing output file instead of refusing"),
+    K_CHOICE("comm", comm, "mpi", comm_names, 0x3u, NULL, "communication libraries",
+             "how allreduce averages gradients: mpi (MPI_Allreduce; on device cuda through host memory unless "
+             "MPI is CUDA-aware) or nccl (NCCL on the GPUs; device cuda, one GPU per worker)"),
     K_CHOICE("device", device, "cpu", device_names, 0x3u, NULL, "devices",
              "compute device: cpu (oneDNN) or cuda (cuDNN, cuBLAS; one GPU per rank, a `make CUDA=1` build)"),
     K_CHOICE("precision", precision, "fp32", precision_names, 0x3u, "bf16 mixed precision is planned", "precisions",
@@ -1005,6 +1009,15 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
     if (!st && e->inject.fail_rank >= 0 && e->p < 2)
         st = oerr(err, errlen, &origins[key_find("inject.fail_rank") - keys],
                   "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);
+    /* NCCL all-reduces GPU memory, and only allreduce uses an all-reduce for its gradients. */
+    if (!st && strcmp(e->comm, "nccl") == 0 && strcmp(e->device, "cuda") != 0)
+        st = oerr(err, errlen, &origins[key_find("comm") - keys],
+                  "key 'comm': \"nccl\" is for device = \"cuda\" (NCCL all-reduces GPU memory); device = \"%s\" uses "
+                  "comm = \"mpi\"", e->device);
+    if (!st && strcmp(e->comm, "nccl") == 0 && e->method != METHOD_ALLREDUCE)
+        st = oerr(err, errlen, &origins[key_find("comm") - keys],
+                  "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
+                  "through MPI (use comm = \"mpi\")", method_name(e->method));
     if (!st) st = resolve_output(e, &origins[key_find("output") - keys], err, errlen);
     /* Keep where each value came from for the checks made after loading (config_where). */
     for (int i = 0; !st && i < N_KEYS; i++) origin_text(&origins[i], g_where[i], sizeof g_where[i]);

@@ -81,6 +81,7 @@ typedef struct {
     int threads;            /* compute threads per rank; 0 = cores / ranks on this node */
     char output[CFG_PATH_MAX];
     int overwrite;          /* allow replacing an existing output file */
+    char comm[8];           /* "mpi" or "nccl" (allreduce on device cuda) */
     char device[16];        /* "cpu" or "cuda" */
     char precision[8];      /* "fp32", "tf32" (device cuda) */
     char source[CFG_PATH_MAX]; /* the experiment file this was read from (not a key) */

@@ -1,16 +1,18 @@
 /* allreduce.c — synchronous all-reduce SGD (Jin et al. 2016 §2.1).
  *
  * Every step each of the p nodes computes the gradient of its own b samples; the gradients are
- * averaged with MPI_Allreduce (in place on the flat gradient vector, in chunks, see comm.h), and
+ * averaged with an all-reduce (MPI_Allreduce in chunks, see comm.h, or NCCL; in place on the
+ * flat gradient vector), and
  * every node applies the same Nesterov-SGD update, so all nodes hold identical parameters and
  * the step equals one step of minibatch SGD with the aggregate minibatch m = p·b.
  * BN running statistics are local to each node; they are averaged across nodes before each
  * evaluation.
  *
  * The model runs in device mode (model.h "devices"): parameters and momentum stay where the
- * network computes and the update is model_sgd_update. On a GPU only the gradient travels: to
- * the host for MPI_Allreduce (Debian's MPICH is not CUDA-aware) and back; with p = 1 nothing
- * leaves the GPU. On the CPU the transfers are no-ops. */
+ * network computes and the update is model_sgd_update. The all-reduce is train_allreduce_mean
+ * (src/train), which picks how the gradient travels on a GPU: NCCL on the device (comm = "nccl"),
+ * MPI on device memory (CUDA-aware MPI), or through the host (Debian's MPICH); this file never
+ * touches CUDA. With p = 1 nothing leaves the GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +33,6 @@ static int allreduce_init(trainer *t, char *err, size_t errlen) {
 static double allreduce_step(trainer *t, long step, double alpha) {
     const experiment *e = t->e;
     model *net = t->net;
-    const size_t n = model_n_params(net);
 
     if (inject_failed(&t->inj, step)) {
         /* This worker stops for good: it never enters the all-reduce, so the others report a
@@ -44,11 +45,7 @@ static double allreduce_step(trainer *t, long step, double alpha) {
     double t0 = wall_time();
     double loss = train_compute(t, step, step);
     double t2 = wall_time();
-    if (t->p > 1) {
-        model_download(net, MODEL_GRADS);
-        comm_allreduce_mean_f32(model_grads(net), n, &t->times.wait_s);
-        model_upload(net, MODEL_GRADS);
-    }
+    train_allreduce_mean(t, MODEL_GRADS, &t->times.wait_s);
     comm_workers_sum_f64(&loss, 1);
     double t3 = wall_time();
     int finite = model_sgd_update(net, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
@@ -62,11 +59,7 @@ static double allreduce_step(trainer *t, long step, double alpha) {
     return finite ? loss : NAN;
 }
 
-static void allreduce_eval_prepare(trainer *t) {
-    model_download(t->net, MODEL_BN);
-    comm_allreduce_mean_f32(model_bn(t->net), model_n_bn(t->net), NULL);
-    model_upload(t->net, MODEL_BN);
-}
+static void allreduce_eval_prepare(trainer *t) { train_allreduce_mean(t, MODEL_BN, NULL); }
 
 static void allreduce_finalize(trainer *t) { (void)t; }
 

@@ -741,3 +741,12 @@ void model_host_free(const model *m, void *p) {
     if (m->gpu) gpu_host_free(p);
     else free(p);
 }
+
+float *model_device_vector(model *m, int which) {
+    if (which != MODEL_PARAMS && which != MODEL_GRADS && which != MODEL_BN)
+        DIE("model_device_vector: which = %d is not one of MODEL_PARAMS, MODEL_GRADS, MODEL_BN", which);
+    if (m->gpu) return gpu_model_vector(m->gpu, gpu_bits(which));
+    return which == MODEL_PARAMS ? m->params : which == MODEL_GRADS ? m->grads : m->bn;
+}
+
+struct gpu_model *model_gpu(model *m) { return m->gpu; }

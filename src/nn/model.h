@@ -161,6 +161,15 @@ int model_sgd_update(model *m, float alpha, float mu, float lambda, int nesterov
 void *model_host_alloc(const model *m, size_t nbytes);
 void model_host_free(const model *m, void *p);
 
+/* The vector `which` (exactly one of MODEL_PARAMS, MODEL_GRADS, MODEL_BN) where the network
+ * computes with it: device memory on a GPU (cuda/gpu.h gpu_model_vector; never dereference it
+ * on the host), the host vector itself (model_params, ...) on the CPU. For communication in place
+ * on the device in device mode (NCCL, CUDA-aware MPI: train_allreduce_mean, src/train). */
+float *model_device_vector(model *m, int which);
+
+/* The GPU network of a MODEL_CUDA model (cuda/gpu.h), for cuda/gpucomm.h; NULL on the CPU. */
+struct gpu_model *model_gpu(model *m);
+
 #ifdef __cplusplus
 }
 #endif

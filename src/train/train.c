@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
+#include "gpucomm.h"
 #include "methods/method.h"
 #include "optim/sgd.h"
 #include "util/util.h"
@@ -75,6 +76,37 @@ double train_compute(trainer *t, long data_step, long step) {
     t->times.compute_s += t2 - t1 - delay;
     t->times.delay_s += delay;
     return loss;
+}
+
+void train_allreduce_mean(trainer *t, int which, double *wait_s) {
+    model *net = t->net;
+    const size_t n = which == MODEL_BN ? model_n_bn(net) : model_n_params(net);
+    float *dev = model_device_vector(net, which); /* dies on a `which` other than one vector */
+    if (model_get_device(net) == MODEL_CPU) { /* (a) the device vector is the host vector */
+        comm_allreduce_mean_f32(dev, n, wait_s);
+        return;
+    }
+    if (t->gcomm) { /* (b) NCCL on the GPU */
+        if (wait_s) comm_workers_wait(wait_s);
+        char err[ERRLEN];
+        const int st = gpucomm_allreduce_mean(t->gcomm, dev, n, err, sizeof err);
+        if (st == GPUCOMM_OK) return;
+        fprintf(stderr, "dsgd-run: rank %d on %s: %s\n", t->rank, comm_host(), err);
+        if (st == GPUCOMM_TIMEOUT) comm_timeout_abort("the other workers (NCCL all-reduce)");
+        comm_abort(EXIT_RUNTIME);
+    }
+    if (t->p == 1) return;
+    if (t->gpu_aware) { /* (c) MPI on device memory; the mean's division on the device */
+        if (wait_s) comm_workers_wait(wait_s);
+        comm_workers_sum_f32(dev, n);
+        gpucomm_scale(model_gpu(net), dev, n, 1.0f / (float)t->p);
+        return;
+    }
+    /* (d) through the page-locked host mirror */
+    float *host = which == MODEL_PARAMS ? model_params(net) : which == MODEL_GRADS ? model_grads(net) : model_bn(net);
+    model_download(net, which);
+    comm_allreduce_mean_f32(host, n, wait_s);
+    model_upload(net, which);
 }
 
 static void format_eta(double s, char *buf, size_t n) {

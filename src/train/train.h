@@ -38,6 +38,9 @@ typedef struct trainer {
     int log_rank;             /* world rank writing the run file and printing progress: 0, or
                                  the first server (rank p) for methods with servers */
     injector inj;             /* straggler/failure injection of this worker */
+    struct gpucomm *gcomm;    /* comm = "nccl": the workers' NCCL communicator (cuda/gpucomm.h),
+                                 made by main.c; NULL otherwise */
+    int gpu_aware;            /* MPI takes CUDA device memory (comm_gpu_aware(), set by main.c) */
 
     /* Buffers allocated once (train_init), reused every step. */
     float *x;                 /* (b, c, h, w) training minibatch */
@@ -78,6 +81,22 @@ eval_result train_evaluate_all(trainer *t, model *net);
  * updated), then the injected straggler delay (inject group). Adds to t->times data_s,
  * compute_s and delay_s. Returns the mean loss of the minibatch. No allocation. */
 double train_compute(trainer *t, long data_step, long step);
+
+/* Collective over the workers: the vector `which` of t->net (MODEL_GRADS: n_params, MODEL_BN:
+ * n_bn; MODEL_PARAMS also works) := its mean over the p workers, in place where the network
+ * computes — the all-reduce of Jin et al. §2.1, in device mode (model.h "devices"). The one place
+ * that chooses how the data travels:
+ *   (a) CPU model: comm_allreduce_mean_f32 on the vector;
+ *   (b) GPU model, comm = "nccl" (t->gcomm): ncclAllReduce(ncclAvg) on the device vector, on the
+ *       model's stream — also at p = 1, where it changes nothing, so that one GPU exercises it;
+ *   (c) GPU model, CUDA-aware MPI (t->gpu_aware): comm_workers_sum_f32 on the device vector, then
+ *       the division by p on the device;
+ *   (d) otherwise: model_download, comm_allreduce_mean_f32 on the host mirror, model_upload.
+ * Nothing happens at p = 1 except in (b). If wait_s is not NULL, every path first waits at the
+ * worker barrier of comm_allreduce_mean_f32 and adds the seconds spent there to *wait_s, so
+ * /ranks wait_s means the same on every path. Waits longer than comm_timeout_s stop every rank
+ * (comm_timeout_abort); an NCCL failure prints NCCL's message and stops every rank (exit 1). */
+void train_allreduce_mean(trainer *t, int which, double *wait_s);
 
 /* Log rank: the progress line and /train row after `step` iterations at `time_s` seconds of
  * training with mean loss and α; also /ranks when step_time etc. are not NULL (p values each).

@@ -4,7 +4,8 @@
 #   - a CPU-only build (plain `make`): the message says to rebuild with `make CUDA=1`;
 #   - a `make CUDA=1` build on a machine without a GPU (CI): the message says no GPU is visible.
 # On a machine with a GPU the CUDA build would train, so the test says so and passes (the GPU
-# check test/gpu/run.sh covers that machine). Usage: sh test/gpu/nogpu.sh [./dsgd-run]
+# check test/gpu/run.sh covers that machine). With comm = "nccl" too (2 ranks): the device is
+# refused before NCCL is touched. Usage: sh test/gpu/nogpu.sh [./dsgd-run]
 set -u
 BIN=${1:-./dsgd-run}
 T=${TEST_MPI_TIMEOUT:-120}
@@ -22,21 +23,24 @@ else
     build=cuda
 fi
 fail=0
-for np in 1 2; do
-    out="$dir/run$np.h5"
-    timeout -k 10 "$T" mpiexec -n $np "$BIN" --set p=$np --set device=cuda --set "output=\"$out\"" \
+for run in 1 2 2nccl; do
+    np=${run%nccl}
+    comm=mpi
+    [ "$run" = "${np}nccl" ] && comm=nccl
+    out="$dir/run$run.h5"
+    timeout -k 10 "$T" mpiexec -n $np "$BIN" --set p=$np --set device=cuda --set comm=$comm --set "output=\"$out\"" \
         configs/quickstart.cfg >"$dir/log" 2>&1
     rc=$?
     if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then
-        echo "FAIL ($build build, $np ranks): exit status $rc, expected a clean non-zero exit"; fail=1
+        echo "FAIL ($build build, $np ranks, comm $comm): exit status $rc, expected a clean non-zero exit"; fail=1
     fi
     if ! grep -qF "$want" "$dir/log"; then
-        echo "FAIL ($build build, $np ranks): no message containing '$want':"; cat "$dir/log"; fail=1
+        echo "FAIL ($build build, $np ranks, comm $comm): no message containing '$want':"; cat "$dir/log"; fail=1
     fi
     if ! grep -qF "key 'device'" "$dir/log"; then
-        echo "FAIL ($build build, $np ranks): the message does not name key 'device':"; cat "$dir/log"; fail=1
+        echo "FAIL ($build build, $np ranks, comm $comm): the message does not name key 'device':"; cat "$dir/log"; fail=1
     fi
-    if [ -e "$out" ]; then echo "FAIL ($build build, $np ranks): a run file was created"; fail=1; fi
-    [ $fail -eq 0 ] && echo "ok ($build build, $np ranks, exit $rc): $(head -1 "$dir/log")"
+    if [ -e "$out" ]; then echo "FAIL ($build build, $np ranks, comm $comm): a run file was created"; fail=1; fi
+    [ $fail -eq 0 ] && echo "ok ($build build, $np ranks, comm $comm, exit $rc): $(head -1 "$dir/log")"
 done
 exit $fail

@@ -4,11 +4,15 @@
 #   a. the machine: nvidia-smi, driver, CUDA, cuDNN, PyTorch, glibc; the binaries' libraries;
 #      an MPI smoke test (2 ranks, the linear model on the CPU)
 #   b. test_gpu_ops     every GPU op against the CPU backend
-#   c. test_gpu_model   the GPU network (cuda/model.cu) against the CPU model; test_gpu_device: the same through model.h (host sync and device modes)
+#   c. test_gpu_model   the GPU network (cuda/model.cu) against the CPU model; test_gpu_device: the same through model.h (host sync and device modes);
+#      test_gpu_comm: the device vectors, the CUDA-aware path's scaling, a one-rank NCCL all-reduce
 #   d. short Fashion-MNIST runs of dsgd-run (test/gpu/fmnist_short.cfg: ResNet-18 width 16,
 #      150 steps of b = 64, allreduce): device = cuda at p = 1 and p = 2 (both ranks on one
 #      GPU), device = cpu at p = 1; each exits 0 and writes its run file; final top-1 error
-#      < 0.35; the cuda and cpu loss curves agree over the first 10 steps (rel ≤ 1e-3, fp32)
+#      < 0.35; the cuda and cpu loss curves agree over the first 10 steps (rel ≤ 1e-3, fp32);
+#      comm = "nccl": p = 1 (20 steps, loss curve as the MPI run's) and p = 2 (with one GPU: refused
+#      at start, exit 2, naming key 'comm'; with two: trained and checked); with a CUDA-aware MPI
+#      also p = 2 with DSGD_CUDA_AWARE=0 (the host path) against the default
 #   e. throughput: build/bench_gpu and tools/bench_torch_gpu.py, ResNet-18 width 64, ImageNet
 #      stem, 3x224x224, 1000 classes, b = 32, 64, 128, fp32 / tf32 / bf16
 #   f. summary.md: every step with its status and time, and img/s dsgd-run vs PyTorch
@@ -305,7 +309,8 @@ try:
 except Exception:
     roots = []
 for r in roots:
-    for pat in ("libcudnn.so*", "libcublas.so*", "libcublasLt.so*", "libcudart.so*", "libnvrtc.so*", "libnvJitLink.so*"):
+    for pat in ("libcudnn.so*", "libcublas.so*", "libcublasLt.so*", "libcudart.so*", "libnvrtc.so*", "libnvJitLink.so*",
+                "libnccl.so*"):
         for f in sorted(glob.glob(os.path.join(r, "**", pat), recursive=True)):
             d = os.path.dirname(f)
             if d not in dirs:
@@ -474,6 +479,7 @@ if [ "$simulate" = 1 ]; then
 else
     gpu_test "c. test_gpu_device" "$TDIR/test_gpu_device" 120
 fi
+gpu_test "c. test_gpu_comm" "$TDIR/test_gpu_comm" 120
 
 # ---- d. short training runs ------------------------------------------------------------------------
 dev=cuda
@@ -520,6 +526,55 @@ else
 fi
 train "d. run cuda p=2 (one GPU)" 2 "$dev" "$R/cuda_p2.h5"
 check_final "d. check cuda p=2: top-1 < $max_top1" "$R/cuda_p2.h5"
+
+# comm = "nccl" (docs/gpu.md, "Communication"). compare_runs NAME A.h5 B.h5: the first 10 losses.
+compare_runs() {
+    if [ -n "${RUN_OK[$2]:-}" ] && [ -n "${RUN_OK[$3]:-}" ] && [ -n "$PY_H5" ]; then
+        run_step "$1" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare "$2" "$3" --steps 10 --rtol 1e-3
+    else
+        record "$1" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
+    fi
+}
+if [ "$simulate" = 1 ]; then
+    record "d. comm = nccl" "SKIP" 0 "simulated: comm = nccl needs device = cuda" "$RUNS_LOG"
+else
+    # p = 1: a one-rank NCCL communicator, its all-reduce run every step (changing nothing):
+    # the first 10 losses as the MPI run's (the same arithmetic; cuDNN may pick other algorithms).
+    train "d. run cuda p=1 comm=nccl (20 steps)" 1 cuda "$R/nccl_p1.h5" --set comm=nccl --set iterations=20 --set eval.every=20
+    compare_runs "d. loss curves nccl vs mpi, p=1" "$R/nccl_p1.h5" "$R/cuda_p1.h5"
+    ngpu=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && ngpu=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+    if [ "${ngpu:-0}" -ge 2 ]; then
+        train "d. run cuda p=2 comm=nccl" 2 cuda "$R/nccl_p2.h5" --set comm=nccl
+        check_final "d. check cuda p=2 comm=nccl: top-1 < $max_top1" "$R/nccl_p2.h5"
+        compare_runs "d. loss curves nccl vs mpi, p=2" "$R/nccl_p2.h5" "$R/cuda_p2.h5"
+    elif [ -x "$BIN" ]; then
+        # Two workers on one GPU: NCCL refuses them ("Duplicate GPU detected"), so dsgd-run stops
+        # every rank before training: exit 2, a message naming key 'comm', no run file.
+        run_step "d. cuda p=2 comm=nccl on one GPU: refused" "$RUNS_LOG" 120 bash -c '
+            out=$1; shift
+            "$@" > "$out.log" 2>&1; rc=$?
+            cat "$out.log"
+            if [ $rc -ne 2 ]; then echo "FAIL: exit status $rc, expected 2 (refused before training)"; exit 1; fi
+            if ! grep -q "key '"'"'comm'"'"'.*share GPU" "$out.log"; then echo "FAIL: no message naming key '"'"'comm'"'"' and the shared GPU"; exit 1; fi
+            if [ -e "$out" ]; then echo "FAIL: a run file was created"; exit 1; fi
+            echo "ok: refused, exit 2: $(grep -m1 "key '"'"'comm'"'"'" "$out.log" | cut -c1-160)"
+        ' _ "$R/nccl_p2_refused.h5" "${BENV[@]}" "${MPIEXEC[@]}" -n 2 "$BIN" "${DSETS[@]}" --set p=2 --set device=cuda \
+            ${cuda_prec[@]+"${cuda_prec[@]}"} --set comm=nccl --set "output=$R/nccl_p2_refused.h5" "$CFG"
+        rm -f "$R/nccl_p2_refused.h5.log"
+    fi
+    # A CUDA-aware MPI moves the gradients on device memory (train_allreduce_mean); DSGD_CUDA_AWARE=0
+    # forces the host path, which must train the same.
+    if [ -x "$BIN" ] && "${BENV[@]}" "$BIN" --version 2>/dev/null | grep -q 'CUDA-aware: yes'; then
+        benv_saved=("${BENV[@]}")
+        BENV+=("DSGD_CUDA_AWARE=0")
+        train "d. run cuda p=2 DSGD_CUDA_AWARE=0 (host path)" 2 cuda "$R/cuda_p2_host.h5" --set iterations=20 --set eval.every=20
+        BENV=("${benv_saved[@]}")
+        compare_runs "d. loss curves CUDA-aware vs host path, p=2" "$R/cuda_p2.h5" "$R/cuda_p2_host.h5"
+    else
+        record "d. CUDA-aware MPI path" INFO 0 "MPI is not CUDA-aware: p = 2 ran the host path (DSGD_CUDA_AWARE has nothing to turn off)" "$RUNS_LOG"
+    fi
+fi
 
 # shellcheck disable=SC2054 # (the commas are in --batch values)
 # ---- e. throughput ----------------------------------------------------------------------------------

@@ -1,0 +1,356 @@
+/* gpucomm.cu — cuda/gpucomm.h: NCCL for the all-reduce (built with NCCL=1: -DDSGD_NCCL=1 and
+ * nccl.h) and the device-side scaling of a CUDA-aware MPI sum (always).
+ *
+ * NCCL is opened with dlopen, not linked (gpucomm.h, "Loading"): nccl.h supplies the types and
+ * the prototypes, whose types (decltype) give the function pointers filled by dlsym, so a call
+ * here is checked against the header as a linked call would be.
+ *
+ * Waiting. The communicator is non-blocking (ncclConfig_t.blocking = 0, NCCL >= 2.14): NCCL calls
+ * may return ncclInProgress, after which ncclCommGetAsyncError must report ncclSuccess before the
+ * next NCCL call (NCCL user guide, "Fault Tolerance"); an all-reduce has finished when the
+ * model's stream is idle (cudaStreamQuery). Both are polled: yield for the first millisecond,
+ * then naps doubling from 2 µs to 200 µs (src/comm/comm.c's waits do the same, so that ranks
+ * sharing cores leave them to each other). */
+#include "gpucomm.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common.h"
+#include "internal.h"
+
+#if DSGD_NCCL
+#include <nccl.h>
+#endif
+
+/* ---- scaling (CUDA-aware MPI) and the GPU's identity ----------------------------------------- */
+
+__global__ void gpucomm_scale_kernel(float *x, size_t n, float s) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
+}
+
+void gpucomm_scale(gpu_model *g, float *buf, size_t n, float s) {
+    if (n == 0) return;
+    CUDA_CHECK(cudaSetDevice(gpu_model_device(g)), "gpucomm_scale");
+    cudaStream_t st = gpu_model_stream(g);
+    const size_t threads = 256, want = (n + threads - 1) / threads;
+    const unsigned blocks = (unsigned)(want < 4096 ? want : 4096);
+    gpucomm_scale_kernel<<<blocks, (unsigned)threads, 0, st>>>(buf, n, s);
+    CUDA_CHECK(cudaGetLastError(), "gpucomm_scale (launch)");
+    CUDA_CHECK(cudaStreamSynchronize(st), "gpucomm_scale");
+}
+
+int gpucomm_gpu_id(gpu_model *g, char *buf, size_t n, char *err, size_t errlen) {
+    const int dev = gpu_model_device(g);
+    char id[64] = "";
+    cudaError_t e = cudaDeviceGetPCIBusId(id, (int)sizeof id, dev);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        seterr(err, errlen, "cudaDeviceGetPCIBusId(device %d): %s", dev, cudaGetErrorString(e));
+        return EXIT_RUNTIME;
+    }
+    snprintf(buf, n, "%s", id);
+    return 0;
+}
+
+#if DSGD_NCCL
+/* ==== NCCL ==================================================================================== */
+
+static_assert(sizeof(ncclUniqueId) == GPUCOMM_ID_BYTES, "GPUCOMM_ID_BYTES must be NCCL_UNIQUE_ID_BYTES");
+
+/* ---- polling ------------------------------------------------------------------------------- */
+
+typedef struct {
+    double t0;
+    long nap_ns;
+} poller;
+
+static poller poll_start(void) { return poller{wall_time(), 2000L}; }
+
+/* Seconds since poll_start. */
+static double poll_elapsed(const poller *p) { return wall_time() - p->t0; }
+
+/* Give the core away before the next test: yield during the first millisecond, then nap. */
+static void poll_pause(poller *p) {
+    if (poll_elapsed(p) < 1e-3) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, p->nap_ns};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+    p->nap_ns = p->nap_ns * 2 < 200000L ? p->nap_ns * 2 : 200000L;
+}
+
+/* Oldest NCCL with what is used here: ncclCommInitRankConfig with blocking = 0 and
+ * ncclCommFinalize (2.14), ncclAvg (2.10), ncclGetLastError (2.13). */
+#define NCCL_MIN_VERSION NCCL_VERSION(2, 14, 0)
+
+#define NCCL_FUNCTIONS(X)                                                                          \
+    X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommGetAsyncError)        \
+    X(ncclAllReduce) X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort) X(ncclGetErrorString) \
+    X(ncclGetLastError)
+
+/* The library, once opened: one pointer per function, typed by nccl.h's prototype. */
+static struct {
+    int state; /* 0 not tried, 1 loaded, -1 failed (err holds why) */
+    void *handle;
+    int version;
+    char path[512];
+    char err[ERRLEN];
+#define NCCL_POINTER(f) decltype(&::f) f;
+    NCCL_FUNCTIONS(NCCL_POINTER)
+#undef NCCL_POINTER
+} nccl;
+
+/* "2.28.9" from NCCL_VERSION_CODE's encoding (major*1000 + minor*100 + patch up to 2.8, major*10000
+ * + minor*100 + patch after). */
+static void version_text(int v, char *buf, size_t n) {
+    if (v >= 10000) snprintf(buf, n, "%d.%d.%d", v / 10000, (v % 10000) / 100, v % 100);
+    else snprintf(buf, n, "%d.%d.%d", v / 1000, (v % 1000) / 100, v % 100);
+}
+
+/* Where libnccl.so.2 is looked for: the loader's path (LD_LIBRARY_PATH, this executable's
+ * RUNPATH, ld.so.cache), then the directory the build found it in. */
+static const char *const nccl_names[] = {
+    "libnccl.so.2",
+#ifdef DSGD_NCCL_LIBDIR
+    DSGD_NCCL_LIBDIR "/libnccl.so.2",
+#endif
+};
+
+int gpucomm_nccl_built(void) { return 1; }
+
+int gpucomm_load(char *err, size_t errlen) {
+    if (nccl.state == 0) {
+        char tried[ERRLEN] = "";
+        size_t off = 0;
+        for (size_t i = 0; i < sizeof nccl_names / sizeof nccl_names[0] && !nccl.handle; i++) {
+            nccl.handle = dlopen(nccl_names[i], RTLD_NOW | RTLD_LOCAL);
+            if (!nccl.handle && off < sizeof tried) {
+                const char *why = dlerror();
+                off += (size_t)snprintf(tried + off, sizeof tried - off, "%s%s", off ? "; " : "", why ? why : nccl_names[i]);
+            }
+        }
+        if (!nccl.handle) {
+            snprintf(nccl.err, sizeof nccl.err,
+                     "cannot load the NCCL library (%.600s); install NCCL 2.14 or later (Debian/Ubuntu: libnccl2; "
+                     "pip: nvidia-nccl-cu12 or -cu13, as PyTorch has) and put the directory of libnccl.so.2 on "
+                     "LD_LIBRARY_PATH, or use comm = \"mpi\"",
+                     tried);
+            nccl.state = -1;
+        } else {
+            const char *missing = NULL;
+#define NCCL_SYM(f)                                                                                \
+    if (!missing && !(nccl.f = (decltype(nccl.f))dlsym(nccl.handle, #f))) missing = #f;
+            NCCL_FUNCTIONS(NCCL_SYM)
+#undef NCCL_SYM
+            Dl_info info;
+            if (dladdr((void *)nccl.ncclGetVersion, &info) && info.dli_fname)
+                snprintf(nccl.path, sizeof nccl.path, "%s", info.dli_fname);
+            else snprintf(nccl.path, sizeof nccl.path, "libnccl.so.2");
+            if (!missing && nccl.ncclGetVersion(&nccl.version) != ncclSuccess) nccl.version = 0;
+            char v[32];
+            version_text(nccl.version, v, sizeof v);
+            if (missing) {
+                snprintf(nccl.err, sizeof nccl.err, "%s has no %s: NCCL 2.14 or later is needed", nccl.path, missing);
+                nccl.state = -1;
+            } else if (nccl.version < NCCL_MIN_VERSION) {
+                snprintf(nccl.err, sizeof nccl.err, "%s is NCCL %s: NCCL 2.14 or later is needed (non-blocking communicators)",
+                         nccl.path, v);
+                nccl.state = -1;
+            } else nccl.state = 1;
+        }
+    }
+    if (nccl.state > 0) return 0;
+    seterr(err, errlen, "%s", nccl.err);
+    return EXIT_RUNTIME;
+}
+
+void gpucomm_version(char *buf, size_t n) {
+    char err[ERRLEN], v[32];
+    if (gpucomm_load(err, sizeof err)) {
+        snprintf(buf, n, "NCCL: not usable: %s", err);
+        return;
+    }
+    version_text(nccl.version, v, sizeof v);
+    snprintf(buf, n, "NCCL %s (%s; built against %d.%d.%d)", v, nccl.path, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+}
+
+/* "ncclRemoteError (remote process exited or there was a network error): <NCCL's last error>". */
+static const char *nccl_status(ncclResult_t r, ncclComm_t comm, char *buf, size_t n) {
+    const char *last = nccl.ncclGetLastError(comm);
+    snprintf(buf, n, "%s%s%s", nccl.ncclGetErrorString(r), last && *last ? ": " : "", last && *last ? last : "");
+    return buf;
+}
+
+/* Wait while ncclCommGetAsyncError says ncclInProgress. Returns ncclSuccess, the error, or
+ * ncclInProgress if timeout_s passed first. */
+static ncclResult_t wait_state(ncclComm_t comm, double timeout_s) {
+    poller p = poll_start();
+    for (;;) {
+        ncclResult_t state = ncclInProgress;
+        ncclResult_t r = nccl.ncclCommGetAsyncError(comm, &state);
+        if (r != ncclSuccess) return r;
+        if (state != ncclInProgress) return state;
+        if (poll_elapsed(&p) > timeout_s) return ncclInProgress;
+        poll_pause(&p);
+    }
+}
+
+struct gpucomm {
+    ncclComm_t comm; /* NULL once aborted */
+    gpu_model *g;
+    int nranks, rank;
+    double timeout_s;
+};
+
+int gpucomm_unique_id(void *id, char *err, size_t errlen) {
+    if (gpucomm_load(err, errlen)) return EXIT_RUNTIME;
+    ncclUniqueId u;
+    ncclResult_t r = nccl.ncclGetUniqueId(&u);
+    if (r != ncclSuccess) {
+        char b[ERRLEN];
+        seterr(err, errlen, "ncclGetUniqueId: %s", nccl_status(r, NULL, b, sizeof b));
+        return EXIT_RUNTIME;
+    }
+    memcpy(id, &u, sizeof u);
+    return 0;
+}
+
+gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, double timeout_s, char *err,
+                        size_t errlen) {
+    if (gpucomm_load(err, errlen)) return NULL;
+    const int dev = gpu_model_device(g);
+    cudaError_t e = cudaSetDevice(dev); /* NCCL binds the communicator to the current device */
+    if (e != cudaSuccess) {
+        seterr(err, errlen, "cudaSetDevice(%d) before ncclCommInitRankConfig: %s", dev, cudaGetErrorString(e));
+        return NULL;
+    }
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = NULL;
+    char b[ERRLEN];
+    ncclResult_t r = nccl.ncclCommInitRankConfig(&comm, nranks, u, rank, &config);
+    if (r == ncclSuccess || r == ncclInProgress) r = wait_state(comm, timeout_s);
+    if (r != ncclSuccess) {
+        if (r == ncclInProgress)
+            seterr(err, errlen,
+                   "ncclCommInitRankConfig (%d ranks, rank %d, CUDA device %d) did not complete within comm_timeout_s = %g s: "
+                   "a worker stopped or cannot reach the others (NCCL_DEBUG=WARN shows NCCL's view)",
+                   nranks, rank, dev, timeout_s);
+        else
+            seterr(err, errlen, "ncclCommInitRankConfig (%d ranks, rank %d, CUDA device %d): %s", nranks, rank, dev,
+                   nccl_status(r, comm, b, sizeof b));
+        if (comm) nccl.ncclCommAbort(comm);
+        return NULL;
+    }
+    gpucomm *c = (gpucomm *)calloc(1, sizeof *c);
+    if (!c) DIE("out of memory allocating the NCCL communicator's state");
+    *c = gpucomm{comm, g, nranks, rank, timeout_s};
+    return c;
+}
+
+int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t errlen) {
+    if (!c->comm) return seterr(err, errlen, "the NCCL communicator was aborted by an earlier failure"), GPUCOMM_FAILED;
+    if (n == 0) return GPUCOMM_OK;
+    CUDA_CHECK(cudaSetDevice(gpu_model_device(c->g)), "gpucomm_allreduce_mean");
+    cudaStream_t st = gpu_model_stream(c->g);
+    char what[160], b[ERRLEN];
+    snprintf(what, sizeof what, "ncclAllReduce(%zu floats = %.1f MB, ncclFloat32, ncclAvg, in place) over %d ranks (rank %d)", n,
+             (double)n * sizeof(float) / 1e6, c->nranks, c->rank);
+    poller p = poll_start();
+    ncclResult_t r = nccl.ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, c->comm, st);
+    if (r == ncclInProgress) r = wait_state(c->comm, c->timeout_s); /* enqueued once ncclSuccess */
+    int status = GPUCOMM_OK;
+    if (r == ncclInProgress) status = GPUCOMM_TIMEOUT;
+    else if (r != ncclSuccess) {
+        seterr(err, errlen, "%s: %s", what, nccl_status(r, c->comm, b, sizeof b));
+        status = GPUCOMM_FAILED;
+    }
+    while (status == GPUCOMM_OK) {
+        cudaError_t e = cudaStreamQuery(st);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) {
+            seterr(err, errlen, "%s: the stream failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+            status = GPUCOMM_FAILED;
+            break;
+        }
+        ncclResult_t state = ncclSuccess;
+        r = nccl.ncclCommGetAsyncError(c->comm, &state);
+        if (r == ncclSuccess && state != ncclSuccess && state != ncclInProgress) r = state;
+        if (r != ncclSuccess) {
+            seterr(err, errlen, "%s: %s", what, nccl_status(r, c->comm, b, sizeof b));
+            status = GPUCOMM_FAILED;
+        } else if (poll_elapsed(&p) > c->timeout_s) status = GPUCOMM_TIMEOUT;
+        else poll_pause(&p);
+    }
+    if (status == GPUCOMM_TIMEOUT)
+        seterr(err, errlen, "%s: not complete after comm_timeout_s = %g s; NCCL communicator aborted", what, c->timeout_s);
+    if (status != GPUCOMM_OK) { /* stop NCCL's kernels and proxy threads; the caller stops the run */
+        nccl.ncclCommAbort(c->comm);
+        c->comm = NULL;
+    }
+    return status;
+}
+
+void gpucomm_free(gpucomm *c) {
+    if (!c) return;
+    if (c->comm) {
+        cudaSetDevice(gpu_model_device(c->g));
+        ncclResult_t r = nccl.ncclCommFinalize(c->comm);
+        if (r == ncclSuccess || r == ncclInProgress) r = wait_state(c->comm, c->timeout_s);
+        if (r == ncclSuccess) r = nccl.ncclCommDestroy(c->comm);
+        if (r != ncclSuccess) {
+            char b[ERRLEN];
+            fprintf(stderr, "dsgd-run: warning: rank %d: releasing the NCCL communicator: %s; aborting it\n", c->rank,
+                    r == ncclInProgress ? "ncclCommFinalize did not complete within comm_timeout_s" : nccl_status(r, c->comm, b, sizeof b));
+            nccl.ncclCommAbort(c->comm);
+        }
+    }
+    free(c);
+}
+
+#else /* !DSGD_NCCL */
+/* ==== built without NCCL: comm = "nccl" says how to get it =================================== */
+
+#define NCCL_NOT_BUILT                                                                             \
+    "comm = \"nccl\" needs NCCL: this dsgd-run was built without it (nccl.h was not found); "      \
+    "install NCCL's headers (libnccl-dev, or nccl.h under CUDA_HOME/include) and rebuild with "   \
+    "`make CUDA=1` (or use comm = \"mpi\")"
+
+struct gpucomm {
+    int unused;
+};
+
+int gpucomm_nccl_built(void) { return 0; }
+void gpucomm_version(char *buf, size_t n) { snprintf(buf, n, "NCCL not built (nccl.h not found at build time)"); }
+int gpucomm_load(char *err, size_t errlen) {
+    seterr(err, errlen, NCCL_NOT_BUILT);
+    return EXIT_RUNTIME;
+}
+int gpucomm_unique_id(void *id, char *err, size_t errlen) {
+    (void)id;
+    return gpucomm_load(err, errlen);
+}
+gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, double timeout_s, char *err,
+                        size_t errlen) {
+    (void)g, (void)nranks, (void)rank, (void)id, (void)timeout_s;
+    gpucomm_load(err, errlen);
+    return NULL;
+}
+/* Unreachable without a communicator. */
+int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t errlen) {
+    (void)c, (void)buf, (void)n, (void)err, (void)errlen;
+    DIE("gpucomm_allreduce_mean: " NCCL_NOT_BUILT);
+}
+void gpucomm_free(gpucomm *c) {
+    if (c) DIE("gpucomm_free: " NCCL_NOT_BUILT);
+}
+#endif

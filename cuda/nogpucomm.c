@@ -1,0 +1,48 @@
+/* nogpucomm.c — cuda/gpucomm.h in a CPU-only build (plain `make`): no GPU, so no NCCL and no
+ * device memory to communicate. comm = "nccl" needs device = "cuda" (src/config), which such a
+ * build refuses first (cuda/nogpu.c); these entry points say how to get both. Replaced by
+ * cuda/gpucomm.cu in a `make CUDA=1` build. */
+#include "gpucomm.h"
+
+#include "util/util.h"
+
+#define NOT_BUILT                                                                                 \
+    "comm = \"nccl\" needs the GPU backend with NCCL: this dsgd-run was built without them; "     \
+    "rebuild with `make CUDA=1` (CUDA toolkit, cuDNN, cuBLAS; NCCL's nccl.h)"
+
+int gpucomm_nccl_built(void) { return 0; }
+
+void gpucomm_version(char *buf, size_t n) { snprintf(buf, n, "NCCL not built (make CUDA=1)"); }
+
+int gpucomm_load(char *err, size_t errlen) {
+    seterr(err, errlen, NOT_BUILT);
+    return EXIT_RUNTIME;
+}
+
+int gpucomm_unique_id(void *id, char *err, size_t errlen) {
+    (void)id;
+    return gpucomm_load(err, errlen);
+}
+
+gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, double timeout_s, char *err, size_t errlen) {
+    (void)g, (void)nranks, (void)rank, (void)id, (void)timeout_s;
+    gpucomm_load(err, errlen);
+    return NULL;
+}
+
+/* Unreachable without a gpu_model or a communicator. */
+int gpucomm_gpu_id(gpu_model *g, char *buf, size_t n, char *err, size_t errlen) {
+    (void)g, (void)buf, (void)n, (void)err, (void)errlen;
+    DIE("gpucomm_gpu_id: " NOT_BUILT);
+}
+int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t errlen) {
+    (void)c, (void)buf, (void)n, (void)err, (void)errlen;
+    DIE("gpucomm_allreduce_mean: " NOT_BUILT);
+}
+void gpucomm_free(gpucomm *c) {
+    if (c) DIE("gpucomm_free: " NOT_BUILT);
+}
+void gpucomm_scale(gpu_model *g, float *buf, size_t n, float s) {
+    (void)g, (void)buf, (void)n, (void)s;
+    DIE("gpucomm_scale: " NOT_BUILT);
+}

@@ -1,0 +1,234 @@
+/* test_gpu_comm.c — the device side of the all-reduce (src/train train_allreduce_mean, cuda/gpucomm.h)
+ * on one GPU, in one process without mpiexec (MPI is never initialised: src/comm's worker
+ * collectives return at once with one worker). A linear model (1x28x28, 10 classes, b = 8) and a
+ * ResNet-18 (width 4, CIFAR stem, 1x8x8, b = 4: BN statistics to reduce), both MODEL_CUDA:
+ *
+ *   test_vectors      model_device_vector (gpu_model_vector) points at the device vectors: what
+ *                     model_upload put there reads back through cudaMemcpy bit for bit, for
+ *                     params, grads and bn; a CPU model's is the host vector itself;
+ *   test_scale        gpucomm_scale(x, 1/p) equals the host's x·(1/p) bit for bit (the float
+ *                     comm_allreduce_mean_f32 multiplies by); and train_allreduce_mean's CUDA-aware
+ *                     path (t.gpu_aware, t.p = 2 with one MPI worker, so the MPI sum is the identity)
+ *                     leaves exactly grads·0.5 on the device and the host mirror untouched;
+ *   test_nccl_one_rank  gpucomm_load, a one-rank communicator (gpucomm_unique_id, gpucomm_create
+ *                     with nranks 1), then train_allreduce_mean with t.gcomm on the gradients of a
+ *                     real training step and on the BN statistics, 20 times: a one-rank ncclAvg
+ *                     multiplies by 1.0f, so the vectors stay the same bit for bit (time per
+ *                     call printed); gpucomm_free; a second communicator made and freed.
+ *
+ * NCCL not built or not loadable: test_nccl_one_rank prints "NCCL not usable: ...: skipped" and
+ * passes, unless DSGD_REQUIRE_NCCL=1 (then it fails). Without a GPU the program prints "no GPU:
+ * skipped" and exits 0 unless DSGD_REQUIRE_GPU=1 (test/gpu/testgpu.h). Tests run in this process
+ * (CK_NOFORK: CUDA must not be used across fork()). Built by `make CUDA=1 gpu-tests` as
+ * build/test/gpu/test_gpu_comm. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu.h"
+#include "gpucomm.h"
+#include "testgpu.h"
+#include "nn/model.h"
+#include "train/train.h"
+#include "util/util.h"
+
+typedef struct {
+    const char *name;
+    model_spec s;
+} comm_case;
+
+static const comm_case cases[] = {
+    {"linear 1x28x28 b8",
+     {.arch = MODEL_LINEAR, .in_c = 1, .in_h = 28, .in_w = 28, .n_classes = 10, .batch = 8, .eval_batch = 8}},
+    {"resnet18 w4 cifar 1x8x8 b4",
+     {.arch = MODEL_RESNET18, .width = 4, .stem = MODEL_STEM_CIFAR, .in_c = 1, .in_h = 8, .in_w = 8, .n_classes = 10,
+      .batch = 4, .eval_batch = 4}},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+static model *make(const model_spec *base, model_device dev) {
+    model_spec s = *base;
+    s.device = dev;
+    s.precision = MODEL_FP32;
+    char err[ERRLEN];
+    model *m = model_create(&s, err, sizeof err);
+    ck_assert_msg(m != NULL, "model_create: %s", err);
+    model_init(m, 7);
+    model_set_host_sync(m, 0); /* device mode, as allreduce runs */
+    return m;
+}
+
+/* n floats of device memory into a new host buffer. */
+static float *from_device(const float *dev, size_t n) {
+    float *h = xmalloc((n ? n : 1) * sizeof(float));
+    cudaError_t e = cudaMemcpy(h, dev, n * sizeof(float), cudaMemcpyDeviceToHost);
+    ck_assert_msg(e == cudaSuccess, "cudaMemcpy: %s", cudaGetErrorString(e));
+    return h;
+}
+
+static void fill(float *x, size_t n, rng_t *r) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(rng_uniform(r) * 2.0 - 1.0);
+}
+
+/* One training step on random data (device mode: gradients and BN statistics stay on the GPU). */
+static void train_once(model *m, rng_t *r) {
+    const model_spec *s = model_get_spec(m);
+    const size_t nx = (size_t)s->batch * s->in_c * s->in_h * s->in_w;
+    float *x = model_host_alloc(m, nx * sizeof(float));
+    int *y = model_host_alloc(m, (size_t)s->batch * sizeof(int));
+    for (size_t i = 0; i < nx; i++) x[i] = (float)rng_uniform(r);
+    for (int i = 0; i < s->batch; i++) y[i] = (int)rng_below(r, (uint64_t)s->n_classes);
+    const float loss = model_train_step(m, x, y);
+    ck_assert_msg(isfinite(loss), "loss %g", (double)loss);
+    model_host_free(m, x), model_host_free(m, y);
+}
+
+START_TEST(test_vectors) {
+    const comm_case *k = &cases[_i];
+    model *g = make(&k->s, MODEL_CUDA), *c = make(&k->s, MODEL_CPU);
+    ck_assert_ptr_nonnull(model_gpu(g));
+    ck_assert_ptr_null(model_gpu(c));
+    ck_assert_ptr_eq(model_device_vector(c, MODEL_PARAMS), model_params(c));
+    ck_assert_ptr_eq(model_device_vector(c, MODEL_GRADS), model_grads(c));
+    ck_assert_ptr_eq(model_device_vector(c, MODEL_BN), model_bn(c));
+    rng_t r;
+    rng_seed(&r, 11);
+    const int which[3] = {MODEL_PARAMS, MODEL_GRADS, MODEL_BN};
+    const char *names[3] = {"params", "grads", "bn"};
+    for (int v = 0; v < 3; v++) {
+        const size_t n = which[v] == MODEL_BN ? model_n_bn(g) : model_n_params(g);
+        float *host = which[v] == MODEL_PARAMS ? model_params(g) : which[v] == MODEL_GRADS ? model_grads(g) : model_bn(g);
+        fill(host, n, &r);
+        model_upload(g, which[v]);
+        float *dev = model_device_vector(g, which[v]);
+        ck_assert_msg(n == 0 || dev != host, "%s: %s: the device vector is the host mirror", k->name, names[v]);
+        float *back = from_device(dev, n);
+        ck_assert_msg(memcmp(back, host, n * sizeof(float)) == 0, "%s: %s: device vector differs from what was uploaded", k->name,
+                      names[v]);
+        printf("  %-28s %-6s %9zu floats at device %p: as uploaded\n", k->name, names[v], n, (void *)dev);
+        free(back);
+    }
+    model_free(g), model_free(c);
+}
+END_TEST
+
+START_TEST(test_scale) {
+    const comm_case *k = &cases[_i];
+    model *g = make(&k->s, MODEL_CUDA);
+    const size_t n = model_n_params(g);
+    rng_t r;
+    rng_seed(&r, 12);
+    const float inv[3] = {1.0f / 2.0f, 1.0f / 3.0f, 1.0f / 7.0f};
+    for (int j = 0; j < 3; j++) {
+        fill(model_grads(g), n, &r);
+        model_upload(g, MODEL_GRADS);
+        gpucomm_scale(model_gpu(g), model_device_vector(g, MODEL_GRADS), n, inv[j]);
+        float *got = from_device(model_device_vector(g, MODEL_GRADS), n);
+        for (size_t i = 0; i < n; i++) {
+            const float want = model_grads(g)[i] * inv[j];
+            ck_assert_msg(memcmp(&got[i], &want, sizeof want) == 0, "%s: scale by %g: element %zu: %.9g, want %.9g", k->name,
+                          (double)inv[j], i, (double)got[i], (double)want);
+        }
+        free(got);
+    }
+    /* train_allreduce_mean, path (c): MPI sum (the identity with one MPI worker), then 1/p on the
+     * device, the host mirror untouched. */
+    train_once(g, &r);
+    model_download(g, MODEL_GRADS);
+    float *before = xmalloc(n * sizeof(float));
+    memcpy(before, model_grads(g), n * sizeof(float));
+    trainer t = {.net = g, .p = 2, .gpu_aware = 1};
+    double wait = 0;
+    train_allreduce_mean(&t, MODEL_GRADS, &wait);
+    float *got = from_device(model_device_vector(g, MODEL_GRADS), n);
+    for (size_t i = 0; i < n; i++) {
+        const float want = before[i] * 0.5f;
+        ck_assert_msg(memcmp(&got[i], &want, sizeof want) == 0, "%s: CUDA-aware path: element %zu: %.9g, want %.9g", k->name, i,
+                      (double)got[i], (double)want);
+    }
+    ck_assert_msg(memcmp(model_grads(g), before, n * sizeof(float)) == 0, "%s: CUDA-aware path wrote the host mirror", k->name);
+    printf("  %-28s gpucomm_scale exact for 1/2, 1/3, 1/7; CUDA-aware path: grads/2 on the device\n", k->name);
+    free(got), free(before);
+    model_free(g);
+}
+END_TEST
+
+START_TEST(test_nccl_one_rank) {
+    const comm_case *k = &cases[_i];
+    char err[ERRLEN];
+    if (gpucomm_load(err, sizeof err)) {
+        const char *req = getenv("DSGD_REQUIRE_NCCL");
+        ck_assert_msg(!(req && *req && strcmp(req, "0") != 0), "NCCL not usable and DSGD_REQUIRE_NCCL is set: %s", err);
+        printf("  %s: NCCL not usable: %s: skipped\n", k->name, err);
+        return;
+    }
+    model *g = make(&k->s, MODEL_CUDA);
+    rng_t r;
+    rng_seed(&r, 13);
+    char id[GPUCOMM_ID_BYTES];
+    for (int round = 0; round < 2; round++) { /* a second communicator after the first is freed */
+        ck_assert_msg(gpucomm_unique_id(id, err, sizeof err) == 0, "%s", err);
+        gpucomm *c = gpucomm_create(model_gpu(g), 1, 0, id, 60.0, err, sizeof err);
+        ck_assert_msg(c != NULL, "%s: gpucomm_create: %s", k->name, err);
+        trainer t = {.net = g, .p = 1, .gcomm = c};
+        const int which[2] = {MODEL_GRADS, MODEL_BN};
+        for (int v = 0; v < 2; v++) {
+            const size_t n = which[v] == MODEL_BN ? model_n_bn(g) : model_n_params(g);
+            train_once(g, &r);
+            float *before = from_device(model_device_vector(g, which[v]), n);
+            double wait = 0;
+            const double t0 = wall_time();
+            const int reps = 20;
+            for (int i = 0; i < reps; i++) train_allreduce_mean(&t, which[v], &wait);
+            const double dt = (wall_time() - t0) / reps;
+            float *after = from_device(model_device_vector(g, which[v]), n);
+            ck_assert_msg(memcmp(before, after, n * sizeof(float)) == 0, "%s: one-rank NCCL all-reduce of %s changed it", k->name,
+                          which[v] == MODEL_BN ? "bn" : "grads");
+            if (round == 0)
+                printf("  %-28s one-rank ncclAllReduce(ncclAvg) of %-5s (%zu floats): unchanged, %.1f us per call\n", k->name,
+                       which[v] == MODEL_BN ? "bn" : "grads", n, dt * 1e6);
+            free(before), free(after);
+        }
+        gpucomm_free(c);
+    }
+    model_free(g);
+}
+END_TEST
+
+static Suite *gpu_comm_suite(void) {
+    Suite *s = suite_create("gpu_comm");
+    TCase *tc = tcase_create("gpu_comm");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, test_vectors, 0, N_CASES);
+    tcase_add_loop_test(tc, test_scale, 0, N_CASES);
+    tcase_add_loop_test(tc, test_nccl_one_rank, 0, N_CASES);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    char ver[256], nccl[ERRLEN + 64], desc[256], err[ERRLEN];
+    gpu_version(ver, sizeof ver);
+    gpucomm_version(nccl, sizeof nccl);
+    if (!gpu_built()) snprintf(err, sizeof err, "%s", ver);
+    if (!gpu_built() || gpu_select(0, 1, desc, sizeof desc, err, sizeof err) != 0) {
+        if (gpu_required()) {
+            printf("test_gpu_comm: no usable GPU and DSGD_REQUIRE_GPU is set: %s\n", err);
+            return EXIT_FAILURE;
+        }
+        printf("test_gpu_comm: no GPU: skipped (%s)\n", err);
+        return EXIT_SUCCESS;
+    }
+    printf("test_gpu_comm: %s; %s; %s\n", desc, ver, nccl);
+    fflush(stdout);
+    SRunner *sr = srunner_create(gpu_comm_suite());
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    const int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
