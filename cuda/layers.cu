@@ -98,8 +98,9 @@ int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen) {
         CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->dev), where);
         CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, c->dev), where);
         if (major < 8) {
-            seterr(err, errlen, "precision bf16 needs a GPU of compute capability 8.0 or later (Ampere); GPU %d is sm_%d%d: "
-                   "use fp32 or tf32", c->dev, major, minor);
+            seterr(err, errlen,
+                   "precision bf16 needs a GPU of compute capability 8.0 or later (Ampere); GPU %d is sm_%d%d: use fp32 or tf32",
+                   c->dev, major, minor);
             return -1;
         }
     }
@@ -256,7 +257,8 @@ static void launch_relu_backward(gpu_ctx *c, void *dinp, const void *dout, const
 /* ---- precision casts ---------------------------------------------------------------------- */
 
 /* dst = src converted element by element, 8 per vector step (16 bytes of bf16, 32 of fp32). */
-template <typename D, typename S> static __global__ void cast_kernel(D *__restrict__ dst, const S *__restrict__ src, size_t n, int vec) {
+template <typename D, typename S>
+static __global__ void cast_kernel(D *__restrict__ dst, const S *__restrict__ src, size_t n, int vec) {
     struct alignas(16) PD {
         D v[8];
     };
@@ -680,7 +682,8 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
         int sn, sc, sh, sw, s0, s1, s2, s3;
         CUDNN_TRY(cudnnGetTensor4dDescriptor(l->stat_desc, &st, &sn, &sc, &sh, &sw, &s0, &s1, &s2, &s3), l->what);
         if (st != CUDNN_DATA_FLOAT || sn != 1 || sc != ch || sh != 1 || sw != 1)
-            return seterr(err, errlen, "%s: cuDNN derives BN statistics of type %d and shape (%d, %d, %d, %d), not float (1, %d, 1, 1)",
+            return seterr(err, errlen,
+                          "%s: cuDNN derives BN statistics of type %d and shape (%d, %d, %d, %d), not float (1, %d, 1, 1)",
                           l->what, (int)st, sn, sc, sh, sw, ch),
                    -1;
     }
@@ -804,7 +807,8 @@ template <typename S>
 static __global__ void avgpool_backward_kernel(S *__restrict__ dinp, const S *__restrict__ dout, size_t n, int hw) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const float inv = 1.0f / (float)hw;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) stf(dinp[i], ldf(dout[i / hw]) * inv);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        stf(dinp[i], ldf(dout[i / hw]) * inv);
 }
 
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,

@@ -154,11 +154,12 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
 /* Choose the algorithm of every direction l needs: cudnnFind*AlgorithmEx timed on the given
  * buffers (x (n, ic, ih, iw), w (oc, ic, k, k), y (n, oc, oh, ow) in the activation type; dx like
  * x and dw like w (fp32) for training, dx may be NULL without need_dinp; with GPU_BF16 the
- * backward filter is tuned on the layer's dw16 and dw is not written), the fastest deterministic one that succeeds
- * within the workspace cap (the fastest non-deterministic one only when no deterministic one
- * does); cudnnGet*Algorithm_v7 (heuristics) when Find fails. The buffers are those the layer will
- * run on (cuDNN may pick kernels by pointer alignment); y, dx and dw are overwritten with
- * garbage. Reserves the workspace (gpu_ctx_reserve). Shapes already tuned on c reuse the choice. */
+ * backward filter is tuned on the layer's dw16 and dw is not written), the fastest deterministic
+ * one that succeeds within the workspace cap (the fastest non-deterministic one only when no
+ * deterministic one does); cudnnGet*Algorithm_v7 (heuristics) when Find fails. The buffers are
+ * those the layer will run on (cuDNN may pick kernels by pointer alignment); y, dx and dw are
+ * overwritten with garbage. Reserves the workspace (gpu_ctx_reserve). Shapes already tuned on c
+ * reuse the choice. */
 int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, void *y, void *dx, float *dw,
                   char *err, size_t errlen);
 /* The chosen algorithms, e.g. "fwd IMPLICIT_PRECOMP_GEMM/fma 0 B, bwd-data ALGO_1/fma 0 B, ...". */
