@@ -5,19 +5,25 @@
  * BackwardFilter", "cudnnSetConvolutionMathType") and cudnn_ops ("cudnnBatchNormalization
  * ForwardTraining / ForwardInference / Backward", "cudnnDeriveBNTensorDescriptor",
  * "cudnnPoolingForward / Backward"); cuBLAS "cublasSgemm", "cublasSetMathMode",
- * "cublasSetWorkspace". Semantics follow torch.nn (Conv2d, BatchNorm2d, ReLU, MaxPool2d,
- * AdaptiveAvgPool2d, Linear, cross_entropy) and src/optim/sgd.c, as the CPU layers do.
+ * "cublasSetWorkspace", "cublasGemmEx" (bf16). Semantics follow torch.nn (Conv2d, BatchNorm2d,
+ * ReLU, MaxPool2d, AdaptiveAvgPool2d, Linear, cross_entropy) and src/optim/sgd.c, as the CPU
+ * layers do; GPU_BF16 follows PyTorch's autocast (bf16 activations and weight copies, fp32
+ * accumulation, fp32 BN statistics, loss and master weights).
  *
- * Kernels: 256 threads, grid-stride loops over at most 8 blocks per multiprocessor; elementwise
- * kernels read and write float4 when every pointer is 16-byte aligned (cudaMalloc'd buffers are
- * 256-byte aligned; views into the flat parameter vector may not be), with a scalar tail for
- * n % 4. Reductions (average pooling, softmax rows, the mean loss, bias gradients) sum in a fixed
- * order, so results do not depend on scheduling. */
+ * Kernels: 256 threads, grid-stride loops over at most 8 blocks per multiprocessor. Elementwise
+ * kernels are templates on the storage type S of activations — float, or uint16_t holding bf16
+ * bits (ldf widens exactly, stf rounds to nearest even with __float2bfloat16_rn) — compute in
+ * float, and move 16 bytes per access (4 floats or 8 bf16) when every pointer is 16-byte aligned
+ * (cudaMalloc'd buffers are 256-byte aligned; views into the flat parameter vector may not be),
+ * with a scalar tail. Reductions (average pooling, softmax rows, the mean loss, bias gradients)
+ * sum in a fixed order, so results do not depend on scheduling. */
 #include "layers.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include <cuda_bf16.h>
 
 #include "common.h"
 
@@ -33,6 +39,25 @@ static int grid_for(const gpu_ctx *c, size_t n) {
 }
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+static int is_bf16(const gpu_ctx *c) { return c->prec == GPU_BF16; }
+
+/* cuDNN's type of activations (and of convolution weights) in c. */
+static cudnnDataType_t act_dnn_type(const gpu_ctx *c) { return is_bf16(c) ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT; }
+
+/* ---- storage types: float, or bf16 bits in a uint16_t ------------------------------------- */
+
+__device__ __forceinline__ float ldf(float x) { return x; }
+/* bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits. */
+__device__ __forceinline__ float ldf(uint16_t b) { return __uint_as_float((unsigned)b << 16); }
+__device__ __forceinline__ void stf(float &d, float v) { d = v; }
+/* fp32 -> bf16, round to nearest even (NaN stays NaN); cuda_bf16.h "__float2bfloat16_rn". */
+__device__ __forceinline__ void stf(uint16_t &d, float v) { d = __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+
+/* 16 bytes of S: one vector load or store. */
+template <typename S> struct alignas(16) pack16 {
+    S v[16 / sizeof(S)];
+};
 
 /* ---- context ------------------------------------------------------------------------------ */
 
@@ -60,13 +85,25 @@ int gpu_malloc(void **p, size_t nbytes, const char *what, char *err, size_t errl
 int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     const char *where = "the GPU context";
-    if (prec != GPU_FP32 && prec != GPU_TF32) {
-        seterr(err, errlen, "precision bf16 is not built yet in the GPU backend (fp32 and tf32 are)");
+    if (prec != GPU_FP32 && prec != GPU_TF32 && prec != GPU_BF16) {
+        seterr(err, errlen, "unknown GPU precision %d", (int)prec);
         return -1;
     }
     c->prec = prec;
+    c->act_bytes = prec == GPU_BF16 ? 2 : 4;
     CUDA_TRY(cudaGetDevice(&c->dev), where);
     CUDA_TRY(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, c->dev), where);
+    if (prec == GPU_BF16) { /* bf16 tensor cores, and cuDNN's bf16 kernels, start with Ampere */
+        int major = 0, minor = 0;
+        CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->dev), where);
+        CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, c->dev), where);
+        if (major < 8) {
+            seterr(err, errlen,
+                   "precision bf16 needs a GPU of compute capability 8.0 or later (Ampere); GPU %d is sm_%d%d: use fp32 or tf32",
+                   c->dev, major, minor);
+            return -1;
+        }
+    }
     CUDA_TRY(cudaStreamCreate(&c->stream), where);
     CUDNN_TRY(cudnnCreate(&c->dnn), where);
     CUDNN_TRY(cudnnSetStream(c->dnn, c->stream), where);
@@ -74,6 +111,8 @@ int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen) {
     /* cublasSetStream resets the workspace to cuBLAS's own pool: set the stream first. */
     CUBLAS_TRY(cublasSetStream(c->blas, c->stream), where);
     CUBLAS_TRY(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST), where);
+    /* GPU_BF16 calls cublasGemmEx with CUBLAS_COMPUTE_32F, whose bf16 inputs use tensor cores under
+     * the default math mode. */
     CUBLAS_TRY(cublasSetMathMode(c->blas, prec == GPU_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), where);
     if (gpu_malloc(&c->blas_ws, GPU_BLAS_WS_NBYTES, "the cuBLAS workspace", err, errlen)) return -1;
     CUBLAS_TRY(cublasSetWorkspace(c->blas, c->blas_ws, GPU_BLAS_WS_NBYTES), where);
@@ -119,77 +158,142 @@ void gpu_ctx_free(gpu_ctx *c) {
 /* max(x, 0) with NaN kept (as oneDNN's and PyTorch's ReLU), so divergence stays visible. */
 __device__ __forceinline__ float relu1(float x) { return x > 0.0f ? x : (x != x ? x : 0.0f); }
 
-__device__ __forceinline__ float4 relu4(float4 v) {
-    return make_float4(relu1(v.x), relu1(v.y), relu1(v.z), relu1(v.w));
-}
-
 /* dout where out > 0, else 0. */
 __device__ __forceinline__ float mask1(float d, float o) { return o > 0.0f ? d : 0.0f; }
 
 /* out = relu(inp); out may alias inp (hence no __restrict__). vec: all pointers 16-byte aligned. */
-static __global__ void relu_forward_kernel(float *out, const float *inp, size_t n, int vec) {
+template <typename S> static __global__ void relu_forward_kernel(S *out, const S *inp, size_t n, int vec) {
+    constexpr int V = 16 / sizeof(S);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t done = 0;
     if (vec) {
-        const size_t n4 = n / 4;
-        for (size_t i = i0; i < n4; i += stride)
-            reinterpret_cast<float4 *>(out)[i] = relu4(reinterpret_cast<const float4 *>(inp)[i]);
-        done = n4 * 4;
+        const size_t nv = n / V;
+        for (size_t i = i0; i < nv; i += stride) {
+            pack16<S> p = reinterpret_cast<const pack16<S> *>(inp)[i];
+#pragma unroll
+            for (int j = 0; j < V; j++) stf(p.v[j], relu1(ldf(p.v[j])));
+            reinterpret_cast<pack16<S> *>(out)[i] = p;
+        }
+        done = nv * V;
     }
-    for (size_t i = done + i0; i < n; i += stride) out[i] = relu1(inp[i]);
+    for (size_t i = done + i0; i < n; i += stride) stf(out[i], relu1(ldf(inp[i])));
 }
 
 /* dinp = dout · [out > 0]; dinp may alias dout. */
-static __global__ void relu_backward_kernel(float *dinp, const float *dout, const float *out, size_t n, int vec) {
+template <typename S>
+static __global__ void relu_backward_kernel(S *dinp, const S *dout, const S *out, size_t n, int vec) {
+    constexpr int V = 16 / sizeof(S);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t done = 0;
     if (vec) {
-        const size_t n4 = n / 4;
-        for (size_t i = i0; i < n4; i += stride) {
-            const float4 d = reinterpret_cast<const float4 *>(dout)[i];
-            const float4 o = reinterpret_cast<const float4 *>(out)[i];
-            reinterpret_cast<float4 *>(dinp)[i] = make_float4(mask1(d.x, o.x), mask1(d.y, o.y), mask1(d.z, o.z), mask1(d.w, o.w));
+        const size_t nv = n / V;
+        for (size_t i = i0; i < nv; i += stride) {
+            pack16<S> d = reinterpret_cast<const pack16<S> *>(dout)[i];
+            const pack16<S> o = reinterpret_cast<const pack16<S> *>(out)[i];
+#pragma unroll
+            for (int j = 0; j < V; j++) stf(d.v[j], mask1(ldf(d.v[j]), ldf(o.v[j])));
+            reinterpret_cast<pack16<S> *>(dinp)[i] = d;
         }
-        done = n4 * 4;
+        done = nv * V;
     }
-    for (size_t i = done + i0; i < n; i += stride) dinp[i] = mask1(dout[i], out[i]);
+    for (size_t i = done + i0; i < n; i += stride) stf(dinp[i], mask1(ldf(dout[i]), ldf(out[i])));
 }
 
-/* out = [relu](a + b); out may alias a or b. */
-static __global__ void add_kernel(float *out, const float *a, const float *b, size_t n, int relu, int vec) {
+/* out = [relu](a + b), the sum in fp32; out may alias a or b. */
+template <typename S>
+static __global__ void add_kernel(S *out, const S *a, const S *b, size_t n, int relu, int vec) {
+    constexpr int V = 16 / sizeof(S);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t done = 0;
     if (vec) {
-        const size_t n4 = n / 4;
-        for (size_t i = i0; i < n4; i += stride) {
-            const float4 x = reinterpret_cast<const float4 *>(a)[i];
-            const float4 y = reinterpret_cast<const float4 *>(b)[i];
-            float4 s = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
-            if (relu) s = relu4(s);
-            reinterpret_cast<float4 *>(out)[i] = s;
+        const size_t nv = n / V;
+        for (size_t i = i0; i < nv; i += stride) {
+            pack16<S> x = reinterpret_cast<const pack16<S> *>(a)[i];
+            const pack16<S> y = reinterpret_cast<const pack16<S> *>(b)[i];
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const float s = ldf(x.v[j]) + ldf(y.v[j]);
+                stf(x.v[j], relu ? relu1(s) : s);
+            }
+            reinterpret_cast<pack16<S> *>(out)[i] = x;
         }
-        done = n4 * 4;
+        done = nv * V;
     }
     for (size_t i = done + i0; i < n; i += stride) {
-        const float s = a[i] + b[i];
-        out[i] = relu ? relu1(s) : s;
+        const float s = ldf(a[i]) + ldf(b[i]);
+        stf(out[i], relu ? relu1(s) : s);
     }
 }
 
-static void launch_relu_forward(gpu_ctx *c, float *out, const float *inp, size_t n, const char *what) {
+/* Elements per thread of a kernel call on S: 16 / sizeof(S) when vectorised, else 1. */
+static size_t work_items(size_t n, int vec, size_t act_bytes) { return vec ? n / (16 / act_bytes) : n; }
+
+static void launch_relu_forward(gpu_ctx *c, void *out, const void *inp, size_t n, const char *what) {
     const int vec = aligned16(out) && aligned16(inp);
-    relu_forward_kernel<<<grid_for(c, vec ? n / 4 : n), THREADS, 0, c->stream>>>(out, inp, n, vec);
+    const int blocks = grid_for(c, work_items(n, vec, c->act_bytes));
+    if (is_bf16(c))
+        relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)inp, n, vec);
+    else
+        relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)inp, n, vec);
     CUDA_CHECK(cudaGetLastError(), what);
 }
 
-static void launch_relu_backward(gpu_ctx *c, float *dinp, const float *dout, const float *out, size_t n,
+static void launch_relu_backward(gpu_ctx *c, void *dinp, const void *dout, const void *out, size_t n,
                                  const char *what) {
     const int vec = aligned16(dinp) && aligned16(dout) && aligned16(out);
-    relu_backward_kernel<<<grid_for(c, vec ? n / 4 : n), THREADS, 0, c->stream>>>(dinp, dout, out, n, vec);
+    const int blocks = grid_for(c, work_items(n, vec, c->act_bytes));
+    if (is_bf16(c))
+        relu_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)dinp, (const uint16_t *)dout,
+                                                                (const uint16_t *)out, n, vec);
+    else
+        relu_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)dinp, (const float *)dout,
+                                                                (const float *)out, n, vec);
     CUDA_CHECK(cudaGetLastError(), what);
+}
+
+/* ---- precision casts ---------------------------------------------------------------------- */
+
+/* dst = src converted element by element, 8 per vector step (16 bytes of bf16, 32 of fp32). */
+template <typename D, typename S>
+static __global__ void cast_kernel(D *__restrict__ dst, const S *__restrict__ src, size_t n, int vec) {
+    struct alignas(16) PD {
+        D v[8];
+    };
+    struct alignas(16) PS {
+        S v[8];
+    };
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / 8;
+        for (size_t i = i0; i < nv; i += stride) {
+            const PS x = reinterpret_cast<const PS *>(src)[i];
+            PD y;
+#pragma unroll
+            for (int j = 0; j < 8; j++) stf(y.v[j], ldf(x.v[j]));
+            reinterpret_cast<PD *>(dst)[i] = y;
+        }
+        done = nv * 8;
+    }
+    for (size_t i = done + i0; i < n; i += stride) stf(dst[i], ldf(src[i]));
+}
+
+void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n) {
+    if (n == 0) return;
+    const int vec = aligned16(dst) && aligned16(src);
+    cast_kernel<<<grid_for(c, vec ? n / 8 : n), THREADS, 0, c->stream>>>((uint16_t *)dst, src, n, vec);
+    CUDA_CHECK(cudaGetLastError(), "the fp32 -> bf16 cast");
+}
+
+void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
+    if (n == 0) return;
+    const int vec = aligned16(dst) && aligned16(src);
+    cast_kernel<<<grid_for(c, vec ? n / 8 : n), THREADS, 0, c->stream>>>(dst, (const uint16_t *)src, n, vec);
+    CUDA_CHECK(cudaGetLastError(), "the bf16 -> fp32 cast");
 }
 
 /* ---- convolution -------------------------------------------------------------------------- */
@@ -220,12 +324,18 @@ static const char *math_name(cudnnMathType_t m) {
     return "?";
 }
 
-/* The math type a direction's descriptor starts with (and keeps, for GPU_FP32). */
-static cudnnMathType_t base_math(const gpu_ctx *c) { return c->prec == GPU_TF32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH; }
+/* The math type a direction's descriptor starts with (and keeps, for GPU_FP32). GPU_BF16:
+ * CUDNN_TENSOR_OP_MATH, as PyTorch and Paddle set for bf16 convolutions (cudnnFind may still
+ * report another math type for an algorithm; conv_choose then sets that one). */
+static cudnnMathType_t base_math(const gpu_ctx *c) {
+    return c->prec == GPU_TF32 ? CUDNN_DEFAULT_MATH : c->prec == GPU_BF16 ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH;
+}
 
 static int make_conv_desc(cudnnConvolutionDescriptor_t *d, const gpu_conv_layer *l, const gpu_ctx *c, char *err,
                           size_t errlen) {
     CUDNN_TRY(cudnnCreateConvolutionDescriptor(d), l->what);
+    /* Compute type float in every precision: bf16 data with float compute is cuDNN's
+     * PSEUDO_BFLOAT16_CONFIG (there is no bf16 compute type). */
     CUDNN_TRY(cudnnSetConvolution2dDescriptor(*d, l->pad, l->pad, l->stride, l->stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                               CUDNN_DATA_FLOAT),
               l->what);
@@ -247,12 +357,16 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
     if (n < 1 || ic < 1 || oc < 1 || k < 1 || stride < 1 || pad < 0 || l->oh < 1 || l->ow < 1)
         return seterr(err, errlen, "%s: input too small or shape invalid", l->what), -1;
 
+    const cudnnDataType_t dt = act_dnn_type(c); /* x, w, y and their gradients share it */
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, ic, ih, iw), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, dt, n, ic, ih, iw), l->what);
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->y_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, oc, l->oh, l->ow), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, CUDNN_TENSOR_NCHW, dt, n, oc, l->oh, l->ow), l->what);
     CUDNN_TRY(cudnnCreateFilterDescriptor(&l->w_desc), l->what);
-    CUDNN_TRY(cudnnSetFilter4dDescriptor(l->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, oc, ic, k, k), l->what);
+    CUDNN_TRY(cudnnSetFilter4dDescriptor(l->w_desc, dt, CUDNN_TENSOR_NCHW, oc, ic, k, k), l->what);
+    if (mode == GPU_TRAIN && is_bf16(c) &&
+        gpu_malloc(&l->dw16, (size_t)oc * ic * k * k * c->act_bytes, l->what, err, errlen))
+        return -1;
     if (make_conv_desc(&l->fwd_desc, l, c, err, errlen)) return -1;
     if (mode == GPU_TRAIN) {
         if (make_conv_desc(&l->bwd_filter_desc, l, c, err, errlen)) return -1;
@@ -352,8 +466,8 @@ static void set_row(perf_row *r, int algo, cudnnStatus_t status, size_t memory, 
 
 /* Find (or Get_v7) rows for direction dir of l into r; returns the number of rows. A failing
  * Find is not an error (heuristics follow); a failing Get_v7 is. */
-static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const float *x, const float *w, float *y,
-                     float *dx, float *dw, perf_row *r, char *err, size_t errlen) {
+static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const void *x, const void *w, void *y,
+                     void *dx, void *dw, perf_row *r, char *err, size_t errlen) {
     int maxc = 0, got = 0;
     cudnnStatus_t st;
     if (dir == 0) {
@@ -403,8 +517,8 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
 }
 
 /* Choose, set and size the algorithm of direction dir. */
-static int conv_choose(gpu_conv_layer *l, gpu_ctx *c, int dir, const float *x, const float *w, float *y, float *dx,
-                       float *dw, char *err, size_t errlen) {
+static int conv_choose(gpu_conv_layer *l, gpu_ctx *c, int dir, const void *x, const void *w, void *y, void *dx,
+                       void *dw, char *err, size_t errlen) {
     static const char *dir_name[3] = {"forward", "backward data", "backward filter"};
     gpu_algo_memo key;
     memset(&key, 0, sizeof key);
@@ -470,15 +584,17 @@ static int conv_choose(gpu_conv_layer *l, gpu_ctx *c, int dir, const float *x, c
     return 0;
 }
 
-int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const float *x, const float *w, float *y, float *dx, float *dw,
+int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, void *y, void *dx, float *dw,
                   char *err, size_t errlen) {
     if (!x || !w || !y || (l->mode == GPU_TRAIN && !dw) || (l->need_dinp && !dx))
         return seterr(err, errlen, "%s: gpu_conv_tune needs the buffers of every direction", l->what), -1;
     if (find_prepare(c, err, errlen)) return -1;
-    if (conv_choose(l, c, 0, x, w, y, dx, dw, err, errlen)) return -1;
+    /* The filter gradient cuDNN writes: the fp32 one, or the layer's bf16 buffer. */
+    void *dwc = is_bf16(c) && l->mode == GPU_TRAIN ? l->dw16 : (void *)dw;
+    if (conv_choose(l, c, 0, x, w, y, dx, dwc, err, errlen)) return -1;
     if (l->mode == GPU_TRAIN) {
-        if (conv_choose(l, c, 2, x, w, y, dx, dw, err, errlen)) return -1;
-        if (l->need_dinp && conv_choose(l, c, 1, x, w, y, dx, dw, err, errlen)) return -1;
+        if (conv_choose(l, c, 2, x, w, y, dx, dwc, err, errlen)) return -1;
+        if (l->need_dinp && conv_choose(l, c, 1, x, w, y, dx, dwc, err, errlen)) return -1;
     }
     /* Find ran kernels: surface any error here, with this layer's name, not in the first step. */
     CUDA_TRY(cudaStreamSynchronize(c->stream), l->what);
@@ -501,7 +617,7 @@ static void conv_ready(const gpu_conv_layer *l, const gpu_ctx *c, size_t ws) {
     if (c->ws_nbytes < ws) DIE("%s: workspace of %zu bytes < %zu needed (gpu_ctx_commit missing?)", l->what, c->ws_nbytes, ws);
 }
 
-void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, float *out, const float *inp, const float *weight) {
+void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, void *out, const void *inp, const void *weight) {
     conv_ready(l, c, l->fwd_ws);
     const float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnConvolutionForward(c->dnn, &one, l->x_desc, inp, l->w_desc, weight, l->fwd_desc, l->fwd_algo,
@@ -509,14 +625,18 @@ void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, float *out, const float *in
                 l->what);
 }
 
-void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, float *dinp, float *dweight, const float *dout,
-                       const float *inp, const float *weight) {
+void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, void *dinp, float *dweight, const void *dout,
+                       const void *inp, const void *weight) {
     if (l->mode != GPU_TRAIN) DIE("gpu_conv_backward on inference %s", l->what);
     conv_ready(l, c, l->bwd_filter_ws > l->bwd_data_ws ? l->bwd_filter_ws : l->bwd_data_ws);
     const float one = 1.0f, zero = 0.0f;
+    /* cuDNN's dw has x's type: with GPU_BF16 it goes to the layer's own dw16, then is widened
+     * into the fp32 gradient (the next kernel on the stream). */
+    void *dw = is_bf16(c) ? l->dw16 : (void *)dweight;
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(c->dnn, &one, l->x_desc, inp, l->y_desc, dout, l->bwd_filter_desc,
-                                               l->bwd_filter_algo, c->ws, c->ws_nbytes, &zero, l->w_desc, dweight),
+                                               l->bwd_filter_algo, c->ws, c->ws_nbytes, &zero, l->w_desc, dw),
                 l->what);
+    if (is_bf16(c)) gpu_bf16_to_f32(c, dweight, l->dw16, (size_t)l->oc * l->ic * l->k * l->k);
     if (l->need_dinp && dinp)
         CUDNN_CHECK(cudnnConvolutionBackwardData(c->dnn, &one, l->w_desc, weight, l->y_desc, dout, l->bwd_data_desc,
                                                  l->bwd_data_algo, c->ws, c->ws_nbytes, &zero, l->x_desc, dinp),
@@ -530,6 +650,7 @@ void gpu_conv_free(gpu_conv_layer *l) {
     if (l->fwd_desc) cudnnDestroyConvolutionDescriptor(l->fwd_desc);
     if (l->bwd_data_desc) cudnnDestroyConvolutionDescriptor(l->bwd_data_desc);
     if (l->bwd_filter_desc) cudnnDestroyConvolutionDescriptor(l->bwd_filter_desc);
+    cudaFree(l->dw16);
     memset(l, 0, sizeof *l);
 }
 
@@ -537,7 +658,6 @@ void gpu_conv_free(gpu_conv_layer *l) {
 
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
-    (void)c;
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
@@ -552,9 +672,21 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     if (mode == GPU_TRAIN && (long)n * h * w < 2)
         return seterr(err, errlen, "%s: one value per channel in training", l->what), -1;
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, ch, h, w), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, act_dnn_type(c), n, ch, h, w), l->what);
+    /* (1, c, 1, 1) float for fp32 and bf16 x alike (cudnn_ops.h: "type = (typeOf(x) == double) ?
+     * double : float"); checked, since γ, β and the statistics are fp32 buffers. */
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->stat_desc), l->what);
     CUDNN_TRY(cudnnDeriveBNTensorDescriptor(l->stat_desc, l->x_desc, CUDNN_BATCHNORM_SPATIAL), l->what);
+    {
+        cudnnDataType_t st;
+        int sn, sc, sh, sw, s0, s1, s2, s3;
+        CUDNN_TRY(cudnnGetTensor4dDescriptor(l->stat_desc, &st, &sn, &sc, &sh, &sw, &s0, &s1, &s2, &s3), l->what);
+        if (st != CUDNN_DATA_FLOAT || sn != 1 || sc != ch || sh != 1 || sw != 1)
+            return seterr(err, errlen,
+                          "%s: cuDNN derives BN statistics of type %d and shape (%d, %d, %d, %d), not float (1, %d, 1, 1)",
+                          l->what, (int)st, sn, sc, sh, sw, ch),
+                   -1;
+    }
     if (mode == GPU_TRAIN) {
         if (gpu_malloc((void **)&l->save_mean, (size_t)ch * sizeof(float), l->what, err, errlen)) return -1;
         if (gpu_malloc((void **)&l->save_inv_var, (size_t)ch * sizeof(float), l->what, err, errlen)) return -1;
@@ -562,7 +694,7 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     return 0;
 }
 
-void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, float *out, const float *inp, const float *gamma,
+void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
     const float one = 1.0f, zero = 0.0f;
     if (l->mode == GPU_TRAIN)
@@ -579,8 +711,8 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, float *out, const float *inp, c
     if (l->relu) launch_relu_forward(c, out, out, l->count, l->what);
 }
 
-void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, float *dinp, float *dgamma, float *dbeta, float *dout,
-                     const float *inp, const float *out, const float *gamma) {
+void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
+                     const void *inp, const void *out, const float *gamma) {
     if (l->mode != GPU_TRAIN) DIE("gpu_bn_backward on inference %s", l->what);
     if (dinp == dout || dinp == inp) DIE("gpu_bn_backward: %s in place", l->what);
     if (l->relu) launch_relu_backward(c, dout, dout, out, l->count, l->what);
@@ -613,11 +745,11 @@ int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch
     return 0;
 }
 
-void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, float *out, const float *inp) {
+void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp) {
     launch_relu_forward(c, out, inp, l->count, l->what);
 }
 
-void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, float *dinp, const float *dout, const float *out) {
+void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *out) {
     if (l->mode != GPU_TRAIN) DIE("gpu_relu_backward on inference %s", l->what);
     launch_relu_backward(c, dinp, dout, out, l->count, l->what);
 }
@@ -635,13 +767,19 @@ int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, 
     return 0;
 }
 
-void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, float *out, const float *a, const float *b) {
+void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, const void *b) {
     const int vec = aligned16(out) && aligned16(a) && aligned16(b);
-    add_kernel<<<grid_for(c, vec ? l->count / 4 : l->count), THREADS, 0, c->stream>>>(out, a, b, l->count, l->relu, vec);
+    const int blocks = grid_for(c, work_items(l->count, vec, c->act_bytes));
+    if (is_bf16(c))
+        add_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)a, (const uint16_t *)b,
+                                                      l->count, l->relu, vec);
+    else
+        add_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)a, (const float *)b, l->count,
+                                                      l->relu, vec);
     CUDA_CHECK(cudaGetLastError(), l->what);
 }
 
-void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, float *dsum, const float *dout, const float *out) {
+void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout, const void *out) {
     if (!l->relu || l->mode != GPU_TRAIN) DIE("gpu_add_backward on %s without a trained ReLU", l->what);
     launch_relu_backward(c, dsum, dout, out, l->count, l->what);
 }
@@ -650,29 +788,31 @@ void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, float *dsum, const float *do
 
 /* Global average pooling: one warp per (n, c) plane; lanes stride the plane, then a butterfly
  * sum (the same order every time). */
-static __global__ void avgpool_forward_kernel(float *__restrict__ out, const float *__restrict__ inp, int planes, int hw) {
+template <typename S>
+static __global__ void avgpool_forward_kernel(S *__restrict__ out, const S *__restrict__ inp, int planes, int hw) {
     const int lane = threadIdx.x & 31;
     const int warp = (int)((blockIdx.x * (size_t)blockDim.x + threadIdx.x) >> 5);
     const int nwarps = (int)((gridDim.x * (size_t)blockDim.x) >> 5);
     for (int p = warp; p < planes; p += nwarps) { /* uniform per warp: the shuffles converge */
-        const float *x = inp + (size_t)p * hw;
+        const S *x = inp + (size_t)p * hw;
         float s = 0.0f;
-        for (int i = lane; i < hw; i += 32) s += x[i];
+        for (int i = lane; i < hw; i += 32) s += ldf(x[i]);
         for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (lane == 0) out[p] = s / (float)hw;
+        if (lane == 0) stf(out[p], s / (float)hw);
     }
 }
 
 /* dinp[p, i] = dout[p] / hw. */
-static __global__ void avgpool_backward_kernel(float *__restrict__ dinp, const float *__restrict__ dout, size_t n, int hw) {
+template <typename S>
+static __global__ void avgpool_backward_kernel(S *__restrict__ dinp, const S *__restrict__ dout, size_t n, int hw) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const float inv = 1.0f / (float)hw;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dinp[i] = dout[i / hw] * inv;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        stf(dinp[i], ldf(dout[i / hw]) * inv);
 }
 
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
                   int stride, int pad, gpu_mode mode, char *err, size_t errlen) {
-    (void)c;
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
@@ -696,9 +836,9 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
                                           stride, stride),
               l->what);
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, ch, ih, iw), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, act_dnn_type(c), n, ch, ih, iw), l->what);
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->y_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, ch, l->oh, l->ow), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, CUDNN_TENSOR_NCHW, act_dnn_type(c), n, ch, l->oh, l->ow), l->what);
     int on, oc, oh, ow;
     CUDNN_TRY(cudnnGetPooling2dForwardOutputDim(l->desc, l->x_desc, &on, &oc, &oh, &ow), l->what);
     if (on != n || oc != ch || oh != l->oh || ow != l->ow)
@@ -706,7 +846,7 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
     return 0;
 }
 
-void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, float *out, const float *inp) {
+void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp) {
     if (l->max) {
         const float one = 1.0f, zero = 0.0f;
         CUDNN_CHECK(cudnnPoolingForward(c->dnn, l->desc, &one, l->x_desc, inp, &zero, l->y_desc, out), l->what);
@@ -714,12 +854,16 @@ void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, float *out, const float *in
     }
     const int planes = l->n * l->c;
     const int blocks = grid_for(c, (size_t)planes * 32);
-    avgpool_forward_kernel<<<blocks, THREADS, 0, c->stream>>>(out, inp, planes, l->ih * l->iw);
+    if (is_bf16(c))
+        avgpool_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)inp, planes,
+                                                                  l->ih * l->iw);
+    else
+        avgpool_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)inp, planes, l->ih * l->iw);
     CUDA_CHECK(cudaGetLastError(), l->what);
 }
 
-void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, float *dinp, const float *dout, const float *inp,
-                       const float *out) {
+void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *inp,
+                       const void *out) {
     if (l->mode != GPU_TRAIN) DIE("gpu_pool_backward on inference %s", l->what);
     if (l->max) {
         const float one = 1.0f, zero = 0.0f;
@@ -729,7 +873,12 @@ void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, float *dinp, const float *
         return;
     }
     const size_t n = (size_t)l->n * l->c * l->ih * l->iw;
-    avgpool_backward_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>(dinp, dout, n, l->ih * l->iw);
+    if (is_bf16(c))
+        avgpool_backward_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>((uint16_t *)dinp, (const uint16_t *)dout, n,
+                                                                           l->ih * l->iw);
+    else
+        avgpool_backward_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>((float *)dinp, (const float *)dout, n,
+                                                                           l->ih * l->iw);
     CUDA_CHECK(cudaGetLastError(), l->what);
 }
 
@@ -748,12 +897,13 @@ static __global__ void bias_add_kernel(float *__restrict__ out, const float *__r
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] += bias[i % nout];
 }
 
-/* dbias[o] = Σ_b dout[b, o], rows in order (deterministic; adjacent threads read adjacent o). */
-static __global__ void col_sum_kernel(float *__restrict__ dbias, const float *__restrict__ dout, int n, int nout) {
+/* dbias[o] = Σ_b dout[b, o] in fp32, rows in order (deterministic; adjacent threads read adjacent o). */
+template <typename S>
+static __global__ void col_sum_kernel(float *__restrict__ dbias, const S *__restrict__ dout, int n, int nout) {
     const int stride = gridDim.x * blockDim.x;
     for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < nout; o += stride) {
         float s = 0.0f;
-        for (int b = 0; b < n; b++) s += dout[(size_t)b * nout + o];
+        for (int b = 0; b < n; b++) s += ldf(dout[(size_t)b * nout + o]);
         dbias[o] = s;
     }
 }
@@ -764,34 +914,48 @@ static const char *fc_what(char *buf, size_t len, const char *op, int n, int nin
     return buf;
 }
 
-void gpu_fc_forward(gpu_ctx *c, float *out, const float *inp, const float *weight, const float *bias, int n,
+/* C = op(A) op(B) with A, B in c's activation type and C of type ctype: cublasSgemm (fp32,
+ * tf32 by the handle's math mode), or cublasGemmEx for bf16 — A and B CUDA_R_16BF, C CUDA_R_16BF
+ * or CUDA_R_32F, CUBLAS_COMPUTE_32F with float α, β (cuBLAS "cublasGemmEx": both are supported
+ * combinations; bf16 inputs use tensor cores). */
+static cublasStatus_t fc_gemm(gpu_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *a,
+                              int lda, const void *b, int ldb, void *cm, cudaDataType_t ctype, int ldc) {
+    const float one = 1.0f, zero = 0.0f;
+    if (!is_bf16(c))
+        return cublasSgemm(c->blas, ta, tb, m, n, k, &one, (const float *)a, lda, (const float *)b, ldb, &zero,
+                           (float *)cm, ldc);
+    return cublasGemmEx(c->blas, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &zero, cm, ctype, ldc,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+void gpu_fc_forward(gpu_ctx *c, float *out, const void *inp, const void *weight, const float *bias, int n,
                     int nin, int nout) {
     char w[128];
-    const float one = 1.0f, zero = 0.0f;
     /* Column-major views: out (n, nout) row-major is outᵀ (nout × n), W (nout, nin) row-major is
-     * Wᵀ (nin × nout), inp is inpᵀ (nin × n); outᵀ = op_T(Wᵀ) · inpᵀ. */
-    CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, nout, n, nin, &one, weight, nin, inp, nin, &zero, out,
-                             nout),
+     * Wᵀ (nin × nout), inp is inpᵀ (nin × n); outᵀ = op_T(Wᵀ) · inpᵀ. The logits are fp32. */
+    CUBLAS_CHECK(fc_gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, nout, n, nin, weight, nin, inp, nin, out, CUDA_R_32F, nout),
                  fc_what(w, sizeof w, "forward", n, nin, nout));
     const size_t total = (size_t)n * nout;
     bias_add_kernel<<<grid_for(c, total), THREADS, 0, c->stream>>>(out, bias, total, nout);
     CUDA_CHECK(cudaGetLastError(), fc_what(w, sizeof w, "forward bias", n, nin, nout));
 }
 
-void gpu_fc_backward(gpu_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int n, int nin, int nout) {
+void gpu_fc_backward(gpu_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+                     const void *weight, int n, int nin, int nout) {
     char w[128];
-    const float one = 1.0f, zero = 0.0f;
-    /* dWᵀ (nin × nout) = inpᵀ (nin × n) · op_T(doutᵀ (nout × n)). */
-    CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, n, &one, inp, nin, dout, nout, &zero,
-                             dweight, nin),
+    /* dWᵀ (nin × nout) = inpᵀ (nin × n) · op_T(doutᵀ (nout × n)), fp32 in every precision. */
+    CUBLAS_CHECK(fc_gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, n, inp, nin, dout, nout, dweight, CUDA_R_32F, nin),
                  fc_what(w, sizeof w, "weight gradient", n, nin, nout));
-    col_sum_kernel<<<grid_for(c, (size_t)nout), THREADS, 0, c->stream>>>(dbias, dout, n, nout);
+    const int blocks = grid_for(c, (size_t)nout);
+    if (is_bf16(c))
+        col_sum_kernel<<<blocks, THREADS, 0, c->stream>>>(dbias, (const uint16_t *)dout, n, nout);
+    else
+        col_sum_kernel<<<blocks, THREADS, 0, c->stream>>>(dbias, (const float *)dout, n, nout);
     CUDA_CHECK(cudaGetLastError(), fc_what(w, sizeof w, "bias gradient", n, nin, nout));
-    /* dinpᵀ (nin × n) = Wᵀ (nin × nout) · doutᵀ (nout × n). */
+    /* dinpᵀ (nin × n) = Wᵀ (nin × nout) · doutᵀ (nout × n), in the activation type. */
     if (dinp)
-        CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, nin, n, nout, &one, weight, nin, dout, nout, &zero,
-                                 dinp, nin),
+        CUBLAS_CHECK(fc_gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, nin, n, nout, weight, nin, dout, nout, dinp,
+                             is_bf16(c) ? CUDA_R_16BF : CUDA_R_32F, nin),
                      fc_what(w, sizeof w, "input gradient", n, nin, nout));
 }
 
@@ -839,9 +1003,11 @@ static __global__ void mean_kernel(float *__restrict__ mean, const float *__rest
     if (threadIdx.x == 0) *mean = (float)(part[0] / (double)n);
 }
 
-/* dlogits = probs / n − onehot(y) / n, in the CPU's order (p · (1/n), then − 1/n). */
-static __global__ void softmax_xent_backward_kernel(float *__restrict__ dlogits, const float *__restrict__ probs,
-                                             const int *__restrict__ y, int n, int k) {
+/* dlogits = probs / n − onehot(y) / n, in the CPU's order (p · (1/n), then − 1/n), in fp32, then
+ * stored as S. */
+template <typename S>
+static __global__ void softmax_xent_backward_kernel(S *__restrict__ dlogits, const float *__restrict__ probs,
+                                                    const int *__restrict__ y, int n, int k) {
     const size_t total = (size_t)n * k;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const float inv_n = 1.0f / (float)n;
@@ -849,7 +1015,7 @@ static __global__ void softmax_xent_backward_kernel(float *__restrict__ dlogits,
         const int r = (int)(i / k), j = (int)(i % k);
         float d = probs[i] * inv_n;
         if (j == y[r]) d -= inv_n;
-        dlogits[i] = d;
+        stf(dlogits[i], d);
     }
 }
 
@@ -868,9 +1034,13 @@ void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *lo
     CUDA_CHECK(cudaGetLastError(), xent_what(w, sizeof w, "mean", n, k));
 }
 
-void gpu_softmax_xent_backward(gpu_ctx *c, float *dlogits, const float *probs, const int *y, int n, int k) {
+void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, const int *y, int n, int k) {
     char w[96];
-    softmax_xent_backward_kernel<<<grid_for(c, (size_t)n * k), THREADS, 0, c->stream>>>(dlogits, probs, y, n, k);
+    const int blocks = grid_for(c, (size_t)n * k);
+    if (is_bf16(c))
+        softmax_xent_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)dlogits, probs, y, n, k);
+    else
+        softmax_xent_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)dlogits, probs, y, n, k);
     CUDA_CHECK(cudaGetLastError(), xent_what(w, sizeof w, "backward", n, k));
 }
 

@@ -6,9 +6,21 @@
  * tests (mpicc -I/usr/local/cuda/include).
  *
  * Memory. Every pointer handed to a gpu_* function is DEVICE memory unless said otherwise.
- * Activations are NCHW fp32, row-major, packed — PyTorch's layout — so the flat parameter
- * vectors of nn_layout (conv weight (O, I, kh, kw), BN γ, β (C), fc weight (out, in)) are used
- * in place: a conv weight is cuDNN's NCHW filter as it is, and no reorders exist on the GPU.
+ * Activations are NCHW, row-major, packed — PyTorch's layout — so the flat parameter vectors of
+ * nn_layout (conv weight (O, I, kh, kw), BN γ, β (C), fc weight (out, in)) keep their meaning: a
+ * conv weight is cuDNN's NCHW filter as it is, and no reorders exist on the GPU.
+ *
+ * Element types. Activations (every (n, c, h, w) or (n, features) input and output of a layer)
+ * and their gradients are in the context's ACTIVATION TYPE: fp32 for GPU_FP32 and GPU_TF32,
+ * bf16 for GPU_BF16 (bfloat16: 1 sign, 8 exponent, 7 fraction bits; CUDA's __nv_bfloat16, 2
+ * bytes); their pointers are void *, sized by gpu_act_bytes. The weights given to convolutions
+ * and the fc layer are in the activation type too (with GPU_BF16 the bf16 copy of the fp32
+ * weights that gpu_f32_to_bf16 makes). Everything else is fp32 (float *) in every precision:
+ * parameter gradients (the flat grads vector), BN γ, β, running and saved statistics, the fc
+ * bias, logits, probabilities, losses and the SGD state. Arithmetic is fp32 throughout: bf16
+ * values are widened on load, sums and products accumulate in fp32 (cuDNN's and cuBLAS's compute
+ * type CUDNN_DATA_FLOAT / CUBLAS_COMPUTE_32F, our kernels' float registers), and a result stored
+ * as bf16 is rounded to nearest even once.
  *
  * Build and run. A layer is built once by gpu_*_init (descriptors, its own small buffers such as
  * BN's saved statistics) and then run by gpu_*_forward / gpu_*_backward, which allocate nothing
@@ -70,6 +82,7 @@ typedef struct {
     int dev;                /* device ordinal (the current device at gpu_ctx_init) */
     int n_sm;               /* multiprocessors: grid sizes of the grid-stride kernels */
     gpu_precision prec;
+    size_t act_bytes;       /* bytes of one activation value: 4 (fp32), 2 (GPU_BF16) */
     cudaStream_t stream;    /* a blocking stream: ordered with cudaMemcpy on the legacy stream */
     cudnnHandle_t dnn;
     cublasHandle_t blas;
@@ -87,8 +100,13 @@ typedef struct {
 
 /* Handles on the current device, a stream, the cuBLAS workspace; cuBLAS math mode from prec
  * (GPU_FP32: CUBLAS_DEFAULT_MATH, which never uses TF32 for sgemm; GPU_TF32:
- * CUBLAS_TF32_TENSOR_OP_MATH; cuBLAS "cublasSetMathMode"). GPU_BF16 is refused. */
+ * CUBLAS_TF32_TENSOR_OP_MATH; GPU_BF16: CUBLAS_DEFAULT_MATH, the fc layer then calls
+ * cublasGemmEx with bf16 inputs and CUBLAS_COMPUTE_32F; cuBLAS "cublasSetMathMode"). GPU_BF16
+ * needs compute capability 8.0 or later (Ampere: bf16 tensor cores; cuDNN's bf16 convolutions
+ * and batch normalisation); an older GPU is refused with an error saying so. */
 int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen);
+/* Bytes of one activation value of c: 4, or 2 for GPU_BF16. */
+static inline size_t gpu_act_bytes(const gpu_ctx *c) { return c->act_bytes; }
 /* The shared workspace must hold at least nbytes (layers call this while being tuned). */
 void gpu_ctx_reserve(gpu_ctx *c, size_t nbytes);
 /* Release the tuning workspace and allocate the shared one (the largest reservation), once,
@@ -118,34 +136,44 @@ typedef struct {
     cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
     size_t fwd_ws, bwd_data_ws, bwd_filter_ws; /* workspace bytes of the chosen algorithms */
     int tuned;
+    void *dw16;                     /* GPU_BF16 training: the bf16 weight gradient cuDNN writes
+                                       (its dw type is x's), widened into the fp32 dweight */
 } gpu_conv_layer;
 
 /* Descriptors of a convolution of a (n, ic, ih, iw) input; oh = (ih + 2 pad − k) / stride + 1
  * (floor, as PyTorch; checked against cudnnGetConvolution2dForwardOutputDim). Cross-correlation,
  * fp32 compute; math type CUDNN_FMA_MATH for GPU_FP32 (no TF32), CUDNN_DEFAULT_MATH for GPU_TF32
- * (TF32 tensor cores allowed; cuDNN "cudnnMathType_t"). mode GPU_TRAIN also prepares the
- * backward directions; need_dinp = 0 skips backward data (the network's first convolution). */
+ * (TF32 tensor cores allowed; cuDNN "cudnnMathType_t"). GPU_BF16: x, w, y (and dx, dw) are
+ * CUDNN_DATA_BFLOAT16 NCHW with compute type CUDNN_DATA_FLOAT — cuDNN's PSEUDO_BFLOAT16_CONFIG,
+ * the only bf16 configuration of cudnnConvolutionForward / BackwardData / BackwardFilter — and
+ * CUDNN_TENSOR_OP_MATH (bf16 tensor cores, fp32 accumulation), with the layer's own bf16 weight
+ * gradient buffer dw16 for training. mode GPU_TRAIN also prepares the backward directions;
+ * need_dinp = 0 skips backward data (the network's first convolution). */
 int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
                   int stride, int pad, gpu_mode mode, int need_dinp, char *err, size_t errlen);
 /* Choose the algorithm of every direction l needs: cudnnFind*AlgorithmEx timed on the given
- * buffers (x (n, ic, ih, iw), w (oc, ic, k, k), y (n, oc, oh, ow); dx like x and dw like w for
- * training, dx may be NULL without need_dinp), the fastest deterministic one that succeeds
- * within the workspace cap (the fastest non-deterministic one only when no deterministic one
- * does); cudnnGet*Algorithm_v7 (heuristics) when Find fails. The buffers are those the layer will
- * run on (cuDNN may pick kernels by pointer alignment); y, dx and dw are overwritten with
- * garbage. Reserves the workspace (gpu_ctx_reserve). Shapes already tuned on c reuse the choice. */
-int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const float *x, const float *w, float *y, float *dx, float *dw,
+ * buffers (x (n, ic, ih, iw), w (oc, ic, k, k), y (n, oc, oh, ow) in the activation type; dx like
+ * x and dw like w (fp32) for training, dx may be NULL without need_dinp; with GPU_BF16 the
+ * backward filter is tuned on the layer's dw16 and dw is not written), the fastest deterministic
+ * one that succeeds within the workspace cap (the fastest non-deterministic one only when no
+ * deterministic one does); cudnnGet*Algorithm_v7 (heuristics) when Find fails. The buffers are
+ * those the layer will run on (cuDNN may pick kernels by pointer alignment); y, dx and dw are
+ * overwritten with garbage. Reserves the workspace (gpu_ctx_reserve). Shapes already tuned on c
+ * reuse the choice. */
+int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, void *y, void *dx, float *dw,
                   char *err, size_t errlen);
 /* The chosen algorithms, e.g. "fwd IMPLICIT_PRECOMP_GEMM/fma 0 B, bwd-data ALGO_1/fma 0 B, ...". */
 void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n);
-/* out (n, oc, oh, ow) = conv(inp (n, ic, ih, iw), weight (oc, ic, k, k)); cudnnConvolutionForward. */
-void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, float *out, const float *inp, const float *weight);
-/* dinp (n, ic, ih, iw) (skipped when NULL or !need_dinp) and dweight (oc, ic, k, k), both
- * overwritten (beta = 0), from dout (n, oc, oh, ow), the forward input inp and weight:
- * cudnnConvolutionBackwardFilter, cudnnConvolutionBackwardData. Unlike conv_backward on the CPU,
- * the weight is an argument (the CPU layer keeps its reordered copy). */
-void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, float *dinp, float *dweight, const float *dout,
-                       const float *inp, const float *weight);
+/* out (n, oc, oh, ow) = conv(inp (n, ic, ih, iw), weight (oc, ic, k, k)); cudnnConvolutionForward.
+ * out, inp, weight: activation type. */
+void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, void *out, const void *inp, const void *weight);
+/* dinp (n, ic, ih, iw) (skipped when NULL or !need_dinp; activation type) and dweight (oc, ic,
+ * k, k) (fp32), both overwritten (beta = 0), from dout (n, oc, oh, ow), the forward input inp
+ * and weight (activation type): cudnnConvolutionBackwardFilter, cudnnConvolutionBackwardData.
+ * GPU_BF16: the filter gradient is computed in bf16 (into dw16) and widened into dweight. Unlike
+ * conv_backward on the CPU, the weight is an argument (the CPU layer keeps its reordered copy). */
+void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, void *dinp, float *dweight, const void *dout,
+                       const void *inp, const void *weight);
 void gpu_conv_free(gpu_conv_layer *l);
 
 /* ---- batch normalisation, torch.nn.BatchNorm2d (eps 1e-5, momentum 0.1), optional ReLU --- */
@@ -162,7 +190,10 @@ typedef struct {
 } gpu_bn_layer;
 
 /* BN over a (n, c, h, w) tensor, CUDNN_BATCHNORM_SPATIAL. GPU_TRAIN: batch statistics (and
- * backward); GPU_INFER: running statistics. */
+ * backward); GPU_INFER: running statistics. GPU_BF16: x, y, dy, dx are CUDNN_DATA_BFLOAT16 while
+ * γ, β, the running and saved statistics and dγ, dβ stay fp32 (cudnnDeriveBNTensorDescriptor
+ * makes their descriptor float for every x but double; cuDNN's PSEUDO_BFLOAT16_CONFIG, in which
+ * the statistics and the normalisation are computed in fp32). */
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen);
 /* out = [relu](γ (inp − µ) / sqrt(σ² + eps) + β); out must not alias inp. GPU_TRAIN:
@@ -171,14 +202,14 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
  * (cuDNN's exponentialAverageFactor = momentum; PyTorch's rule), µ and 1/sqrt(σ² + eps) saved in
  * the layer. GPU_INFER: cudnnBatchNormalizationForwardInference with running_mean, running_var
  * (not changed). gamma, beta, running_*: (C). */
-void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, float *out, const float *inp, const float *gamma,
+void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var);
 /* dinp, dgamma, dbeta (C) overwritten (cudnnBatchNormalizationBackward, beta factors 0), from
  * dout, the forward input inp and the saved statistics of the last gpu_bn_forward. With relu,
  * dout is first masked IN PLACE by the forward output out (dout := dout · [out > 0]); out is
  * ignored without relu. dinp must not alias dout or inp. */
-void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, float *dinp, float *dgamma, float *dbeta, float *dout,
-                     const float *inp, const float *out, const float *gamma);
+void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
+                     const void *inp, const void *out, const float *gamma);
 void gpu_bn_free(gpu_bn_layer *l);
 
 /* ---- ReLU --------------------------------------------------------------------------------- */
@@ -192,9 +223,9 @@ typedef struct {
 int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, gpu_mode mode,
                   char *err, size_t errlen);
 /* out = max(inp, 0) (NaN stays NaN); out == inp allowed. */
-void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, float *out, const float *inp);
+void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp);
 /* dinp = dout · [out > 0]; dinp == dout allowed. out: the forward output. */
-void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, float *dinp, const float *dout, const float *out);
+void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *out);
 
 /* ---- elementwise add, optionally followed by ReLU ----------------------------------------- */
 typedef struct {
@@ -208,10 +239,11 @@ typedef struct {
 int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu,
                  gpu_mode mode, char *err, size_t errlen);
 /* out = [relu](a + b), all (n, c, h, w); out may be a or b (in place). The residual connection
- * (relu) and the sum of two gradients reaching a block input (dx += other: out == a, no relu). */
-void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, float *out, const float *a, const float *b);
+ * (relu) and the sum of two gradients reaching a block input (dx += other: out == a, no relu).
+ * GPU_BF16: the sum is formed in fp32 and rounded once. */
+void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, const void *b);
 /* With relu: dsum = dout · [out > 0] (dsum == dout allowed): the gradient of a and of b. */
-void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, float *dsum, const float *dout, const float *out);
+void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout, const void *out);
 
 /* ---- pooling: max k x k (stride, pad; padding excluded) or global average ---------------- */
 typedef struct {
@@ -229,24 +261,29 @@ typedef struct {
  * pad ignored; output (n, c, 1, 1), which is the (n, c) row-major input of the fc layer). */
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
                   int stride, int pad, gpu_mode mode, char *err, size_t errlen);
-/* out (n, c, oh, ow) from inp (n, c, ih, iw). Average: one warp per (n, c) plane, fixed order. */
-void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, float *out, const float *inp);
+/* out (n, c, oh, ow) from inp (n, c, ih, iw). Average: one warp per (n, c) plane, fixed order,
+ * fp32 sums. Max pooling in bf16: cuDNN with CUDNN_DATA_BFLOAT16 descriptors (a selection: exact). */
+void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp);
 /* dinp (n, c, ih, iw) overwritten from dout (n, c, oh, ow). Max pooling needs the forward input
  * inp and output out (cudnnPoolingBackward recomputes the argmax); average ignores both
  * (dinp = dout / (ih iw) broadcast). */
-void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, float *dinp, const float *dout, const float *inp,
-                       const float *out);
+void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *inp,
+                       const void *out);
 void gpu_pool_free(gpu_pool_layer *l);
 
 /* ---- fully connected, torch.nn.Linear(nin, nout), cuBLAS --------------------------------- */
 /* out (n, nout) = inp (n, nin) · weightᵀ (nout, nin) + bias (nout): cublasSgemm on the
- * column-major views (out ᵀ = W · inpᵀ), then a bias kernel. */
-void gpu_fc_forward(gpu_ctx *c, float *out, const float *inp, const float *weight, const float *bias, int n,
+ * column-major views (out ᵀ = W · inpᵀ), then a bias kernel. inp, weight: activation type; out
+ * (the logits) and bias: fp32 in every precision. GPU_BF16: cublasGemmEx with A, B CUDA_R_16BF,
+ * C CUDA_R_32F, CUBLAS_COMPUTE_32F (no rounding of the logits to bf16). */
+void gpu_fc_forward(gpu_ctx *c, float *out, const void *inp, const void *weight, const float *bias, int n,
                     int nin, int nout);
 /* dinp (n, nin) = dout · W (skipped if NULL), dweight (nout, nin) = doutᵀ · inp, dbias (nout) =
- * column sums of dout (our kernel, rows in order), all overwritten, from dout (n, nout). */
-void gpu_fc_backward(gpu_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int n, int nin, int nout);
+ * column sums of dout (our kernel, rows in order, fp32 sums), all overwritten, from dout (n,
+ * nout). dout, inp, weight, dinp: activation type; dweight, dbias: fp32. GPU_BF16: cublasGemmEx
+ * (bf16 inputs, CUBLAS_COMPUTE_32F) writes dweight in fp32 directly and dinp in bf16. */
+void gpu_fc_backward(gpu_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+                     const void *weight, int n, int nin, int nout);
 
 /* ---- softmax cross-entropy, torch.nn.functional.cross_entropy (mean) -------------------- */
 /* probs (n, k) = softmax(logits (n, k)) with the row maximum subtracted; losses (n) =
@@ -255,8 +292,16 @@ void gpu_fc_backward(gpu_ctx *c, float *dinp, float *dweight, float *dbias, cons
  * CPU's softmax_xent_forward returns the mean; here it stays on the device until copied. */
 void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *loss, const float *logits,
                               const int *y, int n, int k);
-/* dlogits (n, k) = (probs − onehot(y)) / n: the gradient of the mean loss. */
-void gpu_softmax_xent_backward(gpu_ctx *c, float *dlogits, const float *probs, const int *y, int n, int k);
+/* dlogits (n, k) = (probs − onehot(y)) / n: the gradient of the mean loss, computed in fp32 and
+ * stored in the activation type (it is the fc layer's dout). */
+void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, const int *y, int n, int k);
+
+/* ---- precision casts (GPU_BF16) ------------------------------------------------------------ */
+/* dst (n bf16) = src (n fp32) rounded to nearest even (__float2bfloat16_rn; NaN stays NaN, values
+ * beyond bf16's range become ±Inf): the input minibatch and the bf16 weight copies. */
+void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n);
+/* dst (n fp32) = src (n bf16), exact. */
+void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n);
 
 /* ---- SGD update (src/optim/sgd.h, the same formula, fp32) --------------------------------- */
 /* For each of the n elements: g = grad + λθ; v = µv + g; θ −= α (Nesterov ? g + µv : v).

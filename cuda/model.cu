@@ -11,6 +11,16 @@
  * activations in one cudaMalloc (an arena carved at 256-byte boundaries). Nothing is allocated
  * after gpu_model_create.
  *
+ * Precision bf16 (mixed precision, as PyTorch's autocast): params, grads, velocity and bn stay
+ * fp32 — the master weights the methods and the SGD update see — and one more cudaMalloc, w16,
+ * holds a bf16 copy of every convolution and fc weight, each at a 16-byte-aligned offset (tensor
+ * cores), made by gpu_f32_to_bf16 at the start of every training step and evaluation (so it
+ * always follows uploads and updates; the cost is a read of the weights). Activations and their
+ * gradients are bf16 (the arenas, and the minibatch after its own cast from the fp32 copy of the
+ * host's input); BN's γ, β, statistics and their gradients, the logits, the loss and every
+ * parameter gradient are fp32 (layers.h, "Element types"). No loss scaling: bf16 has fp32's
+ * exponent range.
+ *
  * Buffers of the training network, as on the CPU: every forward activation a backward pass
  * reads has its own buffer (b2 == y: the residual add runs in place); gradients flow through two
  * block-boundary buffers g[0], g[1] and three temporaries t[0..2] of the largest activation
@@ -35,7 +45,7 @@ typedef struct {
     gpu_bn_layer bn1, bn2, bnd;
     gpu_add_layer res;              /* y = relu(bn2 + shortcut), in place in y */
     gpu_add_layer acc;              /* dx += gradient through the shortcut (training) */
-    float *c1, *a1, *c2, *y, *cd, *sd;
+    void *c1, *a1, *c2, *y, *cd, *sd; /* activation type */
 } gpu_block;
 
 typedef struct {
@@ -46,13 +56,15 @@ typedef struct {
     gpu_bn_layer bn1;
     gpu_pool_layer maxpool, gap;
     gpu_block b[N_BLOCKS];
-    float *x;                       /* input (n, c, h, w) copied from the host */
+    float *x;                       /* input (n, c, h, w) copied from the host (fp32) */
+    void *xa;                       /* the input in the activation type: x itself, or its bf16 copy */
     int *y;                         /* labels (n) (training) */
-    float *c0, *a0, *p0;            /* stem: conv, bn1+ReLU, max pool (ImageNet stem) */
-    float *feat, *logits;           /* (n, 8w), (n, classes) */
+    void *c0, *a0, *p0;             /* stem: conv, bn1+ReLU, max pool (ImageNet stem) */
+    void *feat;                     /* (n, 8w) */
+    float *logits;                  /* (n, classes), fp32 in every precision */
     float *probs, *losses, *loss;   /* training: (n, classes), (n), the mean loss (1) */
-    float *d_feat, *d_logits;       /* training */
-    float *g[2], *t[3];             /* training gradient buffers, `big` floats each */
+    void *d_feat, *d_logits;        /* training, activation type */
+    void *g[2], *t[3];              /* training gradient buffers, `big` values each */
     void *arena;
     size_t arena_nbytes;
 } gpu_net;
@@ -63,12 +75,20 @@ typedef struct {
     int bad;
 } host_stage;
 
+/* One conv or fc weight of the flat params (offset off, n values) and its bf16 copy (at off16). */
+typedef struct {
+    size_t off, n, off16;
+} weight16;
+
 struct gpu_model {
     nn_layout L;
     int dev;
     gpu_ctx ctx;
     float *params, *grads, *vel, *bn; /* device, n_params (n_bn) floats */
     int *bad;                          /* device flag of gpu_sgd_update */
+    void *w16;                         /* GPU_BF16: bf16 copies of the conv and fc weights (wmap) */
+    weight16 wmap[MAX_TENSORS];
+    int n_wmap;
     gpu_net train, eval;
     host_stage *host;                  /* pinned */
 };
@@ -153,54 +173,60 @@ static void *carve(carver *cv, size_t nbytes) {
 
 static float *carve_f(carver *cv, size_t count) { return (float *)carve(cv, count * sizeof(float)); }
 
+/* count activations of ab bytes each. */
+static void *carve_a(carver *cv, size_t count, size_t ab) { return carve(cv, count * ab); }
+
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
-/* Point every buffer of t into the arena cv (see the file comment for the plan). */
-static void net_buffers(const nn_layout *L, gpu_net *t, carver *cv) {
+/* Point every buffer of t into the arena cv (see the file comment for the plan); ab: bytes of
+ * one activation. */
+static void net_buffers(const nn_layout *L, gpu_net *t, carver *cv, size_t ab) {
     const model_spec *s = &L->s;
     const size_t n = (size_t)t->n, k = (size_t)s->n_classes;
     const int train = t->mode == GPU_TRAIN;
-    t->x = carve_f(cv, n * s->in_c * s->in_h * s->in_w);
+    const size_t nx = n * s->in_c * s->in_h * s->in_w;
+    t->x = carve_f(cv, nx);
+    t->xa = ab == sizeof(float) ? (void *)t->x : carve_a(cv, nx, ab);
     t->logits = carve_f(cv, n * k);
     if (train) {
         t->y = (int *)carve(cv, n * sizeof(int));
         t->probs = carve_f(cv, n * k);
         t->losses = carve_f(cv, n);
         t->loss = carve_f(cv, 1);
-        t->d_logits = carve_f(cv, n * k);
+        t->d_logits = carve_a(cv, n * k, ab);
     }
     if (s->arch == MODEL_LINEAR) return;
 
-    t->feat = carve_f(cv, n * L->feat);
+    t->feat = carve_a(cv, n * L->feat, ab);
     const size_t s_c0 = n * L->c0 * L->h0 * L->w0, s_p0 = n * L->c0 * L->h1 * L->w1;
     size_t big = max_z(s_c0, s_p0); /* every block input is the stem output or a block output */
     for (int i = 0; i < N_BLOCKS; i++) big = max_z(big, n * L->blk[i].cout * L->blk[i].oh * L->blk[i].ow);
     if (train) {
-        t->c0 = carve_f(cv, s_c0);
-        t->a0 = carve_f(cv, s_c0);
-        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = carve_f(cv, s_p0);
+        t->c0 = carve_a(cv, s_c0, ab);
+        t->a0 = carve_a(cv, s_c0, ab);
+        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = carve_a(cv, s_p0, ab);
         for (int i = 0; i < N_BLOCKS; i++) {
             const block_def *d = &L->blk[i];
             gpu_block *r = &t->b[i];
             const size_t so = n * d->cout * d->oh * d->ow;
-            r->c1 = carve_f(cv, so);
-            r->a1 = carve_f(cv, so);
-            r->c2 = carve_f(cv, so);
-            r->y = carve_f(cv, so);
+            r->c1 = carve_a(cv, so, ab);
+            r->a1 = carve_a(cv, so, ab);
+            r->c2 = carve_a(cv, so, ab);
+            r->y = carve_a(cv, so, ab);
             if (d->down) {
-                r->cd = carve_f(cv, so);
-                r->sd = carve_f(cv, so);
+                r->cd = carve_a(cv, so, ab);
+                r->sd = carve_a(cv, so, ab);
             }
         }
-        for (int i = 0; i < 2; i++) t->g[i] = carve_f(cv, big);
-        for (int i = 0; i < 3; i++) t->t[i] = carve_f(cv, big);
-        t->d_feat = carve_f(cv, n * L->feat);
+        for (int i = 0; i < 2; i++) t->g[i] = carve_a(cv, big, ab);
+        for (int i = 0; i < 3; i++) t->t[i] = carve_a(cv, big, ab);
+        t->d_feat = carve_a(cv, n * L->feat, ab);
     } else {
         /* e[cur] holds the block input; of the other three, o[0] takes conv1, conv2 and the
          * downsample conv in turn (each dead when the next is written), o[1] bn1 then the
          * downsample BN, o[2] bn2 and the residual sum: the next block input. */
-        float *e[4];
-        for (int i = 0; i < 4; i++) e[i] = carve_f(cv, big);
+        void *e[4];
+        for (int i = 0; i < 4; i++) e[i] = carve_a(cv, big, ab);
         t->c0 = e[0];
         t->a0 = e[1];
         int cur = 1;
@@ -216,6 +242,21 @@ static void net_buffers(const nn_layout *L, gpu_net *t, carver *cv) {
             cur = o[2];
         }
     }
+}
+
+/* The weight at flat offset off in the activation type: the fp32 params, or its bf16 copy. */
+static const void *wview(const gpu_model *g, size_t off) {
+    if (!g->w16) return g->params + off;
+    for (int i = 0; i < g->n_wmap; i++)
+        if (g->wmap[i].off == off) return (const uint16_t *)g->w16 + g->wmap[i].off16;
+    DIE("GPU model: no bf16 copy of the weight at offset %zu", off);
+}
+
+/* GPU_BF16: w16 := the conv and fc weights of params, rounded to bf16 (before every use, so that
+ * uploads and updates of params are always seen). */
+static void cast_weights(gpu_model *g) {
+    for (int i = 0; i < g->n_wmap; i++)
+        gpu_f32_to_bf16(&g->ctx, (uint16_t *)g->w16 + g->wmap[i].off16, g->params + g->wmap[i].off, g->wmap[i].n);
 }
 
 #define TRY(call)                                                                                 \
@@ -265,19 +306,19 @@ static int net_tune(gpu_model *g, gpu_net *t, char *err, size_t errlen) {
     const nn_layout *L = &g->L;
     gpu_ctx *c = &g->ctx;
     const int train = t->mode == GPU_TRAIN;
-    const float *P = g->params;
     float *G = train ? g->grads : NULL;
-    TRY(gpu_conv_tune(&t->conv1, c, t->x, P + L->conv1, t->c0, NULL, G ? G + L->conv1 : NULL, err, errlen));
-    const float *h = L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0;
+    TRY(gpu_conv_tune(&t->conv1, c, t->xa, wview(g, L->conv1), t->c0, NULL, G ? G + L->conv1 : NULL, err, errlen));
+    const void *h = L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0;
     for (int i = 0; i < N_BLOCKS; i++) {
         const block_def *d = &L->blk[i];
         gpu_block *r = &t->b[i];
-        TRY(gpu_conv_tune(&r->conv1, c, h, P + d->w1, r->c1, train ? t->g[0] : NULL, G ? G + d->w1 : NULL, err, errlen));
-        TRY(gpu_conv_tune(&r->conv2, c, r->a1, P + d->w2, r->c2, train ? t->t[1] : NULL, G ? G + d->w2 : NULL, err,
+        TRY(gpu_conv_tune(&r->conv1, c, h, wview(g, d->w1), r->c1, train ? t->g[0] : NULL, G ? G + d->w1 : NULL, err,
                           errlen));
+        TRY(gpu_conv_tune(&r->conv2, c, r->a1, wview(g, d->w2), r->c2, train ? t->t[1] : NULL, G ? G + d->w2 : NULL,
+                          err, errlen));
         if (d->down)
-            TRY(gpu_conv_tune(&r->convd, c, h, P + d->wd, r->cd, train ? t->t[2] : NULL, G ? G + d->wd : NULL, err,
-                              errlen));
+            TRY(gpu_conv_tune(&r->convd, c, h, wview(g, d->wd), r->cd, train ? t->t[2] : NULL, G ? G + d->wd : NULL,
+                              err, errlen));
         h = r->y;
     }
     return 0;
@@ -325,14 +366,14 @@ static int net_build(gpu_model *g, gpu_net *t, gpu_mode mode, int n, char *err, 
     t->built = 1;
     if (g->L.s.arch != MODEL_LINEAR) TRY(net_layers(g, t, err, errlen));
     carver cv = {NULL, 0};
-    net_buffers(&g->L, t, &cv);
+    net_buffers(&g->L, t, &cv, g->ctx.act_bytes);
     char what[64];
     snprintf(what, sizeof what, "the %s network's activations (%d rows)", mode == GPU_TRAIN ? "training" : "evaluation", n);
     TRY(gpu_malloc(&t->arena, cv.off, what, err, errlen));
     t->arena_nbytes = cv.off;
     cv.base = (char *)t->arena;
     cv.off = 0;
-    net_buffers(&g->L, t, &cv);
+    net_buffers(&g->L, t, &cv, g->ctx.act_bytes);
     return 0;
 }
 
@@ -349,6 +390,7 @@ void gpu_model_free(gpu_model *g) {
     cudaFree(g->vel);
     cudaFree(g->bn);
     cudaFree(g->bad);
+    cudaFree(g->w16);
     if (g->host) cudaFreeHost(g->host);
     gpu_ctx_free(&g->ctx);
     free(g);
@@ -367,6 +409,18 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
     TRY(gpu_malloc((void **)&g->vel, np, "the velocity", err, errlen));
     TRY(gpu_malloc((void **)&g->bn, L->n_bn * sizeof(float), "the BN running statistics", err, errlen));
     TRY(gpu_malloc((void **)&g->bad, sizeof(int), "the SGD flag", err, errlen));
+    if (prec == GPU_BF16) { /* the bf16 weight copies, each 16-byte aligned */
+        size_t n16 = 0;
+        for (int i = 0; i < L->n_tensors; i++) {
+            if (L->kind[i] != T_CONV && L->kind[i] != T_FC_WEIGHT) continue;
+            weight16 *w = &g->wmap[g->n_wmap++];
+            w->off = L->tensors[i].offset;
+            w->n = L->tensors[i].n;
+            w->off16 = n16;
+            n16 += (w->n + 7) & ~(size_t)7;
+        }
+        TRY(gpu_malloc(&g->w16, n16 * 2, "the bf16 weight copies", err, errlen));
+    }
     TRY(net_build(g, &g->train, GPU_TRAIN, s->batch, err, errlen));
     if (s->eval_batch > 0) TRY(net_build(g, &g->eval, GPU_INFER, s->eval_batch, err, errlen));
     if (s->arch != MODEL_LINEAR) {
@@ -390,11 +444,7 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
 
 gpu_model *gpu_model_create(const nn_layout *L, gpu_precision prec, char *err, size_t errlen) {
     const model_spec *s = &L->s;
-    if (prec == GPU_BF16) {
-        seterr(err, errlen, "precision bf16 is not built yet in the GPU backend (fp32 and tf32 are)");
-        return NULL;
-    }
-    if (prec != GPU_FP32 && prec != GPU_TF32) {
+    if (prec != GPU_FP32 && prec != GPU_TF32 && prec != GPU_BF16) {
         seterr(err, errlen, "unknown GPU precision %d", (int)prec);
         return NULL;
     }
@@ -463,9 +513,9 @@ static void net_forward(gpu_model *g, gpu_net *t) {
     gpu_ctx *c = &g->ctx;
     const float *P = g->params;
     float *B = g->bn;
-    gpu_conv_forward(&t->conv1, c, t->c0, t->x, P + L->conv1);
+    gpu_conv_forward(&t->conv1, c, t->c0, t->xa, wview(g, L->conv1));
     gpu_bn_forward(&t->bn1, c, t->a0, t->c0, P + L->bn1_g, P + L->bn1_b, B + L->bn1_rm, B + L->bn1_rv);
-    const float *h = t->a0;
+    const void *h = t->a0;
     if (L->s.stem == MODEL_STEM_IMAGENET) {
         gpu_pool_forward(&t->maxpool, c, t->p0, t->a0);
         h = t->p0;
@@ -473,13 +523,13 @@ static void net_forward(gpu_model *g, gpu_net *t) {
     for (int i = 0; i < N_BLOCKS; i++) {
         const block_def *d = &L->blk[i];
         gpu_block *r = &t->b[i];
-        gpu_conv_forward(&r->conv1, c, r->c1, h, P + d->w1);
+        gpu_conv_forward(&r->conv1, c, r->c1, h, wview(g, d->w1));
         gpu_bn_forward(&r->bn1, c, r->a1, r->c1, P + d->g1, P + d->b1, B + d->rm1, B + d->rv1);
-        gpu_conv_forward(&r->conv2, c, r->c2, r->a1, P + d->w2);
+        gpu_conv_forward(&r->conv2, c, r->c2, r->a1, wview(g, d->w2));
         gpu_bn_forward(&r->bn2, c, r->y, r->c2, P + d->g2, P + d->b2, B + d->rm2, B + d->rv2);
-        const float *sc = h;
+        const void *sc = h;
         if (d->down) {
-            gpu_conv_forward(&r->convd, c, r->cd, h, P + d->wd);
+            gpu_conv_forward(&r->convd, c, r->cd, h, wview(g, d->wd));
             gpu_bn_forward(&r->bnd, c, r->sd, r->cd, P + d->gd, P + d->bd, B + d->rmd, B + d->rvd);
             sc = r->sd;
         }
@@ -487,7 +537,7 @@ static void net_forward(gpu_model *g, gpu_net *t) {
         h = r->y;
     }
     gpu_pool_forward(&t->gap, c, t->feat, h);
-    gpu_fc_forward(c, t->logits, t->feat, P + L->fc_w, P + L->fc_b, t->n, L->feat, L->s.n_classes);
+    gpu_fc_forward(c, t->logits, t->feat, wview(g, L->fc_w), P + L->fc_b, t->n, L->feat, L->s.n_classes);
 }
 
 /* Gradients of every parameter into g->grads from t->d_logits, in model_train_step's order.
@@ -500,36 +550,36 @@ static void net_backward(gpu_model *g, gpu_net *t) {
     const float *P = g->params;
     float *G = g->grads;
     const int n = t->n, k = L->s.n_classes;
-    gpu_fc_backward(c, t->d_feat, G + L->fc_w, G + L->fc_b, t->d_logits, t->feat, P + L->fc_w, n, L->feat, k);
+    gpu_fc_backward(c, t->d_feat, G + L->fc_w, G + L->fc_b, t->d_logits, t->feat, wview(g, L->fc_w), n, L->feat, k);
     int gy = 0;
     gpu_pool_backward(&t->gap, c, t->g[gy], t->d_feat, NULL, NULL);
-    float *T0 = t->t[0], *T1 = t->t[1], *T2 = t->t[2];
+    void *T0 = t->t[0], *T1 = t->t[1], *T2 = t->t[2];
     for (int i = N_BLOCKS - 1; i >= 0; i--) {
         const block_def *d = &L->blk[i];
         gpu_block *r = &t->b[i];
-        const float *h = i > 0 ? t->b[i - 1].y : (L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0);
-        float *dy = t->g[gy], *dx = t->g[1 - gy];
+        const void *h = i > 0 ? t->b[i - 1].y : (L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0);
+        void *dy = t->g[gy], *dx = t->g[1 - gy];
         gpu_add_backward(&r->res, c, dy, dy, r->y); /* the gradient of bn2's output and of the shortcut */
         gpu_bn_backward(&r->bn2, c, T0, G + d->g2, G + d->b2, dy, r->c2, NULL, P + d->g2);
-        gpu_conv_backward(&r->conv2, c, T1, G + d->w2, T0, r->a1, P + d->w2);
+        gpu_conv_backward(&r->conv2, c, T1, G + d->w2, T0, r->a1, wview(g, d->w2));
         gpu_bn_backward(&r->bn1, c, T0, G + d->g1, G + d->b1, T1, r->c1, r->a1, P + d->g1);
-        gpu_conv_backward(&r->conv1, c, dx, G + d->w1, T0, h, P + d->w1);
+        gpu_conv_backward(&r->conv1, c, dx, G + d->w1, T0, h, wview(g, d->w1));
         if (d->down) {
             gpu_bn_backward(&r->bnd, c, T1, G + d->gd, G + d->bd, dy, r->cd, NULL, P + d->gd);
-            gpu_conv_backward(&r->convd, c, T2, G + d->wd, T1, h, P + d->wd);
+            gpu_conv_backward(&r->convd, c, T2, G + d->wd, T1, h, wview(g, d->wd));
             gpu_add_forward(&r->acc, c, dx, dx, T2);
         } else {
             gpu_add_forward(&r->acc, c, dx, dx, dy);
         }
         gy = 1 - gy;
     }
-    float *d0 = t->g[gy]; /* gradient of the stage-1 input */
+    void *d0 = t->g[gy]; /* gradient of the stage-1 input */
     if (L->s.stem == MODEL_STEM_IMAGENET) {
         gpu_pool_backward(&t->maxpool, c, T0, d0, t->a0, t->p0);
         d0 = T0;
     }
     gpu_bn_backward(&t->bn1, c, T1, G + L->bn1_g, G + L->bn1_b, d0, t->c0, t->a0, P + L->bn1_g);
-    gpu_conv_backward(&t->conv1, c, NULL, G + L->conv1, T1, t->x, P + L->conv1);
+    gpu_conv_backward(&t->conv1, c, NULL, G + L->conv1, T1, t->xa, wview(g, L->conv1));
 }
 
 static void check_labels(const nn_layout *L, const int *y, int n) {
@@ -537,8 +587,17 @@ static void check_labels(const nn_layout *L, const int *y, int n) {
         if (y[i] < 0 || y[i] >= L->s.n_classes) DIE("label %d of sample %d outside [0, %d)", y[i], i, L->s.n_classes);
 }
 
-static size_t input_nbytes(const nn_layout *L, int rows) {
-    return (size_t)rows * L->s.in_c * L->s.in_h * L->s.in_w * sizeof(float);
+static size_t input_count(const nn_layout *L, int rows) { return (size_t)rows * L->s.in_c * L->s.in_h * L->s.in_w; }
+
+/* The first `rows` input rows from the host into t->x and, in bf16, t->xa; the bf16 weights. */
+static void net_input(gpu_model *g, gpu_net *t, const float *x, int rows, const char *what) {
+    gpu_ctx *c = &g->ctx;
+    const size_t nx = input_count(&g->L, rows);
+    CUDA_CHECK(cudaMemcpyAsync(t->x, x, nx * sizeof(float), cudaMemcpyHostToDevice, c->stream), what);
+    if (g->w16) {
+        gpu_f32_to_bf16(c, t->xa, t->x, nx);
+        cast_weights(g);
+    }
 }
 
 float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
@@ -548,15 +607,15 @@ float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
     gpu_ctx *c = &g->ctx;
     const int n = t->n, k = L->s.n_classes;
     check_labels(L, y, n);
-    CUDA_CHECK(cudaMemcpyAsync(t->x, x, input_nbytes(L, n), cudaMemcpyHostToDevice, c->stream), "train step: input");
+    net_input(g, t, x, n, "train step: input");
     CUDA_CHECK(cudaMemcpyAsync(t->y, y, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, c->stream), "train step: labels");
     const float *P = g->params;
     float *G = g->grads;
     if (L->s.arch == MODEL_LINEAR) { /* x is the (n, feat) input of the fc layer as it is */
-        gpu_fc_forward(c, t->logits, t->x, P + L->fc_w, P + L->fc_b, n, L->feat, k);
+        gpu_fc_forward(c, t->logits, t->xa, wview(g, L->fc_w), P + L->fc_b, n, L->feat, k);
         gpu_softmax_xent_forward(c, t->probs, t->losses, t->loss, t->logits, t->y, n, k);
         gpu_softmax_xent_backward(c, t->d_logits, t->probs, t->y, n, k);
-        gpu_fc_backward(c, NULL, G + L->fc_w, G + L->fc_b, t->d_logits, t->x, P + L->fc_w, n, L->feat, k);
+        gpu_fc_backward(c, NULL, G + L->fc_w, G + L->fc_b, t->d_logits, t->xa, wview(g, L->fc_w), n, L->feat, k);
     } else {
         net_forward(g, t);
         gpu_softmax_xent_forward(c, t->probs, t->losses, t->loss, t->logits, t->y, n, k);
@@ -580,9 +639,9 @@ void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits) {
     const int k = L->s.n_classes;
     /* Only the valid rows move; rows are independent in inference (BN uses running statistics),
      * so the stale rows beyond n_valid change nothing. */
-    CUDA_CHECK(cudaMemcpyAsync(t->x, x, input_nbytes(L, n_valid), cudaMemcpyHostToDevice, c->stream), "eval: input");
+    net_input(g, t, x, n_valid, "eval: input");
     if (L->s.arch == MODEL_LINEAR)
-        gpu_fc_forward(c, t->logits, t->x, g->params + L->fc_w, g->params + L->fc_b, n_valid, L->feat, k);
+        gpu_fc_forward(c, t->logits, t->xa, wview(g, L->fc_w), g->params + L->fc_b, n_valid, L->feat, k);
     else
         net_forward(g, t);
     CUDA_CHECK(cudaMemcpyAsync(logits, t->logits, (size_t)n_valid * k * sizeof(float), cudaMemcpyDeviceToHost, c->stream),

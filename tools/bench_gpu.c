@@ -17,9 +17,9 @@
  * Every row also goes out as one machine-readable line (test/gpu/report.py reads them):
  *   BENCH impl=dsgd-run width=64 stem=imagenet input=3x224x224 classes=1000 batch=32
  *         precision=fp32 status=ok img_s_med=... img_s_min=... img_s_max=... ms_step=... reps=5 steps=8
- * status is ok, unsupported (model_create refused the precision: the message is printed above
- * the line) or error (model_create failed at fp32, or the loss or parameters became
- * non-finite).
+ * status is ok, unsupported (model_create refused the precision as not built, or as needing a
+ * newer GPU — bf16 below compute capability 8.0: the message is printed above the line) or
+ * error (any other failure of model_create, or the loss or parameters became non-finite).
  *
  *   make CUDA=1 gpu-tests            (builds build/bench_gpu)
  *   build/bench_gpu [--width 64] [--stem imagenet|cifar] [--input 3x224x224] [--classes 1000]
@@ -147,8 +147,8 @@ static int bench_row(const bench_args *a, int b, model_precision prec, const cha
     const double tc = wall_time();
     model *m = model_create(&s, err, sizeof err);
     if (!m) {
-        const int unsupported = prec != MODEL_FP32;
-        printf("%9s %6d  %s: model_create: %s\n", prec_name(prec), b, unsupported ? "not built" : "error", err);
+        const int unsupported = prec != MODEL_FP32 && (strstr(err, "not built") || strstr(err, "compute capability"));
+        printf("%9s %6d  %s: model_create: %s\n", prec_name(prec), b, unsupported ? "unsupported" : "error", err);
         printf("BENCH %s status=%s\n", common, unsupported ? "unsupported" : "error");
         return unsupported ? 2 : 1;
     }

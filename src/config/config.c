@@ -221,9 +221,10 @@ static const key_def keys[] = {
              "MPI is CUDA-aware) or nccl (NCCL on the GPUs; device cuda, one GPU per worker)"),
     K_CHOICE("device", device, "cpu", device_names, 0x3u, NULL, "devices",
              "compute device: cpu (oneDNN) or cuda (cuDNN, cuBLAS; one GPU per rank, a `make CUDA=1` build)"),
-    K_CHOICE("precision", precision, "fp32", precision_names, 0x3u, "bf16 mixed precision is planned", "precisions",
+    K_CHOICE("precision", precision, "fp32", precision_names, 0x7u, NULL, "precisions",
              "arithmetic of convolutions and matrix products on device cuda: fp32 (IEEE, the papers), tf32 "
-             "(tensor cores, fp32 storage); the CPU computes in fp32"),
+             "(tensor cores, fp32 storage), bf16 (mixed precision: bf16 activations and weight copies, fp32 "
+             "master weights, gradients and BN; compute capability 8.0 or later); the CPU computes in fp32"),
 };
 #define N_KEYS ((int)(sizeof(keys) / sizeof(keys[0])))
 

@@ -83,7 +83,7 @@ typedef struct {
     int overwrite;          /* allow replacing an existing output file */
     char comm[8];           /* "mpi" or "nccl" (allreduce on device cuda) */
     char device[16];        /* "cpu" or "cuda" */
-    char precision[8];      /* "fp32", "tf32" (device cuda) */
+    char precision[8];      /* "fp32", "tf32", "bf16" (device cuda) */
     char source[CFG_PATH_MAX]; /* the experiment file this was read from (not a key) */
 } experiment;
 

@@ -5,15 +5,32 @@
  * layers; without the input gradient as the stem runs), BN training forward with the running
  * statistics, backward and inference, with and without the fused ReLU; ReLU; add + ReLU forward
  * and backward and the in-place accumulation; max pooling 3x3/2 pad 1; global average pooling;
- * fc; softmax cross-entropy; the SGD update (Nesterov and heavy ball, with a non-finite case).
- * Elementwise ops run on aligned buffers (the float4 path) and on views one float off (the
- * scalar path), with counts that are not multiples of 4.
+ * fc; softmax cross-entropy; the SGD update (Nesterov and heavy ball, with a non-finite case);
+ * the fp32 <-> bf16 casts. Elementwise ops run on aligned buffers (the 16-byte vector path) and
+ * on views one element off (the scalar path), with counts that are not multiples of the vector.
+ * Every op that has a bf16 form (GPU_BF16: convolution, BN, ReLU, add, both poolings, fc, the
+ * loss gradient) runs in bf16 too, on inputs rounded to bf16 beforehand, so that the CPU
+ * reference (fp32) sees exactly the values the GPU sees and the comparison measures the op.
  *
  * Tolerances (relative L2 error ||gpu − cpu|| / ||cpu|| per tensor, every one printed): 1e-5 in
  * fp32 (GPU_FP32: FMA math in cuDNN, no TF32 in cuBLAS; the summation orders differ); 5e-3 for
  * convolutions and fc in tf32 (10-bit mantissa inputs); 0 where both sides compute the same
  * single operation (ReLU, add, max); 1e-6 for max-pool gradients (sums of up to four window
  * contributions in another order).
+ *
+ * bf16 (8 significant bits: unit roundoff u = 2^-8 ≈ 3.9e-3; a value rounded once is off by
+ * about u/3 ≈ 1.3e-3 RMS; fp32 accumulation keeps a reduction of length k from adding more than
+ * ~√k·2^-24): 2e-2 for results stored in bf16 (one rounding after an fp32 computation, with
+ * room for cuDNN kernels that round an intermediate too); 5e-2 for the gradients cuDNN computes
+ * in bf16 (convolution input and weight gradients — the latter rounded to bf16 before it is
+ * widened into the fp32 gradient — BN input gradient, max-pool gradient); 1e-3 for fp32 results
+ * of bf16 inputs through cuBLAS (logits, fc weight gradient, bias gradients: fp32 compute, so
+ * only the summation order differs) and 5e-3 through cuDNN's BN (running statistics, γ and β
+ * gradients: fp32 compute in PSEUDO_BFLOAT16_CONFIG, not further documented); 0 for ReLU, its
+ * mask, max pooling and add against the reference rounded to bf16 (the same fp32 operation and
+ * the same rounding to nearest even); 0 bits for the casts. Max pooling in bf16 runs on inputs
+ * that are distinct within each plane: a tie (likely among 8-bit mantissas) may route the
+ * gradient to another position in cuDNN than in oneDNN, which would be no error.
  *
  * Without a GPU (cudaGetDeviceCount fails or finds none) it checks that gpu_select reports it
  * ("no CUDA GPU visible: ..."), prints one line and exits 0 (1 with DSGD_REQUIRE_GPU set: on a
@@ -36,6 +53,22 @@
 
 #define TOL_FP32 1e-5
 #define TOL_TF32 5e-3
+#define TOL_BF16 2e-2         /* a result stored in bf16 */
+#define TOL_BF16_GRAD 5e-2    /* a gradient cuDNN computes in bf16 */
+#define TOL_BF16_BLAS 1e-3    /* an fp32 result of bf16 inputs, cuBLAS (CUBLAS_COMPUTE_32F) or our kernels */
+#define TOL_BF16_BN 5e-3      /* an fp32 result of bf16 inputs, cuDNN BN */
+
+static const char *prec_name(gpu_precision p) { return p == GPU_TF32 ? "tf32" : p == GPU_BF16 ? "bf16" : "fp32"; }
+
+/* The compute capability of the GPU under test (main): bf16 needs 8.0 (gpu_ctx_init refuses less). */
+static int cc_major, cc_minor;
+
+/* 1 (and a line saying so) when prec is bf16 and the GPU cannot run it. */
+static int skip_bf16(gpu_precision prec, const char *what) {
+    if (prec != GPU_BF16 || cc_major >= 8) return 0;
+    printf("  %s bf16: skipped (sm_%d%d; bf16 needs compute capability 8.0)\n", what, cc_major, cc_minor);
+    return 1;
+}
 
 
 /* ---- buffers: host random, device copies (freed at the end of each test) ---- */
@@ -87,6 +120,49 @@ static float *rnd(rng_t *r, size_t n, double scale, double shift) {
     return p;
 }
 
+/* ---- activations in the precision's type: fp32, or bf16 (test/gpu/bf16.h) ---- */
+
+static size_t act_bytes(gpu_precision prec) { return prec == GPU_BF16 ? 2 : 4; }
+
+/* In bf16, round the host values to bf16 in place, so the CPU reference computes on exactly the
+ * values the GPU gets. */
+static void act_round(gpu_precision prec, float *x, size_t n) {
+    if (prec == GPU_BF16) bf16_round_all(x, n);
+}
+
+/* Device copy of n host values in prec's activation type (bf16: rounded to nearest even). */
+static void *d_act(gpu_precision prec, const float *h, size_t n) {
+    if (prec != GPU_BF16) return d_from(h, n);
+    uint16_t *b = malloc(n * 2 + 4);
+    bf16_pack(b, h, n);
+    void *d = d_alloc(n * 2);
+    cudaError_t e = cudaMemcpy(d, b, n * 2, cudaMemcpyHostToDevice);
+    ck_assert_msg(e == cudaSuccess, "cudaMemcpy: %s", cudaGetErrorString(e));
+    free(b);
+    return d;
+}
+
+static void *d_act_zero(gpu_precision prec, size_t n) {
+    void *d = d_alloc(n * act_bytes(prec));
+    ck_assert(cudaMemset(d, 0, n * act_bytes(prec)) == cudaSuccess);
+    return d;
+}
+
+/* Host fp32 copy of n device activations of prec (widened exactly). Free with free(). */
+static float *h_act(gpu_precision prec, const void *d, size_t n) {
+    if (prec != GPU_BF16) return h_from(d, n);
+    uint16_t *b = malloc(n * 2 + 4);
+    cudaError_t e = cudaMemcpy(b, d, n * 2, cudaMemcpyDeviceToHost);
+    ck_assert_msg(e == cudaSuccess, "cudaMemcpy: %s", cudaGetErrorString(e));
+    float *h = malloc(n * sizeof(float) + 4);
+    bf16_unpack(h, b, n);
+    free(b);
+    return h;
+}
+
+/* The element off of an activation buffer. */
+static void *act_at(gpu_precision prec, void *base, size_t off) { return (char *)base + off * act_bytes(prec); }
+
 static void gctx(gpu_ctx *c, gpu_precision prec) {
     char err[ERRLEN];
     ck_assert_msg(gpu_ctx_init(c, prec, err, sizeof err) == 0, "gpu_ctx_init: %s", err);
@@ -111,15 +187,18 @@ static const char *label(char *buf, size_t n, const char *name, const char *quan
 
 static void conv_case(const char *name, gpu_precision prec, int n, int ic, int ih, int iw, int oc, int k, int stride,
                       int pad, int need_dinp) {
-    const double tol = prec == GPU_TF32 ? TOL_TF32 : TOL_FP32;
-    printf("  %s %s (%d, %d, %d, %d) -> %d channels, %dx%d/%d pad %d%s\n", name, prec == GPU_TF32 ? "tf32" : "fp32", n,
-           ic, ih, iw, oc, k, k, stride, pad, need_dinp ? "" : ", no input gradient");
+    if (skip_bf16(prec, name)) return;
+    const double tol = prec == GPU_TF32 ? TOL_TF32 : prec == GPU_BF16 ? TOL_BF16 : TOL_FP32;
+    const double tol_grad = prec == GPU_BF16 ? TOL_BF16_GRAD : tol;
+    printf("  %s %s (%d, %d, %d, %d) -> %d channels, %dx%d/%d pad %d%s\n", name, prec_name(prec), n, ic, ih, iw, oc,
+           k, k, stride, pad, need_dinp ? "" : ", no input gradient");
     char err[ERRLEN], lab[128];
     rng_t r;
     rng_seed(&r, seed_mix((uint64_t)(ic * 131 + k * 7 + stride), (uint64_t)(oc * 17 + ih)));
     const int oh = (ih + 2 * pad - k) / stride + 1, ow = (iw + 2 * pad - k) / stride + 1;
     const size_t nx = (size_t)n * ic * ih * iw, nw = (size_t)oc * ic * k * k, ny = (size_t)n * oc * oh * ow;
     float *x = rnd(&r, nx, 1.0, 0.0), *w = rnd(&r, nw, sqrt(2.0 / (ic * k * k)), 0.0), *dy = rnd(&r, ny, 1.0, 0.0);
+    act_round(prec, x, nx), act_round(prec, w, nw), act_round(prec, dy, ny);
 
     /* CPU reference on plain nchw buffers. */
     nn_ctx cc;
@@ -139,8 +218,9 @@ static void conv_case(const char *name, gpu_precision prec, int n, int ic, int i
                   "%s", err);
     ck_assert_int_eq(gl.oh, oh);
     ck_assert_int_eq(gl.ow, ow);
-    float *gx = d_from(x, nx), *gw = d_from(w, nw), *gdy = d_from(dy, ny);
-    float *gy = d_zero(ny), *gdx = d_zero(nx), *gdw = d_zero(nw);
+    void *gx = d_act(prec, x, nx), *gw = d_act(prec, w, nw), *gdy = d_act(prec, dy, ny);
+    void *gy = d_act_zero(prec, ny), *gdx = d_act_zero(prec, nx);
+    float *gdw = d_zero(nw); /* fp32 in every precision */
     ck_assert_msg(gpu_conv_tune(&gl, &gc, gx, gw, gy, need_dinp ? gdx : NULL, gdw, err, sizeof err) == 0, "%s", err);
     commit(&gc);
     char algos[256];
@@ -148,12 +228,12 @@ static void conv_case(const char *name, gpu_precision prec, int n, int ic, int i
     printf("    algorithms: %s\n", algos);
     gpu_conv_forward(&gl, &gc, gy, gx, gw);
     gpu_conv_backward(&gl, &gc, need_dinp ? gdx : NULL, gdw, gdy, gx, gw);
-    float *y = h_from(gy, ny), *dw = h_from(gdw, nw);
+    float *y = h_act(prec, gy, ny), *dw = h_from(gdw, nw);
     CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, ny, tol);
-    CHECK_REL(label(lab, sizeof lab, name, "weight gradient"), dw, dw_ref, nw, tol);
+    CHECK_REL(label(lab, sizeof lab, name, "weight gradient"), dw, dw_ref, nw, tol_grad);
     if (need_dinp) {
-        float *dx = h_from(gdx, nx);
-        CHECK_REL(label(lab, sizeof lab, name, "input gradient"), dx, dx_ref, nx, tol);
+        float *dx = h_act(prec, gdx, nx);
+        CHECK_REL(label(lab, sizeof lab, name, "input gradient"), dx, dx_ref, nx, tol_grad);
         free(dx);
     }
 
@@ -161,11 +241,11 @@ static void conv_case(const char *name, gpu_precision prec, int n, int ic, int i
     gpu_conv_layer gi;
     ck_assert_msg(gpu_conv_init(&gi, &gc, name, n, ic, ih, iw, oc, k, stride, pad, GPU_INFER, 0, err, sizeof err) == 0,
                   "%s", err);
-    float *gyi = d_zero(ny);
+    void *gyi = d_act_zero(prec, ny);
     ck_assert_msg(gpu_conv_tune(&gi, &gc, gx, gw, gyi, NULL, NULL, err, sizeof err) == 0, "%s", err);
     commit(&gc);
     gpu_conv_forward(&gi, &gc, gyi, gx, gw);
-    float *yi = h_from(gyi, ny);
+    float *yi = h_act(prec, gyi, ny);
     CHECK_REL(label(lab, sizeof lab, name, "inference forward"), yi, y_ref, ny, tol);
 
     gpu_conv_free(&gl);
@@ -200,10 +280,28 @@ START_TEST(test_conv_tf32) {
 }
 END_TEST
 
+START_TEST(test_conv_bf16) {
+    conv_case("conv 3x3s1 c3", GPU_BF16, 4, 3, 16, 16, 16, 3, 1, 1, 1);
+    conv_case("conv 3x3s1 c3 stem", GPU_BF16, 4, 3, 16, 16, 16, 3, 1, 1, 0);
+    conv_case("conv 3x3s1 c1", GPU_BF16, 4, 1, 14, 14, 8, 3, 1, 1, 1);
+    conv_case("conv 3x3s1", GPU_BF16, 4, 16, 12, 12, 16, 3, 1, 1, 1);
+    conv_case("conv 3x3s1 64", GPU_BF16, 8, 64, 8, 8, 64, 3, 1, 1, 1); /* a reduction of 576 */
+    conv_case("conv 3x3s2", GPU_BF16, 4, 16, 16, 16, 32, 3, 2, 1, 1);
+    conv_case("conv 3x3s2 odd", GPU_BF16, 3, 8, 9, 9, 16, 3, 2, 1, 1);
+    conv_case("conv 1x1s2", GPU_BF16, 4, 16, 16, 16, 32, 1, 2, 0, 1);
+    conv_case("conv 7x7s2 stem", GPU_BF16, 2, 3, 32, 32, 16, 7, 2, 3, 0);
+    conv_case("conv 7x7s2", GPU_BF16, 2, 3, 33, 33, 16, 7, 2, 3, 1);
+}
+END_TEST
+
 /* ---- batch normalisation ---- */
 
-static void bn_case(const char *name, int relu, int n, int ch, int h, int w) {
-    printf("  %s (%d, %d, %d, %d)%s\n", name, n, ch, h, w, relu ? " + relu" : "");
+static void bn_case(const char *name, gpu_precision prec, int relu, int n, int ch, int h, int w) {
+    if (skip_bf16(prec, name)) return;
+    const int b16 = prec == GPU_BF16;
+    const double tol = b16 ? TOL_BF16 : TOL_FP32, tol_grad = b16 ? TOL_BF16_GRAD : TOL_FP32;
+    const double tol_stat = b16 ? TOL_BF16_BN : TOL_FP32;
+    printf("  %s %s (%d, %d, %d, %d)%s\n", name, prec_name(prec), n, ch, h, w, relu ? " + relu" : "");
     char err[ERRLEN], lab[128];
     rng_t r;
     rng_seed(&r, seed_mix((uint64_t)(n * 1000 + ch), (uint64_t)(h * 10 + w + relu)));
@@ -214,6 +312,7 @@ static void bn_case(const char *name, int relu, int n, int ch, int h, int w) {
     float *rm = rnd(&r, (size_t)ch, 0.1, 0.0), *rv = malloc((size_t)ch * sizeof(float));
     for (int i = 0; i < ch; i++) rv[i] = (float)(0.5 + rng_uniform(&r));
     float *dy = rnd(&r, nx, 1.0, 0.0);
+    act_round(prec, x, nx), act_round(prec, dy, nx);
     float *rm_ref = malloc((size_t)ch * sizeof(float)), *rv_ref = malloc((size_t)ch * sizeof(float));
     memcpy(rm_ref, rm, (size_t)ch * sizeof(float));
     memcpy(rv_ref, rv, (size_t)ch * sizeof(float));
@@ -231,27 +330,30 @@ static void bn_case(const char *name, int relu, int n, int ch, int h, int w) {
     bn_forward(&cbi, &cc, yi_ref, x, gamma, beta, rm_ref, rv_ref);
 
     gpu_ctx gc;
-    gctx(&gc, GPU_FP32);
+    gctx(&gc, prec);
     gpu_bn_layer gb, gbi;
     ck_assert_msg(gpu_bn_init(&gb, &gc, name, n, ch, h, w, relu, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(gpu_bn_init(&gbi, &gc, name, n, ch, h, w, relu, GPU_INFER, err, sizeof err) == 0, "%s", err);
     commit(&gc);
-    float *gx = d_from(x, nx), *gg = d_from(gamma, (size_t)ch), *gbe = d_from(beta, (size_t)ch);
-    float *grm = d_from(rm, (size_t)ch), *grv = d_from(rv, (size_t)ch), *gdy = d_from(dy, nx);
-    float *gy = d_zero(nx), *gdx = d_zero(nx), *gyi = d_zero(nx), *gdg = d_zero((size_t)ch), *gdb = d_zero((size_t)ch);
+    /* γ, β and the statistics are fp32 in every precision; x, y, dy, dx are activations. */
+    float *gg = d_from(gamma, (size_t)ch), *gbe = d_from(beta, (size_t)ch);
+    float *grm = d_from(rm, (size_t)ch), *grv = d_from(rv, (size_t)ch);
+    float *gdg = d_zero((size_t)ch), *gdb = d_zero((size_t)ch);
+    void *gx = d_act(prec, x, nx), *gdy = d_act(prec, dy, nx);
+    void *gy = d_act_zero(prec, nx), *gdx = d_act_zero(prec, nx), *gyi = d_act_zero(prec, nx);
     gpu_bn_forward(&gb, &gc, gy, gx, gg, gbe, grm, grv);
     gpu_bn_backward(&gb, &gc, gdx, gdg, gdb, gdy, gx, gy, gg);
     gpu_bn_forward(&gbi, &gc, gyi, gx, gg, gbe, grm, grv);
-    float *y = h_from(gy, nx), *dx = h_from(gdx, nx), *yi = h_from(gyi, nx);
+    float *y = h_act(prec, gy, nx), *dx = h_act(prec, gdx, nx), *yi = h_act(prec, gyi, nx);
     float *rm1 = h_from(grm, (size_t)ch), *rv1 = h_from(grv, (size_t)ch);
     float *dg = h_from(gdg, (size_t)ch), *db = h_from(gdb, (size_t)ch);
-    CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, nx, TOL_FP32);
-    CHECK_REL(label(lab, sizeof lab, name, "running mean"), rm1, rm_ref, (size_t)ch, TOL_FP32);
-    CHECK_REL(label(lab, sizeof lab, name, "running var (unbiased)"), rv1, rv_ref, (size_t)ch, TOL_FP32);
-    CHECK_REL(label(lab, sizeof lab, name, "input gradient"), dx, dx_ref, nx, TOL_FP32);
-    CHECK_REL(label(lab, sizeof lab, name, "gamma gradient"), dg, dg_ref, (size_t)ch, TOL_FP32);
-    CHECK_REL(label(lab, sizeof lab, name, "beta gradient"), db, db_ref, (size_t)ch, TOL_FP32);
-    CHECK_REL(label(lab, sizeof lab, name, "inference forward"), yi, yi_ref, nx, TOL_FP32);
+    CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, nx, tol);
+    CHECK_REL(label(lab, sizeof lab, name, "running mean"), rm1, rm_ref, (size_t)ch, tol_stat);
+    CHECK_REL(label(lab, sizeof lab, name, "running var (unbiased)"), rv1, rv_ref, (size_t)ch, tol_stat);
+    CHECK_REL(label(lab, sizeof lab, name, "input gradient"), dx, dx_ref, nx, tol_grad);
+    CHECK_REL(label(lab, sizeof lab, name, "gamma gradient"), dg, dg_ref, (size_t)ch, tol_stat);
+    CHECK_REL(label(lab, sizeof lab, name, "beta gradient"), db, db_ref, (size_t)ch, tol_stat);
+    CHECK_REL(label(lab, sizeof lab, name, "inference forward"), yi, yi_ref, nx, tol);
 
     gpu_bn_free(&gb);
     gpu_bn_free(&gbi);
@@ -266,24 +368,37 @@ static void bn_case(const char *name, int relu, int n, int ch, int h, int w) {
 }
 
 START_TEST(test_bn) {
-    bn_case("bn", 0, 8, 16, 6, 6);
-    bn_case("bn+relu", 1, 8, 16, 6, 6);
-    bn_case("bn+relu 2x2", 1, 4, 32, 2, 2);
-    bn_case("bn+relu stem", 1, 2, 8, 16, 16);
-    bn_case("bn 1x1", 0, 5, 24, 1, 1);
+    bn_case("bn", GPU_FP32, 0, 8, 16, 6, 6);
+    bn_case("bn+relu", GPU_FP32, 1, 8, 16, 6, 6);
+    bn_case("bn+relu 2x2", GPU_FP32, 1, 4, 32, 2, 2);
+    bn_case("bn+relu stem", GPU_FP32, 1, 2, 8, 16, 16);
+    bn_case("bn 1x1", GPU_FP32, 0, 5, 24, 1, 1);
+}
+END_TEST
+
+START_TEST(test_bn_bf16) {
+    bn_case("bn", GPU_BF16, 0, 8, 16, 6, 6);
+    bn_case("bn+relu", GPU_BF16, 1, 8, 16, 6, 6);
+    bn_case("bn+relu 2x2", GPU_BF16, 1, 4, 32, 2, 2);
+    bn_case("bn+relu stem", GPU_BF16, 1, 2, 8, 16, 16);
+    bn_case("bn 1x1", GPU_BF16, 0, 5, 24, 1, 1);
+    bn_case("bn 32x32", GPU_BF16, 0, 16, 8, 32, 32); /* 16384 values a channel */
 }
 END_TEST
 
 /* ---- ReLU, add + ReLU ---- */
 
-/* off: the views start off floats into their buffers (1: unaligned, the scalar path). */
-static void elementwise_case(int n, int ch, int h, int w, int off) {
-    printf("  elementwise (%d, %d, %d, %d), offset %d\n", n, ch, h, w, off);
+/* off: the views start off elements into their buffers (1: unaligned, the scalar path). In bf16
+ * the references are rounded to bf16 (exact for ReLU and its mask; the sum rounded once). */
+static void elementwise_case(gpu_precision prec, int n, int ch, int h, int w, int off) {
+    if (skip_bf16(prec, "elementwise")) return;
+    printf("  elementwise %s (%d, %d, %d, %d), offset %d\n", prec_name(prec), n, ch, h, w, off);
     char err[ERRLEN];
     rng_t r;
     rng_seed(&r, seed_mix((uint64_t)(n * ch * h * w), (uint64_t)off));
     const size_t cnt = (size_t)n * ch * h * w, nb = cnt + (size_t)off;
     float *a = rnd(&r, nb, 1.0, 0.0), *b = rnd(&r, nb, 1.0, 0.0), *dy = rnd(&r, nb, 1.0, 0.0);
+    act_round(prec, a, nb), act_round(prec, b, nb), act_round(prec, dy, nb);
 
     nn_ctx cc;
     cctx(&cc);
@@ -301,48 +416,50 @@ static void elementwise_case(int n, int ch, int h, int w, int off) {
     add_forward(&ca, &cc, add_ref, ah, bh);
     add_backward(&ca, &cc, dadd_ref, dyh, add_ref);
     add_forward(&cacc, &cc, acc_ref, ah, bh);
+    act_round(prec, add_ref, cnt), act_round(prec, acc_ref, cnt); /* relu, its mask: bf16 already */
 
     gpu_ctx gc;
-    gctx(&gc, GPU_FP32);
+    gctx(&gc, prec);
     gpu_relu_layer gr;
     gpu_add_layer ga, gacc;
     ck_assert_msg(gpu_relu_init(&gr, &gc, "relu", n, ch, h, w, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(gpu_add_init(&ga, &gc, "add_relu", n, ch, h, w, 1, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(gpu_add_init(&gacc, &gc, "add", n, ch, h, w, 0, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
-    float *ga_ = d_from(a, nb) + off, *gb_ = d_from(b, nb) + off, *gdy = d_from(dy, nb) + off;
-    float *gy = d_zero(nb) + off, *gdx = d_zero(nb) + off;
+    void *ga_ = act_at(prec, d_act(prec, a, nb), off), *gb_ = act_at(prec, d_act(prec, b, nb), off);
+    void *gdy = act_at(prec, d_act(prec, dy, nb), off);
+    void *gy = act_at(prec, d_act_zero(prec, nb), off), *gdx = act_at(prec, d_act_zero(prec, nb), off);
 
     gpu_relu_forward(&gr, &gc, gy, ga_);
-    float *t = h_from(gy, cnt);
+    float *t = h_act(prec, gy, cnt);
     CHECK_REL("relu forward", t, relu_ref, cnt, 0.0);
     free(t);
     gpu_relu_backward(&gr, &gc, gdx, gdy, gy);
-    t = h_from(gdx, cnt);
+    t = h_act(prec, gdx, cnt);
     CHECK_REL("relu backward", t, drelu_ref, cnt, 0.0);
     free(t);
-    float *gcopy = d_from(a, nb) + off; /* in place */
+    void *gcopy = act_at(prec, d_act(prec, a, nb), off); /* in place */
     gpu_relu_forward(&gr, &gc, gcopy, gcopy);
-    t = h_from(gcopy, cnt);
+    t = h_act(prec, gcopy, cnt);
     CHECK_REL("relu forward in place", t, relu_ref, cnt, 0.0);
     free(t);
 
     gpu_add_forward(&ga, &gc, gy, ga_, gb_);
-    t = h_from(gy, cnt);
+    t = h_act(prec, gy, cnt);
     CHECK_REL("add+relu forward", t, add_ref, cnt, 0.0);
     free(t);
-    float *gdy2 = d_from(dy, nb) + off; /* in place, as the model runs it */
+    void *gdy2 = act_at(prec, d_act(prec, dy, nb), off); /* in place, as the model runs it */
     gpu_add_backward(&ga, &gc, gdy2, gdy2, gy);
-    t = h_from(gdy2, cnt);
+    t = h_act(prec, gdy2, cnt);
     CHECK_REL("add+relu backward in place", t, dadd_ref, cnt, 0.0);
     free(t);
-    float *gsum = d_from(a, nb) + off; /* dx += other */
+    void *gsum = act_at(prec, d_act(prec, a, nb), off); /* dx += other */
     gpu_add_forward(&gacc, &gc, gsum, gsum, gb_);
-    t = h_from(gsum, cnt);
+    t = h_act(prec, gsum, cnt);
     CHECK_REL("add in place (accumulate)", t, acc_ref, cnt, 0.0);
     free(t);
-    float *gres = d_from(a, nb) + off; /* the residual add: out == a with ReLU */
+    void *gres = act_at(prec, d_act(prec, a, nb), off); /* the residual add: out == a with ReLU */
     gpu_add_forward(&ga, &gc, gres, gres, gb_);
-    t = h_from(gres, cnt);
+    t = h_act(prec, gres, cnt);
     CHECK_REL("add+relu in place", t, add_ref, cnt, 0.0);
     free(t);
 
@@ -356,18 +473,40 @@ static void elementwise_case(int n, int ch, int h, int w, int off) {
 }
 
 START_TEST(test_elementwise) {
-    elementwise_case(2, 8, 6, 6, 0);
-    elementwise_case(2, 8, 6, 6, 1);
-    elementwise_case(3, 5, 7, 3, 0);
-    elementwise_case(3, 5, 7, 3, 1);
-    elementwise_case(64, 64, 16, 16, 0); /* larger than one grid of the grid-stride loop */
+    for (int b16 = 0; b16 <= 1; b16++) {
+        const gpu_precision p = b16 ? GPU_BF16 : GPU_FP32;
+        elementwise_case(p, 2, 8, 6, 6, 0);
+        elementwise_case(p, 2, 8, 6, 6, 1);
+        elementwise_case(p, 3, 5, 7, 3, 0);
+        elementwise_case(p, 3, 5, 7, 3, 1);
+        elementwise_case(p, 64, 64, 16, 16, 0); /* larger than one grid of the grid-stride loop */
+    }
 }
 END_TEST
 
 /* ---- pooling ---- */
 
-static void pool_case(const char *name, int max, int n, int ch, int h, int w) {
-    printf("  %s (%d, %d, %d, %d)\n", name, n, ch, h, w);
+/* x (planes of hw values): in each plane distinct bf16 values ±(1 + m/128)·2^e, m in [0, 128), e in
+ * [-12, 12] (3200 magnitudes, shuffled), so that no max-pool window has a tie. hw <= 3200. */
+static void distinct_bf16(rng_t *r, float *x, size_t planes, size_t hw) {
+    enum { NMAG = 128 * 25 };
+    ck_assert_uint_le(hw, NMAG);
+    static float mag[NMAG];
+    for (size_t p = 0; p < planes; p++) {
+        for (int i = 0; i < NMAG; i++) mag[i] = ldexpf(1.0f + (float)(i % 128) / 128.0f, i / 128 - 12);
+        for (size_t i = 0; i < hw; i++) { /* the first hw of a Fisher-Yates shuffle */
+            const size_t j = i + (size_t)rng_below(r, (uint64_t)(NMAG - i));
+            const float t = mag[i];
+            mag[i] = mag[j], mag[j] = t;
+            x[p * hw + i] = rng_below(r, 2) ? mag[i] : -mag[i];
+        }
+    }
+}
+
+static void pool_case(const char *name, gpu_precision prec, int max, int n, int ch, int h, int w) {
+    if (skip_bf16(prec, name)) return;
+    const int b16 = prec == GPU_BF16;
+    printf("  %s %s (%d, %d, %d, %d)\n", name, prec_name(prec), n, ch, h, w);
     char err[ERRLEN], lab[128];
     rng_t r;
     rng_seed(&r, seed_mix((uint64_t)(n * ch), (uint64_t)(h * 100 + w + max)));
@@ -378,25 +517,30 @@ static void pool_case(const char *name, int max, int n, int ch, int h, int w) {
     ck_assert_msg(pool_init(&cp, &cc, name, &md, max, 3, 2, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
     const size_t nx = (size_t)n * ch * h * w, ny = (size_t)n * ch * cp.oh * cp.ow;
     float *x = rnd(&r, nx, 1.0, 0.0), *dy = rnd(&r, ny, 1.0, 0.0);
+    if (b16 && max) distinct_bf16(&r, x, (size_t)n * ch, (size_t)h * w);
+    act_round(prec, x, nx), act_round(prec, dy, ny);
     float *y_ref = nn_alloc(ny * 4), *dx_ref = nn_alloc(nx * 4);
     pool_forward(&cp, &cc, y_ref, x);
     pool_backward(&cp, &cc, dx_ref, dy);
 
     gpu_ctx gc;
-    gctx(&gc, GPU_FP32);
+    gctx(&gc, prec);
     gpu_pool_layer gp, gpi;
     ck_assert_msg(gpu_pool_init(&gp, &gc, name, n, ch, h, w, max, 3, 2, 1, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(gpu_pool_init(&gpi, &gc, name, n, ch, h, w, max, 3, 2, 1, GPU_INFER, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(gp.oh, cp.oh);
     ck_assert_int_eq(gp.ow, cp.ow);
-    float *gx = d_from(x, nx), *gdy = d_from(dy, ny), *gy = d_zero(ny), *gyi = d_zero(ny), *gdx = d_zero(nx);
+    void *gx = d_act(prec, x, nx), *gdy = d_act(prec, dy, ny), *gy = d_act_zero(prec, ny), *gyi = d_act_zero(prec, ny);
+    void *gdx = d_act_zero(prec, nx);
     gpu_pool_forward(&gp, &gc, gy, gx);
     gpu_pool_backward(&gp, &gc, gdx, gdy, gx, gy);
     gpu_pool_forward(&gpi, &gc, gyi, gx);
-    float *y = h_from(gy, ny), *dx = h_from(gdx, nx), *yi = h_from(gyi, ny);
-    CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, ny, max ? 0.0 : 1e-6);
-    CHECK_REL(label(lab, sizeof lab, name, "backward"), dx, dx_ref, nx, 1e-6);
-    CHECK_REL(label(lab, sizeof lab, name, "inference forward"), yi, y_ref, ny, max ? 0.0 : 1e-6);
+    float *y = h_act(prec, gy, ny), *dx = h_act(prec, gdx, nx), *yi = h_act(prec, gyi, ny);
+    /* bf16: max pooling selects (exact); the average and every gradient are rounded once. */
+    const double tol_fwd = max ? 0.0 : b16 ? TOL_BF16 : 1e-6, tol_bwd = b16 ? (max ? TOL_BF16_GRAD : TOL_BF16) : 1e-6;
+    CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, ny, tol_fwd);
+    CHECK_REL(label(lab, sizeof lab, name, "backward"), dx, dx_ref, nx, tol_bwd);
+    CHECK_REL(label(lab, sizeof lab, name, "inference forward"), yi, y_ref, ny, tol_fwd);
     gpu_pool_free(&gp);
     gpu_pool_free(&gpi);
     d_free_all();
@@ -407,41 +551,49 @@ static void pool_case(const char *name, int max, int n, int ch, int h, int w) {
 }
 
 START_TEST(test_pool) {
-    pool_case("maxpool 9x9", 1, 2, 8, 9, 9);
-    pool_case("maxpool 12x12", 1, 2, 8, 12, 12);
-    pool_case("maxpool 56x56", 1, 2, 4, 56, 56);
-    pool_case("avgpool 7x7", 0, 4, 16, 7, 7);
-    pool_case("avgpool 4x4", 0, 2, 8, 4, 4);
-    pool_case("avgpool 1x1", 0, 3, 5, 1, 1);
-    pool_case("avgpool 9x9", 0, 2, 64, 9, 9); /* planes of more than 32 values */
+    for (int b16 = 0; b16 <= 1; b16++) {
+        const gpu_precision p = b16 ? GPU_BF16 : GPU_FP32;
+        pool_case("maxpool 9x9", p, 1, 2, 8, 9, 9);
+        pool_case("maxpool 12x12", p, 1, 2, 8, 12, 12);
+        pool_case("maxpool 56x56", p, 1, 2, 4, 56, 56);
+        pool_case("avgpool 7x7", p, 0, 4, 16, 7, 7);
+        pool_case("avgpool 4x4", p, 0, 2, 8, 4, 4);
+        pool_case("avgpool 1x1", p, 0, 3, 5, 1, 1);
+        pool_case("avgpool 9x9", p, 0, 2, 64, 9, 9); /* planes of more than 32 values */
+    }
 }
 END_TEST
 
 /* ---- fully connected ---- */
 
 static void fc_case(gpu_precision prec, int n, int nin, int nout) {
-    const double tol = prec == GPU_TF32 ? TOL_TF32 : TOL_FP32;
-    printf("  fc %s (%d, %d) -> %d\n", prec == GPU_TF32 ? "tf32" : "fp32", n, nin, nout);
+    if (skip_bf16(prec, "fc")) return;
+    const int b16 = prec == GPU_BF16;
+    /* bf16: logits and weight gradient fp32 (cublasGemmEx, CUBLAS_COMPUTE_32F), input gradient bf16 */
+    const double tol = prec == GPU_TF32 ? TOL_TF32 : b16 ? TOL_BF16_BLAS : TOL_FP32;
+    const double tol_dx = b16 ? TOL_BF16 : tol, tol_db = b16 ? TOL_BF16_BLAS : TOL_FP32;
+    printf("  fc %s (%d, %d) -> %d\n", prec_name(prec), n, nin, nout);
     rng_t r;
     rng_seed(&r, seed_mix((uint64_t)n, (uint64_t)(nin * 10000 + nout)));
     const size_t nx = (size_t)n * nin, nw = (size_t)nout * nin, ny = (size_t)n * nout;
     float *x = rnd(&r, nx, 1.0, 0.0), *w = rnd(&r, nw, 1.0 / sqrt(nin), 0.0), *b = rnd(&r, (size_t)nout, 0.1, 0.0);
     float *dy = rnd(&r, ny, 1.0, 0.0);
+    act_round(prec, x, nx), act_round(prec, w, nw), act_round(prec, dy, ny); /* the bias stays fp32 */
     float *y_ref = malloc(ny * 4), *dx_ref = malloc(nx * 4), *dw_ref = malloc(nw * 4), *db_ref = malloc((size_t)nout * 4);
     fc_forward(y_ref, x, w, b, n, nin, nout);
     fc_backward(dx_ref, dw_ref, db_ref, dy, x, w, n, nin, nout);
 
     gpu_ctx gc;
     gctx(&gc, prec);
-    float *gx = d_from(x, nx), *gw = d_from(w, nw), *gb = d_from(b, (size_t)nout), *gdy = d_from(dy, ny);
-    float *gy = d_zero(ny), *gdx = d_zero(nx), *gdw = d_zero(nw), *gdb = d_zero((size_t)nout);
+    void *gx = d_act(prec, x, nx), *gw = d_act(prec, w, nw), *gdy = d_act(prec, dy, ny), *gdx = d_act_zero(prec, nx);
+    float *gb = d_from(b, (size_t)nout), *gy = d_zero(ny), *gdw = d_zero(nw), *gdb = d_zero((size_t)nout);
     gpu_fc_forward(&gc, gy, gx, gw, gb, n, nin, nout);
     gpu_fc_backward(&gc, gdx, gdw, gdb, gdy, gx, gw, n, nin, nout);
-    float *y = h_from(gy, ny), *dx = h_from(gdx, nx), *dw = h_from(gdw, nw), *db = h_from(gdb, (size_t)nout);
+    float *y = h_from(gy, ny), *dx = h_act(prec, gdx, nx), *dw = h_from(gdw, nw), *db = h_from(gdb, (size_t)nout);
     CHECK_REL("fc forward", y, y_ref, ny, tol);
-    CHECK_REL("fc input gradient", dx, dx_ref, nx, tol);
+    CHECK_REL("fc input gradient", dx, dx_ref, nx, tol_dx);
     CHECK_REL("fc weight gradient", dw, dw_ref, nw, tol);
-    CHECK_REL("fc bias gradient", db, db_ref, (size_t)nout, TOL_FP32);
+    CHECK_REL("fc bias gradient", db, db_ref, (size_t)nout, tol_db);
     gpu_fc_backward(&gc, NULL, gdw, gdb, gdy, gx, gw, n, nin, nout); /* without the input gradient */
     float *dw2 = h_from(gdw, nw);
     CHECK_REL("fc weight gradient (no input gradient)", dw2, dw_ref, nw, tol);
@@ -458,13 +610,20 @@ START_TEST(test_fc) {
     fc_case(GPU_FP32, 16, 784, 10); /* the linear model on 28x28 inputs */
     fc_case(GPU_TF32, 32, 512, 1000);
     fc_case(GPU_TF32, 8, 64, 10);
+    fc_case(GPU_BF16, 8, 64, 10);
+    fc_case(GPU_BF16, 32, 512, 1000);
+    fc_case(GPU_BF16, 5, 3, 7);      /* rows of 6 bytes: no 16-byte alignment of any row */
+    fc_case(GPU_BF16, 16, 784, 10);  /* the linear model */
 }
 END_TEST
 
 /* ---- softmax cross-entropy ---- */
 
-static void xent_case(int n, int k, double scale) {
-    printf("  softmax cross-entropy (%d, %d), logits scale %g\n", n, k, scale);
+/* The logits, probabilities and losses are fp32 in every precision; in bf16 the logit gradient
+ * (the fc layer's dout) is stored in bf16. */
+static void xent_case(gpu_precision prec, int n, int k, double scale) {
+    if (skip_bf16(prec, "softmax cross-entropy")) return;
+    printf("  softmax cross-entropy %s (%d, %d), logits scale %g\n", prec_name(prec), n, k, scale);
     rng_t r;
     rng_seed(&r, seed_mix((uint64_t)n, (uint64_t)k));
     const size_t nl = (size_t)n * k;
@@ -476,27 +635,31 @@ static void xent_case(int n, int k, double scale) {
     softmax_xent_backward(d_ref, p_ref, y, n, k);
 
     gpu_ctx gc;
-    gctx(&gc, GPU_FP32);
-    float *gz = d_from(z, nl), *gp = d_zero(nl), *gl = d_zero((size_t)n), *gloss = d_zero(1), *gd = d_zero(nl);
+    gctx(&gc, prec);
+    float *gz = d_from(z, nl), *gp = d_zero(nl), *gl = d_zero((size_t)n), *gloss = d_zero(1);
+    void *gd = d_act_zero(prec, nl);
     int *gyl = d_alloc((size_t)n * sizeof(int));
     ck_assert(cudaMemcpy(gyl, y, (size_t)n * sizeof(int), cudaMemcpyHostToDevice) == cudaSuccess);
     gpu_softmax_xent_forward(&gc, gp, gl, gloss, gz, gyl, n, k);
     gpu_softmax_xent_backward(&gc, gd, gp, gyl, n, k);
-    float *p = h_from(gp, nl), *l = h_from(gl, (size_t)n), *loss = h_from(gloss, 1), *d = h_from(gd, nl);
+    float *p = h_from(gp, nl), *l = h_from(gl, (size_t)n), *loss = h_from(gloss, 1), *d = h_act(prec, gd, nl);
     CHECK_REL("probabilities", p, p_ref, nl, TOL_FP32);
     CHECK_REL("per-row losses", l, l_ref, (size_t)n, TOL_FP32);
     CHECK_REL("mean loss", loss, &loss_ref, 1, TOL_FP32);
-    CHECK_REL("logit gradient", d, d_ref, nl, TOL_FP32);
+    CHECK_REL("logit gradient", d, d_ref, nl, prec == GPU_BF16 ? TOL_BF16 : TOL_FP32);
     d_free_all();
     gpu_ctx_free(&gc);
     free(z), free(y), free(p_ref), free(l_ref), free(d_ref), free(p), free(l), free(loss), free(d);
 }
 
 START_TEST(test_softmax_xent) {
-    xent_case(16, 10, 3.0);
-    xent_case(64, 1000, 20.0);
-    xent_case(5, 33, 80.0); /* exp would overflow without the row maximum */
-    xent_case(300, 10, 1.0); /* more rows than one block's threads (the mean) */
+    for (int b16 = 0; b16 <= 1; b16++) {
+        const gpu_precision p = b16 ? GPU_BF16 : GPU_FP32;
+        xent_case(p, 16, 10, 3.0);
+        xent_case(p, 64, 1000, 20.0);
+        xent_case(p, 5, 33, 80.0); /* exp would overflow without the row maximum */
+        xent_case(p, 300, 10, 1.0); /* more rows than one block's threads (the mean) */
+    }
 }
 END_TEST
 
@@ -549,13 +712,86 @@ START_TEST(test_sgd) {
 }
 END_TEST
 
+/* ---- fp32 <-> bf16 casts ---- */
+
+/* n values from offset off (elements) of fresh buffers: the device's rounding against
+ * test/gpu/bf16.h's, bit for bit, and the widening back (exact). */
+static void cast_case(size_t n, int off) {
+    printf("  casts fp32 <-> bf16, n %zu, offset %d\n", n, off);
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)n, (uint64_t)off));
+    const size_t nb = n + (size_t)off;
+    float *x = rnd(&r, nb, 1.0, 0.0);
+    /* values that test the rounding: ties to even (down and up), the largest bf16, values that
+     * round to ±Inf, ±Inf, NaN, an fp32 subnormal (to 0 with or without flushing), zeros, carries
+     * into the exponent; the rest normals over a wide range */
+    const uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x3f80c000u, 0x7f7f7fffu, 0x7f7f8000u, 0xff7fffffu,
+                                0x7f800000u, 0xff800000u, 0x7fc00001u, 0x00000001u, 0xbf7f8000u, 0x00000000u,
+                                0x80000000u, 0x3effffffu, 0x407fffffu};
+    const size_t ns = sizeof special / sizeof special[0];
+    for (size_t i = 0; i < nb; i++) x[i] = ldexpf(x[i], (int)rng_below(&r, 40) - 20);
+    for (size_t i = 0; i < ns && off + i < nb; i++) memcpy(&x[off + i * (n / ns)], &special[i], 4);
+    uint16_t *want = malloc(nb * 2 + 4), *got = malloc(nb * 2 + 4);
+    bf16_pack(want, x, nb);
+
+    gpu_ctx gc;
+    gctx(&gc, GPU_BF16);
+    float *gx = d_from(x, nb), *gw = d_zero(nb);
+    uint16_t *g16 = d_alloc(nb * 2);
+    ck_assert(cudaMemset(g16, 0xff, nb * 2) == cudaSuccess);
+    gpu_f32_to_bf16(&gc, g16 + off, gx + off, n);
+    ck_assert(cudaMemcpy(got, g16, nb * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    size_t bad = 0, first = 0;
+    for (size_t i = off; i < nb; i++) {
+        /* NaN: any NaN will do (the payload is not specified) */
+        const int nan_ok = x[i] != x[i] && (got[i] & 0x7f80u) == 0x7f80u && (got[i] & 0x007fu) != 0;
+        if (got[i] != want[i] && !nan_ok && bad++ == 0) first = i;
+    }
+    ck_assert_msg(bad == 0, "%zu of %zu values rounded differently, first at %zu: %a -> 0x%04x, want 0x%04x", bad, n,
+                  first, (double)x[first], got[first], want[first]);
+    for (int i = 0; i < off; i++) ck_assert_msg(got[i] == 0xffffu, "the cast wrote before its view");
+    printf("    %-44s %zu values, bit for bit\n", "fp32 -> bf16", n);
+
+    gpu_bf16_to_f32(&gc, gw + off, g16 + off, n);
+    float *back = h_from(gw, nb);
+    for (size_t i = off; i < nb; i++) {
+        const float v = bf16_value(got[i]);
+        ck_assert_msg(memcmp(&back[i], &v, 4) == 0 || (v != v && back[i] != back[i]), "bf16 -> fp32 at %zu: %a, want %a", i,
+                      (double)back[i], (double)v);
+    }
+    for (int i = 0; i < off; i++) ck_assert_msg(back[i] == 0.0f, "the cast wrote before its view");
+    printf("    %-44s %zu values, exact\n", "bf16 -> fp32", n);
+    d_free_all();
+    gpu_ctx_free(&gc);
+    free(x), free(want), free(got), free(back);
+}
+
+START_TEST(test_casts) {
+    if (skip_bf16(GPU_BF16, "casts")) return;
+    cast_case(1000, 0);
+    cast_case(1003, 1);
+    cast_case(1003, 3);
+    cast_case(17, 0);
+    cast_case(((size_t)1 << 22) + 5, 0); /* larger than one grid of the grid-stride loop */
+}
+END_TEST
+
 /* ---- errors ---- */
 
 START_TEST(test_errors) {
     char err[ERRLEN];
     gpu_ctx gc;
-    ck_assert_int_ne(gpu_ctx_init(&gc, GPU_BF16, err, sizeof err), 0);
-    ck_assert_msg(strstr(err, "bf16") != NULL, "%s", err);
+    ck_assert_int_ne(gpu_ctx_init(&gc, (gpu_precision)7, err, sizeof err), 0);
+    ck_assert_msg(strstr(err, "unknown GPU precision") != NULL, "%s", err);
+    gpu_ctx_free(&gc);
+    if (cc_major < 8) { /* bf16 refused, with the reason */
+        ck_assert_int_ne(gpu_ctx_init(&gc, GPU_BF16, err, sizeof err), 0);
+        printf("  expected error: %s\n", err);
+        ck_assert_msg(strstr(err, "compute capability 8.0") != NULL, "%s", err);
+    } else {
+        ck_assert_msg(gpu_ctx_init(&gc, GPU_BF16, err, sizeof err) == 0, "gpu_ctx_init bf16: %s", err);
+        ck_assert_int_eq((int)gpu_act_bytes(&gc), 2);
+    }
     gpu_ctx_free(&gc);
     gctx(&gc, GPU_FP32);
     gpu_conv_layer l;
@@ -595,6 +831,12 @@ int main(void) {
         return 1;
     }
     printf("test_gpu_ops: %s\n", buf);
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        printf("test_gpu_ops: cannot read the compute capability\n");
+        return 1;
+    }
 
     Suite *s = suite_create("gpu_ops");
     TCase *tc = tcase_create("gpu_vs_cpu");
@@ -607,6 +849,9 @@ int main(void) {
     tcase_add_test(tc, test_bn);
     tcase_add_test(tc, test_conv_fp32);
     tcase_add_test(tc, test_conv_tf32);
+    tcase_add_test(tc, test_casts);
+    tcase_add_test(tc, test_bn_bf16);
+    tcase_add_test(tc, test_conv_bf16);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

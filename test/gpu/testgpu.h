@@ -9,6 +9,8 @@
 
 #include <check.h>
 
+#include "bf16.h"
+
 /* DSGD_REQUIRE_GPU set (and not "0"): the run is meant for a GPU machine, so finding no usable GPU
  * (no device, or a CUDA runtime that cannot start: driver older than the runtime, no driver in a
  * container) is a failure, not a skip. Without it a GPU machine whose CUDA cannot initialise would

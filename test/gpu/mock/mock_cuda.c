@@ -127,8 +127,9 @@ cudaError_t cudaGetDevice(int *d) {
 cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
 
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
-    (void)a, (void)d;
-    *v = 4;
+    (void)d;
+    /* compute capability 9.0, as cudaGetDeviceProperties says; 4 multiprocessors */
+    *v = a == cudaDevAttrComputeCapabilityMajor ? 9 : a == cudaDevAttrComputeCapabilityMinor ? 0 : 4;
     return cudaSuccess;
 }
 

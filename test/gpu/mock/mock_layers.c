@@ -8,20 +8,56 @@
  *     its last forward (the CPU layers keep their own copies; the GPU ones are given them);
  *   - convolutions are tuned and the workspace committed before they run;
  *   - cudnnFind's garbage: gpu_conv_tune fills its output buffers with NaN, so a model that
- *     does not clear them afterwards fails. */
+ *     does not clear them afterwards fails.
+ *
+ * GPU_BF16 is emulated: activations (and the weights given to convolutions and the fc layer) are
+ * bf16 bits in 2-byte elements, widened to fp32 for the CPU layers; every result the real
+ * layers store as bf16 is rounded to nearest even here too (test/gpu/bf16.h, the device's
+ * __float2bfloat16_rn), and the fp32 ones (BN statistics, γ/β gradients, logits, the fc weight
+ * and bias gradients) are not. A convolution's weight gradient is rounded to bf16 before it is
+ * stored in fp32, as cuDNN writes it in bf16 first. Where the real layers accumulate in fp32
+ * inside cuDNN or cuBLAS, the mock's oneDNN accumulates in fp32 too, so the mock's error against
+ * the fp32 CPU model is what bf16 storage costs, not what a particular GPU kernel adds. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "layers.h" /* cuda/layers.h */
+#include "../bf16.h" /* test/gpu/bf16.h */
+#include "layers.h"  /* cuda/layers.h */
 #include "nn/layers.h"
 #include "optim/sgd.h"
 #include "util/util.h"
 
 void mock_check_dev(const void *p, size_t nbytes, const char *what);
 
+/* fp32 buffers (parameters, gradients, statistics, logits) and activation-typed ones. */
 #define DEV(p, count, what) mock_check_dev((p), (size_t)(count) * sizeof(float), (what))
+#define DEVA(c, p, count, what) mock_check_dev((p), (size_t)(count) * (c)->act_bytes, (what))
+
+static int bf(const gpu_ctx *c) { return c->prec == GPU_BF16; }
+
+/* n activations at p as fp32: p itself, or (bf16) a widened copy; release with act_done. */
+static float *act_in(const gpu_ctx *c, const void *p, size_t n) {
+    if (!bf(c)) return (float *)p;
+    float *f = xmalloc(n * sizeof(float) + 4);
+    bf16_unpack(f, (const uint16_t *)p, n);
+    return f;
+}
+
+static void act_done(const gpu_ctx *c, const float *f) {
+    if (bf(c)) free((void *)f);
+}
+
+/* Where to compute n activations that go to p: p itself, or (bf16) an fp32 scratch that
+ * act_out then rounds into p. */
+static float *act_scratch(const gpu_ctx *c, void *p, size_t n) { return bf(c) ? xmalloc(n * sizeof(float) + 4) : (float *)p; }
+
+static void act_out(const gpu_ctx *c, void *p, float *f, size_t n) {
+    if (!bf(c)) return;
+    bf16_pack((uint16_t *)p, f, n);
+    free(f);
+}
 
 static nn_ctx cpu_ctx;
 static int cpu_ready;
@@ -69,6 +105,9 @@ static void nan_fill(float *p, size_t n) {
     for (size_t i = 0; i < n; i++) p[i] = NAN;
 }
 
+/* NaN in either activation type (all-ones bytes are a NaN in fp32 and in bf16). */
+static void nan_fill_act(const gpu_ctx *c, void *p, size_t n) { memset(p, 0xff, n * c->act_bytes); }
+
 static float relu1(float x) { return x > 0.0f ? x : (x != x ? x : 0.0f); }
 
 /* ---- context ---- */
@@ -82,9 +121,10 @@ int gpu_malloc(void **p, size_t nbytes, const char *what, char *err, size_t errl
 
 int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
-    if (prec != GPU_FP32 && prec != GPU_TF32)
-        return seterr(err, errlen, "precision bf16 is not built yet in the GPU backend (fp32 and tf32 are)"), -1;
+    if (prec != GPU_FP32 && prec != GPU_TF32 && prec != GPU_BF16)
+        return seterr(err, errlen, "unknown GPU precision %d", (int)prec), -1;
     c->prec = prec;
+    c->act_bytes = prec == GPU_BF16 ? 2 : 4;
     c->n_sm = 4;
     if (cudaStreamCreate(&c->stream) != cudaSuccess) return seterr(err, errlen, "mock stream"), -1;
     return gpu_malloc(&c->blas_ws, GPU_BLAS_WS_NBYTES, "cuBLAS workspace", err, errlen);
@@ -119,7 +159,7 @@ void gpu_ctx_sync(gpu_ctx *c, const char *where) { (void)c, (void)where; }
 
 typedef struct {
     conv_layer cl;
-    const float *w_fwd; /* weight of the last forward */
+    const void *w_fwd; /* weight of the last forward */
 } mock_conv;
 
 int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
@@ -143,22 +183,22 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
     return 0;
 }
 
-int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const float *x, const float *w, float *y, float *dx, float *dw,
+int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, void *y, void *dx, float *dw,
                   char *err, size_t errlen) {
-    (void)c, (void)err, (void)errlen;
+    (void)err, (void)errlen;
     const size_t nx = (size_t)l->n * l->ic * l->ih * l->iw, nw = (size_t)l->oc * l->ic * l->k * l->k;
     const size_t ny = (size_t)l->n * l->oc * l->oh * l->ow;
-    DEV(x, nx, "tune x");
-    DEV(w, nw, "tune w");
-    DEV(y, ny, "tune y");
-    nan_fill(y, ny);
+    DEVA(c, x, nx, "tune x");
+    DEVA(c, w, nw, "tune w");
+    DEVA(c, y, ny, "tune y");
+    nan_fill_act(c, y, ny);
     if (l->mode == GPU_TRAIN) {
         DEV(dw, nw, "tune dw");
-        nan_fill(dw, nw);
+        if (!bf(c)) nan_fill(dw, nw); /* bf16: the real layer tunes on its own dw16 */
     }
     if (l->need_dinp) {
-        DEV(dx, nx, "tune dx");
-        nan_fill(dx, nx);
+        DEVA(c, dx, nx, "tune dx");
+        nan_fill_act(c, dx, nx);
     }
     gpu_ctx_reserve(c, 1024);
     l->fwd_ws = l->bwd_data_ws = l->bwd_filter_ws = 1024;
@@ -171,32 +211,42 @@ void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n) {
     snprintf(buf, n, "mock");
 }
 
-void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, float *out, const float *inp, const float *weight) {
+void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, void *out, const void *inp, const void *weight) {
     if (!l->tuned || c->ws_nbytes < l->fwd_ws) DIE("mock: %s runs before tuning / commit", l->what);
     mock_conv *m = tab_get(l);
-    DEV(out, (size_t)l->n * l->oc * l->oh * l->ow, l->what);
-    DEV(inp, (size_t)l->n * l->ic * l->ih * l->iw, l->what);
-    DEV(weight, (size_t)l->oc * l->ic * l->k * l->k, l->what);
-    if ((const float *)out == inp) DIE("mock: %s forward in place", l->what);
-    conv_forward(&m->cl, cpu(), out, inp, weight);
+    const size_t nx = (size_t)l->n * l->ic * l->ih * l->iw, nw = (size_t)l->oc * l->ic * l->k * l->k;
+    const size_t ny = (size_t)l->n * l->oc * l->oh * l->ow;
+    DEVA(c, out, ny, l->what);
+    DEVA(c, inp, nx, l->what);
+    DEVA(c, weight, nw, l->what);
+    if ((const void *)out == inp) DIE("mock: %s forward in place", l->what);
+    float *x = act_in(c, inp, nx), *w = act_in(c, weight, nw), *y = act_scratch(c, out, ny);
+    conv_forward(&m->cl, cpu(), y, x, w);
+    act_out(c, out, y, ny);
+    act_done(c, x), act_done(c, w);
     m->w_fwd = weight;
 }
 
-void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, float *dinp, float *dweight, const float *dout,
-                       const float *inp, const float *weight) {
-    (void)c;
+void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, void *dinp, float *dweight, const void *dout,
+                       const void *inp, const void *weight) {
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     mock_conv *m = tab_get(l);
     if (weight != m->w_fwd) DIE("mock: %s backward with another weight than its forward", l->what);
-    const size_t nx = (size_t)l->n * l->ic * l->ih * l->iw;
-    DEV(dweight, (size_t)l->oc * l->ic * l->k * l->k, l->what);
-    DEV(dout, (size_t)l->n * l->oc * l->oh * l->ow, l->what);
-    DEV(inp, nx, l->what);
-    if (l->need_dinp && dinp) {
-        DEV(dinp, nx, l->what);
-        if ((const float *)dinp == dout || (const float *)dinp == inp) DIE("mock: %s backward in place", l->what);
+    const size_t nx = (size_t)l->n * l->ic * l->ih * l->iw, nw = (size_t)l->oc * l->ic * l->k * l->k;
+    const size_t ny = (size_t)l->n * l->oc * l->oh * l->ow;
+    DEV(dweight, nw, l->what);
+    DEVA(c, dout, ny, l->what);
+    DEVA(c, inp, nx, l->what);
+    const int data = l->need_dinp && dinp;
+    if (data) {
+        DEVA(c, dinp, nx, l->what);
+        if ((const void *)dinp == dout || (const void *)dinp == inp) DIE("mock: %s backward in place", l->what);
     }
-    conv_backward(&m->cl, cpu(), l->need_dinp ? dinp : NULL, dweight, dout, inp);
+    float *dy = act_in(c, dout, ny), *x = act_in(c, inp, nx), *dx = data ? act_scratch(c, dinp, nx) : NULL;
+    conv_backward(&m->cl, cpu(), dx, dweight, dy, x);
+    if (bf(c)) bf16_round_all(dweight, nw); /* cuDNN writes it in bf16 (x's type), then it is widened */
+    if (data) act_out(c, dinp, dx, nx);
+    act_done(c, dy), act_done(c, x);
 }
 
 void gpu_conv_free(gpu_conv_layer *l) {
@@ -235,39 +285,48 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     return 0;
 }
 
-void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, float *out, const float *inp, const float *gamma,
+void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
-    (void)c;
     mock_bn *m = tab_get(l);
-    DEV(out, l->count, l->what);
-    DEV(inp, l->count, l->what);
+    const size_t n = l->count;
+    DEVA(c, out, n, l->what);
+    DEVA(c, inp, n, l->what);
     DEV(gamma, l->c, l->what);
     DEV(beta, l->c, l->what);
     DEV(running_mean, l->c, l->what);
     DEV(running_var, l->c, l->what);
-    if ((const float *)out == inp) DIE("mock: %s forward in place", l->what);
-    bn_forward(&m->cl, cpu(), out, inp, gamma, beta, running_mean, running_var);
-    if (l->relu)
-        for (size_t i = 0; i < l->count; i++) out[i] = relu1(out[i]);
+    if ((const void *)out == inp) DIE("mock: %s forward in place", l->what);
+    float *x = act_in(c, inp, n), *y = act_scratch(c, out, n);
+    bn_forward(&m->cl, cpu(), y, x, gamma, beta, running_mean, running_var);
+    if (l->relu) /* the real layer rounds BN's output, then applies ReLU to it: the same values */
+        for (size_t i = 0; i < n; i++) y[i] = relu1(y[i]);
+    act_out(c, out, y, n);
+    act_done(c, x);
 }
 
-void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, float *dinp, float *dgamma, float *dbeta, float *dout,
-                     const float *inp, const float *out, const float *gamma) {
-    (void)c;
+void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
+                     const void *inp, const void *out, const float *gamma) {
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     mock_bn *m = tab_get(l);
-    DEV(dinp, l->count, l->what);
-    DEV(dout, l->count, l->what);
-    DEV(inp, l->count, l->what);
+    const size_t n = l->count;
+    DEVA(c, dinp, n, l->what);
+    DEVA(c, dout, n, l->what);
+    DEVA(c, inp, n, l->what);
     DEV(dgamma, l->c, l->what);
     DEV(dbeta, l->c, l->what);
     DEV(gamma, l->c, l->what);
-    if (dinp == dout || (const float *)dinp == inp) DIE("mock: %s backward in place", l->what);
-    if (l->relu) {
-        DEV(out, l->count, l->what);
-        for (size_t i = 0; i < l->count; i++) dout[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    if (dinp == dout || (const void *)dinp == inp) DIE("mock: %s backward in place", l->what);
+    float *dy = act_in(c, dout, n), *x = act_in(c, inp, n), *dx = act_scratch(c, dinp, n);
+    if (l->relu) { /* dout masked in place, as the real layer does */
+        DEVA(c, out, n, l->what);
+        float *y = act_in(c, out, n);
+        for (size_t i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        if (bf(c)) bf16_pack((uint16_t *)dout, dy, n);
+        act_done(c, y);
     }
-    bn_backward(&m->cl, cpu(), dinp, dgamma, dbeta, dout, inp, gamma, m->beta0);
+    bn_backward(&m->cl, cpu(), dx, dgamma, dbeta, dy, x, gamma, m->beta0);
+    act_out(c, dinp, dx, n);
+    act_done(c, dy), act_done(c, x);
 }
 
 void gpu_bn_free(gpu_bn_layer *l) {
@@ -293,19 +352,27 @@ int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch
     return 0;
 }
 
-void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, float *out, const float *inp) {
-    (void)c;
-    DEV(out, l->count, l->what);
-    DEV(inp, l->count, l->what);
-    for (size_t i = 0; i < l->count; i++) out[i] = relu1(inp[i]);
+/* The values of activation i of p, and a store into q, in c's type. */
+static float act_get(const gpu_ctx *c, const void *p, size_t i) {
+    return bf(c) ? bf16_value(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 
-void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, float *dinp, const float *dout, const float *out) {
-    (void)c;
-    DEV(dinp, l->count, l->what);
-    DEV(dout, l->count, l->what);
-    DEV(out, l->count, l->what);
-    for (size_t i = 0; i < l->count; i++) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+static void act_set(const gpu_ctx *c, void *q, size_t i, float v) {
+    if (bf(c)) ((uint16_t *)q)[i] = bf16_bits(v);
+    else ((float *)q)[i] = v;
+}
+
+void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp) {
+    DEVA(c, out, l->count, l->what);
+    DEVA(c, inp, l->count, l->what);
+    for (size_t i = 0; i < l->count; i++) act_set(c, out, i, relu1(act_get(c, inp, i)));
+}
+
+void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *out) {
+    DEVA(c, dinp, l->count, l->what);
+    DEVA(c, dout, l->count, l->what);
+    DEVA(c, out, l->count, l->what);
+    for (size_t i = 0; i < l->count; i++) act_set(c, dinp, i, act_get(c, out, i) > 0.0f ? act_get(c, dout, i) : 0.0f);
 }
 
 int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu,
@@ -320,31 +387,29 @@ int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, 
     return 0;
 }
 
-void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, float *out, const float *a, const float *b) {
-    (void)c;
-    DEV(out, l->count, l->what);
-    DEV(a, l->count, l->what);
-    DEV(b, l->count, l->what);
+void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, const void *b) {
+    DEVA(c, out, l->count, l->what);
+    DEVA(c, a, l->count, l->what);
+    DEVA(c, b, l->count, l->what);
     for (size_t i = 0; i < l->count; i++) {
-        const float s = a[i] + b[i];
-        out[i] = l->relu ? relu1(s) : s;
+        const float s = act_get(c, a, i) + act_get(c, b, i);
+        act_set(c, out, i, l->relu ? relu1(s) : s);
     }
 }
 
-void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, float *dsum, const float *dout, const float *out) {
-    (void)c;
+void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout, const void *out) {
     if (!l->relu) DIE("mock: add backward without relu");
-    DEV(dsum, l->count, l->what);
-    DEV(dout, l->count, l->what);
-    DEV(out, l->count, l->what);
-    for (size_t i = 0; i < l->count; i++) dsum[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+    DEVA(c, dsum, l->count, l->what);
+    DEVA(c, dout, l->count, l->what);
+    DEVA(c, out, l->count, l->what);
+    for (size_t i = 0; i < l->count; i++) act_set(c, dsum, i, act_get(c, out, i) > 0.0f ? act_get(c, dout, i) : 0.0f);
 }
 
 /* ---- pooling ---- */
 
 typedef struct {
     pool_layer cl;
-    const float *x_fwd, *y_fwd;
+    const void *x_fwd, *y_fwd;
 } mock_pool;
 
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
@@ -367,40 +432,44 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
     return 0;
 }
 
-void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, float *out, const float *inp) {
-    (void)c;
+void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp) {
     const size_t nx = (size_t)l->n * l->c * l->ih * l->iw, ny = (size_t)l->n * l->c * l->oh * l->ow;
-    DEV(out, ny, l->what);
-    DEV(inp, nx, l->what);
+    DEVA(c, out, ny, l->what);
+    DEVA(c, inp, nx, l->what);
     if (l->max) {
         mock_pool *m = tab_get(l);
-        pool_forward(&m->cl, cpu(), out, inp);
+        float *x = act_in(c, inp, nx), *y = act_scratch(c, out, ny);
+        pool_forward(&m->cl, cpu(), y, x);
+        act_out(c, out, y, ny);
+        act_done(c, x);
         m->x_fwd = inp, m->y_fwd = out;
         return;
     }
     const size_t hw = (size_t)l->ih * l->iw;
     for (size_t p = 0; p < (size_t)l->n * l->c; p++) {
         float s = 0.0f;
-        for (size_t i = 0; i < hw; i++) s += inp[p * hw + i];
-        out[p] = s / (float)hw;
+        for (size_t i = 0; i < hw; i++) s += act_get(c, inp, p * hw + i);
+        act_set(c, out, p, s / (float)hw);
     }
 }
 
-void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, float *dinp, const float *dout, const float *inp,
-                       const float *out) {
-    (void)c;
+void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *inp,
+                       const void *out) {
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     const size_t nx = (size_t)l->n * l->c * l->ih * l->iw, ny = (size_t)l->n * l->c * l->oh * l->ow;
-    DEV(dinp, nx, l->what);
-    DEV(dout, ny, l->what);
+    DEVA(c, dinp, nx, l->what);
+    DEVA(c, dout, ny, l->what);
     if (l->max) {
         mock_pool *m = tab_get(l);
         if (inp != m->x_fwd || out != m->y_fwd) DIE("mock: %s backward without its forward's input and output", l->what);
-        pool_backward(&m->cl, cpu(), dinp, dout);
+        float *dy = act_in(c, dout, ny), *dx = act_scratch(c, dinp, nx);
+        pool_backward(&m->cl, cpu(), dx, dy);
+        act_out(c, dinp, dx, nx);
+        act_done(c, dy);
         return;
     }
     const size_t hw = (size_t)l->ih * l->iw;
-    for (size_t i = 0; i < nx; i++) dinp[i] = dout[i / hw] * (1.0f / (float)hw);
+    for (size_t i = 0; i < nx; i++) act_set(c, dinp, i, act_get(c, dout, i / hw) * (1.0f / (float)hw));
 }
 
 void gpu_pool_free(gpu_pool_layer *l) {
@@ -414,26 +483,32 @@ void gpu_pool_free(gpu_pool_layer *l) {
 
 /* ---- fc, loss, SGD ---- */
 
-void gpu_fc_forward(gpu_ctx *c, float *out, const float *inp, const float *weight, const float *bias, int n,
+void gpu_fc_forward(gpu_ctx *c, float *out, const void *inp, const void *weight, const float *bias, int n,
                     int nin, int nout) {
-    (void)c;
+    const size_t nx = (size_t)n * nin, nw = (size_t)nout * nin;
     DEV(out, (size_t)n * nout, "fc out");
-    DEV(inp, (size_t)n * nin, "fc inp");
-    DEV(weight, (size_t)nout * nin, "fc weight");
+    DEVA(c, inp, nx, "fc inp");
+    DEVA(c, weight, nw, "fc weight");
     DEV(bias, nout, "fc bias");
-    fc_forward(out, inp, weight, bias, n, nin, nout);
+    float *x = act_in(c, inp, nx), *w = act_in(c, weight, nw);
+    fc_forward(out, x, w, bias, n, nin, nout); /* fp32 logits (cublasGemmEx with C CUDA_R_32F) */
+    act_done(c, x), act_done(c, w);
 }
 
-void gpu_fc_backward(gpu_ctx *c, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                     const float *weight, int n, int nin, int nout) {
-    (void)c;
-    if (dinp) DEV(dinp, (size_t)n * nin, "fc dinp");
-    DEV(dweight, (size_t)nout * nin, "fc dweight");
+void gpu_fc_backward(gpu_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
+                     const void *weight, int n, int nin, int nout) {
+    const size_t nx = (size_t)n * nin, nw = (size_t)nout * nin, ny = (size_t)n * nout;
+    if (dinp) DEVA(c, dinp, nx, "fc dinp");
+    DEV(dweight, nw, "fc dweight");
     DEV(dbias, nout, "fc dbias");
-    DEV(dout, (size_t)n * nout, "fc dout");
-    DEV(inp, (size_t)n * nin, "fc inp");
-    DEV(weight, (size_t)nout * nin, "fc weight");
-    fc_backward(dinp, dweight, dbias, dout, inp, weight, n, nin, nout);
+    DEVA(c, dout, ny, "fc dout");
+    DEVA(c, inp, nx, "fc inp");
+    DEVA(c, weight, nw, "fc weight");
+    float *dy = act_in(c, dout, ny), *x = act_in(c, inp, nx), *w = act_in(c, weight, nw);
+    float *dx = dinp ? act_scratch(c, dinp, nx) : NULL;
+    fc_backward(dx, dweight, dbias, dy, x, w, n, nin, nout); /* dweight, dbias fp32 */
+    if (dinp) act_out(c, dinp, dx, nx);
+    act_done(c, dy), act_done(c, x), act_done(c, w);
 }
 
 void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *loss, const float *logits,
@@ -447,12 +522,32 @@ void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *lo
     *loss = softmax_xent_forward(probs, losses, logits, y, n, k);
 }
 
-void gpu_softmax_xent_backward(gpu_ctx *c, float *dlogits, const float *probs, const int *y, int n, int k) {
-    (void)c;
-    DEV(dlogits, (size_t)n * k, "xent dlogits");
-    DEV(probs, (size_t)n * k, "xent probs");
+void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, const int *y, int n, int k) {
+    const size_t nl = (size_t)n * k;
+    DEVA(c, dlogits, nl, "xent dlogits");
+    DEV(probs, nl, "xent probs");
     mock_check_dev(y, (size_t)n * sizeof(int), "xent labels");
-    softmax_xent_backward(dlogits, probs, y, n, k);
+    float *d = act_scratch(c, dlogits, nl);
+    softmax_xent_backward(d, probs, y, n, k);
+    act_out(c, dlogits, d, nl);
+}
+
+/* ---- precision casts ---- */
+
+void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n) {
+    (void)c;
+    if (n == 0) return;
+    mock_check_dev(dst, n * 2, "bf16 cast destination");
+    DEV(src, n, "bf16 cast source");
+    bf16_pack((uint16_t *)dst, src, n);
+}
+
+void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
+    (void)c;
+    if (n == 0) return;
+    DEV(dst, n, "fp32 cast destination");
+    mock_check_dev(src, n * 2, "fp32 cast source");
+    bf16_unpack(dst, (const uint16_t *)src, n);
 }
 
 void gpu_sgd_update(gpu_ctx *c, float *theta, const float *grad, float *v, size_t n, float alpha, float mu,
