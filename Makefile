@@ -129,18 +129,24 @@ build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiut
 # headers; skipped (with a line saying so) where they are absent.
 CUDA_HDRS := $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h)
 CUDNN_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
-MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model)
+MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device)
+MOCK_OBJ  := build/mock/model.o build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/nogpucomm.o
 MOCK_INC  := -I$(CUDA_HOME)/include $(if $(CUDNN_HDR),-I$(dir $(CUDNN_HDR)))
 CXX_MOCK  ?= g++
 build/mock/model.o: cuda/model.cu cuda/gpu.h cuda/layers.h cuda/common.h cuda/internal.h src/nn/layout.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(MOCK_INC) -c $< -o $@
-build/mock/%.o: test/gpu/mock/%.c cuda/layers.h | build/.deps-ok
+build/mock/nogpucomm.o: cuda/nogpucomm.c cuda/gpucomm.h | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -Icuda -c $< -o $@
+build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Icuda $(MOCK_INC) -c $< -o $@
-build/mock/test_gpu_model: test/gpu/test_gpu_model.c build/mock/model.o build/mock/mock_layers.o build/mock/mock_cuda.o $(LIB) test/testutil.h test/gpu/testgpu.h | build/.deps-ok
-	$(CC) $(CFLAGS) -Isrc -Icuda -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< build/mock/model.o \
-	    build/mock/mock_layers.o build/mock/mock_cuda.o $(LIB) -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) -ldnnl -lm
+# The model.h-level test over the mock: src/nn/model.c's GPU dispatch (host mirrors, sync modes)
+# on cuda/model.cu over the CPU stand-ins.
+build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.deps-ok
+	$(CC) $(CFLAGS) -Isrc -Icuda -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(MOCK_OBJ) \
+	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) -ldnnl -lm -ldl
 
 # test/gpu/: every GPU op and the whole model against the CPU backend (CUDA=1 only).
 gpu-tests: $(if $(filter 0,$(CUDA)),gpu-tests-need-cuda,$(GPU_TESTS) $(if $(wildcard tools/bench_gpu.c),build/bench_gpu))
