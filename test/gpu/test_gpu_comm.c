@@ -225,10 +225,5 @@ int main(void) {
     }
     printf("test_gpu_comm: %s; %s; %s\n", desc, ver, nccl);
     fflush(stdout);
-    SRunner *sr = srunner_create(gpu_comm_suite());
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    const int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return run_suite_nofork(gpu_comm_suite());
 }

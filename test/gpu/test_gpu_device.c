@@ -389,10 +389,5 @@ int main(void) {
         printf("test_gpu_device: %s; %s\n", desc, ver);
     }
     fflush(stdout);
-    SRunner *sr = srunner_create(gpu_model_suite());
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    const int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return run_suite_nofork(gpu_model_suite());
 }

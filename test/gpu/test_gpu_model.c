@@ -401,10 +401,5 @@ int main(void) {
     tcase_add_test(tc, test_descent);
     tcase_add_test(tc, test_resnet_imagenet_224);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    const int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return run_suite_nofork(s);
 }

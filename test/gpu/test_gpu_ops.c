@@ -853,10 +853,5 @@ int main(void) {
     tcase_add_test(tc, test_bn_bf16);
     tcase_add_test(tc, test_conv_bf16);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    const int nf = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return run_suite_nofork(s);
 }

@@ -33,6 +33,17 @@ static inline double rel_l2(const float *got, const float *want, size_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+/* Run every test of s in this process (CK_NOFORK: CUDA does not survive fork() once
+ * initialised) and return the exit status: EXIT_SUCCESS if none failed. */
+static inline int run_suite_nofork(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    const int nf = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
 /* Print the relative error of (got, want) and assert it is <= tol. */
 #define CHECK_REL(what, got, want, n, tol)                                                                      \
     do {                                                                                                        \
