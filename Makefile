@@ -49,6 +49,9 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 GPU_LIB   := build/libgpu.a
 GPU_TESTS :=
+ifeq ($(filter 0 1,$(CUDA)),)
+$(error CUDA=$(CUDA): use CUDA=1 (build the GPU backend) or CUDA=0 (the default, CPU only))
+endif
 ifeq ($(CUDA),0)
 GPU_OBJ   := build/cuda/nogpu.o build/cuda/nogpucomm.o
 NCCL_ON   := 0

@@ -41,7 +41,7 @@ typedef struct {
 
 static void print_usage(FILE *f) {
     fprintf(f,
-            "usage: dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg\n"
+            "usage: dsgd-run [--set KEY=VALUE]... [--check | --print-config] [--p-from-world] EXPERIMENT.cfg\n"
             "       mpiexec -n P dsgd-run EXPERIMENT.cfg     (P = the experiment's p)\n"
             "\n"
             "Trains ResNet-18 with a distributed SGD method (Jin et al. 2016) on p MPI ranks and\n"
@@ -248,12 +248,17 @@ int main(int argc, char **argv) {
     /* 1. The experiment: every rank reads it; all reach the same verdict. */
     static experiment e;
     st = config_load(&e, args.config_path, args.sets, args.n_sets, err, sizeof err);
-    if (!st && args.p_from_world) {
+    /* --check without mpiexec cannot know the allocation: the file's p is checked as it is. */
+    const int p_from_world = args.p_from_world && !(args.check_only && comm_size() == 1);
+    if (!st && p_from_world) {
         /* The allocation decides p: read the file once for the method and its servers, then
          * again with p set last, so every check on p (backups, slow ranks, ...) sees it. */
         static char p_set[32];
         const int servers = method_has_servers(e.method) ? e.servers : 0;
-        const int p = comm_size() - servers;
+        const int p = comm_size() - servers, p_file = e.p;
+        if (p >= 1 && p != p_file && r0 && !args.print_config)
+            printf("dsgd-run: p = %d from the MPI world (--p-from-world: %d rank(s) - %d server(s)); the experiment "
+                   "said p = %d, so m = p·b = %d instead of %d\n", p, comm_size(), servers, p_file, p * e.b, p_file * e.b);
         if (p < 1)
             st = seterr(err, sizeof err, "--p-from-world: MPI started %d rank(s), but method %s needs %d server rank(s) "
                         "plus at least one worker", comm_size(), method_name(e.method), servers);
@@ -264,6 +269,14 @@ int main(int argc, char **argv) {
             st = config_load(&e, args.config_path, args.sets, args.n_sets, err, sizeof err);
         }
     }
+    /* What this binary cannot do is bad input already here, so that --check (and tools/sweep.py
+     * through --print-config) refuses it on a login node without a GPU too. */
+    if (!st && strcmp(e.device, "cuda") == 0 && !gpu_built())
+        st = seterr(err, sizeof err, "%s: key 'device': device = \"cuda\" needs the GPU backend: this dsgd-run was built without "
+                    "it; rebuild with `make CUDA=1` (CUDA toolkit, cuDNN and cuBLAS)", config_where("device"));
+    if (!st && strcmp(e.comm, "nccl") == 0 && gpu_built() && !gpucomm_nccl_built())
+        st = seterr(err, sizeof err, "%s: key 'comm': comm = \"nccl\" needs NCCL support: this dsgd-run was built without "
+                    "it; rebuild with `make CUDA=1` where nccl.h is found (NCCL=auto or NCCL=1)", config_where("comm"));
     if (!st && args.print_config) {
         static char text[1 << 16];
         if (config_to_text(&e, text, sizeof text) >= (int)sizeof text - 1) st = seterr(err, sizeof err, "--print-config: the experiment does not fit in %zu bytes", sizeof text);

@@ -28,9 +28,17 @@ $PY tools/sweep.py configs/linear.cfg --vary p=3 --m 64 --name t2 --dir "$dir/sw
 rc=$?
 [ $rc = 2 ] && grep -q "p = 3 does not divide m = 64" "$dir/log" && [ ! -e "$dir/sweeps/t2" ] \
     && ok "p not dividing m: exit 2, nothing written" || bad "p = 3, m = 64: exit $rc, $(cat "$dir/log")"
-$PY tools/sweep.py configs/linear.cfg --vary p=2 --name t1 --dir "$dir/sweeps" --dry-run >"$dir/log" 2>&1
+# A dry run is replaced by the same command again; a sweep with a submitted job is never replaced.
+$PY tools/sweep.py configs/linear.cfg --vary p=2,4 --name t4 --dir "$dir/sweeps" --dry-run >"$dir/log" 2>&1
+$PY tools/sweep.py configs/linear.cfg --vary p=2 --name t4 --dir "$dir/sweeps" --dry-run >"$dir/log" 2>&1
 rc=$?
-[ $rc = 2 ] && grep -q "never overwritten" "$dir/log" && ok "an existing sweep is refused" || bad "sweep t1 again: exit $rc"
+[ $rc = 0 ] && grep -q "replacing" "$dir/log" && [ ! -e "$dir/sweeps/t4/t4-p4.cfg" ] && [ -f "$dir/sweeps/t4/t4-p2.cfg" ] \
+    && ok "a dry run is replaced by the same sweep again" || bad "dry run again: exit $rc, $(cat "$dir/log")"
+$PY -c "import json,sys; p=sys.argv[1]; d=json.load(open(p)); d['dry_run']=False; d['jobs'][0]['job_id']='77'; json.dump(d,open(p,'w'))" \
+    "$dir/sweeps/t4/sweep.json"
+$PY tools/sweep.py configs/linear.cfg --vary p=2 --name t4 --dir "$dir/sweeps" --dry-run >"$dir/log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "never overwritten" "$dir/log" && ok "a sweep with a submitted job is never replaced" || bad "sweep t4 again: exit $rc"
 $PY tools/sweep.py configs/linear.cfg --vary p=2 --vary alpha.bse=1 --name t3 --dir "$dir/sweeps" --dry-run >"$dir/log" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "unknown key 'alpha.bse'" "$dir/log" && ok "a bad key is reported by dsgd-run's own message" || bad "bad key: exit $rc, $(cat "$dir/log")"

@@ -2,7 +2,8 @@
 """plot_runs.py — the papers' panels from dsgd-run run files (Jin et al. 2016, Figures 1 and 2):
 validation loss and top-1 error against wall-clock time (hours; minutes or seconds for short
 runs) and against iterations, one line per
-run labelled by method and p, plus each worker's step-time distribution (straggler studies), to
+run labelled by method and p (and the experiment's name where those repeat), plus each worker's
+distribution of time per step not spent waiting for other ranks (straggler studies), to
 PNG and PDF; and a summary table (final top-1 error, time to a target error, img/s) on stdout.
 
     /usr/bin/python3 tools/plot_runs.py runs/*.h5 [--out plots/fig] [--target 0.15] [--title T]
@@ -16,6 +17,7 @@ unless --overwrite. Needs h5py and matplotlib (Debian: python3-h5py, python3-mat
 import argparse
 import math
 import os
+import re
 import sys
 
 import h5py
@@ -63,14 +65,16 @@ def read_run(path):
         r = {"path": path, "method": attr(f, "method", "?"), "p": attr(f, "p", 0), "b": attr(f, "b", 0),
              "m": attr(f, "m", 0), "iterations": attr(f, "iterations", 0), "status": attr(f, "status", None),
              "images_per_s": attr(f, "images_per_s", None), "device": attr(f, "device", "")}
+        mt = re.search(r'^name = "(.*)";$', attr(f, "config", "") or "", re.M)
+        r["name"] = mt.group(1) if mt else os.path.splitext(os.path.basename(path))[0]
         if "eval" not in f or "train" not in f:
             raise ValueError("not a dsgd-run run file (no /eval or /train)")
         r["e_step"], r["e_time"], r["e_loss"], r["e_top1"] = columns(f["eval"], ["step", "time_s", "loss", "top1_error"])
         r["t_step"], r["t_time"] = columns(f["train"], ["step", "time_s"])
-        r["step_time"] = None
-        if "ranks" in f and "step_time_s" in f["ranks"]:
-            (st,) = columns(f["ranks"], ["step_time_s"])
-            r["step_time"] = np.asarray(st)
+        r["step_time"] = r["wait"] = None
+        if "ranks" in f and "step_time_s" in f["ranks"] and "wait_s" in f["ranks"]:
+            st, wt = columns(f["ranks"], ["step_time_s", "wait_s"])
+            r["step_time"], r["wait"] = np.asarray(st), np.asarray(wt)
     return r
 
 
@@ -110,13 +114,23 @@ def main():
             die(f"{p}: {ex}")
     runs.sort(key=lambda r: (r["method"], r["p"], r["path"]))
 
-    # One colour per (method, p); line style per method.
-    keys = sorted({(r["method"], r["p"]) for r in runs})
+    # One colour per line: (method, p), or (method, p, experiment name) where runs of one method
+    # and p differ in something else (a sweep over alpha, precision, stragglers, ...); the pieces
+    # of one requeued experiment share its name and so its line colour. Line style and marker
+    # per method.
+    names = {}
+    for r in runs:
+        names.setdefault((r["method"], r["p"]), set()).add(r["name"])
+    for r in runs:
+        k = (r["method"], r["p"])
+        r["key"] = k + ((r["name"],) if len(names[k]) > 1 else ())
+        r["label"] = f"{r['method']} p={r['p']}" + (f" ({r['name']})" if len(names[k]) > 1 else "")
+    keys = sorted({r["key"] for r in runs})
     cmap = plt.get_cmap("tab10" if len(keys) <= 10 else "tab20")
     colour = {k: cmap(i % cmap.N) for i, k in enumerate(keys)}
-    styles = ["-", "--", "-.", ":"]
-    methods = sorted({k[0] for k in keys})
-    style = {m: styles[i % len(styles)] for i, m in enumerate(methods)}
+    methods = sorted({r["method"] for r in runs})
+    lstyles, markers = ["-", "--", "-.", ":"], ["o", "s", "^", "D", "v", "x"]
+    style = {m: (lstyles[i % len(lstyles)], markers[i % len(markers)]) for i, m in enumerate(methods)}
 
     # Wall-clock axis in hours as the papers, or minutes / seconds for short runs.
     tmax = max((float(r["e_time"][-1]) for r in runs if len(r["e_time"])), default=0.0)
@@ -124,10 +138,11 @@ def main():
     fig, ax = plt.subplots(2, 2, figsize=(12, 8.5))
     labelled = set()
     for r in runs:
-        k = (r["method"], r["p"])
-        lab = None if k in labelled else f"{r['method']} p={r['p']}"
+        k = r["key"]
+        lab = None if k in labelled else r["label"]
         labelled.add(k)
-        kw = dict(color=colour[k], linestyle=style[r["method"]], marker=".", markersize=4, label=lab)
+        ls, mk = style[r["method"]]
+        kw = dict(color=colour[k], linestyle=ls, marker=mk, markersize=3, label=lab)
         wall = np.asarray(r["e_time"]) / scale
         ax[0, 0].plot(wall, r["e_loss"], **kw)
         ax[0, 1].plot(wall, r["e_top1"], **kw)
@@ -150,21 +165,27 @@ def main():
     fig.savefig(outs[1])
     plt.close(fig)
 
-    # Step-time distribution of every worker of every run (median line, quartile box, 5-95 % whiskers).
+    # Each worker's time per step not spent waiting for other ranks (busy: computing, its own
+    # communication calls, an injected delay) — a straggler stands out here, where under a
+    # synchronous method every worker's whole step time is the slowest one's — with the median
+    # wait marked. Boxes: quartiles and median, whiskers 5-95 %.
     with_ranks = [r for r in runs if r["step_time"] is not None and r["step_time"].size]
     n = max(len(with_ranks), 1)
     fig, axs = plt.subplots(n, 1, figsize=(12, 2.6 * n), squeeze=False)
     for x, r in zip(axs[:, 0], with_ranks):
-        st = r["step_time"] * 1e3
-        data = [c[np.isfinite(c)] for c in st.T]
+        busy, wait = (r["step_time"] - r["wait"]) * 1e3, r["wait"] * 1e3
+        data = [c[np.isfinite(c)] for c in busy.T]
         data = [d if d.size else np.array([np.nan]) for d in data]
         x.boxplot(data, whis=(5, 95), showfliers=False)
+        med_wait = [np.nanmedian(c) if np.isfinite(c).any() else np.nan for c in wait.T]
+        x.plot(range(1, len(med_wait) + 1), med_wait, "x", color="tab:red", label="median wait")
         x.set_ylabel("ms per step")
-        x.set_title(f"{os.path.basename(r['path'])}: {r['method']} p={r['p']}, step time per worker "
+        x.set_title(f"{os.path.basename(r['path'])}: {r['label']}: time per step not spent waiting, per worker "
                     f"(one value per /ranks row)", fontsize=9)
-        x.set_xticks(range(1, st.shape[1] + 1))
-        x.set_xticklabels([str(j) for j in range(st.shape[1])], fontsize=7)
+        x.set_xticks(range(1, busy.shape[1] + 1))
+        x.set_xticklabels([str(j) for j in range(busy.shape[1])], fontsize=7)
         x.grid(True, axis="y", alpha=0.3)
+        x.legend(fontsize=7, loc="upper right")
     axs[-1, 0].set_xlabel("worker rank")
     if not with_ranks:
         axs[0, 0].text(0.5, 0.5, "no /ranks data in these runs", ha="center", va="center")

@@ -22,13 +22,16 @@ point (or one job array per world size), submitted or printed.
 - `--dry-run` writes the experiment files and sweep.json but prints the commands instead of
   running them. Otherwise the job ids are recorded in sweeps/<name>/sweep.json.
 
-An existing sweeps/<name>/ is never overwritten: choose another --name.
+An existing sweeps/<name>/ is never overwritten (choose another --name), except the output of a
+--dry-run, or of a submission whose every job the scheduler refused: running the same command
+again replaces it.
 """
 import argparse
 import itertools
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -85,7 +88,8 @@ def main():
     ap.add_argument("--job-args", default="", metavar="'OPTIONS'",
                     help="more options for sbatch / qsub, one string; write it with '=' since it starts "
                          "with '-': --job-args='--time=30 --partition=gpu'")
-    ap.add_argument("--dsgd", default="./dsgd-run", help="the dsgd-run binary (default ./dsgd-run)")
+    ap.add_argument("--dsgd", default="./dsgd-run",
+                    help="the dsgd-run binary (default ./dsgd-run), also given to the jobs (DSGD_BIN)")
     ap.add_argument("--dry-run", action="store_true", help="print the submit commands, run none")
     a = ap.parse_args()
 
@@ -107,16 +111,32 @@ def main():
             die(f"--vary {v!r}: no values")
         if k in [ax[0] for ax in axes]:
             die(f"--vary {k} given twice")
+        if len(set(vals)) != len(vals):
+            die(f"--vary {v!r}: a value is listed twice")
         axes.append((k, vals))
     if not axes:
         die("nothing to sweep: give --vary KEY=V1,V2,...")
     if a.m is not None and "b" in [k for k, _ in axes]:
         die("--m sets b = m/p at every point: do not also --vary b")
     fixed = [parse_kv(s, "--set") and s for s in a.set]
+    if a.m is not None and any(parse_kv(x, "--set")[0] == "b" for x in a.set):
+        die("--m sets b = m/p at every point: do not also --set b")
+    job_script = "jobs/slurm/dsgd.sbatch" if a.scheduler == "slurm" else "jobs/pbs/dsgd.pbs"
+    if not a.dry_run and not os.path.isfile(job_script):
+        die(f"{job_script} not found: run sweep.py from the repository root (jobs are submitted from here)")
 
     out = os.path.join(a.dir, a.name)
+    replace_dry_run = False
     if os.path.exists(out):
-        die(f"{out} exists: an earlier sweep is never overwritten; choose another --name")
+        try:
+            with open(os.path.join(out, "sweep.json")) as f:
+                old = json.load(f)
+            # a dry run, or a submission of which no job was accepted, is replaced
+            replace_dry_run = old.get("dry_run") is True or not any("job_id" in j for j in old.get("jobs", []))
+        except (OSError, ValueError):
+            pass
+        if not replace_dry_run:
+            die(f"{out} exists: an earlier sweep is never overwritten; choose another --name")
 
     # 1. every point resolved and validated before anything is written
     points = []
@@ -132,6 +152,7 @@ def main():
                 die(f"point {' '.join(f'{k}={v}' for k, v in vary)}: p = {p} does not divide m = {a.m}")
             sets.append(f"b={a.m // p}")
         sets.append(f'name="{stem}"')
+        sets.append(f'output="runs/{stem}.h5"')  # run by hand; a job names its run file by job id
         text = resolve(a.dsgd, a.base, sets)
         p, method = int(setting(text, "p")), setting(text, "method")
         servers = int(setting(text, "servers")) if method in SERVER_METHODS else 0
@@ -139,14 +160,22 @@ def main():
                        "p": p, "b": int(setting(text, "b")), "method": method, "ranks": p + servers,
                        "text": text})
 
-    # 2. the experiment files
+    rpn = a.ranks_per_node
+    if a.scheduler == "pbs":
+        for pt in points:
+            if pt["ranks"] % rpn:
+                die(f"point {pt['stem']}: {pt['ranks']} ranks do not fill PBS chunks of --ranks-per-node {rpn}")
+
+    # 2. the experiment files (a dry run of the same name is replaced)
+    if replace_dry_run:
+        print(f"sweep.py: replacing {out}/ (a dry run, or no job of it was accepted)")
+        shutil.rmtree(out)
     os.makedirs(out)
     for pt in points:
         with open(pt["file"], "x") as f:
             f.write(pt.pop("text"))
 
     # 3. the jobs
-    rpn = a.ranks_per_node
     extra = shlex.split(a.job_args)
     jobs = []
     groups = {}
@@ -167,11 +196,14 @@ def main():
             n = len(members)
             if a.scheduler == "slurm":
                 cmd = ["sbatch", "--parsable", f"--nodes={nodes}", f"--ntasks={ranks}", f"--ntasks-per-node={rpn}"]
+                if a.dsgd != "./dsgd-run":
+                    cmd.append(f"--export=ALL,DSGD_BIN={a.dsgd}")
                 if n > 1:
                     cmd.append(f"--array=0-{n - 1}")
                 cmd += extra + ["jobs/slurm/dsgd.sbatch", exp]
             else:
-                cmd = ["qsub", "-l", f"select={nodes}:ncpus={rpn}:mpiprocs={rpn}", "-v", f"EXP={exp}"]
+                env = f"EXP={exp}" + (f",DSGD_BIN={a.dsgd}" if a.dsgd != "./dsgd-run" else "")
+                cmd = ["qsub", "-l", f"select={nodes}:ncpus={rpn}:mpiprocs={rpn}", "-v", env]
                 if n > 1:
                     cmd += ["-J", f"0-{n - 1}"]
                 cmd += extra + ["jobs/pbs/dsgd.pbs"]

@@ -43,4 +43,11 @@ for run in 1 2 2nccl; do
     if [ -e "$out" ]; then echo "FAIL ($build build, $np ranks, comm $comm): a run file was created"; fail=1; fi
     [ $fail -eq 0 ] && echo "ok ($build build, $np ranks, comm $comm, exit $rc): $(head -1 "$dir/log")"
 done
+# A CPU-only build refuses device = "cuda" already under --check (a login node checking a GPU job).
+if [ "$build" = cpu ]; then
+    "$BIN" --check --set device=cuda configs/quickstart.cfg >"$dir/log" 2>&1
+    rc=$?
+    if [ $rc -eq 2 ] && grep -qF "$want" "$dir/log"; then echo "ok (cpu build, --check): exit 2, $(head -1 "$dir/log")"
+    else echo "FAIL (cpu build, --check): exit $rc: $(cat "$dir/log")"; fail=1; fi
+fi
 exit $fail
