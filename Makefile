@@ -95,7 +95,12 @@ build/.deps-ok: tools/check-deps.sh
 	@sh tools/check-deps.sh
 	@mkdir -p build && touch $@
 
-build/%.o: %.c | build/.deps-ok
+# The compiler flags of the objects in build/: a change of CC, OPT or CFLAGS (e.g. the portable
+# OPT of test/gpu/bundle.sh) rebuilds every object instead of mixing flags in one binary.
+build/.cflags: FORCE | build/.deps-ok
+	@echo "$(CC) $(CFLAGS)" | cmp -s - $@ || echo "$(CC) $(CFLAGS)" > $@
+
+build/%.o: %.c build/.cflags | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
@@ -107,7 +112,7 @@ $(LIB): $(OBJ)
 build/.backend: FORCE | build/.deps-ok
 	@echo "CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH) NCCL=$(NCCL_ON)" | cmp -s - $@ || echo "CUDA=$(CUDA) CUDA_ARCH=$(CUDA_ARCH) NCCL=$(NCCL_ON)" > $@
 
-build/cuda/nogpu.o build/cuda/nogpucomm.o: build/cuda/%.o: cuda/%.c build/.backend | build/.deps-ok
+build/cuda/nogpu.o build/cuda/nogpucomm.o: build/cuda/%.o: cuda/%.c build/.backend build/.cflags | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -MMD -MP -c $< -o $@
 
