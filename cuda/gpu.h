@@ -76,6 +76,10 @@ void gpu_model_upload(gpu_model *g, int which, const float *params, const float 
 void gpu_model_download(gpu_model *g, int which, float *params, float *grads, float *bn);
 /* velocity := 0 on the device. */
 void gpu_model_zero_velocity(gpu_model *g);
+/* The Nesterov velocity (L->n_params floats) host -> device (upload) or device -> host
+ * (download); return when the copy is done (checkpoints: src/train/checkpoint.h). */
+void gpu_model_velocity_upload(gpu_model *g, const float *v);
+void gpu_model_velocity_download(gpu_model *g, float *v);
 
 /* One training step on the device parameters, as model_train_step: x (batch, c, h, w) fp32 and
  * y (batch) in [0, classes) on the host; overwrites the device gradients with those of the mean

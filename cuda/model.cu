@@ -499,6 +499,18 @@ void gpu_model_download(gpu_model *g, int which, float *params, float *grads, fl
     CUDA_CHECK(cudaStreamSynchronize(st), "gpu_model_download");
 }
 
+void gpu_model_velocity_upload(gpu_model *g, const float *v) {
+    set_dev(g);
+    CUDA_CHECK(cudaMemcpyAsync(g->vel, v, g->L.n_params * sizeof(float), cudaMemcpyHostToDevice, g->ctx.stream), "upload of velocity");
+    CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_velocity_upload");
+}
+
+void gpu_model_velocity_download(gpu_model *g, float *v) {
+    set_dev(g);
+    CUDA_CHECK(cudaMemcpyAsync(v, g->vel, g->L.n_params * sizeof(float), cudaMemcpyDeviceToHost, g->ctx.stream), "download of velocity");
+    CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_velocity_download");
+}
+
 void gpu_model_zero_velocity(gpu_model *g) {
     set_dev(g);
     CUDA_CHECK(cudaMemsetAsync(g->vel, 0, g->L.n_params * sizeof(float), g->ctx.stream), "gpu_model_zero_velocity");

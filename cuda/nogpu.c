@@ -41,6 +41,14 @@ void gpu_model_download(gpu_model *g, int which, float *params, float *grads, fl
     (void)g, (void)which, (void)params, (void)grads, (void)bn;
     DIE("gpu_model_download: " NOT_BUILT);
 }
+void gpu_model_velocity_upload(gpu_model *g, const float *v) {
+    (void)g, (void)v;
+    DIE("gpu_model_velocity_upload: " NOT_BUILT);
+}
+void gpu_model_velocity_download(gpu_model *g, float *v) {
+    (void)g, (void)v;
+    DIE("gpu_model_velocity_download: " NOT_BUILT);
+}
 void gpu_model_zero_velocity(gpu_model *g) {
     (void)g;
     DIE("gpu_model_zero_velocity: " NOT_BUILT);

@@ -416,6 +416,7 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
         m->params = gpu_host_alloc(m->L.n_params * sizeof(float));
         m->grads = gpu_host_alloc(m->L.n_params * sizeof(float));
         m->bn = gpu_host_alloc((m->L.n_bn ? m->L.n_bn : 1) * sizeof(float));
+        m->velocity = gpu_host_alloc(m->L.n_params * sizeof(float)); /* host mirror: checkpoints */
         /* Host-side logits for model_eval's scoring and model_logits. */
         m->train.logits = gpu_host_alloc((size_t)s->batch * s->n_classes * sizeof(float));
         m->eval.logits = gpu_host_alloc(((size_t)s->eval_batch + 1) * s->n_classes * sizeof(float));
@@ -465,7 +466,7 @@ void model_free(model *m) {
             return;
         }
         gpu_model_free(m->gpu);
-        gpu_host_free(m->params), gpu_host_free(m->grads), gpu_host_free(m->bn);
+        gpu_host_free(m->params), gpu_host_free(m->grads), gpu_host_free(m->bn), gpu_host_free(m->velocity);
         gpu_host_free(m->train.logits), gpu_host_free(m->eval.logits), gpu_host_free(m->eval.probs),
             gpu_host_free(m->eval.losses);
         free(m);
@@ -715,12 +716,18 @@ static int gpu_bits(int which) {
 }
 
 void model_upload(model *m, int which) {
-    if (m->gpu) gpu_model_upload(m->gpu, gpu_bits(which), m->params, m->grads, m->bn);
+    if (!m->gpu) return;
+    if (which & (MODEL_PARAMS | MODEL_GRADS | MODEL_BN)) gpu_model_upload(m->gpu, gpu_bits(which), m->params, m->grads, m->bn);
+    if (which & MODEL_VELOCITY) gpu_model_velocity_upload(m->gpu, m->velocity);
 }
 
 void model_download(model *m, int which) {
-    if (m->gpu) gpu_model_download(m->gpu, gpu_bits(which), m->params, m->grads, m->bn);
+    if (!m->gpu) return;
+    if (which & (MODEL_PARAMS | MODEL_GRADS | MODEL_BN)) gpu_model_download(m->gpu, gpu_bits(which), m->params, m->grads, m->bn);
+    if (which & MODEL_VELOCITY) gpu_model_velocity_download(m->gpu, m->velocity);
 }
+
+float *model_velocity(model *m) { return m->velocity; }
 
 void model_eval_begin(model *m) {
     if (m->gpu && m->host_sync) gpu_model_upload(m->gpu, GPU_PARAMS | GPU_BN, m->params, NULL, m->bn);

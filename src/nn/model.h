@@ -134,8 +134,13 @@ void model_backend_version(char *buf, size_t n);
  * On the CPU the mirrors ARE the vectors: upload and download do nothing, and both modes are
  * the same. */
 
-/* Bits of `which` for model_upload / model_download. */
-enum { MODEL_PARAMS = 1, MODEL_GRADS = 2, MODEL_BN = 4 };
+/* Bits of `which` for model_upload / model_download. MODEL_VELOCITY: model_sgd_update's
+ * momentum (n_params), moved only on request (checkpoints). */
+enum { MODEL_PARAMS = 1, MODEL_GRADS = 2, MODEL_BN = 4, MODEL_VELOCITY = 8 };
+
+/* Host mirror of the velocity model_sgd_update keeps (n_params floats; on a GPU current only
+ * after model_download(m, MODEL_VELOCITY), and read by the device only after model_upload). */
+float *model_velocity(model *m);
 
 /* The device m computes on. */
 model_device model_get_device(const model *m);
