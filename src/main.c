@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <omp.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "nn/model.h"
 #include "gpu.h"
 #include "gpucomm.h"
+#include "train/checkpoint.h"
 #include "train/train.h"
 #include "util/util.h"
 
@@ -37,11 +39,12 @@ typedef struct {
     int check_only, help, version;
     int p_from_world;           /* --p-from-world: p = MPI ranks − servers */
     int print_config;           /* --print-config: the resolved experiment as libconfig text */
+    int resume;                 /* --resume: continue from the checkpoint (there must be one) */
 } cli_args;
 
 static void print_usage(FILE *f) {
     fprintf(f,
-            "usage: dsgd-run [--set KEY=VALUE]... [--check | --print-config] [--p-from-world] EXPERIMENT.cfg\n"
+            "usage: dsgd-run [--set KEY=VALUE]... [--check | --print-config] [--p-from-world] [--resume] EXPERIMENT.cfg\n"
             "       mpiexec -n P dsgd-run EXPERIMENT.cfg     (P = the experiment's p)\n"
             "\n"
             "Trains ResNet-18 with a distributed SGD method (Jin et al. 2016) on p MPI ranks and\n"
@@ -57,11 +60,15 @@ static void print_usage(FILE *f) {
             "                   experiment file and exit 0 (tools/sweep.py writes its points so)\n"
             "  --p-from-world   take p from the MPI world: p = ranks - servers (batch jobs:\n"
             "                   the allocation decides; same as --set p=N, given last)\n"
+            "  --resume         continue the run from its checkpoint (checkpoint.path) in the\n"
+            "                   same run file; an error if there is none (resume = \"auto\": only\n"
+            "                   if there is one). A finished run says so and exits 0\n"
             "  --help           this text and every key of the experiment file\n"
             "  --version        version and library versions\n"
             "\n"
             "exit status: 0 done, 1 stopped during training (non-finite loss, I/O, a rank waiting\n"
-            "longer than comm_timeout_s, too few workers left), 2 bad input.\n"
+            "longer than comm_timeout_s, too few workers left), 2 bad input, 3 interrupted by\n"
+            "SIGTERM or SIGINT after writing a checkpoint (SIGUSR1: checkpoint and go on).\n"
             "docs: docs/config.md (keys), docs/output.md (run file), docs/methods.md (methods)\n");
 }
 
@@ -75,6 +82,7 @@ static int parse_args(int argc, char **argv, cli_args *a, char *err, size_t errl
         else if (!strcmp(s, "--check")) a->check_only = 1;
         else if (!strcmp(s, "--p-from-world")) a->p_from_world = 1;
         else if (!strcmp(s, "--print-config")) a->print_config = 1;
+        else if (!strcmp(s, "--resume")) a->resume = 1;
         else if (!strcmp(s, "--set") || !strncmp(s, "--set=", 6)) {
             const char *kv = s[5] == '=' ? s + 6 : (i + 1 < argc ? argv[++i] : NULL);
             if (!kv) return seterr(err, errlen, "--set needs KEY=VALUE (e.g. --set alpha.base=0.05)");
@@ -208,6 +216,56 @@ static gpucomm *nccl_setup(const experiment *e, model *net, int worker) {
     return c;
 }
 
+/* Rank 0: whether this run continues an earlier one (checkpoint.h). Sets *label to the
+ * checkpoint to continue from (-1: start afresh) and *finished when the run file says the run
+ * completed (with --resume or resume = "auto": nothing to do). Returns 0 or EXIT_BADINPUT. */
+static int plan_resume(const experiment *e, int cli_resume, const char *dir, int log_rank, long *label, int *finished, char *err,
+                       size_t errlen) {
+    *label = -1, *finished = 0;
+    const int wants = cli_resume || strcmp(e->resume, "auto") == 0;
+    const char *how = cli_resume ? "--resume" : "resume = \"auto\"";
+    char m[ERRLEN];
+    long l = -1;
+    int have = ckpt_latest(dir, &l, m, sizeof m);
+    if (have < 0) return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
+    struct stat sb;
+    const int out_exists = stat(e->output, &sb) == 0 && S_ISREG(sb.st_mode);
+    if (wants && out_exists) {
+        char status[512];
+        if (ckpt_run_status(e->output, status, sizeof status, m, sizeof m) != 0)
+            return seterr(err, errlen, "%s: key 'output': %s", config_where("output"), m);
+        if (strcmp(status, "completed") == 0) {
+            *finished = 1;
+            return 0;
+        }
+    }
+    if (wants && have) {
+        if (!out_exists)
+            return seterr(err, errlen, "%s: key 'output': %s: %s found the checkpoint %s/step-%ld, but its run file %s is missing; "
+                          "restore it, or remove %s to start afresh", config_where("output"), e->output, how, dir, l, e->output, dir);
+        ckpt_file *f = ckpt_open(dir, l, log_rank, m, sizeof m);
+        static char saved[CFG_TEXT_MAX], now[CFG_TEXT_MAX];
+        int rc = !f || ckpt_get_str(f, "experiment", saved, sizeof saved);
+        if (rc && f) snprintf(m, sizeof m, "%s", ckpt_error(f));
+        ckpt_free(f);
+        if (rc) return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
+        experiment cur = *e;
+        config_to_text(&cur, now, sizeof now);
+        if (ckpt_compare_config(saved, now, m, sizeof m))
+            return seterr(err, errlen, "%s: %s: cannot continue %s/step-%ld: %s", e->source, how, dir, l, m);
+        *label = l;
+        return 0;
+    }
+    if (cli_resume)
+        return seterr(err, errlen, "--resume: no checkpoint in %s (key 'checkpoint.path', %s): nothing to continue; run without "
+                      "--resume to start afresh", dir, config_where("checkpoint.path"));
+    if (have && !e->overwrite)
+        return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of an earlier run (step %ld); continue it with "
+                      "--resume (or resume = \"auto\"), choose another output or checkpoint.path, or set overwrite = true to start "
+                      "afresh (its checkpoints are then removed)", config_where("checkpoint.path"), dir, l);
+    return 0;
+}
+
 static void join_args(int argc, char **argv, char *buf, size_t n) {
     size_t off = 0;
     buf[0] = '\0';
@@ -216,6 +274,7 @@ static void join_args(int argc, char **argv, char *buf, size_t n) {
 
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
+    ckpt_install_signals(); /* SIGTERM, SIGINT, SIGUSR1: a checkpoint at the next agreement point */
     const int rank = comm_rank(), r0 = rank == 0;
     char err[ERRLEN] = "";
 
@@ -296,6 +355,13 @@ int main(int argc, char **argv) {
     const int log_rank = has_servers ? e.p : 0;
     const method_ops *method = method_find(e.method);
     if (!method) st = seterr(err, sizeof err, "%s: method '%s' is not built", e.source, method_name(e.method));
+    /* Checkpoints are built for the methods with save/load callbacks; the others keep the
+     * default action of SIGTERM (and resume = "auto" finds nothing to continue). */
+    if (!st && !method->save && (e.checkpoint.every || args.resume))
+        st = seterr(err, sizeof err, "%s: %s: checkpoints are not built for method %s yet (allreduce, gossip_pull and gossip_push "
+                    "have them)", e.checkpoint.every ? config_where("checkpoint.every") : "--resume",
+                    e.checkpoint.every ? "key 'checkpoint.every'" : "--resume", method_name(e.method));
+    if (!st && !method->save) signal(SIGTERM, SIG_DFL), signal(SIGINT, SIG_DFL), signal(SIGUSR1, SIG_DFL);
     agree_or_exit(st, err);
 
     /* 2. The data: train and validation sets, validated. */
@@ -310,15 +376,29 @@ int main(int argc, char **argv) {
         blame_keys(&e, "keys 'data.val_images', 'data.train_images'", err, sizeof err);
     }
     trainer t = {.e = &e, .method = method, .train = &train, .val = &val, .rank = rank, .p = e.p, .worker = worker,
-                 .server = worker < 0 ? rank - e.p : -1, .log_rank = log_rank};
+                 .server = worker < 0 ? rank - e.p : -1, .log_rank = log_rank, .resume_label = -1};
     inject_init(&t.inj, &e, worker >= 0 ? worker : 0);
     if (!st && (st = loader_init(&t.train_loader, &train, e.p, worker >= 0 ? worker : 0, e.b, e.seed, err, sizeof err)))
         blame_keys(&e, "keys 'p', 'b'", err, sizeof err);
     agree_or_exit(st, err);
 
-    /* 3. The output (rank 0 writes it). */
-    if (r0) st = check_output(&e, err, sizeof err);
+    /* 3. The output (rank 0 writes it), or the earlier run this one continues. */
+    char ckdir[CFG_PATH_MAX + 16];
+    ckpt_dir_of(&e, ckdir, sizeof ckdir);
+    long plan[2] = {-1, 0}; /* checkpoint to continue from, finished */
+    if (r0) {
+        int finished = 0;
+        st = plan_resume(&e, args.resume, ckdir, log_rank, &plan[0], &finished, err, sizeof err);
+        plan[1] = finished;
+        if (!st && plan[0] < 0 && !finished) st = check_output(&e, err, sizeof err);
+    }
     agree_or_exit(st, err);
+    comm_bcast(plan, sizeof plan, 0);
+    if (plan[1]) {
+        if (r0) printf("dsgd-run: %s: this run is already finished (status \"completed\", %ld iterations): nothing to do\n", e.output, e.iterations);
+        comm_finalize();
+        return 0;
+    }
 
     /* Under `--check` without mpiexec, show the threads the real run (p ranks here) would use. */
     const int threads = choose_threads(&e, world_unchecked ? config_world_size(&e) : comm_local_size());
@@ -333,11 +413,15 @@ int main(int argc, char **argv) {
                            e.servers, config_world_size(&e), config_world_size(&e));
                 else printf("not checked: p = %d must equal the number of MPI ranks (mpiexec -n %d)\n", e.p, e.p);
             }
+            if (plan[0] >= 0) printf("resume: continues %s from the checkpoint after %ld iterations (%s)\n", e.output, plan[0], ckdir);
             printf("experiment OK\n");
         }
         comm_finalize();
         return 0;
     }
+
+    t.resume_label = plan[0];
+    snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", ckdir);
 
     /* 4. Model, buffers, method. No rank evaluates more than ceil(n_val / p) images (a server
      * evaluating the center: all of them), so a larger eval.batch would only allocate memory
@@ -439,7 +523,22 @@ int main(int argc, char **argv) {
             meta.arrays = garr, meta.n_arrays = 2;
             meta.eval_local = 1;
         }
-        t.log = runlog_create(e.output, e.overwrite, &meta, err, sizeof err);
+        if (t.resume_label >= 0) { /* continue the run file after the checkpoint's rows */
+            ckpt_file *f = ckpt_open(ckdir, t.resume_label, rank, err, sizeof err);
+            int64_t r[4] = {0};
+            if (f && ckpt_get_i64(f, "run_rows", r, 4) != 0) snprintf(err, sizeof err, "%s", ckpt_error(f));
+            if (f && !err[0]) {
+                const runlog_rows keep = {.train = r[0], .eval = r[1], .eval_local = r[2], .ranks = r[3]};
+                char note[CFG_PATH_MAX + 64];
+                snprintf(note, sizeof note, "checkpoint %s/step-%ld", ckdir, t.resume_label);
+                t.log = runlog_resume(e.output, &meta, &keep, note, err, sizeof err);
+            }
+            ckpt_free(f);
+        } else {
+            t.log = runlog_create(e.output, e.overwrite, &meta, err, sizeof err);
+            /* overwrite = true replaced the run file: the earlier run's checkpoints go too */
+            if (t.log && ckpt_remove_all(ckdir, err, sizeof err) != 0) runlog_close(t.log), t.log = NULL;
+        }
         if (!t.log) {
             st = EXIT_BADINPUT;
             char msg[ERRLEN];
@@ -453,6 +552,8 @@ int main(int argc, char **argv) {
         printf("dsgd-run %s: %s, method %s, p = %d, b = %d, m = p·b = %d, %ld iterations (%.2f epochs)\n", DSGD_VERSION, e.name,
                method_name(e.method), e.p, e.b, e.p * e.b, e.iterations,
                (double)e.iterations / (double)t.train_loader.steps_per_epoch);
+        if (t.resume_label >= 0) printf("resuming from %s/step-%ld: %ld of %ld iterations done\n", ckdir, t.resume_label, t.resume_label, e.iterations);
+        if (e.checkpoint.every) printf("checkpoints every %ld iterations and on SIGTERM/SIGUSR1 into %s\n", e.checkpoint.every, ckdir);
         if (has_servers) printf("ranks 0..%d: workers; ranks %d..%d: parameter servers (rank %d writes the run file)\n", e.p - 1, e.p,
                                 e.p + e.servers - 1, e.p);
         char arch[64];

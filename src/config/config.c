@@ -85,6 +85,7 @@ static const char *const stem_names[] = {"cifar", "imagenet"}; /* order of stem_
 static const char *const arch_names[] = {"resnet18", "linear"}; /* order of arch_kind */
 static const char *const format_names[] = {"idx"};
 static const char *const comm_names[] = {"mpi", "nccl"};
+static const char *const resume_names[] = {"never", "auto"};
 static const char *const device_names[] = {"cpu", "cuda"};
 static const char *const precision_names[] = {"fp32", "tf32", "bf16"}; /* order of precision_kind */
 static const char *const gossip_order_names[] = {"stale", "fresh"};                  /* order of gossip_order_kind */
@@ -216,6 +217,13 @@ static const key_def keys[] = {
     K_STRING("output", output, "", S_ANY, "path",
              "HDF5 run file; \"\" means runs/<name>.h5"),
     K_BOOL("overwrite", overwrite, 0, "replace an existing output file instead of refusing"),
+    K_CHOICE("resume", resume, "never", resume_names, 0x3u, NULL, "resume modes",
+             "never: start afresh (an existing output is refused); auto: continue from the checkpoint and run file "
+             "of an earlier run of this experiment if there is a checkpoint, else start afresh (--resume: must continue)"),
+    K_INT64("checkpoint.every", checkpoint.every, 0, 0, "iterations",
+            "write a checkpoint every this many iterations (0: only on SIGTERM / SIGUSR1); see docs/checkpoint.md"),
+    K_STRING("checkpoint.path", checkpoint.path, "", S_ANY, "path",
+             "checkpoint directory; \"\" means the output without .h5, plus .ckpt (runs/<name>.ckpt)"),
     K_CHOICE("comm", comm, "mpi", comm_names, 0x3u, NULL, "communication libraries",
              "how allreduce averages gradients: mpi (MPI_Allreduce; on device cuda through host memory unless "
              "MPI is CUDA-aware) or nccl (NCCL on the GPUs; device cuda, one GPU per worker)"),
@@ -470,7 +478,7 @@ static int edit_distance(const char *a, const char *b) {
  * component ("base" -> "alpha.base"), else the nearest by edit distance when it is small
  * (≤ 3 and ≤ half the length), else a known alias ("lr" -> "alpha.base"). */
 static const char *key_suggest(const char *unknown) {
-    static const char *const groups[] = {"alpha", "inject", "model", "data", "eval"};
+    static const char *const groups[] = {"alpha", "inject", "model", "data", "eval", "checkpoint"};
     /* the right name in the wrong group (or at the top level) first: an exact hit */
     const char *last = strrchr(unknown, '.');
     last = last ? last + 1 : unknown;

@@ -81,6 +81,11 @@ typedef struct {
     int threads;            /* compute threads per rank; 0 = cores / ranks on this node */
     char output[CFG_PATH_MAX];
     int overwrite;          /* allow replacing an existing output file */
+    char resume[8];         /* "never" or "auto": continue from the checkpoint if there is one */
+    struct {
+        long every;         /* write a checkpoint every this many iterations; 0: only on signals */
+        char path[CFG_PATH_MAX]; /* checkpoint directory; "": <output without .h5>.ckpt */
+    } checkpoint;
     char comm[8];           /* "mpi" or "nccl" (allreduce on device cuda) */
     char device[16];        /* "cpu" or "cuda" */
     char precision[8];      /* "fp32", "tf32", "bf16" (device cuda) */

@@ -19,6 +19,7 @@
 
 #include "comm/comm.h"
 #include "methods/method.h"
+#include "train/checkpoint.h"
 #include "util/util.h"
 
 static int allreduce_init(trainer *t, char *err, size_t errlen) {
@@ -46,7 +47,13 @@ static double allreduce_step(trainer *t, long step, double alpha) {
     double loss = train_compute(t, step, step);
     double t2 = wall_time();
     train_allreduce_mean(t, MODEL_GRADS, &t->times.wait_s);
-    comm_workers_sum_f64(&loss, 1);
+    /* The loss sum carries the signal requests (checkpoint.h) at no extra cost: every rank
+     * learns at the same step that some rank asked for a checkpoint (and a stop). */
+    const int sig = ckpt_signal_pending();
+    double red[3] = {loss, sig == CKPT_SIG_SAVE, sig == CKPT_SIG_STOP};
+    comm_workers_sum_f64(red, 3);
+    loss = red[0];
+    t->sig = red[2] > 0 ? CKPT_SIG_STOP : red[1] > 0 ? CKPT_SIG_SAVE : CKPT_SIG_NONE;
     double t3 = wall_time();
     int finite = model_sgd_update(net, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
     double t4 = wall_time();
@@ -63,10 +70,36 @@ static void allreduce_eval_prepare(trainer *t) { train_allreduce_mean(t, MODEL_B
 
 static void allreduce_finalize(trainer *t) { (void)t; }
 
+/* Checkpoint: θ and v are identical on every rank (rank 0 writes them); BN running statistics
+ * are each rank's own. */
+static int allreduce_save(trainer *t, ckpt_file *f) {
+    model *net = t->net;
+    const int which = MODEL_BN | (t->rank == 0 ? MODEL_PARAMS | MODEL_VELOCITY : 0);
+    model_download(net, which);
+    int rc = ckpt_put_f32(f, "bn", model_bn(net), model_n_bn(net));
+    if (t->rank == 0) rc |= ckpt_put_f32(f, "params", model_params(net), model_n_params(net)) |
+                            ckpt_put_f32(f, "velocity", model_velocity(net), model_n_params(net));
+    return rc;
+}
+
+static int allreduce_load(trainer *t, ckpt_file *f) {
+    model *net = t->net;
+    const size_t n = model_n_params(net);
+    int rc = ckpt_get_f32(f, "bn", model_bn(net), model_n_bn(net));
+    if (t->rank == 0) rc |= ckpt_get_f32(f, "params", model_params(net), n) | ckpt_get_f32(f, "velocity", model_velocity(net), n);
+    /* Collective, whatever rank 0 read: the result is checked by train_resume's agreement. */
+    comm_bcast(model_params(net), n * sizeof(float), 0);
+    comm_bcast(model_velocity(net), n * sizeof(float), 0);
+    model_upload(net, MODEL_PARAMS | MODEL_VELOCITY | MODEL_BN);
+    return rc;
+}
+
 const method_ops method_allreduce = {
     .name = "allreduce",
     .init = allreduce_init,
     .step = allreduce_step,
     .eval_prepare = allreduce_eval_prepare,
     .finalize = allreduce_finalize,
+    .save = allreduce_save,
+    .load = allreduce_load,
 };

@@ -33,10 +33,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm.h"
 #include "methods/method.h"
 #include "optim/sgd.h"
+#include "train/checkpoint.h"
 #include "util/util.h"
 
 enum { TAG_PULL = 200, TAG_PULLHDR, TAG_PULLREP, TAG_PUSH, TAG_QUIT, TAG_SYNC };
@@ -48,6 +50,8 @@ typedef struct {
     float *peer;              /* (n) θ_j pulled / one received θ_k */
     float *inbox;             /* (n) push: sum of received θ_k */
     int inbox_k;
+    long long recv_n;         /* push: vectors the thread has put into the inbox, ever */
+    long long *sent;          /* (p) push: vectors this node pushed to each node, ever */
     float *sendbuf;           /* (n) main thread: θ_i being pushed (async push) or sent (sync) */
     /* asynchronous: the communication thread */
     pthread_t th;
@@ -115,6 +119,7 @@ static void *gossip_thread(void *arg) {
                     for (size_t j = 0; j < G.n; j++) G.inbox[j] += G.recvbuf[j];
                     G.inbox_k++;
                 }
+                G.recv_n++;
                 pthread_mutex_unlock(&G.mu);
                 comm_set_start(s, G.b_push);
             }
@@ -138,6 +143,7 @@ static int gossip_setup(trainer *t, char *err, size_t errlen) {
     g->avg = xmalloc(nb), g->own = xmalloc(nb);
     g->avg_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float)), g->own_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float));
     g->peers = xcalloc((size_t)p * p, sizeof(long long));
+    g->sent = xcalloc((size_t)p, sizeof(long long));
     g->max_evals = e->iterations / e->eval.every + 2;
     g->phi = xcalloc((size_t)g->max_evals, sizeof(double));
     g->gbuf = xmalloc((size_t)p * 4 * sizeof(double)), g->rows = xmalloc((size_t)p * 4 * sizeof(double));
@@ -198,7 +204,7 @@ static void gossip_teardown(void) {
     }
     comm_set_free(g->set);
     free(g->peer), free(g->inbox), free(g->sendbuf), free(g->avg), free(g->own), free(g->avg_bn), free(g->own_bn);
-    free(g->peers), free(g->phi), free(g->gbuf), free(g->rows);
+    free(g->peers), free(g->sent), free(g->phi), free(g->gbuf), free(g->rows);
     free(g->m_ask), free(g->m_ans), free(g->m_get), free(g->m_send), free(g->m_recv), free(g->b_rephdr), free(g->b_rep), free(g->bg_done);
     free(g->pub), free(g->tbuf), free(g->recvbuf);
 }
@@ -303,6 +309,7 @@ static double gossip_step(trainer *t, long s, double alpha) {
         memcpy(g->sendbuf, th, nb);
         comm_set_start(g->set, g->m_send[j]);
         g->last_push = j;
+        g->sent[j]++;
     }
     double y1 = wall_time();
 
@@ -380,6 +387,67 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
     return comm_max_int(status);
 }
 
+/* Checkpoints (collective over the workers, at a meeting point: every node has done the same
+ * steps and left its step). Lock-step and pull gossip have nothing in flight there. Push:
+ * vectors pushed before the meeting may still be on their way into an inbox, so each node
+ * waits until its communication thread has received every vector pushed to it (the pushes are
+ * counted on both sides); the inbox, mixed in at the node's next step, is then saved. */
+static void gossip_quiesce(trainer *t) {
+    gossip *g = &G;
+    if (!(g->push && g->has_thread)) return;
+    if (g->last_push >= 0) wait_req(g->set, g->m_send[g->last_push], "a gossip peer (push)");
+    double *tot = xmalloc((size_t)g->p * sizeof(double));
+    for (int k = 0; k < g->p; k++) tot[k] = (double)g->sent[k];
+    comm_workers_sum_f64(tot, g->p);
+    const long long expect = (long long)tot[g->me];
+    free(tot);
+    const double t0 = wall_time();
+    for (;;) {
+        pthread_mutex_lock(&g->mu);
+        const long long got = g->recv_n;
+        pthread_mutex_unlock(&g->mu);
+        if (got >= expect) break;
+        if (wall_time() - t0 > t->e->comm_timeout_s) comm_timeout_abort("a gossip peer (pushes in flight at a checkpoint)");
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int gossip_save(trainer *t, ckpt_file *f) {
+    gossip *g = &G;
+    model *net = t->net;
+    const int64_t counts[4] = {g->steps_done, g->prev_done, g->inbox_k, g->recv_n};
+    int rc = ckpt_put_f32(f, "params", model_params(net), g->n) | ckpt_put_f32(f, "velocity", t->velocity, g->n) |
+             ckpt_put_f32(f, "bn", model_bn(net), g->nbn) | ckpt_put_f32(f, "inbox", g->inbox, g->n) |
+             ckpt_put_i64(f, "counts", counts, 4) | ckpt_put_i64(f, "peers", (const int64_t *)g->peers, (size_t)g->p) |
+             ckpt_put_i64(f, "sent", (const int64_t *)g->sent, (size_t)g->p) |
+             ckpt_put_f64(f, "ranks_prev_times", (const double *)&g->prev, 7);
+    if (t->log) {
+        const int64_t ne = g->n_evals;
+        rc |= ckpt_put_i64(f, "n_evals", &ne, 1) | ckpt_put_f64(f, "potential", g->phi, (size_t)g->max_evals);
+    }
+    return rc;
+}
+
+static int gossip_load(trainer *t, ckpt_file *f) {
+    gossip *g = &G;
+    model *net = t->net;
+    int64_t counts[4] = {0};
+    int rc = ckpt_get_f32(f, "params", model_params(net), g->n) | ckpt_get_f32(f, "velocity", t->velocity, g->n) |
+             ckpt_get_f32(f, "bn", model_bn(net), g->nbn) | ckpt_get_f32(f, "inbox", g->inbox, g->n) |
+             ckpt_get_i64(f, "counts", counts, 4) | ckpt_get_i64(f, "peers", (int64_t *)g->peers, (size_t)g->p) |
+             ckpt_get_i64(f, "sent", (int64_t *)g->sent, (size_t)g->p) |
+             ckpt_get_f64(f, "ranks_prev_times", (double *)&g->prev, 7);
+    g->steps_done = counts[0], g->prev_done = counts[1], g->inbox_k = (int)counts[2], g->recv_n = counts[3];
+    if (t->log) {
+        int64_t ne = 0;
+        rc |= ckpt_get_i64(f, "n_evals", &ne, 1) | ckpt_get_f64(f, "potential", g->phi, (size_t)g->max_evals);
+        g->n_evals = (long)ne;
+    }
+    if (g->pub) memcpy(g->pub, model_params(net), g->n * sizeof(float)); /* what pulls see */
+    return rc;
+}
+
 static int gossip_run(trainer *t) {
     gossip *g = &G;
     const experiment *e = t->e;
@@ -394,17 +462,24 @@ static int gossip_run(trainer *t) {
         return st;
     }
     g->prev = t->times;
-    if (e->eval.at_start) status = gossip_evaluate(t, 0, 0.0, EXIT_OK, &nonfinite);
+    loop_state ls = {0};
+    long s0 = 0;
+    if (t->resume_label >= 0) {
+        /* The communication thread already runs; nobody pulls before the barrier below. */
+        status = train_resume(t, &ls);
+        s0 = t->resume_label;
+    } else if (e->eval.at_start) status = gossip_evaluate(t, 0, 0.0, EXIT_OK, &nonfinite);
     comm_workers_barrier();
-    double train_s = 0.0, seg = wall_time(), loss_acc = 0.0;
-    long loss_n = 0;
+    double train_s = ls.train_s, seg = wall_time(), loss_acc = ls.loss_acc;
+    long loss_n = ls.loss_n;
     /* `status` is agreed at evaluations only: every node leaves the loop at the same step, so
      * the collectives stay matched. A local problem (non-finite loss, a run-file write error)
      * is carried in `local` until then; a diverged node keeps stepping (in lock-step its peers
      * need it) and the evaluation of the NaN average stops everyone. */
     int local = EXIT_OK;
-    for (long s = 0; status == EXIT_OK && s < total; s++) {
+    for (long s = s0; status == EXIT_OK && s < total; s++) {
         const double alpha = alpha_at(e, s);
+        ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
         int failed = node_failed(e, g->me, s);
         if (failed && g->has_thread && !g->gone) {
             pthread_mutex_lock(&g->mu);
@@ -438,6 +513,26 @@ static int gossip_run(trainer *t) {
             status = gossip_evaluate(t, s + 1, train_s, local, &nonfinite);
             seg = wall_time();
         }
+        /* Meeting points (evaluations, every checkpoint.every steps) are where the nodes agree
+         * on signals and write checkpoints: no extra synchronisation between them. */
+        const int periodic = e->checkpoint.every && (s + 1) % e->checkpoint.every == 0;
+        if (status == EXIT_OK && (periodic || (s + 1) % e->eval.every == 0 || last)) {
+            t->sig = comm_max_int(ckpt_signal_pending());
+            if (periodic || t->sig) {
+                comm_workers_barrier();
+                train_s += wall_time() - seg;
+                gossip_quiesce(t);
+                ls = (loop_state){.train_s = train_s, .loss_acc = loss_acc, .loss_n = loss_n, .last_row = t->step};
+                status = train_checkpoint(t, s + 1, &ls);
+                if (status == EXIT_OK && t->sig == CKPT_SIG_STOP) {
+                    status = EXIT_INTERRUPTED;
+                    if (t->log) printf("stopped by %s after step %ld; continue with --resume (or resume = \"auto\")\n",
+                                       ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", s + 1);
+                }
+                if (t->sig == CKPT_SIG_SAVE) ckpt_signal_clear_save(), t->sig = CKPT_SIG_NONE;
+                seg = wall_time();
+            }
+        }
     }
     /* peers chosen: rank 0 collects every node's row */
     double *row = xmalloc((size_t)g->p * sizeof(double)), *all = xmalloc((size_t)g->p * g->p * sizeof(double));
@@ -466,7 +561,9 @@ static double gossip_nostep(trainer *t, long s, double a) { (void)t, (void)s, (v
 
 const method_ops method_gossip_pull = {
     .name = "gossip_pull", .init = gossip_init, .step = gossip_nostep, .eval_prepare = gossip_noop, .finalize = gossip_noop, .run = gossip_run,
+    .save = gossip_save, .load = gossip_load,
 };
 const method_ops method_gossip_push = {
     .name = "gossip_push", .init = gossip_init, .step = gossip_nostep, .eval_prepare = gossip_noop, .finalize = gossip_noop, .run = gossip_run,
+    .save = gossip_save, .load = gossip_load,
 };

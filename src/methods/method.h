@@ -26,6 +26,11 @@ struct method_ops {
     void (*eval_prepare)(trainer *t);
     void (*finalize)(trainer *t);
     int (*run)(trainer *t);
+    /* Checkpoints (src/train/checkpoint.h): write this rank's method state into f / read it back
+     * (after init; f is this rank's file). Return 0 or -1 (message in ckpt_error(f)). Methods
+     * whose ranks hold no state of their own beyond the model's may leave them NULL. */
+    int (*save)(trainer *t, ckpt_file *f);
+    int (*load)(trainer *t, ckpt_file *f);
     const struct server_rules *rules; /* methods with servers (src/methods/server.h) */
 };
 

@@ -17,7 +17,10 @@
 #include "gpucomm.h"
 #include "methods/method.h"
 #include "optim/sgd.h"
+#include "train/checkpoint.h"
 #include "util/util.h"
+
+_Static_assert(sizeof(phase_times) == 7 * sizeof(double), "phase_times is stored as 7 doubles in checkpoints");
 
 /* Loss sum, top-1 and top-5 hits of net on validation samples [begin, end). */
 static void eval_range(trainer *t, model *net, int begin, int end, double sums[3]) {
@@ -164,15 +167,101 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
 void train_log_summary(trainer *t, int status, int why, double train_s, double images) {
     const long m = (long)t->e->p * t->e->b;
     double ips = train_s > 0 ? images / train_s : 0.0;
-    printf("%s: %ld steps, %.1f s training%s, %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : "stopped", t->step, train_s,
+    printf("%s: %ld steps, %.1f s training%s, %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : status == EXIT_INTERRUPTED ? "interrupted" : "stopped", t->step, train_s,
            t->e->method == METHOD_ALLREDUCE ? " (evaluation excluded)" : "", ips, m);
     runlog_set_attr_double(t->log, "train_time_s", train_s);
     runlog_set_attr_double(t->log, "images_per_s", ips);
     runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
+    char sig[160];
+    snprintf(sig, sizeof sig, "interrupted: %s after step %ld, checkpoint written; continue with --resume",
+             ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal", t->step);
     runlog_set_attr_string(t->log, "status", status == EXIT_OK              ? "completed"
+                                            : status == EXIT_INTERRUPTED ? sig
                                             : why == STOPPED_NONFINITE ? "stopped: non-finite loss or gradient"
                                             : why == STOPPED_WORKERS   ? "stopped: fewer workers left than a step needs"
                                                                        : "stopped: run-file write error");
+}
+
+/* ---- checkpoints -------------------------------------------------------------------------- */
+
+int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls) {
+    const int64_t step = t->step;
+    int rc = ckpt_put_i64(f, "step", &step, 1) | ckpt_put_f64(f, "times", (const double *)&t->times, 7);
+    if (!t->log) return rc;
+    static char text[CFG_TEXT_MAX];
+    config_to_text(t->e, text, sizeof text);
+    runlog_rows rows;
+    if (runlog_flush(t->log) != 0) {
+        fprintf(stderr, "dsgd-run: writing %s: %s\n", t->e->output, runlog_error(t->log));
+        return -1;
+    }
+    runlog_rows_written(t->log, &rows);
+    const int64_t r[4] = {rows.train, rows.eval, rows.eval_local, rows.ranks};
+    const double loop[4] = {ls->train_s, ls->loss_acc, (double)ls->loss_n, (double)ls->last_row};
+    const double prog[3] = {t->eval_s_total, (double)t->n_evals, t->at_start_eval_s};
+    rc |= ckpt_put_str(f, "experiment", text) | ckpt_put_str(f, "dsgd_version", DSGD_VERSION) | ckpt_put_i64(f, "run_rows", r, 4) |
+          ckpt_put_f64(f, "loop", loop, 4) | ckpt_put_f64(f, "loop_prev_times", (const double *)&ls->prev, 7) |
+          ckpt_put_f64(f, "progress", prog, 3);
+    return rc;
+}
+
+int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls) {
+    int64_t step = 0;
+    int rc = ckpt_get_i64(f, "step", &step, 1) | ckpt_get_f64(f, "times", (double *)&t->times, 7);
+    t->step = step;
+    if (!t->log) return rc;
+    double loop[4] = {0}, prog[3] = {0};
+    rc |= ckpt_get_f64(f, "loop", loop, 4) | ckpt_get_f64(f, "loop_prev_times", (double *)&ls->prev, 7) | ckpt_get_f64(f, "progress", prog, 3);
+    ls->train_s = loop[0], ls->loss_acc = loop[1], ls->loss_n = (long)loop[2], ls->last_row = (long)loop[3];
+    t->eval_s_total = prog[0], t->n_evals = (long)prog[1], t->at_start_eval_s = prog[2];
+    t->last_log_step = t->resume_label;
+    t->last_log_s = ls->train_s;
+    return rc;
+}
+
+int train_checkpoint(trainer *t, long label, const loop_state *ls) {
+    char err[ERRLEN] = "";
+    const double t0 = wall_time();
+    int st = 0;
+    if (t->rank == 0) st = ckpt_prepare(t->ckpt_dir, label, err, sizeof err) ? EXIT_RUNTIME : 0;
+    if (comm_max_int(st)) {
+        if (t->rank == 0) fprintf(stderr, "dsgd-run: checkpoint at step %ld not written: %s\n", label, err);
+        return EXIT_RUNTIME;
+    }
+    ckpt_file *f = ckpt_create(t->ckpt_dir, label, t->rank, err, sizeof err);
+    if (f) {
+        if (train_ckpt_put_common(t, f, ls) || (t->method->save && t->method->save(t, f)) || ckpt_close(f))
+            snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "run file flush failed");
+        ckpt_free(f);
+    }
+    st = err[0] ? EXIT_RUNTIME : 0;
+    if (st) fprintf(stderr, "dsgd-run: rank %d: checkpoint at step %ld: %s\n", t->rank, label, err);
+    st = comm_max_int(st);
+    if (t->rank == 0) {
+        if (st) ckpt_abandon(t->ckpt_dir, label);
+        else if (ckpt_commit(t->ckpt_dir, label, err, sizeof err)) {
+            fprintf(stderr, "dsgd-run: checkpoint at step %ld not committed: %s\n", label, err);
+            st = EXIT_RUNTIME;
+        }
+    }
+    st = comm_max_int(st);
+    if (!st) t->n_checkpoints++;
+    if (t->log && !st)
+        printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0), fflush(stdout);
+    return st;
+}
+
+int train_resume(trainer *t, loop_state *ls) {
+    char err[ERRLEN] = "";
+    ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
+    if (f) {
+        if (train_ckpt_get_common(t, f, ls) || (t->method->load && t->method->load(t, f)))
+            snprintf(err, sizeof err, "%s", ckpt_error(f));
+        ckpt_free(f);
+    }
+    int st = err[0] ? EXIT_BADINPUT : 0;
+    if (st) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
+    return comm_max_int(st);
 }
 
 /* Evaluate the model the method designates (collective over the workers) after `step` steps
@@ -218,18 +307,24 @@ int train_run(trainer *t) {
     const long m = (long)e->p * e->b;
     int status = EXIT_OK, nonfinite = 0;
 
+    loop_state ls = {.prev = t->times};
     double train_s = 0.0;       /* training wall clock, evaluation excluded */
     double loss_acc = 0.0;      /* mean loss over the steps since the last /train row */
-    long loss_n = 0, last_row = 0;
-    phase_times prev = t->times;
+    long loss_n = 0, last_row = 0, s0 = 0;
     double *gbuf = xmalloc((size_t)t->p * 4 * sizeof(double)), *rows = xmalloc((size_t)t->p * 4 * sizeof(double));
 
-    if (e->eval.at_start) status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &nonfinite);
+    if (t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
+        status = train_resume(t, &ls);
+        s0 = t->resume_label;
+        train_s = ls.train_s, loss_acc = ls.loss_acc, loss_n = ls.loss_n, last_row = ls.last_row;
+    } else if (e->eval.at_start) status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &nonfinite);
+    phase_times prev = ls.prev;
 
     comm_barrier();
     double seg_start = wall_time();
-    for (long s = 0; status == EXIT_OK && s < total; s++) {
+    for (long s = s0; status == EXIT_OK && s < total; s++) {
         const double alpha = alpha_at(e, s);
+        ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
         const double loss = t->method->step(t, s, alpha);
         if (!isfinite(loss)) {
             train_s += wall_time() - seg_start;
@@ -262,6 +357,22 @@ int train_run(trainer *t) {
             train_s += wall_time() - seg_start;
             status = evaluate_and_log(t, s + 1, train_s, status, &nonfinite);
             if (status != EXIT_OK) break;
+            seg_start = wall_time();
+        }
+
+        /* A checkpoint every checkpoint.every steps, and when a signal asked for one (the
+         * method's step agreed on t->sig, so every rank decides alike); its time is excluded
+         * from the time axis like evaluation. */
+        if ((e->checkpoint.every && (s + 1) % e->checkpoint.every == 0) || t->sig) {
+            train_s += wall_time() - seg_start;
+            ls = (loop_state){.train_s = train_s, .loss_acc = loss_acc, .loss_n = loss_n, .last_row = last_row, .prev = prev};
+            status = train_checkpoint(t, s + 1, &ls);
+            if (status == EXIT_OK && t->sig == CKPT_SIG_STOP) {
+                status = EXIT_INTERRUPTED;
+                if (t->log) printf("stopped by %s after step %ld; continue with --resume (or resume = \"auto\")\n", ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", s + 1);
+                break;
+            }
+            if (t->sig == CKPT_SIG_SAVE) ckpt_signal_clear_save(), t->sig = CKPT_SIG_NONE;
             seg_start = wall_time();
         }
     }

@@ -12,6 +12,7 @@
 #include "train/inject.h"
 
 typedef struct method_ops method_ops;
+typedef struct ckpt_file ckpt_file;
 
 /* Per-phase wall-clock seconds of this rank since training began (HPC-benchmark style). */
 typedef struct {
@@ -53,6 +54,13 @@ typedef struct trainer {
 
     phase_times times;
     long step;                /* steps completed (server methods: iterations, see methods.md) */
+
+    /* Checkpoints (src/train/checkpoint.h; set by main.c). */
+    char ckpt_dir[CFG_PATH_MAX + 16]; /* checkpoint directory */
+    long resume_label;        /* -1: a fresh run; else continue from the checkpoint after this
+                                 many iterations */
+    int sig;                  /* CKPT_SIG_* the ranks agreed on at the last agreement point */
+    long n_checkpoints;       /* written by this run */
 
     /* Progress-line state of the log rank (train_log_*). */
     long last_log_step;
@@ -109,16 +117,46 @@ int train_log_train(trainer *t, long step, double time_s, double loss, double al
 int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, double eval_s, int local);
 
 /* Why a run stopped early (the run file's `status`): a run-file write error, a non-finite
- * loss or gradient, or too few workers left to complete a step (backup). */
+ * loss or gradient, or too few workers left to complete a step (backup); a status of
+ * EXIT_INTERRUPTED needs no reason. */
 enum { STOPPED_WRITE = 0, STOPPED_NONFINITE = 1, STOPPED_WORKERS = 2 };
+/* status EXIT_INTERRUPTED (checkpoint.h): "stopped: <signal> after step N; checkpoint written". */
 
 /* Log rank: the end-of-run summary lines and run-file attributes. why: STOPPED_* (used when
  * status != EXIT_OK); images: training images processed by all workers; train_s: training
  * wall clock. */
 void train_log_summary(trainer *t, int status, int why, double train_s, double images);
 
-/* Run the whole experiment (collective). Returns EXIT_OK, or EXIT_RUNTIME after a non-finite
- * loss or gradient (all ranks agree) or an output error on rank 0. */
+/* The training-loop state a checkpoint carries besides the model and the method's state: kept
+ * by the log rank (loss_acc.. prev) and by every rank (times). */
+typedef struct {
+    double train_s;           /* training wall clock so far (the run file's time axis) */
+    double loss_acc;          /* loss summed since the last /train row */
+    long loss_n;              /* steps in loss_acc */
+    long last_row;            /* step of the last /train row */
+    phase_times prev;         /* times at the last /ranks row */
+} loop_state;
+
+/* Collective over the world: write the checkpoint after `label` iterations into t->ckpt_dir
+ * (checkpoint.h): every rank that holds state writes its file (common state: t->times, step;
+ * log rank: *ls, the run file's rows — flushed first — and the experiment; then the method's
+ * save callback), worker 0 / the log rank commits once all succeeded. Prints one line on the log
+ * rank. Returns 0, or EXIT_RUNTIME on every rank when any rank failed (printed; the previous
+ * checkpoint stays). Valid only where every rank of the world calls it (allreduce, gossip). */
+int train_checkpoint(trainer *t, long label, const loop_state *ls);
+
+/* Read the common state of t->resume_label's checkpoint: t->times, t->step, and on the log rank
+ * *ls and the progress-line state; then the method's load callback. Returns 0, or EXIT_BADINPUT
+ * on every rank (printed) when any rank could not read its part. Collective over the world. */
+int train_resume(trainer *t, loop_state *ls);
+
+/* The log rank's file: write (f != NULL) the common part. Used by the server methods too. */
+int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls);
+int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls);
+
+/* Run the whole experiment (collective). Returns EXIT_OK, EXIT_INTERRUPTED after a SIGTERM /
+ * SIGINT and its checkpoint, or EXIT_RUNTIME after a non-finite loss or gradient (all ranks
+ * agree) or an output error on rank 0. */
 int train_run(trainer *t);
 
 #endif

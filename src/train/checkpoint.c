@@ -1,0 +1,436 @@
+/* checkpoint.c — checkpoint files, the commit protocol's file operations and the signal flags
+ * (see checkpoint.h). One HDF5 file per rank that holds state: a plain file of 1-D datasets
+ * (h5dump shows every value); written only under the step-<label>.tmp directory, so a
+ * half-written file is never named by `latest`. */
+#define _GNU_SOURCE
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/util.h"
+
+/* ---- signals ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_sig = CKPT_SIG_NONE, g_signo = 0;
+static int g_test_sig = 0, g_test_rank = 0;
+static long g_test_step = -1;
+
+static void on_signal(int signo) {
+    const int want = signo == SIGUSR1 ? CKPT_SIG_SAVE : CKPT_SIG_STOP;
+    if (want == CKPT_SIG_STOP && g_sig == CKPT_SIG_STOP) { /* the second stop request: die now */
+        signal(signo, SIG_DFL);
+        raise(signo);
+        return;
+    }
+    if (want > g_sig) g_sig = want, g_signo = signo;
+}
+
+void ckpt_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    const char *t = getenv("DSGD_TEST_SIGNAL");
+    if (t && *t) {
+        char name[16] = "";
+        long step = -1;
+        int rank = 0;
+        int n = sscanf(t, "%15[A-Z0-9]@%ld@%d", name, &step, &rank);
+        if (n >= 2 && step >= 0) {
+            g_test_sig = !strcmp(name, "USR1") ? SIGUSR1 : !strcmp(name, "INT") ? SIGINT : !strcmp(name, "TERM") ? SIGTERM : 0;
+            g_test_step = step, g_test_rank = n == 3 ? rank : 0;
+        }
+        if (!g_test_sig) DIE("DSGD_TEST_SIGNAL='%s': expected TERM|INT|USR1@<step>[@<rank>]", t);
+    }
+}
+
+int ckpt_signal_pending(void) { return g_sig; }
+
+const char *ckpt_signal_name(void) {
+    switch (g_signo) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "";
+    }
+}
+
+void ckpt_signal_clear_save(void) {
+    if (g_sig == CKPT_SIG_SAVE) g_sig = CKPT_SIG_NONE, g_signo = 0;
+}
+
+void ckpt_poll_test(long steps, int world_rank) {
+    if (g_test_sig && steps == g_test_step && world_rank == g_test_rank) raise(g_test_sig);
+}
+
+/* ---- directories -------------------------------------------------------------------------- */
+
+void ckpt_dir_of(const experiment *e, char *dir, size_t n) {
+    if (e->checkpoint.path[0]) {
+        snprintf(dir, n, "%s", e->checkpoint.path);
+        return;
+    }
+    size_t len = strlen(e->output);
+    if (len > 3 && strcmp(e->output + len - 3, ".h5") == 0) snprintf(dir, n, "%.*s.ckpt", (int)(len - 3), e->output);
+    else snprintf(dir, n, "%s.ckpt", e->output);
+}
+
+static int syserr(char *err, size_t errlen, const char *path, const char *what) {
+    seterr(err, errlen, "%s: %s: %s", path, what, strerror(errno));
+    return -1;
+}
+
+static int mkdirs(const char *path, char *err, size_t errlen) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        const char c = *p;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return syserr(err, errlen, buf, "cannot create the checkpoint directory");
+        struct stat st;
+        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            seterr(err, errlen, "%s: cannot create the checkpoint directory: %s is not a directory", path, buf);
+            return -1;
+        }
+        *p = c;
+        if (c == '\0') break;
+    }
+    return 0;
+}
+
+static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(p) == 0 || errno == ENOENT ? 0 : -1;
+}
+static int rm_rf(const char *path) { return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 || errno == ENOENT ? 0 : -1; }
+
+int ckpt_latest(const char *dir, long *label, char *err, size_t errlen) {
+    char path[4200], line[64] = "";
+    snprintf(path, sizeof path, "%s/latest", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        return syserr(err, errlen, path, "cannot read");
+    }
+    char *ok = fgets(line, sizeof line, f);
+    fclose(f);
+    long l = -1;
+    if (!ok || sscanf(line, "step-%ld", &l) != 1 || l < 0) {
+        seterr(err, errlen, "%s: expected one line \"step-<iterations>\", found \"%.40s\" (not a dsgd-run checkpoint directory?)", path,
+               ok ? line : "");
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/step-%ld", dir, l);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        seterr(err, errlen, "%s/latest names step-%ld, but %s is missing: the checkpoint directory was changed by hand", dir, l, path);
+        return -1;
+    }
+    *label = l;
+    return 1;
+}
+
+int ckpt_prepare(const char *dir, long label, char *err, size_t errlen) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s/step-%ld.tmp", dir, label);
+    if (mkdirs(dir, err, errlen) < 0) return -1;
+    if (rm_rf(tmp) < 0) return syserr(err, errlen, tmp, "cannot remove a stale partial checkpoint");
+    if (mkdir(tmp, 0777) != 0) return syserr(err, errlen, tmp, "cannot create");
+    return 0;
+}
+
+int ckpt_commit(const char *dir, long label, char *err, size_t errlen) {
+    char tmp[4200], fin[4200], lt[4200], lf[4200];
+    snprintf(tmp, sizeof tmp, "%s/step-%ld.tmp", dir, label);
+    snprintf(fin, sizeof fin, "%s/step-%ld", dir, label);
+    snprintf(lt, sizeof lt, "%s/.latest.%ld", dir, (long)getpid());
+    snprintf(lf, sizeof lf, "%s/latest", dir);
+    if (rm_rf(fin) < 0) return syserr(err, errlen, fin, "cannot remove an older checkpoint of the same step");
+    if (rename(tmp, fin) != 0) return syserr(err, errlen, fin, "cannot rename the new checkpoint into place");
+    FILE *f = fopen(lt, "w");
+    if (!f) return syserr(err, errlen, lt, "cannot create");
+    int bad = fprintf(f, "step-%ld\n", label) < 0;
+    bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
+    if (fclose(f) != 0 || bad) { unlink(lt); return syserr(err, errlen, lt, "cannot write"); }
+    if (rename(lt, lf) != 0) { unlink(lt); return syserr(err, errlen, lf, "cannot replace"); }
+    /* The new checkpoint is committed: the older ones go. */
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        long l;
+        char rest[8] = "";
+        if (sscanf(de->d_name, "step-%ld%7s", &l, rest) >= 1 && l != label) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            rm_rf(p);
+        }
+    }
+    closedir(d);
+    return 0;
+}
+
+void ckpt_abandon(const char *dir, long label) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s/step-%ld.tmp", dir, label);
+    rm_rf(tmp);
+}
+
+int ckpt_remove_all(const char *dir, char *err, size_t errlen) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/latest", dir);
+    if (unlink(p) != 0 && errno != ENOENT && errno != ENOTDIR) return syserr(err, errlen, p, "cannot remove");
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    int rc = 0;
+    while ((de = readdir(d))) {
+        long l;
+        if (sscanf(de->d_name, "step-%ld", &l) == 1) {
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            if (rm_rf(p) < 0) rc = syserr(err, errlen, p, "cannot remove");
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+/* ---- rank files --------------------------------------------------------------------------- */
+
+struct ckpt_file {
+    hid_t file;
+    int writing;
+    char path[4200];
+    char err[ERRLEN];
+};
+
+static int ferr(ckpt_file *f, const char *call, const char *name) {
+    if (!f->err[0]) seterr(f->err, sizeof f->err, "%s: HDF5 %s failed for %s", f->path, call, name);
+    return -1;
+}
+
+static void rank_path(char *out, size_t n, const char *dir, long label, int rank, int tmp) {
+    snprintf(out, n, "%s/step-%ld%s/rank-%d.h5", dir, label, tmp ? ".tmp" : "", rank);
+}
+
+ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t errlen) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    ckpt_file *f = xcalloc(1, sizeof *f);
+    rank_path(f->path, sizeof f->path, dir, label, rank, 1);
+    f->writing = 1;
+    f->file = H5Fcreate(f->path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    if (f->file < 0) {
+        seterr(err, errlen, "%s: cannot create the checkpoint file (HDF5 H5Fcreate failed)", f->path);
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+int ckpt_exists(const char *dir, long label, int rank) {
+    char p[4200];
+    rank_path(p, sizeof p, dir, label, rank, 0);
+    return access(p, R_OK) == 0;
+}
+
+ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t errlen) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    ckpt_file *f = xcalloc(1, sizeof *f);
+    rank_path(f->path, sizeof f->path, dir, label, rank, 0);
+    if (access(f->path, R_OK) != 0) {
+        seterr(err, errlen, "%s: %s (the checkpoint has no state for rank %d: was it written with another p or method?)", f->path,
+               strerror(errno), rank);
+        free(f);
+        return NULL;
+    }
+    f->file = H5Fopen(f->path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f->file < 0) {
+        seterr(err, errlen, "%s: cannot open the checkpoint file (HDF5 H5Fopen failed: not an HDF5 file?)", f->path);
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+static int put(ckpt_file *f, const char *name, hid_t ftype, hid_t mtype, const void *v, size_t n) {
+    if (f->err[0]) return -1;
+    hsize_t dims[1] = {(hsize_t)n};
+    hid_t sp = H5Screate_simple(1, dims, NULL);
+    if (sp < 0) return ferr(f, "H5Screate_simple", name);
+    hid_t ds = H5Dcreate2(f->file, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Sclose(sp);
+    if (ds < 0) return ferr(f, "H5Dcreate2", name);
+    int rc = n && H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0 ? ferr(f, "H5Dwrite", name) : 0;
+    if (H5Dclose(ds) < 0 && !rc) rc = ferr(f, "H5Dclose", name);
+    return rc;
+}
+
+static int get(ckpt_file *f, const char *name, hid_t mtype, void *v, size_t n, const char *tname) {
+    if (f->err[0]) return -1;
+    if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0) {
+        seterr(f->err, sizeof f->err, "%s: no dataset '%s' (a checkpoint of another method or version?)", f->path, name);
+        return -1;
+    }
+    hid_t ds = H5Dopen2(f->file, name, H5P_DEFAULT);
+    if (ds < 0) return ferr(f, "H5Dopen2", name);
+    hid_t sp = H5Dget_space(ds);
+    hssize_t have = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (sp >= 0) H5Sclose(sp);
+    int rc = 0;
+    if (have != (hssize_t)n)
+        rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' has %lld %s values, expected %zu (a checkpoint of another model, p or method?)",
+                        f->path, name, (long long)have, tname, n);
+    else if (n && H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0)
+        rc = ferr(f, "H5Dread", name);
+    H5Dclose(ds);
+    return rc;
+}
+
+int ckpt_put_f32(ckpt_file *f, const char *name, const float *v, size_t n) { return put(f, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, v, n); }
+int ckpt_put_f64(ckpt_file *f, const char *name, const double *v, size_t n) { return put(f, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v, n); }
+int ckpt_put_i64(ckpt_file *f, const char *name, const int64_t *v, size_t n) { return put(f, name, H5T_STD_I64LE, H5T_NATIVE_INT64, v, n); }
+int ckpt_get_f32(ckpt_file *f, const char *name, float *v, size_t n) { return get(f, name, H5T_NATIVE_FLOAT, v, n, "float32"); }
+int ckpt_get_f64(ckpt_file *f, const char *name, double *v, size_t n) { return get(f, name, H5T_NATIVE_DOUBLE, v, n, "float64"); }
+int ckpt_get_i64(ckpt_file *f, const char *name, int64_t *v, size_t n) { return get(f, name, H5T_NATIVE_INT64, v, n, "int64"); }
+
+/* Strings are uint8 datasets of their bytes (no NUL): exact, and readable by any HDF5 tool. */
+int ckpt_put_str(ckpt_file *f, const char *name, const char *s) { return put(f, name, H5T_STD_U8LE, H5T_NATIVE_UCHAR, s, strlen(s)); }
+
+int ckpt_get_str(ckpt_file *f, const char *name, char *s, size_t n) {
+    if (f->err[0]) return -1;
+    if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0) {
+        seterr(f->err, sizeof f->err, "%s: no dataset '%s' (not a dsgd-run checkpoint?)", f->path, name);
+        return -1;
+    }
+    hid_t ds = H5Dopen2(f->file, name, H5P_DEFAULT);
+    if (ds < 0) return ferr(f, "H5Dopen2", name);
+    hid_t sp = H5Dget_space(ds);
+    hssize_t len = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (sp >= 0) H5Sclose(sp);
+    int rc = 0;
+    if (len < 0 || (size_t)len >= n) rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' is too long (%lld bytes)", f->path, name, (long long)len);
+    else if (len && H5Dread(ds, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) < 0) rc = ferr(f, "H5Dread", name);
+    else s[len] = '\0';
+    H5Dclose(ds);
+    return rc;
+}
+
+int ckpt_close(ckpt_file *f) {
+    if (!f || f->file < 0) return f && f->err[0] ? -1 : 0;
+    if (f->writing && H5Fflush(f->file, H5F_SCOPE_LOCAL) < 0) ferr(f, "H5Fflush", "the file");
+    if (H5Fclose(f->file) < 0) ferr(f, "H5Fclose", "the file");
+    f->file = H5I_INVALID_HID;
+    return f->err[0] ? -1 : 0;
+}
+
+const char *ckpt_error(const ckpt_file *f) { return f ? f->err : ""; }
+
+void ckpt_free(ckpt_file *f) {
+    if (!f) return;
+    if (f->file >= 0) H5Fclose(f->file);
+    free(f);
+}
+
+/* ---- the run file and the experiment ------------------------------------------------------ */
+
+int ckpt_run_status(const char *path, char *buf, size_t n, char *err, size_t errlen) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    buf[0] = '\0';
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return seterr(err, errlen, "%s: cannot open the run file (HDF5 H5Fopen failed)", path), -1;
+    int rc = 0;
+    if (H5Aexists(f, "status") > 0) {
+        hid_t a = H5Aopen(f, "status", H5P_DEFAULT);
+        hid_t t = a >= 0 ? H5Aget_type(a) : -1;
+        if (t >= 0 && H5Tis_variable_str(t) > 0) {
+            char *s = NULL; /* read as stored (the character set of the file's type) */
+            if (H5Aread(a, t, &s) >= 0) {
+                snprintf(buf, n, "%s", s ? s : "");
+                H5free_memory(s);
+            } else rc = -1;
+        } else if (t >= 0) {
+            size_t sz = H5Tget_size(t);
+            char *s = xcalloc(sz + 1, 1);
+            if (H5Aread(a, t, s) >= 0) snprintf(buf, n, "%s", s);
+            else rc = -1;
+            free(s);
+        } else rc = -1;
+        if (t >= 0) H5Tclose(t);
+        if (a >= 0) H5Aclose(a);
+        if (rc) seterr(err, errlen, "%s: cannot read the attribute 'status'", path);
+    }
+    H5Fclose(f);
+    return rc;
+}
+
+/* Keys that may differ between the parts of one run. */
+static int ignored_key(const char *key) {
+    static const char *const ok[] = {"resume", "overwrite", "checkpoint.every", "checkpoint.path", "comm_timeout_s", "threads", "log_every"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
+        if (!strcmp(ok[i], key)) return 1;
+    return 0;
+}
+
+/* The next "key = value;" line of config_to_text output at *p: full dotted key and value. */
+static int next_kv(const char **p, char *group, char *key, size_t kn, char *val, size_t vn) {
+    while (**p) {
+        const char *line = *p, *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        *p = nl ? nl + 1 : line + len;
+        while (len && (*line == ' ' || *line == '\t')) line++, len--;
+        const char *eq = memchr(line, '=', len);
+        if (!eq) {
+            if (len >= 2 && line[0] == '}') group[0] = '\0';
+            continue;
+        }
+        size_t kl = (size_t)(eq - line);
+        while (kl && line[kl - 1] == ' ') kl--;
+        const char *v = eq + 1;
+        size_t vl = len - (size_t)(v - line);
+        while (vl && *v == ' ') v++, vl--;
+        if (vl && v[0] == '{') { /* "name = {": a group opens */
+            snprintf(group, 64, "%.*s", (int)kl, line);
+            continue;
+        }
+        while (vl && (v[vl - 1] == ';' || v[vl - 1] == ' ')) vl--;
+        if (group[0]) snprintf(key, kn, "%s.%.*s", group, (int)kl, line);
+        else snprintf(key, kn, "%.*s", (int)kl, line);
+        snprintf(val, vn, "%.*s", (int)vl, v);
+        return 1;
+    }
+    return 0;
+}
+
+int ckpt_compare_config(const char *saved, const char *now, char *err, size_t errlen) {
+    const char *a = saved, *b = now;
+    char ga[64] = "", gb[64] = "", ka[128], kb[128], va[4 * CFG_PATH_MAX], vb[4 * CFG_PATH_MAX];
+    for (;;) {
+        int ha = next_kv(&a, ga, ka, sizeof ka, va, sizeof va), hb = next_kv(&b, gb, kb, sizeof kb, vb, sizeof vb);
+        if (!ha && !hb) return 0;
+        if (!ha || !hb || strcmp(ka, kb) != 0) {
+            seterr(err, errlen, "the checkpoint's experiment has other keys (%s) than this one (%s): written by another version of dsgd-run?",
+                   ha ? ka : "(end)", hb ? kb : "(end)");
+            return -1;
+        }
+        if (!ignored_key(ka) && strcmp(va, vb) != 0) {
+            seterr(err, errlen, "key '%s': the checkpoint was written with %s = %s, the experiment now has %s = %s; a run continues "
+                   "only with the experiment it started with (only resume, overwrite, checkpoint.*, comm_timeout_s, threads and "
+                   "log_every may change)", ka, ka, va, ka, vb);
+            return -1;
+        }
+    }
+}

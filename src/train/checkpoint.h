@@ -1,0 +1,121 @@
+/* checkpoint.h — checkpoints of a training run and the signals that ask for one
+ * (docs/checkpoint.md).
+ *
+ * A checkpoint is the state every rank needs to continue a run exactly where it stood after
+ * `label` iterations: parameters, momentum, BN running statistics, each server's shard and
+ * counters, the time axis, the progress of the run file. Data order, α schedule, straggler
+ * delays and gossip peers are pure functions of (seed, step) (loader.h, inject.h), so the step
+ * is their whole state.
+ *
+ * On disk, a directory (key checkpoint.path, default <output without .h5>.ckpt):
+ *   <dir>/step-<label>/rank-<r>.h5   the state of world rank r (HDF5; only ranks holding state)
+ *   <dir>/latest                     one line "step-<label>": the committed checkpoint
+ * A checkpoint is written into <dir>/step-<label>.tmp/, every writer reports to a coordinator,
+ * and only when all succeeded does the coordinator rename the directory and then replace
+ * `latest` (write a temporary, rename over it): a kill at any instant leaves `latest` naming a
+ * complete checkpoint (or none). Older step directories are removed after the commit.
+ *
+ * Signals (ckpt_install_signals): SIGUSR1 asks for a checkpoint and training continues (Slurm's
+ * `--signal=USR1@<s>` warning before the time limit); SIGTERM and SIGINT ask for a checkpoint and
+ * a stop (exit status EXIT_INTERRUPTED). The handler only sets a flag; the training loop acts at
+ * its next point where the ranks agree (every step for allreduce, the next meeting point of
+ * the other methods: methods.md), so a signal that arrives during evaluation or communication
+ * still yields a consistent checkpoint. A second SIGTERM/SIGINT kills at once (default action).
+ *
+ * Errors: functions returning int return 0 or -1 with a message in err ("<path>: <what>: <why>"). */
+#ifndef DSGD_CHECKPOINT_H
+#define DSGD_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config/config.h"
+
+/* What the signals received so far ask for (the strongest). */
+enum { CKPT_SIG_NONE = 0, CKPT_SIG_SAVE = 1 /* SIGUSR1 */, CKPT_SIG_STOP = 2 /* SIGTERM, SIGINT */ };
+
+/* Exit status of a run stopped by SIGTERM / SIGINT after writing its checkpoint (util.h has
+ * 0, 1, 2). */
+enum { EXIT_INTERRUPTED = 3 };
+
+/* Install the handlers of SIGTERM, SIGINT and SIGUSR1 for this process. Test hook: environment
+ * DSGD_TEST_SIGNAL="<TERM|USR1>@<step>[@<world rank>]" makes ckpt_poll_test raise that signal in
+ * that rank (default 0) once the loop has completed <step> steps (tests only; docs/checkpoint.md). */
+void ckpt_install_signals(void);
+
+/* CKPT_SIG_* requested by the signals received since the last ckpt_signal_clear. Async-signal
+ * safe to call anywhere. */
+int ckpt_signal_pending(void);
+
+/* Name of the strongest signal received ("SIGTERM", ...), "" if none. */
+const char *ckpt_signal_name(void);
+
+/* Forget a SIGUSR1 request (after its checkpoint); a stop request stays. */
+void ckpt_signal_clear_save(void);
+
+/* The DSGD_TEST_SIGNAL hook: raise the configured signal in this rank if `steps` is its step. */
+void ckpt_poll_test(long steps, int world_rank);
+
+/* The checkpoint directory of e: checkpoint.path, or the output with ".h5" replaced by ".ckpt"
+ * (appended when the output does not end in .h5). */
+void ckpt_dir_of(const experiment *e, char *dir, size_t n);
+
+/* The committed checkpoint in dir: 1 and *label set, 0 when there is none (no directory, no
+ * `latest`), -1 with err filled when `latest` is unreadable or names a missing step directory. */
+int ckpt_latest(const char *dir, long *label, char *err, size_t errlen);
+
+/* ---- writing: the coordinator prepares, every writer writes its file, the coordinator commits */
+
+/* Coordinator: create dir (and its parents) and an empty <dir>/step-<label>.tmp (removing a
+ * stale one a killed run left). */
+int ckpt_prepare(const char *dir, long label, char *err, size_t errlen);
+
+/* Coordinator, after every writer succeeded: step-<label>.tmp -> step-<label>, `latest` :=
+ * step-<label> (atomically), then remove every other step-* directory. */
+int ckpt_commit(const char *dir, long label, char *err, size_t errlen);
+
+/* Coordinator, after a writer failed: remove step-<label>.tmp (the previous checkpoint stays). */
+void ckpt_abandon(const char *dir, long label);
+
+/* Remove every checkpoint in dir (`latest`, step-*), keeping the directory (overwrite = true). */
+int ckpt_remove_all(const char *dir, char *err, size_t errlen);
+
+typedef struct ckpt_file ckpt_file;
+
+/* Writer: create <dir>/step-<label>.tmp/rank-<rank>.h5. NULL with err filled on failure. */
+ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t errlen);
+/* Reader: open <dir>/step-<label>/rank-<rank>.h5; NULL with err filled (missing: says so). */
+ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t errlen);
+/* 1 if <dir>/step-<label>/rank-<rank>.h5 exists. */
+int ckpt_exists(const char *dir, long label, int rank);
+
+/* Datasets of n values (n may be 0) under name (no '/'). ckpt_get_* checks that the dataset
+ * exists with exactly n values of that type; an error names the file and the dataset. */
+int ckpt_put_f32(ckpt_file *f, const char *name, const float *v, size_t n);
+int ckpt_put_f64(ckpt_file *f, const char *name, const double *v, size_t n);
+int ckpt_put_i64(ckpt_file *f, const char *name, const int64_t *v, size_t n);
+int ckpt_put_str(ckpt_file *f, const char *name, const char *s);
+int ckpt_get_f32(ckpt_file *f, const char *name, float *v, size_t n);
+int ckpt_get_f64(ckpt_file *f, const char *name, double *v, size_t n);
+int ckpt_get_i64(ckpt_file *f, const char *name, int64_t *v, size_t n);
+/* The string into s (at most n bytes with its NUL; longer is an error). */
+int ckpt_get_str(ckpt_file *f, const char *name, char *s, size_t n);
+
+/* Close (writers: the file is complete on disk after this). Returns 0 or -1; the message is in
+ * ckpt_error(f) until ckpt_free. */
+int ckpt_close(ckpt_file *f);
+/* The first error of f ("" if none). */
+const char *ckpt_error(const ckpt_file *f);
+void ckpt_free(ckpt_file *f);
+
+/* The `status` root attribute of the run file at path into buf ("" when the file has none, e.g.
+ * a run that was killed). Returns 0, or -1 with err filled when the file cannot be read. */
+int ckpt_run_status(const char *path, char *buf, size_t n, char *err, size_t errlen);
+
+/* Compare the experiment a checkpoint was written with (config_to_text) to the current one,
+ * ignoring the keys that may change between the parts of a run (resume, overwrite,
+ * checkpoint.every, checkpoint.path, comm_timeout_s, threads, log_every). Returns 0, or -1 with
+ * err naming the first key whose value differs: "key 'b': the checkpoint has 32, the experiment 64". */
+int ckpt_compare_config(const char *saved, const char *now, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,266 @@
+/* test_checkpoint.c — checkpoint and resume end to end under mpiexec (docs/checkpoint.md), on
+ * the linear model and Fashion-MNIST:
+ *   - synchronous methods resume bitwise: 2N steps straight and N steps + SIGTERM (checkpoint,
+ *     exit 3) + --resume + N steps give identical /train/loss, /eval and /ranks steps (allreduce
+ *     p = 2, lock-step gossip_pull p = 3); SIGUSR1 checkpoints and the run goes on unchanged;
+ *   - a run killed (SIGKILL) after a periodic checkpoint resumes with resume = "auto": the rows
+ *     it logged after the checkpoint are dropped, none duplicated or missing;
+ *   - asynchronous gossip (push) resumes and completes, the time axis continued;
+ *   - a finished run says so and exits 0; the errors (--resume without a checkpoint, a changed
+ *     experiment, a fresh run over a checkpoint, checkpoints for a method without them) exit 2
+ *     and name the key.
+ * Every mpiexec runs under `timeout` (mpiutil.h). The signals come from the DSGD_TEST_SIGNAL
+ * hook (checkpoint.h), which raises a real signal in a rank at a chosen step. */
+#define _GNU_SOURCE
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mpiutil.h"
+#include "testutil.h"
+
+static char g_dir[256];
+
+/* The linear model, α = 0.02 cosine, 240 steps at m = 64, evaluations every 60 steps. */
+static const char *BASE = "name = \"lin\";\nseed = 5;\nmodel = { arch = \"linear\"; };\nb = 32;\niterations = 240;\n"
+                          "log_every = 10;\nalpha = { base = 0.02; schedule = \"cosine\"; };\n"
+                          "eval = { every = 60; batch = 500; at_start = true; };\n";
+
+/* Write BASE + extra to <tag>.cfg with output <tag>.h5; paths into cfg and h5. */
+static void write_cfg(const char *tag, const char *extra, char *cfg, char *h5) {
+    char text[4096];
+    snprintf(cfg, 512, "%s/%s.cfg", g_dir, tag);
+    snprintf(h5, 512, "%s/%s.h5", g_dir, tag);
+    snprintf(text, sizeof text, "%s%s\noutput = \"%s\";\n", BASE, extra ? extra : "", h5);
+    write_file(cfg, text);
+}
+
+/* mpiexec -n np ./dsgd-run [args] cfg with environment env (may be ""). */
+static int run_env(const char *env, int np, const char *cfg, const char *args, char *out, size_t n) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s timeout -k 5 " MPI_TIMEOUT " mpiexec -n %d ./dsgd-run %s %s", env, np, args ? args : "", cfg);
+    return run(cmd, out, n);
+}
+
+#define MAXR 4096
+static double ga[MAXR], gb[MAXR];
+
+/* Dataset name of files a and b: same length, bitwise equal values. */
+static void assert_same(const char *a, const char *b, const char *name) {
+    long na = read_1d(a, name, ga, MAXR), nb = read_1d(b, name, gb, MAXR);
+    ck_assert_msg(na == nb, "%s: %ld rows straight, %ld resumed", name, na, nb);
+    ck_assert_msg(na > 0, "%s is empty", name);
+    for (long i = 0; i < na; i++)
+        ck_assert_msg(memcmp(&ga[i], &gb[i], sizeof(double)) == 0, "%s row %ld: %.17g straight, %.17g resumed", name, i, ga[i], gb[i]);
+}
+
+/* /train/step is 10, 20, ..., total and time_s never goes back. */
+static void assert_axis(const char *h5, long total) {
+    long n = read_1d(h5, "/train/step", ga, MAXR);
+    ck_assert_int_eq(n, total / 10);
+    for (long i = 0; i < n; i++) ck_assert_msg(ga[i] == 10.0 * (double)(i + 1), "/train/step row %ld = %g", i, ga[i]);
+    n = read_1d(h5, "/train/time_s", ga, MAXR);
+    for (long i = 1; i < n; i++) ck_assert_msg(ga[i] >= ga[i - 1], "/train/time_s goes back at row %ld: %g after %g", i, ga[i], ga[i - 1]);
+}
+
+static void assert_latest(const char *ckdir, const char *want) {
+    char p[600], line[64] = "";
+    snprintf(p, sizeof p, "%s/latest", ckdir);
+    FILE *f = fopen(p, "r");
+    ck_assert_msg(f != NULL, "no %s", p);
+    ck_assert(fgets(line, sizeof line, f) != NULL);
+    fclose(f);
+    ck_assert_msg(strncmp(line, want, strlen(want)) == 0, "%s says '%s', expected '%s'", p, line, want);
+}
+
+/* Straight vs interrupted at step 120 and resumed, for one method on np ranks. */
+static void check_bitwise(const char *tag, const char *extra, int np) {
+    char cfg[512], h5[512], cfg2[512], h52[512], ck[600], out[1 << 15], status[256], tag2[64];
+    write_cfg(tag, extra, cfg, h5);
+    int st = run_env("", np, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 0, "%s straight: exit %d\n%s", tag, st, out);
+
+    snprintf(tag2, sizeof tag2, "%s_cut", tag);
+    write_cfg(tag2, extra, cfg2, h52);
+    st = run_env("DSGD_TEST_SIGNAL=TERM@120@1", np, cfg2, NULL, out, sizeof out);
+    ck_assert_msg(st == 3, "%s with SIGTERM at step 120 on rank 1: exit %d, expected 3\n%s", tag, st, out);
+    ck_assert_msg(strstr(out, "checkpoint: step 120 written"), "%s: no checkpoint line:\n%s", tag, out);
+    read_attr_string(h52, "status", status, sizeof status);
+    ck_assert_msg(strstr(status, "interrupted: SIGTERM after step 120") || strstr(status, "interrupted: a signal after step 120"),
+                  "status '%s'", status);
+    snprintf(ck, sizeof ck, "%s/%s_cut.ckpt", g_dir, tag);
+    assert_latest(ck, "step-120");
+    ck_assert_int_eq(read_1d(h52, "/train/step", ga, MAXR), 12);
+
+    st = run_env("", np, cfg2, "--resume", out, sizeof out);
+    ck_assert_msg(st == 0, "%s --resume: exit %d\n%s", tag, st, out);
+    ck_assert_msg(strstr(out, "resuming from") && strstr(out, "120 of 240"), "%s: no resume line:\n%s", tag, out);
+    read_attr_string(h52, "status", status, sizeof status);
+    ck_assert_str_eq(status, "completed");
+    ck_assert_int_eq(read_attr_long(h52, "resumes"), 1);
+    assert_same(h5, h52, "/train/loss");
+    assert_same(h5, h52, "/train/step");
+    assert_same(h5, h52, "/train/alpha");
+    assert_same(h5, h52, "/eval/step");
+    assert_same(h5, h52, "/eval/loss");
+    assert_same(h5, h52, "/eval/top1_error");
+    assert_axis(h52, 240);
+
+    /* The finished run: --resume says so, exits 0 and leaves the file alone. */
+    struct stat a, b;
+    ck_assert(stat(h52, &a) == 0);
+    st = run_env("", np, cfg2, "--resume", out, sizeof out);
+    ck_assert_msg(st == 0 && strstr(out, "already finished"), "%s finished run, --resume: exit %d\n%s", tag, st, out);
+    ck_assert(stat(h52, &b) == 0);
+    ck_assert(a.st_mtime == b.st_mtime && a.st_size == b.st_size && a.st_ino == b.st_ino);
+}
+
+START_TEST(test_allreduce_bitwise) { check_bitwise("ar", "p = 2;\n", 2); }
+END_TEST
+
+START_TEST(test_gossip_sync_bitwise) { check_bitwise("gs", "method = \"gossip_pull\";\nsynchronous = true;\np = 3;\n", 3); }
+END_TEST
+
+/* SIGUSR1: a checkpoint, and the run goes on to the same end as without it. */
+START_TEST(test_usr1_continues) {
+    char cfg[512], h5[512], cfg2[512], h52[512], ck[600], out[1 << 15];
+    write_cfg("u_ref", "p = 2;\n", cfg, h5);
+    ck_assert_int_eq(run_env("", 2, cfg, NULL, out, sizeof out), 0);
+    write_cfg("u_sig", "p = 2;\n", cfg2, h52);
+    int st = run_env("DSGD_TEST_SIGNAL=USR1@70", 2, cfg2, NULL, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d\n%s", st, out);
+    ck_assert_msg(strstr(out, "checkpoint: step 70 written"), "%s", out);
+    snprintf(ck, sizeof ck, "%s/u_sig.ckpt", g_dir);
+    assert_latest(ck, "step-70");
+    assert_same(h5, h52, "/train/loss");
+    assert_same(h5, h52, "/eval/loss");
+}
+END_TEST
+
+/* A run SIGKILLed some time after a periodic checkpoint: resume = "auto" continues from the
+ * checkpoint, the rows the killed run logged after it are dropped (no duplicates, no gaps), and
+ * the curve equals the straight run's. The delay (slept, pure: same values) makes the run long
+ * enough to be killed mid-way. */
+START_TEST(test_kill_after_periodic) {
+    char cfg[512], h5[512], cfg2[512], h52[512], ck[600], out[1 << 15], cmd[2048];
+    const char *extra = "p = 2;\ninject = { slow_ranks = [0]; delay_ms = 8.0; };\n";
+    write_cfg("k_ref", extra, cfg, h5);
+    ck_assert_int_eq(run_env("", 2, cfg, NULL, out, sizeof out), 0);
+    char extra2[512];
+    snprintf(extra2, sizeof extra2, "%scheckpoint = { every = 50; };\nresume = \"auto\";\n", extra);
+    write_cfg("k_cut", extra2, cfg2, h52);
+    snprintf(ck, sizeof ck, "%s/k_cut.ckpt", g_dir);
+    snprintf(cmd, sizeof cmd, "setsid timeout -k 5 " MPI_TIMEOUT " mpiexec -n 2 ./dsgd-run %s > %s/k_cut.log 2>&1 & echo $!", cfg2, g_dir);
+    FILE *f = popen(cmd, "r");
+    ck_assert(f != NULL);
+    int pid = 0;
+    ck_assert(fscanf(f, "%d", &pid) == 1);
+    pclose(f);
+    /* Wait until the checkpoint after 100 steps is committed and a few more steps ran. */
+    char latest[700];
+    snprintf(latest, sizeof latest, "%s/latest", ck);
+    for (int i = 0; i < 3000; i++) {
+        FILE *l = fopen(latest, "r");
+        char line[64] = "";
+        if (l) {
+            if (!fgets(line, sizeof line, l)) line[0] = 0;
+            fclose(l);
+        }
+        if (!strncmp(line, "step-100", 8)) break;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    struct timespec ts = {0, 150000000}; /* ~ 15 steps more */
+    nanosleep(&ts, NULL);
+    kill(-pid, SIGKILL);
+    snprintf(cmd, sizeof cmd, "sleep 0.5; cat %s/k_cut.log", g_dir);
+    run(cmd, out, sizeof out);
+    ck_assert_msg(strstr(out, "done:") == NULL, "the run finished before it was killed:\n%s", out);
+    long rows = read_1d(h52, "/train/step", ga, MAXR);
+    ck_assert_msg(rows >= 10, "only %ld /train rows before the kill", rows);
+
+    int st = run_env("", 2, cfg2, NULL, out, sizeof out); /* resume = "auto" */
+    ck_assert_msg(st == 0, "resume = auto: exit %d\n%s", st, out);
+    ck_assert_msg(strstr(out, "resuming from"), "%s", out);
+    assert_same(h5, h52, "/train/loss");
+    assert_same(h5, h52, "/train/step");
+    assert_same(h5, h52, "/eval/step");
+    assert_same(h5, h52, "/eval/top1_error");
+    assert_same(h5, h52, "/ranks/step");
+    assert_axis(h52, 240);
+}
+END_TEST
+
+/* Asynchronous push gossip: SIGTERM at a meeting point (an evaluation), resume, complete; the
+ * rows continue (not bitwise: the nodes are asynchronous). */
+START_TEST(test_gossip_push_async) {
+    char cfg[512], h5[512], out[1 << 15], status[256];
+    write_cfg("gp", "method = \"gossip_push\";\np = 3;\n", cfg, h5);
+    int st = run_env("DSGD_TEST_SIGNAL=TERM@100@2", 3, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 3, "exit %d, expected 3\n%s", st, out);
+    /* the next meeting point after step 100 is the evaluation at 120 */
+    ck_assert_msg(strstr(out, "checkpoint: step 120 written"), "%s", out);
+    st = run_env("", 3, cfg, "--resume", out, sizeof out);
+    ck_assert_msg(st == 0, "--resume: exit %d\n%s", st, out);
+    read_attr_string(h5, "status", status, sizeof status);
+    ck_assert_str_eq(status, "completed");
+    assert_axis(h5, 240);
+    long n = read_1d(h5, "/eval/step", ga, MAXR);
+    ck_assert_int_eq(n, 5); /* 0, 60, 120, 180, 240 */
+    for (long i = 0; i < n; i++) ck_assert(ga[i] == 60.0 * (double)i);
+    n = read_1d(h5, "/eval/top1_error", ga, MAXR);
+    ck_assert_msg(ga[n - 1] < 0.3, "final top-1 error %g: the resumed nodes did not keep training", ga[n - 1]);
+}
+END_TEST
+
+START_TEST(test_errors) {
+    char cfg[512], h5[512], out[1 << 15];
+    /* --resume with nothing to continue */
+    write_cfg("e1", "p = 2;\n", cfg, h5);
+    int st = run_env("", 2, cfg, "--resume", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "--resume: no checkpoint in"), "exit %d\n%s", st, out);
+    ck_assert_msg(access(h5, F_OK) != 0, "a run file was written");
+    /* interrupted, then resumed with another b: names the key, leaves the file alone */
+    st = run_env("DSGD_TEST_SIGNAL=TERM@30", 2, cfg, NULL, out, sizeof out);
+    ck_assert_int_eq(st, 3);
+    st = run_env("", 2, cfg, "--resume --set b=16", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'b'") && strstr(out, "b = 32"), "exit %d\n%s", st, out);
+    /* a fresh run over the checkpoint (the run file removed by hand) is refused */
+    unlink(h5);
+    st = run_env("", 2, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "holds the checkpoint of an earlier run"), "exit %d\n%s", st, out);
+    /* ... and --resume says the run file is missing */
+    st = run_env("", 2, cfg, "--resume", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "is missing"), "exit %d\n%s", st, out);
+    /* a method without checkpoints */
+    write_cfg("e2", "method = \"ps\";\np = 2;\ncheckpoint = { every = 50; };\n", cfg, h5);
+    st = run_env("", 3, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'checkpoint.every'") && strstr(out, "not built for method ps"), "exit %d\n%s", st, out);
+}
+END_TEST
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/dsgd_test_checkpoint_%d", (int)getpid());
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", g_dir, g_dir);
+    if (system(cmd) != 0) return 1;
+    Suite *s = suite_create("checkpoint");
+    TCase *tc = tcase_create("checkpoint");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_allreduce_bitwise);
+    tcase_add_test(tc, test_usr1_continues);
+    tcase_add_test(tc, test_gossip_sync_bitwise);
+    tcase_add_test(tc, test_kill_after_periodic);
+    tcase_add_test(tc, test_gossip_push_async);
+    suite_add_tcase(s, tc);
+    int rc = run_suite(s);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd) != 0) return 1;
+    return rc;
+}
