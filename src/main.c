@@ -355,13 +355,6 @@ int main(int argc, char **argv) {
     const int log_rank = has_servers ? e.p : 0;
     const method_ops *method = method_find(e.method);
     if (!method) st = seterr(err, sizeof err, "%s: method '%s' is not built", e.source, method_name(e.method));
-    /* Checkpoints are built for the methods with save/load callbacks; the others keep the
-     * default action of SIGTERM (and resume = "auto" finds nothing to continue). */
-    if (!st && !method->save && (e.checkpoint.every || args.resume))
-        st = seterr(err, sizeof err, "%s: %s: checkpoints are not built for method %s yet (allreduce, gossip_pull and gossip_push "
-                    "have them)", e.checkpoint.every ? config_where("checkpoint.every") : "--resume",
-                    e.checkpoint.every ? "key 'checkpoint.every'" : "--resume", method_name(e.method));
-    if (!st && !method->save) signal(SIGTERM, SIG_DFL), signal(SIGINT, SIG_DFL), signal(SIGUSR1, SIG_DFL);
     agree_or_exit(st, err);
 
     /* 2. The data: train and validation sets, validated. */

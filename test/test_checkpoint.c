@@ -79,7 +79,9 @@ static void assert_latest(const char *ckdir, const char *want) {
 }
 
 /* Straight vs interrupted at step 120 and resumed, for one method on np ranks. */
-static void check_bitwise(const char *tag, const char *extra, int np) {
+/* evals: compare /eval too (the lock-step methods; the methods with servers evaluate snapshots
+ * of the center taken while training goes on, at moments that differ between any two runs). */
+static void check_bitwise(const char *tag, const char *extra, int np, const char *signal_at, int evals) {
     char cfg[512], h5[512], cfg2[512], h52[512], ck[600], out[1 << 15], status[256], tag2[64];
     write_cfg(tag, extra, cfg, h5);
     int st = run_env("", np, cfg, NULL, out, sizeof out);
@@ -87,7 +89,9 @@ static void check_bitwise(const char *tag, const char *extra, int np) {
 
     snprintf(tag2, sizeof tag2, "%s_cut", tag);
     write_cfg(tag2, extra, cfg2, h52);
-    st = run_env("DSGD_TEST_SIGNAL=TERM@120@1", np, cfg2, NULL, out, sizeof out);
+    char env[64];
+    snprintf(env, sizeof env, "DSGD_TEST_SIGNAL=%s", signal_at);
+    st = run_env(env, np, cfg2, NULL, out, sizeof out);
     ck_assert_msg(st == 3, "%s with SIGTERM at step 120 on rank 1: exit %d, expected 3\n%s", tag, st, out);
     ck_assert_msg(strstr(out, "checkpoint: step 120 written"), "%s: no checkpoint line:\n%s", tag, out);
     read_attr_string(h52, "status", status, sizeof status);
@@ -106,9 +110,11 @@ static void check_bitwise(const char *tag, const char *extra, int np) {
     assert_same(h5, h52, "/train/loss");
     assert_same(h5, h52, "/train/step");
     assert_same(h5, h52, "/train/alpha");
-    assert_same(h5, h52, "/eval/step");
-    assert_same(h5, h52, "/eval/loss");
-    assert_same(h5, h52, "/eval/top1_error");
+    if (evals) {
+        assert_same(h5, h52, "/eval/step");
+        assert_same(h5, h52, "/eval/loss");
+        assert_same(h5, h52, "/eval/top1_error");
+    }
     assert_axis(h52, 240);
 
     /* The finished run: --resume says so, exits 0 and leaves the file alone. */
@@ -120,10 +126,22 @@ static void check_bitwise(const char *tag, const char *extra, int np) {
     ck_assert(a.st_mtime == b.st_mtime && a.st_size == b.st_size && a.st_ino == b.st_ino);
 }
 
-START_TEST(test_allreduce_bitwise) { check_bitwise("ar", "p = 2;\n", 2); }
+START_TEST(test_allreduce_bitwise) { check_bitwise("ar", "p = 2;\n", 2, "TERM@120@1", 1); }
 END_TEST
 
-START_TEST(test_gossip_sync_bitwise) { check_bitwise("gs", "method = \"gossip_pull\";\nsynchronous = true;\np = 3;\n", 3); }
+START_TEST(test_gossip_sync_bitwise) { check_bitwise("gs", "method = \"gossip_pull\";\nsynchronous = true;\np = 3;\n", 3, "TERM@120@1", 1); }
+END_TEST
+
+/* Synchronous EASGD (rounds summed in worker order: deterministic) through 2 servers: the
+ * signal reaches worker 1 at an exchange (τ = 10 divides 120), the round completes, everyone
+ * pauses: /train/loss bitwise. */
+START_TEST(test_easgd_sync_bitwise) {
+    check_bitwise("es", "method = \"easgd\";\nsynchronous = true;\np = 2;\nservers = 2;\n", 4, "TERM@120@1", 0);
+}
+END_TEST
+
+/* backup with p = 1 is plain SGD through a server: bitwise; the signal goes to the server. */
+START_TEST(test_backup_bitwise) { check_bitwise("bk", "method = \"backup\";\np = 1;\n", 2, "TERM@120@1", 0); }
 END_TEST
 
 /* SIGUSR1: a checkpoint, and the run goes on to the same end as without it. */
@@ -218,6 +236,60 @@ START_TEST(test_gossip_push_async) {
 }
 END_TEST
 
+/* The asynchronous methods with servers (and backup with a backup worker, whose rounds can be
+ * voided): interrupted by a signal to a worker or to a server, resumed; rows continue without
+ * duplicates or gaps, the records (staleness histogram) count every gradient once, periodic
+ * checkpoints on the way. */
+START_TEST(test_servers_async) {
+    struct { const char *tag, *extra, *sig; int np; } m[] = {
+        {"sa_ps", "method = \"ps\";\np = 3;\n", "TERM@100@1", 4},
+        {"sa_ps2", "method = \"ps\";\np = 2;\nservers = 2;\n", "TERM@100@3", 4},
+        {"sa_ea", "method = \"easgd\";\np = 3;\ntau = 4;\n", "TERM@90@0", 4},
+        {"sa_bk", "method = \"backup\";\np = 3;\nbackups = 1;\n", "TERM@100@2", 4},
+        {"sa_es", "method = \"easgd\";\nsynchronous = true;\np = 3;\ntau = 7;\n", "TERM@100@3", 4},
+    };
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        char cfg[512], h5[512], out[1 << 15], status[256], extra[512], env[64];
+        snprintf(extra, sizeof extra, "%scheckpoint = { every = 50; };\n", m[k].extra);
+        write_cfg(m[k].tag, extra, cfg, h5);
+        snprintf(env, sizeof env, "DSGD_TEST_SIGNAL=%s", m[k].sig);
+        int st = run_env(env, m[k].np, cfg, NULL, out, sizeof out);
+        ck_assert_msg(st == 3, "%s: exit %d, expected 3\n%s", m[k].tag, st, out);
+        /* a periodic checkpoint (at server 0's first count >= 50), then the signal's */
+        const char *c1 = strstr(out, "checkpoint: step "), *c2 = c1 ? strstr(c1 + 1, "checkpoint: step ") : NULL;
+        ck_assert_msg(c1 && c2 && atol(c1 + 17) >= 50 && atol(c1 + 17) < 70, "%s: no periodic checkpoint:\n%s", m[k].tag, out);
+        st = run_env("", m[k].np, cfg, "--resume", out, sizeof out);
+        ck_assert_msg(st == 0, "%s --resume: exit %d\n%s", m[k].tag, st, out);
+        read_attr_string(h5, "status", status, sizeof status);
+        ck_assert_msg(!strcmp(status, "completed"), "%s: status '%s'", m[k].tag, status);
+        ck_assert_int_eq(read_attr_long(h5, "resumes"), 1);
+        /* /train rows every 10 iterations of server 0's count, strictly increasing, ending at 240 */
+        long n = read_1d(h5, "/train/step", ga, MAXR);
+        ck_assert_msg(n >= 20, "%s: %ld /train rows", m[k].tag, n);
+        for (long i = 1; i < n; i++) ck_assert_msg(ga[i] > ga[i - 1], "%s: /train/step row %ld = %g after %g", m[k].tag, i, ga[i], ga[i - 1]);
+        ck_assert_msg(ga[n - 1] == 240.0, "%s: last /train/step %g", m[k].tag, ga[n - 1]);
+        n = read_1d(h5, "/train/time_s", ga, MAXR);
+        for (long i = 1; i < n; i++) ck_assert_msg(ga[i] >= ga[i - 1], "%s: time_s goes back at row %ld", m[k].tag, i);
+        n = read_1d(h5, "/eval/step", ga, MAXR);
+        for (long i = 1; i < n; i++) ck_assert_msg(ga[i] > ga[i - 1], "%s: /eval/step row %ld = %g after %g", m[k].tag, i, ga[i], ga[i - 1]);
+        ck_assert_msg(ga[n - 1] == 240.0, "%s: last evaluation at %g", m[k].tag, ga[n - 1]);
+        n = read_1d(h5, "/eval/top1_error", ga, MAXR);
+        ck_assert_msg(ga[n - 1] < 0.3, "%s: final top-1 error %g", m[k].tag, ga[n - 1]);
+        if (!strncmp(m[k].tag, "sa_ps", 5)) { /* every gradient of every worker counted once */
+            hid_t f = H5Fopen(h5, H5F_ACC_RDONLY, H5P_DEFAULT);
+            hid_t d = H5Dopen2(f, "/ps/staleness_histogram", H5P_DEFAULT);
+            long long hist[64] = {0};
+            ck_assert(H5Dread(d, H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, hist) >= 0);
+            H5Dclose(d), H5Fclose(f);
+            long long tot = 0;
+            for (int b = 0; b < 64; b++) tot += hist[b];
+            const int p = !strcmp(m[k].tag, "sa_ps") ? 3 : 2;
+            ck_assert_msg(tot == 240LL * p, "%s: %lld gradients in the histogram, expected %d", m[k].tag, tot, 240 * p);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_errors) {
     char cfg[512], h5[512], out[1 << 15];
     /* --resume with nothing to continue */
@@ -237,10 +309,11 @@ START_TEST(test_errors) {
     /* ... and --resume says the run file is missing */
     st = run_env("", 2, cfg, "--resume", out, sizeof out);
     ck_assert_msg(st == 2 && strstr(out, "is missing"), "exit %d\n%s", st, out);
-    /* a method without checkpoints */
-    write_cfg("e2", "method = \"ps\";\np = 2;\ncheckpoint = { every = 50; };\n", cfg, h5);
-    st = run_env("", 3, cfg, NULL, out, sizeof out);
-    ck_assert_msg(st == 2 && strstr(out, "key 'checkpoint.every'") && strstr(out, "not built for method ps"), "exit %d\n%s", st, out);
+    /* a checkpoint written with another p: names the key */
+    write_cfg("e2", "p = 2;\n", cfg, h5);
+    ck_assert_int_eq(run_env("DSGD_TEST_SIGNAL=TERM@30", 2, cfg, NULL, out, sizeof out), 3);
+    st = run_env("", 3, cfg, "--resume --set p=3", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'p'"), "exit %d\n%s", st, out);
 }
 END_TEST
 
@@ -256,6 +329,9 @@ int main(void) {
     tcase_add_test(tc, test_allreduce_bitwise);
     tcase_add_test(tc, test_usr1_continues);
     tcase_add_test(tc, test_gossip_sync_bitwise);
+    tcase_add_test(tc, test_easgd_sync_bitwise);
+    tcase_add_test(tc, test_backup_bitwise);
+    tcase_add_test(tc, test_servers_async);
     tcase_add_test(tc, test_kill_after_periodic);
     tcase_add_test(tc, test_gossip_push_async);
     suite_add_tcase(s, tc);

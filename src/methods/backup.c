@@ -30,13 +30,19 @@ static void backup_apply(srv *sv) {
     sv->count = 0;
     sv->version++;
     for (int i = 0; i < sv->p; i++)
-        if (sv->held[i]) srv_reply_center(sv, i, sv->diverged ? STOP_DIVERGED : finished(sv) ? STOP_DONE : STOP_NO);
+        if (sv->held[i]) srv_reply_center(sv, i, sv->diverged ? STOP_DIVERGED : finished(sv) ? STOP_DONE : srv_stop(sv));
 }
 
 static void backup_request(srv *sv, int i) {
     const long v = sv->in[i].version;
     if (finished(sv) || sv->diverged) {
         srv_reply_center(sv, i, sv->diverged ? STOP_DIVERGED : STOP_DONE);
+        return;
+    }
+    /* Pausing for a checkpoint: a round in progress completes, a new one does not start (the
+     * gradient is computed again after the checkpoint, from the same parameters and data). */
+    if (v == sv->version && sv->pausing && sv->count == 0) {
+        srv_reply_center(sv, i, STOP_CKPT_VOID);
         return;
     }
     if (v == sv->version) {
@@ -48,7 +54,7 @@ static void backup_request(srv *sv, int i) {
     }
     /* Computed on older parameters: too late for its step. */
     if (sv->k == 0 && v >= 0 && v < sv->t->e->iterations) sv->dropped[v]++, sv->n_dropped++;
-    srv_reply_center(sv, i, STOP_NO);
+    srv_reply_center(sv, i, srv_stop(sv));
 }
 
 /* A worker left: if fewer than N remain, no step can complete any more: release everyone. */

@@ -25,15 +25,21 @@
 
 #include "methods/method.h"
 #include "optim/sgd.h"
+#include "train/checkpoint.h"
 #include "util/util.h"
 
 enum {
     TAG_HDR = 100, TAG_DATA, TAG_BN,      /* worker → server */
     TAG_RHDR = 110, TAG_RDATA,            /* server → worker */
-    TAG_SNAPREQ = 120, TAG_SNAPHDR, TAG_SNAP /* server 0 ↔ server k */
+    TAG_SNAPREQ = 120, TAG_SNAPHDR, TAG_SNAP, /* server 0 ↔ server k */
+    TAG_CKGO = 130, TAG_CKACK, TAG_CKFIN     /* checkpoint: server 0 ↔ paused workers, servers */
 };
 #define SNAP_FINAL (-1L)
 #define SNAP_QUIT (-2L)
+/* Requests of a server's comm_set: 5 per worker, 3 per other server (snapshots), 3 per world
+ * rank (checkpoints), a few more. */
+#define SET_CAP(p, S) (8 * (p) + 6 * (S) + 8)
+#define SNAP_CKPT (-3L) /* server 0 → server k: write the checkpoint of label sreq.steps */
 #define HIST_BINS_PER_WORKER 4
 
 static size_t shard_lo(size_t n, int k, int S) { return (size_t)((unsigned long long)n * (unsigned)k / (unsigned)S); }
@@ -50,6 +56,11 @@ typedef struct {
     int *s_hdr, *s_data, s_bn, *r_hdr, *r_data;
     double loss_sum;
     int n_loss;
+    /* checkpoints */
+    int relay;               /* strongest CKPT_SIG_* seen in a reply: passed on to every server */
+    int pending;             /* easgd: the last exchange was voided (STOP_CKPT_VOID): send it again */
+    int64_t go[2], ack, fin[2]; /* server 0's go {label, ok}, this worker's ack {status}, fin {status, stop} */
+    int r_go, s_ack, r_fin;
 } wstate;
 
 static void worker_setup(trainer *t, wstate *w) {
@@ -63,7 +74,7 @@ static void worker_setup(trainer *t, wstate *w) {
     w->shdr = xcalloc((size_t)S, sizeof *w->shdr);
     w->rhdr = xcalloc((size_t)S, sizeof *w->rhdr);
     w->reply = R->worker_reply ? xmalloc(n * sizeof(float)) : NULL;
-    w->set = comm_set_new(5 * S + 1);
+    w->set = comm_set_new(5 * S + 4);
     w->s_hdr = xmalloc((size_t)S * sizeof(int)), w->s_data = xmalloc((size_t)S * sizeof(int));
     w->r_hdr = xmalloc((size_t)S * sizeof(int)), w->r_data = xmalloc((size_t)S * sizeof(int));
     float *payload = R->sends_params ? model_params(net) : model_grads(net);
@@ -78,6 +89,9 @@ static void worker_setup(trainer *t, wstate *w) {
         w->r_data[k] = comm_set_add(w->set, COMM_RECV, into + lo, len * sizeof(float), srv_rank, TAG_RDATA);
     }
     if (nbn) w->s_bn = comm_set_add(w->set, COMM_SEND, model_bn(net), nbn * sizeof(float), t->p, TAG_BN);
+    w->r_go = comm_set_add(w->set, COMM_RECV, w->go, sizeof w->go, t->p, TAG_CKGO);
+    w->s_ack = comm_set_add(w->set, COMM_SEND, &w->ack, sizeof w->ack, t->p, TAG_CKACK);
+    w->r_fin = comm_set_add(w->set, COMM_RECV, w->fin, sizeof w->fin, t->p, TAG_CKFIN);
 }
 
 static void worker_free(wstate *w) {
@@ -99,7 +113,9 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
     double t0 = wall_time();
     for (int k = 0; k < w->S; k++) {
         msg_hdr *h = &w->shdr[k];
-        *h = (msg_hdr){.kind = kind, .worker = t->worker, .version = w->rhdr[k].version, .steps = steps};
+        const int sig = ckpt_signal_pending();
+        *h = (msg_hdr){.kind = kind, .worker = t->worker, .version = w->rhdr[k].version, .steps = steps,
+                       .sig = sig > w->relay ? sig : w->relay};
         if (k == 0) {
             h->n_loss = w->n_loss, h->loss_sum = w->loss_sum;
             h->step_s = ph->step_s, h->compute_s = ph->compute_s, h->comm_s = ph->comm_s, h->wait_s = ph->wait_s;
@@ -124,14 +140,98 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
         wait_or_die(w->set, w->r_hdr[k], timeout, "a parameter server's reply");
         wait_or_die(w->set, w->r_data[k], timeout, "a parameter server's reply");
         int s = w->rhdr[k].stop;
-        if (s == STOP_DIVERGED) stop = STOP_DIVERGED;
-        else if (s == STOP_NO && stop == STOP_DONE) stop = STOP_NO;
+        if (w->rhdr[k].sig > w->relay) w->relay = w->rhdr[k].sig;
+        /* the strongest: diverged, then pause (voided), pause, go on, done (only if all say so) */
+        static const int rank_of[] = {[STOP_DONE] = 0, [STOP_NO] = 1, [STOP_CKPT] = 2, [STOP_CKPT_VOID] = 3, [STOP_DIVERGED] = 4};
+        if (k == 0 || rank_of[s] > rank_of[stop]) stop = s;
     }
     if (kind == MSG_EXCHANGE && w->s_bn >= 0) wait_or_die(w->set, w->s_bn, timeout, "a parameter server (sending)");
     double t2 = wall_time();
     t->times.comm_s += t2 - t0;
     t->times.wait_s += t2 - t1;
     return kind == MSG_EXCHANGE ? stop : STOP_DONE;
+}
+
+/* Worker: paused after an exchange whose reply said STOP_CKPT*: tell every server, wait for
+ * server 0's go, write this worker's part of the checkpoint, report, and learn whether the run
+ * goes on. Returns 0 (go on), EXIT_INTERRUPTED (stop: a SIGTERM) or EXIT_RUNTIME (a rank could
+ * not write: stop). */
+static int worker_pause(trainer *t, wstate *w, long steps) {
+    const double timeout = t->e->comm_timeout_s;
+    const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
+    comm_set_start(w->set, w->r_go);
+    comm_set_start(w->set, w->r_fin);
+    worker_exchange(t, w, MSG_PAUSE, steps);
+    double t0 = wall_time();
+    wait_or_die(w->set, w->r_go, timeout, "the first parameter server (checkpoint)");
+    char err[ERRLEN] = "";
+    if (w->go[1]) {
+        ckpt_file *f = ckpt_create(t->ckpt_dir, (long)w->go[0], t->rank, err, sizeof err);
+        if (f) {
+            int64_t ver[64];
+            for (int k = 0; k < w->S && k < 64; k++) ver[k] = w->rhdr[k].version;
+            const int64_t misc[2] = {w->pending, w->n_loss};
+            if (train_ckpt_put_common(t, f, NULL) || ckpt_put_f32(f, "params", model_params(t->net), n) ||
+                ckpt_put_f32(f, "velocity", t->velocity, n) || ckpt_put_f32(f, "bn", model_bn(t->net), nbn) ||
+                ckpt_put_i64(f, "versions", ver, (size_t)w->S) || ckpt_put_i64(f, "pending_nloss", misc, 2) ||
+                ckpt_put_f64(f, "loss_sum", &w->loss_sum, 1) || ckpt_close(f))
+                snprintf(err, sizeof err, "%s", ckpt_error(f));
+            ckpt_free(f);
+        }
+        if (err[0]) fprintf(stderr, "dsgd-run: rank %d: checkpoint: %s\n", t->rank, err);
+    }
+    w->ack = err[0] ? EXIT_RUNTIME : 0;
+    comm_set_start(w->set, w->s_ack);
+    wait_or_die(w->set, w->s_ack, timeout, "the first parameter server (checkpoint)");
+    wait_or_die(w->set, w->r_fin, timeout, "the first parameter server (checkpoint)");
+    t->times.comm_s += wall_time() - t0;
+    w->relay = CKPT_SIG_NONE;
+    ckpt_signal_clear_save();
+    return w->fin[0] ? EXIT_RUNTIME : w->fin[1] ? EXIT_INTERRUPTED : 0;
+}
+
+static int worker_load(trainer *t, wstate *w) {
+    char err[ERRLEN] = "";
+    const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
+    /* A worker that had left (done or failed) before the checkpoint stays out. */
+    ckpt_file *f0 = ckpt_open(t->ckpt_dir, t->resume_label, t->p, err, sizeof err);
+    int64_t *left = xcalloc((size_t)t->p, sizeof(int64_t));
+    if (f0 && ckpt_get_i64(f0, "left", left, (size_t)t->p)) snprintf(err, sizeof err, "%s", ckpt_error(f0));
+    ckpt_free(f0);
+    int gone = !err[0] && left[t->worker];
+    free(left);
+    if (!err[0] && !gone) {
+        ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
+        if (f) {
+            int64_t ver[64] = {0}, misc[2] = {0};
+            if (train_ckpt_get_common(t, f, NULL) || ckpt_get_f32(f, "params", model_params(t->net), n) ||
+                ckpt_get_f32(f, "velocity", t->velocity, n) || ckpt_get_f32(f, "bn", model_bn(t->net), nbn) ||
+                ckpt_get_i64(f, "versions", ver, (size_t)w->S) || ckpt_get_i64(f, "pending_nloss", misc, 2) ||
+                ckpt_get_f64(f, "loss_sum", &w->loss_sum, 1))
+                snprintf(err, sizeof err, "%s", ckpt_error(f));
+            for (int k = 0; k < w->S && k < 64; k++) w->rhdr[k].version = ver[k];
+            w->pending = (int)misc[0], w->n_loss = (int)misc[1];
+            ckpt_free(f);
+        }
+    }
+    if (err[0]) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
+    return err[0] ? EXIT_BADINPUT : gone ? -1 : 0;
+}
+
+/* Worker: one exchange and what its reply asks for: combine (easgd), pause for a checkpoint.
+ * Returns the stop code; *status is set when the run ends here. */
+static int worker_exchange_and_pause(trainer *t, wstate *w, long steps, int *status) {
+    const server_rules *R = t->method->rules;
+    int stop = worker_exchange(t, w, MSG_EXCHANGE, steps);
+    /* STOP_CKPT: the servers applied the exchange, so the worker combines its reply too */
+    if (R->worker_reply && (stop == STOP_NO || stop == STOP_CKPT)) R->worker_reply(t, w->reply);
+    w->pending = 0;
+    if (stop == STOP_CKPT || stop == STOP_CKPT_VOID) {
+        w->pending = stop == STOP_CKPT_VOID && R->sends_params; /* easgd: exchange again afterwards */
+        *status = worker_pause(t, w, steps);
+        stop = *status ? STOP_DONE : STOP_NO;
+    }
+    return stop;
 }
 
 static int worker_run(trainer *t) {
@@ -141,10 +241,26 @@ static int worker_run(trainer *t) {
     const size_t n = model_n_params(net);
     wstate w = {0};
     worker_setup(t, &w);
+    long s0 = 0;
+    int gone = 0, st = 0;
+    if (t->resume_label >= 0) {
+        st = worker_load(t, &w);
+        gone = st < 0, st = st < 0 ? 0 : st;
+        s0 = t->step;
+    }
+    if ((st = comm_max_int(st))) return worker_free(&w), st; /* every rank: a checkpoint could not be read */
     comm_barrier(); /* the whole world starts together (server 0 evaluated the initial model) */
+    if (gone) return worker_free(&w), EXIT_OK;
 
-    int status = EXIT_OK;
-    for (long s = 0; R->until_stop || s < e->iterations; s++) {
+    int status = EXIT_OK, interrupted = 0, done = 0;
+    if (w.pending) { /* resumed after a voided exchange: send it first */
+        int ps = 0, stop = worker_exchange_and_pause(t, &w, s0, &ps);
+        if (ps) status = ps, interrupted = 1;
+        if (stop == STOP_DIVERGED) status = EXIT_RUNTIME;
+        done = stop != STOP_NO;
+    }
+    for (long s = s0; !done && !interrupted && status == EXIT_OK && (R->until_stop || s < e->iterations); s++) {
+        ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
         if (inject_failed(&t->inj, s)) {
             fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other workers go on\n",
                     t->rank, s);
@@ -171,18 +287,17 @@ static int worker_run(trainer *t) {
             t->step = s + 1;
             return worker_free(&w), status;
         }
-        int stop = STOP_NO;
-        if (R->until_stop || R->exchange_after(t, s)) {
-            stop = worker_exchange(t, &w, MSG_EXCHANGE, s + 1);
-            if (R->worker_reply && stop == STOP_NO) R->worker_reply(t, w.reply);
-        }
-        t->times.step_s += wall_time() - t0;
+        int stop = STOP_NO, ps = 0;
         t->step = s + 1;
+        if (R->until_stop || R->exchange_after(t, s)) stop = worker_exchange_and_pause(t, &w, s + 1, &ps);
+        t->times.step_s += wall_time() - t0;
+        if (ps) status = ps, interrupted = 1;
         if (stop == STOP_DIVERGED) status = EXIT_RUNTIME;
         if (stop != STOP_NO) break;
     }
-    /* leave; MSG_DIVERGED makes server 0 record the stop in the run file */
-    worker_exchange(t, &w, status == EXIT_OK ? MSG_DONE : MSG_DIVERGED, t->step);
+    /* leave; MSG_DIVERGED makes server 0 record the stop in the run file. After a checkpoint
+     * that stops the run, the servers stop too: nobody to tell. */
+    if (!interrupted) worker_exchange(t, &w, status == EXIT_OK ? MSG_DONE : MSG_DIVERGED, t->step);
     worker_free(&w);
     return status;
 }
@@ -195,7 +310,7 @@ void srv_reply(srv *sv, int i, int stop) {
      * its buffers are written again. */
     wait_or_die(sv->set, sv->s_hdr[i], sv->t->e->comm_timeout_s, "a worker (reply)");
     wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
-    sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop};
+    sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop, .sig = sv->want};
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
     sv->held[i] = 0;
@@ -207,7 +322,7 @@ void srv_reply_center(srv *sv, int i, int stop) {
     srv_reply(sv, i, stop);
 }
 
-int srv_stop(const srv *sv) { return sv->diverged ? STOP_DIVERGED : STOP_NO; }
+int srv_stop(const srv *sv) { return sv->diverged ? STOP_DIVERGED : sv->pausing ? STOP_CKPT : STOP_NO; }
 
 /* Server 0's evaluation thread. */
 typedef struct {
@@ -267,6 +382,15 @@ typedef struct {
     double *rows;                     /* (4p) */
     double t_start;
     int status, nonfinite;
+    /* checkpoints */
+    long next_ckpt;                   /* server 0: iteration of the next periodic checkpoint */
+    long go;                          /* server k > 0: label server 0 asked to write (-1: none) */
+    int go_ok;
+    int stopped;                      /* a checkpoint stopped the run (SIGTERM) or failed */
+    int64_t ck_go[2], ck_ack, ck_fin[2]; /* messages of the checkpoint protocol (see ckpt_round) */
+    int64_t *acks;                    /* server 0: (world) acks */
+    int *s_go, *r_ack, *s_fin;        /* server 0: per world rank (-1: none) */
+    int s_ack, r_fin;                 /* server k > 0 */
 } server_ctx;
 
 static long srv_iteration(const srv *sv) { return sv->rules->iteration(sv); }
@@ -289,11 +413,12 @@ static void server_setup(trainer *t, server_ctx *c) {
     sv->gbuf = xmalloc((size_t)p * sizeof(float *)), sv->rep = xmalloc((size_t)p * sizeof(float *));
     sv->bnbuf = xcalloc((size_t)p, sizeof(float *));
     sv->held = xcalloc((size_t)p, 1), sv->seen_bn = xcalloc((size_t)p, 1);
+    sv->paused = xcalloc((size_t)p, 1), sv->left = xcalloc((size_t)p, 1);
     sv->last_steps = xcalloc((size_t)p, sizeof(long));
     sv->r_hdr = xmalloc((size_t)p * sizeof(int)), sv->r_data = xmalloc((size_t)p * sizeof(int));
     sv->r_bn = xmalloc((size_t)p * sizeof(int));
     sv->s_hdr = xmalloc((size_t)p * sizeof(int)), sv->s_data = xmalloc((size_t)p * sizeof(int));
-    sv->set = comm_set_new(5 * p + 3 * S + 3);
+    sv->set = comm_set_new(SET_CAP(p, S));
     for (int i = 0; i < p; i++) {
         sv->gbuf[i] = xmalloc((n ? n : 1) * sizeof(float));
         sv->rep[i] = xmalloc((n ? n : 1) * sizeof(float));
@@ -329,13 +454,28 @@ static void server_setup(trainer *t, server_ctx *c) {
         c->ev.threads = omp_get_max_threads();
         c->next_log = e->log_every;
         c->next_eval = e->eval.every;
+        c->next_ckpt = e->checkpoint.every ? e->checkpoint.every : -1;
+        const int world = p + S;
+        c->acks = xcalloc((size_t)world, sizeof(int64_t));
+        c->s_go = xmalloc((size_t)world * sizeof(int)), c->r_ack = xmalloc((size_t)world * sizeof(int));
+        c->s_fin = xmalloc((size_t)world * sizeof(int));
+        for (int r = 0; r < world; r++) {
+            c->s_go[r] = c->r_ack[r] = c->s_fin[r] = -1;
+            if (r == p) continue;
+            if (r < p) c->s_go[r] = comm_set_add(sv->set, COMM_SEND, c->ck_go, sizeof c->ck_go, r, TAG_CKGO);
+            c->r_ack[r] = comm_set_add(sv->set, COMM_RECV, &c->acks[r], sizeof(int64_t), r, TAG_CKACK);
+            c->s_fin[r] = comm_set_add(sv->set, COMM_SEND, c->ck_fin, sizeof c->ck_fin, r, TAG_CKFIN);
+        }
     } else {
         c->snapbuf = xmalloc((n ? n : 1) * sizeof(float));
         c->r_req = comm_set_add(sv->set, COMM_RECV, &c->sreq_in, sizeof(msg_hdr), p, TAG_SNAPREQ);
         c->s_shdr = comm_set_add(sv->set, COMM_SEND, &c->shdr_out, sizeof(msg_hdr), p, TAG_SNAPHDR);
         c->s_snap = comm_set_add(sv->set, COMM_SEND, c->snapbuf, n * sizeof(float), p, TAG_SNAP);
         comm_set_start(sv->set, c->r_req);
+        c->s_ack = comm_set_add(sv->set, COMM_SEND, &c->ck_ack, sizeof c->ck_ack, p, TAG_CKACK);
+        c->r_fin = comm_set_add(sv->set, COMM_RECV, c->ck_fin, sizeof c->ck_fin, p, TAG_CKFIN);
     }
+    c->go = -1;
 }
 
 static void server_free(server_ctx *c) {
@@ -343,10 +483,11 @@ static void server_free(server_ctx *c) {
     comm_set_free(sv->set);
     for (int i = 0; i < sv->p; i++) free(sv->gbuf[i]), free(sv->rep[i]), free(sv->bnbuf[i]);
     free(sv->center), free(sv->vel), free(sv->acc), free(sv->in), free(sv->out), free(sv->gbuf), free(sv->rep), free(sv->bnbuf);
-    free(sv->held), free(sv->seen_bn), free(sv->last_steps), free(sv->r_hdr), free(sv->r_data), free(sv->r_bn);
+    free(sv->held), free(sv->seen_bn), free(sv->paused), free(sv->left), free(sv->last_steps), free(sv->r_hdr), free(sv->r_data), free(sv->r_bn);
     free(sv->s_hdr), free(sv->s_data), free(sv->hist), free(sv->dropped);
     free(c->snap), free(c->sreq_out), free(c->shdr_in), free(c->s_req), free(c->r_shdr), free(c->r_snap);
     free(c->snapbuf), free(c->last), free(c->prev), free(c->rows);
+    free(c->acks), free(c->s_go), free(c->r_ack), free(c->s_fin);
 }
 
 /* Server 0: log the /train (and /ranks) row when the count passes the next log_every. */
@@ -444,12 +585,23 @@ static void eval_collect(server_ctx *c, int wait) {
     }
 }
 
-/* Server 0 after each request: rows, snapshots. */
+/* A server starts pausing for a checkpoint (CKPT_SIG_* want): from now on its replies say
+ * STOP_CKPT and no new synchronous round starts. */
+static void srv_pause(srv *sv, int want) {
+    sv->pausing = 1;
+    if (want > sv->want) sv->want = want;
+}
+
+/* Server 0 after each request: rows, snapshots, periodic checkpoints. */
 static void server0_progress(server_ctx *c) {
     srv *sv = &c->sv;
     const experiment *e = sv->t->e;
     maybe_log(c, 0);
     long it = srv_iteration(sv);
+    if (c->next_ckpt > 0 && it >= c->next_ckpt && it < e->iterations) {
+        srv_pause(sv, CKPT_SIG_SAVE);
+        while (c->next_ckpt <= it) c->next_ckpt += e->checkpoint.every;
+    }
     while (c->next_eval <= it && c->next_eval < e->iterations) {
         if (!c->q.asked && !c->q.ready) snapshot_begin(c, c->next_eval);
         else if (c->q.skipped++ == 0)
@@ -459,30 +611,36 @@ static void server0_progress(server_ctx *c) {
     }
 }
 
-/* A completed receive: returns the worker whose exchange is now complete, or -1. */
-static int on_completion(server_ctx *c, int idx, int *is_done) {
+/* A completed receive: returns the worker whose message is now complete (its kind in *kind), or -1. */
+static int on_completion(server_ctx *c, int idx, int *kind_out) {
     srv *sv = &c->sv;
-    *is_done = 0;
+    *kind_out = 0;
     for (int i = 0; i < sv->p; i++) {
         if (idx != sv->r_hdr[i] && idx != sv->r_data[i] && idx != sv->r_bn[i]) continue;
         if (comm_set_active(sv->set, sv->r_hdr[i])) return -1;
         int kind = sv->in[i].kind;
         if (kind == MSG_EXCHANGE && (comm_set_active(sv->set, sv->r_data[i]) || (sv->r_bn[i] >= 0 && comm_set_active(sv->set, sv->r_bn[i]))))
             return -1;
-        *is_done = kind != MSG_EXCHANGE;
+        *kind_out = kind;
         if (kind == MSG_DIVERGED) sv->diverged = 1;
         return i;
     }
     return -1;
 }
 
-static void server_handle(server_ctx *c, int i, int leaving) {
+static void server_handle(server_ctx *c, int i, int kind) {
     srv *sv = &c->sv;
     msg_hdr *h = &sv->in[i];
     long new_steps = h->steps - sv->last_steps[i];
     sv->last_steps[i] = h->steps;
-    if (leaving) {
+    if (h->sig) srv_pause(sv, h->sig); /* a worker knows of a checkpoint request */
+    if (kind == MSG_PAUSE) {
+        srv_pause(sv, CKPT_SIG_SAVE);
+        if (!sv->paused[i]) sv->paused[i] = 1, sv->n_paused++;
+        comm_set_start(sv->set, sv->r_hdr[i]); /* data and BN receives are still posted */
+    } else if (kind != MSG_EXCHANGE) {
         sv->live--;
+        sv->left[i] = 1;
         sv->rules->leave(sv, i);
     } else {
         sv->steps_total += new_steps;
@@ -494,29 +652,241 @@ static void server_handle(server_ctx *c, int i, int leaving) {
         if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
     }
     if (sv->k == 0) {
-        if (h->n_loss > 0) c->loss_sum += h->loss_sum, c->n_loss += h->n_loss;
+        /* backup: a gradient voided at once is computed again after the checkpoint: its loss too */
+        const int redone = kind == MSG_EXCHANGE && sv->rules->until_stop && !sv->held[i] && sv->out[i].stop == STOP_CKPT_VOID;
+        if (h->n_loss > 0 && !redone) c->loss_sum += h->loss_sum, c->n_loss += h->n_loss;
         if (h->steps >= c->last[i].steps) c->last[i] = *h;
         server0_progress(c);
     }
+}
+
+/* ---- checkpoints (docs/checkpoint.md, "Methods with servers") -------------------------------
+ *
+ * A request (server 0's periodic count, a signal on any rank, relayed in message headers) makes
+ * a server pause: replies say STOP_CKPT; a worker receiving one after an exchange tells every
+ * server (MSG_PAUSE) and waits. Synchronous rules complete a round in progress; one that cannot
+ * complete because workers wait is voided (STOP_CKPT_VOID: not applied; easgd sends it again
+ * after the checkpoint; backup recomputes the gradient). When every live worker waits, nothing
+ * is in flight: server 0 finishes its evaluation, tells the other servers (SNAP_CKPT) and the
+ * workers (TAG_CKGO) to write their files, collects their acks, commits, and sends everyone the
+ * verdict (TAG_CKFIN: go on, or stop after a SIGTERM). Workers that have left take no part. */
+
+/* Voided round: release the held workers without applying their exchange. backup: the
+ * gradients (and so their losses, already counted on server 0) are computed again after the
+ * checkpoint, so their losses are taken back out of the /train row. */
+static void srv_void_round(server_ctx *c) {
+    srv *sv = &c->sv;
+    for (int i = 0; i < sv->p; i++)
+        if (sv->held[i]) {
+            if (sv->k == 0 && sv->rules->until_stop) c->loss_sum -= sv->in[i].loss_sum, c->n_loss -= sv->in[i].n_loss;
+            srv_reply_center(sv, i, STOP_CKPT_VOID);
+        }
+    memset(sv->acc, 0, (sv->n ? sv->n : 1) * sizeof(float));
+    sv->count = 0;
+}
+
+/* This server's file of checkpoint `label`. Returns 0 or EXIT_RUNTIME (printed). */
+static int server_save(server_ctx *c, long label) {
+    srv *sv = &c->sv;
+    trainer *t = sv->t;
+    const int p = sv->p;
+    char err[ERRLEN] = "";
+    ckpt_file *f = ckpt_create(t->ckpt_dir, label, t->rank, err, sizeof err);
+    if (f) {
+        loop_state ls = {.train_s = wall_time() - c->t_start, .loss_acc = c->loss_sum, .loss_n = c->n_loss, .last_row = c->last_row};
+        const int64_t cnt[4] = {sv->version, sv->steps_total, sv->live, sv->diverged};
+        int64_t *v = xmalloc((size_t)p * 2 * sizeof(int64_t));
+        for (int i = 0; i < p; i++) v[i] = sv->last_steps[i], v[p + i] = sv->left[i];
+        int rc = train_ckpt_put_common(t, f, sv->k == 0 ? &ls : NULL) || ckpt_put_i64(f, "counters", cnt, 4) ||
+                 ckpt_put_f32(f, "center", sv->center, sv->n) || ckpt_put_f32(f, "velocity", sv->vel, sv->n) ||
+                 ckpt_put_i64(f, "last_steps", v, (size_t)p) || ckpt_put_i64(f, "left", v + p, (size_t)p);
+        if (!rc && sv->k == 0) {
+            const size_t nbn = model_n_bn(t->net);
+            const int64_t s0[9] = {sv->stale_sum, sv->n_dropped, c->next_log, c->next_eval, c->last_eval, c->next_ckpt, c->q.skipped, 0, 0};
+            double *hd = xmalloc((size_t)p * 10 * sizeof(double));
+            for (int i = 0; i < p; i++) {
+                const msg_hdr *h[2] = {&c->last[i], &c->prev[i]};
+                for (int q = 0; q < 2; q++) {
+                    double *d = hd + (size_t)(q * p + i) * 5;
+                    d[0] = (double)h[q]->steps, d[1] = h[q]->step_s, d[2] = h[q]->compute_s, d[3] = h[q]->comm_s, d[4] = h[q]->wait_s;
+                }
+            }
+            float *bn = xcalloc((size_t)p * (nbn ? nbn : 1), sizeof(float));
+            for (int i = 0; i < p; i++) {
+                v[i] = sv->seen_bn[i];
+                if (nbn && sv->bnbuf[i]) memcpy(bn + (size_t)i * nbn, sv->bnbuf[i], nbn * sizeof(float));
+            }
+            rc = ckpt_put_i64(f, "server0", s0, 9) || ckpt_put_i64(f, "staleness_histogram", (const int64_t *)sv->hist, (size_t)sv->hist_bins) ||
+                 ckpt_put_i64(f, "dropped", (const int64_t *)sv->dropped, (size_t)t->e->iterations) ||
+                 ckpt_put_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_put_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
+                 ckpt_put_i64(f, "seen_bn", v, (size_t)p);
+            free(hd), free(bn);
+        }
+        free(v);
+        if (rc || ckpt_close(f)) snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "run file flush failed");
+        ckpt_free(f);
+    }
+    if (err[0]) fprintf(stderr, "dsgd-run: rank %d: checkpoint: %s\n", t->rank, err);
+    return err[0] ? EXIT_RUNTIME : 0;
+}
+
+/* Read this server's part of t->resume_label. Returns 0 or EXIT_BADINPUT (printed). */
+static int server_load(server_ctx *c) {
+    srv *sv = &c->sv;
+    trainer *t = sv->t;
+    const int p = sv->p;
+    char err[ERRLEN] = "";
+    ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
+    if (f) {
+        loop_state ls = {0};
+        int64_t cnt[4] = {0};
+        int64_t *v = xcalloc((size_t)p * 2, sizeof(int64_t));
+        int rc = train_ckpt_get_common(t, f, sv->k == 0 ? &ls : NULL) || ckpt_get_i64(f, "counters", cnt, 4) ||
+                 ckpt_get_f32(f, "center", sv->center, sv->n) || ckpt_get_f32(f, "velocity", sv->vel, sv->n) ||
+                 ckpt_get_i64(f, "last_steps", v, (size_t)p) || ckpt_get_i64(f, "left", v + p, (size_t)p);
+        sv->version = cnt[0], sv->steps_total = (long)cnt[1], sv->live = (int)cnt[2], sv->diverged = (int)cnt[3];
+        for (int i = 0; i < p; i++) sv->last_steps[i] = (long)v[i], sv->left[i] = (char)v[p + i];
+        if (!rc && sv->k == 0) {
+            const size_t nbn = model_n_bn(t->net);
+            int64_t s0[9] = {0};
+            double *hd = xcalloc((size_t)p * 10, sizeof(double));
+            float *bn = xcalloc((size_t)p * (nbn ? nbn : 1), sizeof(float));
+            rc = ckpt_get_i64(f, "server0", s0, 9) || ckpt_get_i64(f, "staleness_histogram", (int64_t *)sv->hist, (size_t)sv->hist_bins) ||
+                 ckpt_get_i64(f, "dropped", (int64_t *)sv->dropped, (size_t)t->e->iterations) ||
+                 ckpt_get_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_get_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
+                 ckpt_get_i64(f, "seen_bn", v, (size_t)p);
+            sv->stale_sum = s0[0], sv->n_dropped = s0[1], c->next_log = (long)s0[2], c->next_eval = (long)s0[3], c->last_eval = (long)s0[4];
+            c->next_ckpt = (long)s0[5], c->q.skipped = (long)s0[6];
+            c->loss_sum = ls.loss_acc, c->n_loss = ls.loss_n, c->last_row = ls.last_row;
+            c->t_start = -ls.train_s; /* made absolute when training starts (server_loop) */
+            for (int i = 0; i < p; i++) {
+                msg_hdr *h[2] = {&c->last[i], &c->prev[i]};
+                for (int q = 0; q < 2; q++) {
+                    const double *d = hd + (size_t)(q * p + i) * 5;
+                    h[q]->steps = (int64_t)d[0], h[q]->step_s = d[1], h[q]->compute_s = d[2], h[q]->comm_s = d[3], h[q]->wait_s = d[4];
+                }
+                sv->seen_bn[i] = (char)v[i];
+                if (nbn && sv->bnbuf[i]) memcpy(sv->bnbuf[i], bn + (size_t)i * nbn, nbn * sizeof(float));
+            }
+            free(hd), free(bn);
+        }
+        free(v);
+        if (rc) snprintf(err, sizeof err, "%s", ckpt_error(f));
+        ckpt_free(f);
+    }
+    if (err[0]) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
+    return err[0] ? EXIT_BADINPUT : 0;
+}
+
+/* Forget the pause after a checkpoint round. */
+static void srv_unpause(srv *sv) {
+    memset(sv->paused, 0, (size_t)sv->p);
+    sv->n_paused = 0, sv->pausing = 0, sv->want = CKPT_SIG_NONE;
+    ckpt_signal_clear_save();
+}
+
+/* Server 0, every live worker paused and no evaluation pending: the checkpoint round. Returns 0
+ * (go on), EXIT_INTERRUPTED (stop after a SIGTERM) or EXIT_RUNTIME (a rank could not write). */
+static int ckpt_round(server_ctx *c) {
+    srv *sv = &c->sv;
+    trainer *t = sv->t;
+    const double tmo = t->e->comm_timeout_s, t0 = wall_time();
+    const int p = sv->p, S = sv->S;
+    const long label = srv_iteration(sv);
+    char err[ERRLEN] = "";
+    const int ok = ckpt_prepare(t->ckpt_dir, label, err, sizeof err) == 0;
+    if (!ok) fprintf(stderr, "dsgd-run: checkpoint at iteration %ld not written: %s\n", label, err);
+    c->ck_go[0] = label, c->ck_go[1] = ok;
+    for (int k = 1; k < S; k++) {
+        wait_or_die(sv->set, c->s_req[k], tmo, "a parameter server (checkpoint)");
+        c->sreq_out[k] = (msg_hdr){.version = SNAP_CKPT, .steps = label, .stop = ok};
+        comm_set_start(sv->set, c->r_ack[p + k]);
+        comm_set_start(sv->set, c->s_req[k]);
+    }
+    for (int i = 0; i < p; i++)
+        if (sv->paused[i]) comm_set_start(sv->set, c->r_ack[i]), comm_set_start(sv->set, c->s_go[i]);
+    int worst = ok ? server_save(c, label) : EXIT_RUNTIME;
+    for (int r = 0; r < p + S; r++) {
+        if (r == p || (r < p && !sv->paused[r])) continue;
+        if (r < p) wait_or_die(sv->set, c->s_go[r], tmo, "a worker (checkpoint)");
+        wait_or_die(sv->set, c->r_ack[r], tmo, r < p ? "a worker (checkpoint)" : "a parameter server (checkpoint)");
+        if (c->acks[r] > worst) worst = (int)c->acks[r];
+    }
+    if (worst) ckpt_abandon(t->ckpt_dir, label);
+    else if (ckpt_commit(t->ckpt_dir, label, err, sizeof err)) {
+        fprintf(stderr, "dsgd-run: checkpoint at iteration %ld not committed: %s\n", label, err);
+        worst = EXIT_RUNTIME;
+    }
+    const int stop = worst || sv->want == CKPT_SIG_STOP || ckpt_signal_pending() == CKPT_SIG_STOP;
+    c->ck_fin[0] = worst, c->ck_fin[1] = stop;
+    for (int r = 0; r < p + S; r++)
+        if (r != p && (r >= p || sv->paused[r])) comm_set_start(sv->set, c->s_fin[r]);
+    for (int r = 0; r < p + S; r++)
+        if (r != p && (r >= p || sv->paused[r])) wait_or_die(sv->set, c->s_fin[r], tmo, "a rank (checkpoint)");
+    if (!worst) {
+        t->n_checkpoints++;
+        printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0);
+        if (stop) printf("stopped by %s after iteration %ld; continue with --resume (or resume = \"auto\")\n",
+                         ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", label);
+        fflush(stdout);
+    }
+    srv_unpause(sv);
+    c->t_start += wall_time() - t0; /* a checkpoint is not training time */
+    return worst ? EXIT_RUNTIME : stop ? EXIT_INTERRUPTED : 0;
+}
+
+/* Server k > 0, asked by server 0 and every live worker paused: write, ack, learn the verdict. */
+static int ckpt_participate(server_ctx *c) {
+    srv *sv = &c->sv;
+    const double tmo = sv->t->e->comm_timeout_s;
+    const long label = c->go;
+    c->go = -1;
+    comm_set_start(sv->set, c->r_fin);
+    c->ck_ack = c->go_ok ? server_save(c, label) : EXIT_RUNTIME;
+    comm_set_start(sv->set, c->s_ack);
+    wait_or_die(sv->set, c->s_ack, tmo, "the first parameter server (checkpoint)");
+    wait_or_die(sv->set, c->r_fin, tmo, "the first parameter server (checkpoint)");
+    srv_unpause(sv);
+    return c->ck_fin[0] ? EXIT_RUNTIME : c->ck_fin[1] ? EXIT_INTERRUPTED : 0;
 }
 
 static int server_loop(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
     const int S = sv->S;
-    int *done = xmalloc((size_t)(5 * sv->p + 3 * S + 3) * sizeof(int));
+    int *done = xmalloc((size_t)SET_CAP(sv->p, S) * sizeof(int));
     comm_barrier();
-    c->t_start = wall_time();
+    c->t_start = c->t_start < 0 ? wall_time() + c->t_start : wall_time(); /* resumed: the time so far */
     for (;;) {
+        /* checkpoints: a signal here, a void round, the round itself */
+        ckpt_poll_test(srv_iteration(sv), t->rank); /* tests: a signal to a server */
+        const int sig = ckpt_signal_pending();
+        if (sig && sv->live > 0) srv_pause(sv, sig);
+        if (sv->pausing) {
+            int held = 0;
+            for (int i = 0; i < sv->p; i++) held += sv->held[i];
+            if (held && held + sv->n_paused == sv->live) srv_void_round(c);
+        }
+        if (sv->k == 0 && sv->pausing && sv->live > 0 && sv->n_paused == sv->live && !c->q.asked) {
+            eval_collect(c, 1);
+            snapshot_launch(c);
+            eval_collect(c, 1);
+            int st = ckpt_round(c);
+            if (st) { c->stopped = 1, c->status = st; break; }
+        }
+        if (sv->k > 0 && c->go >= 0 && sv->n_paused == sv->live) {
+            int st = ckpt_participate(c);
+            if (st) { c->stopped = 1, c->status = st; break; }
+        }
         if (sv->k == 0) {
             eval_collect(c, 0);
             snapshot_launch(c);
             if (sv->live == 0 && !c->q.asked && !c->q.ready && !atomic_load(&c->ev.running)) break;
         } else if (c->quit && sv->live == 0) break;
-        /* Server 0 wakes for a finishing evaluation at least every 10 ms. */
-        int nd = comm_set_wait_some(sv->set, done, sv->k == 0 && atomic_load(&c->ev.running) ? 0.01 : 1e9);
+        /* Wake at least every 50 ms for a signal, every 10 ms for a finishing evaluation. */
+        int nd = comm_set_wait_some(sv->set, done, sv->k == 0 && atomic_load(&c->ev.running) ? 0.01 : 0.05);
         for (int j = 0; j < nd; j++) {
-            int idx = done[j], leaving;
+            int idx = done[j], kind;
             if (sv->k == 0) {
                 int handled = 0;
                 for (int k = 1; k < S && !handled; k++)
@@ -528,7 +898,11 @@ static int server_loop(server_ctx *c) {
             } else if (idx == c->r_req) {
                 long label = c->sreq_in.version;
                 if (label == SNAP_QUIT) c->quit = 1;
-                else {
+                else if (label == SNAP_CKPT) {
+                    c->go = (long)c->sreq_in.steps, c->go_ok = c->sreq_in.stop;
+                    srv_pause(sv, CKPT_SIG_SAVE);
+                    comm_set_start(sv->set, c->r_req);
+                } else {
                     wait_or_die(sv->set, c->s_snap, t->e->comm_timeout_s, "the first parameter server (snapshot)");
                     wait_or_die(sv->set, c->s_shdr, t->e->comm_timeout_s, "the first parameter server (snapshot)");
                     memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
@@ -539,8 +913,8 @@ static int server_loop(server_ctx *c) {
                 }
                 continue;
             }
-            int i = on_completion(c, idx, &leaving);
-            if (i >= 0) server_handle(c, i, leaving);
+            int i = on_completion(c, idx, &kind);
+            if (i >= 0) server_handle(c, i, kind);
         }
     }
     free(done);
@@ -556,11 +930,12 @@ static void server0_finish(server_ctx *c) {
     double train_s = wall_time() - c->t_start;
     long it = srv_iteration(sv);
     t->step = it;
+    if (c->stopped) goto summary; /* after the checkpoint that stopped the run: the other servers have left */
     maybe_log(c, 1);
     /* the final center, unless that iteration was just evaluated (e.g. a stop at step 0) */
     if (it != c->last_eval) snapshot_begin(c, it);
     c->q.time_s = train_s;
-    int *done = xmalloc((size_t)(5 * sv->p + 3 * sv->S + 3) * sizeof(int));
+    int *done = xmalloc((size_t)SET_CAP(sv->p, sv->S) * sizeof(int));
     while (c->q.asked) {
         int nd = comm_set_wait_some(sv->set, done, 1e9);
         for (int j = 0; j < nd; j++)
@@ -578,6 +953,7 @@ static void server0_finish(server_ctx *c) {
         comm_set_start(sv->set, c->s_req[k]);
         wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
     }
+summary:
     if (e->method == METHOD_PS && runlog_array(t->log, 0, sv->hist) != 0) c->status = EXIT_RUNTIME;
     if (e->method == METHOD_BACKUP && runlog_array(t->log, 0, sv->dropped) != 0) c->status = EXIT_RUNTIME;
     int why = c->nonfinite ? STOPPED_NONFINITE : STOPPED_WRITE;
@@ -602,7 +978,12 @@ int server_run(trainer *t) {
         server_ctx c = {0};
         c.last_eval = -1;
         server_setup(t, &c);
-        if (c.sv.k == 0 && t->e->eval.at_start) {
+        int st = t->resume_label >= 0 ? server_load(&c) : 0;
+        if ((st = comm_max_int(st))) { /* every rank: a checkpoint could not be read */
+            server_free(&c);
+            return comm_max_int(st);
+        }
+        if (c.sv.k == 0 && t->e->eval.at_start && t->resume_label < 0) {
             double ev0 = wall_time();
             eval_result r = train_evaluate_all(t, t->net);
             if (train_log_eval(t, 0, 0.0, &r, wall_time() - ev0, 0) != 0) c.status = EXIT_RUNTIME;

@@ -29,12 +29,18 @@ typedef struct {
     int64_t steps;      /* worker→server: local steps the worker has completed */
     int32_t n_loss;     /* worker→server: losses summed in loss_sum (steps since its last exchange) */
     int32_t stop;       /* server→worker: STOP_* */
+    int32_t sig;        /* either way: the strongest checkpoint request (CKPT_SIG_*) the sender knows of */
+    int32_t pad_;
     double loss_sum;
     double step_s, compute_s, comm_s, wait_s; /* worker→server: cumulative seconds (/ranks rows) */
 } msg_hdr;
 
-enum { MSG_EXCHANGE = 1, MSG_DONE = 2, MSG_DIVERGED = 3 };
-enum { STOP_NO = 0, STOP_DONE = 1, STOP_DIVERGED = 2 };
+enum { MSG_EXCHANGE = 1, MSG_DONE = 2, MSG_DIVERGED = 3,
+       MSG_PAUSE = 4 /* the worker stopped for a checkpoint after its last exchange (no payload) */ };
+/* STOP_CKPT: the exchange was applied; pause for a checkpoint. STOP_CKPT_VOID: the exchange was
+ * NOT applied (a synchronous round that cannot complete while workers pause); pause, and an
+ * easgd worker sends it again after the checkpoint. */
+enum { STOP_NO = 0, STOP_DONE = 1, STOP_DIVERGED = 2, STOP_CKPT = 3, STOP_CKPT_VOID = 4 };
 
 /* One server's state: shard k of the center. */
 typedef struct srv {
@@ -63,6 +69,12 @@ typedef struct srv {
     long long n_dropped;
     long long stale_sum;     /* ps: sum of the staleness of every gradient applied (server 0) */
     int starved;             /* backup: fewer than N workers left, no step can complete */
+    /* checkpoints (docs/checkpoint.md, "Methods with servers") */
+    int pausing;             /* a checkpoint is coming: replies say STOP_CKPT, no new round starts */
+    int want;                /* strongest CKPT_SIG_* request seen */
+    char *paused;            /* (p) worker i has paused (MSG_PAUSE) */
+    int n_paused;
+    char *left;              /* (p) worker i has left (done or failed) */
     /* requests (indices into set) */
     comm_set *set;
     int *r_hdr, *r_data, *r_bn, *s_hdr, *s_data;
@@ -89,7 +101,8 @@ typedef struct server_rules {
 void srv_reply(srv *sv, int i, int stop);
 /* Reply to worker i with a copy of the current center. */
 void srv_reply_center(srv *sv, int i, int stop);
-/* Stop code for replies now: STOP_DIVERGED after a non-finite update, else STOP_NO. */
+/* Stop code for replies now: STOP_DIVERGED after a non-finite update, STOP_CKPT while pausing
+ * for a checkpoint, else STOP_NO. */
 int srv_stop(const srv *sv);
 
 /* method_ops.run of the server methods. */

@@ -73,7 +73,11 @@ void ckpt_signal_clear_save(void) {
 }
 
 void ckpt_poll_test(long steps, int world_rank) {
-    if (g_test_sig && steps == g_test_step && world_rank == g_test_rank) raise(g_test_sig);
+    if (g_test_sig && steps >= g_test_step && world_rank == g_test_rank) {
+        const int sig = g_test_sig;
+        g_test_sig = 0; /* once */
+        raise(sig);
+    }
 }
 
 /* ---- directories -------------------------------------------------------------------------- */

@@ -53,7 +53,8 @@ const char *ckpt_signal_name(void);
 /* Forget a SIGUSR1 request (after its checkpoint); a stop request stays. */
 void ckpt_signal_clear_save(void);
 
-/* The DSGD_TEST_SIGNAL hook: raise the configured signal in this rank if `steps` is its step. */
+/* The DSGD_TEST_SIGNAL hook: raise the configured signal in this rank, once, when `steps`
+ * reaches its step. */
 void ckpt_poll_test(long steps, int world_rank);
 
 /* The checkpoint directory of e: checkpoint.path, or the output with ".h5" replaced by ".ckpt"
