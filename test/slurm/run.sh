@@ -23,7 +23,11 @@
 #    3b. the same with --array: allreduce and gossip_pull (2 ranks each) as one job array.
 # 4. dsgd.sbatch submitted by hand on 3 tasks with method ps and an experiment saying p = 1:
 #    p = 3 − 1 server = 2 in the run file (dsgd-run --p-from-world).
-# 5. (requeue / checkpoint: planned, see the marked place below.)
+# 5. Requeue: a job with checkpoint.every = 100 (3000 iterations, slowed by an injected delay) is
+#    requeued with `scontrol requeue` once its first checkpoint exists; the requeued job (same job
+#    id, the script passes resume = "auto") must continue the same run file from the checkpoint
+#    and complete: status "completed", resumes >= 1, /train/step rows strictly increasing every 100
+#    iterations up to 3000 (no duplicates, no gaps), time_s never going back; plot_runs.py draws it.
 #
 # MPI inside the jobs: the job script's default DSGD_LAUNCH="mpiexec -n $SLURM_NTASKS". Debian's
 # MPICH (Hydra) sees the allocation and starts its proxy with `srun -N 1 -n 1 hydra_pmi_proxy`,
@@ -521,12 +525,68 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------
-# 5. REQUEUE / CHECKPOINT TESTS GO HERE (not built yet): a job cut off by its time limit (or
-#    `scontrol requeue`) is requeued and resumes from its checkpoint in the same run file;
-#    plot_runs.py joins the pieces. Use a short --time, --signal=B:USR1@N and check the run
-#    file's iterations after the restart.
+# 5. Requeue: the job continues from its checkpoint in the same run file
 # ---------------------------------------------------------------------------------------------
-echo "skip: requeue / checkpoint tests (checkpointing is not built yet)"
+section "scontrol requeue of a running job: it resumes from its checkpoint"
+# 3000 iterations with a 2 ms delay per step on worker 0: about 8 s here, long enough to be
+# requeued after its first checkpoint (every 100 iterations); log and evaluate every 100.
+j=$(cd "$W" && env "$MARK" timeout 30 sbatch --parsable --nodes=1 --ntasks-per-node=2 --time=5 \
+    jobs/slurm/dsgd.sbatch configs/linear.cfg --set iterations=3000 --set log_every=100 --set eval.every=500 \
+    --set checkpoint.every=100 --set inject.slow_ranks=[0] --set inject.delay_ms=2.0 2>"$T/log/sbatch-rq.log")
+rc=$?
+j=${j%%;*}
+if [ $rc -ne 0 ] || [ -z "$j" ]; then
+    bad "sbatch dsgd.sbatch (requeue test): exit status $rc: $(cat "$T/log/sbatch-rq.log")"
+else
+    ok "submitted job $j (3000 iterations, a checkpoint every 100)"
+    latest="$W/runs/linear.$j.ckpt/latest"
+    n=0
+    while [ ! -s "$latest" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+    if [ ! -s "$latest" ]; then
+        bad "job $j: no checkpoint ($latest) within 60 s: $(job_state "$j"); $(tail -n 3 "$W/dsgd-$j.out" 2>/dev/null)"
+    else
+        first=$(cat "$latest")
+        sleep 0.5
+        if timeout 30 scontrol requeue "$j" 2>"$T/log/requeue.log"; then
+            ok "job $j requeued by scontrol after its checkpoint $first"
+        else
+            bad "scontrol requeue $j: $(cat "$T/log/requeue.log")"
+        fi
+        # the requeued job waits as PENDING (Slurm holds it back briefly), then runs again
+        wait_jobs "$j" || bad "job $j not ended within $JOB_TIMEOUT s after the requeue"
+        check_job "$j" "runs/linear.$j.h5" 3000
+        run="$W/runs/linear.$j.h5"
+        restarts=$(timeout 10 scontrol show job "$j" 2>/dev/null | sed -n 's/.*Restarts=\([0-9]*\).*/\1/p')
+        [ "${restarts:-0}" -ge 1 ] && ok "job $j: Restarts=$restarts (Slurm ran it again)" \
+            || bad "job $j: Restarts=${restarts:-?}: it was not run again"
+        grep -q "resuming from" "$W/dsgd-$j.out" 2>/dev/null && ok "job $j: $(grep -m1 "resuming from" "$W/dsgd-$j.out")" \
+            || bad "job $j: dsgd-$j.out does not say it resumed: $(tail -n 5 "$W/dsgd-$j.out" 2>/dev/null | tr '\n' '|')"
+        if $PY - "$run" >"$T/log/requeue-check.log" 2>&1 <<'PYEOF'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1], "r")
+steps, times = f["train/step"][:], f["train/time_s"][:]
+want = np.arange(100, 3001, 100)
+assert np.array_equal(steps, want), f"/train/step {steps.tolist()} (want 100, 200, ..., 3000: no duplicates, no gaps)"
+assert np.all(np.diff(times) >= 0), f"/train/time_s goes back: {times.tolist()}"
+ev = f["eval/step"][:]
+assert np.all(np.diff(ev) > 0) and ev[-1] == 3000, f"/eval/step {ev.tolist()}"
+assert int(f.attrs["resumes"]) >= 1, "no resume recorded"
+print(f"{len(steps)} /train rows 100..3000, time_s {times[0]:.2f}..{times[-1]:.2f} s, /eval at {ev.tolist()}, "
+      f"resumes = {int(f.attrs['resumes'])}: {f.attrs['resumed_at']}")
+PYEOF
+        then
+            ok "job $j: the run file continues across the requeue: $(tail -n 1 "$T/log/requeue-check.log")"
+        else
+            bad "job $j: run file after the requeue: $(tail -n 3 "$T/log/requeue-check.log" | tr '\n' ' ')"
+        fi
+        if (cd "$W" && timeout 120 $PY "$REPO/tools/plot_runs.py" "runs/linear.$j.h5" --out "plots/requeued" >"$T/log/plot-rq.log" 2>&1) \
+            && [ -s "$W/plots/requeued.png" ]; then
+            ok "plot_runs.py drew the requeued run: plots/requeued.png"
+        else
+            bad "plot_runs.py on the requeued run: $(tail -n 3 "$T/log/plot-rq.log" | tr '\n' ' ')"
+        fi
+    fi
+fi
 
 echo "   (slurm test took $(($(date +%s) - t0)) s)"
 [ $fail -ne 0 ] && show_logs
