@@ -4,7 +4,11 @@
  * crash safety: children killed with SIGKILL after 3 evaluations and at random instants, whose
  * files must open read-only (no SWMR, no h5clear) and pass `h5dump -H`. The optional parts
  * (/ranks, /eval_local, the fixed arrays, root attribute servers) likewise, in their own tests
- * and in every other trial of the random-instant kill test. */
+ * and in every other trial of the random-instant kill test. Resume from a checkpoint
+ * (runlog_flush, runlog_rows_written, runlog_resume) of a closed and of a killed file, twice:
+ * rows after the checkpoint dropped, the resumed rows following with none doubled or missing,
+ * end-of-run attributes removed, resumes and resumed_at; refusals (message, file byte-identical);
+ * and resumed writers killed at random instants, during the resume too. */
 #define _GNU_SOURCE /* strptime, nftw */
 #include "io/runlog.h"
 #include "testutil.h"
@@ -30,8 +34,10 @@ static double tr_loss(long j) { return 3.0 / (double)(j + 1); }
 static double tr_alpha(long j) { return 0.1 * (double)(1 + j % 7); }
 static double ev_epoch(long k) { return (double)(k + 1) / 3.0; }
 static double ev_loss(long k) { return 1.0 / (double)(k + 2); }
-static double ev_top1(long k) { return 0.9 - 0.01 * (double)k; }
-static double ev_top5(long k) { return 0.5 - 0.005 * (double)k; }
+/* Exact in binary, so that a fused multiply-add (-ffp-contract) in one place and not another
+ * cannot change the last bit. */
+static double ev_top1(long k) { return 0.875 - (double)k / 1024.0; }
+static double ev_top5(long k) { return 0.5 - (double)k / 2048.0; }
 
 static const char *CONFIG_TEXT = "# resolved experiment\nmethod = \"ssgd\"\np = 4\nalpha = 0.1  # α, µ = 0.9\n";
 static const uint64_t SEED = 0xFEDCBA9876543210ULL;
@@ -46,9 +52,9 @@ static runlog_meta meta_for(const char *method) {
 /* The optional parts: RANKS /ranks columns, /eval_local, and the three fixed arrays below. */
 enum { RANKS = 3, HIST_BINS = 8, DROPPED_ROWS = 50 };
 static const runlog_array_spec ARRAYS[3] = {
-    {"ps/staleness_histogram", HIST_BINS, 0, "gradients", "gradients applied with staleness k (last bin: k >= bins-1)"},
-    {"gossip/peers", RANKS, RANKS, "times", "times worker i chose peer j"},
-    {"backup/dropped", DROPPED_ROWS, 0, "gradients", "gradients dropped at each step (never written here: zeros)"},
+    {"ps/staleness_histogram", HIST_BINS, 0, "gradients", "gradients applied with staleness k (last bin: k >= bins-1)", 0},
+    {"gossip/peers", RANKS, RANKS, "times", "times worker i chose peer j", 0},
+    {"backup/dropped", DROPPED_ROWS, 0, "gradients", "gradients dropped at each step (never written here: zeros)", 0},
 };
 static runlog_meta meta_full(const char *method) {
     runlog_meta m = meta_for(method);
@@ -820,15 +826,15 @@ START_TEST(test_bad_layout_refused) {
         int n;
         const char *want;
     } cases[] = {
-        {{{"", 4, 0, "1", "d"}}, 1, "name"},
-        {{{"/ps/h", 4, 0, "1", "d"}}, 1, "/ps/h"},
-        {{{"ps/", 4, 0, "1", "d"}}, 1, "ps/"},
-        {{{"ps//h", 4, 0, "1", "d"}}, 1, "ps//h"},
-        {{{"eval/h", 4, 0, "1", "d"}}, 1, "/eval"},
-        {{{"ranks", 4, 0, "1", "d"}}, 1, "/ranks"},
-        {{{"ps/h", 0, 0, "1", "d"}}, 1, "rows = 0"},
-        {{{"ps/h", 4, -1, "1", "d"}}, 1, "cols = -1"},
-        {{{"ps/h", 4, 0, "1", "d"}, {"ps/h", 2, 0, "1", "d"}}, 2, "/ps/h"}, /* HDF5 refuses the second */
+        {{{"", 4, 0, "1", "d", 0}}, 1, "name"},
+        {{{"/ps/h", 4, 0, "1", "d", 0}}, 1, "/ps/h"},
+        {{{"ps/", 4, 0, "1", "d", 0}}, 1, "ps/"},
+        {{{"ps//h", 4, 0, "1", "d", 0}}, 1, "ps//h"},
+        {{{"eval/h", 4, 0, "1", "d", 0}}, 1, "/eval"},
+        {{{"ranks", 4, 0, "1", "d", 0}}, 1, "/ranks"},
+        {{{"ps/h", 0, 0, "1", "d", 0}}, 1, "rows = 0"},
+        {{{"ps/h", 4, -1, "1", "d", 0}}, 1, "cols = -1"},
+        {{{"ps/h", 4, 0, "1", "d", 0}, {"ps/h", 2, 0, "1", "d", 0}}, 2, "/ps/h"}, /* HDF5 refuses the second */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         runlog_meta meta = meta_full("ps");
@@ -996,6 +1002,597 @@ START_TEST(test_kill_at_random_instants) {
 }
 END_TEST
 
+/* ================================ resume from a checkpoint ================================ */
+
+/* What a run cut off after its checkpoint logs (the rows runlog_resume must drop): train and,
+ * with ranks, /ranks rows for steps from+1..from+n, then (with eval) an /eval_local and an /eval
+ * row at step from+n, which flushes them all. Every value is -1, which no check accepts. */
+static int write_cutoff(runlog *r, long from, long n, int with_ranks, int with_eval) {
+    double v[RANKS] = {-1, -1, -1};
+    for (long j = from; j < from + n; j++)
+        if (runlog_train(r, tr_step(j), -1, -1, -1) != 0 || (with_ranks && runlog_ranks(r, tr_step(j), v, v, v, v) != 0)) return -1;
+    if (!with_eval) return 0;
+    if (with_ranks && runlog_eval_local(r, from + n, -1, -1, -1, -1, -1) != 0) return -1;
+    return runlog_eval(r, from + n, -1, -1, -1, -1, -1);
+}
+
+static void copy_path(const char *src, const char *dst) {
+    size_t n;
+    char *buf = slurp(src, &n);
+    FILE *f = fopen(dst, "wb");
+    ck_assert_msg(f != NULL, "fopen(%s): %s", dst, strerror(errno));
+    ck_assert_int_eq(fwrite(buf, 1, n, f), n);
+    ck_assert_int_eq(fclose(f), 0);
+    free(buf);
+}
+
+/* No hidden temporary (.<name>.new/.final/.resume.*) left in dir. */
+static int no_temporaries(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s' | grep '^\\.')\"", dir);
+    return system(cmd) == 0;
+}
+
+/* Root attribute resumes == n, and resumed_at holds n lines, line i being
+ * "step <steps[i]> at <ISO-8601 UTC> (<notes[i]>)" (no " (...)" for a NULL note). */
+static void check_resumes(hid_t f, int n, const long *steps, const char *const *notes) {
+    int64_t resumes = -1;
+    attr_num(f, "resumes", H5T_STD_I64LE, H5T_NATIVE_INT64, &resumes);
+    ck_assert_msg(resumes == n, "resumes = %lld, expected %d", (long long)resumes, n);
+    char *all = attr_str(f, "resumed_at");
+    char *line = all;
+    for (int i = 0; i < n; i++) {
+        ck_assert_msg(line != NULL, "resumed_at has %d lines, expected %d", i, n);
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        char head[64];
+        snprintf(head, sizeof head, "step %ld at ", steps[i]);
+        ck_assert_msg(strncmp(line, head, strlen(head)) == 0, "resumed_at line %d = \"%s\", expected \"%s...\"", i, line, head);
+        struct tm tm;
+        memset(&tm, 0, sizeof tm);
+        const char *rest = strptime(line + strlen(head), "%Y-%m-%dT%H:%M:%SZ", &tm);
+        ck_assert_msg(rest && tm.tm_year >= 124, "resumed_at line %d = \"%s\": no ISO-8601 UTC time", i, line);
+        char tail[256] = "";
+        if (notes[i]) snprintf(tail, sizeof tail, " (%s)", notes[i]);
+        ck_assert_msg(strcmp(rest, tail) == 0, "resumed_at line %d ends \"%s\", expected \"%s\"", i, rest, tail);
+        line = nl ? nl + 1 : NULL;
+    }
+    ck_assert_msg(line == NULL, "resumed_at has more than %d lines: \"%s\"", n, all);
+    free(all);
+}
+
+/* A run checkpoints after 3 evaluations and 50 more rows (runlog_flush, runlog_rows_written),
+ * logs rows, an evaluation and array values past the checkpoint, stages end-of-run attributes
+ * (a custom one too) and closes. The resume drops the cut-off rows and attributes, keeps the
+ * arrays, and the resumed run's rows follow: the file is exactly that of one uninterrupted run. */
+START_TEST(test_resume_after_close) {
+    enum { PER = 130, K1 = 3, X = 50, K2 = 6, N = K2 * PER + 20 };
+    char dir[256], path[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta meta = meta_full("ps");
+    runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_create: %s", err);
+    long nt = 0;
+    for (long k = 0; k < K1; k++)
+        ck_assert_msg(write_rows_ranks(r, &nt, PER * (k + 1)) == 0 && write_arrays(r, k) == 0 && write_eval_local(r, k, nt) == 0 &&
+                      write_eval(r, k, nt) == 0, "%s", runlog_error(r));
+    ck_assert_msg(write_rows_ranks(r, &nt, K1 * PER + X) == 0, "%s", runlog_error(r));
+    runlog_rows keep;
+    runlog_rows_written(r, &keep);
+    ck_assert_msg(keep.train == K1 * PER && keep.ranks == K1 * PER, "before the flush: %ld, %ld", keep.train, keep.ranks);
+    ck_assert_msg(runlog_flush(r) == 0, "%s", runlog_error(r));
+    runlog_rows_written(r, &keep);
+    ck_assert_int_eq(keep.train, K1 * PER + X);
+    ck_assert_int_eq(keep.eval, K1);
+    ck_assert_int_eq(keep.eval_local, K1);
+    ck_assert_int_eq(keep.ranks, K1 * PER + X);
+    /* The part of the run that the resume undoes. */
+    ck_assert_msg(write_cutoff(r, nt, 300, 1, 1) == 0 && write_arrays(r, 99) == 0 && write_cutoff(r, nt + 300, 40, 1, 0) == 0, "%s",
+                  runlog_error(r));
+    ck_assert_int_eq(runlog_set_attr_string(r, "status", "stopped: run-file write error"), 0);
+    ck_assert_int_eq(runlog_set_attr_double(r, "images_per_s", 1.5), 0);
+    ck_assert_int_eq(runlog_set_attr_double(r, "steps_completed", 1000), 0);
+    ck_assert_int_eq(runlog_set_attr_string(r, "my_final", "gone after a resume"), 0);
+    ck_assert_int_eq(runlog_set_attr_string(r, "method", "x"), -1); /* runlog's own: never staged */
+    ck_assert_msg(strstr(runlog_error(r), "method") != NULL, "message: %s", runlog_error(r));
+    ck_assert_int_eq(runlog_set_attr_double(r, "resumes", 7), -1);
+    ck_assert_int_eq(runlog_close(r), 0);
+    hid_t f = open_ro(path);
+    assert_attr_str(f, "final_attributes", "status\nimages_per_s\nsteps_completed\nmy_final");
+    ck_assert_int_eq(H5Aexists(f, "resumes"), 0);
+    ck_assert_int_eq(ds_len(f, "/train/step"), K1 * PER + X + 340);
+    H5Fclose(f);
+
+    runlog_rows none;
+    runlog_rows_written(NULL, &none);
+    ck_assert(none.train == 0 && none.eval == 0 && none.eval_local == 0 && none.ranks == 0);
+    ck_assert_int_eq(runlog_flush(NULL), -1);
+
+    const char *note = "dsgd-run --resume ckpt/step440.bin on testhost";
+    r = runlog_resume(path, &meta, &keep, note, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_resume: %s", err);
+    runlog_rows now;
+    runlog_rows_written(r, &now);
+    ck_assert(memcmp(&now, &keep, sizeof now) == 0);
+    /* Published at once: the checkpoint's rows, the arrays as they were, no end-of-run attributes. */
+    const long step1[1] = {tr_step(K1 * PER + X - 1)};
+    const char *notes1[1] = {note};
+    f = open_ro(path);
+    ck_assert_int_eq(check_train(f, K1 * PER + X, K1 * PER + X), K1 * PER + X);
+    ck_assert_int_eq(check_eval(f, K1, K1, PER), K1);
+    ck_assert_int_eq(check_eval_group(f, 1, K1, K1, PER), K1);
+    ck_assert_int_eq(check_ranks(f, K1 * PER + X, K1 * PER + X), K1 * PER + X);
+    ck_assert_int_eq(check_array(f, 0, 99, 99), 99);
+    ck_assert_int_eq(check_array(f, 1, 99, 99), 99);
+    const char *gone[] = {"status", "images_per_s", "steps_completed", "my_final", "final_attributes", "train_time_s"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+        ck_assert_msg(H5Aexists(f, gone[i]) == 0, "attribute %s still there after the resume", gone[i]);
+    assert_attr_str(f, "method", "ps");
+    assert_attr_str(f, "config", CONFIG_TEXT);
+    check_resumes(f, 1, step1, notes1);
+    H5Fclose(f);
+    ck_assert_msg(h5dump_ok(path), "h5dump -H %s failed", path);
+
+    for (long k = K1; k < K2; k++)
+        ck_assert_msg(write_rows_ranks(r, &nt, PER * (k + 1)) == 0 && write_arrays(r, k) == 0 && write_eval_local(r, k, nt) == 0 &&
+                      write_eval(r, k, nt) == 0, "%s", runlog_error(r));
+    ck_assert_msg(write_rows_ranks(r, &nt, N) == 0, "%s", runlog_error(r));
+    ck_assert_int_eq(runlog_set_attr_string(r, "status", "completed"), 0);
+    ck_assert_int_eq(runlog_close(r), 0);
+    ck_assert_msg(count_entries(dir), "temporary files left next to %s", path);
+
+    f = open_ro(path);
+    ck_assert_int_eq(check_train(f, N, N), N); /* /train/step is 1..N: nothing doubled, nothing missing */
+    ck_assert_int_eq(check_eval(f, K2, K2, PER), K2);
+    ck_assert_int_eq(check_eval_group(f, 1, K2, K2, PER), K2);
+    ck_assert_int_eq(check_ranks(f, N, N), N);
+    ck_assert_int_eq(check_array(f, 0, K2 - 1, K2 - 1), K2 - 1);
+    ck_assert_int_eq(check_array(f, 1, K2 - 1, K2 - 1), K2 - 1);
+    assert_attr_str(f, "status", "completed");
+    assert_attr_str(f, "final_attributes", "status");
+    for (size_t i = 1; i < sizeof gone / sizeof *gone; i++)
+        if (strcmp(gone[i], "final_attributes") != 0)
+            ck_assert_msg(H5Aexists(f, gone[i]) == 0, "attribute %s came back", gone[i]);
+    check_resumes(f, 1, step1, notes1);
+    assert_column_meta(f, "/train/step", "iterations", 1, 1024);
+    assert_column_meta(f, "/eval/top1_error", "fraction", 0, 64);
+    assert_ranks_meta(f, "/ranks/wait_s");
+    H5Fclose(f);
+    require_h5dump();
+    ck_assert_msg(h5dump_ok(path) && h5dump_data_ok(path), "h5dump %s failed", path);
+    rm_rf(dir);
+}
+END_TEST
+
+/* A child writer checkpoints (runlog_flush after train rows with no evaluation), logs and
+ * flushes an evaluation past it, and is killed. A second child resumes that file, checkpoints,
+ * and is killed too: its file opens with h5dump and holds exactly the checkpoint's rows. Then
+ * the twice-killed file is resumed again (resumes == 2) and the run finished: one run's rows. */
+static void child_send_rows(int fd, runlog *r) {
+    runlog_rows rows;
+    runlog_rows_written(r, &rows);
+    if (write(fd, &rows, sizeof rows) != (ssize_t)sizeof rows) _exit(3);
+}
+static void read_rows(int fd, runlog_rows *rows) {
+    ck_assert_msg(read(fd, rows, sizeof *rows) == (ssize_t)sizeof *rows, "no checkpoint row counts from the child");
+}
+static void wait_killed(pid_t pid) {
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child did not die by SIGKILL (status %d)", status);
+}
+
+START_TEST(test_resume_after_kill) {
+    enum { PER = 300, X = 100, K3 = 7, N = K3 * PER + 10 };
+    require_h5dump();
+    char dir[256], path[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta meta = meta_full("gossip");
+    int pfd[2];
+    ck_assert_int_eq(pipe(pfd), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) { /* evaluations 0..2, a checkpoint X rows later, then past it */
+        close(pfd[0]);
+        runlog *w = runlog_create(path, 0, &meta, err, sizeof err);
+        if (!w) { fprintf(stderr, "child: %s\n", err); _exit(3); }
+        long n = 0;
+        for (long k = 0; k < 3; k++)
+            if (write_rows_ranks(w, &n, PER * (k + 1)) || write_arrays(w, k) || write_eval_local(w, k, n) || write_eval(w, k, n)) _exit(3);
+        if (write_rows_ranks(w, &n, 3 * PER + X) || runlog_flush(w)) _exit(3);
+        child_send_rows(pfd[1], w);
+        if (write_cutoff(w, n, 200, 1, 1) || write_cutoff(w, n + 200, 150, 1, 0)) _exit(3);
+        runlog_set_attr_string(w, "status", "never written");
+        raise(SIGKILL);
+        _exit(4);
+    }
+    close(pfd[1]);
+    runlog_rows keep1, keep2;
+    read_rows(pfd[0], &keep1);
+    close(pfd[0]);
+    wait_killed(pid);
+    ck_assert_int_eq(keep1.train, 3 * PER + X);
+    ck_assert_int_eq(keep1.ranks, 3 * PER + X);
+    ck_assert_int_eq(keep1.eval, 3);
+    ck_assert_int_eq(keep1.eval_local, 3);
+    hid_t f = open_ro(path);
+    ck_assert_int_eq(ds_len(f, "/eval/step"), 4); /* the cut-off evaluation was flushed */
+    H5Fclose(f);
+
+    ck_assert_int_eq(pipe(pfd), 0);
+    fflush(NULL);
+    pid = fork();
+    ck_assert(pid >= 0);
+    if (pid == 0) { /* resume, evaluations 3 and 4, a checkpoint, then unflushed rows */
+        close(pfd[0]);
+        runlog *w = runlog_resume(path, &meta, &keep1, "first", err, sizeof err);
+        if (!w) { fprintf(stderr, "child: %s\n", err); _exit(3); }
+        long n = keep1.train;
+        for (long k = 3; k < 5; k++)
+            if (write_rows_ranks(w, &n, PER * (k + 1)) || write_arrays(w, k) || write_eval_local(w, k, n) || write_eval(w, k, n)) _exit(3);
+        if (runlog_flush(w)) _exit(3);
+        child_send_rows(pfd[1], w);
+        if (write_cutoff(w, n, 150, 1, 0)) _exit(3);
+        raise(SIGKILL);
+        _exit(4);
+    }
+    close(pfd[1]);
+    read_rows(pfd[0], &keep2);
+    close(pfd[0]);
+    wait_killed(pid);
+    ck_assert_int_eq(keep2.train, 5 * PER);
+    ck_assert_int_eq(keep2.eval, 5);
+    ck_assert_msg(h5dump_ok(path) && h5dump_data_ok(path), "h5dump %s failed after the resumed writer was killed", path);
+    const long steps[2] = {3 * PER + X, 5 * PER};
+    const char *notes[2] = {"first", NULL};
+    f = open_ro(path);
+    ck_assert_int_eq(check_train(f, 5 * PER, 5 * PER), 5 * PER);
+    ck_assert_int_eq(check_eval(f, 5, 5, PER), 5);
+    ck_assert_int_eq(check_eval_group(f, 1, 5, 5, PER), 5);
+    ck_assert_int_eq(check_ranks(f, 5 * PER, 5 * PER), 5 * PER);
+    ck_assert_int_eq(check_array(f, 0, 4, 4), 4);
+    ck_assert_int_eq(H5Aexists(f, "status"), 0);
+    check_resumes(f, 1, steps, notes);
+    H5Fclose(f);
+
+    runlog *r = runlog_resume(path, &meta, &keep2, NULL, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_resume: %s", err);
+    long nt = keep2.train;
+    for (long k = 5; k < K3; k++)
+        ck_assert_msg(write_rows_ranks(r, &nt, PER * (k + 1)) == 0 && write_arrays(r, k) == 0 && write_eval_local(r, k, nt) == 0 &&
+                      write_eval(r, k, nt) == 0, "%s", runlog_error(r));
+    ck_assert_msg(write_rows_ranks(r, &nt, N) == 0, "%s", runlog_error(r));
+    ck_assert_int_eq(runlog_set_attr_string(r, "status", "completed"), 0);
+    ck_assert_int_eq(runlog_close(r), 0);
+    ck_assert_msg(count_entries(dir), "temporary files left next to %s", path);
+    f = open_ro(path);
+    ck_assert_int_eq(check_train(f, N, N), N);
+    ck_assert_int_eq(check_eval(f, K3, K3, PER), K3);
+    ck_assert_int_eq(check_eval_group(f, 1, K3, K3, PER), K3);
+    ck_assert_int_eq(check_ranks(f, N, N), N);
+    ck_assert_int_eq(check_array(f, 1, K3 - 1, K3 - 1), K3 - 1);
+    assert_attr_str(f, "status", "completed");
+    check_resumes(f, 2, steps, notes);
+    H5Fclose(f);
+    ck_assert_msg(h5dump_ok(path) && h5dump_data_ok(path), "h5dump %s failed", path);
+    rm_rf(dir);
+}
+END_TEST
+
+/* Refusals: each names its reason, leaves the run file byte-identical and no temporary behind. */
+START_TEST(test_resume_refused) {
+    enum { PER = 20 };
+    char dir[256], path[512], other[600], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta meta = meta_full("ps");
+    runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_create: %s", err);
+    long nt = 0;
+    for (long k = 0; k < 2; k++)
+        ck_assert_msg(write_rows_ranks(r, &nt, PER * (k + 1)) == 0 && write_eval_local(r, k, nt) == 0 && write_eval(r, k, nt) == 0,
+                      "%s", runlog_error(r));
+    ck_assert_int_eq(runlog_flush(r), 0);
+    runlog_rows keep;
+    runlog_rows_written(r, &keep);
+    runlog_set_attr_string(r, "status", "completed");
+    ck_assert_int_eq(runlog_close(r), 0);
+    size_t n0;
+    char *before = slurp(path, &n0);
+#define ASSERT_UNTOUCHED()                                                                           \
+    do {                                                                                             \
+        size_t n1;                                                                                   \
+        char *after = slurp(path, &n1);                                                              \
+        ck_assert_msg(n0 == n1 && memcmp(before, after, n0) == 0, "the run file changed");           \
+        free(after);                                                                                 \
+        ck_assert_msg(no_temporaries(dir), "temporary files left in %s", dir);                       \
+    } while (0)
+
+    /* No file, a directory, not HDF5, HDF5 but not a run file. */
+    snprintf(other, sizeof other, "%s/missing.h5", dir);
+    ck_assert(runlog_resume(other, &meta, &keep, NULL, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "cannot resume") && strstr(err, other) && strstr(err, "No such file"), "message: %s", err);
+    ck_assert(runlog_resume(dir, &meta, &keep, NULL, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "not a regular file") != NULL, "message: %s", err);
+    snprintf(other, sizeof other, "%s/notes.txt", dir);
+    FILE *fp = fopen(other, "w");
+    fputs("precious\n", fp);
+    fclose(fp);
+    ck_assert(runlog_resume(other, &meta, &keep, NULL, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "not a dsgd-run run file") != NULL, "message: %s", err);
+    size_t nt0;
+    char *t = slurp(other, &nt0);
+    ck_assert(nt0 == 9 && memcmp(t, "precious\n", 9) == 0);
+    free(t);
+    snprintf(other, sizeof other, "%s/plain.h5", dir);
+    hid_t pf = H5Fcreate(other, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert(pf >= 0);
+    H5Fclose(pf);
+    ck_assert(runlog_resume(other, &meta, &keep, NULL, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "not a dsgd-run run file (no root attribute dsgd_version)") != NULL, "message: %s", err);
+
+    /* Another experiment's layout: the message names the attribute and both values. */
+    static const runlog_array_spec peers4[3] = {
+        {"ps/staleness_histogram", HIST_BINS, 0, "gradients", "d", 0},
+        {"gossip/peers", 4, 4, "times", "d", 0},
+        {"backup/dropped", DROPPED_ROWS, 0, "gradients", "d", 0},
+    };
+    static const runlog_array_spec hist_f64[1] = {{"ps/staleness_histogram", HIST_BINS, 0, "gradients", "d", 1}};
+    static const runlog_array_spec missing[1] = {{"ps/other", 3, 0, "gradients", "d", 0}};
+    for (int c = 0; c < 12; c++) {
+        runlog_meta m = meta_full("ps");
+        const char *want = NULL;
+        switch (c) {
+        case 0: m.method = "allreduce"; want = "the run file has method ps, the experiment method allreduce"; break;
+        case 1: m.p = 8; want = "the run file has p = 4, the experiment p = 8"; break;
+        case 2: m.b = 64; want = "the run file has b = 128, the experiment b = 64"; break;
+        case 3: m.m = 3; want = "the run file has m = 2, the experiment m = 3"; break;
+        case 4: m.seed = 1; want = "the run file has seed = 18364758544493064720, the experiment seed = 1"; break;
+        case 5: m.iterations = 6000; want = "the run file has iterations = 5000, the experiment iterations = 6000"; break;
+        case 6: m.servers = 1; want = "the run file has servers = 2, the experiment servers = 1"; break;
+        case 7: m.ranks = 4; want = "the run file has ranks = 3 (columns of /ranks/step_time_s), the experiment ranks = 4"; break;
+        case 8: m.ranks = 0; want = "the run file has /ranks, the experiment none (ranks = 0)"; break;
+        case 9: m.eval_local = 0; want = "the run file has /eval_local, the experiment none (eval_local = 0)"; break;
+        case 10: m.arrays = peers4; want = "the run file has fixed array /gossip/peers of [3, 3] int64, the experiment [4, 4] int64"; break;
+        case 11: m.arrays = hist_f64; m.n_arrays = 1;
+            want = "the run file has fixed array /ps/staleness_histogram of [8] int64, the experiment [8] float64"; break;
+        }
+        runlog_rows k = keep;
+        if (m.ranks == 0) k.ranks = 0;
+        if (!m.eval_local) k.eval_local = 0;
+        err[0] = '\0';
+        ck_assert_msg(runlog_resume(path, &m, &k, NULL, err, sizeof err) == NULL, "case %d accepted", c);
+        ck_assert_msg(strstr(err, want) != NULL && strstr(err, path) != NULL, "case %d: message lacks \"%s\": %s", c, want, err);
+        ASSERT_UNTOUCHED();
+    }
+    runlog_meta m = meta_full("ps");
+    m.arrays = missing;
+    m.n_arrays = 1;
+    ck_assert(runlog_resume(path, &m, &keep, NULL, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "the run file has no fixed array /ps/other") != NULL, "message: %s", err);
+    m = meta_for("ps"); /* neither /ranks nor /eval_local nor arrays */
+    m.servers = 2;
+    ck_assert(runlog_resume(path, &m, &(runlog_rows){keep.train, keep.eval, 0, 0}, NULL, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "/eval_local") != NULL, "message: %s", err);
+    ASSERT_UNTOUCHED();
+
+    /* Fewer rows than the checkpoint's, group by group. */
+    for (int g = 0; g < 4; g++) {
+        runlog_rows k = keep;
+        long *which[4] = {&k.train, &k.eval, &k.eval_local, &k.ranks};
+        const char *gname[4] = {"/train", "/eval", "/eval_local", "/ranks"};
+        long have = *which[g];
+        *which[g] += 3;
+        char want[1024];
+        snprintf(want, sizeof want, "cannot resume %s: the run file has %ld %s rows but the checkpoint was taken after %ld: "
+                 "it is not the file this checkpoint belongs to", path, have, gname[g], have + 3);
+        ck_assert(runlog_resume(path, &meta, &k, NULL, err, sizeof err) == NULL);
+        ck_assert_msg(strcmp(err, want) == 0, "message: %s\nexpected: %s", err, want);
+        ASSERT_UNTOUCHED();
+    }
+    runlog_rows neg = keep;
+    neg.eval = -1;
+    ck_assert(runlog_resume(path, &meta, &neg, NULL, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "negative") != NULL, "message: %s", err);
+    ck_assert(runlog_resume(path, &meta, NULL, NULL, err, sizeof err) == NULL);
+    ASSERT_UNTOUCHED();
+#undef ASSERT_UNTOUCHED
+    free(before);
+    rm_rf(dir);
+}
+END_TEST
+
+/* A kill inside runlog_eval can leave one /eval column a row shorter than the others. The
+ * checkpoint's count must be complete rows: one more is refused, the complete count resumes and
+ * cuts every column to it. A checkpoint of no rows at all (step 0) resumes to an empty file. */
+START_TEST(test_resume_uneven_columns) {
+    enum { PER = 10 };
+    char dir[256], path[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/run.h5", dir);
+    runlog_meta meta = meta_for("allreduce");
+    runlog *r = runlog_create(path, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_create: %s", err);
+    long nt = 0;
+    for (long k = 0; k < 4; k++) ck_assert(write_rows(r, &nt, PER * (k + 1)) == 0 && write_eval(r, k, nt) == 0);
+    ck_assert_int_eq(runlog_close(r), 0);
+    /* The in-flight row of evaluation 3 reached every column but top5_error. */
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    ck_assert(f >= 0);
+    hid_t d = H5Dopen2(f, "/eval/top5_error", H5P_DEFAULT);
+    hsize_t three = 3;
+    ck_assert(d >= 0 && H5Dset_extent(d, &three) >= 0);
+    H5Dclose(d);
+    H5Fclose(f);
+
+    runlog_rows keep = {4 * PER, 4, 0, 0};
+    ck_assert(runlog_resume(path, &meta, &keep, NULL, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "the run file has 3 /eval rows but the checkpoint was taken after 4") != NULL, "message: %s", err);
+    keep.eval = 3;
+    keep.train = 3 * PER;
+    r = runlog_resume(path, &meta, &keep, "", err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_resume: %s", err);
+    nt = 3 * PER;
+    for (long k = 3; k < 5; k++) ck_assert(write_rows(r, &nt, PER * (k + 1)) == 0 && write_eval(r, k, nt) == 0);
+    ck_assert_int_eq(runlog_close(r), 0);
+    f = open_ro(path);
+    ck_assert_int_eq(check_train(f, 5 * PER, 5 * PER), 5 * PER);
+    ck_assert_int_eq(check_eval(f, 5, 5, PER), 5);
+    const long steps[1] = {3 * PER};
+    const char *notes[1] = {NULL}; /* an empty note: no " ()" */
+    check_resumes(f, 1, steps, notes);
+    H5Fclose(f);
+
+    /* From step 0: no rows kept. */
+    runlog_rows zero = {0, 0, 0, 0};
+    r = runlog_resume(path, &meta, &zero, "from scratch", err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_resume: %s", err);
+    nt = 0;
+    ck_assert(write_rows(r, &nt, PER) == 0 && write_eval(r, 0, nt) == 0);
+    ck_assert_int_eq(runlog_close(r), 0);
+    f = open_ro(path);
+    ck_assert_int_eq(check_train(f, PER, PER), PER);
+    ck_assert_int_eq(check_eval(f, 1, 1, PER), 1);
+    const long steps2[2] = {3 * PER, 0};
+    const char *notes2[2] = {NULL, "from scratch"};
+    check_resumes(f, 2, steps2, notes2);
+    H5Fclose(f);
+    require_h5dump();
+    ck_assert(h5dump_data_ok(path));
+    rm_rf(dir);
+}
+END_TEST
+
+/* A resumed writer killed at random instants: during runlog_resume (copy, cut, rename), its
+ * appends, flushes and close. Whatever the instant, the file at the path is the old one byte for
+ * byte or the resumed one; h5dump reads it; the resumed one holds the checkpoint's rows, every
+ * evaluation the resumed run completed (plus at most the one in flight), and none of the rows
+ * the cut-off run logged after the checkpoint. RUNLOG_KILL_TRIALS=n sets the number of kills. */
+START_TEST(test_resume_kill_at_random_instants) {
+    enum { E0 = 10, E = 50, PER = 40, X = 15 };
+    const char *env = getenv("RUNLOG_KILL_TRIALS");
+    const int TRIALS = env && atoi(env) > 0 ? atoi(env) : 60;
+    require_h5dump();
+    char dir[256], base[512], err[ERRLEN] = "";
+    make_tmpdir(dir, sizeof dir);
+    snprintf(base, sizeof base, "%s/base.h5", dir);
+    runlog_meta meta = meta_full("ssgd");
+    runlog *r = runlog_create(base, 0, &meta, err, sizeof err);
+    ck_assert_msg(r != NULL, "runlog_create: %s", err);
+    long nt = 0;
+    for (long k = 0; k < E0; k++)
+        ck_assert(write_rows_ranks(r, &nt, PER * (k + 1)) == 0 && write_arrays(r, k) == 0 && write_eval_local(r, k, nt) == 0 &&
+                  write_eval(r, k, nt) == 0);
+    ck_assert(write_rows_ranks(r, &nt, E0 * PER + X) == 0 && runlog_flush(r) == 0);
+    runlog_rows keep;
+    runlog_rows_written(r, &keep);
+    ck_assert(write_cutoff(r, nt, 2 * PER, 1, 1) == 0);
+    runlog_set_attr_string(r, "status", "stopped: cut off");
+    ck_assert_int_eq(runlog_close(r), 0);
+    size_t nbase;
+    char *base_bytes = slurp(base, &nbase);
+    unsigned seed = 54321;
+
+    double t_full = 0;
+    int resumed = 0, old = 0;
+    for (int trial = -1; trial < TRIALS; trial++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/run%d.h5", dir, trial + 1);
+        copy_path(base, path);
+        int pfd[2];
+        ck_assert_int_eq(pipe(pfd), 0);
+        fflush(NULL);
+        double t0 = wall_time();
+        pid_t pid = fork();
+        ck_assert(pid >= 0);
+        if (pid == 0) {
+            close(pfd[0]);
+            runlog *w = runlog_resume(path, &meta, &keep, "kill test", err, sizeof err);
+            if (!w) { fprintf(stderr, "child: %s\n", err); _exit(3); }
+            if (write(pfd[1], "r", 1) != 1) _exit(3);
+            long n = keep.train;
+            for (long k = E0; k < E; k++) {
+                if (write_rows_ranks(w, &n, PER * (k + 1)) || write_arrays(w, k) || write_eval_local(w, k, n) || write_eval(w, k, n)) {
+                    fprintf(stderr, "child: %s\n", runlog_error(w));
+                    _exit(3);
+                }
+                if (write(pfd[1], "e", 1) != 1) _exit(3);
+            }
+            runlog_set_attr_double(w, "images_per_s", 99.5);
+            if (runlog_close(w) != 0) _exit(3);
+            if (write(pfd[1], "c", 1) != 1) _exit(3);
+            _exit(0);
+        }
+        close(pfd[1]);
+        if (trial >= 0) {
+            double delay = t_full * 1.1 * rand_r(&seed) / (double)RAND_MAX;
+            struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+            nanosleep(&ts, NULL);
+            kill(pid, SIGKILL);
+        }
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        if (trial < 0) {
+            ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "undisturbed child failed");
+            t_full = wall_time() - t0;
+        } else {
+            ck_assert_msg(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "child failed (status %d)", status);
+        }
+        char buf[E + 4];
+        ssize_t got = 0, n;
+        while ((n = read(pfd[0], buf + got, sizeof buf - (size_t)got)) > 0) got += n;
+        close(pfd[0]);
+        long done = 0;
+        int closed = 0, returned = 0;
+        for (ssize_t i = 0; i < got; i++) done += buf[i] == 'e', closed |= buf[i] == 'c', returned |= buf[i] == 'r';
+
+        ck_assert_msg(h5dump_ok(path), "trial %d: h5dump -H %s failed (resume %s, %ld evaluations done)", trial, path,
+                      returned ? "returned" : "in progress", done);
+        hid_t f = open_ro(path);
+        htri_t is_resumed = H5Aexists(f, "resumes");
+        ck_assert(is_resumed >= 0);
+        if (!is_resumed) { /* killed inside runlog_resume, before its rename */
+            ck_assert_msg(!returned, "trial %d: runlog_resume returned but the file is the old one", trial);
+            H5Fclose(f);
+            size_t n1;
+            char *now = slurp(path, &n1);
+            ck_assert_msg(n1 == nbase && memcmp(now, base_bytes, nbase) == 0, "trial %d: the old file changed", trial);
+            free(now);
+            old++;
+            continue;
+        }
+        resumed++;
+        ck_assert_int_eq(H5Aexists(f, "status"), 0);
+        long e_done = E0 + done;
+        hsize_t hi = closed ? E : (hsize_t)(e_done < E ? e_done + 1 : E);
+        hsize_t ne = check_eval(f, (hsize_t)e_done, hi, PER);
+        ck_assert_msg(ne >= (hsize_t)e_done, "trial %d: %llu complete eval rows, %ld evaluations done", trial, (unsigned long long)ne, e_done);
+        hsize_t lo = (hsize_t)(PER * e_done > keep.train ? PER * e_done : keep.train);
+        check_train(f, lo, (hsize_t)(PER * E));
+        hsize_t nr = check_ranks(f, closed ? (hsize_t)(PER * E) : lo, (hsize_t)(PER * E));
+        ck_assert_msg(nr >= lo, "trial %d: %llu complete /ranks rows", trial, (unsigned long long)nr);
+        hsize_t nl = check_eval_group(f, 1, (hsize_t)e_done, hi, PER);
+        ck_assert_msg(nl >= (hsize_t)e_done, "trial %d: %llu complete /eval_local rows", trial, (unsigned long long)nl);
+        long k_lo = closed ? E - 1 : e_done - 1, k_hi = e_done < E ? e_done : E - 1;
+        for (int a = 0; a < 2; a++) check_array(f, a, k_lo, k_hi);
+        const long steps[1] = {tr_step(keep.train - 1)};
+        const char *notes[1] = {"kill test"};
+        check_resumes(f, 1, steps, notes);
+        htri_t has = H5Aexists(f, "images_per_s");
+        ck_assert(has >= 0);
+        if (closed) ck_assert_msg(has > 0, "trial %d: closed without the final attribute", trial);
+        H5Fclose(f);
+    }
+    fprintf(stderr, "test_resume_kill_at_random_instants: %d kills over %.0f ms runs, %d left the old file, %d the resumed one\n",
+            TRIALS, 1e3 * t_full, old, resumed - 1);
+    free(base_bytes);
+    rm_rf(dir);
+}
+END_TEST
+
 static Suite *runlog_suite(void) {
     Suite *s = suite_create("runlog");
     TCase *tc = tcase_create("runlog");
@@ -1013,6 +1610,11 @@ static Suite *runlog_suite(void) {
     tcase_add_test(tc, test_bad_layout_refused);
     tcase_add_test(tc, test_kill_after_flush_new_parts);
     tcase_add_test(tc, test_kill_at_random_instants);
+    tcase_add_test(tc, test_resume_after_close);
+    tcase_add_test(tc, test_resume_after_kill);
+    tcase_add_test(tc, test_resume_refused);
+    tcase_add_test(tc, test_resume_uneven_columns);
+    tcase_add_test(tc, test_resume_kill_at_random_instants);
     suite_add_tcase(s, tc);
     return s;
 }

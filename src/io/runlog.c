@@ -6,7 +6,7 @@
  * SIGKILL loses what the process had not yet handed to the kernel, and can stop a pwrite()
  * between two pages of the page cache (Linux checks for a fatal signal between pages). So every
  * prefix of our sequence of writes, cut anywhere at a 4 KiB boundary, must be a readable file.
- * test_runlog's random-instant kill test checks exactly that. Five parts:
+ * test_runlog's random-instant kill tests check exactly that. Six parts:
  *
  * 1. SWMR write mode (HDF5 1.10, libver bounds latest). After H5Fstart_swmr_write the metadata
  *    cache writes in flush-dependency order (raw chunks, chunk index, object header, superblock
@@ -30,7 +30,8 @@
  *    allocation stored in the superblock, which SWMR only rewrites at the end of a flush, so
  *    after any write that extends past the stored value the driver rewrites that field too
  *    (after the data, before anything that points to it). Cost: the flags no longer keep a
- *    second writer out; runlog never opens an existing file for writing.
+ *    second writer out; runlog never opens a published file for writing (parts 5 and 6 write a
+ *    private copy).
  *
  * 4. Publish by link. The file is built under a hidden temporary name beside the output
  *    (H5F_ACC_EXCL), switched to SWMR and flushed; only then is it linked to the output path.
@@ -43,6 +44,26 @@
  *    staged, copies the file to a temporary, adds them there in ordinary (non-SWMR) mode and
  *    renames the copy over the output. A kill during close leaves either the file without the
  *    final attributes or the final file, never a torn one (at worst a stray hidden temporary).
+ *    Their names go into root attribute final_attributes (one per line) for part 6.
+ *
+ * 6. Resume by copy-and-rename (runlog_resume). A run restarted from a checkpoint continues its
+ *    file, which is never opened for writing in place. It is first opened read-only and checked
+ *    (a dsgd-run file, the experiment's layout, at least the checkpoint's rows in every column),
+ *    so a refusal writes nothing. Then it is copied to a hidden temporary beside it
+ *    (.<name>.resume.<pid>.<ns>), which is opened read-write in ordinary mode with the fapl of
+ *    runlog_create (libver latest, the masking driver of part 3), checked again, and changed
+ *    while no reader can see it: every extendible dataset is cut back to the checkpoint's rows
+ *    (H5Dset_extent), the end-of-run attributes (part 5's list plus status, train_time_s,
+ *    images_per_s, steps_completed) are deleted, resumes and resumed_at are written. Then, as
+ *    for a new file (parts 1 and 4), H5Fstart_swmr_write, H5Fflush, and rename() over the run
+ *    file. Until the rename the old file is intact; after it the path names a flushed SWMR file;
+ *    a kill at any instant leaves one or the other (at worst a stray temporary). From then on the
+ *    writes are the appends of a new file, so parts 1-3 hold unchanged: the copy keeps the
+ *    file's paged aggregation (a file-creation property), and space freed by the cut is not
+ *    referenced by the published file, so reusing it for new rows is like allocating new space.
+ *    Both kinds of earlier file open with plain H5Fopen: a killed writer's superblock flags
+ *    were masked on their way to disk (part 3), and a closed file is clean. rename() keeps the
+ *    copy's inode, which runlog_close's "replaced by another run" check compares against.
  *
  * Optional parts, all created in build_layout like the rest: /eval_local (the columns of /eval,
  * appended at once by runlog_eval_local and flushed by the next runlog_eval), /ranks (step plus
@@ -72,6 +93,7 @@
 #include <math.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,16 +336,21 @@ static herr_t h5msg_walk(unsigned n, const H5E_error2_t *e, void *data) {
     return 0;
 }
 
-/* Fill err with "<path>: HDF5 <call> failed for <object>: <HDF5's messages>"; returns -1. */
-static int h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object) {
+/* HDF5's messages for the last failure, "<outermost> (<innermost>)", into buf; clears them. */
+static void h5message(char *buf, size_t n) {
     h5msg m = {{0}, {0}};
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5msg_walk, &m);
     H5Eclear2(H5E_DEFAULT);
     const char *detail = m.inner[0] ? m.inner : "no message from HDF5";
-    if (m.outer[0] && strcmp(m.outer, m.inner) != 0)
-        seterr(err, errlen, "%s: HDF5 %s failed for %s: %s (%s)", path, call, object, m.outer, detail);
-    else
-        seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
+    if (m.outer[0] && strcmp(m.outer, m.inner) != 0) snprintf(buf, n, "%s (%s)", m.outer, detail);
+    else snprintf(buf, n, "%s", detail);
+}
+
+/* Fill err with "<path>: HDF5 <call> failed for <object>: <HDF5's messages>"; returns -1. */
+static int h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object) {
+    char detail[sizeof(h5msg) + 8];
+    h5message(detail, sizeof detail);
+    seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
     return -1;
 }
 
@@ -376,6 +403,22 @@ typedef struct {
     char *s; /* NULL for a double */
     double d;
 } staged_attr;
+
+/* Root attributes runlog writes itself: runlog_set_attr_* refuses them and runlog_resume never
+ * removes them. final_attributes lists (one per line) the names runlog_close wrote from
+ * runlog_set_attr_*, so that runlog_resume knows which attributes end a run. */
+static const char *const own_attrs[] = {"method", "p", "b", "m", "seed", "iterations", "servers", "dsgd_version",
+                                        "hdf5_version", "config", "command_line", "hostname", "created",
+                                        "working_directory", "device", "resumes", "resumed_at", "final_attributes"};
+/* The end-of-run attributes of the training code: removed by runlog_resume even from a file
+ * without final_attributes. */
+static const char *const usual_final_attrs[] = {"status", "train_time_s", "images_per_s", "steps_completed"};
+
+static int is_own_attr(const char *name) {
+    for (size_t i = 0; i < sizeof own_attrs / sizeof *own_attrs; i++)
+        if (strcmp(name, own_attrs[i]) == 0) return 1;
+    return 0;
+}
 
 /* One fixed-size int64 (or float64) dataset of meta.arrays. */
 typedef struct {
@@ -661,28 +704,28 @@ static runlog *new_runlog(const char *path, const runlog_meta *meta) {
 }
 
 /* Check the parts of meta that shape the layout; err filled and -1 if one is unusable. */
-static int check_meta(const runlog_meta *meta, const char *path, char *err, size_t errlen) {
-    if (meta->servers < 0) return seterr(err, errlen, "%s: runlog_create: servers = %d is negative", path, meta->servers), -1;
+static int check_meta(const runlog_meta *meta, const char *fn, const char *path, char *err, size_t errlen) {
+    if (meta->servers < 0) return seterr(err, errlen, "%s: %s: servers = %d is negative", path, fn, meta->servers), -1;
     if (meta->ranks < 0 || meta->ranks > MAX_RANKS)
-        return seterr(err, errlen, "%s: runlog_create: ranks = %d is not in 0..%d", path, meta->ranks, MAX_RANKS), -1;
+        return seterr(err, errlen, "%s: %s: ranks = %d is not in 0..%d", path, fn, meta->ranks, MAX_RANKS), -1;
     if (meta->n_arrays < 0 || (meta->n_arrays > 0 && !meta->arrays))
-        return seterr(err, errlen, "%s: runlog_create: %d fixed arrays%s", path, meta->n_arrays,
+        return seterr(err, errlen, "%s: %s: %d fixed arrays%s", path, fn, meta->n_arrays,
                       meta->n_arrays < 0 ? " is negative" : " but no array specs"), -1;
     static const char *reserved[] = {"train", "eval", "eval_local", "ranks"};
     for (int i = 0; i < meta->n_arrays; i++) {
         const runlog_array_spec *a = &meta->arrays[i];
         const char *n = a->name;
         if (!n || !n[0] || n[0] == '/' || n[strlen(n) - 1] == '/' || strstr(n, "//"))
-            return seterr(err, errlen, "%s: runlog_create: fixed array %d has the name \"%s\" (want a path like "
-                          "\"ps/staleness_histogram\": not empty, no leading, trailing or double '/')", path, i, n ? n : "(null)"), -1;
+            return seterr(err, errlen, "%s: %s: fixed array %d has the name \"%s\" (want a path like "
+                          "\"ps/staleness_histogram\": not empty, no leading, trailing or double '/')", path, fn, i, n ? n : "(null)"), -1;
         size_t first = strcspn(n, "/");
         for (size_t k = 0; k < sizeof reserved / sizeof *reserved; k++)
             if (strlen(reserved[k]) == first && strncmp(n, reserved[k], first) == 0)
-                return seterr(err, errlen, "%s: runlog_create: fixed array \"%s\" would be inside /%s, which runlog owns",
-                              path, n, reserved[k]), -1;
+                return seterr(err, errlen, "%s: %s: fixed array \"%s\" would be inside /%s, which runlog owns",
+                              path, fn, n, reserved[k]), -1;
         if (a->rows < 1 || a->cols < 0 || a->rows > (1L << 40) / (a->cols ? a->cols : 1))
-            return seterr(err, errlen, "%s: runlog_create: fixed array %s has shape rows = %ld, cols = %ld "
-                          "(want rows >= 1, cols >= 0 (0: 1-D), at most 2^40 elements)", path, n, a->rows, a->cols), -1;
+            return seterr(err, errlen, "%s: %s: fixed array %s has shape rows = %ld, cols = %ld "
+                          "(want rows >= 1, cols >= 0 (0: 1-D), at most 2^40 elements)", path, fn, n, a->rows, a->cols), -1;
     }
     return 0;
 }
@@ -719,16 +762,21 @@ static hid_t make_array(hid_t f, const runlog_array_spec *a, const char *obj, co
     return ds;
 }
 
+/* The current UTC time, ISO-8601 ("2025-01-31T12:00:00Z"), into buf; -1 if it cannot be read. */
+static int utc_now(char *buf, size_t n) {
+    time_t now = time(NULL);
+    struct tm tm;
+    if (now == (time_t)-1 || !gmtime_r(&now, &tm) || strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) return -1;
+    return 0;
+}
+
 /* Root attributes, groups and empty datasets of a new file (all created before SWMR starts). */
 static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char *path, char *err, size_t errlen) {
     unsigned maj, min, rel;
     if (H5get_libversion(&maj, &min, &rel) < 0) return h5fail(err, errlen, path, "H5get_libversion", "/");
     char h5ver[32], created[32], host[256];
     snprintf(h5ver, sizeof h5ver, "%u.%u.%u", maj, min, rel);
-    time_t now = time(NULL);
-    struct tm tm;
-    if (now == (time_t)-1 || !gmtime_r(&now, &tm) || strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
-        return syserr(err, errlen, path, "cannot read the UTC time");
+    if (utc_now(created, sizeof created) < 0) return syserr(err, errlen, path, "cannot read the UTC time");
     const char *hostname = meta->hostname;
     if (!hostname) {
         if (gethostname(host, sizeof host) != 0) return syserr(err, errlen, path, "gethostname");
@@ -823,7 +871,7 @@ runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, 
         seterr(err, errlen, already_exists_fmt, path);
         return NULL;
     }
-    if (check_meta(meta, path, err, errlen) < 0) return NULL;
+    if (check_meta(meta, "runlog_create", path, err, errlen) < 0) return NULL;
     if (make_parents(path, err, errlen) < 0) return NULL;
 
     runlog *r = new_runlog(path, meta);
@@ -914,12 +962,28 @@ int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, 
         return -1;
     }
     r->n_eval++;
+    return runlog_flush(r);
+}
+
+int runlog_flush(runlog *r) {
+    if (!r) return -1;
+    if (r->failed) return -1;
     if (write_buffers(r) < 0) { r->failed = 1; return -1; }
     if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) {
         r->failed = 1;
         return h5fail(r->err, sizeof r->err, r->path, "H5Fflush", "/");
     }
     return 0;
+}
+
+void runlog_rows_written(const runlog *r, runlog_rows *out) {
+    if (!out) return;
+    memset(out, 0, sizeof *out);
+    if (!r) return;
+    out->train = (long)r->n_train;
+    out->eval = (long)r->n_eval;
+    out->eval_local = r->has_eval_local ? (long)r->n_eval_local : 0;
+    out->ranks = r->ranks > 0 ? (long)r->n_ranks : 0;
 }
 
 /* Appended at once (not buffered: one row per evaluation), flushed with the next runlog_eval
@@ -999,6 +1063,10 @@ static int stage(runlog *r, const char *name, const char *s, double d) {
         seterr(r->err, sizeof r->err, "%s: root attribute with an empty name", r->path);
         return -1;
     }
+    if (is_own_attr(name)) {
+        seterr(r->err, sizeof r->err, "%s: root attribute %s is written by runlog itself, not at the end of the run", r->path, name);
+        return -1;
+    }
     staged_attr *a = NULL;
     for (int i = 0; i < r->nattrs; i++)
         if (strcmp(r->attrs[i].name, name) == 0) a = &r->attrs[i];
@@ -1072,10 +1140,20 @@ static int write_final_attrs(runlog *r) {
     int rc = 0;
     hid_t f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT);
     if (f < 0) rc = h5fail(r->err, sizeof r->err, tmp, "H5Fopen", "the copy of the run file");
+    size_t listlen = 1;
     for (int i = 0; rc == 0 && i < r->nattrs; i++) {
         const staged_attr *a = &r->attrs[i];
         rc = a->s ? attr_string(f, "/", a->name, a->s, r->path, r->err, sizeof r->err)
                   : attr_write(f, "/", a->name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &a->d, r->path, r->err, sizeof r->err);
+        listlen += strlen(a->name) + 1;
+    }
+    /* Their names, one per line: the attributes runlog_resume removes. */
+    if (rc == 0) {
+        char *list = xmalloc(listlen), *end = list;
+        for (int i = 0; i < r->nattrs; i++) end += sprintf(end, "%s%s", i ? "\n" : "", r->attrs[i].name);
+        *end = '\0';
+        rc = attr_string(f, "/", "final_attributes", list, r->path, r->err, sizeof r->err);
+        free(list);
     }
     if (f >= 0 && H5Fclose(f) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, tmp, "H5Fclose", "the copy of the run file");
     if (rc == 0 && rename(tmp, r->path) != 0) rc = syserr(r->err, sizeof r->err, r->path, "cannot rename the finished run file into place");
@@ -1114,6 +1192,439 @@ int runlog_close(runlog *r) {
     if (rc != 0 && !r->failed) fprintf(stderr, "dsgd-run: error closing the run file: %s\n", r->err);
     free_runlog(r);
     return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Resume from a checkpoint (part 6 of the header comment).                                    */
+
+/* err = "cannot resume <path>: <why>"; returns -1. */
+static int refuse(char *err, size_t errlen, const char *path, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int refuse(char *err, size_t errlen, const char *path, const char *fmt, ...) {
+    char why[ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    seterr(err, errlen, "cannot resume %s: %s", path, why);
+    return -1;
+}
+
+/* Does name (an absolute path in the file) exist? Checked component by component, as
+ * H5Lexists requires. 1 yes, 0 no, -1 HDF5 failure. */
+static htri_t obj_exists(hid_t f, const char *name) {
+    char buf[PATHLEN];
+    snprintf(buf, sizeof buf, "%s", name);
+    for (char *p = buf + 1;;) {
+        char *slash = strchr(p, '/');
+        if (slash) *slash = '\0';
+        htri_t e = H5Lexists(f, buf, H5P_DEFAULT);
+        if (e <= 0 || !slash) return e;
+        *slash = '/';
+        p = slash + 1;
+    }
+}
+
+/* Root attribute name of f, which must exist and be of class cls (its file type's class), else
+ * the file is not one of ours. Returns the open attribute or -1 (err filled). */
+static hid_t open_root_attr(hid_t f, const char *name, H5T_class_t cls, const char *path, char *err, size_t errlen) {
+    char what[300];
+    snprintf(what, sizeof what, "attribute %s of /", name);
+    htri_t e = H5Aexists(f, name);
+    if (e < 0) return h5fail(err, errlen, path, "H5Aexists", what);
+    if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no root attribute %s)", name);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    if (a < 0) return h5fail(err, errlen, path, "H5Aopen", what);
+    hid_t t = H5Aget_type(a);
+    H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
+    if (t >= 0) H5Tclose(t);
+    if (c != cls) {
+        H5Aclose(a);
+        return refuse(err, errlen, path, "it is not a dsgd-run run file (root attribute %s is not %s)", name,
+                      cls == H5T_STRING ? "a string" : "an integer");
+    }
+    return a;
+}
+
+/* Read string root attribute name into a new allocation (*out; free it). */
+static int root_string(hid_t f, const char *name, char **out, const char *path, char *err, size_t errlen) {
+    *out = NULL;
+    hid_t a = open_root_attr(f, name, H5T_STRING, path, err, errlen);
+    if (a < 0) return -1;
+    char what[300];
+    snprintf(what, sizeof what, "attribute %s of /", name);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    char *s = NULL;
+    int rc = 0;
+    if (t < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
+        rc = h5fail(err, errlen, path, "H5Tcopy/H5Tset_size/H5Tset_cset", "string type");
+    else if (H5Aread(a, t, &s) < 0)
+        rc = h5fail(err, errlen, path, "H5Aread", what);
+    if (rc == 0) {
+        size_t n = s ? strlen(s) : 0;
+        *out = xmalloc(n + 1);
+        memcpy(*out, s ? s : "", n + 1);
+    }
+    if (s) H5free_memory(s);
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    return rc;
+}
+
+/* Read integer root attribute name as mtype (H5T_NATIVE_INT64 or _UINT64) into out. */
+static int root_integer(hid_t f, const char *name, hid_t mtype, void *out, const char *path, char *err, size_t errlen) {
+    hid_t a = open_root_attr(f, name, H5T_INTEGER, path, err, errlen);
+    if (a < 0) return -1;
+    char what[300];
+    snprintf(what, sizeof what, "attribute %s of /", name);
+    int rc = H5Aread(a, mtype, out) < 0 ? h5fail(err, errlen, path, "H5Aread", what) : 0;
+    H5Aclose(a);
+    return rc;
+}
+
+/* Open dataset obj of a run file: 1-D, or 2-D of cols columns (the /ranks timing datasets), with
+ * unlimited rows. Its rows into *n. -1 with err filled if it is missing or shaped otherwise. */
+static hid_t open_column(hid_t f, const char *obj, int cols, hsize_t *n, const char *path, char *err, size_t errlen) {
+    htri_t e = obj_exists(f, obj);
+    if (e < 0) return h5fail(err, errlen, path, "H5Lexists", obj);
+    if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no dataset %s)", obj);
+    hid_t ds = H5Dopen2(f, obj, H5P_DEFAULT);
+    if (ds < 0) return h5fail(err, errlen, path, "H5Dopen2", obj);
+    hid_t space = H5Dget_space(ds);
+    if (space < 0) { H5Dclose(ds); return h5fail(err, errlen, path, "H5Dget_space", obj); }
+    hsize_t dims[2] = {0, 0}, maxd[2] = {0, 0};
+    int nd = H5Sget_simple_extent_ndims(space);
+    int ok = nd == (cols ? 2 : 1) && H5Sget_simple_extent_dims(space, dims, maxd) >= 0 && maxd[0] == H5S_UNLIMITED;
+    H5Sclose(space);
+    H5Eclear2(H5E_DEFAULT);
+    if (!ok) {
+        H5Dclose(ds);
+        return refuse(err, errlen, path, "it is not a dsgd-run run file (%s is not a %s dataset of unlimited rows)", obj,
+                      cols ? "2-D" : "1-D");
+    }
+    if (cols && dims[1] != (hsize_t)cols) {
+        H5Dclose(ds);
+        return refuse(err, errlen, path, "the run file has ranks = %llu (columns of %s), the experiment ranks = %d",
+                      (unsigned long long)dims[1], obj, cols);
+    }
+    *n = dims[0];
+    return ds;
+}
+
+/* "[4, 4] int64" for a fixed array's shape and type. */
+static void shape_text(char *buf, size_t n, int nd, const hsize_t *dims, int f64) {
+    if (nd == 2) snprintf(buf, n, "[%llu, %llu] %s", (unsigned long long)dims[0], (unsigned long long)dims[1], f64 ? "float64" : "int64");
+    else snprintf(buf, n, "[%llu] %s", (unsigned long long)dims[0], f64 ? "float64" : "int64");
+}
+
+/* Fixed array i of meta in the run file: same name, shape and type, else -1 with err filled. */
+static hid_t open_array(hid_t f, const runlog_meta *meta, int i, const char *obj, const char *path, char *err, size_t errlen) {
+    const runlog_array_spec *a = &meta->arrays[i];
+    hsize_t want[2] = {(hsize_t)a->rows, (hsize_t)a->cols};
+    char wants[96];
+    shape_text(wants, sizeof wants, a->cols ? 2 : 1, want, a->float64);
+    htri_t e = obj_exists(f, obj);
+    if (e < 0) return h5fail(err, errlen, path, "H5Lexists", obj);
+    if (e == 0) return refuse(err, errlen, path, "the run file has no fixed array %s, the experiment has one (%s)", obj, wants);
+    hid_t ds = H5Dopen2(f, obj, H5P_DEFAULT);
+    if (ds < 0) return h5fail(err, errlen, path, "H5Dopen2", obj);
+    hid_t space = H5Dget_space(ds), t = H5Dget_type(ds);
+    hsize_t dims[2] = {0, 0};
+    int nd = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
+    if (nd == 1 || nd == 2) H5Sget_simple_extent_dims(space, dims, NULL);
+    H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
+    size_t size = t < 0 ? 0 : H5Tget_size(t);
+    if (space >= 0) H5Sclose(space);
+    if (t >= 0) H5Tclose(t);
+    H5Eclear2(H5E_DEFAULT);
+    int f64 = c == H5T_FLOAT;
+    if ((c != H5T_FLOAT && c != H5T_INTEGER) || size != 8 || (nd != 1 && nd != 2)) {
+        H5Dclose(ds);
+        return refuse(err, errlen, path, "it is not a dsgd-run run file (%s is not a 1-D or 2-D int64 or float64 dataset)", obj);
+    }
+    if (nd != (a->cols ? 2 : 1) || dims[0] != want[0] || (nd == 2 && dims[1] != want[1]) || f64 != (a->float64 != 0)) {
+        char has[96];
+        shape_text(has, sizeof has, nd, dims, f64);
+        H5Dclose(ds);
+        return refuse(err, errlen, path, "the run file has fixed array %s of %s, the experiment %s", obj, has, wants);
+    }
+    return ds;
+}
+
+/* Check that r->file is a run file of meta's layout with at least keep complete rows in every
+ * group, and open all its datasets into r. err: "cannot resume <path>: ..." for a file that is
+ * not this experiment's, an HDF5 message for a failure. r->n_* are not touched. */
+static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *keep, char *err, size_t errlen) {
+    hid_t f = r->file;
+    const char *path = r->path;
+    /* Is it ours, and this experiment's? */
+    char *version = NULL, *method = NULL;
+    if (root_string(f, "dsgd_version", &version, path, err, errlen) < 0) return -1;
+    free(version);
+    if (root_string(f, "method", &method, path, err, errlen) < 0) return -1;
+    const char *want = meta->method ? meta->method : "";
+    if (strcmp(method, want) != 0) {
+        refuse(err, errlen, path, "the run file has method %s, the experiment method %s", method, want);
+        free(method);
+        return -1;
+    }
+    free(method);
+    const struct { const char *name; long long v; } ints[] = {
+        {"p", meta->p}, {"b", meta->b}, {"m", meta->m}, {"iterations", meta->iterations}, {"servers", meta->servers},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
+        int64_t v = 0;
+        if (root_integer(f, ints[i].name, H5T_NATIVE_INT64, &v, path, err, errlen) < 0) return -1;
+        if (v != ints[i].v)
+            return refuse(err, errlen, path, "the run file has %s = %lld, the experiment %s = %lld", ints[i].name, (long long)v,
+                          ints[i].name, ints[i].v);
+    }
+    uint64_t seed = 0;
+    if (root_integer(f, "seed", H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0) return -1;
+    if (seed != meta->seed)
+        return refuse(err, errlen, path, "the run file has seed = %llu, the experiment seed = %llu", (unsigned long long)seed,
+                      meta->seed);
+
+    /* The optional groups: present exactly when meta asks for them. */
+    htri_t has_el = obj_exists(f, "/eval_local"), has_ranks = obj_exists(f, "/ranks");
+    if (has_el < 0 || has_ranks < 0) return h5fail(err, errlen, path, "H5Lexists", has_el < 0 ? "/eval_local" : "/ranks");
+    if ((has_el > 0) != r->has_eval_local)
+        return refuse(err, errlen, path, has_el ? "the run file has /eval_local, the experiment none (eval_local = 0)"
+                                                : "the run file has no /eval_local, the experiment eval_local = 1");
+    if (has_ranks > 0 && r->ranks == 0) return refuse(err, errlen, path, "the run file has /ranks, the experiment none (ranks = 0)");
+    if (has_ranks == 0 && r->ranks > 0)
+        return refuse(err, errlen, path, "the run file has no /ranks, the experiment ranks = %d", r->ranks);
+
+    /* Every column, with the complete rows of each group (its shortest column). */
+    hsize_t rows[4] = {(hsize_t)-1, (hsize_t)-1, (hsize_t)-1, (hsize_t)-1}, n;
+    char obj[64];
+    for (int i = 0; i < NTRAIN; i++) {
+        snprintf(obj, sizeof obj, "/train/%s", train_cols[i].name);
+        if ((r->train[i] = open_column(f, obj, 0, &n, path, err, errlen)) < 0) return -1;
+        if (n < rows[0]) rows[0] = n;
+    }
+    for (int g = 1; g <= 2; g++) {
+        if (g == 2 && !r->has_eval_local) break;
+        for (int i = 0; i < NEVAL; i++) {
+            snprintf(obj, sizeof obj, "%s/%s", g == 1 ? "/eval" : "/eval_local", eval_cols[i].name);
+            hid_t ds = open_column(f, obj, 0, &n, path, err, errlen);
+            if (ds < 0) return -1;
+            if (g == 1) r->eval[i] = ds;
+            else r->eval_local[i] = ds;
+            if (n < rows[g]) rows[g] = n;
+        }
+    }
+    if (r->ranks > 0) {
+        if ((r->ranks_step = open_column(f, "/ranks/step", 0, &n, path, err, errlen)) < 0) return -1;
+        rows[3] = n;
+        for (int q = 0; q < NRANKS; q++) {
+            snprintf(obj, sizeof obj, "/ranks/%s", ranks_cols[q].name);
+            if ((r->ranks_ds[q] = open_column(f, obj, r->ranks, &n, path, err, errlen)) < 0) return -1;
+            if (n < rows[3]) rows[3] = n;
+        }
+    }
+    for (int i = 0; i < r->n_arrays; i++)
+        if ((r->arrays[i].ds = open_array(f, meta, i, r->arrays[i].obj, path, err, errlen)) < 0) return -1;
+
+    /* The checkpoint's rows must all be there. */
+    const long want_rows[4] = {keep->train, keep->eval, keep->eval_local, keep->ranks};
+    const char *gname[4] = {"/train", "/eval", "/eval_local", "/ranks"};
+    for (int g = 0; g < 4; g++) {
+        hsize_t have = rows[g] == (hsize_t)-1 ? 0 : rows[g];
+        if ((hsize_t)want_rows[g] > have)
+            return refuse(err, errlen, path, "the run file has %llu %s rows but the checkpoint was taken after %ld: "
+                          "it is not the file this checkpoint belongs to", (unsigned long long)have, gname[g], want_rows[g]);
+    }
+    return 0;
+}
+
+/* Element i of the 1-D int64 dataset ds into *v. */
+static int read_step(runlog *r, hid_t ds, const char *obj, hsize_t i, int64_t *v, char *err, size_t errlen) {
+    hsize_t one = 1;
+    hid_t fspace = H5Dget_space(ds);
+    if (fspace < 0) return h5fail(err, errlen, r->path, "H5Dget_space", obj);
+    hid_t mspace = H5Screate_simple(1, &one, NULL);
+    int rc = 0;
+    if (mspace < 0) rc = h5fail(err, errlen, r->path, "H5Screate_simple", obj);
+    else if (H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &i, NULL, &one, NULL) < 0)
+        rc = h5fail(err, errlen, r->path, "H5Sselect_hyperslab", obj);
+    else if (H5Dread(ds, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, v) < 0)
+        rc = h5fail(err, errlen, r->path, "H5Dread", obj);
+    if (mspace >= 0) H5Sclose(mspace);
+    H5Sclose(fspace);
+    return rc;
+}
+
+/* Cut every dataset of r->file back to keep rows, and find the largest step among the rows kept. */
+static int cut_rows(runlog *r, const runlog_rows *keep, int64_t *last_step, char *err, size_t errlen) {
+    *last_step = 0;
+    struct { hid_t *ds; int n; const colspec *cols; const char *gname; long keep; hsize_t width; } groups[] = {
+        {r->train, NTRAIN, train_cols, "/train", keep->train, 0},
+        {r->eval, NEVAL, eval_cols, "/eval", keep->eval, 0},
+        {r->eval_local, r->has_eval_local ? NEVAL : 0, eval_cols, "/eval_local", keep->eval_local, 0},
+        {&r->ranks_step, r->ranks > 0 ? 1 : 0, &ranks_step_col, "/ranks", keep->ranks, 0},
+        {r->ranks_ds, r->ranks > 0 ? NRANKS : 0, ranks_cols, "/ranks", keep->ranks, (hsize_t)r->ranks},
+    };
+    for (size_t g = 0; g < sizeof groups / sizeof *groups; g++)
+        for (int i = 0; i < groups[g].n; i++) {
+            char obj[64];
+            snprintf(obj, sizeof obj, "%s/%s", groups[g].gname, groups[g].cols[i].name);
+            if (i == 0 && groups[g].width == 0 && groups[g].keep > 0) { /* column 0 is step */
+                int64_t s;
+                if (read_step(r, groups[g].ds[0], obj, (hsize_t)groups[g].keep - 1, &s, err, errlen) < 0) return -1;
+                if (s > *last_step) *last_step = s;
+            }
+            hsize_t dims[2] = {(hsize_t)groups[g].keep, groups[g].width};
+            if (H5Dset_extent(groups[g].ds[i], dims) < 0) return h5fail(err, errlen, r->path, "H5Dset_extent", obj);
+        }
+    return 0;
+}
+
+/* Delete root attribute name of f if it is there. */
+static int drop_root_attr(hid_t f, const char *name, const char *path, char *err, size_t errlen) {
+    char what[300];
+    snprintf(what, sizeof what, "attribute %s of /", name);
+    htri_t e = H5Aexists(f, name);
+    if (e < 0) return h5fail(err, errlen, path, "H5Aexists", what);
+    if (e > 0 && H5Adelete(f, name) < 0) return h5fail(err, errlen, path, "H5Adelete", what);
+    return 0;
+}
+
+/* The root attributes of a resume: the earlier run's end-of-run attributes removed, resumes
+ * incremented, "step <last_step> at <UTC time> (<note>)" appended to resumed_at. */
+static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *err, size_t errlen) {
+    hid_t f = r->file;
+    const char *path = r->path;
+    for (size_t i = 0; i < sizeof usual_final_attrs / sizeof *usual_final_attrs; i++)
+        if (drop_root_attr(f, usual_final_attrs[i], path, err, errlen) < 0) return -1;
+    htri_t e = H5Aexists(f, "final_attributes");
+    if (e < 0) return h5fail(err, errlen, path, "H5Aexists", "attribute final_attributes of /");
+    if (e > 0) {
+        char *list;
+        if (root_string(f, "final_attributes", &list, path, err, errlen) < 0) return -1;
+        int rc = 0;
+        for (char *name = strtok(list, "\n"); name && rc == 0; name = strtok(NULL, "\n"))
+            if (!is_own_attr(name)) rc = drop_root_attr(f, name, path, err, errlen);
+        free(list);
+        if (rc < 0 || drop_root_attr(f, "final_attributes", path, err, errlen) < 0) return -1;
+    }
+
+    int64_t resumes = 0;
+    if ((e = H5Aexists(f, "resumes")) < 0) return h5fail(err, errlen, path, "H5Aexists", "attribute resumes of /");
+    if (e > 0 && root_integer(f, "resumes", H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
+    resumes++;
+    if (attr_write(f, "/", "resumes", H5T_STD_I64LE, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
+
+    char when[32];
+    if (utc_now(when, sizeof when) < 0) return syserr(err, errlen, path, "cannot read the UTC time");
+    char *old = NULL;
+    if ((e = H5Aexists(f, "resumed_at")) < 0) return h5fail(err, errlen, path, "H5Aexists", "attribute resumed_at of /");
+    if (e > 0 && root_string(f, "resumed_at", &old, path, err, errlen) < 0) return -1;
+    int has_note = note && note[0];
+    size_t len = (old ? strlen(old) + 1 : 0) + 64 + (has_note ? strlen(note) + 3 : 0) + 1;
+    char *lines = xmalloc(len);
+    snprintf(lines, len, "%s%sstep %lld at %s%s%s%s", old ? old : "", old && old[0] ? "\n" : "", (long long)last_step, when,
+             has_note ? " (" : "", has_note ? note : "", has_note ? ")" : "");
+    free(old);
+    int rc = attr_string(f, "/", "resumed_at", lines, path, err, errlen);
+    free(lines);
+    return rc;
+}
+
+runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_rows *keep, const char *resume_note,
+                      char *err, size_t errlen) {
+    if (!path || !path[0] || !meta || !keep) {
+        seterr(err, errlen, "runlog_resume: %s", !meta ? "no run metadata" : !keep ? "no checkpoint row counts" : "empty output path");
+        return NULL;
+    }
+    if (strlen(path) >= PATHLEN - 64) {
+        seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path);
+        return NULL;
+    }
+    if (keep->train < 0 || keep->eval < 0 || keep->eval_local < 0 || keep->ranks < 0) {
+        refuse(err, errlen, path, "the checkpoint's row counts are negative (train %ld, eval %ld, eval_local %ld, ranks %ld)",
+               keep->train, keep->eval, keep->eval_local, keep->ranks);
+        return NULL;
+    }
+    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) {
+        seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path);
+        return NULL;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        refuse(err, errlen, path, "%s", strerror(errno));
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        refuse(err, errlen, path, "it is not a regular file");
+        return NULL;
+    }
+    if (check_meta(meta, "runlog_resume", path, err, errlen) < 0) return NULL;
+    hid_t driver = mask_driver();
+    if (driver < 0) {
+        h5fail(err, errlen, path, "H5FDregister", "the run-file driver");
+        return NULL;
+    }
+
+    /* 1. Read-only: this experiment's file, with the checkpoint's rows? A refusal writes nothing. */
+    runlog *r = new_runlog(path, meta);
+    if ((r->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
+        char why[ERRLEN];
+        h5message(why, sizeof why);
+        refuse(err, errlen, path, "it is not a dsgd-run run file (HDF5 cannot open it: %s)", why);
+        free_runlog(r);
+        return NULL;
+    }
+    int ok = open_layout(r, meta, keep, err, errlen) == 0;
+    close_handles(r);
+    if (!ok) {
+        free_runlog(r);
+        return NULL;
+    }
+
+    /* 2. A copy beside it, opened as runlog_create opens a new file, checked again (it is what
+     *    gets published), cut back to the checkpoint, its root attributes updated. */
+    char tmp[PATHLEN];
+    int copied = 0;
+    if (temp_name(tmp, sizeof tmp, path, "resume") < 0) {
+        seterr(err, errlen, "output path too long: %s", path);
+        goto fail;
+    }
+    copied = 1; /* from here on, tmp may exist */
+    if (copy_file(path, tmp, err, errlen) < 0) goto fail;
+    struct stat sb;
+    if (stat(tmp, &sb) != 0) { syserr(err, errlen, tmp, "cannot stat the copy of the run file"); goto fail; }
+    r->dev = sb.st_dev; /* rename() keeps the inode: runlog_close's check sees this file */
+    r->ino = sb.st_ino;
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0) { h5fail(err, errlen, path, "H5Pcreate", "file access properties"); goto fail; }
+    if (H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0)
+        h5fail(err, errlen, path, "H5Pset_libver_bounds", "file access properties");
+    else if (H5Pset_driver(fapl, driver, NULL) < 0)
+        h5fail(err, errlen, path, "H5Pset_driver", "file access properties");
+    else if ((r->file = H5Fopen(tmp, H5F_ACC_RDWR, fapl)) < 0)
+        h5fail(err, errlen, path, "H5Fopen", tmp);
+    H5Pclose(fapl);
+    if (r->file < 0) goto fail;
+    int64_t last_step;
+    if (open_layout(r, meta, keep, err, errlen) < 0 || cut_rows(r, keep, &last_step, err, errlen) < 0 ||
+        resume_attrs(r, last_step, resume_note, err, errlen) < 0)
+        goto fail;
+
+    /* 3. As for a new file: SWMR, flush, then the rename publishes it in one step. */
+    if (H5Fstart_swmr_write(r->file) < 0) { h5fail(err, errlen, path, "H5Fstart_swmr_write", "/"); goto fail; }
+    if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) { h5fail(err, errlen, path, "H5Fflush", "/"); goto fail; }
+    if (rename(tmp, path) != 0) { syserr(err, errlen, path, "cannot rename the resumed run file into place"); goto fail; }
+    r->n_train = (hsize_t)keep->train;
+    r->n_eval = (hsize_t)keep->eval;
+    r->n_eval_local = (hsize_t)keep->eval_local;
+    r->n_ranks = (hsize_t)keep->ranks;
+    return r;
+
+fail:
+    close_handles(r);
+    if (copied) unlink(tmp);
+    free_runlog(r);
+    return NULL;
 }
 
 void runlog_library_version(char *buf, size_t n) {

@@ -8,9 +8,13 @@
  * SWMR mode so that a process killed at any moment leaves a file h5dump can read, holding
  * every evaluation completed before the last flush.
  *
+ * A run resumed from a checkpoint continues its file (runlog_resume): rows logged after the
+ * checkpoint are dropped, the new rows follow, root attributes `resumes` and `resumed_at` say so.
+ *
  * Errors: runlog_create returns NULL with err filled (EXIT_BADINPUT class) when the file exists
- * and overwrite is 0, or cannot be created; the append functions return 0 or -1 (I/O failure,
- * message in the runlog's last error, printed by the caller). */
+ * and overwrite is 0, or cannot be created; runlog_resume likewise when the file is missing or
+ * is not this experiment's; the append functions return 0 or -1 (I/O failure, message in the
+ * runlog's last error, printed by the caller). */
 #ifndef DSGD_RUNLOG_H
 #define DSGD_RUNLOG_H
 
@@ -75,9 +79,58 @@ int runlog_array(runlog *r, int index, const long long *data);
 /* The same for a float64 array (spec.float64 = 1). */
 int runlog_array_f64(runlog *r, int index, const double *data);
 
-/* A root attribute written at the end of the run (e.g. "images_per_s", "status"). */
+/* A root attribute written at the end of the run (e.g. "images_per_s", "status"), by
+ * runlog_close; its name is recorded in root attribute final_attributes so that runlog_resume
+ * removes it. Returns -1 (message in runlog_error) for an empty name or one of the attributes
+ * runlog writes itself (method, p, ..., created, resumes, resumed_at, final_attributes). */
 int runlog_set_attr_double(runlog *r, const char *name, double v);
 int runlog_set_attr_string(runlog *r, const char *name, const char *v);
+
+/* Rows of each extendible group that are in the file (after runlog_flush): /train, /eval,
+ * /eval_local and /ranks rows; 0 for a group the file does not have. A checkpoint stores them
+ * and hands them back to runlog_resume. */
+typedef struct { long train, eval, eval_local, ranks; } runlog_rows;
+
+/* Write the buffered /train and /ranks rows and flush the file (as runlog_eval does after its
+ * row), so that everything logged so far (an /eval_local row and fixed-array rewrites too) is
+ * on disk: a kill after it returns loses none of it. Returns 0 or -1 (message in runlog_error;
+ * the file is then no longer extended, as after a failed append). */
+int runlog_flush(runlog *r);
+
+/* Rows in the file now, per group (0 for a group the file does not have; all 0 for r == NULL).
+ * Rows still buffered are not counted: call it after runlog_flush. */
+void runlog_rows_written(const runlog *r, runlog_rows *out);
+
+/* Continue the run file at path, written earlier by runlog_create (and perhaps resumed since)
+ * with the same layout meta, to resume a run from a checkpoint whose runlog_rows_written was
+ * keep. Compared with the file's: method, p, b, m, seed, iterations, servers, ranks (columns of
+ * /ranks, or no /ranks), eval_local (/eval_local present) and each fixed array (name, shape,
+ * int64 or float64); config_text, command_line, hostname and device are not compared, and the
+ * file keeps those of its first run (put what differs into resume_note).
+ *
+ * Rows beyond keep in each group (logged after the checkpoint by the run that was then cut off)
+ * are dropped, so the resumed run's rows follow the checkpoint's with none duplicated or missing;
+ * continuing the clock of time_s is the caller's (it passes the values). The fixed arrays keep
+ * their values: the caller rewrites them. The end-of-run root attributes of the earlier run
+ * (status, train_time_s, images_per_s, steps_completed and whatever final_attributes lists) are
+ * removed; root attribute resumes (int64) is incremented (1 at the first resume) and a line
+ * "step <S> at <UTC time> (<resume_note>)" is appended to the string attribute resumed_at (lines
+ * separated by '\n', no trailing one; no " (...)" when resume_note is NULL or empty), where S is
+ * the largest step among the kept rows of /train, /eval, /eval_local and /ranks (0 if none).
+ *
+ * The file at path is replaced atomically (copy, change the copy, rename over path): a kill at
+ * any instant leaves either the old file or the resumed one. After this, runlog_train, _eval,
+ * _ranks, _array, _set_attr_* and _close work as on a new file, with the same crash safety.
+ *
+ * Errors (NULL returned, err filled, the file at path untouched): no file at path; not a
+ * dsgd-run run file; meta differs from the file's ("cannot resume runs/x.h5: the run file has
+ * method ps, the experiment method allreduce"); a group has fewer complete rows than keep (every
+ * column must have at least keep rows: "... the run file has 12 /train rows but the checkpoint
+ * was taken after 15: it is not the file this checkpoint belongs to"); keep negative; an I/O
+ * failure while writing the copy. (A kill during runlog_resume may leave a hidden
+ * .<name>.resume.<pid>.<ns> file beside path.) */
+runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_rows *keep, const char *resume_note,
+                      char *err, size_t errlen);
 
 /* Last I/O error message of r. */
 const char *runlog_error(const runlog *r);
