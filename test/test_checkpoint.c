@@ -78,10 +78,11 @@ static void assert_latest(const char *ckdir, const char *want) {
     ck_assert_msg(strncmp(line, want, strlen(want)) == 0, "%s says '%s', expected '%s'", p, line, want);
 }
 
-/* Straight vs interrupted at step 120 and resumed, for one method on np ranks. */
+/* Straight vs interrupted (signal_at: DSGD_TEST_SIGNAL; checkpoint expected after `label`
+ * steps) and resumed, for one method on np ranks. */
 /* evals: compare /eval too (the lock-step methods; the methods with servers evaluate snapshots
  * of the center taken while training goes on, at moments that differ between any two runs). */
-static void check_bitwise(const char *tag, const char *extra, int np, const char *signal_at, int evals) {
+static void check_bitwise(const char *tag, const char *extra, int np, const char *signal_at, long label, int evals) {
     char cfg[512], h5[512], cfg2[512], h52[512], ck[600], out[1 << 15], status[256], tag2[64];
     write_cfg(tag, extra, cfg, h5);
     int st = run_env("", np, cfg, NULL, out, sizeof out);
@@ -92,18 +93,23 @@ static void check_bitwise(const char *tag, const char *extra, int np, const char
     char env[64];
     snprintf(env, sizeof env, "DSGD_TEST_SIGNAL=%s", signal_at);
     st = run_env(env, np, cfg2, NULL, out, sizeof out);
-    ck_assert_msg(st == 3, "%s with SIGTERM at step 120 on rank 1: exit %d, expected 3\n%s", tag, st, out);
-    ck_assert_msg(strstr(out, "checkpoint: step 120 written"), "%s: no checkpoint line:\n%s", tag, out);
+    char want[160], want2[160];
+    ck_assert_msg(st == 3, "%s with %s: exit %d, expected 3\n%s", tag, env, st, out);
+    snprintf(want, sizeof want, "checkpoint: step %ld written", label);
+    ck_assert_msg(strstr(out, want), "%s: no '%s':\n%s", tag, want, out);
     read_attr_string(h52, "status", status, sizeof status);
-    ck_assert_msg(strstr(status, "interrupted: SIGTERM after step 120") || strstr(status, "interrupted: a signal after step 120"),
-                  "status '%s'", status);
+    snprintf(want, sizeof want, "interrupted: SIGTERM after step %ld,", label);
+    snprintf(want2, sizeof want2, "interrupted: a signal after step %ld,", label);
+    ck_assert_msg(strstr(status, want) || strstr(status, want2), "status '%s'", status);
     snprintf(ck, sizeof ck, "%s/%s_cut.ckpt", g_dir, tag);
-    assert_latest(ck, "step-120");
-    ck_assert_int_eq(read_1d(h52, "/train/step", ga, MAXR), 12);
+    snprintf(want, sizeof want, "step-%ld", label);
+    assert_latest(ck, want);
+    ck_assert_int_eq(read_1d(h52, "/train/step", ga, MAXR), label / 10);
 
     st = run_env("", np, cfg2, "--resume", out, sizeof out);
     ck_assert_msg(st == 0, "%s --resume: exit %d\n%s", tag, st, out);
-    ck_assert_msg(strstr(out, "resuming from") && strstr(out, "120 of 240"), "%s: no resume line:\n%s", tag, out);
+    snprintf(want, sizeof want, ": %ld of 240 iterations done", label);
+    ck_assert_msg(strstr(out, "resuming from") && strstr(out, want), "%s: no resume line:\n%s", tag, out);
     read_attr_string(h52, "status", status, sizeof status);
     ck_assert_str_eq(status, "completed");
     ck_assert_int_eq(read_attr_long(h52, "resumes"), 1);
@@ -126,22 +132,26 @@ static void check_bitwise(const char *tag, const char *extra, int np, const char
     ck_assert(a.st_mtime == b.st_mtime && a.st_size == b.st_size && a.st_ino == b.st_ino);
 }
 
-START_TEST(test_allreduce_bitwise) { check_bitwise("ar", "p = 2;\n", 2, "TERM@120@1", 1); }
+START_TEST(test_allreduce_bitwise) { check_bitwise("ar", "p = 2;\n", 2, "TERM@120@1", 120, 1); }
 END_TEST
 
-START_TEST(test_gossip_sync_bitwise) { check_bitwise("gs", "method = \"gossip_pull\";\nsynchronous = true;\np = 3;\n", 3, "TERM@120@1", 1); }
+/* The signal arrives while the ranks evaluate after step 120: acted on at step 121. */
+START_TEST(test_allreduce_signal_in_eval) { check_bitwise("ae", "p = 2;\n", 2, "TERM@120@1@eval", 121, 1); }
+END_TEST
+
+START_TEST(test_gossip_sync_bitwise) { check_bitwise("gs", "method = \"gossip_pull\";\nsynchronous = true;\np = 3;\n", 3, "TERM@120@1", 120, 1); }
 END_TEST
 
 /* Synchronous EASGD (rounds summed in worker order: deterministic) through 2 servers: the
  * signal reaches worker 1 at an exchange (τ = 10 divides 120), the round completes, everyone
  * pauses: /train/loss bitwise. */
 START_TEST(test_easgd_sync_bitwise) {
-    check_bitwise("es", "method = \"easgd\";\nsynchronous = true;\np = 2;\nservers = 2;\n", 4, "TERM@120@1", 0);
+    check_bitwise("es", "method = \"easgd\";\nsynchronous = true;\np = 2;\nservers = 2;\n", 4, "TERM@120@1", 120, 0);
 }
 END_TEST
 
 /* backup with p = 1 is plain SGD through a server: bitwise; the signal goes to the server. */
-START_TEST(test_backup_bitwise) { check_bitwise("bk", "method = \"backup\";\np = 1;\n", 2, "TERM@120@1", 0); }
+START_TEST(test_backup_bitwise) { check_bitwise("bk", "method = \"backup\";\np = 1;\n", 2, "TERM@120@1", 120, 0); }
 END_TEST
 
 /* SIGUSR1: a checkpoint, and the run goes on to the same end as without it. */
@@ -328,6 +338,7 @@ int main(void) {
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_allreduce_bitwise);
     tcase_add_test(tc, test_usr1_continues);
+    tcase_add_test(tc, test_allreduce_signal_in_eval);
     tcase_add_test(tc, test_gossip_sync_bitwise);
     tcase_add_test(tc, test_easgd_sync_bitwise);
     tcase_add_test(tc, test_backup_bitwise);

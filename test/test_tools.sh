@@ -50,10 +50,14 @@ cp "$dir/sweeps/t1/t1-allreduce-p2.cfg" "$dir/sweeps/t1/t1-ps-p2.cfg" "$dir/"
     bash jobs/slurm/dsgd.sbatch t1-allreduce-p2.cfg) >"$dir/slurm.log" 2>&1
 rc=$?
 [ $rc = 0 ] && [ -f "$dir/runs/t1-allreduce-p2.101.h5" ] && ok "dsgd.sbatch: runs/t1-allreduce-p2.101.h5" || bad "dsgd.sbatch: exit $rc: $(tail -3 "$dir/slurm.log")"
+# The same job id again (Slurm requeued a finished job): resume = "auto" finds the run finished,
+# says so and exits 0 without touching the run file.
+sum1=$(md5sum <"$dir/runs/t1-allreduce-p2.101.h5")
 (cd "$dir" && SLURM_SUBMIT_DIR="$dir" SLURM_JOB_ID=101 SLURM_NTASKS=2 DSGD_LAUNCH="timeout -k 5 $T mpiexec -n 2" \
     bash jobs/slurm/dsgd.sbatch t1-allreduce-p2.cfg) >"$dir/slurm2.log" 2>&1
 rc=$?
-[ $rc = 2 ] && grep -q "already exists" "$dir/slurm2.log" && ok "the same job id again: refused, the run file kept" || bad "rerun: exit $rc"
+[ $rc = 0 ] && grep -q "already finished" "$dir/slurm2.log" && [ "$(md5sum <"$dir/runs/t1-allreduce-p2.101.h5")" = "$sum1" ] \
+    && ok "the same job id again: the finished run is left as it is (exit 0)" || bad "rerun: exit $rc: $(tail -3 "$dir/slurm2.log")"
 # PBS: 3 ranks from the node file; ps at p = 2 with its server (p from the allocation).
 printf 'localhost\nlocalhost\nlocalhost\n' > "$dir/nodes"
 (cd "$dir" && PBS_O_WORKDIR="$dir" PBS_JOBID=202.pbsserver PBS_NODEFILE="$dir/nodes" EXP=t1-ps-p2.cfg \

@@ -21,7 +21,7 @@
 /* ---- signals ------------------------------------------------------------------------------ */
 
 static volatile sig_atomic_t g_sig = CKPT_SIG_NONE, g_signo = 0;
-static int g_test_sig = 0, g_test_rank = 0;
+static int g_test_sig = 0, g_test_rank = 0, g_test_eval = 0;
 static long g_test_step = -1;
 
 static void on_signal(int signo) {
@@ -45,15 +45,15 @@ void ckpt_install_signals(void) {
     sigaction(SIGUSR1, &sa, NULL);
     const char *t = getenv("DSGD_TEST_SIGNAL");
     if (t && *t) {
-        char name[16] = "";
+        char name[16] = "", where[8] = "";
         long step = -1;
         int rank = 0;
-        int n = sscanf(t, "%15[A-Z0-9]@%ld@%d", name, &step, &rank);
-        if (n >= 2 && step >= 0) {
+        int n = sscanf(t, "%15[A-Z0-9]@%ld@%d@%7s", name, &step, &rank, where);
+        if (n >= 2 && step >= 0 && (n < 4 || !strcmp(where, "eval"))) {
             g_test_sig = !strcmp(name, "USR1") ? SIGUSR1 : !strcmp(name, "INT") ? SIGINT : !strcmp(name, "TERM") ? SIGTERM : 0;
-            g_test_step = step, g_test_rank = n == 3 ? rank : 0;
+            g_test_step = step, g_test_rank = n >= 3 ? rank : 0, g_test_eval = n == 4;
         }
-        if (!g_test_sig) DIE("DSGD_TEST_SIGNAL='%s': expected TERM|INT|USR1@<step>[@<rank>]", t);
+        if (!g_test_sig) DIE("DSGD_TEST_SIGNAL='%s': expected TERM|INT|USR1@<step>[@<rank>[@eval]]", t);
     }
 }
 
@@ -73,9 +73,17 @@ void ckpt_signal_clear_save(void) {
 }
 
 void ckpt_poll_test(long steps, int world_rank) {
-    if (g_test_sig && steps >= g_test_step && world_rank == g_test_rank) {
+    if (g_test_sig && !g_test_eval && steps >= g_test_step && world_rank == g_test_rank) {
         const int sig = g_test_sig;
         g_test_sig = 0; /* once */
+        raise(sig);
+    }
+}
+
+void ckpt_poll_test_eval(long steps, int world_rank) {
+    if (g_test_sig && g_test_eval && steps >= g_test_step && world_rank == g_test_rank) {
+        const int sig = g_test_sig;
+        g_test_sig = 0;
         raise(sig);
     }
 }

@@ -39,7 +39,7 @@ enum { CKPT_SIG_NONE = 0, CKPT_SIG_SAVE = 1 /* SIGUSR1 */, CKPT_SIG_STOP = 2 /* 
 enum { EXIT_INTERRUPTED = 3 };
 
 /* Install the handlers of SIGTERM, SIGINT and SIGUSR1 for this process. Test hook: environment
- * DSGD_TEST_SIGNAL="<TERM|USR1>@<step>[@<world rank>]" makes ckpt_poll_test raise that signal in
+ * DSGD_TEST_SIGNAL="<TERM|INT|USR1>@<step>[@<world rank>[@eval]]" makes ckpt_poll_test raise that signal in
  * that rank (default 0) once the loop has completed <step> steps (tests only; docs/checkpoint.md). */
 void ckpt_install_signals(void);
 
@@ -54,8 +54,10 @@ const char *ckpt_signal_name(void);
 void ckpt_signal_clear_save(void);
 
 /* The DSGD_TEST_SIGNAL hook: raise the configured signal in this rank, once, when `steps`
- * reaches its step. */
+ * reaches its step; with "@eval" after the rank, in the middle of the evaluation after that
+ * step instead (ckpt_poll_test_eval, called by train_evaluate). */
 void ckpt_poll_test(long steps, int world_rank);
+void ckpt_poll_test_eval(long steps, int world_rank);
 
 /* The checkpoint directory of e: checkpoint.path, or the output with ".h5" replaced by ".ckpt"
  * (appended when the output does not end in .h5). */

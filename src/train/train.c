@@ -37,6 +37,7 @@ static void eval_range(trainer *t, model *net, int begin, int end, double sums[3
         /* Padding samples are never counted; zero them so they are harmless finite inputs. */
         if (cnt < eb) memset(t->eval_x + (size_t)cnt * sample, 0, (size_t)(eb - cnt) * sample * sizeof(float));
         model_eval(net, t->eval_x, t->eval_y, cnt, &sums[0], &top1, &top5);
+        if (i == begin) ckpt_poll_test_eval(t->step, t->rank); /* tests: a signal during evaluation */
     }
     sums[1] = (double)top1;
     sums[2] = (double)top5;
