@@ -591,23 +591,7 @@ static int make_parents(const char *path, char *err, size_t errlen) {
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir) return 0;
     *slash = '\0';
-    for (char *p = dir + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-            seterr(err, errlen, "cannot create directory %s for %s: %s", dir, path, strerror(errno));
-            return -1;
-        }
-        struct stat st;
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            seterr(err, errlen, "cannot create %s: %s exists and is not a directory", path, dir);
-            return -1;
-        }
-        *p = c;
-        if (c == '\0') break;
-    }
-    return 0;
+    return mkdirs(dir, path, err, errlen);
 }
 
 /* A hidden name next to path, unique to this process and moment: <dir>/.<base>.<tag>.<pid>.<ns>. */

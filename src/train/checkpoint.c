@@ -105,25 +105,6 @@ static int syserr(char *err, size_t errlen, const char *path, const char *what) 
     return -1;
 }
 
-static int mkdirs(const char *path, char *err, size_t errlen) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        const char c = *p;
-        *p = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return syserr(err, errlen, buf, "cannot create the checkpoint directory");
-        struct stat st;
-        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            seterr(err, errlen, "%s: cannot create the checkpoint directory: %s is not a directory", path, buf);
-            return -1;
-        }
-        *p = c;
-        if (c == '\0') break;
-    }
-    return 0;
-}
-
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;
     return remove(p) == 0 || errno == ENOENT ? 0 : -1;
@@ -159,7 +140,7 @@ int ckpt_latest(const char *dir, long *label, char *err, size_t errlen) {
 int ckpt_prepare(const char *dir, long label, char *err, size_t errlen) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s/step-%ld.tmp", dir, label);
-    if (mkdirs(dir, err, errlen) < 0) return -1;
+    if (mkdirs(dir, "the checkpoints", err, errlen) < 0) return -1;
     if (rm_rf(tmp) < 0) return syserr(err, errlen, tmp, "cannot remove a stale partial checkpoint");
     if (mkdir(tmp, 0777) != 0) return syserr(err, errlen, tmp, "cannot create");
     return 0;
@@ -291,7 +272,8 @@ static int put(ckpt_file *f, const char *name, hid_t ftype, hid_t mtype, const v
     return rc;
 }
 
-static int get(ckpt_file *f, const char *name, hid_t mtype, void *v, size_t n, const char *tname) {
+/* Open dataset name of a reader: its id and number of values; -1 with f->err filled. */
+static hid_t open_1d(ckpt_file *f, const char *name, hssize_t *len) {
     if (f->err[0]) return -1;
     if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0) {
         seterr(f->err, sizeof f->err, "%s: no dataset '%s' (a checkpoint of another method or version?)", f->path, name);
@@ -300,8 +282,15 @@ static int get(ckpt_file *f, const char *name, hid_t mtype, void *v, size_t n, c
     hid_t ds = H5Dopen2(f->file, name, H5P_DEFAULT);
     if (ds < 0) return ferr(f, "H5Dopen2", name);
     hid_t sp = H5Dget_space(ds);
-    hssize_t have = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    *len = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
     if (sp >= 0) H5Sclose(sp);
+    return ds;
+}
+
+static int get(ckpt_file *f, const char *name, hid_t mtype, void *v, size_t n, const char *tname) {
+    hssize_t have = -1;
+    hid_t ds = open_1d(f, name, &have);
+    if (ds < 0) return -1;
     int rc = 0;
     if (have != (hssize_t)n)
         rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' has %lld %s values, expected %zu (a checkpoint of another model, p or method?)",
@@ -323,16 +312,9 @@ int ckpt_get_i64(ckpt_file *f, const char *name, int64_t *v, size_t n) { return 
 int ckpt_put_str(ckpt_file *f, const char *name, const char *s) { return put(f, name, H5T_STD_U8LE, H5T_NATIVE_UCHAR, s, strlen(s)); }
 
 int ckpt_get_str(ckpt_file *f, const char *name, char *s, size_t n) {
-    if (f->err[0]) return -1;
-    if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0) {
-        seterr(f->err, sizeof f->err, "%s: no dataset '%s' (not a dsgd-run checkpoint?)", f->path, name);
-        return -1;
-    }
-    hid_t ds = H5Dopen2(f->file, name, H5P_DEFAULT);
-    if (ds < 0) return ferr(f, "H5Dopen2", name);
-    hid_t sp = H5Dget_space(ds);
-    hssize_t len = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-    if (sp >= 0) H5Sclose(sp);
+    hssize_t len = -1;
+    hid_t ds = open_1d(f, name, &len);
+    if (ds < 0) return -1;
     int rc = 0;
     if (len < 0 || (size_t)len >= n) rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' is too long (%lld bytes)", f->path, name, (long long)len);
     else if (len && H5Dread(ds, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) < 0) rc = ferr(f, "H5Dread", name);

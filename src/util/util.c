@@ -1,10 +1,38 @@
 /* util.c — see util.h. */
 #include "util.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+
+int mkdirs(const char *dir, const char *for_what, char *err, size_t errlen) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", dir) >= (int)sizeof buf) {
+        seterr(err, errlen, "cannot create directory %.80s... for %s: path too long", dir, for_what);
+        return -1;
+    }
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        const char c = *p;
+        *p = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            seterr(err, errlen, "cannot create directory %s for %s: %s", buf, for_what, strerror(errno));
+            return -1;
+        }
+        struct stat st;
+        if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            seterr(err, errlen, "cannot create %s: %s exists and is not a directory", for_what, buf);
+            return -1;
+        }
+        *p = c;
+        if (c == '\0') break;
+    }
+    return 0;
+}
 
 void die(const char *file, int line, const char *fmt, ...) {
     va_list ap;

@@ -35,6 +35,11 @@ void *xcalloc_(size_t n, size_t size, const char *file, int line);
 /* snprintf into an error buffer; returns EXIT_BADINPUT so callers can `return seterr(...)`. */
 int seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* mkdir -p dir (mode 0777 before the umask). for_what names what the directory is for in the
+ * messages: "cannot create directory <d> for <for_what>: <strerror>" or "cannot create
+ * <for_what>: <d> exists and is not a directory". Returns 0 or -1 with err filled. */
+int mkdirs(const char *dir, const char *for_what, char *err, size_t errlen);
+
 /* Monotonic wall clock in seconds (CLOCK_MONOTONIC). */
 double wall_time(void);
 
