@@ -43,9 +43,11 @@ static double allreduce_step(trainer *t, long step, double alpha) {
         exit(EXIT_RUNTIME);
     }
     double t0 = wall_time();
-    double loss = train_compute(t, step, step);
+    /* The gradient, averaged over the workers (compute and all-reduce, overlapped on a GPU; the
+     * next step's minibatch is staged meanwhile): adds data, compute, delay, comm and wait. */
+    const long next = step + 1 < e->iterations ? step + 1 : -1;
+    double loss = train_compute_allreduce(t, step, step, next, &t->times.wait_s);
     double t2 = wall_time();
-    train_allreduce_mean(t, MODEL_GRADS, &t->times.wait_s);
     comm_workers_sum_f64(&loss, 1);
     double t3 = wall_time();
     int finite = model_sgd_update(net, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
