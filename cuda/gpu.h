@@ -10,8 +10,9 @@
  * Host pointers passed in may be pageable or pinned (gpu_host_alloc: faster copies).
  *
  * Threads. Every entry point makes the model's device current (cudaSetDevice) and runs on the
- * model's own stream, so a model may be used from another thread than the one that built it
- * (the parameter server's evaluation thread), one thread at a time.
+ * model's own stream (the overlap functions below also on its two copy streams), so a model may
+ * be used from another thread than the one that built it (the parameter server's evaluation
+ * thread), one thread at a time.
  *
  * Errors. gpu_select and gpu_model_create return an error string (no GPU, out of memory, an
  * unsupported shape: the operation, the layer and its shapes, the library's status string).
