@@ -129,7 +129,9 @@ void model_backend_version(char *buf, size_t n);
  *   device (model_set_host_sync(m, 0)): the device vectors are the truth and nothing moves by
  *     itself; the caller moves what it needs with model_download / model_upload and updates
  *     the device parameters with model_sgd_update (all-reduce: download grads, MPI_Allreduce on
- *     the host, upload grads, update on the device; with p = 1 nothing leaves the GPU).
+ *     the host, upload grads, update on the device — or the same overlapped with the backward
+ *     pass through model_train_begin ... model_train_end below; with p = 1 nothing leaves the
+ *     GPU).
  *
  * On the CPU the mirrors ARE the vectors: upload and download do nothing, and both modes are
  * the same. */
