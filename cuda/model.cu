@@ -78,7 +78,7 @@ typedef struct {
     int bad;
 } host_stage;
 
-/* The overlap of copies with computation (docs/gpu.md, "What moves"): two copy streams beside the
+/* The overlap of copies with computation (docs/gpu.md, "Overlap"): two copy streams beside the
  * compute stream (ctx.stream), the gradient in groups that become final one after the other in
  * the backward pass, and the events that order them. Everything is made by gpu_model_create.
  *
@@ -94,7 +94,6 @@ typedef struct {
     size_t glo[GPU_MAX_GROUPS];
     cudaEvent_t computed[GPU_MAX_GROUPS];        /* compute stream: group j final on the device */
     cudaEvent_t on_host[GPU_MAX_GROUPS];         /* d2h: group j copied to the host */
-    cudaEvent_t loss_ready;                      /* compute stream: the loss is in host->loss */
     cudaEvent_t uploaded;                        /* h2d: the step's gradient uploads are done */
     cudaEvent_t staged;                          /* h2d: the staged minibatch is on the device */
     cudaEvent_t slot_free[2];                    /* compute stream: the last step reading slot s is done */
@@ -867,7 +866,7 @@ float gpu_model_train_end(gpu_model *g) {
         CUDA_CHECK(cudaEventRecord(o->uploaded, o->h2d), "gpu_model_train_end (uploads)");
         CUDA_CHECK(cudaStreamWaitEvent(st, o->uploaded, 0), "gpu_model_train_end (uploads)");
     }
-    CUDA_CHECK(cudaStreamSynchronize(st), "gpu_model_train_step");
+    CUDA_CHECK(cudaStreamSynchronize(st), "gpu_model_train_end");
     o->in_step = 0;
     o->grads_host = NULL;
     return g->host->loss;

@@ -100,7 +100,7 @@ void train_allreduce_mean(trainer *t, int which, double *wait_s);
 
 /* One worker's step of synchronous all-reduce SGD up to the update: train_compute(t, data_step,
  * step) then train_allreduce_mean(t, MODEL_GRADS, wait_s), with the same result bit for bit, but
- * on a GPU overlapped where it can be (docs/gpu.md, "What moves"):
+ * on a GPU overlapped where it can be (docs/gpu.md, "Overlap"):
  *   - next_data_step >= 0 (the data step of this worker's next call; -1: unknown, or none):
  *     while the GPU computes, the host assembles that minibatch (loader_batch) in page-locked
  *     memory and a copy stream puts it on the device (model_stage_batch), so the next call, if

@@ -1,5 +1,5 @@
 /* test_gpu_overlap.c — the overlap of copies and communication with the GPU's work (docs/gpu.md,
- * "What moves"): the training step in parts (model.h model_train_begin / model_grads_host_ready /
+ * "Overlap"): the training step in parts (model.h model_train_begin / model_grads_host_ready /
  * model_grads_upload_range / model_train_end), minibatch staging (model_stage_*) and the routine
  * that drives both for allreduce (src/train train_compute_allreduce), each against the path it
  * replaces. Networks: ResNet-18 width 4, CIFAR stem, 1x8x8, b = 4 (fp32 and bf16); width 4,
