@@ -137,7 +137,7 @@ build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiut
 # headers; skipped (with a line saying so) where they are absent.
 CUDA_HDRS := $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h)
 CUDNN_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
-MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device)
+MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap)
 MOCK_OBJ  := build/mock/model.o build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/nogpucomm.o
 MOCK_INC  := -I$(CUDA_HOME)/include $(if $(CUDNN_HDR),-I$(dir $(CUDNN_HDR)))
 CXX_MOCK  ?= g++
@@ -155,6 +155,12 @@ build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
 build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.deps-ok
 	$(CC) $(CFLAGS) -Isrc -Icuda -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(MOCK_OBJ) \
 	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) -ldnnl -lm -ldl
+
+# dsgd-run over the stand-ins (device = "cuda" without a GPU): test_gpu_overlap runs it under
+# mpiexec with and without the overlap of copies and communication.
+build/mock/dsgd-run: build/src/main.o $(LIB) $(MOCK_OBJ) | build/.deps-ok
+	$(CC) $(CFLAGS) -o $@ build/src/main.o $(LIB) $(MOCK_OBJ) -lstdc++ $(PKG_LIBS) -ldnnl -lm -ldl
+build/mock/test_gpu_overlap: build/mock/dsgd-run test/mpiutil.h test/alloccount.h
 
 # test/gpu/: every GPU op and the whole model against the CPU backend (CUDA=1 only).
 gpu-tests: $(if $(filter 0,$(CUDA)),gpu-tests-need-cuda,$(GPU_TESTS) $(if $(wildcard tools/bench_gpu.c),build/bench_gpu))

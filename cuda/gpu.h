@@ -10,8 +10,9 @@
  * Host pointers passed in may be pageable or pinned (gpu_host_alloc: faster copies).
  *
  * Threads. Every entry point makes the model's device current (cudaSetDevice) and runs on the
- * model's own stream, so a model may be used from another thread than the one that built it
- * (the parameter server's evaluation thread), one thread at a time.
+ * model's own stream (the overlap functions below also on its two copy streams), so a model may
+ * be used from another thread than the one that built it (the parameter server's evaluation
+ * thread), one thread at a time.
  *
  * Errors. gpu_select and gpu_model_create return an error string (no GPU, out of memory, an
  * unsupported shape: the operation, the layer and its shapes, the library's status string).
@@ -87,6 +88,47 @@ void gpu_model_velocity_download(gpu_model *g, float *v);
  * variance, as PyTorch), returns the mean loss (waits for the step to finish). */
 float gpu_model_train_step(gpu_model *g, const float *x, const int *y);
 
+/* ---- The training step in parts: copies and communication overlapped with the GPU's work ----
+ *
+ * gpu_model_train_step is gpu_model_train_begin(g, x, y, NULL) then gpu_model_train_end(g): the
+ * same kernels in the same order, so the same bits. In between, the caller may take the gradient
+ * to the host piece by piece while the backward pass still runs, and put it back:
+ *
+ *   gpu_model_train_begin   enqueues the step on the compute stream and returns at once; with
+ *                           grads_host, each gradient group (the fc layer, then each BasicBlock
+ *                           from layer4.1 down to layer1.0, then the stem: the parts of the flat
+ *                           vector the backward pass finishes one after the other, from the end
+ *                           of the vector down to 0; the linear model is one group) is copied to
+ *                           grads_host[lo, hi) on a device-to-host stream as soon as it is final;
+ *   gpu_model_grads_ready   without blocking: lo such that grads_host[lo, n_params) holds this
+ *                           step's gradient (n_params: nothing yet, 0: all of it);
+ *   gpu_model_grads_upload  enqueues grads_host[lo, hi) -> the device gradient on a
+ *                           host-to-device stream; [lo, hi) must lie in the part that is ready;
+ *   gpu_model_train_end     waits for the step; every later use of the model (the update, the
+ *                           next step) comes after the copies out and the uploads; the compute
+ *                           stream is idle on return. Returns the mean loss.
+ *
+ * grads_host: n_params floats, page-locked (gpu_host_alloc), left alone by the caller except for
+ * the ready part until gpu_model_train_end; x and y (when given) until gpu_model_train_end too.
+ * Between begin and end no other entry point may be called on g except the staging ones below
+ * (they die: "... between gpu_model_train_begin and gpu_model_train_end").
+ *
+ * Staging the next minibatch: the training network has two device input slots. While a step runs
+ * on one, the caller fills the pinned buffers gpu_model_stage_buffers returns (*x (batch, c, h, w)
+ * fp32, *y (batch) in [0, classes); it waits for the previous staging copy to finish reading
+ * them) and gpu_model_stage(g, tag) copies them into the other slot on the host-to-device stream,
+ * once the step that last read that slot is done. gpu_model_train_begin(g, NULL, NULL, ...) then
+ * trains on that slot (the compute stream waits for the copy) and clears the tag; a step given x
+ * drops anything staged. gpu_model_staged: the tag (>= 0, the caller's name for the minibatch: its
+ * data step) of what is staged, -1 if nothing. Labels out of range die, as in a step. */
+void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *grads_host);
+size_t gpu_model_grads_ready(gpu_model *g);
+void gpu_model_grads_upload(gpu_model *g, const float *grads_host, size_t lo, size_t hi);
+float gpu_model_train_end(gpu_model *g);
+void gpu_model_stage_buffers(gpu_model *g, float **x, int **y);
+void gpu_model_stage(gpu_model *g, long tag);
+long gpu_model_staged(const gpu_model *g);
+
 /* Inference with the running BN statistics on the first n_valid (<= eval_batch) rows of x
  * (eval_batch, c, h, w) on the host; logits (n_valid, classes) row-major written to the host. */
 void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits);
@@ -102,7 +144,8 @@ int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int 
  * n_bn fp32 values in device memory of g's GPU, for communication that reads and writes them in
  * place (NCCL, CUDA-aware MPI: cuda/gpucomm.h, src/train train_allreduce_mean). The pointer is
  * valid until gpu_model_free. Work on it belongs on g's stream or after it is synchronised (every
- * entry point above returns with the stream idle). Dies on another `which`. */
+ * entry point above returns with the stream idle, except gpu_model_train_begin, gpu_model_grads_*
+ * and the staging ones: the step is done at gpu_model_train_end). Dies on another `which`. */
 float *gpu_model_vector(gpu_model *g, int which);
 
 #ifdef __cplusplus

@@ -56,9 +56,12 @@ typedef struct {
     gpu_bn_layer bn1;
     gpu_pool_layer maxpool, gap;
     gpu_block b[N_BLOCKS];
-    float *x;                       /* input (n, c, h, w) copied from the host (fp32) */
+    float *x;                       /* input (n, c, h, w) copied from the host (fp32): xs[slot] */
     void *xa;                       /* the input in the activation type: x itself, or its bf16 copy */
-    int *y;                         /* labels (n) (training) */
+    int *y;                         /* labels (n) (training): ys[slot] */
+    float *xs[2];                   /* training: two input slots, so that the next minibatch can be */
+    int *ys[2];                     /*   copied in (gpu_model_stage) while a step reads the other */
+    int slot;                       /* the slot x and y point at */
     void *c0, *a0, *p0;             /* stem: conv, bn1+ReLU, max pool (ImageNet stem) */
     void *feat;                     /* (n, 8w) */
     float *logits;                  /* (n, classes), fp32 in every precision */
@@ -74,6 +77,36 @@ typedef struct {
     float loss;
     int bad;
 } host_stage;
+
+/* The overlap of copies with computation (docs/gpu.md, "Overlap"): two copy streams beside the
+ * compute stream (ctx.stream), the gradient in groups that become final one after the other in
+ * the backward pass, and the events that order them. Everything is made by gpu_model_create.
+ *
+ * Gradient groups, in the order the backward pass finishes them: group j holds the flat grads
+ * [glo[j], j ? glo[j-1] : n_params): the fc layer, layer4.1, layer4.0, ..., layer1.0, then the
+ * stem (conv1, bn1) — torchvision's state_dict order puts the last layers at the end of the
+ * vector, so the final part grows from the end down to 0. The linear model has one group. */
+#define GPU_MAX_GROUPS (N_BLOCKS + 2)
+
+typedef struct {
+    cudaStream_t d2h, h2d;                       /* non-blocking copy streams, one per direction */
+    int n_groups;
+    size_t glo[GPU_MAX_GROUPS];
+    cudaEvent_t computed[GPU_MAX_GROUPS];        /* compute stream: group j final on the device */
+    cudaEvent_t on_host[GPU_MAX_GROUPS];         /* d2h: group j copied to the host */
+    cudaEvent_t uploaded;                        /* h2d: the step's gradient uploads are done */
+    cudaEvent_t staged;                          /* h2d: the staged minibatch is on the device */
+    cudaEvent_t slot_free[2];                    /* compute stream: the last step reading slot s is done */
+    float *stage_x;                              /* pinned host minibatch (batch, c, h, w) to stage */
+    int *stage_y;                                /* pinned host labels (batch) */
+    long staged_tag;                             /* tag of the minibatch staged in slot 1 − slot, or -1 */
+    /* The step between gpu_model_train_begin and gpu_model_train_end: */
+    int in_step;
+    float *grads_host;                           /* where the groups go (NULL: not staged) */
+    int n_marked;                                /* groups the backward pass has marked */
+    int n_ready;                                 /* groups seen on the host */
+    int n_uploads;                               /* gpu_model_grads_upload calls */
+} gpu_overlap;
 
 /* One conv or fc weight of the flat params (offset off, n values) and its bf16 copy (at off16). */
 typedef struct {
@@ -91,6 +124,7 @@ struct gpu_model {
     int n_wmap;
     gpu_net train, eval;
     host_stage *host;                  /* pinned */
+    gpu_overlap ov;
 };
 
 /* ---- devices, versions, host memory ------------------------------------------------------- */
@@ -190,6 +224,9 @@ static void net_buffers(const nn_layout *L, gpu_net *t, carver *cv, size_t ab) {
     t->logits = carve_f(cv, n * k);
     if (train) {
         t->y = (int *)carve(cv, n * sizeof(int));
+        t->xs[0] = t->x, t->ys[0] = t->y;
+        t->xs[1] = carve_f(cv, nx);
+        t->ys[1] = (int *)carve(cv, n * sizeof(int));
         t->probs = carve_f(cv, n * k);
         t->losses = carve_f(cv, n);
         t->loss = carve_f(cv, 1);
@@ -379,6 +416,8 @@ static int net_build(gpu_model *g, gpu_net *t, gpu_mode mode, int n, char *err, 
 
 /* ---- create, free, copies ----------------------------------------------------------------- */
 
+static void overlap_free(gpu_overlap *o);
+
 void gpu_model_free(gpu_model *g) {
     if (!g) return;
     cudaSetDevice(g->dev);
@@ -392,8 +431,96 @@ void gpu_model_free(gpu_model *g) {
     cudaFree(g->bad);
     cudaFree(g->w16);
     if (g->host) cudaFreeHost(g->host);
+    overlap_free(&g->ov);
     gpu_ctx_free(&g->ctx);
     free(g);
+}
+
+/* n of the trainable tensor at flat offset off, 0 if none starts there. */
+static size_t tensor_n(const nn_layout *L, size_t off) {
+    for (int i = 0; i < L->n_tensors; i++)
+        if (L->tensors[i].offset == off) return L->tensors[i].n;
+    return 0;
+}
+
+/* 1 if the k tensors starting at offs[] fill [lo, hi) exactly. */
+static int group_exact(const nn_layout *L, const size_t *offs, int k, size_t lo, size_t hi) {
+    size_t sum = 0;
+    for (int i = 0; i < k; i++) {
+        const size_t n = tensor_n(L, offs[i]);
+        if (n == 0 || offs[i] < lo || offs[i] + n > hi) return 0;
+        sum += n;
+    }
+    return lo < hi && sum == hi - lo;
+}
+
+/* The gradient groups (gpu_overlap): for ResNet-18 the fc layer, the 8 blocks from the last, the
+ * stem, each checked to fill its flat range exactly; the linear model, or a layout that breaks
+ * that (never, with layout.c's order), has one group, final when the backward pass ends. */
+static void plan_groups(gpu_model *g) {
+    const nn_layout *L = &g->L;
+    gpu_overlap *o = &g->ov;
+    o->n_groups = 1;
+    o->glo[0] = 0;
+    if (L->s.arch == MODEL_LINEAR) return;
+    size_t glo[GPU_MAX_GROUPS], hi = L->n_params;
+    int ng = 0;
+    const size_t fc[2] = {L->fc_w, L->fc_b};
+    if (!group_exact(L, fc, 2, L->fc_w, hi)) return;
+    glo[ng++] = hi = L->fc_w;
+    for (int i = N_BLOCKS - 1; i >= 0; i--) {
+        const block_def *d = &L->blk[i];
+        const size_t offs[9] = {d->w1, d->g1, d->b1, d->w2, d->g2, d->b2, d->wd, d->gd, d->bd};
+        if (d->w1 >= hi || !group_exact(L, offs, d->down ? 9 : 6, d->w1, hi)) return;
+        glo[ng++] = hi = d->w1;
+    }
+    const size_t stem[3] = {L->conv1, L->bn1_g, L->bn1_b};
+    if (!group_exact(L, stem, 3, 0, hi)) return;
+    glo[ng++] = 0;
+    memcpy(o->glo, glo, (size_t)ng * sizeof glo[0]);
+    o->n_groups = ng;
+}
+
+/* Streams, events and the pinned staging minibatch of the overlap (gpu_overlap). */
+static int overlap_init(gpu_model *g, char *err, size_t errlen) {
+    gpu_overlap *o = &g->ov;
+    const model_spec *s = &g->L.s;
+    o->staged_tag = -1;
+    plan_groups(g);
+    const char *where = "gpu_model_create (copy streams and events)";
+    CUDA_TRY(cudaStreamCreateWithFlags(&o->d2h, cudaStreamNonBlocking), where);
+    CUDA_TRY(cudaStreamCreateWithFlags(&o->h2d, cudaStreamNonBlocking), where);
+    cudaEvent_t *evs[] = {&o->uploaded, &o->staged, &o->slot_free[0], &o->slot_free[1]};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        CUDA_TRY(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming), where);
+    for (int j = 0; j < o->n_groups; j++) {
+        CUDA_TRY(cudaEventCreateWithFlags(&o->computed[j], cudaEventDisableTiming), where);
+        CUDA_TRY(cudaEventCreateWithFlags(&o->on_host[j], cudaEventDisableTiming), where);
+    }
+    const size_t nx = (size_t)s->batch * s->in_c * s->in_h * s->in_w;
+    CUDA_TRY(cudaHostAlloc((void **)&o->stage_x, nx * sizeof(float), cudaHostAllocPortable), "gpu_model_create (pinned minibatch)");
+    CUDA_TRY(cudaHostAlloc((void **)&o->stage_y, (size_t)s->batch * sizeof(int), cudaHostAllocPortable),
+             "gpu_model_create (pinned labels)");
+    memset(o->stage_x, 0, nx * sizeof(float));
+    memset(o->stage_y, 0, (size_t)s->batch * sizeof(int));
+    return 0;
+}
+
+static void overlap_free(gpu_overlap *o) {
+    if (o->d2h) cudaStreamSynchronize(o->d2h);
+    if (o->h2d) cudaStreamSynchronize(o->h2d);
+    cudaEvent_t evs[] = {o->uploaded, o->staged, o->slot_free[0], o->slot_free[1]};
+    for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
+        if (evs[i]) cudaEventDestroy(evs[i]);
+    for (int j = 0; j < GPU_MAX_GROUPS; j++) {
+        if (o->computed[j]) cudaEventDestroy(o->computed[j]);
+        if (o->on_host[j]) cudaEventDestroy(o->on_host[j]);
+    }
+    if (o->d2h) cudaStreamDestroy(o->d2h);
+    if (o->h2d) cudaStreamDestroy(o->h2d);
+    if (o->stage_x) cudaFreeHost(o->stage_x);
+    if (o->stage_y) cudaFreeHost(o->stage_y);
+    memset(o, 0, sizeof *o);
 }
 
 static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errlen) {
@@ -428,6 +555,7 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
         if (g->eval.built) TRY(net_tune(g, &g->eval, err, errlen));
     }
     TRY(gpu_ctx_commit(&g->ctx, err, errlen));
+    TRY(overlap_init(g, err, errlen));
     net_print_algos(g, &g->train);
     net_print_algos(g, &g->eval);
     if (getenv("DSGD_GPU_VERBOSE") && strcmp(getenv("DSGD_GPU_VERBOSE"), "0") != 0)
@@ -479,7 +607,21 @@ gpu_model *gpu_model_create(const nn_layout *L, gpu_precision prec, char *err, s
 
 static void set_dev(const gpu_model *g) { CUDA_CHECK(cudaSetDevice(g->dev), "the GPU model (cudaSetDevice)"); }
 
+/* The training network reads input slot s (fp32: xa is the slot itself). */
+static void use_slot(gpu_model *g, gpu_net *t, int s) {
+    t->slot = s;
+    t->x = t->xs[s];
+    t->y = t->ys[s];
+    if (!g->w16) t->xa = t->x;
+}
+
+/* Entry points that use the compute stream on their own: not between begin and end. */
+static void not_in_step(const gpu_model *g, const char *what) {
+    if (g->ov.in_step) DIE("%s between gpu_model_train_begin and gpu_model_train_end", what);
+}
+
 void gpu_model_upload(gpu_model *g, int which, const float *params, const float *grads, const float *bn) {
+    not_in_step(g, "gpu_model_upload");
     set_dev(g);
     cudaStream_t st = g->ctx.stream;
     const size_t np = g->L.n_params * sizeof(float), nb = g->L.n_bn * sizeof(float);
@@ -490,6 +632,7 @@ void gpu_model_upload(gpu_model *g, int which, const float *params, const float 
 }
 
 void gpu_model_download(gpu_model *g, int which, float *params, float *grads, float *bn) {
+    not_in_step(g, "gpu_model_download");
     set_dev(g);
     cudaStream_t st = g->ctx.stream;
     const size_t np = g->L.n_params * sizeof(float), nb = g->L.n_bn * sizeof(float);
@@ -500,18 +643,21 @@ void gpu_model_download(gpu_model *g, int which, float *params, float *grads, fl
 }
 
 void gpu_model_velocity_upload(gpu_model *g, const float *v) {
+    not_in_step(g, "gpu_model_velocity_upload");
     set_dev(g);
     CUDA_CHECK(cudaMemcpyAsync(g->vel, v, g->L.n_params * sizeof(float), cudaMemcpyHostToDevice, g->ctx.stream), "upload of velocity");
     CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_velocity_upload");
 }
 
 void gpu_model_velocity_download(gpu_model *g, float *v) {
+    not_in_step(g, "gpu_model_velocity_download");
     set_dev(g);
     CUDA_CHECK(cudaMemcpyAsync(v, g->vel, g->L.n_params * sizeof(float), cudaMemcpyDeviceToHost, g->ctx.stream), "download of velocity");
     CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_velocity_download");
 }
 
 void gpu_model_zero_velocity(gpu_model *g) {
+    not_in_step(g, "gpu_model_zero_velocity");
     set_dev(g);
     CUDA_CHECK(cudaMemsetAsync(g->vel, 0, g->L.n_params * sizeof(float), g->ctx.stream), "gpu_model_zero_velocity");
     CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_zero_velocity");
@@ -552,6 +698,22 @@ static void net_forward(gpu_model *g, gpu_net *t) {
     gpu_fc_forward(c, t->logits, t->feat, wview(g, L->fc_w), P + L->fc_b, t->n, L->feat, L->s.n_classes);
 }
 
+/* The backward pass has made grads [lo, n_params) final. If this step stages its gradient and a
+ * group ends there, record that group's event on the compute stream and enqueue its copy to the
+ * host on the d2h stream behind it (in the order the groups become final). */
+static void mark_final(gpu_model *g, size_t lo) {
+    gpu_overlap *o = &g->ov;
+    const int j = o->n_marked;
+    if (!o->grads_host || j >= o->n_groups || o->glo[j] != lo) return;
+    const size_t hi = j ? o->glo[j - 1] : g->L.n_params;
+    CUDA_CHECK(cudaEventRecord(o->computed[j], g->ctx.stream), "train step: gradient group final");
+    CUDA_CHECK(cudaStreamWaitEvent(o->d2h, o->computed[j], 0), "train step: d2h waits for a gradient group");
+    CUDA_CHECK(cudaMemcpyAsync(o->grads_host + lo, g->grads + lo, (hi - lo) * sizeof(float), cudaMemcpyDeviceToHost, o->d2h),
+               "train step: gradient group to the host");
+    CUDA_CHECK(cudaEventRecord(o->on_host[j], o->d2h), "train step: gradient group on the host");
+    o->n_marked++;
+}
+
 /* Gradients of every parameter into g->grads from t->d_logits, in model_train_step's order.
  * Per block, with dy = g[gy] the gradient of the block output and dx = g[1 − gy] that of its
  * input: dy ·= [y > 0]; t0 = bn2'(dy); t1 = conv2'(t0); t0 = bn1'(t1 ·= [a1 > 0]);
@@ -563,6 +725,7 @@ static void net_backward(gpu_model *g, gpu_net *t) {
     float *G = g->grads;
     const int n = t->n, k = L->s.n_classes;
     gpu_fc_backward(c, t->d_feat, G + L->fc_w, G + L->fc_b, t->d_logits, t->feat, wview(g, L->fc_w), n, L->feat, k);
+    mark_final(g, L->fc_w);
     int gy = 0;
     gpu_pool_backward(&t->gap, c, t->g[gy], t->d_feat, NULL, NULL);
     void *T0 = t->t[0], *T1 = t->t[1], *T2 = t->t[2];
@@ -583,6 +746,7 @@ static void net_backward(gpu_model *g, gpu_net *t) {
         } else {
             gpu_add_forward(&r->acc, c, dx, dx, dy);
         }
+        mark_final(g, d->w1);
         gy = 1 - gy;
     }
     void *d0 = t->g[gy]; /* gradient of the stage-1 input */
@@ -612,15 +776,32 @@ static void net_input(gpu_model *g, gpu_net *t, const float *x, int rows, const 
     }
 }
 
-float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
+void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *grads_host) {
     set_dev(g);
     const nn_layout *L = &g->L;
     gpu_net *t = &g->train;
     gpu_ctx *c = &g->ctx;
+    gpu_overlap *o = &g->ov;
     const int n = t->n, k = L->s.n_classes;
-    check_labels(L, y, n);
-    net_input(g, t, x, n, "train step: input");
-    CUDA_CHECK(cudaMemcpyAsync(t->y, y, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, c->stream), "train step: labels");
+    const size_t nx = input_count(L, n);
+    not_in_step(g, "gpu_model_train_begin");
+    if (!x) { /* the staged minibatch: its slot, once its copy is done */
+        if (o->staged_tag < 0) DIE("gpu_model_train_begin: no minibatch staged (gpu_model_stage)");
+        use_slot(g, t, 1 - t->slot);
+        CUDA_CHECK(cudaStreamWaitEvent(c->stream, o->staged, 0), "train step: wait for the staged minibatch");
+    } else {
+        check_labels(L, y, n);
+        CUDA_CHECK(cudaMemcpyAsync(t->x, x, nx * sizeof(float), cudaMemcpyHostToDevice, c->stream), "train step: input");
+    }
+    o->staged_tag = -1; /* used, or dropped by a step on another minibatch */
+    if (g->w16) {
+        gpu_f32_to_bf16(c, t->xa, t->x, nx);
+        cast_weights(g);
+    }
+    if (x) CUDA_CHECK(cudaMemcpyAsync(t->y, y, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, c->stream), "train step: labels");
+    o->in_step = 1;
+    o->grads_host = grads_host;
+    o->n_marked = o->n_ready = o->n_uploads = 0;
     const float *P = g->params;
     float *G = g->grads;
     if (L->s.arch == MODEL_LINEAR) { /* x is the (n, feat) input of the fc layer as it is */
@@ -634,13 +815,98 @@ float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
         gpu_softmax_xent_backward(c, t->d_logits, t->probs, t->y, n, k);
         net_backward(g, t);
     }
+    mark_final(g, 0);
+    if (grads_host && o->n_marked != o->n_groups)
+        DIE("gpu_model_train_begin: %d of %d gradient groups marked by the backward pass", o->n_marked, o->n_groups);
+    CUDA_CHECK(cudaEventRecord(o->slot_free[t->slot], c->stream), "train step: input slot read");
     CUDA_CHECK(cudaMemcpyAsync(&g->host->loss, t->loss, sizeof(float), cudaMemcpyDeviceToHost, c->stream),
                "train step: loss");
-    CUDA_CHECK(cudaStreamSynchronize(c->stream), "gpu_model_train_step");
+}
+
+size_t gpu_model_grads_ready(gpu_model *g) {
+    gpu_overlap *o = &g->ov;
+    if (!o->in_step || !o->grads_host) DIE("gpu_model_grads_ready outside a step begun with a host gradient buffer");
+    set_dev(g);
+    while (o->n_ready < o->n_groups) {
+        const cudaError_t e = cudaEventQuery(o->on_host[o->n_ready]);
+        if (e == cudaErrorNotReady) {
+            cudaGetLastError(); /* not an error: leave nothing for the next launch check to see */
+            break;
+        }
+        CUDA_CHECK(e, "gpu_model_grads_ready (a gradient copy to the host)");
+        o->n_ready++;
+    }
+    return o->n_ready ? o->glo[o->n_ready - 1] : g->L.n_params;
+}
+
+void gpu_model_grads_upload(gpu_model *g, const float *grads_host, size_t lo, size_t hi) {
+    gpu_overlap *o = &g->ov;
+    if (!o->in_step || !o->grads_host || grads_host != o->grads_host)
+        DIE("gpu_model_grads_upload outside a step begun with this host gradient buffer");
+    const size_t ready = o->n_ready ? o->glo[o->n_ready - 1] : g->L.n_params;
+    if (lo > hi || hi > g->L.n_params || (lo < hi && lo < ready))
+        DIE("gpu_model_grads_upload: [%zu, %zu) of %zu gradients, host copy complete from %zu only", lo, hi, g->L.n_params, ready);
+    if (lo == hi) return;
+    set_dev(g);
+    CUDA_CHECK(cudaMemcpyAsync(g->grads + lo, grads_host + lo, (hi - lo) * sizeof(float), cudaMemcpyHostToDevice, o->h2d),
+               "gpu_model_grads_upload");
+    o->n_uploads++;
+}
+
+float gpu_model_train_end(gpu_model *g) {
+    gpu_overlap *o = &g->ov;
+    if (!o->in_step) DIE("gpu_model_train_end without gpu_model_train_begin");
+    set_dev(g);
+    cudaStream_t st = g->ctx.stream;
+    /* Later work on the compute stream (the update, the next step's backward) comes after the
+     * gradient has been read out and every upload has landed. */
+    if (o->grads_host)
+        CUDA_CHECK(cudaStreamWaitEvent(st, o->on_host[o->n_groups - 1], 0), "gpu_model_train_end (gradient copies)");
+    if (o->n_uploads) {
+        CUDA_CHECK(cudaEventRecord(o->uploaded, o->h2d), "gpu_model_train_end (uploads)");
+        CUDA_CHECK(cudaStreamWaitEvent(st, o->uploaded, 0), "gpu_model_train_end (uploads)");
+    }
+    CUDA_CHECK(cudaStreamSynchronize(st), "gpu_model_train_end");
+    o->in_step = 0;
+    o->grads_host = NULL;
     return g->host->loss;
 }
 
+float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
+    if (!x) DIE("gpu_model_train_step: no input");
+    gpu_model_train_begin(g, x, y, NULL);
+    return gpu_model_train_end(g);
+}
+
+void gpu_model_stage_buffers(gpu_model *g, float **x, int **y) {
+    set_dev(g);
+    /* The last staging copy out of these buffers is done before the caller overwrites them. */
+    CUDA_CHECK(cudaEventSynchronize(g->ov.staged), "gpu_model_stage_buffers");
+    *x = g->ov.stage_x;
+    *y = g->ov.stage_y;
+}
+
+void gpu_model_stage(gpu_model *g, long tag) {
+    gpu_overlap *o = &g->ov;
+    const nn_layout *L = &g->L;
+    gpu_net *t = &g->train;
+    if (tag < 0) DIE("gpu_model_stage: tag %ld < 0", tag);
+    check_labels(L, o->stage_y, t->n);
+    set_dev(g);
+    const int s = 1 - t->slot; /* the slot the next gpu_model_train_begin(NULL) reads */
+    CUDA_CHECK(cudaStreamWaitEvent(o->h2d, o->slot_free[s], 0), "gpu_model_stage (slot free)");
+    CUDA_CHECK(cudaMemcpyAsync(t->xs[s], o->stage_x, input_count(L, t->n) * sizeof(float), cudaMemcpyHostToDevice, o->h2d),
+               "gpu_model_stage: input");
+    CUDA_CHECK(cudaMemcpyAsync(t->ys[s], o->stage_y, (size_t)t->n * sizeof(int), cudaMemcpyHostToDevice, o->h2d),
+               "gpu_model_stage: labels");
+    CUDA_CHECK(cudaEventRecord(o->staged, o->h2d), "gpu_model_stage");
+    o->staged_tag = tag;
+}
+
+long gpu_model_staged(const gpu_model *g) { return g->ov.staged_tag; }
+
 void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits) {
+    not_in_step(g, "gpu_model_eval");
     set_dev(g);
     gpu_net *t = &g->eval;
     gpu_ctx *c = &g->ctx;
@@ -662,6 +928,7 @@ void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits) {
 }
 
 void gpu_model_train_logits(gpu_model *g, float *logits) {
+    not_in_step(g, "gpu_model_train_logits");
     set_dev(g);
     const gpu_net *t = &g->train;
     CUDA_CHECK(cudaMemcpyAsync(logits, t->logits, (size_t)t->n * g->L.s.n_classes * sizeof(float),
@@ -671,6 +938,7 @@ void gpu_model_train_logits(gpu_model *g, float *logits) {
 }
 
 int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int nesterov) {
+    not_in_step(g, "gpu_model_sgd_update");
     set_dev(g);
     gpu_ctx *c = &g->ctx;
     gpu_sgd_update(c, g->params, g->grads, g->vel, g->L.n_params, alpha, mu, lambda, nesterov, g->bad);

@@ -57,6 +57,34 @@ float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
     (void)g, (void)x, (void)y;
     DIE("gpu_model_train_step: " NOT_BUILT);
 }
+void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *grads_host) {
+    (void)g, (void)x, (void)y, (void)grads_host;
+    DIE("gpu_model_train_begin: " NOT_BUILT);
+}
+size_t gpu_model_grads_ready(gpu_model *g) {
+    (void)g;
+    DIE("gpu_model_grads_ready: " NOT_BUILT);
+}
+void gpu_model_grads_upload(gpu_model *g, const float *grads_host, size_t lo, size_t hi) {
+    (void)g, (void)grads_host, (void)lo, (void)hi;
+    DIE("gpu_model_grads_upload: " NOT_BUILT);
+}
+float gpu_model_train_end(gpu_model *g) {
+    (void)g;
+    DIE("gpu_model_train_end: " NOT_BUILT);
+}
+void gpu_model_stage_buffers(gpu_model *g, float **x, int **y) {
+    (void)g, (void)x, (void)y;
+    DIE("gpu_model_stage_buffers: " NOT_BUILT);
+}
+void gpu_model_stage(gpu_model *g, long tag) {
+    (void)g, (void)tag;
+    DIE("gpu_model_stage: " NOT_BUILT);
+}
+long gpu_model_staged(const gpu_model *g) {
+    (void)g;
+    DIE("gpu_model_staged: " NOT_BUILT);
+}
 void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits) {
     (void)g, (void)x, (void)n_valid, (void)logits;
     DIE("gpu_model_eval: " NOT_BUILT);

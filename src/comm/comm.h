@@ -42,6 +42,42 @@ int comm_max_int(int code);
  * p runs on the host (device memory: comm_workers_sum_f32, then scale on the device). */
 void comm_allreduce_mean_f32(float *buf, size_t n, double *wait_s);
 
+/* ---- The same mean, chunk by chunk, started as the data becomes ready (overlap) -------------
+ *
+ * comm_allreduce_mean_f32 cut into its chunks, each started and completed by the caller: chunk k
+ * of an n-float vector is [k·C, min((k+1)·C, n)) with C = COMM_CHUNK_BYTES / 4 floats, and is the
+ * same MPI_Iallreduce(MPI_IN_PLACE, MPI_SUM) on the workers' communicator followed by the same
+ * multiplication by 1/p in float, so a vector reduced this way holds the bits
+ * comm_allreduce_mean_f32 would give it, whatever the order the chunks are started or complete
+ * in. Used by train_compute_allreduce (src/train) to reduce the gradient while the GPU still
+ * computes it.
+ *
+ * Rules: every worker starts the same chunks of the same vector in the same order (they are
+ * collectives); at most COMM_MAX_CHUNKS chunks are in flight, one vector at a time; the buffer of
+ * a started chunk is not touched until comm_mean_chunks_test reports it. No allocation: the
+ * request array is static. With one worker a started chunk is complete at once and left as it
+ * is (comm_allreduce_mean_f32 does not touch it either). */
+#define COMM_MAX_CHUNKS 1024
+
+/* Chunks of an n-float vector: ceil(n / C) (0 for n = 0). */
+int comm_mean_chunks(size_t n);
+/* Chunk k's floats [*lo, *hi) of an n-float vector (0 <= k < comm_mean_chunks(n)). */
+void comm_mean_chunk_range(size_t n, int k, size_t *lo, size_t *hi);
+/* Start chunk k of buf (n floats, host memory): MPI_Iallreduce of its floats, summed in place. */
+void comm_mean_chunk_start(float *buf, size_t n, int k);
+/* Without blocking: complete the started chunks MPI has finished, multiply each by 1/p, write
+ * their indices to done[] (capacity COMM_MAX_CHUNKS) and return how many. A chunk in flight for
+ * more than comm_timeout_s stops every rank (comm_timeout_abort: a worker has stopped). */
+int comm_mean_chunks_test(int *done);
+/* Chunks started and not yet reported by comm_mean_chunks_test. */
+int comm_mean_chunks_active(void);
+
+/* One pause of a polling loop that has made no progress for idle_s seconds: yield the core below
+ * 1 ms (a busy rank on this core goes first, a reply is seen within microseconds), else sleep
+ * 50 µs. MPICH progresses non-blocking operations only inside MPI calls, so a loop that waits on
+ * comm_mean_chunks_test never naps longer than that. */
+void comm_pause(double idle_s);
+
 /* Collective over the workers: in-place sum of n floats (chunked like the mean above). buf may
  * be CUDA device memory where comm_gpu_aware() says so. */
 void comm_workers_sum_f32(float *buf, size_t n);

@@ -44,9 +44,11 @@ static double allreduce_step(trainer *t, long step, double alpha) {
         exit(EXIT_RUNTIME);
     }
     double t0 = wall_time();
-    double loss = train_compute(t, step, step);
+    /* The gradient, averaged over the workers (compute and all-reduce, overlapped on a GPU; the
+     * next step's minibatch is staged meanwhile): adds data, compute, delay, comm and wait. */
+    const long next = step + 1 < e->iterations ? step + 1 : -1;
+    double loss = train_compute_allreduce(t, step, step, next, &t->times.wait_s);
     double t2 = wall_time();
-    train_allreduce_mean(t, MODEL_GRADS, &t->times.wait_s);
     /* The loss sum carries the signal requests (checkpoint.h) at no extra cost: every rank
      * learns at the same step that some rank asked for a checkpoint (and a stop). */
     const int sig = ckpt_signal_pending();

@@ -80,6 +80,8 @@ struct model {
     net train, eval;
     gpu_model *gpu;              /* MODEL_CUDA: the network on the device (cuda/gpu.h) */
     int host_sync;               /* model.h "devices": 1 host mirrors are the truth, 0 the device */
+    int in_step;                 /* between model_train_begin and model_train_end */
+    float step_loss;             /* CPU: the loss model_train_begin computed */
 };
 
 /* ---- layout: names, shapes, offsets (torchvision state_dict order) ------------------------ */
@@ -757,3 +759,52 @@ float *model_device_vector(model *m, int which) {
 }
 
 struct gpu_model *model_gpu(model *m) { return m->gpu; }
+
+/* ---- the training step in parts (model.h) ------------------------------------------------- */
+
+void model_train_begin(model *m, const float *x, const int *y, int flags) {
+    if (m->in_step) DIE("model_train_begin: the previous step was not ended (model_train_end)");
+    if (m->gpu) {
+        if ((flags & MODEL_STAGE_GRADS) && m->host_sync) DIE("model_train_begin: MODEL_STAGE_GRADS needs device mode");
+        if (m->host_sync) gpu_model_upload(m->gpu, GPU_PARAMS | GPU_BN, m->params, NULL, m->bn);
+        gpu_model_train_begin(m->gpu, x, y, (flags & MODEL_STAGE_GRADS) ? m->grads : NULL);
+    } else {
+        if (!x) DIE("model_train_begin: no minibatch (nothing is staged on the CPU)");
+        m->step_loss = model_train_step(m, x, y);
+    }
+    m->in_step = (flags & MODEL_STAGE_GRADS) ? 2 : 1;
+}
+
+size_t model_grads_host_ready(model *m) {
+    if (m->in_step != 2) DIE("model_grads_host_ready outside a step begun with MODEL_STAGE_GRADS");
+    return m->gpu ? gpu_model_grads_ready(m->gpu) : 0;
+}
+
+void model_grads_upload_range(model *m, size_t lo, size_t hi) {
+    if (m->in_step != 2) DIE("model_grads_upload_range outside a step begun with MODEL_STAGE_GRADS");
+    if (m->gpu) gpu_model_grads_upload(m->gpu, m->grads, lo, hi);
+    else if (lo > hi || hi > m->L.n_params) DIE("model_grads_upload_range: [%zu, %zu) of %zu", lo, hi, m->L.n_params);
+}
+
+float model_train_end(model *m) {
+    if (!m->in_step) DIE("model_train_end without model_train_begin");
+    m->in_step = 0;
+    if (!m->gpu) return m->step_loss;
+    const float loss = gpu_model_train_end(m->gpu);
+    if (m->host_sync) gpu_model_download(m->gpu, GPU_GRADS | GPU_BN, NULL, m->grads, m->bn);
+    return loss;
+}
+
+int model_stage_buffers(model *m, float **x, int **y) {
+    *x = NULL, *y = NULL;
+    if (!m->gpu) return 0;
+    gpu_model_stage_buffers(m->gpu, x, y);
+    return 1;
+}
+
+void model_stage_batch(model *m, long tag) {
+    if (!m->gpu) DIE("model_stage_batch: nothing is staged on the CPU (model_stage_buffers returned 0)");
+    gpu_model_stage(m->gpu, tag);
+}
+
+long model_staged_tag(const model *m) { return m->gpu ? gpu_model_staged(m->gpu) : -1; }

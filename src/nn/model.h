@@ -129,7 +129,9 @@ void model_backend_version(char *buf, size_t n);
  *   device (model_set_host_sync(m, 0)): the device vectors are the truth and nothing moves by
  *     itself; the caller moves what it needs with model_download / model_upload and updates
  *     the device parameters with model_sgd_update (all-reduce: download grads, MPI_Allreduce on
- *     the host, upload grads, update on the device; with p = 1 nothing leaves the GPU).
+ *     the host, upload grads, update on the device — or the same overlapped with the backward
+ *     pass through model_train_begin ... model_train_end below; with p = 1 nothing leaves the
+ *     GPU).
  *
  * On the CPU the mirrors ARE the vectors: upload and download do nothing, and both modes are
  * the same. */
@@ -171,6 +173,49 @@ void model_host_free(const model *m, void *p);
  * on the host), the host vector itself (model_params, ...) on the CPU. For communication in place
  * on the device in device mode (NCCL, CUDA-aware MPI: train_allreduce_mean, src/train). */
 float *model_device_vector(model *m, int which);
+
+/* ---- The training step in parts: overlap on a GPU (train_compute_allreduce, src/train) -------
+ *
+ * model_train_step(m, x, y) computes what model_train_begin(m, x, y, 0) then model_train_end(m)
+ * compute, bit for bit. In between, on a GPU, the step runs while the caller works:
+ *
+ *   model_train_begin(m, x, y, flags)  starts the step on x (batch, c, h, w) and y (batch), or,
+ *       with x = y = NULL, on the minibatch staged by model_stage_batch (GPU only). flags
+ *       MODEL_STAGE_GRADS (device mode only): the gradient is copied into the host mirror
+ *       (model_grads) part by part while the backward pass runs, from the end of the vector
+ *       (the fc layer, finished first) down to 0 (the stem, last). x and y stay untouched by the
+ *       caller until model_train_end.
+ *   model_grads_host_ready(m)  without blocking: lo such that model_grads(m)[lo, n_params) holds
+ *       this step's gradient (n_params: nothing yet; 0: all of it). The caller may read and
+ *       change that part (an all-reduce in place) and nothing below lo.
+ *   model_grads_upload_range(m, lo, hi)  the host mirror's [lo, hi) (inside the ready part) to
+ *       the device gradient, asynchronously; the update and every later step see it.
+ *   model_train_end(m)  waits for the step, returns the mean loss; in host sync mode downloads
+ *       grads and bn as model_train_step does.
+ *
+ * On the CPU the whole step runs in model_train_begin (the host vectors are the vectors): the
+ * gradient is ready at once (0), uploads do nothing. Errors (all programming errors, they die):
+ * begin while a step is open, NULL x on the CPU or with nothing staged, MODEL_STAGE_GRADS in host
+ * sync mode, ready or upload outside a step begun with MODEL_STAGE_GRADS, a range not ready,
+ * any other model_* call on the model between begin and end except the staging ones below. */
+enum { MODEL_STAGE_GRADS = 1 };
+void model_train_begin(model *m, const float *x, const int *y, int flags);
+size_t model_grads_host_ready(model *m);
+void model_grads_upload_range(model *m, size_t lo, size_t hi);
+float model_train_end(model *m);
+
+/* Staging the next minibatch on a GPU, while a step runs: model_stage_buffers gives page-locked
+ * buffers x (batch, c, h, w) and y (batch) the caller fills (waiting, if needed, until the previous
+ * staging copy has read them) and returns 1; model_stage_batch(m, tag) copies them to the device's
+ * second input slot on a copy stream, under tag (>= 0: the caller's name for that minibatch, its
+ * data step); model_train_begin(m, NULL, NULL, ...) then trains on it. model_staged_tag: the tag
+ * of the minibatch staged and not yet used, or -1; a step on an explicit x (model_train_step, or
+ * begin with x) drops it, so a staged minibatch is used at most once and only when asked for.
+ * On the CPU nothing is staged: model_stage_buffers returns 0 (x, y NULL), model_staged_tag -1,
+ * model_stage_batch dies. */
+int model_stage_buffers(model *m, float **x, int **y);
+void model_stage_batch(model *m, long tag);
+long model_staged_tag(const model *m);
 
 /* The GPU network of a MODEL_CUDA model (cuda/gpu.h), for cuda/gpucomm.h; NULL on the CPU. */
 struct gpu_model *model_gpu(model *m);

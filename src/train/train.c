@@ -113,6 +113,113 @@ void train_allreduce_mean(trainer *t, int which, double *wait_s) {
     model_upload(net, which);
 }
 
+/* DSGD_OVERLAP=0 in the environment: no overlap (train_compute_allreduce as train_compute and
+ * train_allreduce_mean), to compare or to rule it out. Read once. */
+static int overlap_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("DSGD_OVERLAP");
+        on = !(v && strcmp(v, "0") == 0);
+    }
+    return on;
+}
+
+/* The minibatch of data step ds into t->x, t->y, or nothing if it is staged on the device; then
+ * the step begins on it. Returns the seconds spent assembling it. */
+static double begin_step(trainer *t, long ds, int flags) {
+    if (model_staged_tag(t->net) == ds) {
+        model_train_begin(t->net, NULL, NULL, flags);
+        return 0.0;
+    }
+    const double t0 = wall_time();
+    loader_batch(&t->train_loader, ds, t->x, t->y);
+    const double d = wall_time() - t0;
+    model_train_begin(t->net, t->x, t->y, flags);
+    return d;
+}
+
+/* While the step runs: the minibatch of data step ds (>= 0) into the staging buffers and on its
+ * way to the device. Returns the seconds spent assembling it. */
+static double stage_next(trainer *t, long ds) {
+    float *x;
+    int *y;
+    if (ds < 0 || !model_stage_buffers(t->net, &x, &y)) return 0.0;
+    const double t0 = wall_time();
+    loader_batch(&t->train_loader, ds, x, y);
+    const double d = wall_time() - t0;
+    model_stage_batch(t->net, ds);
+    return d;
+}
+
+double train_compute_allreduce(trainer *t, long data_step, long step, long next_data_step, double *wait_s) {
+    model *net = t->net;
+    if (model_get_device(net) == MODEL_CPU || !overlap_on()) {
+        const double loss = train_compute(t, data_step, step);
+        const double t0 = wall_time();
+        train_allreduce_mean(t, MODEL_GRADS, wait_s);
+        t->times.comm_s += wall_time() - t0;
+        return loss;
+    }
+    const size_t n = model_n_params(net);
+    const int nc = comm_mean_chunks(n);
+    /* Path (d) of train_allreduce_mean, chunk by chunk. */
+    const int overlap = t->p > 1 && !t->gcomm && !t->gpu_aware && nc > 0 && nc <= COMM_MAX_CHUNKS;
+    const double delay = inject_delay_s(&t->inj, step);
+    inject_sleep(delay);
+    t->times.delay_s += delay;
+    const double t0 = wall_time();
+    double data = begin_step(t, data_step, overlap ? MODEL_STAGE_GRADS : 0);
+    data += stage_next(t, next_data_step);
+    t->times.data_s += data;
+    if (!overlap) {
+        const double loss = model_train_end(net);
+        const double t1 = wall_time();
+        train_allreduce_mean(t, MODEL_GRADS, wait_s);
+        t->times.compute_s += t1 - t0 - data;
+        t->times.comm_s += wall_time() - t1;
+        return loss;
+    }
+
+    float *host = model_grads(net);
+    int done[COMM_MAX_CHUNKS];
+    int next = nc - 1;          /* the next chunk to start: they start from the end down */
+    int n_done = 0, barrier = wait_s == NULL;
+    double waited = 0.0, t_computed = -1.0, idle0 = wall_time();
+    while (n_done < nc) {
+        int progress = 0;
+        const size_t ready = model_grads_host_ready(net); /* host [ready, n) is this step's gradient */
+        if (ready < n && !barrier) {
+            /* The agreement point of every path of train_allreduce_mean, at the first group. */
+            comm_workers_wait(&waited);
+            barrier = 1;
+        }
+        if (ready == 0 && t_computed < 0) t_computed = wall_time();
+        for (; next >= 0; next--) {
+            size_t lo, hi;
+            comm_mean_chunk_range(n, next, &lo, &hi);
+            if (lo < ready) break;
+            comm_mean_chunk_start(host, n, next);
+            progress = 1;
+        }
+        const int k = comm_mean_chunks_test(done);
+        for (int i = 0; i < k; i++) {
+            size_t lo, hi;
+            comm_mean_chunk_range(n, done[i], &lo, &hi);
+            model_grads_upload_range(net, lo, hi);
+        }
+        n_done += k;
+        if (progress || k > 0) idle0 = wall_time();
+        else comm_pause(wall_time() - idle0);
+    }
+    const double loss = model_train_end(net);
+    const double t_end = wall_time();
+    if (t_computed < 0) t_computed = t_end;
+    if (wait_s) *wait_s += waited;
+    t->times.compute_s += t_computed - t0 - data - waited;
+    t->times.comm_s += t_end - t_computed + waited;
+    return loss;
+}
+
 static void format_eta(double s, char *buf, size_t n) {
     if (!(s >= 0) || s > 1e7) s = 0;
     long x = (long)(s + 0.5);

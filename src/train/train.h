@@ -106,6 +106,30 @@ double train_compute(trainer *t, long data_step, long step);
  * (comm_timeout_abort); an NCCL failure prints NCCL's message and stops every rank (exit 1). */
 void train_allreduce_mean(trainer *t, int which, double *wait_s);
 
+/* One worker's step of synchronous all-reduce SGD up to the update: train_compute(t, data_step,
+ * step) then train_allreduce_mean(t, MODEL_GRADS, wait_s), with the same result bit for bit, but
+ * on a GPU overlapped where it can be (docs/gpu.md, "Overlap"):
+ *   - next_data_step >= 0 (the data step of this worker's next call; -1: unknown, or none):
+ *     while the GPU computes, the host assembles that minibatch (loader_batch) in page-locked
+ *     memory and a copy stream puts it on the device (model_stage_batch), so the next call, if
+ *     its data_step is that one, starts on data already there; any other data_step is loaded as
+ *     train_compute does and the staged one is dropped;
+ *   - path (d) of train_allreduce_mean (GPU model, p > 1, MPI without CUDA support): the gradient
+ *     reaches the host group by group while the backward pass runs (MODEL_STAGE_GRADS); each
+ *     4 MB chunk of comm_allreduce_mean_f32 starts (comm_mean_chunk_start, the chunks from the
+ *     end of the vector down) as soon as its floats are on the host, and each reduced chunk goes
+ *     back to the device while later chunks are still reduced; the worker barrier is taken when
+ *     the first group arrives.
+ * A CPU model, or DSGD_OVERLAP=0 in the environment, takes train_compute and train_allreduce_mean
+ * as they are. The injected straggler delay is slept before the step's computation starts on a
+ * GPU (after it on the CPU), so that it is never hidden behind the GPU's work.
+ * Adds to t->times data_s (minibatches assembled, this one's and the next's), compute_s (until the
+ * whole gradient is computed: on the overlapped path until its last group is on the host), delay_s,
+ * comm_s (the all-reduce: on the overlapped path what is left of it once the gradient is computed,
+ * plus the barrier) and, through wait_s, the barrier. Returns this worker's mean loss. No
+ * allocation. Collective over the workers, as train_allreduce_mean. */
+double train_compute_allreduce(trainer *t, long data_step, long step, long next_data_step, double *wait_s);
+
 /* Log rank: the progress line and /train row after `step` iterations at `time_s` seconds of
  * training with mean loss and α; also /ranks when step_time etc. are not NULL (p values each).
  * Returns 0 or EXIT_RUNTIME after a run-file write error (printed). */

@@ -5,14 +5,17 @@
 #      an MPI smoke test (2 ranks, the linear model on the CPU)
 #   b. test_gpu_ops     every GPU op against the CPU backend
 #   c. test_gpu_model   the GPU network (cuda/model.cu) against the CPU model; test_gpu_device: the same through model.h (host sync and device modes);
-#      test_gpu_comm: the device vectors, the CUDA-aware path's scaling, a one-rank NCCL all-reduce
+#      test_gpu_comm: the device vectors, the CUDA-aware path's scaling, a one-rank NCCL all-reduce;
+#      test_gpu_overlap: the overlap of copies and all-reduce with the GPU's work against the
+#      paths it replaces (also under mpiexec -n 2 and -n 3 on this GPU)
 #   d. short Fashion-MNIST runs of dsgd-run (test/gpu/fmnist_short.cfg: ResNet-18 width 16,
 #      150 steps of b = 64, allreduce): device = cuda at p = 1 and p = 2 (both ranks on one
 #      GPU), device = cpu at p = 1; each exits 0 and writes its run file; final top-1 error
 #      < 0.35; the cuda and cpu loss curves agree over the first 10 steps (rel ≤ 1e-3, fp32);
 #      comm = "nccl": p = 1 (20 steps, loss curve as the MPI run's) and p = 2 (with one GPU: refused
 #      at start, exit 2, naming key 'comm'; with two: trained and checked); with a CUDA-aware MPI
-#      also p = 2 with DSGD_CUDA_AWARE=0 (the host path) against the default
+#      also p = 2 with DSGD_CUDA_AWARE=0 (the host path) against the default; p = 2 with
+#      DSGD_OVERLAP=0 (no overlap) against the default
 #   e. throughput: build/bench_gpu and tools/bench_torch_gpu.py, ResNet-18 width 64, ImageNet
 #      stem, 3x224x224, 1000 classes, b = 32, 64, 128, fp32 / tf32 / bf16
 #   f. summary.md: every step with its status and time, and img/s dsgd-run vs PyTorch
@@ -480,6 +483,9 @@ else
     gpu_test "c. test_gpu_device" "$TDIR/test_gpu_device" 120
 fi
 gpu_test "c. test_gpu_comm" "$TDIR/test_gpu_comm" 120
+# Its MPI cases re-run the test under this script's mpiexec; its dsgd-run case needs the full
+# Fashion-MNIST under /usr/share/datasets (else it says skipped).
+gpu_test "c. test_gpu_overlap" "$TDIR/test_gpu_overlap" 180 "DSGD_TEST_MPIEXEC=${MPIEXEC[*]}" "DSGD_TEST_BIN=$BIN"
 
 # ---- d. short training runs ------------------------------------------------------------------------
 dev=cuda
@@ -573,6 +579,22 @@ else
         compare_runs "d. loss curves CUDA-aware vs host path, p=2" "$R/cuda_p2.h5" "$R/cuda_p2_host.h5"
     else
         record "d. CUDA-aware MPI path" INFO 0 "MPI is not CUDA-aware: p = 2 ran the host path (DSGD_CUDA_AWARE has nothing to turn off)" "$RUNS_LOG"
+    fi
+fi
+
+# The overlap of the gradient's copies and all-reduce with the backward pass, and the staging of the
+# next minibatch (docs/gpu.md, "Overlap"): DSGD_OVERLAP=0 turns both off; the losses must be the
+# same (bit for bit when cuDNN picks the same algorithms in both runs).
+if [ "$simulate" != 1 ]; then
+    benv_saved=("${BENV[@]}")
+    BENV+=("DSGD_OVERLAP=0")
+    train "d. run cuda p=2 DSGD_OVERLAP=0 (20 steps)" 2 cuda "$R/cuda_p2_nooverlap.h5" --set iterations=20 --set eval.every=20
+    BENV=("${benv_saved[@]}")
+    if [ -n "${RUN_OK[$R/cuda_p2_nooverlap.h5]:-}" ] && [ -n "${RUN_OK[$R/cuda_p2.h5]:-}" ] && [ -n "$PY_H5" ]; then
+        run_step "d. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
+            "$R/cuda_p2.h5" "$R/cuda_p2_nooverlap.h5" --steps 10 --rtol 1e-5
+    else
+        record "d. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
     fi
 fi
 

@@ -6,7 +6,19 @@
  * "Device" memory is host memory the mock knows about: cudaMalloc fills it with NaN bytes (as
  * uninitialised device memory is garbage), cudaMemcpy* checks that each side of a copy is the
  * kind of memory its direction says, and cudaMemGetInfo reports a fixed total minus what is
- * allocated, so a test sees allocations made after create. */
+ * allocated, so a test sees allocations made after create.
+ *
+ * Streams and events. A stream made by cudaStreamCreate (the model's compute stream: gpu_ctx_init)
+ * and the legacy stream run their work at once, as the CPU layers do. A stream made by
+ * cudaStreamCreateWithFlags (the copy streams of the overlap) defers it: copies, memsets, event
+ * records and waits queue up and run only when something depends on them — cudaStreamWaitEvent
+ * from the compute stream, cudaEventSynchronize, cudaStreamSynchronize, cudaDeviceSynchronize, or
+ * cudaEventQuery, which answers cudaErrorNotReady to two queries in three of a pending event before
+ * running the queue up to it. So a host that reads a copy's destination before asking whether the
+ * copy is done, or compute work that does not wait for a copy it needs, sees stale data, and the
+ * host's polling loops go through the partial states a real GPU shows them. A copy reads its
+ * source when it runs, not when it is enqueued, as on a GPU. mock_cuda_objects() counts device
+ * and pinned allocations, streams and events made so far (a test checks that steps make none). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +41,9 @@ typedef struct {
 static dev_alloc allocs[MOCK_MAX_ALLOCS];
 static int n_allocs;
 static size_t allocated;
+static long n_objects; /* cudaMalloc, cudaHostAlloc, streams, events made */
+
+long mock_cuda_objects(void) { return n_objects; }
 
 /* 1 if [p, p + nbytes) lies inside one mock device allocation. */
 int mock_is_dev(const void *p, size_t nbytes) {
@@ -49,6 +64,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
     if (posix_memalign(&q, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
     memset(q, 0xff, n); /* NaN: uninitialised device memory is garbage */
     allocs[n_allocs++] = (dev_alloc){(char *)q, n};
+    n_objects++;
     allocated += n;
     *p = q;
     return cudaSuccess;
@@ -72,10 +88,6 @@ cudaError_t cudaMemset(void *p, int v, size_t n) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-    (void)s;
-    return cudaMemset(p, v, n);
-}
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
     if (n == 0) return cudaSuccess;
@@ -98,13 +110,10 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
-    (void)s;
-    return cudaMemcpy(dst, src, n, kind);
-}
 
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
     (void)flags;
+    n_objects++;
     *p = calloc(1, n ? n : 1);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
@@ -143,22 +152,174 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t *s) {
-    *s = (cudaStream_t)(uintptr_t)0x5;
+/* ---- streams and events ---- */
+
+enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT };
+
+typedef struct {
+    int kind;
+    void *dst;
+    const void *src;
+    size_t n;
+    int value;                  /* OP_SET */
+    enum cudaMemcpyKind dir;    /* OP_COPY */
+    struct CUevent_st *ev;      /* OP_RECORD */
+    struct CUstream_st *on;     /* OP_WAIT: run `on` up to operation number `upto` */
+    unsigned long upto;
+} mock_op;
+
+#define MOCK_QUEUE 4096
+#define MOCK_MAX_STREAMS 64
+
+struct CUstream_st {
+    int deferred;
+    mock_op q[MOCK_QUEUE];
+    unsigned long enqueued, done; /* operations numbered 1, 2, ...; q holds (done, enqueued] */
+};
+
+struct CUevent_st {
+    struct CUstream_st *s;      /* stream of the last record (NULL: never recorded, or immediate) */
+    unsigned long seq;          /* the record's operation number in s */
+};
+
+static struct CUstream_st *streams[MOCK_MAX_STREAMS];
+static int n_streams;
+static unsigned long n_queries;
+
+static void run_op(mock_op *o);
+
+/* Run stream s's queued operations up to number upto. */
+static void run_to(struct CUstream_st *s, unsigned long upto) {
+    while (s && s->done < upto && s->done < s->enqueued) {
+        mock_op o = s->q[s->done % MOCK_QUEUE];
+        s->done++;
+        run_op(&o);
+    }
+}
+
+static void run_op(mock_op *o) {
+    switch (o->kind) {
+    case OP_COPY: cudaMemcpy(o->dst, o->src, o->n, o->dir); break;
+    case OP_SET: cudaMemset(o->dst, o->value, o->n); break;
+    case OP_RECORD: break; /* the event's seq is this operation's number: complete once done */
+    case OP_WAIT: run_to(o->on, o->upto); break;
+    }
+}
+
+/* 1 if s queues its work (a copy stream) rather than running it at once. */
+static int deferred(cudaStream_t s) { return s && s->deferred; }
+
+static void enqueue(cudaStream_t s, mock_op o) {
+    if (s->enqueued - s->done >= MOCK_QUEUE) DIE("mock: more than %d operations queued on a stream", MOCK_QUEUE);
+    s->q[s->enqueued % MOCK_QUEUE] = o;
+    s->enqueued++;
+}
+
+static cudaError_t new_stream(cudaStream_t *s, int defer) {
+    if (n_streams >= MOCK_MAX_STREAMS) DIE("mock: more than %d streams", MOCK_MAX_STREAMS);
+    struct CUstream_st *st = calloc(1, sizeof *st);
+    if (!st) return cudaErrorMemoryAllocation;
+    st->deferred = defer;
+    streams[n_streams++] = st;
+    n_objects++;
+    *s = st;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return new_stream(s, 0); }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    (void)flags;
+    return new_stream(s, 1);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (s) run_to(s, s->enqueued);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    (void)s;
+    if (!s) return cudaSuccess;
+    cudaStreamSynchronize(s);
+    for (int i = 0; i < n_streams; i++)
+        if (streams[i] == s) {
+            streams[i] = streams[--n_streams];
+            free(s);
+            return cudaSuccess;
+        }
+    DIE("mock: cudaStreamDestroy(%p): not a stream", (void *)s);
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+    for (int i = 0; i < n_streams; i++) cudaStreamSynchronize(streams[i]);
     return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
+cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+    if (!deferred(s)) return cudaMemset(p, v, n);
+    mock_check_dev(p, n, "cudaMemsetAsync");
+    enqueue(s, (mock_op){.kind = OP_SET, .dst = p, .n = n, .value = v});
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
+    if (!deferred(s)) return cudaMemcpy(dst, src, n, kind);
+    if (n == 0) return cudaSuccess;
+    /* The same checks as cudaMemcpy, now; the data moves when the stream runs. */
+    if (kind == cudaMemcpyHostToDevice && (!mock_is_dev(dst, n) || mock_is_dev(src, n)))
+        DIE("mock: cudaMemcpyAsync host to device: %p <- %p (%zu bytes) is not device <- host", dst, src, n);
+    if (kind == cudaMemcpyDeviceToHost && (!mock_is_dev(src, n) || mock_is_dev(dst, n)))
+        DIE("mock: cudaMemcpyAsync device to host: %p <- %p (%zu bytes) is not host <- device", dst, src, n);
+    enqueue(s, (mock_op){.kind = OP_COPY, .dst = dst, .src = src, .n = n, .dir = kind});
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    (void)flags;
+    *e = calloc(1, sizeof **e);
+    n_objects++;
+    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    free(e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (!deferred(s)) { /* the stream's work so far is done */
+        e->s = NULL, e->seq = 0;
+        return cudaSuccess;
+    }
+    enqueue(s, (mock_op){.kind = OP_RECORD, .ev = e});
+    e->s = s, e->seq = s->enqueued;
+    return cudaSuccess;
+}
+
+static int event_done(cudaEvent_t e) { return !e->s || e->s->done >= e->seq; }
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    run_to(e->s, e->seq);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (event_done(e)) return cudaSuccess;
+    if (n_queries++ % 3 != 2) return cudaErrorNotReady;
+    run_to(e->s, e->seq);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    (void)flags;
+    if (event_done(e)) return cudaSuccess;
+    if (!deferred(s)) run_to(e->s, e->seq); /* work on s runs at once: what it waits for runs first */
+    else enqueue(s, (mock_op){.kind = OP_WAIT, .on = e->s, .upto = e->seq});
+    return cudaSuccess;
+}
+
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error (mock)" : "error (mock)"; }
 const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError (mock)"; }

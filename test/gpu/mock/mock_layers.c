@@ -147,6 +147,7 @@ int gpu_ctx_commit(gpu_ctx *c, char *err, size_t errlen) {
 }
 
 void gpu_ctx_free(gpu_ctx *c) {
+    if (c->stream) cudaStreamDestroy(c->stream);
     cudaFree(c->blas_ws);
     cudaFree(c->ws);
     cudaFree(c->find_ws);
