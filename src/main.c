@@ -8,6 +8,7 @@
  * so bad input stops every rank with exit status 2 and no rank is left waiting. Only rank 0
  * prints errors and writes the run file. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <omp.h>
 #include <sched.h>
 #include <signal.h>
@@ -167,7 +168,9 @@ static void blame_keys(const experiment *e, const char *keys, char *err, size_t 
  * and say why the run stopped. */
 static void record_timeout(void *arg) {
     trainer *t = arg;
-    runlog_set_attr_string(t->log, "status", "stopped: communication timeout (comm_timeout_s)");
+    runlog_set_attr_string(t->log, "status", ckpt_signal_pending() == CKPT_SIG_STOP
+                                                 ? "stopped: SIGTERM or SIGINT while waiting for another rank (no checkpoint)"
+                                                 : "stopped: communication timeout (comm_timeout_s)");
     runlog_close(t->log);
     t->log = NULL;
 }
@@ -216,26 +219,41 @@ static gpucomm *nccl_setup(const experiment *e, model *net, int worker) {
     return c;
 }
 
-/* Rank 0: whether this run continues an earlier one (checkpoint.h). Sets *label to the
- * checkpoint to continue from (-1: start afresh) and *finished when the run file says the run
- * completed (with --resume or resume = "auto": nothing to do). Returns 0 or EXIT_BADINPUT. */
-static int plan_resume(const experiment *e, int cli_resume, const char *dir, int log_rank, long *label, int *finished, char *err,
+/* What rank 0 decides about an earlier run of the experiment (plan_resume), for every rank. */
+typedef struct {
+    long label;      /* checkpoint to continue from; -1: start afresh */
+    long finished;   /* the run file says the run completed: nothing to do */
+    long had_ckpt;   /* a checkpoint exists (starting afresh with overwrite = true removes it) */
+    long move_aside; /* resume = "auto", an unfinished run file without a checkpoint: keep it under
+                        another name and start afresh */
+} resume_plan;
+
+/* Rank 0: whether this run continues an earlier one (checkpoint.h). Returns 0 or EXIT_BADINPUT. */
+static int plan_resume(const experiment *e, int cli_resume, const char *dir, int log_rank, resume_plan *pl, char *err,
                        size_t errlen) {
-    *label = -1, *finished = 0;
+    *pl = (resume_plan){.label = -1};
     const int wants = cli_resume || strcmp(e->resume, "auto") == 0;
     const char *how = cli_resume ? "--resume" : "resume = \"auto\"";
     char m[ERRLEN];
     long l = -1;
     int have = ckpt_latest(dir, &l, m, sizeof m);
     if (have < 0) return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
+    pl->had_ckpt = have;
     struct stat sb;
     const int out_exists = stat(e->output, &sb) == 0 && S_ISREG(sb.st_mode);
+    static char saved[CFG_TEXT_MAX], now[CFG_TEXT_MAX];
+    experiment cur = *e;
+    config_to_text(&cur, now, sizeof now);
     if (wants && out_exists) {
         char status[512];
-        if (ckpt_run_status(e->output, status, sizeof status, m, sizeof m) != 0)
+        if (ckpt_run_attr(e->output, "status", status, sizeof status, m, sizeof m) != 0 ||
+            ckpt_run_attr(e->output, "config", saved, sizeof saved, m, sizeof m) != 0)
             return seterr(err, errlen, "%s: key 'output': %s", config_where("output"), m);
         if (strcmp(status, "completed") == 0) {
-            *finished = 1;
+            if (ckpt_compare_config(saved, now, m, sizeof m))
+                return seterr(err, errlen, "%s: key 'output': %s holds a finished run of another experiment: %s", config_where("output"),
+                              e->output, m);
+            pl->finished = 1;
             return 0;
         }
     }
@@ -244,26 +262,74 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
             return seterr(err, errlen, "%s: key 'output': %s: %s found the checkpoint %s/step-%ld, but its run file %s is missing; "
                           "restore it, or remove %s to start afresh", config_where("output"), e->output, how, dir, l, e->output, dir);
         ckpt_file *f = ckpt_open(dir, l, log_rank, m, sizeof m);
-        static char saved[CFG_TEXT_MAX], now[CFG_TEXT_MAX];
         int rc = !f || ckpt_get_str(f, "experiment", saved, sizeof saved);
         if (rc && f) snprintf(m, sizeof m, "%s", ckpt_error(f));
         ckpt_free(f);
         if (rc) return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
-        experiment cur = *e;
-        config_to_text(&cur, now, sizeof now);
         if (ckpt_compare_config(saved, now, m, sizeof m))
             return seterr(err, errlen, "%s: %s: cannot continue %s/step-%ld: %s", e->source, how, dir, l, m);
-        *label = l;
+        pl->label = l;
         return 0;
     }
     if (cli_resume)
-        return seterr(err, errlen, "--resume: no checkpoint in %s (key 'checkpoint.path', %s): nothing to continue; run without "
-                      "--resume to start afresh", dir, config_where("checkpoint.path"));
+        return seterr(err, errlen, "--resume: no checkpoint in %s (key 'checkpoint.path', %s): nothing to continue%s", dir,
+                      config_where("checkpoint.path"),
+                      out_exists ? "; the run file exists, so starting afresh needs another output, overwrite = true, or "
+                                   "resume = \"auto\" (which keeps the old file under another name)"
+                                 : "; run without --resume to start afresh");
+    if (wants && out_exists) { /* killed before its first checkpoint: nothing to continue */
+        pl->move_aside = 1;
+        return 0;
+    }
     if (have && !e->overwrite)
         return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of an earlier run (step %ld); continue it with "
                       "--resume (or resume = \"auto\"), choose another output or checkpoint.path, or set overwrite = true to start "
                       "afresh (its checkpoints are then removed)", config_where("checkpoint.path"), dir, l);
     return 0;
+}
+
+/* Every rank, before a resume: its part of checkpoint `label` is there and is that checkpoint's
+ * (a worker of a method with servers that had left before the checkpoint has no part). */
+static int check_rank_part(const experiment *e, const char *dir, long label, int rank, int has_servers, int worker, char *err,
+                           size_t errlen) {
+    char m[ERRLEN] = "";
+    if (has_servers && worker >= 0) {
+        ckpt_file *f0 = ckpt_open(dir, label, e->p, m, sizeof m);
+        int64_t *left = xcalloc((size_t)e->p, sizeof(int64_t));
+        int rc = !f0 || ckpt_get_i64(f0, "left", left, (size_t)e->p);
+        if (rc && f0) snprintf(m, sizeof m, "%s", ckpt_error(f0));
+        ckpt_free(f0);
+        const int gone = !rc && left[worker];
+        free(left);
+        if (rc) return seterr(err, errlen, "resume: %s", m);
+        if (gone) return 0;
+    }
+    ckpt_file *f = ckpt_open(dir, label, rank, m, sizeof m);
+    ckpt_free(f);
+    return f ? 0 : seterr(err, errlen, "resume: %s", m);
+}
+
+/* Rename the run file at path to a free name "<stem>.restart<k>.h5" beside it (k = 1, 2, ...),
+ * written into aside. Returns 0 or -1 with err filled. */
+static int move_aside(const char *path, char *aside, size_t n, char *err, size_t errlen) {
+    size_t len = strlen(path);
+    const int h5 = len > 3 && strcmp(path + len - 3, ".h5") == 0;
+    for (int k = 1; k < 1000; k++) {
+        snprintf(aside, n, "%.*s.restart%d.h5", (int)(h5 ? len - 3 : len), path, k);
+        struct stat sb;
+        if (lstat(aside, &sb) == 0) continue;
+        if (link(path, aside) == 0) {
+            if (unlink(path) == 0) return 0;
+            seterr(err, errlen, "key 'output': %s: kept as %s but cannot remove it: %s", path, aside, strerror(errno));
+            return -1;
+        }
+        if (errno == EEXIST) continue;
+        if (rename(path, aside) == 0) return 0; /* file systems without hard links */
+        seterr(err, errlen, "key 'output': %s: cannot keep it as %s: %s", path, aside, strerror(errno));
+        return -1;
+    }
+    seterr(err, errlen, "key 'output': %s: no free name to keep it under", path);
+    return -1;
 }
 
 static void join_args(int argc, char **argv, char *buf, size_t n) {
@@ -275,6 +341,8 @@ static void join_args(int argc, char **argv, char *buf, size_t n) {
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     ckpt_install_signals(); /* SIGTERM, SIGINT, SIGUSR1: a checkpoint at the next agreement point */
+    /* A rank still waiting for another 25 s after a SIGTERM gives up (Slurm kills 30 s after it). */
+    comm_on_stop(ckpt_stop_age, 25.0);
     const int rank = comm_rank(), r0 = rank == 0;
     char err[ERRLEN] = "";
 
@@ -378,19 +446,30 @@ int main(int argc, char **argv) {
     /* 3. The output (rank 0 writes it), or the earlier run this one continues. */
     char ckdir[CFG_PATH_MAX + 16];
     ckpt_dir_of(&e, ckdir, sizeof ckdir);
-    long plan[2] = {-1, 0}; /* checkpoint to continue from, finished */
+    resume_plan plan = {.label = -1};
     if (r0) {
-        int finished = 0;
-        st = plan_resume(&e, args.resume, ckdir, log_rank, &plan[0], &finished, err, sizeof err);
-        plan[1] = finished;
-        if (!st && plan[0] < 0 && !finished) st = check_output(&e, err, sizeof err);
+        st = plan_resume(&e, args.resume, ckdir, log_rank, &plan, err, sizeof err);
+        if (!st && plan.label < 0 && !plan.finished && !plan.move_aside) st = check_output(&e, err, sizeof err);
     }
     agree_or_exit(st, err);
-    comm_bcast(plan, sizeof plan, 0);
-    if (plan[1]) {
-        if (r0) printf("dsgd-run: %s: this run is already finished (status \"completed\", %ld iterations): nothing to do\n", e.output, e.iterations);
+    comm_bcast(&plan, sizeof plan, 0);
+    if (plan.finished) {
+        if (r0) printf("dsgd-run: %s: this run is already finished (its status is \"completed\"): nothing to do\n", e.output);
         comm_finalize();
         return 0;
+    }
+    /* The checkpoint directory: created, writable and this run's alone (locked), checked now
+     * rather than when the first checkpoint (or SIGTERM) comes. */
+    if (r0 && !args.check_only) {
+        char m[ERRLEN];
+        if (ckpt_claim(ckdir, m, sizeof m) < 0) st = seterr(err, sizeof err, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
+    }
+    agree_or_exit(st, err);
+    /* Every rank's part of the checkpoint must be there and be this checkpoint's, before the run
+     * file is touched: a refused resume changes nothing. */
+    if (plan.label >= 0 && !args.check_only) {
+        st = check_rank_part(&e, ckdir, plan.label, rank, has_servers, worker, err, sizeof err);
+        agree_or_exit(st, err);
     }
 
     /* Under `--check` without mpiexec, show the threads the real run (p ranks here) would use. */
@@ -406,14 +485,15 @@ int main(int argc, char **argv) {
                            e.servers, config_world_size(&e), config_world_size(&e));
                 else printf("not checked: p = %d must equal the number of MPI ranks (mpiexec -n %d)\n", e.p, e.p);
             }
-            if (plan[0] >= 0) printf("resume: continues %s from the checkpoint after %ld iterations (%s)\n", e.output, plan[0], ckdir);
+            if (plan.label >= 0) printf("resume: continues %s from the checkpoint after %ld iterations (%s)\n", e.output, plan.label, ckdir);
+            if (plan.move_aside) printf("resume: %s has no checkpoint to continue from: it is kept under another name and the run starts afresh\n", e.output);
             printf("experiment OK\n");
         }
         comm_finalize();
         return 0;
     }
 
-    t.resume_label = plan[0];
+    t.resume_label = plan.label;
     snprintf(t.ckpt_dir, sizeof t.ckpt_dir, "%s", ckdir);
 
     /* 4. Model, buffers, method. No rank evaluates more than ceil(n_val / p) images (a server
@@ -528,9 +608,14 @@ int main(int argc, char **argv) {
             }
             ckpt_free(f);
         } else {
-            t.log = runlog_create(e.output, e.overwrite, &meta, err, sizeof err);
+            char aside[CFG_PATH_MAX + 64] = "";
+            if (plan.move_aside && move_aside(e.output, aside, sizeof aside, err, sizeof err) != 0) st = EXIT_BADINPUT;
+            else if (aside[0])
+                printf("dsgd-run: %s had no checkpoint to continue from (cut off before its first one): kept as %s; starting afresh\n",
+                       e.output, aside);
+            if (!st) t.log = runlog_create(e.output, e.overwrite, &meta, err, sizeof err);
             /* overwrite = true replaced the run file: the earlier run's checkpoints go too */
-            if (t.log && ckpt_remove_all(ckdir, err, sizeof err) != 0) runlog_close(t.log), t.log = NULL;
+            if (t.log && plan.had_ckpt && ckpt_remove_all(ckdir, err, sizeof err) != 0) runlog_close(t.log), t.log = NULL;
         }
         if (!t.log) {
             st = EXIT_BADINPUT;

@@ -327,6 +327,110 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* md5 of a file's bytes (to show a refused run changed nothing). */
+static void file_sum(const char *path, char *out, size_t n) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "md5sum < '%s'", path);
+    ck_assert(run(cmd, out, n) == 0);
+}
+
+/* What a new user found: a missing or foreign rank file is refused before the run file is
+ * touched; resume = "auto" keeps a run file that has no checkpoint under another name; other
+ * files in the checkpoint directory survive; two runs cannot share a checkpoint directory; an
+ * unusable checkpoint.path is refused at the start; a finished run of another experiment is not
+ * taken for this one. */
+START_TEST(test_refusals_keep_files) {
+    char cfg[512], h5[512], out[1 << 15], s1[128], s2[128], cmd[3000];
+    write_cfg("r1", "p = 2;\ncheckpoint = { every = 40; };\n", cfg, h5);
+    ck_assert_int_eq(run_env("DSGD_TEST_SIGNAL=TERM@100", 2, cfg, NULL, out, sizeof out), 3);
+    char ck[300];
+    snprintf(ck, sizeof ck, "%s/r1.ckpt", g_dir);
+    assert_latest(ck, "step-100");
+    /* rank 1's file missing */
+    snprintf(cmd, sizeof cmd, "mv %s/step-100/rank-1.h5 %s/rank-1.keep", ck, g_dir);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    file_sum(h5, s1, sizeof s1);
+    int st = run_env("", 2, cfg, "--resume", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "rank-1.h5"), "missing rank file: exit %d\n%s", st, out);
+    file_sum(h5, s2, sizeof s2);
+    ck_assert_msg(!strcmp(s1, s2), "a refused resume changed the run file");
+    /* a rank file of another checkpoint (the periodic one at 80 is gone: make one by hand) */
+    snprintf(cmd, sizeof cmd, "cp %s/rank-1.keep %s/step-100/rank-0.h5.x && mv %s/step-100/rank-0.h5 %s/r0 && "
+             "mv %s/step-100/rank-0.h5.x %s/step-100/rank-0.h5 && mv %s/rank-1.keep %s/step-100/rank-1.h5", g_dir, ck, ck, g_dir, ck, ck, g_dir, ck);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    st = run_env("", 2, cfg, "--resume", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "holds the state of rank 1"), "foreign rank file: exit %d\n%s", st, out);
+    file_sum(h5, s2, sizeof s2);
+    ck_assert_msg(!strcmp(s1, s2), "a refused resume changed the run file");
+    snprintf(cmd, sizeof cmd, "mv %s/r0 %s/step-100/rank-0.h5", g_dir, ck);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    /* another user file in the directory survives the resume and its checkpoints */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/step-x && echo keep > %s/notes.txt && echo keep > %s/step-x/f", ck, ck, ck);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    st = run_env("", 2, cfg, "--resume", out, sizeof out);
+    ck_assert_msg(st == 0, "resume after the repair: exit %d\n%s", st, out);
+    snprintf(cmd, sizeof cmd, "test -f %s/notes.txt && test -f %s/step-x/f", ck, ck);
+    ck_assert_msg(run(cmd, NULL, 0) == 0, "files of the user in %s were removed", ck);
+
+    /* resume = "auto" with a run file but no checkpoint (cut off before its first one) */
+    write_cfg("r2", "p = 2;\nresume = \"auto\";\n", cfg, h5);
+    ck_assert_int_eq(run_env("", 2, cfg, NULL, out, sizeof out), 0);
+    snprintf(cmd, sizeof cmd, "cp %s %s/r2.copy && rm -rf %s/r2.ckpt", h5, g_dir, g_dir);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    /* make it unfinished: the status attribute goes (h5py is a Debian package we test with) */
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c \"import h5py; f = h5py.File('%s', 'r+'); del f.attrs['status']\"", h5);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    file_sum(h5, s1, sizeof s1);
+    st = run_env("", 2, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 0 && strstr(out, "kept as"), "auto without a checkpoint: exit %d\n%s", st, out);
+    char aside[600];
+    snprintf(aside, sizeof aside, "%s/r2.restart1.h5", g_dir);
+    file_sum(aside, s2, sizeof s2);
+    ck_assert_msg(!strcmp(s1, s2), "the earlier run file was not kept as %s", aside);
+    /* --resume says how to start afresh (the fresh run finished: make its file unfinished again) */
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 -c \"import h5py; f = h5py.File('%s', 'r+'); del f.attrs['status']\"", h5);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    st = run_env("", 2, cfg, "--resume --set resume=never", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "no checkpoint") && strstr(out, "the run file exists"), "exit %d\n%s", st, out);
+
+    /* an unusable checkpoint.path: refused at the start, naming the key */
+    write_cfg("r3", "p = 2;\ncheckpoint = { path = \"/proc/dsgd-ckpt\"; };\n", cfg, h5);
+    st = run_env("", 2, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'checkpoint.path'"), "unusable checkpoint.path: exit %d\n%s", st, out);
+
+    /* a finished run of another experiment at the output is not "already finished" */
+    write_cfg("r4", "p = 2;\n", cfg, h5);
+    ck_assert_int_eq(run_env("", 2, cfg, NULL, out, sizeof out), 0);
+    st = run_env("", 2, cfg, "--set resume=auto --set seed=9", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "finished run of another experiment") && strstr(out, "key 'seed'"), "exit %d\n%s", st, out);
+}
+END_TEST
+
+/* Two runs given the same checkpoint directory: the second is refused while the first runs. */
+START_TEST(test_shared_checkpoint_dir) {
+    char cfg[512], h5[512], cfg2[512], h52[512], out[1 << 15], cmd[2048];
+    char ck[600];
+    snprintf(ck, sizeof ck, "%s/shared.ckpt", g_dir);
+    char extra[900];
+    snprintf(extra, sizeof extra, "p = 2;\ninject = { slow_ranks = [0]; delay_ms = 15.0; };\ncheckpoint = { path = \"%s\"; };\n", ck);
+    write_cfg("sh1", extra, cfg, h5);
+    write_cfg("sh2", extra, cfg2, h52);
+    snprintf(cmd, sizeof cmd, "timeout -k 5 " MPI_TIMEOUT " mpiexec -n 2 ./dsgd-run %s > %s/sh1.log 2>&1 & echo $! > %s/sh1.pid", cfg, g_dir, g_dir);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    char lock[700];
+    snprintf(lock, sizeof lock, "%s/.lock", ck);
+    for (int i = 0; i < 500 && access(lock, F_OK) != 0; i++) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    int st = run_env("", 2, cfg2, NULL, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "in use by another run"), "second run on the same checkpoint.path: exit %d\n%s", st, out);
+    ck_assert_msg(access(h52, F_OK) != 0, "the refused run wrote %s", h52);
+    snprintf(cmd, sizeof cmd, "while kill -0 $(cat %s/sh1.pid) 2>/dev/null; do sleep 0.2; done; grep -c 'done:' %s/sh1.log", g_dir, g_dir);
+    ck_assert_msg(run(cmd, out, sizeof out) == 0 && atoi(out) == 1, "the first run did not finish: %s", out);
+}
+END_TEST
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dsgd_test_checkpoint_%d", (int)getpid());
     char cmd[1024];
@@ -336,6 +440,8 @@ int main(void) {
     TCase *tc = tcase_create("checkpoint");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_refusals_keep_files);
+    tcase_add_test(tc, test_shared_checkpoint_dir);
     tcase_add_test(tc, test_allreduce_bitwise);
     tcase_add_test(tc, test_usr1_continues);
     tcase_add_test(tc, test_allreduce_signal_in_eval);

@@ -92,6 +92,10 @@ static void nap(long ns) {
  * until all complete, else until at least one does) with a short burst of immediate tests, then
  * naps doubling from 2 µs to 1 ms. Returns the number completed (Testsome semantics for
  * all = 0, n for all = 1) or -1 after timeout_s. */
+static double (*g_stop_age)(void); /* seconds since a stop was requested (comm_on_stop), < 0: none */
+static double g_stop_grace_s;
+static void stop_abort(double age);
+
 static int poll_wait_bg(MPI_Request *req, int n, int all, int *idx, MPI_Status *st, double timeout_s, int background) {
     const double t0 = wall_time();
     long napns = NAP_MIN_NS;
@@ -112,6 +116,10 @@ static int poll_wait_bg(MPI_Request *req, int n, int all, int *idx, MPI_Status *
             continue;
         }
         if (now - t0 > timeout_s) return -1;
+        if (!background && g_stop_age && now - t0 >= g_stop_grace_s) {
+            const double age = g_stop_age();
+            if (age >= g_stop_grace_s) stop_abort(age);
+        }
         nap(napns);
         /* Fine naps for the first NAP_FINE_S (a collective's rounds, a server's reply), then
          * coarse ones (a rank waiting for a straggler or for the end of the run). */
@@ -143,6 +151,24 @@ void comm_timeout_abort(const char *what) {
         nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
     } else
         nap(2000000000L); /* the run-file writer, timing out too, records the stop first */
+    comm_abort(EXIT_RUNTIME);
+}
+
+void comm_on_stop(double (*age)(void), double grace_s) {
+    g_stop_age = age;
+    g_stop_grace_s = grace_s;
+}
+
+static void stop_abort(double age) {
+    fprintf(stderr,
+            "dsgd-run: rank %d on %s: a stop signal arrived %.0f s ago and this rank is still waiting for another rank "
+            "(one that has stopped, or is far slower): stopping every rank without a checkpoint\n", g_rank, g_host, age);
+    fflush(stderr);
+    if (g_on_timeout) {
+        g_on_timeout(g_on_timeout_arg);
+        nap(200000000L);
+    } else
+        nap(2000000000L);
     comm_abort(EXIT_RUNTIME);
 }
 

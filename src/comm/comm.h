@@ -166,6 +166,13 @@ void comm_on_timeout(void (*fn)(void *), void *arg);
  * the rank that has one can finish it), and aborts with exit status 1. */
 void comm_timeout_abort(const char *what) __attribute__((noreturn));
 
+/* After a stop was requested (SIGTERM: src/train/checkpoint.h), a rank that has waited for
+ * another rank in one wait of this module (a collective, a reply) for grace_s seconds, with the
+ * request at least that old, stops every rank (the comm_on_timeout function runs first; exit status 1) instead of waiting until
+ * comm_timeout_s: the rank it waits for will not come to the checkpoint. age() returns the
+ * seconds since the request, or a negative number when there is none; NULL turns it off. */
+void comm_on_stop(double (*age)(void), double grace_s);
+
 /* Stop every rank now with status code (after printing the reason yourself). */
 void comm_abort(int code) __attribute__((noreturn));
 

@@ -452,7 +452,7 @@ static int gossip_run(trainer *t) {
     gossip *g = &G;
     const experiment *e = t->e;
     const long total = e->iterations, m = (long)e->p * e->b;
-    int status = EXIT_OK, nonfinite = 0;
+    int status = EXIT_OK, nonfinite = 0, ckfail = 0;
     char err[ERRLEN];
     int st = gossip_setup(t, err, sizeof err);
     st = comm_max_int(st);
@@ -524,6 +524,7 @@ static int gossip_run(trainer *t) {
                 gossip_quiesce(t);
                 ls = (loop_state){.train_s = train_s, .loss_acc = loss_acc, .loss_n = loss_n, .last_row = t->step};
                 status = train_checkpoint(t, s + 1, &ls);
+                ckfail = status != EXIT_OK;
                 if (status == EXIT_OK && t->sig == CKPT_SIG_STOP) {
                     status = EXIT_INTERRUPTED;
                     if (t->log) printf("stopped by %s after step %ld; continue with --resume (or resume = \"auto\")\n",
@@ -543,7 +544,7 @@ static int gossip_run(trainer *t) {
         for (int k = 0; k < g->p * g->p; k++) g->peers[k] = (long long)all[k];
         for (long k = g->n_evals; k < g->max_evals; k++) g->phi[k] = NAN;
         if (runlog_array(t->log, 0, g->peers) != 0 || runlog_array_f64(t->log, 1, g->phi) != 0) status = EXIT_RUNTIME;
-        train_log_summary(t, status, nonfinite ? STOPPED_NONFINITE : STOPPED_WRITE, train_s, (double)(t->step * m));
+        train_log_summary(t, status, nonfinite ? STOPPED_NONFINITE : ckfail ? STOPPED_CHECKPOINT : STOPPED_WRITE, train_s, (double)(t->step * m));
     }
     free(row), free(all);
     gossip_teardown();

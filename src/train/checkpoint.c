@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <hdf5.h>
 #include <signal.h>
@@ -14,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/util.h"
@@ -21,16 +24,24 @@
 /* ---- signals ------------------------------------------------------------------------------ */
 
 static volatile sig_atomic_t g_sig = CKPT_SIG_NONE, g_signo = 0;
+static struct timespec g_stop_at; /* when the first stop request arrived */
 static int g_test_sig = 0, g_test_rank = 0, g_test_eval = 0;
 static long g_test_step = -1;
 
 static void on_signal(int signo) {
     const int want = signo == SIGUSR1 ? CKPT_SIG_SAVE : CKPT_SIG_STOP;
-    if (want == CKPT_SIG_STOP && g_sig == CKPT_SIG_STOP) { /* the second stop request: die now */
-        signal(signo, SIG_DFL);
-        raise(signo);
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    if (want == CKPT_SIG_STOP && g_sig == CKPT_SIG_STOP) {
+        /* A second stop request kills at once, unless it is the same request arriving twice:
+         * Slurm signals every process of a job, and mpiexec passes its own SIGTERM on as well. */
+        if (now.tv_sec - g_stop_at.tv_sec >= CKPT_SECOND_SIGNAL_S) {
+            signal(signo, SIG_DFL);
+            raise(signo);
+        }
         return;
     }
+    if (want == CKPT_SIG_STOP) g_stop_at = now;
     if (want > g_sig) g_sig = want, g_signo = signo;
 }
 
@@ -58,6 +69,13 @@ void ckpt_install_signals(void) {
 }
 
 int ckpt_signal_pending(void) { return g_sig; }
+
+double ckpt_stop_age(void) {
+    if (g_sig != CKPT_SIG_STOP) return -1.0;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - g_stop_at.tv_sec) + 1e-9 * (double)(now.tv_nsec - g_stop_at.tv_nsec);
+}
 
 const char *ckpt_signal_name(void) {
     switch (g_signo) {
@@ -103,6 +121,18 @@ void ckpt_dir_of(const experiment *e, char *dir, size_t n) {
 static int syserr(char *err, size_t errlen, const char *path, const char *what) {
     seterr(err, errlen, "%s: %s: %s", path, what, strerror(errno));
     return -1;
+}
+
+/* 1 if name is exactly "step-<digits>" (tmp = 0) or "step-<digits>.tmp" (tmp = 1): a directory
+ * this program writes (anything else in the checkpoint directory is left alone); *label set. */
+static int step_name(const char *name, long *label, int *tmp) {
+    int n = 0;
+    if (sscanf(name, "step-%ld%n", label, &n) != 1 || *label < 0 || strncmp(name, "step-", 5) != 0) return 0;
+    for (const char *p = name + 5; p < name + n; p++)
+        if (*p < '0' || *p > '9') return 0;
+    if (name[n] == '\0') return *tmp = 0, 1;
+    if (strcmp(name + n, ".tmp") == 0) return *tmp = 1, 1;
+    return 0;
 }
 
 static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -166,8 +196,8 @@ int ckpt_commit(const char *dir, long label, char *err, size_t errlen) {
     struct dirent *de;
     while ((de = readdir(d))) {
         long l;
-        char rest[8] = "";
-        if (sscanf(de->d_name, "step-%ld%7s", &l, rest) >= 1 && l != label) {
+        int tmp;
+        if (step_name(de->d_name, &l, &tmp) && (l != label || tmp)) {
             char p[4200];
             snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
             rm_rf(p);
@@ -193,7 +223,8 @@ int ckpt_remove_all(const char *dir, char *err, size_t errlen) {
     int rc = 0;
     while ((de = readdir(d))) {
         long l;
-        if (sscanf(de->d_name, "step-%ld", &l) == 1) {
+        int tmp;
+        if (step_name(de->d_name, &l, &tmp)) {
             snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
             if (rm_rf(p) < 0) rc = syserr(err, errlen, p, "cannot remove");
         }
@@ -231,6 +262,13 @@ ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t 
         free(f);
         return NULL;
     }
+    /* Every file names its checkpoint, so a file moved between checkpoints is noticed. */
+    const int64_t l[2] = {label, rank};
+    if (ckpt_put_i64(f, "label_rank", l, 2)) {
+        seterr(err, errlen, "%s", f->err);
+        ckpt_free(f);
+        return NULL;
+    }
     return f;
 }
 
@@ -252,11 +290,41 @@ ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t er
     }
     f->file = H5Fopen(f->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f->file < 0) {
-        seterr(err, errlen, "%s: cannot open the checkpoint file (HDF5 H5Fopen failed: not an HDF5 file?)", f->path);
+        seterr(err, errlen, "%s: cannot open the checkpoint file (HDF5 H5Fopen failed: not an HDF5 file, or truncated?)", f->path);
         free(f);
         return NULL;
     }
+    int64_t l[2] = {-1, -1};
+    if (ckpt_get_i64(f, "label_rank", l, 2)) {
+        seterr(err, errlen, "%s", f->err);
+        ckpt_free(f);
+        return NULL;
+    }
+    if (l[0] != label || l[1] != rank) {
+        seterr(err, errlen, "%s holds the state of rank %lld after %lld iterations, not of rank %d after %ld: the checkpoint directory "
+               "was changed by hand", f->path, (long long)l[1], (long long)l[0], rank, label);
+        ckpt_free(f);
+        return NULL;
+    }
     return f;
+}
+
+int ckpt_claim(const char *dir, char *err, size_t errlen) {
+    if (mkdirs(dir, "the checkpoints", err, errlen) < 0) return -1;
+    if (access(dir, W_OK | X_OK) != 0) return syserr(err, errlen, dir, "the checkpoint directory is not writable");
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) return syserr(err, errlen, p, "cannot create the lock file");
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK) {
+            seterr(err, errlen, "%s is in use by another run (it holds the lock %s): two runs cannot share a checkpoint directory", dir, p);
+            close(fd);
+            return -1;
+        }
+        /* file systems without locks: go on unlocked */
+    }
+    return fd;
 }
 
 static int put(ckpt_file *f, const char *name, hid_t ftype, hid_t mtype, const void *v, size_t n) {
@@ -341,14 +409,14 @@ void ckpt_free(ckpt_file *f) {
 
 /* ---- the run file and the experiment ------------------------------------------------------ */
 
-int ckpt_run_status(const char *path, char *buf, size_t n, char *err, size_t errlen) {
+int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char *err, size_t errlen) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     buf[0] = '\0';
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) return seterr(err, errlen, "%s: cannot open the run file (HDF5 H5Fopen failed)", path), -1;
     int rc = 0;
-    if (H5Aexists(f, "status") > 0) {
-        hid_t a = H5Aopen(f, "status", H5P_DEFAULT);
+    if (H5Aexists(f, name) > 0) {
+        hid_t a = H5Aopen(f, name, H5P_DEFAULT);
         hid_t t = a >= 0 ? H5Aget_type(a) : -1;
         if (t >= 0 && H5Tis_variable_str(t) > 0) {
             char *s = NULL; /* read as stored (the character set of the file's type) */
@@ -365,7 +433,7 @@ int ckpt_run_status(const char *path, char *buf, size_t n, char *err, size_t err
         } else rc = -1;
         if (t >= 0) H5Tclose(t);
         if (a >= 0) H5Aclose(a);
-        if (rc) seterr(err, errlen, "%s: cannot read the attribute 'status'", path);
+        if (rc) seterr(err, errlen, "%s: cannot read the attribute '%s'", path, name);
     }
     H5Fclose(f);
     return rc;

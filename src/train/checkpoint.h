@@ -20,7 +20,10 @@
  * a stop (exit status EXIT_INTERRUPTED). The handler only sets a flag; the training loop acts at
  * its next point where the ranks agree (every step for allreduce, the next meeting point of
  * the other methods: methods.md), so a signal that arrives during evaluation or communication
- * still yields a consistent checkpoint. A second SIGTERM/SIGINT kills at once (default action).
+ * still yields a consistent checkpoint. A second SIGTERM/SIGINT kills at once (default action),
+ * if it comes CKPT_SECOND_SIGNAL_S seconds or more after the first: the copies of one signal that
+ * reach a rank together (Slurm signals every process of a job; mpiexec passes its own on) count
+ * as one.
  *
  * Errors: functions returning int return 0 or -1 with a message in err ("<path>: <what>: <why>"). */
 #ifndef DSGD_CHECKPOINT_H
@@ -30,6 +33,8 @@
 #include <stdint.h>
 
 #include "config/config.h"
+
+#define CKPT_SECOND_SIGNAL_S 3
 
 /* What the signals received so far ask for (the strongest). */
 enum { CKPT_SIG_NONE = 0, CKPT_SIG_SAVE = 1 /* SIGUSR1 */, CKPT_SIG_STOP = 2 /* SIGTERM, SIGINT */ };
@@ -46,6 +51,9 @@ void ckpt_install_signals(void);
 /* CKPT_SIG_* requested by the signals received since the last ckpt_signal_clear. Async-signal
  * safe to call anywhere. */
 int ckpt_signal_pending(void);
+
+/* Seconds since the first SIGTERM / SIGINT, or -1 if none (comm_on_stop). */
+double ckpt_stop_age(void);
 
 /* Name of the strongest signal received ("SIGTERM", ...), "" if none. */
 const char *ckpt_signal_name(void);
@@ -67,6 +75,12 @@ void ckpt_dir_of(const experiment *e, char *dir, size_t n);
  * `latest`), -1 with err filled when `latest` is unreadable or names a missing step directory. */
 int ckpt_latest(const char *dir, long *label, char *err, size_t errlen);
 
+/* Rank 0 at the start of a run that may write checkpoints: create dir (and its parents), check
+ * it is writable, and lock it for this process (flock on <dir>/.lock, held until exit; where the
+ * file system has no locks, none). Returns the lock's file descriptor, or -1 with err filled:
+ * not creatable, not writable, or locked by another run. */
+int ckpt_claim(const char *dir, char *err, size_t errlen);
+
 /* ---- writing: the coordinator prepares, every writer writes its file, the coordinator commits */
 
 /* Coordinator: create dir (and its parents) and an empty <dir>/step-<label>.tmp (removing a
@@ -87,7 +101,9 @@ typedef struct ckpt_file ckpt_file;
 
 /* Writer: create <dir>/step-<label>.tmp/rank-<rank>.h5. NULL with err filled on failure. */
 ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t errlen);
-/* Reader: open <dir>/step-<label>/rank-<rank>.h5; NULL with err filled (missing: says so). */
+/* Reader: open <dir>/step-<label>/rank-<rank>.h5 and check it holds rank `rank` after `label`
+ * iterations (every file records both); NULL with err filled (missing, unreadable, another
+ * checkpoint's file: says which). */
 ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t errlen);
 /* 1 if <dir>/step-<label>/rank-<rank>.h5 exists. */
 int ckpt_exists(const char *dir, long label, int rank);
@@ -111,9 +127,10 @@ int ckpt_close(ckpt_file *f);
 const char *ckpt_error(const ckpt_file *f);
 void ckpt_free(ckpt_file *f);
 
-/* The `status` root attribute of the run file at path into buf ("" when the file has none, e.g.
- * a run that was killed). Returns 0, or -1 with err filled when the file cannot be read. */
-int ckpt_run_status(const char *path, char *buf, size_t n, char *err, size_t errlen);
+/* The string root attribute `name` of the run file at path into buf (at most n bytes; "" when
+ * the file has none, e.g. `status` of a run that was killed). Returns 0, or -1 with err filled
+ * when the file cannot be read. */
+int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char *err, size_t errlen);
 
 /* Compare the experiment a checkpoint was written with (config_to_text) to the current one,
  * ignoring the keys that may change between the parts of a run (resume, overwrite,

@@ -287,6 +287,7 @@ void train_log_summary(trainer *t, int status, int why, double train_s, double i
                                             : status == EXIT_INTERRUPTED ? sig
                                             : why == STOPPED_NONFINITE ? "stopped: non-finite loss or gradient"
                                             : why == STOPPED_WORKERS   ? "stopped: fewer workers left than a step needs"
+                                            : why == STOPPED_CHECKPOINT ? "stopped: a checkpoint could not be written"
                                                                        : "stopped: run-file write error");
 }
 
@@ -413,7 +414,7 @@ int train_run(trainer *t) {
     const experiment *e = t->e;
     const long total = e->iterations;
     const long m = (long)e->p * e->b;
-    int status = EXIT_OK, nonfinite = 0;
+    int status = EXIT_OK, nonfinite = 0, ckfail = 0;
 
     loop_state ls = {.prev = t->times};
     double train_s = 0.0;       /* training wall clock, evaluation excluded */
@@ -475,6 +476,7 @@ int train_run(trainer *t) {
             train_s += wall_time() - seg_start;
             ls = (loop_state){.train_s = train_s, .loss_acc = loss_acc, .loss_n = loss_n, .last_row = last_row, .prev = prev};
             status = train_checkpoint(t, s + 1, &ls);
+            ckfail = status != EXIT_OK;
             if (status == EXIT_OK && t->sig == CKPT_SIG_STOP) {
                 status = EXIT_INTERRUPTED;
                 if (t->log) printf("stopped by %s after step %ld; continue with --resume (or resume = \"auto\")\n", ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", s + 1);
@@ -490,7 +492,7 @@ int train_run(trainer *t) {
     if (t->log) {
         const double steps = t->step > 0 ? (double)t->step : 1.0;
         const phase_times *ph = &t->times;
-        train_log_summary(t, status, nonfinite ? STOPPED_NONFINITE : STOPPED_WRITE, train_s, (double)(t->step * m));
+        train_log_summary(t, status, nonfinite ? STOPPED_NONFINITE : ckfail ? STOPPED_CHECKPOINT : STOPPED_WRITE, train_s, (double)(t->step * m));
         printf("rank 0 time per step: data %.2f ms, compute %.2f ms, communication %.2f ms (waiting %.2f ms), update %.2f ms\n",
                1e3 * ph->data_s / steps, 1e3 * ph->compute_s / steps, 1e3 * ph->comm_s / steps, 1e3 * ph->wait_s / steps,
                1e3 * ph->update_s / steps);

@@ -143,7 +143,7 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
 /* Why a run stopped early (the run file's `status`): a run-file write error, a non-finite
  * loss or gradient, or too few workers left to complete a step (backup); a status of
  * EXIT_INTERRUPTED needs no reason. */
-enum { STOPPED_WRITE = 0, STOPPED_NONFINITE = 1, STOPPED_WORKERS = 2 };
+enum { STOPPED_WRITE = 0, STOPPED_NONFINITE = 1, STOPPED_WORKERS = 2, STOPPED_CHECKPOINT = 3 };
 /* status EXIT_INTERRUPTED (checkpoint.h): "stopped: <signal> after step N; checkpoint written". */
 
 /* Log rank: the end-of-run summary lines and run-file attributes. why: STOPPED_* (used when
