@@ -226,6 +226,7 @@ typedef struct {
     long had_ckpt;   /* a checkpoint exists (starting afresh with overwrite = true removes it) */
     long move_aside; /* resume = "auto", an unfinished run file without a checkpoint: keep it under
                         another name and start afresh */
+    uint64_t run_id; /* the run's id (checkpoint.h): the checkpoint's when resuming, else new */
 } resume_plan;
 
 /* Rank 0: whether this run continues an earlier one (checkpoint.h). Returns 0 or EXIT_BADINPUT. */
@@ -262,7 +263,7 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
             return seterr(err, errlen, "%s: key 'output': %s: %s found the checkpoint %s/step-%ld, but its run file %s is missing; "
                           "restore it, or remove %s to start afresh", config_where("output"), e->output, how, dir, l, e->output, dir);
         ckpt_file *f = ckpt_open(dir, l, log_rank, m, sizeof m);
-        int rc = !f || ckpt_get_str(f, "experiment", saved, sizeof saved);
+        int rc = !f || ckpt_get_str(f, "experiment", saved, sizeof saved) || !(pl->run_id = ckpt_file_run_id(f));
         if (rc && f) snprintf(m, sizeof m, "%s", ckpt_error(f));
         ckpt_free(f);
         if (rc) return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
@@ -285,6 +286,17 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
         return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of an earlier run (step %ld); continue it with "
                       "--resume (or resume = \"auto\"), choose another output or checkpoint.path, or set overwrite = true to start "
                       "afresh (its checkpoints are then removed)", config_where("checkpoint.path"), dir, l);
+    if (have) { /* overwrite = true replaces this output's run and checkpoints, never another output's */
+        ckpt_file *f = ckpt_open(dir, l, log_rank, m, sizeof m);
+        int rc = !f || ckpt_get_str(f, "experiment", saved, sizeof saved);
+        ckpt_free(f);
+        char want[CFG_PATH_MAX + 16];
+        snprintf(want, sizeof want, "\noutput = \"%s\";", e->output);
+        if (!rc && !strstr(saved, want))
+            return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of the run of another output (step %ld); "
+                          "overwrite = true replaces only this output's run: choose another checkpoint.path", config_where("checkpoint.path"),
+                          dir, l);
+    }
     return 0;
 }
 
@@ -451,8 +463,10 @@ int main(int argc, char **argv) {
         st = plan_resume(&e, args.resume, ckdir, log_rank, &plan, err, sizeof err);
         if (!st && plan.label < 0 && !plan.finished && !plan.move_aside) st = check_output(&e, err, sizeof err);
     }
+    if (r0 && !plan.run_id) plan.run_id = ckpt_new_run_id();
     agree_or_exit(st, err);
     comm_bcast(&plan, sizeof plan, 0);
+    ckpt_set_run_id(plan.run_id);
     if (plan.finished) {
         if (r0) printf("dsgd-run: %s: this run is already finished (its status is \"completed\"): nothing to do\n", e.output);
         comm_finalize();

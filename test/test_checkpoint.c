@@ -398,6 +398,20 @@ START_TEST(test_refusals_keep_files) {
     st = run_env("", 2, cfg, NULL, out, sizeof out);
     ck_assert_msg(st == 2 && strstr(out, "key 'checkpoint.path'"), "unusable checkpoint.path: exit %d\n%s", st, out);
 
+    /* a rank file of another run, at the same step (gossip: every rank holds its own model) */
+    char cfg5[512], h55[512];
+    write_cfg("r5a", "method = \"gossip_push\";\np = 2;\n", cfg, h5);
+    write_cfg("r5b", "method = \"gossip_push\";\np = 2;\nweight_decay = 2e-4;\n", cfg5, h55);
+    ck_assert_int_eq(run_env("DSGD_TEST_SIGNAL=TERM@50", 2, cfg, NULL, out, sizeof out), 3);
+    ck_assert_int_eq(run_env("DSGD_TEST_SIGNAL=TERM@50", 2, cfg5, NULL, out, sizeof out), 3);
+    snprintf(cmd, sizeof cmd, "cp %s/r5b.ckpt/step-60/rank-1.h5 %s/r5a.ckpt/step-60/rank-1.h5", g_dir, g_dir);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    file_sum(h5, s1, sizeof s1);
+    st = run_env("", 2, cfg, "--resume", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "written by another run"), "rank file of another run: exit %d\n%s", st, out);
+    file_sum(h5, s2, sizeof s2);
+    ck_assert_msg(!strcmp(s1, s2), "a refused resume changed the run file");
+
     /* a finished run of another experiment at the output is not "already finished" */
     write_cfg("r4", "p = 2;\n", cfg, h5);
     ck_assert_int_eq(run_env("", 2, cfg, NULL, out, sizeof out), 0);

@@ -71,8 +71,10 @@ def read_run(path):
             raise ValueError("not a dsgd-run run file (no /eval or /train)")
         r["e_step"], r["e_time"], r["e_loss"], r["e_top1"] = columns(f["eval"], ["step", "time_s", "loss", "top1_error"])
         r["t_step"], r["t_time"] = columns(f["train"], ["step", "time_s"])
-        # Resumes from checkpoints (docs/checkpoint.md): "step S at <UTC> (...)" per line.
-        r["resumed"] = [int(x) for x in re.findall(r"^step (\d+) at ", attr(f, "resumed_at", "") or "", re.M)]
+        # Resumes from checkpoints (docs/checkpoint.md): "step S at <UTC> (checkpoint <dir>/step-<N>)"
+        # per line, S the last logged step; the checkpoint's own step N where the note names it.
+        r["resumed"] = [int(c or s) for s, c in
+                        re.findall(r"^step (\d+) at [^(\n]*(?:\(checkpoint .*/step-(\d+)\))?", attr(f, "resumed_at", "") or "", re.M)]
         r["step_time"] = r["wait"] = None
         if "ranks" in f and "step_time_s" in f["ranks"] and "wait_s" in f["ranks"]:
             st, wt = columns(f["ranks"], ["step_time_s", "wait_s"])
@@ -152,16 +154,15 @@ def main():
         ax[1, 1].plot(r["e_step"], r["e_top1"], **kw)
         # where the run was resumed from a checkpoint (a requeued job): a thin line of its colour
         for s in r["resumed"]:
-            ts = np.asarray(r["t_step"])
-            hit = np.nonzero(ts >= s)[0]
-            tw = float(r["t_time"][hit[0]]) / scale if len(hit) else None
+            # the time axis at the checkpoint: interpolated between the /train rows around it
+            ts, tt = np.asarray(r["t_step"], dtype=float), np.asarray(r["t_time"], dtype=float)
+            tw = float(np.interp(s, np.concatenate(([0.0], ts)), np.concatenate(([0.0], tt)))) / scale if len(ts) else None
             for j in (0, 1):
-                ax[1, j].axvline(s, color=colour[k], linewidth=0.7, linestyle=(0, (2, 3)), alpha=0.8)
+                ax[1, j].axvline(s, color=colour[k], linewidth=0.8, alpha=0.35)
+                ax[1, j].annotate("resumed", (s, 1.0), xycoords=("data", "axes fraction"), rotation=90, ha="right", va="top",
+                                  fontsize=6, color=colour[k])
                 if tw is not None:
-                    ax[0, j].axvline(tw, color=colour[k], linewidth=0.7, linestyle=(0, (2, 3)), alpha=0.8)
-    if any(r["resumed"] for r in runs):
-        ax[1, 0].text(0.99, 0.98, "dashed: resumed from a checkpoint", transform=ax[1, 0].transAxes, ha="right", va="top", fontsize=7,
-                      color="grey")
+                    ax[0, j].axvline(tw, color=colour[k], linewidth=0.8, alpha=0.35)
     for i, x in enumerate((f"wall-clock training time ({unit})", "iterations")):
         ax[i, 0].set_xlabel(x)
         ax[i, 1].set_xlabel(x)

@@ -235,6 +235,21 @@ int ckpt_remove_all(const char *dir, char *err, size_t errlen) {
 
 /* ---- rank files --------------------------------------------------------------------------- */
 
+static uint64_t g_run_id; /* ckpt_set_run_id */
+
+void ckpt_set_run_id(uint64_t id) { g_run_id = id; }
+
+uint64_t ckpt_new_run_id(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a of the host name */
+    for (const char *p = host; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    uint64_t id = seed_mix(seed_mix((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec, (uint64_t)getpid()), h);
+    return id ? id : 1;
+}
+
 struct ckpt_file {
     hid_t file;
     int writing;
@@ -263,13 +278,18 @@ ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t 
         return NULL;
     }
     /* Every file names its checkpoint, so a file moved between checkpoints is noticed. */
-    const int64_t l[2] = {label, rank};
-    if (ckpt_put_i64(f, "label_rank", l, 2)) {
+    const int64_t l[3] = {label, rank, (int64_t)g_run_id};
+    if (ckpt_put_i64(f, "label_rank_run", l, 3)) {
         seterr(err, errlen, "%s", f->err);
         ckpt_free(f);
         return NULL;
     }
     return f;
+}
+
+uint64_t ckpt_file_run_id(ckpt_file *f) {
+    int64_t l[3] = {0};
+    return ckpt_get_i64(f, "label_rank_run", l, 3) ? 0 : (uint64_t)l[2];
 }
 
 int ckpt_exists(const char *dir, long label, int rank) {
@@ -294,9 +314,15 @@ ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t er
         free(f);
         return NULL;
     }
-    int64_t l[2] = {-1, -1};
-    if (ckpt_get_i64(f, "label_rank", l, 2)) {
+    int64_t l[3] = {-1, -1, 0};
+    if (ckpt_get_i64(f, "label_rank_run", l, 3)) {
         seterr(err, errlen, "%s", f->err);
+        ckpt_free(f);
+        return NULL;
+    }
+    if (g_run_id && (uint64_t)l[2] != g_run_id) {
+        seterr(err, errlen, "%s was written by another run (run id %016llx, this run's checkpoint is %016llx): the checkpoint "
+               "directory was changed by hand", f->path, (unsigned long long)l[2], (unsigned long long)g_run_id);
         ckpt_free(f);
         return NULL;
     }

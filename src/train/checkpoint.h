@@ -99,7 +99,16 @@ int ckpt_remove_all(const char *dir, char *err, size_t errlen);
 
 typedef struct ckpt_file ckpt_file;
 
-/* Writer: create <dir>/step-<label>.tmp/rank-<rank>.h5. NULL with err filled on failure. */
+/* The run id (a 64-bit number drawn when a run starts afresh and kept by its resumes) that
+ * ckpt_create writes into every file and ckpt_open, when it is not 0, requires: a rank file of
+ * another run is refused even at the same step. ckpt_new_run_id draws one (time, pid, host). */
+void ckpt_set_run_id(uint64_t id);
+uint64_t ckpt_new_run_id(void);
+/* The run id a file was written with (0 if unreadable). */
+uint64_t ckpt_file_run_id(ckpt_file *f);
+
+/* Writer: create <dir>/step-<label>.tmp/rank-<rank>.h5 (with its label, rank and run id). NULL
+ * with err filled on failure. */
 ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t errlen);
 /* Reader: open <dir>/step-<label>/rank-<rank>.h5 and check it holds rank `rank` after `label`
  * iterations (every file records both); NULL with err filled (missing, unreadable, another
