@@ -620,6 +620,32 @@ START_TEST(test_hdf5_error_message) {
 }
 END_TEST
 
+/* Parent side of a kill test: close the write end of the child's progress pipe; in a trial
+ * (trial >= 0) kill the child with SIGKILL at a random instant within 1.1 times the undisturbed
+ * run's seconds *t_full, else let it finish and measure *t_full from t0; reap it (a failure is a
+ * test failure) and read the progress bytes it wrote into buf (at most n). Returns the count. */
+static ssize_t reap_child(pid_t pid, int trial, unsigned *seed, double *t_full, double t0, int pfd[2], char *buf, size_t n) {
+    close(pfd[1]);
+    if (trial >= 0) {
+        double delay = *t_full * 1.1 * rand_r(seed) / (double)RAND_MAX;
+        struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+    }
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    if (trial < 0) {
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "undisturbed child failed");
+        *t_full = wall_time() - t0;
+    } else {
+        ck_assert_msg(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "child failed (status %d)", status);
+    }
+    ssize_t got = 0, k;
+    while ((k = read(pfd[0], buf + got, n - (size_t)got)) > 0) got += k;
+    close(pfd[0]);
+    return got;
+}
+
 /* The required kill test: 3 evaluations, then train rows without one, then SIGKILL. */
 START_TEST(test_kill_after_three_evals) {
     enum { PER = 500 }; /* 3 x 500 rows cross the 1024-row buffer once */
@@ -946,25 +972,8 @@ START_TEST(test_kill_at_random_instants) {
             if (write(pfd[1], "c", 1) != 1) _exit(3);
             _exit(0);
         }
-        close(pfd[1]);
-        if (trial >= 0) {
-            double delay = t_full * 1.1 * rand_r(&seed) / (double)RAND_MAX;
-            struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
-            nanosleep(&ts, NULL);
-            kill(pid, SIGKILL);
-        }
-        int status;
-        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-        if (trial < 0) {
-            ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "undisturbed child failed");
-            t_full = wall_time() - t0;
-        } else {
-            ck_assert_msg(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "child failed (status %d)", status);
-        }
         char buf[E + 2];
-        ssize_t got = 0, n;
-        while ((n = read(pfd[0], buf + got, sizeof buf - (size_t)got)) > 0) got += n;
-        close(pfd[0]);
+        const ssize_t got = reap_child(pid, trial, &seed, &t_full, t0, pfd, buf, sizeof buf);
         long done = 0;
         int closed = 0;
         for (ssize_t i = 0; i < got; i++) done += buf[i] == 'e', closed |= buf[i] == 'c';
@@ -1526,25 +1535,8 @@ START_TEST(test_resume_kill_at_random_instants) {
             if (write(pfd[1], "c", 1) != 1) _exit(3);
             _exit(0);
         }
-        close(pfd[1]);
-        if (trial >= 0) {
-            double delay = t_full * 1.1 * rand_r(&seed) / (double)RAND_MAX;
-            struct timespec ts = {(time_t)delay, (long)((delay - (double)(time_t)delay) * 1e9)};
-            nanosleep(&ts, NULL);
-            kill(pid, SIGKILL);
-        }
-        int status;
-        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-        if (trial < 0) {
-            ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "undisturbed child failed");
-            t_full = wall_time() - t0;
-        } else {
-            ck_assert_msg(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0), "child failed (status %d)", status);
-        }
         char buf[E + 4];
-        ssize_t got = 0, n;
-        while ((n = read(pfd[0], buf + got, sizeof buf - (size_t)got)) > 0) got += n;
-        close(pfd[0]);
+        const ssize_t got = reap_child(pid, trial, &seed, &t_full, t0, pfd, buf, sizeof buf);
         long done = 0;
         int closed = 0, returned = 0;
         for (ssize_t i = 0; i < got; i++) done += buf[i] == 'e', closed |= buf[i] == 'c', returned |= buf[i] == 'r';
