@@ -172,11 +172,13 @@ run: deps
 	@$(MAKE) --no-print-directory $(BIN)
 	$(MPIEXEC) -n $(NP) ./$(BIN) $(RUN_ARGS) $(CONFIG)
 
-# Every test binary runs under a timeout so that a hang fails instead of stalling CI.
+# Every test binary runs under a timeout so that a hang fails instead of stalling CI. The layer
+# and model tests run again under each lower ISA level the CPU offers (test/run-isa.sh).
 check: deps
 	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST)
 	@$(if $(MOCK_TEST),,echo "SKIPPED: test/gpu/mock (no CUDA / cuDNN headers under $(CUDA_HOME)/include)")
 	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/test_tools.sh
+	@sh test/run-isa.sh build/test/test_layers build/test/test_model
 
 # A one-node Slurm cluster on localhost (slurm-wlm, munge: installed if missing, as root), the
 # sweep -> sbatch -> run files -> plot loop through it (test/slurm/run.sh). CI runs it after check.

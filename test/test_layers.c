@@ -1,13 +1,19 @@
 /* test_layers.c — every layer of src/nn/layers.h against PyTorch (test/data/layers.h5, written by
  * tools/make_reference.py): forward outputs, input gradients, parameter gradients, BN running
- * statistics. Activations go through the formats oneDNN picks (blocked nChw8c on AVX2; also a
- * padded blocked case with 4 channels), so the tests cover the reorders as the model uses them.
+ * statistics. BN, ReLU, add and pooling run in every activation format the model can be given
+ * (ACT_TAGS: nChw8c, nChw16c, nhwc, nchw — the convolutions pick nChw8c on AVX2, nChw16c on
+ * AVX-512, nhwc for few channels; test_model_formats checks that the model's choice on this
+ * machine is among them), with padded blocked cases of 4 channels. make check runs this file
+ * under every ISA level the CPU offers (ONEDNN_MAX_CPU_ISA, test/isa-levels.sh), so one machine
+ * checks what AVX2 and AVX-512 nodes run. test_add_relu_sweep checks add+ReLU exactly over
+ * formats x channel counts x sizes, with guard bytes after dst (oneDNN 2.6.3 defects, layers.h).
  *
  * Tolerances (relative L2 error ||got − want|| / ||want|| per tensor): 1e-5 for forward
  * outputs, 1e-4 for gradients (fp32 with a different summation order than PyTorch's). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <hdf5.h>
 
@@ -23,6 +29,17 @@
         double r_ = rel_l2((got), (want), (n));                                                                 \
         ck_assert_msg(r_ <= (tol), "%s: relative L2 error %.3g > %.1g", (what), r_, (double)(tol));               \
     } while (0)
+
+/* The activation formats the layer tests run in (every format nn_md_tag names). */
+static const dnnl_format_tag_t ACT_TAGS[] = {dnnl_nChw8c, dnnl_nChw16c, dnnl_nhwc, dnnl_nchw};
+#define N_ACT_TAGS ((int)(sizeof ACT_TAGS / sizeof ACT_TAGS[0]))
+
+/* "bn (nChw8c): forward" */
+static const char *in_fmt(const char *name, dnnl_format_tag_t tag, const char *quantity) {
+    static char buf[160];
+    snprintf(buf, sizeof buf, "%s (%s): %s", name, dnnl_fmt_tag2str(tag), quantity);
+    return buf;
+}
 
 /* Buffers in a layer format, filled from / copied to plain NCHW. */
 static float *import(nn_ctx *c, const dnnl_memory_desc_t *md, const float *plain) {
@@ -141,7 +158,7 @@ END_TEST
 
 /* ---- batch normalisation ---- */
 
-static void bn_case(const char *name) {
+static void bn_case(const char *name, dnnl_format_tag_t tag) {
     nn_ctx c;
     ctx(&c);
     hid_t f = h5open("layers.h5");
@@ -157,29 +174,28 @@ static void bn_case(const char *name) {
     int relu = h5attr(g, "relu");
 
     char err[ERRLEN];
-    /* Blocked by 8 channels, as the convolutions produce on AVX2 (padded when C = 4). */
-    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], dnnl_nChw8c);
+    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     bn_layer l;
     ck_assert_msg(bn_init(&l, &c, name, &md, relu, NN_TRAIN, err, sizeof err) == 0, "%s", err);
     float *xin = import(&c, &md, x), *out = nn_alloc(nn_md_nbytes(&md));
     bn_forward(&l, &c, out, xin, gamma, beta, rm, rv);
     float *yp = export(&c, &md, out);
-    CHECK_REL("bn forward", yp, y, nx, TOL_FWD);
-    CHECK_REL("bn running mean", rm, rm1, nc, TOL_FWD);
-    CHECK_REL("bn running var", rv, rv1, nc, TOL_FWD);
+    CHECK_REL(in_fmt(name, tag, "bn forward"), yp, y, nx, TOL_FWD);
+    CHECK_REL(in_fmt(name, tag, "bn running mean"), rm, rm1, nc, TOL_FWD);
+    CHECK_REL(in_fmt(name, tag, "bn running var"), rv, rv1, nc, TOL_FWD);
 
     float *dyin = import(&c, &md, dy), *dxb = nn_alloc(nn_md_nbytes(&md));
     float *dg = malloc(nc * sizeof(float)), *db = malloc(nc * sizeof(float));
     bn_backward(&l, &c, dxb, dg, db, dyin, xin, gamma, beta);
     float *dxp = export(&c, &md, dxb);
-    CHECK_REL("bn grad input", dxp, dx, nx, TOL_BWD);
-    CHECK_REL("bn grad gamma", dg, dgamma, nc, TOL_BWD);
-    CHECK_REL("bn grad beta", db, dbeta, nc, TOL_BWD);
+    CHECK_REL(in_fmt(name, tag, "bn grad input"), dxp, dx, nx, TOL_BWD);
+    CHECK_REL(in_fmt(name, tag, "bn grad gamma"), dg, dgamma, nc, TOL_BWD);
+    CHECK_REL(in_fmt(name, tag, "bn grad beta"), db, dbeta, nc, TOL_BWD);
 
     /* In place (dinp == dout), as the model runs the fused BN+ReLU backward. */
     bn_backward(&l, &c, dyin, dg, db, dyin, xin, gamma, beta);
     float *dxp2 = export(&c, &md, dyin);
-    CHECK_REL("bn grad input in place", dxp2, dx, nx, TOL_BWD);
+    CHECK_REL(in_fmt(name, tag, "bn grad input in place"), dxp2, dx, nx, TOL_BWD);
 
     /* Inference with the updated running statistics, in place, against the closed form. */
     bn_layer li;
@@ -193,7 +209,7 @@ static void bn_case(const char *name) {
         float v = gamma[ch] * (x[i] - rm1[ch]) / sqrtf(rv1[ch] + 1e-5f) + beta[ch];
         want[i] = relu && v < 0 ? 0 : v;
     }
-    CHECK_REL("bn inference forward", yi, want, nx, TOL_FWD);
+    CHECK_REL(in_fmt(name, tag, "bn inference forward"), yi, want, nx, TOL_FWD);
 
     bn_free(&l);
     bn_free(&li);
@@ -205,16 +221,22 @@ static void bn_case(const char *name) {
     nn_ctx_free(&c);
 }
 
-START_TEST(test_bn) { bn_case("bn"); }
+START_TEST(test_bn) {
+    for (int i = 0; i < N_ACT_TAGS; i++) bn_case("bn", ACT_TAGS[i]);
+}
 END_TEST
-START_TEST(test_bn_relu) { bn_case("bnrelu"); }
+START_TEST(test_bn_relu) {
+    for (int i = 0; i < N_ACT_TAGS; i++) bn_case("bnrelu", ACT_TAGS[i]);
+}
 END_TEST
-START_TEST(test_bn_c4) { bn_case("bn_c4"); }
+START_TEST(test_bn_c4) {
+    for (int i = 0; i < N_ACT_TAGS; i++) bn_case("bn_c4", ACT_TAGS[i]);
+}
 END_TEST
 
 /* ---- ReLU and add + ReLU ---- */
 
-static void relu_case(const char *name) {
+static void relu_case(const char *name, dnnl_format_tag_t tag) {
     nn_ctx c;
     ctx(&c);
     hid_t f = h5open("layers.h5");
@@ -224,20 +246,20 @@ static void relu_case(const char *name) {
     float *x = h5f(g, "x", &n, xd), *y = h5f(g, "y", NULL, NULL), *dy = h5f(g, "dy", NULL, NULL);
     float *dx = h5f(g, "dx", NULL, NULL);
     char err[ERRLEN];
-    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], dnnl_nChw8c);
+    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     relu_layer l;
     ck_assert_msg(relu_init(&l, &c, "relu", &md, NN_TRAIN, err, sizeof err) == 0, "%s", err);
     float *xin = import(&c, &md, x), *out = nn_alloc(nn_md_nbytes(&md));
     relu_forward(&l, &c, out, xin);
     float *yp = export(&c, &md, out);
-    CHECK_REL("relu forward", yp, y, n, 0.0);
+    CHECK_REL(in_fmt(name, tag, "relu forward"), yp, y, n, 0.0);
     float *dyin = import(&c, &md, dy);
     relu_backward(&l, &c, dyin, dyin, out);
     float *dxp = export(&c, &md, dyin);
-    CHECK_REL("relu backward", dxp, dx, n, 0.0);
+    CHECK_REL(in_fmt(name, tag, "relu backward"), dxp, dx, n, 0.0);
     relu_forward(&l, &c, xin, xin); /* in place */
     float *yp2 = export(&c, &md, xin);
-    CHECK_REL("relu forward in place", yp2, y, n, 0.0);
+    CHECK_REL(in_fmt(name, tag, "relu forward in place"), yp2, y, n, 0.0);
     relu_free(&l);
     free(x), free(y), free(dy), free(dx), free(xin), free(out), free(yp), free(dyin), free(dxp), free(yp2);
     H5Gclose(g);
@@ -246,12 +268,14 @@ static void relu_case(const char *name) {
 }
 
 START_TEST(test_relu) {
-    relu_case("relu");
-    relu_case("relu_c4");
+    for (int i = 0; i < N_ACT_TAGS; i++) {
+        relu_case("relu", ACT_TAGS[i]);
+        relu_case("relu_c4", ACT_TAGS[i]);
+    }
 }
 END_TEST
 
-static void add_case(const char *name) {
+static void add_case(const char *name, dnnl_format_tag_t tag) {
     nn_ctx c;
     ctx(&c);
     hid_t f = h5open("layers.h5");
@@ -261,36 +285,36 @@ static void add_case(const char *name) {
     float *a = h5f(g, "a", &n, xd), *b = h5f(g, "b", NULL, NULL), *y = h5f(g, "y", NULL, NULL);
     float *dy = h5f(g, "dy", NULL, NULL), *dsum = h5f(g, "dsum", NULL, NULL);
     char err[ERRLEN];
-    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], dnnl_nChw8c);
+    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     add_layer l, acc;
     ck_assert_msg(add_init(&l, &c, "add_relu", &md, &md, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(add_init(&acc, &c, "add", &md, &md, 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
     float *ain = import(&c, &md, a), *bin = import(&c, &md, b), *out = nn_alloc(nn_md_nbytes(&md));
     add_forward(&l, &c, out, ain, bin);
     float *yp = export(&c, &md, out);
-    CHECK_REL("add+relu forward", yp, y, n, TOL_FWD);
+    CHECK_REL(in_fmt(name, tag, "add+relu forward"), yp, y, n, TOL_FWD);
     if (add_in_place_ok(&l)) { /* in place, as the residual connection runs where it may */
         add_forward(&l, &c, ain, ain, bin);
         float *yp2 = export(&c, &md, ain);
-        CHECK_REL("add+relu forward in place", yp2, y, n, TOL_FWD);
+        CHECK_REL(in_fmt(name, tag, "add+relu forward in place"), yp2, y, n, TOL_FWD);
         free(yp2);
     } else {
-        ck_assert_msg(md.padded_dims[1] != md.dims[1], "in place refused without padding");
+        ck_assert_msg(l.fused && md.padded_dims[1] != md.dims[1], "in place refused without fused ReLU and padding");
     }
     float *dyin = import(&c, &md, dy);
     add_backward(&l, &c, dyin, dyin, out);
     float *dp = export(&c, &md, dyin);
-    CHECK_REL("add+relu backward", dp, dsum, n, 0.0);
+    CHECK_REL(in_fmt(name, tag, "add+relu backward"), dp, dsum, n, 0.0);
     /* Plain add: (a + b) − b = a up to rounding. */
     float *a2 = import(&c, &md, a), *nb = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) nb[i] = a[i] + b[i];
     float *sum = nn_alloc(nn_md_nbytes(&md));
     add_forward(&acc, &c, sum, a2, bin);
     float *sp = export(&c, &md, sum);
-    CHECK_REL("add forward", sp, nb, n, 1e-7);
+    CHECK_REL(in_fmt(name, tag, "add forward"), sp, nb, n, 1e-7);
     add_forward(&acc, &c, a2, a2, bin); /* in place: the model's gradient accumulation */
     float *sp2 = export(&c, &md, a2);
-    CHECK_REL("add forward in place", sp2, nb, n, 1e-7);
+    CHECK_REL(in_fmt(name, tag, "add forward in place"), sp2, nb, n, 1e-7);
     add_free(&l);
     add_free(&acc);
     free(a), free(b), free(y), free(dy), free(dsum), free(ain), free(bin), free(yp), free(dyin), free(dp);
@@ -301,14 +325,100 @@ static void add_case(const char *name) {
 }
 
 START_TEST(test_add_relu) {
-    add_case("add_relu");
-    add_case("add_relu_c4");
+    for (int i = 0; i < N_ACT_TAGS; i++) {
+        add_case("add_relu", ACT_TAGS[i]);
+        add_case("add_relu_c4", ACT_TAGS[i]);
+    }
+}
+END_TEST
+
+/* add+ReLU is exact in fp32: every format x channel count x size against the closed form,
+ * out of place and (where add_in_place_ok) in place, with 4 KiB of guard bytes after each
+ * buffer that must stay untouched. Channel counts cover multiples and non-multiples of 8 and 16
+ * (oneDNN 2.6.3's fused post-op fails on the latter, per ISA: layers.h, add_relu_fusable). */
+START_TEST(test_add_relu_sweep) {
+    static const int chans[] = {1, 3, 4, 8, 12, 16, 20, 24, 32, 40, 64, 72};
+    static const int sizes[] = {1, 3, 7};
+    enum { GUARD = 4096 };
+    nn_ctx c;
+    ctx(&c);
+    char err[ERRLEN];
+    int cases = 0, unfused = 0;
+    for (int t = 0; t < N_ACT_TAGS; t++)
+        for (size_t ci = 0; ci < sizeof chans / sizeof chans[0]; ci++)
+            for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+                const int n = 2, ch = chans[ci], hw = sizes[si];
+                dnnl_memory_desc_t md = nn_md4(n, ch, hw, hw, ACT_TAGS[t]), plain = nn_md4(n, ch, hw, hw, dnnl_nchw);
+                const size_t cnt = (size_t)n * ch * hw * hw, nb = nn_md_nbytes(&md);
+                add_layer l;
+                ck_assert_msg(add_init(&l, &c, "sweep", &md, &md, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+                unfused += !l.fused;
+                float *a = malloc(cnt * sizeof(float)), *b = malloc(cnt * sizeof(float));
+                float *want = malloc(cnt * sizeof(float));
+                for (size_t i = 0; i < cnt; i++) {
+                    a[i] = (float)((i * 7919u) % 1001) / 500.0f - 1.0f;
+                    b[i] = (float)((i * 104729u) % 997) / 498.5f - 1.0f;
+                    want[i] = a[i] + b[i] > 0 ? a[i] + b[i] : 0.0f;
+                }
+                float *ain = import(&c, &md, a), *bin = import(&c, &md, b);
+                for (int inplace = 0; inplace <= add_in_place_ok(&l); inplace++) {
+                    unsigned char *raw = nn_alloc(nb + GUARD);
+                    memset(raw + nb, 0xA5, GUARD);
+                    float *out = (float *)raw;
+                    if (inplace) nn_convert(&c, out, &md, a, &plain);
+                    add_forward(&l, &c, out, inplace ? out : ain, bin);
+                    float *got = export(&c, &md, out);
+                    size_t bad = 0;
+                    for (size_t i = 0; i < cnt; i++) bad += got[i] != want[i];
+                    size_t touched = 0;
+                    for (size_t i = 0; i < GUARD; i++) touched += raw[nb + i] != 0xA5;
+                    ck_assert_msg(bad == 0 && touched == 0,
+                                  "add+ReLU %s C=%d %dx%d %s (fused %d): %zu of %zu values wrong, %zu guard bytes "
+                                  "written",
+                                  dnnl_fmt_tag2str(ACT_TAGS[t]), ch, hw, hw, inplace ? "in place" : "out of place",
+                                  l.fused, bad, cnt, touched);
+                    free(got);
+                    free(raw);
+                    cases++;
+                }
+                free(a), free(b), free(want), free(ain), free(bin);
+                add_free(&l);
+            }
+    /* The blocked formats with a channel count that is no multiple of 16 are never fused on
+     * AVX-512 (nor of 8 on AVX2); plain formats always are. */
+    ck_assert_int_gt(unfused, 0);
+    printf("add+ReLU sweep: %d cases exact, guard bytes intact; %d of %d layers with the ReLU unfused\n", cases,
+           unfused, N_ACT_TAGS * 12 * 3);
+    nn_ctx_free(&c);
+}
+END_TEST
+
+/* The format the model's activations take on this machine (the stem convolution's choice,
+ * model.c net_build) is one the layer tests cover, at the widths of the experiments. */
+START_TEST(test_model_formats) {
+    nn_ctx c;
+    ctx(&c);
+    char err[ERRLEN];
+    static const int widths[] = {4, 16, 24, 64};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        conv_layer l;
+        ck_assert_msg(conv_init(&l, &c, "stem", 8, 3, 32, 32, widths[i], 3, 1, 1, NULL, NULL, NN_TRAIN, 0, err,
+                                sizeof err) == 0,
+                      "%s", err);
+        dnnl_format_tag_t tag = nn_md_tag(&l.dst_md);
+        int covered = 0;
+        for (int t = 0; t < N_ACT_TAGS; t++) covered |= tag == ACT_TAGS[t];
+        ck_assert_msg(covered, "width %d: the stem convolution's output format is none of ACT_TAGS", widths[i]);
+        printf("model activation format at width %d: %s\n", widths[i], dnnl_fmt_tag2str(tag));
+        conv_free(&l);
+    }
+    nn_ctx_free(&c);
 }
 END_TEST
 
 /* ---- pooling ---- */
 
-static void maxpool_case(const char *name) {
+static void maxpool_case(const char *name, dnnl_format_tag_t tag) {
     nn_ctx c;
     ctx(&c);
     hid_t f = h5open("layers.h5");
@@ -318,7 +428,7 @@ static void maxpool_case(const char *name) {
     float *x = h5f(g, "x", &nx, xd), *y = h5f(g, "y", &ny, NULL), *dy = h5f(g, "dy", NULL, NULL);
     float *dx = h5f(g, "dx", NULL, NULL);
     char err[ERRLEN];
-    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], dnnl_nChw8c);
+    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     pool_layer l;
     ck_assert_msg(pool_init(&l, &c, name, &md, 1, h5attr(g, "k"), h5attr(g, "stride"), h5attr(g, "pad"), NN_TRAIN,
                             err, sizeof err) == 0,
@@ -327,11 +437,11 @@ static void maxpool_case(const char *name) {
     float *xin = import(&c, &md, x), *out = nn_alloc(nn_md_nbytes(&l.dst_md));
     pool_forward(&l, &c, out, xin);
     float *yp = export(&c, &l.dst_md, out);
-    CHECK_REL("maxpool forward", yp, y, ny, 0.0);
+    CHECK_REL(in_fmt(name, tag, "maxpool forward"), yp, y, ny, 0.0);
     float *dyin = import(&c, &l.dst_md, dy), *dxb = nn_alloc(nn_md_nbytes(&md));
     pool_backward(&l, &c, dxb, dyin);
     float *dxp = export(&c, &md, dxb);
-    CHECK_REL("maxpool backward", dxp, dx, nx, TOL_FWD);
+    CHECK_REL(in_fmt(name, tag, "maxpool backward"), dxp, dx, nx, TOL_FWD);
     pool_free(&l);
     free(x), free(y), free(dy), free(dx), free(xin), free(out), free(yp), free(dyin), free(dxb), free(dxp);
     H5Gclose(g);
@@ -340,13 +450,16 @@ static void maxpool_case(const char *name) {
 }
 
 START_TEST(test_maxpool) {
-    maxpool_case("maxpool_9");
-    maxpool_case("maxpool_12");
-    maxpool_case("maxpool_c4");
+    for (int i = 0; i < N_ACT_TAGS; i++) {
+        maxpool_case("maxpool_9", ACT_TAGS[i]);
+        maxpool_case("maxpool_12", ACT_TAGS[i]);
+        maxpool_case("maxpool_c4", ACT_TAGS[i]);
+    }
 }
 END_TEST
 
 START_TEST(test_avgpool) {
+    const dnnl_format_tag_t tag = ACT_TAGS[_i];
     nn_ctx c;
     ctx(&c);
     hid_t f = h5open("layers.h5");
@@ -356,7 +469,7 @@ START_TEST(test_avgpool) {
     float *x = h5f(g, "x", &nx, xd), *y = h5f(g, "y", &ny, NULL), *dy = h5f(g, "dy", NULL, NULL);
     float *dx = h5f(g, "dx", NULL, NULL);
     char err[ERRLEN];
-    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], dnnl_nChw8c);
+    dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     pool_layer l;
     ck_assert_msg(pool_init(&l, &c, "avgpool", &md, 0, 0, 0, 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(l.oh, 1);
@@ -364,11 +477,11 @@ START_TEST(test_avgpool) {
     float *xin = import(&c, &md, x), *out = nn_alloc(nn_md_nbytes(&l.dst_md));
     pool_forward(&l, &c, out, xin);
     float *yp = export(&c, &l.dst_md, out); /* (N, C, 1, 1) plain = (N, C) */
-    CHECK_REL("avgpool forward", yp, y, ny, TOL_FWD);
+    CHECK_REL(in_fmt("avgpool", tag, "avgpool forward"), yp, y, ny, TOL_FWD);
     float *dyin = import(&c, &l.dst_md, dy), *dxb = nn_alloc(nn_md_nbytes(&md));
     pool_backward(&l, &c, dxb, dyin);
     float *dxp = export(&c, &md, dxb);
-    CHECK_REL("avgpool backward", dxp, dx, nx, TOL_FWD);
+    CHECK_REL(in_fmt("avgpool", tag, "avgpool backward"), dxp, dx, nx, TOL_FWD);
     pool_free(&l);
     free(x), free(y), free(dy), free(dx), free(xin), free(out), free(yp), free(dyin), free(dxb), free(dxp);
     H5Gclose(g);
@@ -428,10 +541,19 @@ START_TEST(test_softmax_xent) {
 }
 END_TEST
 
+/* Under make check's ISA caps (test/run-isa.sh), the cap is the ISA oneDNN really runs. */
+START_TEST(test_isa_cap) {
+    const char *cap = getenv("ONEDNN_MAX_CPU_ISA");
+    if (!cap || !*cap || !strcasecmp(cap, "ALL")) return;
+    ck_assert_msg(!strcasecmp(cap, nn_isa_name()), "ONEDNN_MAX_CPU_ISA=%s, oneDNN runs %s", cap, nn_isa_name());
+}
+END_TEST
+
 static Suite *layers_suite(void) {
     Suite *s = suite_create("layers");
     TCase *tc = tcase_create("pytorch");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_isa_cap);
     tcase_add_test(tc, test_conv_3x3s1);
     tcase_add_test(tc, test_conv_3x3s2);
     tcase_add_test(tc, test_conv_1x1s2);
@@ -445,12 +567,17 @@ static Suite *layers_suite(void) {
     tcase_add_test(tc, test_bn_c4);
     tcase_add_test(tc, test_relu);
     tcase_add_test(tc, test_add_relu);
+    tcase_add_test(tc, test_add_relu_sweep);
+    tcase_add_test(tc, test_model_formats);
     tcase_add_test(tc, test_maxpool);
-    tcase_add_test(tc, test_avgpool);
+    tcase_add_loop_test(tc, test_avgpool, 0, N_ACT_TAGS);
     tcase_add_test(tc, test_fc);
     tcase_add_test(tc, test_softmax_xent);
     suite_add_tcase(s, tc);
     return s;
 }
 
-int main(void) { return run_suite(layers_suite()); }
+int main(void) {
+    printf("oneDNN ISA: %s\n", nn_isa_name());
+    return run_suite(layers_suite());
+}

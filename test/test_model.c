@@ -23,6 +23,7 @@
 #include <hdf5.h>
 
 #include "gpu.h"
+#include "nn/layers.h"
 #include "nn/model.h"
 #include "optim/sgd.h"
 #include "h5ref.h"
@@ -508,4 +509,7 @@ static Suite *model_suite(void) {
     return s;
 }
 
-int main(void) { return run_suite(model_suite()); }
+int main(void) {
+    printf("oneDNN ISA: %s\n", nn_isa_name());
+    return run_suite(model_suite());
+}

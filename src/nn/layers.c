@@ -570,11 +570,43 @@ void relu_free(relu_layer *l) {
 
 /* ---- add [+ ReLU] ------------------------------------------------------------------------- */
 
+const char *nn_isa_name(void) {
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+    }
+}
+
+/* Vector length in floats of the code oneDNN runs on this CPU (after ONEDNN_MAX_CPU_ISA). */
+static int isa_floats(void) {
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    if ((isa & dnnl_cpu_isa_avx512_core) == dnnl_cpu_isa_avx512_core ||
+        (isa & dnnl_cpu_isa_avx512_mic) == dnnl_cpu_isa_avx512_mic)
+        return 16;
+    if ((isa & dnnl_cpu_isa_avx2) == dnnl_cpu_isa_avx2) return 8;
+    return 4;
+}
+
+int add_relu_fusable(const dnnl_memory_desc_t *md) {
+    if (md->format_kind != dnnl_blocked || md->format_desc.blocking.inner_nblks == 0) return 1;
+    return md->dims[1] % isa_floats() == 0;
+}
+
 int add_init(add_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t *a_md,
              const dnnl_memory_desc_t *b_md, int relu, nn_mode mode, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
     l->name = name;
     l->relu = relu;
+    l->fused = relu && add_relu_fusable(a_md);
     l->a_md = *a_md;
     l->b_md = *b_md;
     dnnl_primitive_attr_t attr = NULL;
@@ -585,7 +617,7 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t
         seterr(err, errlen, "%s:%d: oneDNN set_scratchpad_mode failed in layer %s", __FILE__, __LINE__, name);
         goto done;
     }
-    if (relu) {
+    if (l->fused) {
         if (dnnl_post_ops_create(&po) != dnnl_success ||
             dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success ||
             dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success) {
@@ -605,14 +637,15 @@ done:
     if (po) dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
     if (rc) return rc;
-    if (relu && mode == NN_TRAIN && relu_init(&l->r, c, name, a_md, NN_TRAIN, err, errlen)) return -1;
+    /* The ReLU layer: backward of the fused ReLU in training, and the forward where not fused. */
+    if (relu && (mode == NN_TRAIN || !l->fused) && relu_init(&l->r, c, name, a_md, mode, err, errlen)) return -1;
     if (mem_make(&l->m_a, c, a_md, NULL, name, err, errlen)) return -1;
     if (mem_make(&l->m_b, c, b_md, NULL, name, err, errlen)) return -1;
     if (mem_make(&l->m_dst, c, a_md, NULL, name, err, errlen)) return -1;
     return 0;
 }
 
-int add_in_place_ok(const add_layer *l) { return !l->relu || l->a_md.padded_dims[1] == l->a_md.dims[1]; }
+int add_in_place_ok(const add_layer *l) { return !l->fused || l->a_md.padded_dims[1] == l->a_md.dims[1]; }
 
 void add_forward(add_layer *l, nn_ctx *c, float *out, const float *a, const float *b) {
     if (out == a && !add_in_place_ok(l)) DIE("layer %s: in-place add+ReLU on a padded format", l->name);
@@ -620,6 +653,7 @@ void add_forward(add_layer *l, nn_ctx *c, float *out, const float *a, const floa
     mem_set(c, l->m_b, b, l->name);
     mem_set(c, l->m_dst, out, l->name);
     EXEC(c, &l->fwd, {DNNL_ARG_SRC_0, l->m_a}, {DNNL_ARG_SRC_1, l->m_b}, {DNNL_ARG_DST, l->m_dst});
+    if (l->relu && !l->fused) relu_forward(&l->r, c, out, out);
 }
 
 void add_backward(add_layer *l, nn_ctx *c, float *dsum, const float *dout, const float *out) {

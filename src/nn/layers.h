@@ -26,8 +26,10 @@
  * oneDNN 2.6.3 (Debian 12) problems worked around here, each reproduced by test_layers.c:
  *   - jit_1x1 backward-weights of a strided 1x1 conv on nhwc with < 8 input channels: wrong dW
  *     and out-of-bounds writes (oneDNN issue #6035) -> conv_init picks another format;
- *   - binary add with a ReLU post-op, in place, on a format with padded channels leaves dst
- *     unchanged -> add_in_place_ok;
+ *   - binary add with a ReLU post-op on a channel-blocked format whose channel count is not a
+ *     multiple of the ISA's vector length: wrong values and out-of-bounds writes (nChw8c on
+ *     AVX-512, nChw16c on AVX2; in place with padded channels everywhere) -> add_relu_fusable
+ *     (the ReLU then runs as its own primitive) and add_in_place_ok;
  *   - no jit backward-weights for a 1-channel nchw input (reference loops, ~100x slower) ->
  *     conv_init reorders into a format a jit implementation takes.
  * Where oneDNN has only its reference convolution for the shapes (fewer than 8 channels with
@@ -96,6 +98,9 @@ void nn_ctx_free(nn_ctx *c);
 
 /* Plain 4-D f32 descriptor (n, c, h, w) with the given tag (dnnl_nchw, dnnl_nChw8c, ...). */
 dnnl_memory_desc_t nn_md4(int n, int ch, int h, int w, dnnl_format_tag_t tag);
+/* The instruction set oneDNN's kernels use here (dnnl_get_effective_cpu_isa: the CPU's best,
+ * or lower when capped by ONEDNN_MAX_CPU_ISA), e.g. "avx2", "avx512_core_bf16". */
+const char *nn_isa_name(void);
 /* The tag among nChw16c, nChw8c, nhwc, nchw that md is, or dnnl_format_tag_undef. */
 dnnl_format_tag_t nn_md_tag(const dnnl_memory_desc_t *md);
 /* Bytes a buffer of this descriptor needs (padding of blocked formats included). */
@@ -209,9 +214,10 @@ void relu_free(relu_layer *l);
 typedef struct {
     const char *name;
     int relu;
+    int fused;                      /* ReLU as a post-op of the binary primitive (add_relu_fusable) */
     dnnl_memory_desc_t a_md, b_md;  /* out is in a_md */
     nn_prim fwd;
-    relu_layer r;                   /* backward of the fused ReLU (relu && mode NN_TRAIN) */
+    relu_layer r;                   /* the ReLU's backward (NN_TRAIN), and its forward when not fused */
     dnnl_memory_t m_a, m_b, m_dst;
 } add_layer;
 
@@ -221,10 +227,19 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t
              const dnnl_memory_desc_t *b_md, int relu, nn_mode mode, char *err, size_t errlen);
 /* out == a allowed if add_in_place_ok(l). */
 void add_forward(add_layer *l, nn_ctx *c, float *out, const float *a, const float *b);
-/* Whether add_forward may run in place (out == a). Not with the ReLU post-op on a format with
+/* Whether add_forward may run in place (out == a). Not with the fused ReLU on a format with
  * padded channels (fewer channels than the block): oneDNN 2.6's jit:uni binary then leaves dst
  * unchanged (found by test_layers' add_relu_c4). */
 int add_in_place_ok(const add_layer *l);
+/* Whether add+ReLU on md may run as one binary primitive with a ReLU post-op: on plain formats
+ * (nchw, nhwc) always; on channel-blocked ones (nChw8c, nChw16c) only when the channel count is
+ * a multiple of the vector length of the ISA oneDNN runs (16 floats for AVX-512, 8 for AVX2,
+ * 4 below; dnnl_get_effective_cpu_isa, so ONEDNN_MAX_CPU_ISA counts). Otherwise add_init builds
+ * the add and a separate in-place ReLU: oneDNN 2.6.3's jit:uni binary with an eltwise post-op
+ * computes wrong values there and writes beyond dst (e.g. nChw8c on AVX-512 with C = 4 or 24;
+ * nChw16c on AVX2 with C = 12; in place with padded channels on both) — docs/perf.md, "Known
+ * library defects"; test_layers sweeps every such case. */
+int add_relu_fusable(const dnnl_memory_desc_t *md);
 /* With relu: dsum = dout · [out > 0] (dsum == dout allowed); the gradient of a and of b. */
 void add_backward(add_layer *l, nn_ctx *c, float *dsum, const float *dout, const float *out);
 void add_free(add_layer *l);

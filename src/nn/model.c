@@ -704,7 +704,7 @@ void model_backend_version(char *buf, size_t n) {
     const dnnl_version_t *v = dnnl_version();
     char g[256];
     gpu_version(g, sizeof g);
-    snprintf(buf, n, "cpu: oneDNN %d.%d.%d; cuda: %s", v->major, v->minor, v->patch, g);
+    snprintf(buf, n, "cpu: oneDNN %d.%d.%d (%s); cuda: %s", v->major, v->minor, v->patch, nn_isa_name(), g);
 }
 
 /* ---- devices (model.h) -------------------------------------------------------------------- */
