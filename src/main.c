@@ -9,6 +9,7 @@
  * prints errors and writes the run file. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
 #include <omp.h>
 #include <sched.h>
 #include <signal.h>
@@ -150,6 +151,36 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
         return seterr(err, errlen, "%s: key 'output': cannot create %s: %s is not a directory", config_where("output"), e->output, dir);
     if (access(dir, W_OK | X_OK) != 0)
         return seterr(err, errlen, "%s: key 'output': cannot create %s: directory %s is not writable", config_where("output"), e->output, dir);
+    return 0;
+}
+
+/* Neither the output nor the checkpoint directory may be, or contain, an input of the run (the
+ * experiment file, the data files), whatever `overwrite` says: a run never replaces its inputs.
+ * Compared by file identity (device, inode) and by resolved path. Returns 0 or EXIT_BADINPUT. */
+static int check_not_input(const experiment *e, const char *config_path, const char *ckdir, char *err, size_t errlen) {
+    const struct { const char *key, *path; } in[] = {
+        {"the experiment file", config_path},           {"key 'data.train_images'", e->data.train_images},
+        {"key 'data.train_labels'", e->data.train_labels}, {"key 'data.val_images'", e->data.val_images},
+        {"key 'data.val_labels'", e->data.val_labels},
+    };
+    struct stat so, sc, si;
+    const int out_exists = stat(e->output, &so) == 0, ck_exists = stat(ckdir, &sc) == 0;
+    char ck_real[PATH_MAX] = "", in_real[PATH_MAX];
+    if (ck_exists && S_ISDIR(sc.st_mode) && !realpath(ckdir, ck_real)) ck_real[0] = '\0';
+    const size_t ck_len = strlen(ck_real);
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
+        if (!in[i].path || stat(in[i].path, &si) != 0) continue;
+        if (out_exists && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
+            return seterr(err, errlen, "%s: key 'output': %s is %s (%s), an input of this run; choose another output",
+                          config_where("output"), e->output, in[i].path, in[i].key);
+        if (ck_exists && sc.st_dev == si.st_dev && sc.st_ino == si.st_ino)
+            return seterr(err, errlen, "%s: key 'checkpoint.path': %s is %s (%s), an input of this run; choose another "
+                          "checkpoint.path", config_where("checkpoint.path"), ckdir, in[i].path, in[i].key);
+        if (ck_len && realpath(in[i].path, in_real) && !strncmp(in_real, ck_real, ck_len) && in_real[ck_len] == '/')
+            return seterr(err, errlen, "%s: key 'checkpoint.path': the checkpoint directory %s holds %s (%s), an input of "
+                          "this run; choose another checkpoint.path", config_where("checkpoint.path"), ckdir, in[i].path,
+                          in[i].key);
+    }
     return 0;
 }
 
@@ -460,7 +491,8 @@ int main(int argc, char **argv) {
     ckpt_dir_of(&e, ckdir, sizeof ckdir);
     resume_plan plan = {.label = -1};
     if (r0) {
-        st = plan_resume(&e, args.resume, ckdir, log_rank, &plan, err, sizeof err);
+        st = check_not_input(&e, args.config_path, ckdir, err, sizeof err);
+        if (!st) st = plan_resume(&e, args.resume, ckdir, log_rank, &plan, err, sizeof err);
         if (!st && plan.label < 0 && !plan.finished && !plan.move_aside) st = check_output(&e, err, sizeof err);
     }
     if (r0 && !plan.run_id) plan.run_id = ckpt_new_run_id();

@@ -336,7 +336,8 @@ START_TEST(test_out_of_range) {
     EXPECT_ERROR("model = { width = 0; };\n", ":1: key 'model.width': expected an integer in [1, 1024], got 0");
     EXPECT_ERROR("model = { width = 2048; };\n", "key 'model.width': expected an integer in [1, 1024], got 2048");
     EXPECT_ERROR("seed = -1;\n", "key 'seed': expected an integer >= 0, got -1");
-    EXPECT_ERROR("threads = -1;\n", "key 'threads': expected an integer >= 0, got -1");
+    EXPECT_ERROR("threads = -1;\n", "key 'threads': expected an integer in [0, 1024], got -1");
+    EXPECT_ERROR("threads = 100000;\n", "key 'threads': expected an integer in [0, 1024], got 100000");
     EXPECT_ERROR("eval = { every = 0; };\n", "key 'eval.every': expected an integer >= 1, got 0");
     EXPECT_ERROR("eval = { batch = 0; };\n", "key 'eval.batch': expected an integer >= 1, got 0");
     EXPECT_ERROR("log_every = 0;\n", "key 'log_every': expected an integer >= 1, got 0");
@@ -395,7 +396,8 @@ START_TEST(test_inject_ranges) {
     EXPECT_ERROR("inject = { fail_step = -1; };\n", ":1: key 'inject.fail_step'", "got -1");
     EXPECT_ERROR("inject = { random_slow = 1.5; };\n", ":1: key 'inject.random_slow': expected a number in [0, 1], got 1.5");
     EXPECT_ERROR("inject = { random_slow = -0.1; };\n", ":1: key 'inject.random_slow': expected a number in [0, 1], got -0.1");
-    EXPECT_ERROR("b = 8;\ninject = { delay_ms = -1; };\n", ":2: key 'inject.delay_ms': expected a number >= 0, got -1");
+    EXPECT_ERROR("b = 8;\ninject = { delay_ms = -1; };\n", ":2: key 'inject.delay_ms': expected a number in [0, 3600000], got -1");
+    EXPECT_ERROR("b = 8;\ninject = { delay_ms = 1e300; };\n", ":2: key 'inject.delay_ms': expected a number in [0, 3600000], got 1e+300");
     EXPECT_ERROR("inject = 5;\n", ":1: key 'inject': expected a group");
     EXPECT_ERROR("inject = { slow_rank = [1]; };\n", ":1: unknown key 'inject.slow_rank'; did you mean 'inject.slow_ranks'?");
     /* slow_ranks: each a worker rank, strictly increasing, at most CFG_MAX_SLOW */

@@ -186,6 +186,46 @@ START_TEST(test_existing_output_refused) {
 }
 END_TEST
 
+/* The whole content of a file (at most n - 1 bytes), for before/after comparisons. */
+static size_t slurp(const char *path, char *buf, size_t n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    size_t got = fread(buf, 1, n - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+    return got;
+}
+
+/* A run never replaces its inputs: output or checkpoint.path naming (or holding) the experiment
+ * file or a data file is refused with or without overwrite = true, nothing changed; and the
+ * bounds on keys that could exhaust threads or time. */
+START_TEST(test_inputs_never_replaced) {
+    char cfg[512], h5[512], extra[1400], before[8192], after[8192];
+    make_cfg("alias", "", cfg, h5);
+    const size_t n = slurp(cfg, before, sizeof before);
+    snprintf(extra, sizeof extra, "--set overwrite=true --set output=%s", cfg);
+    expect_bad(2, cfg, extra, "key 'output'", "the experiment file");
+    /* A data file: a copy of the validation labels in the test directory. */
+    char labels[600], cmd[1400], out[1 << 15];
+    snprintf(labels, sizeof labels, "%s/val-labels.gz", g_dir);
+    snprintf(cmd, sizeof cmd, "cp /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz %s", labels);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    struct stat s0, s1;
+    ck_assert_int_eq(stat(labels, &s0), 0);
+    snprintf(extra, sizeof extra, "--set overwrite=true --set data.val_labels=%s --set output=%s", labels, labels);
+    expect_bad(2, cfg, extra, "key 'output'", "key 'data.val_labels'");
+    snprintf(extra, sizeof extra, "--set checkpoint.path=%s", g_dir);
+    expect_bad(2, cfg, extra, "key 'checkpoint.path'", "an input of this run");
+    ck_assert_int_eq(stat(labels, &s1), 0);
+    ck_assert_msg(s1.st_size == s0.st_size && s1.st_mtime == s0.st_mtime, "%s changed", labels);
+    ck_assert_uint_eq(slurp(cfg, after, sizeof after), n);
+    ck_assert_str_eq(after, before);
+    /* Bounds: threads (libgomp crashed at 100000), inject.delay_ms (an hour at most). */
+    expect_bad(2, cfg, "--set threads=100000", "key 'threads'", "[0, 1024]");
+    expect_bad(2, cfg, "--set inject.delay_ms=1e300", "key 'inject.delay_ms'", "[0, 3600000]");
+}
+END_TEST
+
 START_TEST(test_killed_run_leaves_readable_file) {
     char cfg[512], h5[512], cmd[2048], out[1 << 15];
     make_cfg("killed", "eval = { every = 2; batch = 500; at_start = false; };", cfg, h5);
@@ -253,6 +293,7 @@ int main(void) {
     tcase_add_test(tc, test_same_seed_bitwise);
     tcase_add_test(tc, test_bad_input_every_rank);
     tcase_add_test(tc, test_existing_output_refused);
+    tcase_add_test(tc, test_inputs_never_replaced);
     tcase_add_test(tc, test_divergence_stops_every_rank);
     tcase_add_test(tc, test_linear_converges);
     tcase_add_test(tc, test_killed_run_leaves_readable_file);

@@ -176,8 +176,9 @@ static const key_def keys[] = {
     K_LIST("inject.slow_ranks", inject.slow_ranks, inject.n_slow_ranks, 1, 0, "p", "worker rank", "worker ranks",
            "worker ranks", " (workers are numbered 0 to p-1)", "ranks",
            "workers delayed on every step (by a delay drawn from delay_dist with mean delay_ms)"),
-    K_FLOAT("inject.delay_ms", inject.delay_ms, 0, 1, 0, 0, 0, 0, 0, "ms",
-            "mean extra time of a delayed step (slept, not computed); 0: no delays"),
+    K_FLOAT("inject.delay_ms", inject.delay_ms, 0, 1, 0, 0, 1, 0, 3.6e6, "ms",
+            "mean extra time of a delayed step (slept, not computed; a SIGTERM ends the sleep); 0: no delays; at most "
+            "an hour"),
     K_ENUM("inject.delay_dist", inject.delay_dist, DELAY_FIXED, delay_dist_names, 0x7u, NULL, "distributions",
            "distribution of each delay: fixed (delay_ms), exponential (mean delay_ms), lognormal (σ = 1, mean delay_ms)"),
     K_FLOAT("inject.random_slow", inject.random_slow, 0, 1, 0, 0, 1, 0, 1, "",
@@ -212,10 +213,11 @@ static const key_def keys[] = {
            "also evaluate the initial model (step 0), so curves start at iteration 0"),
     K_INT64("log_every", log_every, 20, 1, "iterations",
             "progress line and /train row every this many iterations"),
-    K_INT("threads", threads, 0, 0, INT_MAX, "threads",
+    K_INT("threads", threads, 0, 0, 1024, "threads",
           "compute threads per rank; 0: the node's cores / the ranks on the node"),
     K_STRING("output", output, "", S_ANY, "path",
-             "HDF5 run file; \"\" means runs/<name>.h5"),
+             "HDF5 run file; \"\" means runs/<name>.h5; never an input of the run (experiment file, data files), "
+             "whatever overwrite says"),
     K_BOOL("overwrite", overwrite, 0, "replace an existing output file instead of refusing"),
     K_CHOICE("resume", resume, "never", resume_names, 0x3u, NULL, "resume modes",
              "never: start afresh (an existing output is refused); auto: continue from the checkpoint and run file "
@@ -223,7 +225,8 @@ static const key_def keys[] = {
     K_INT64("checkpoint.every", checkpoint.every, 0, 0, "iterations",
             "write a checkpoint every this many iterations (0: only on SIGTERM / SIGUSR1); see docs/checkpoint.md"),
     K_STRING("checkpoint.path", checkpoint.path, "", S_ANY, "path",
-             "checkpoint directory; \"\" means the output without .h5, plus .ckpt (runs/<name>.ckpt)"),
+             "checkpoint directory; \"\" means the output without .h5, plus .ckpt (runs/<name>.ckpt); must not hold an "
+             "input of the run"),
     K_CHOICE("comm", comm, "mpi", comm_names, 0x3u, NULL, "communication libraries",
              "how allreduce averages gradients: mpi (MPI_Allreduce; on device cuda through host memory unless "
              "MPI is CUDA-aware) or nccl (NCCL on the GPUs; device cuda, one GPU per worker)"),

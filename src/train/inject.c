@@ -7,6 +7,8 @@
  *   slow     (seed, worker, step)  the delay of a slow_ranks worker
  *   random   (seed, worker, step)  the delay of the random_slow victim */
 #include "train/inject.h"
+
+#include "train/checkpoint.h"
 #include "util/util.h"
 
 #include <errno.h>
@@ -82,5 +84,7 @@ void inject_sleep(double s) {
     req.tv_sec = (time_t)s;
     req.tv_nsec = (long)((s - (double)req.tv_sec) * 1e9);
     if (req.tv_nsec > 999999999L) req.tv_nsec = 999999999L;
-    while (nanosleep(&req, &rem) == -1 && errno == EINTR) req = rem;
+    /* A signal interrupts nanosleep (EINTR): a stop request ends the sleep, anything else
+     * (SIGUSR1, a profiler's timer) sleeps the rest. */
+    while (nanosleep(&req, &rem) == -1 && errno == EINTR && !(ckpt_signal_pending() & CKPT_SIG_STOP)) req = rem;
 }

@@ -40,7 +40,8 @@ int inject_random_victim(const experiment *e, long step);
  * step >= fail_step), else 0. */
 int inject_failed(const injector *in, long step);
 
-/* Sleep s seconds (s <= 0: return at once); resumes after signals. */
+/* Sleep s seconds (s <= 0: return at once). A SIGTERM / SIGINT (ckpt_signal_pending's stop
+ * request) ends the sleep at once; other signals do not shorten it. */
 void inject_sleep(double s);
 
 #endif
