@@ -550,6 +550,10 @@ int main(int argc, char **argv) {
     omp_set_num_threads(threads);
     /* One GPU per rank, chosen from the rank's index on its node (cuda/gpu.h gpu_select). */
     const int on_gpu = strcmp(e.device, "cuda") == 0;
+    /* A CPU run continues bitwise only with the threads its checkpoint was written with: refused
+     * here, before anything (the run file) is touched, unless checkpoint.same_threads = false. */
+    if (t.resume_label >= 0 && !on_gpu && e.checkpoint.same_threads) st = ckpt_check_threads(ckdir, t.resume_label, rank, threads, err, sizeof err);
+    agree_or_exit(st, err);
     char gpu_desc[256] = "";
     if (on_gpu && (st = gpu_select(comm_local_rank(), comm_local_size(), gpu_desc, sizeof gpu_desc, err, sizeof err))) {
         char msg[ERRLEN];

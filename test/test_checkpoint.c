@@ -334,6 +334,25 @@ static void file_sum(const char *path, char *out, size_t n) {
     ck_assert(run(cmd, out, n) == 0);
 }
 
+/* A resume with other compute threads than the checkpoint's (threads = 0 resolves to the cores per
+ * rank, 1 here) would not continue bitwise: refused before anything is touched, unless
+ * checkpoint.same_threads = false says it may. */
+START_TEST(test_threads_change) {
+    char cfg[512], h5[512], out[1 << 15], s1[128], s2[128];
+    write_cfg("th", "p = 2;\n", cfg, h5);
+    ck_assert_int_eq(run_env("DSGD_TEST_SIGNAL=TERM@60", 2, cfg, "--set threads=1", out, sizeof out), 3);
+    file_sum(h5, s1, sizeof s1);
+    int st = run_env("", 2, cfg, "--resume --set threads=2", out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'threads'") && strstr(out, "written with 1 compute thread(s), this run has 2") &&
+                      strstr(out, "checkpoint.same_threads=false"),
+                  "exit %d\n%s", st, out);
+    file_sum(h5, s2, sizeof s2);
+    ck_assert_msg(!strcmp(s1, s2), "a refused resume changed the run file");
+    st = run_env("", 2, cfg, "--resume --set threads=2 --set checkpoint.same_threads=false", out, sizeof out);
+    ck_assert_msg(st == 0, "allowed resume: exit %d\n%s", st, out);
+}
+END_TEST
+
 /* What a new user found: a missing or foreign rank file is refused before the run file is
  * touched; resume = "auto" keeps a run file that has no checkpoint under another name; other
  * files in the checkpoint directory survive; two runs cannot share a checkpoint directory; an
@@ -455,6 +474,7 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_refusals_keep_files);
+    tcase_add_test(tc, test_threads_change);
     tcase_add_test(tc, test_shared_checkpoint_dir);
     tcase_add_test(tc, test_allreduce_bitwise);
     tcase_add_test(tc, test_usr1_continues);

@@ -427,6 +427,22 @@ int ckpt_close(ckpt_file *f) {
 
 const char *ckpt_error(const ckpt_file *f) { return f ? f->err : ""; }
 
+int ckpt_check_threads(const char *dir, long label, int rank, int threads, char *err, size_t errlen) {
+    if (!ckpt_exists(dir, label, rank)) return 0; /* a rank without a part (a worker that had left) */
+    ckpt_file *f = ckpt_open(dir, label, rank, err, errlen);
+    if (!f) return EXIT_BADINPUT;
+    int64_t had = 0;
+    int st = 0;
+    if (ckpt_get_i64(f, "threads", &had, 1)) st = seterr(err, errlen, "%s", ckpt_error(f));
+    else if (had != threads)
+        st = seterr(err, errlen, "%s: key 'threads': rank %d's checkpoint (%s/step-%ld) was written with %lld compute "
+                    "thread(s), this run has %d; with other threads oneDNN sums in another order and the run would not "
+                    "continue bitwise: set threads = %lld, or --set checkpoint.same_threads=false to continue anyway",
+                    config_where("threads"), rank, dir, label, (long long)had, threads, (long long)had);
+    ckpt_free(f);
+    return st;
+}
+
 void ckpt_free(ckpt_file *f) {
     if (!f) return;
     if (f->file >= 0) H5Fclose(f->file);
@@ -467,7 +483,8 @@ int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char 
 
 /* Keys that may differ between the parts of one run. */
 static int ignored_key(const char *key) {
-    static const char *const ok[] = {"resume", "overwrite", "checkpoint.every", "checkpoint.path", "comm_timeout_s", "threads", "log_every"};
+    static const char *const ok[] = {"resume", "overwrite", "checkpoint.every", "checkpoint.path", "checkpoint.same_threads",
+                                     "comm_timeout_s", "threads", "log_every"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (!strcmp(ok[i], key)) return 1;
     return 0;

@@ -9,6 +9,7 @@
 #include "train/train.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,8 +295,9 @@ void train_log_summary(trainer *t, int status, int why, double train_s, double i
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
 int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls) {
-    const int64_t step = t->step;
-    int rc = ckpt_put_i64(f, "step", &step, 1) | ckpt_put_f64(f, "times", (const double *)&t->times, 7);
+    const int64_t step = t->step, threads = omp_get_max_threads();
+    int rc = ckpt_put_i64(f, "step", &step, 1) | ckpt_put_f64(f, "times", (const double *)&t->times, 7) |
+             ckpt_put_i64(f, "threads", &threads, 1);
     if (!t->log) return rc;
     static char text[CFG_TEXT_MAX];
     config_to_text(t->e, text, sizeof text);
