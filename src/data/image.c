@@ -46,6 +46,8 @@ struct image_dec {
     size_t bx_cap, by_cap;
     double *w;          /* resize: one output's weights before normalisation */
     size_t w_cap;
+    uint8_t *scratch;   /* image_scratch */
+    size_t scratch_cap;
 };
 
 /* Grow *p to at least need bytes (never shrinks). Returns 0 or -1 when out of memory. */
@@ -63,6 +65,10 @@ static int grow(void *p, size_t *cap, size_t need) {
 
 static void grow_or_die(void *p, size_t *cap, size_t need) {
     if (grow(p, cap, need)) DIE("image: out of memory (%zu bytes)", need);
+}
+
+uint8_t *image_scratch(image_dec *d, size_t nbytes) {
+    return grow(&d->scratch, &d->scratch_cap, nbytes) ? NULL : d->scratch;
 }
 
 /* ---- libjpeg error manager ---- */
@@ -124,6 +130,7 @@ void image_dec_free(image_dec *d) {
     free(d->bx);
     free(d->by);
     free(d->w);
+    free(d->scratch);
     free(d);
 }
 

@@ -26,6 +26,11 @@ void image_dec_free(image_dec *d);
 
 enum { IMAGE_BILINEAR = 0, IMAGE_BICUBIC = 1 };
 
+/* A buffer of d of at least nbytes, distinct from the decode and resize buffers, for a caller's
+ * intermediate results (augment.c's u8 crop); grows, never shrinks; valid until the next
+ * image_scratch on d. NULL when out of memory. */
+uint8_t *image_scratch(image_dec *d, size_t nbytes);
+
 /* Decode a whole JPEG (baseline or progressive; YCbCr, grayscale, RGB, CMYK and YCCK) to RGB u8
  * (h, w, 3) at scale 1/denom (denom 1, 2, 4 or 8: libjpeg's DCT-domain scaling, h = ceil(H /
  * denom)). 4-component JPEGs are taken as Adobe-inverted CMYK whatever their markers say, as
