@@ -1,0 +1,218 @@
+/* augment.c — the training and evaluation transforms (see augment.h; constants and sources in
+ * docs/data.md, "Augmentation").
+ *
+ * Draw numbers (k of draw_u64): 0 the shorter side S, 1 the crop row, 2 the crop column, 3 the
+ * flip, 4..9 the three normals of α (Box–Muller on pairs), 16 + 4t .. 19 + 4t the RRC attempt t
+ * (area, log-aspect, row, column). tools/make_image_reference.py recomputes them. */
+#include "data/augment.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "util/util.h"
+
+const float aug_eigval[3] = {0.2175f, 0.0188f, 0.0045f};
+const float aug_eigvec[3][3] = {
+    {-0.5675f, 0.7192f, 0.4009f},
+    {-0.5808f, -0.0045f, -0.8140f},
+    {-0.5836f, -0.6948f, 0.4203f},
+};
+
+void aug_default(aug_cfg *c, int kind) {
+    static const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    c->crop = 224;
+    c->scale_min = 256;
+    c->scale_max = 480;
+    c->eval_resize = 256;
+    c->interp = kind == AUG_RRC ? IMAGE_BILINEAR : IMAGE_BICUBIC;
+    c->lighting = kind == AUG_SCALE ? 0.1f : 0.0f;
+    memcpy(c->mean, mean, sizeof mean);
+    memcpy(c->std, std, sizeof std);
+}
+
+/* ---- counter-based draws ---- */
+
+static uint64_t draw_u64(uint64_t key, int k) { return seed_mix(key, (uint64_t)k); }
+
+/* Uniform in [0, 1) with 53 bits. */
+static double draw_unif(uint64_t key, int k) { return (double)(draw_u64(key, k) >> 11) * 0x1.0p-53; }
+
+/* Uniform integer in [lo, hi] (multiply-shift; bias below 2^-40 for ranges < 2^24). */
+static int draw_int(uint64_t key, int k, int lo, int hi) {
+    unsigned __int128 m = (unsigned __int128)draw_u64(key, k) * (uint64_t)(hi - lo + 1);
+    return lo + (int)(uint64_t)(m >> 64);
+}
+
+/* N(0, 1) by Box–Muller from draws k and k + 1. */
+static double draw_normal(uint64_t key, int k) {
+    double u1 = draw_unif(key, k), u2 = draw_unif(key, k + 1);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* Python's round() of x >= 0 to an int: half to even (rint in the default rounding mode). */
+static int round_even(double x) { return (int)rint(x); }
+
+/* torchvision's centre offset int(round((n − crop) / 2.0)). */
+static int centre_offset(int n, int crop) { return round_even((n - crop) / 2.0); }
+
+/* torchvision Resize(s) of an h × w image: shorter side s, longer int(s · long / short). */
+static void resize_short(int h, int w, int s, int *rh, int *rw) {
+    if (w <= h) {
+        *rw = s;
+        *rh = (int)((double)((long long)s * h) / w);
+    } else {
+        *rh = s;
+        *rw = (int)((double)((long long)s * w) / h);
+    }
+}
+
+/* torchvision RandomResizedCrop.get_params (scale (0.08, 1), ratio (3/4, 4/3)). */
+static void draw_rrc(uint64_t key, int h, int w, aug_draw *p) {
+    double area = (double)h * w;
+    double lr0 = log(3.0 / 4.0), lr1 = log(4.0 / 3.0);
+    for (int t = 0; t < 10; t++) {
+        int k = 16 + 4 * t;
+        double target = area * (0.08 + (1.0 - 0.08) * draw_unif(key, k));
+        double aspect = exp(lr0 + (lr1 - lr0) * draw_unif(key, k + 1));
+        int cw = round_even(sqrt(target * aspect)), ch = round_even(sqrt(target / aspect));
+        if (cw > 0 && cw <= w && ch > 0 && ch <= h) {
+            p->y0 = draw_int(key, k + 2, 0, h - ch);
+            p->x0 = draw_int(key, k + 3, 0, w - cw);
+            p->ch = ch;
+            p->cw = cw;
+            p->tries = t + 1;
+            return;
+        }
+    }
+    double in_ratio = (double)w / h;
+    int cw, ch;
+    if (in_ratio < 3.0 / 4.0) {
+        cw = w;
+        ch = round_even(cw / (3.0 / 4.0));
+    } else if (in_ratio > 4.0 / 3.0) {
+        ch = h;
+        cw = round_even(ch * (4.0 / 3.0));
+    } else {
+        cw = w;
+        ch = h;
+    }
+    p->y0 = (h - ch) / 2;
+    p->x0 = (w - cw) / 2;
+    p->ch = ch;
+    p->cw = cw;
+    p->tries = 0;
+}
+
+void aug_draw_params(const aug_cfg *c, uint64_t seed, uint64_t epoch, uint64_t index, int h, int w, aug_draw *p) {
+    uint64_t key = seed_mix(seed_mix(seed, epoch), index);
+    memset(p, 0, sizeof *p);
+    p->h = h;
+    p->w = w;
+    p->ch = p->cw = c->crop;
+    switch (c->kind) {
+    case AUG_SCALE: {
+        int s = draw_int(key, 0, c->scale_min, c->scale_max);
+        /* fb.resnet.torch RandomScale: the longer side torch.round(long / short · S) */
+        if (w < h) {
+            p->rw = s;
+            p->rh = (int)floor((double)h / w * s + 0.5);
+        } else {
+            p->rh = s;
+            p->rw = (int)floor((double)w / h * s + 0.5);
+        }
+        p->y0 = draw_int(key, 1, 0, p->rh - c->crop);
+        p->x0 = draw_int(key, 2, 0, p->rw - c->crop);
+        p->flip = draw_unif(key, 3) < 0.5;
+        break;
+    }
+    case AUG_RRC:
+        p->rh = h;
+        p->rw = w;
+        draw_rrc(key, h, w, p);
+        p->flip = draw_unif(key, 3) < 0.5;
+        break;
+    default: /* AUG_NONE, AUG_EVAL */
+        resize_short(h, w, c->kind == AUG_EVAL ? c->eval_resize : c->crop, &p->rh, &p->rw);
+        p->y0 = centre_offset(p->rh, c->crop);
+        p->x0 = centre_offset(p->rw, c->crop);
+        break;
+    }
+    if (c->lighting > 0 && c->kind != AUG_EVAL && c->kind != AUG_NONE)
+        for (int j = 0; j < 3; j++) p->alpha[j] = (float)(c->lighting * draw_normal(key, 4 + 2 * j));
+}
+
+void aug_source_rect(const aug_cfg *c, const aug_draw *p, int r[4]) {
+    if (c->kind == AUG_RRC) {
+        r[0] = p->y0;
+        r[1] = p->y0 + p->ch;
+        r[2] = p->x0;
+        r[3] = p->x0 + p->cw;
+    } else {
+        image_window_taps(p->h, p->w, p->rh, p->rw, p->y0, p->x0, c->crop, c->crop, c->interp, r);
+    }
+}
+
+void aug_crop_u8(image_dec *d, const aug_cfg *c, const aug_draw *p, const image_view *src, uint8_t *out) {
+    if (c->kind == AUG_RRC) {
+        /* torchvision crops, then resizes the crop alone: a view whose whole image is the box */
+        const uint8_t *px = src->px + (size_t)(p->y0 - src->y0) * src->stride + (size_t)(p->x0 - src->x0) * 3;
+        image_view box = {px, p->ch, p->cw, 0, 0, src->stride};
+        image_resize_window(d, out, c->crop, c->crop, &box, c->crop, c->crop, 0, 0, c->interp);
+    } else {
+        image_resize_window(d, out, c->crop, c->crop, src, p->rh, p->rw, p->y0, p->x0, c->interp);
+    }
+}
+
+void aug_finish(const aug_cfg *c, const aug_draw *p, const uint8_t *in, float *out) {
+    /* a table per channel: the same expression for each of the 256 values a pixel can take */
+    float lut[3][256];
+    for (int ch = 0; ch < 3; ch++) {
+        float light = 0.f;
+        for (int j = 0; j < 3; j++) light += aug_eigvec[ch][j] * p->alpha[j] * aug_eigval[j];
+        for (int v = 0; v < 256; v++) lut[ch][v] = ((float)v / 255.f + light - c->mean[ch]) / c->std[ch];
+    }
+    int n = c->crop;
+    size_t plane = (size_t)n * n;
+    for (int y = 0; y < n; y++) {
+        const uint8_t *row = in + (size_t)y * n * 3;
+        float *o0 = out + (size_t)y * n, *o1 = o0 + plane, *o2 = o1 + plane;
+        if (p->flip) {
+            for (int x = 0; x < n; x++) {
+                const uint8_t *q = row + (size_t)(n - 1 - x) * 3;
+                o0[x] = lut[0][q[0]];
+                o1[x] = lut[1][q[1]];
+                o2[x] = lut[2][q[2]];
+            }
+        } else {
+            for (int x = 0; x < n; x++) {
+                const uint8_t *q = row + (size_t)x * 3;
+                o0[x] = lut[0][q[0]];
+                o1[x] = lut[1][q[1]];
+                o2[x] = lut[2][q[2]];
+            }
+        }
+    }
+}
+
+int aug_sample(image_dec *d, const aug_cfg *c, uint64_t seed, uint64_t epoch, uint64_t index, const uint8_t *jpeg,
+               size_t nbytes, float *out, aug_draw *p, int *warnings, char *err, size_t errlen) {
+    aug_draw local;
+    if (!p) p = &local;
+    *warnings = 0;
+    int h, w;
+    if (image_read_size(d, jpeg, nbytes, &h, &w, err, errlen)) return -1;
+    aug_draw_params(c, seed, epoch, index, h, w, p);
+    int r[4];
+    aug_source_rect(c, p, r);
+    const uint8_t *px;
+    size_t stride;
+    if (image_decode_rect(d, jpeg, nbytes, r[0], r[1], r[2], r[3], &px, &stride, warnings, err, errlen)) return -1;
+    uint8_t *crop = image_scratch(d, (size_t)c->crop * c->crop * 3);
+    if (!crop) return seterr(err, errlen, "out of memory for a %d x %d crop", c->crop, c->crop), -1;
+    image_view v = {px, h, w, r[0], r[2], stride};
+    aug_crop_u8(d, c, p, &v, crop);
+    aug_finish(c, p, crop, out);
+    return 0;
+}

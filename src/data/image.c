@@ -1,0 +1,444 @@
+/* image.c — JPEG decoding with libjpeg(-turbo) and Pillow's resampler (see image.h).
+ *
+ * Decoding: libjpeg reports errors through error_exit, which must not return; ours longjmps
+ * back into the image_decode_* call that set the jump buffer, which aborts the decompression
+ * (the object stays reusable) and returns -1. Warnings (emit_message level −1) are counted.
+ *
+ * Resampling follows Pillow's src/libImaging/Resample.c (precompute_coeffs,
+ * normalize_coeffs_8bpc, ImagingResampleHorizontal_8bpc / Vertical_8bpc) operation by
+ * operation, in double for the coefficients and int32 for the sums, so that the results are
+ * Pillow's bits. The coefficient arithmetic must not be contracted into fused multiply-adds
+ * (-march=native enables FMA; Debian's Pillow is built without it), hence the pragma. */
+#pragma GCC optimize("fp-contract=off")
+#include "data/image.h"
+
+#include <math.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <jerror.h>
+
+#include "util/util.h"
+
+struct dec_err {
+    struct jpeg_error_mgr pub;
+    jmp_buf jb;
+    int warnings;
+};
+
+struct image_dec {
+    struct jpeg_decompress_struct cinfo;
+    struct dec_err jerr;
+    uint8_t *out;       /* decoded pixels */
+    size_t out_cap;
+    uint8_t *line;      /* one CMYK scanline */
+    size_t line_cap;
+    uint8_t *tmp;       /* resize: the horizontal pass's output */
+    size_t tmp_cap;
+    int32_t *acc;       /* resize: one row of vertical sums */
+    size_t acc_cap;
+    int32_t *kx, *ky;   /* resize: fixed-point coefficients per output column / row */
+    size_t kx_cap, ky_cap;
+    int *bx, *by;       /* resize: (first tap, tap count) per output column / row */
+    size_t bx_cap, by_cap;
+    double *w;          /* resize: one output's weights before normalisation */
+    size_t w_cap;
+    uint8_t *scratch;   /* image_scratch */
+    size_t scratch_cap;
+};
+
+/* Grow *p to at least need bytes (never shrinks). Returns 0 or -1 when out of memory. */
+static int grow(void *p, size_t *cap, size_t need) {
+    void **pp = p;
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 4096;
+    while (n < need) n *= 2;
+    void *q = realloc(*pp, n);
+    if (!q) return -1;
+    *pp = q;
+    *cap = n;
+    return 0;
+}
+
+static void grow_or_die(void *p, size_t *cap, size_t need) {
+    if (grow(p, cap, need)) DIE("image: out of memory (%zu bytes)", need);
+}
+
+uint8_t *image_scratch(image_dec *d, size_t nbytes) {
+    return grow(&d->scratch, &d->scratch_cap, nbytes) ? NULL : d->scratch;
+}
+
+/* ---- libjpeg error manager ---- */
+
+static void dec_error_exit(j_common_ptr c) { longjmp(((struct dec_err *)c->err)->jb, 1); }
+
+static void dec_emit_message(j_common_ptr c, int level) {
+    if (level < 0) {
+        ((struct dec_err *)c->err)->warnings++;
+        c->err->num_warnings++;
+    }
+}
+
+static void dec_output_message(j_common_ptr c) { (void)c; }
+
+/* The message of the error that was just raised, with a plainer wording for the common ones. */
+static void dec_message(image_dec *d, char *err, size_t errlen) {
+    struct jpeg_error_mgr *e = &d->jerr.pub;
+    if (e->msg_code == JERR_NO_SOI) {
+        seterr(err, errlen, "not a JPEG (starts with 0x%02x 0x%02x)", e->msg_parm.i[0] & 0xff,
+               e->msg_parm.i[1] & 0xff);
+        return;
+    }
+    char msg[JMSG_LENGTH_MAX];
+    e->format_message((j_common_ptr)&d->cinfo, msg);
+    seterr(err, errlen, "corrupt or unsupported JPEG: %s", msg);
+}
+
+/* jpeg_create_decompress fails only when out of memory (through error_exit). */
+static int dec_create(image_dec *d) {
+    if (setjmp(d->jerr.jb)) return -1;
+    jpeg_create_decompress(&d->cinfo);
+    return 0;
+}
+
+image_dec *image_dec_new(void) {
+    image_dec *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    d->cinfo.err = jpeg_std_error(&d->jerr.pub);
+    d->jerr.pub.error_exit = dec_error_exit;
+    d->jerr.pub.emit_message = dec_emit_message;
+    d->jerr.pub.output_message = dec_output_message;
+    if (dec_create(d)) {
+        free(d);
+        return NULL;
+    }
+    return d;
+}
+
+void image_dec_free(image_dec *d) {
+    if (!d) return;
+    jpeg_destroy_decompress(&d->cinfo);
+    free(d->out);
+    free(d->line);
+    free(d->tmp);
+    free(d->acc);
+    free(d->kx);
+    free(d->ky);
+    free(d->bx);
+    free(d->by);
+    free(d->w);
+    free(d->scratch);
+    free(d);
+}
+
+/* Read the header of buf and choose the output colour space. Must run under the caller's
+ * setjmp. Returns 0 or -1 with err (an unsupported colour space). */
+static int dec_header(image_dec *d, const uint8_t *buf, size_t nbytes, char *err, size_t errlen) {
+    j_decompress_ptr ci = &d->cinfo;
+    jpeg_mem_src(ci, buf, (unsigned long)nbytes);
+    jpeg_read_header(ci, TRUE);
+    switch (ci->jpeg_color_space) {
+    case JCS_GRAYSCALE:
+    case JCS_YCbCr:
+    case JCS_RGB:
+        ci->out_color_space = JCS_RGB;
+        break;
+    case JCS_CMYK:
+    case JCS_YCCK:
+        ci->out_color_space = JCS_CMYK;
+        break;
+    default:
+        seterr(err, errlen, "unsupported JPEG colour space (%d components)", ci->num_components);
+        return -1;
+    }
+    return 0;
+}
+
+/* Pillow's CMYK;I unpacking (C = 255 − stored) followed by cmyk2rgb (Convert.c) with
+ * MULDIV255(a, b) = ((a·b + 128) >> 8 + a·b + 128) >> 8. */
+static void cmyk_to_rgb(uint8_t *out, const uint8_t *in, int n) {
+    for (int x = 0; x < n; x++, in += 4, out += 3) {
+        int nk = in[3]; /* 255 − K with K = 255 − stored */
+        for (int c = 0; c < 3; c++) {
+            int t = (255 - in[c]) * nk + 128;
+            int v = nk - (((t >> 8) + t) >> 8);
+            out[c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+        }
+    }
+}
+
+/* Read rows into out (row stride bytes), converting CMYK through d->line. Under setjmp. */
+static void dec_read_rows(image_dec *d, uint8_t *out, size_t stride, int nrows) {
+    j_decompress_ptr ci = &d->cinfo;
+    int width = (int)ci->output_width;
+    for (int r = 0; r < nrows;) {
+        if (ci->out_color_space == JCS_CMYK) {
+            JSAMPROW row = d->line;
+            if (jpeg_read_scanlines(ci, &row, 1) != 1) ERREXIT(ci, JERR_BAD_STATE);
+            cmyk_to_rgb(out + (size_t)r * stride, d->line, width);
+            r++;
+        } else {
+            JSAMPROW rows[8];
+            int k = nrows - r < 8 ? nrows - r : 8;
+            for (int i = 0; i < k; i++) rows[i] = out + (size_t)(r + i) * stride;
+            JDIMENSION got = jpeg_read_scanlines(ci, rows, (JDIMENSION)k);
+            if (got == 0) ERREXIT(ci, JERR_BAD_STATE);
+            r += (int)got;
+        }
+    }
+}
+
+int image_decode_rgb(image_dec *d, const uint8_t *buf, size_t nbytes, int denom, const uint8_t **rgb, int *h, int *w,
+                     int *warnings, char *err, size_t errlen) {
+    j_decompress_ptr ci = &d->cinfo;
+    *warnings = 0;
+    if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), -1;
+    d->jerr.warnings = 0;
+    if (setjmp(d->jerr.jb)) {
+        dec_message(d, err, errlen);
+        jpeg_abort_decompress(ci);
+        return -1;
+    }
+    if (dec_header(d, buf, nbytes, err, errlen)) {
+        jpeg_abort_decompress(ci);
+        return -1;
+    }
+    ci->scale_num = 1;
+    ci->scale_denom = (unsigned)denom;
+    jpeg_start_decompress(ci);
+    size_t stride = (size_t)ci->output_width * 3;
+    if (grow(&d->out, &d->out_cap, stride * ci->output_height) ||
+        grow(&d->line, &d->line_cap, (size_t)ci->output_width * 4)) {
+        jpeg_abort_decompress(ci);
+        return seterr(err, errlen, "out of memory for a %u x %u image", ci->output_width, ci->output_height), -1;
+    }
+    dec_read_rows(d, d->out, stride, (int)ci->output_height);
+    *h = (int)ci->output_height;
+    *w = (int)ci->output_width;
+    jpeg_finish_decompress(ci);
+    *rgb = d->out;
+    *warnings = d->jerr.warnings;
+    return 0;
+}
+
+int image_read_size(image_dec *d, const uint8_t *buf, size_t nbytes, int *h, int *w, char *err, size_t errlen) {
+    j_decompress_ptr ci = &d->cinfo;
+    if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
+    d->jerr.warnings = 0;
+    if (setjmp(d->jerr.jb)) {
+        dec_message(d, err, errlen);
+        jpeg_abort_decompress(ci);
+        return -1;
+    }
+    int rc = dec_header(d, buf, nbytes, err, errlen);
+    *h = (int)ci->image_height;
+    *w = (int)ci->image_width;
+    jpeg_abort_decompress(ci);
+    return rc;
+}
+
+int image_decode_rect(image_dec *d, const uint8_t *buf, size_t nbytes, int y0, int y1, int x0, int x1,
+                      const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen) {
+    j_decompress_ptr ci = &d->cinfo;
+    *warnings = 0;
+    if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
+    d->jerr.warnings = 0;
+    if (setjmp(d->jerr.jb)) {
+        dec_message(d, err, errlen);
+        jpeg_abort_decompress(ci);
+        return -1;
+    }
+    if (dec_header(d, buf, nbytes, err, errlen)) {
+        jpeg_abort_decompress(ci);
+        return -1;
+    }
+    int H = (int)ci->image_height, W = (int)ci->image_width;
+    if (y0 < 0 || y1 > H || y0 >= y1 || x0 < 0 || x1 > W || x0 >= x1) {
+        jpeg_abort_decompress(ci);
+        return seterr(err, errlen, "rows [%d, %d) x columns [%d, %d) outside the %d x %d image", y0, y1, x0, x1, H, W),
+               -1;
+    }
+    ci->scale_num = ci->scale_denom = 1;
+    jpeg_start_decompress(ci);
+    /* One iMCU of margin on each side: fancy upsampling of the span's edge columns then reads
+     * the same neighbours as in a whole decode. */
+    int imcu_w = ci->max_h_samp_factor * DCTSIZE, imcu_h = ci->max_v_samp_factor * DCTSIZE;
+    JDIMENSION cx = (JDIMENSION)(x0 > imcu_w ? x0 - imcu_w : 0);
+    JDIMENSION cend = (JDIMENSION)(x1 + imcu_w < W ? x1 + imcu_w : W);
+    JDIMENSION cw = cend - cx;
+    if (cx > 0 || cw < (JDIMENSION)W) jpeg_crop_scanline(ci, &cx, &cw);
+    /* Rows: start one iMCU row above y0 (the upsampler's context), stop at y1. */
+    int ry = y0 > imcu_h ? y0 - imcu_h : 0;
+    size_t st = (size_t)ci->output_width * 3;
+    int nrows = y1 - ry;
+    if (grow(&d->out, &d->out_cap, st * (size_t)nrows) || grow(&d->line, &d->line_cap, (size_t)ci->output_width * 4)) {
+        jpeg_abort_decompress(ci);
+        return seterr(err, errlen, "out of memory for rows [%d, %d) of a %d x %d image", y0, y1, H, W), -1;
+    }
+    if (ry > 0 && jpeg_skip_scanlines(ci, (JDIMENSION)ry) != (JDIMENSION)ry) ERREXIT(ci, JERR_BAD_STATE);
+    dec_read_rows(d, d->out, st, nrows);
+    if (ci->output_scanline == ci->output_height)
+        jpeg_finish_decompress(ci);
+    else
+        jpeg_abort_decompress(ci);
+    *rgb = d->out + (size_t)(y0 - ry) * st + (size_t)(x0 - (int)cx) * 3;
+    *stride = st;
+    *warnings = d->jerr.warnings;
+    return 0;
+}
+
+/* ---- resampling (Pillow's Resample.c) ---- */
+
+enum { PRECISION_BITS = 32 - 8 - 2 };
+
+static double bilinear_filter(double x) {
+    if (x < 0.0) x = -x;
+    if (x < 1.0) return 1.0 - x;
+    return 0.0;
+}
+
+/* Keys' cubic convolution with a = −0.5 (Pillow's bicubic_filter). */
+static double bicubic_filter(double x) {
+    const double a = -0.5;
+    if (x < 0.0) x = -x;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+    if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+    return 0.0;
+}
+
+static int filter_ksize(double scale, int interp) {
+    double filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = (interp == IMAGE_BICUBIC ? 2.0 : 1.0) * filterscale;
+    return (int)ceil(support) * 2 + 1;
+}
+
+/* Pillow's precompute_coeffs + normalize_coeffs_8bpc for the outputs o0 .. o0 + n − 1 of a
+ * resize of in_size samples to outputs spaced scale apart from in0: bounds[2i] = first tap,
+ * bounds[2i + 1] = tap count, kk[i·ksize + t] the 22-bit coefficients. */
+static void coeffs(image_dec *d, int in_size, double in0, double scale, int o0, int n, int interp, int ksize,
+                   int *bounds, int32_t *kk) {
+    double filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = (interp == IMAGE_BICUBIC ? 2.0 : 1.0) * filterscale;
+    double (*filter)(double) = interp == IMAGE_BICUBIC ? bicubic_filter : bilinear_filter;
+    grow_or_die(&d->w, &d->w_cap, (size_t)ksize * sizeof(double));
+    double *k = d->w;
+    for (int i = 0; i < n; i++) {
+        int xx = o0 + i;
+        double center = in0 + (xx + 0.5) * scale;
+        double ww = 0.0;
+        double ss = 1.0 / filterscale;
+        int xmin = (int)(center - support + 0.5);
+        if (xmin < 0) xmin = 0;
+        int xmax = (int)(center + support + 0.5);
+        if (xmax > in_size) xmax = in_size;
+        xmax -= xmin;
+        int x;
+        for (x = 0; x < xmax; x++) {
+            double wt = filter((x + xmin - center + 0.5) * ss);
+            k[x] = wt;
+            ww += wt;
+        }
+        for (x = 0; x < xmax; x++)
+            if (ww != 0.0) k[x] /= ww;
+        int32_t *q = kk + (size_t)i * ksize;
+        for (x = 0; x < xmax; x++)
+            q[x] = k[x] < 0 ? (int32_t)(-0.5 + k[x] * (1 << PRECISION_BITS)) : (int32_t)(0.5 + k[x] * (1 << PRECISION_BITS));
+        for (; x < ksize; x++) q[x] = 0;
+        bounds[2 * i] = xmin;
+        bounds[2 * i + 1] = xmax > 0 ? xmax : 0;
+    }
+}
+
+static inline uint8_t clip8(int32_t s) {
+    int32_t v = s >> PRECISION_BITS;
+    return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+/* The two passes: outputs (dh, dw) at rows oy.. and columns ox.. of the resize whose outputs are
+ * spaced (scale_y, scale_x) apart starting at (in0_y, in0_x). */
+static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_view *s, double in0_y, double scale_y,
+                     int oy, double in0_x, double scale_x, int ox, int interp) {
+    int kx = filter_ksize(scale_x, interp), ky = filter_ksize(scale_y, interp);
+    grow_or_die(&d->kx, &d->kx_cap, (size_t)dw * kx * sizeof(int32_t));
+    grow_or_die(&d->ky, &d->ky_cap, (size_t)dh * ky * sizeof(int32_t));
+    grow_or_die(&d->bx, &d->bx_cap, (size_t)dw * 2 * sizeof(int));
+    grow_or_die(&d->by, &d->by_cap, (size_t)dh * 2 * sizeof(int));
+    coeffs(d, s->w, in0_x, scale_x, ox, dw, interp, kx, d->bx, d->kx);
+    coeffs(d, s->h, in0_y, scale_y, oy, dh, interp, ky, d->by, d->ky);
+    int yfirst = d->by[0], ylast = d->by[2 * (dh - 1)] + d->by[2 * (dh - 1) + 1];
+    int nrows = ylast - yfirst;
+    if (nrows < 1) nrows = 1;
+    size_t tstride = (size_t)dw * 3;
+    grow_or_die(&d->tmp, &d->tmp_cap, tstride * nrows);
+    grow_or_die(&d->acc, &d->acc_cap, tstride * sizeof(int32_t));
+
+    /* horizontal pass over the rows the vertical pass reads */
+    for (int r = 0; r < ylast - yfirst; r++) {
+        const uint8_t *row = s->px + (size_t)(yfirst + r - s->y0) * s->stride;
+        uint8_t *o = d->tmp + (size_t)r * tstride;
+        for (int xx = 0; xx < dw; xx++) {
+            int xmin = d->bx[2 * xx], xn = d->bx[2 * xx + 1];
+            const int32_t *k = d->kx + (size_t)xx * kx;
+            const uint8_t *p = row + (size_t)(xmin - s->x0) * 3;
+            int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+            for (int t = 0; t < xn; t++) {
+                s0 += p[3 * t] * k[t];
+                s1 += p[3 * t + 1] * k[t];
+                s2 += p[3 * t + 2] * k[t];
+            }
+            o[3 * xx] = clip8(s0);
+            o[3 * xx + 1] = clip8(s1);
+            o[3 * xx + 2] = clip8(s2);
+        }
+    }
+
+    /* vertical pass: taps outer, pixels inner (integer sums: the order does not matter) */
+    int32_t *acc = d->acc;
+    int n = dw * 3;
+    for (int yy = 0; yy < dh; yy++) {
+        int ymin = d->by[2 * yy] - yfirst, yn = d->by[2 * yy + 1];
+        const int32_t *k = d->ky + (size_t)yy * ky;
+        for (int i = 0; i < n; i++) acc[i] = 1 << (PRECISION_BITS - 1);
+        for (int t = 0; t < yn; t++) {
+            const uint8_t *r = d->tmp + (size_t)(ymin + t) * tstride;
+            int32_t kt = k[t];
+            for (int i = 0; i < n; i++) acc[i] += r[i] * kt;
+        }
+        uint8_t *o = dst + (size_t)yy * tstride;
+        for (int i = 0; i < n; i++) o[i] = clip8(acc[i]);
+    }
+}
+
+void image_resize_u8(image_dec *d, uint8_t *dst, int dh, int dw, const uint8_t *src, int sh, int sw, int interp,
+                     const float *box) {
+    /* Pillow takes the box as C floats: (double)(x1 − x0) is a float subtraction. */
+    float b0 = box ? box[0] : 0.f, b1 = box ? box[1] : 0.f;
+    float b2 = box ? box[2] : (float)sw, b3 = box ? box[3] : (float)sh;
+    image_view v = {src, sh, sw, 0, 0, (size_t)sw * 3};
+    resample(d, dst, dh, dw, &v, b1, (double)(b3 - b1) / dh, 0, b0, (double)(b2 - b0) / dw, 0, interp);
+}
+
+void image_resize_window(image_dec *d, uint8_t *dst, int dh, int dw, const image_view *src, int DH, int DW, int oy,
+                         int ox, int interp) {
+    resample(d, dst, dh, dw, src, 0.0, (double)src->h / DH, oy, 0.0, (double)src->w / DW, ox, interp);
+}
+
+/* First tap and one past the last tap of the outputs o0 .. o0 + n − 1 along one axis. */
+static void taps_span(int in_size, int out_size, int o0, int n, int interp, int *lo, int *hi) {
+    double scale = (double)in_size / out_size;
+    double support = (interp == IMAGE_BICUBIC ? 2.0 : 1.0) * (scale < 1.0 ? 1.0 : scale);
+    double c0 = (o0 + 0.5) * scale, c1 = (o0 + n - 1 + 0.5) * scale;
+    int a = (int)(c0 - support + 0.5), b = (int)(c1 + support + 0.5);
+    *lo = a < 0 ? 0 : a;
+    *hi = b > in_size ? in_size : b;
+}
+
+void image_window_taps(int h, int w, int DH, int DW, int oy, int ox, int dh, int dw, int interp, int r[4]) {
+    taps_span(h, DH, oy, dh, interp, &r[0], &r[1]);
+    taps_span(w, DW, ox, dw, interp, &r[2], &r[3]);
+}

@@ -1,0 +1,475 @@
+/* test_image.c — JPEG decoding and resampling (src/data/image.c) and the augmentation
+ * (src/data/augment.c).
+ *
+ * Against Pillow 9.4 on the same bytes (test/data/image_ref.h5, tools/make_image_reference.py):
+ * decode bit-exact (whole, DCT-scaled, partial), resize bit-exact (bilinear and bicubic, with
+ * and without a box, windows), augmentation crops exact and float outputs to 1e-5 relative with
+ * the draws recomputed in Python from the same counter-based hash. Bad bytes (empty, junk,
+ * PNG, truncated) fail cleanly or decode with warnings counted. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hdf5.h>
+#include <jpeglib.h>
+
+#include "alloccount.h"
+#include "data/augment.h"
+#include "data/image.h"
+#include "h5ref.h"
+#include "testutil.h"
+#include "util/util.h"
+
+#define REF "image_ref.h5"
+
+/* ---- reading test/data/image_ref.h5 ---- */
+
+static uint8_t *h5u8(hid_t g, const char *path, size_t *n, hsize_t *dims) {
+    return h5read(g, path, H5T_NATIVE_UINT8, 1, n, dims);
+}
+
+static double h5attr_d(hid_t g, const char *name) {
+    double v = 0;
+    hid_t a = H5Aopen(g, name, H5P_DEFAULT);
+    ck_assert_msg(a >= 0, "H5Aopen %s failed", name);
+    ck_assert_msg(H5Aread(a, H5T_NATIVE_DOUBLE, &v) >= 0, "H5Aread %s failed", name);
+    H5Aclose(a);
+    return v;
+}
+
+/* A string attribute (h5py writes variable-length strings) into buf. */
+static void h5attr_s(hid_t g, const char *name, char *buf, size_t len) {
+    hid_t a = H5Aopen(g, name, H5P_DEFAULT);
+    ck_assert_msg(a >= 0, "H5Aopen %s failed", name);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    char *s = NULL;
+    ck_assert_msg(H5Aread(a, t, &s) >= 0, "H5Aread %s failed", name);
+    snprintf(buf, len, "%s", s);
+    H5free_memory(s);
+    H5Tclose(t);
+    H5Aclose(a);
+}
+
+/* The bytes of /jpeg/<name>. */
+static uint8_t *ref_jpeg(hid_t f, const char *name, size_t *n) {
+    char path[4200];
+    snprintf(path, sizeof path, "jpeg/%s", name);
+    return h5u8(f, path, n, NULL);
+}
+
+/* Names of the members of group path (up to 64). */
+static int group_names(hid_t f, const char *path, char names[][64]) {
+    hid_t g = H5Gopen2(f, path, H5P_DEFAULT);
+    ck_assert_msg(g >= 0, "H5Gopen2 %s", path);
+    hsize_t n = 0;
+    H5Gget_num_objs(g, &n);
+    ck_assert(n <= 64);
+    for (hsize_t i = 0; i < n; i++) H5Gget_objname_by_idx(g, i, names[i], 64);
+    H5Gclose(g);
+    return (int)n;
+}
+
+/* ---- JPEGs written by the test itself (libjpeg's encoder, in memory) ---- */
+
+/* A smooth gradient with a little texture, h × w RGB, encoded at quality 90 (4:2:0). *n bytes,
+ * malloc'd (by libjpeg's jpeg_mem_dest). */
+static uint8_t *encode_test_jpeg(int h, int w, unsigned long *n) {
+    struct jpeg_compress_struct c;
+    struct jpeg_error_mgr e;
+    c.err = jpeg_std_error(&e);
+    jpeg_create_compress(&c);
+    uint8_t *out = NULL;
+    jpeg_mem_dest(&c, &out, n);
+    c.image_width = (JDIMENSION)w;
+    c.image_height = (JDIMENSION)h;
+    c.input_components = 3;
+    c.in_color_space = JCS_RGB;
+    jpeg_set_defaults(&c);
+    jpeg_set_quality(&c, 90, TRUE);
+    jpeg_start_compress(&c, TRUE);
+    uint8_t *row = malloc((size_t)w * 3);
+    while (c.next_scanline < c.image_height) {
+        int y = (int)c.next_scanline;
+        for (int x = 0; x < w; x++) {
+            row[3 * x] = (uint8_t)(255 * x / (w > 1 ? w - 1 : 1));
+            row[3 * x + 1] = (uint8_t)(255 * y / (h > 1 ? h - 1 : 1));
+            row[3 * x + 2] = (uint8_t)(128 + 40 * sin(0.3 * x) * cos(0.2 * y));
+        }
+        JSAMPROW r = row;
+        jpeg_write_scanlines(&c, &r, 1);
+    }
+    jpeg_finish_compress(&c);
+    jpeg_destroy_compress(&c);
+    free(row);
+    return out;
+}
+
+START_TEST(decode_own_jpeg) {
+    unsigned long n = 0;
+    uint8_t *jpg = encode_test_jpeg(37, 53, &n);
+    image_dec *d = image_dec_new();
+    ck_assert_ptr_nonnull(d);
+    const uint8_t *rgb;
+    int h, w, warn;
+    char err[ERRLEN] = "";
+    ck_assert_msg(image_decode_rgb(d, jpg, n, 1, &rgb, &h, &w, &warn, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(h, 37);
+    ck_assert_int_eq(w, 53);
+    ck_assert_int_eq(warn, 0);
+    /* q90 of a smooth gradient: every pixel within a few levels of what was encoded */
+    int maxd = 0;
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            int r = 255 * x / 52, g = 255 * y / 36;
+            maxd = abs(rgb[(y * w + x) * 3] - r) > maxd ? abs(rgb[(y * w + x) * 3] - r) : maxd;
+            maxd = abs(rgb[(y * w + x) * 3 + 1] - g) > maxd ? abs(rgb[(y * w + x) * 3 + 1] - g) : maxd;
+        }
+    ck_assert_int_le(maxd, 12);
+    /* header only */
+    ck_assert_int_eq(image_read_size(d, jpg, n, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(h, 37);
+    ck_assert_int_eq(w, 53);
+    /* 1/2 scale: ceil(37 / 2) × ceil(53 / 2) */
+    ck_assert_int_eq(image_decode_rgb(d, jpg, n, 2, &rgb, &h, &w, &warn, err, sizeof err), 0);
+    ck_assert_int_eq(h, 19);
+    ck_assert_int_eq(w, 27);
+    ck_assert_int_eq(image_decode_rgb(d, jpg, n, 3, &rgb, &h, &w, &warn, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "denom"));
+    image_dec_free(d);
+    free(jpg);
+}
+END_TEST
+
+/* Every kind of bad bytes returns -1 with a message (or decodes with warnings counted), and the
+ * decoder stays usable afterwards. */
+START_TEST(bad_bytes) {
+    unsigned long n = 0;
+    uint8_t *jpg = encode_test_jpeg(64, 48, &n);
+    image_dec *d = image_dec_new();
+    const uint8_t *rgb;
+    int h, w, warn;
+    char err[ERRLEN];
+
+    ck_assert_int_eq(image_decode_rgb(d, jpg, 0, 1, &rgb, &h, &w, &warn, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "empty input") != NULL, "%s", err);
+
+    static const uint8_t png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+    ck_assert_int_eq(image_decode_rgb(d, png, sizeof png, 1, &rgb, &h, &w, &warn, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "not a JPEG") != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "0x89 0x50") != NULL, "%s", err);
+
+    uint8_t junk[300];
+    for (int i = 0; i < 300; i++) junk[i] = (uint8_t)(i * 37 + 11);
+    ck_assert_int_eq(image_decode_rgb(d, junk, sizeof junk, 1, &rgb, &h, &w, &warn, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "not a JPEG") != NULL, "%s", err);
+
+    /* A JPEG cut inside its header: unrecoverable. */
+    ck_assert_int_eq(image_decode_rgb(d, jpg, 100, 1, &rgb, &h, &w, &warn, err, sizeof err), -1);
+    ck_assert_msg(strlen(err) > 0, "no message");
+
+    /* Cut in the middle of the scan data: libjpeg pads with grey and warns (premature end). */
+    ck_assert_int_eq(image_decode_rgb(d, jpg, n * 2 / 3, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+    ck_assert_int_eq(h, 64);
+    ck_assert_int_ge(warn, 1);
+
+    /* Scan data replaced by junk after the header: decodes with warnings or fails, never crashes. */
+    uint8_t *bad = malloc(n);
+    memcpy(bad, jpg, n);
+    for (unsigned long i = n / 3; i < n - 2; i++) bad[i] = (uint8_t)(i * 131);
+    int rc = image_decode_rgb(d, bad, n, 1, &rgb, &h, &w, &warn, err, sizeof err);
+    ck_assert(rc == -1 || warn >= 1);
+
+    /* The decoder still works. */
+    ck_assert_int_eq(image_decode_rgb(d, jpg, n, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+    ck_assert_int_eq(warn, 0);
+    ck_assert_int_eq(w, 48);
+    free(bad);
+    image_dec_free(d);
+    free(jpg);
+}
+END_TEST
+
+/* Resampling closed forms: the identity, and a constant image staying constant. */
+START_TEST(resize_closed_forms) {
+    image_dec *d = image_dec_new();
+    enum { H = 23, W = 31 };
+    uint8_t src[H * W * 3], dst[H * W * 3], big[57 * 80 * 3];
+    for (int i = 0; i < H * W * 3; i++) src[i] = (uint8_t)((i * 97) % 256);
+    for (int interp = 0; interp < 2; interp++) {
+        image_resize_u8(d, dst, H, W, src, H, W, interp, NULL);
+        ck_assert_mem_eq(dst, src, sizeof src);
+    }
+    memset(src, 77, sizeof src);
+    for (int interp = 0; interp < 2; interp++) {
+        image_resize_u8(d, big, 57, 80, src, H, W, interp, NULL);
+        for (size_t i = 0; i < sizeof big; i++) ck_assert_int_eq(big[i], 77);
+        image_resize_u8(d, dst, 5, 7, src, H, W, interp, NULL);
+        for (int i = 0; i < 5 * 7 * 3; i++) ck_assert_int_eq(dst[i], 77);
+    }
+    image_dec_free(d);
+}
+END_TEST
+
+
+/* ---- against Pillow (test/data/image_ref.h5) ---- */
+
+/* Every test JPEG decodes to Pillow's RGB bit for bit; junk bytes before EOI decode as the
+ * clean file with a warning; the PNG is refused. */
+START_TEST(decode_matches_pillow) {
+    hid_t f = h5open(REF);
+    image_dec *d = image_dec_new();
+    char names[64][64], path[4200], err[ERRLEN];
+    int n = group_names(f, "decode", names), checked = 0;
+    for (int i = 0; i < n; i++) {
+        size_t nb, np;
+        hsize_t dims[4];
+        uint8_t *jpg = ref_jpeg(f, names[i], &nb);
+        snprintf(path, sizeof path, "decode/%s", names[i]);
+        uint8_t *want = h5u8(f, path, &np, dims);
+        const uint8_t *rgb;
+        int h, w, warn;
+        ck_assert_msg(image_decode_rgb(d, jpg, nb, 1, &rgb, &h, &w, &warn, err, sizeof err) == 0, "%s: %s", names[i], err);
+        ck_assert_msg(h == (int)dims[0] && w == (int)dims[1], "%s: %d x %d, Pillow %d x %d", names[i], h, w,
+                      (int)dims[0], (int)dims[1]);
+        ck_assert_int_eq(warn, 0);
+        int ndiff = 0;
+        for (size_t k = 0; k < np; k++) ndiff += rgb[k] != want[k];
+        ck_assert_msg(ndiff == 0, "%s: %d of %zu bytes differ from Pillow", names[i], ndiff, np);
+        checked++;
+        free(jpg);
+        free(want);
+    }
+    ck_assert_int_ge(checked, 11);
+
+    size_t nb, np;
+    uint8_t *jpg = ref_jpeg(f, "junk_eoi", &nb), *want = h5u8(f, "decode/rgb420", &np, NULL);
+    const uint8_t *rgb;
+    int h, w, warn;
+    ck_assert_int_eq(image_decode_rgb(d, jpg, nb, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+    ck_assert_int_ge(warn, 1);
+    ck_assert_mem_eq(rgb, want, np);
+    free(jpg);
+
+    /* cut at 2/3: decodes with warnings; the first 16 rows (decoded before the cut) are exact */
+    jpg = ref_jpeg(f, "rgb420", &nb);
+    ck_assert_int_eq(image_decode_rgb(d, jpg, nb * 2 / 3, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+    ck_assert_int_ge(warn, 1);
+    ck_assert_mem_eq(rgb, want, (size_t)16 * w * 3);
+    free(jpg);
+    free(want);
+
+    jpg = ref_jpeg(f, "png", &nb);
+    ck_assert_int_eq(image_decode_rgb(d, jpg, nb, 1, &rgb, &h, &w, &warn, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "not a JPEG") != NULL, "%s", err);
+    free(jpg);
+    image_dec_free(d);
+    H5Fclose(f);
+}
+END_TEST
+
+/* DCT-domain scaling equals Pillow's draft mode. */
+START_TEST(draft_matches_pillow) {
+    hid_t f = h5open(REF);
+    image_dec *d = image_dec_new();
+    char names[64][64], path[4200], err[ERRLEN];
+    int n = group_names(f, "draft", names);
+    ck_assert_int_eq(n, 12);
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        memcpy(name, names[i], sizeof name);
+        char *us = strrchr(name, '_');
+        int denom = atoi(us + 1);
+        *us = 0;
+        size_t nb, np;
+        hsize_t dims[4];
+        uint8_t *jpg = ref_jpeg(f, name, &nb);
+        snprintf(path, sizeof path, "draft/%s", names[i]);
+        uint8_t *want = h5u8(f, path, &np, dims);
+        const uint8_t *rgb;
+        int h, w, warn;
+        ck_assert_int_eq(image_decode_rgb(d, jpg, nb, denom, &rgb, &h, &w, &warn, err, sizeof err), 0);
+        ck_assert_int_eq(h, (int)dims[0]);
+        ck_assert_int_eq(w, (int)dims[1]);
+        ck_assert_msg(memcmp(rgb, want, np) == 0, "%s differs from Pillow's draft", names[i]);
+        free(jpg);
+        free(want);
+    }
+    image_dec_free(d);
+    H5Fclose(f);
+}
+END_TEST
+
+/* Partial decodes equal the same pixels of the whole decode, for random rectangles of every
+ * test JPEG (4:2:0, 4:2:2, 4:4:4, grey, CMYK, progressive, thin, 1 x 1). */
+START_TEST(rect_matches_whole) {
+    hid_t f = h5open(REF);
+    image_dec *d = image_dec_new();
+    char names[64][64], err[ERRLEN];
+    int n = group_names(f, "decode", names);
+    rng_t r;
+    rng_seed(&r, 11);
+    for (int i = 0; i < n; i++) {
+        size_t nb;
+        uint8_t *jpg = ref_jpeg(f, names[i], &nb);
+        const uint8_t *rgb;
+        int h, w, warn;
+        ck_assert_int_eq(image_decode_rgb(d, jpg, nb, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+        uint8_t *full = malloc((size_t)h * w * 3);
+        memcpy(full, rgb, (size_t)h * w * 3);
+        for (int t = 0; t < 60; t++) {
+            int y0 = (int)rng_below(&r, (uint64_t)h), x0 = (int)rng_below(&r, (uint64_t)w);
+            int y1 = y0 + 1 + (int)rng_below(&r, (uint64_t)(h - y0)), x1 = x0 + 1 + (int)rng_below(&r, (uint64_t)(w - x0));
+            size_t st;
+            ck_assert_msg(image_decode_rect(d, jpg, nb, y0, y1, x0, x1, &rgb, &st, &warn, err, sizeof err) == 0, "%s", err);
+            for (int y = y0; y < y1; y++)
+                ck_assert_msg(memcmp(rgb + (size_t)(y - y0) * st, full + ((size_t)y * w + x0) * 3, (size_t)(x1 - x0) * 3) == 0,
+                              "%s: rows [%d, %d) x [%d, %d): row %d differs", names[i], y0, y1, x0, x1, y);
+        }
+        size_t st;
+        ck_assert_int_eq(image_decode_rect(d, jpg, nb, 0, h + 1, 0, w, &rgb, &st, &warn, err, sizeof err), -1);
+        ck_assert_ptr_nonnull(strstr(err, "outside"));
+        free(full);
+        free(jpg);
+    }
+    image_dec_free(d);
+    H5Fclose(f);
+}
+END_TEST
+
+START_TEST(resize_matches_pillow) {
+    hid_t f = h5open(REF);
+    image_dec *d = image_dec_new();
+    char names[64][64], path[4200], src[64], err[ERRLEN];
+    int n = group_names(f, "resize", names);
+    ck_assert_int_ge(n, 13);
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "resize/%s", names[i]);
+        hid_t g = H5Gopen2(f, path, H5P_DEFAULT);
+        h5attr_s(g, "src", src, sizeof src);
+        int filt = h5attr(g, "filter");
+        float box[4];
+        hid_t a = H5Aopen(g, "box", H5P_DEFAULT);
+        ck_assert(H5Aread(a, H5T_NATIVE_FLOAT, box) >= 0);
+        H5Aclose(a);
+        size_t np, nb;
+        hsize_t dims[4];
+        uint8_t *want = h5u8(g, "out", &np, dims);
+        uint8_t *jpg = ref_jpeg(f, src, &nb);
+        const uint8_t *rgb;
+        int h, w, warn;
+        ck_assert_int_eq(image_decode_rgb(d, jpg, nb, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+        uint8_t *got = malloc(np);
+        image_resize_u8(d, got, (int)dims[0], (int)dims[1], rgb, h, w, filt, box[0] < 0 ? NULL : box);
+        int maxd = 0;
+        for (size_t k = 0; k < np; k++) maxd = abs(got[k] - want[k]) > maxd ? abs(got[k] - want[k]) : maxd;
+        ck_assert_msg(maxd == 0, "resize %s (%s -> %d x %d, filter %d): max |diff| %d", names[i], src, (int)dims[0],
+                      (int)dims[1], filt, maxd);
+        free(got);
+        free(jpg);
+        free(want);
+        H5Gclose(g);
+    }
+    image_dec_free(d);
+    H5Fclose(f);
+}
+END_TEST
+
+/* Each augmented sample: the draws equal those recomputed in Python, the u8 crop equals Pillow's
+ * (resize then crop, or crop then resize for rrc), the float output equals numpy's to 1e-5, and
+ * aug_sample (partial decode) gives the same floats as the whole decode. */
+START_TEST(augment_matches_reference) {
+    hid_t f = h5open(REF);
+    image_dec *d = image_dec_new();
+    char names[64][64], path[4200], src[64], err[ERRLEN];
+    int n = group_names(f, "aug", names), n_out = 0, kinds[4] = {0};
+    ck_assert_int_ge(n, 24);
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "aug/%s", names[i]);
+        hid_t g = H5Gopen2(f, path, H5P_DEFAULT);
+        h5attr_s(g, "jpeg", src, sizeof src);
+        aug_cfg c;
+        aug_default(&c, h5attr(g, "kind"));
+        c.interp = h5attr(g, "interp");
+        c.crop = h5attr(g, "crop");
+        c.scale_min = h5attr(g, "scale_min");
+        c.scale_max = h5attr(g, "scale_max");
+        c.eval_resize = h5attr(g, "eval_resize");
+        c.lighting = (float)h5attr_d(g, "lighting");
+        uint64_t seed = (uint64_t)h5attr(g, "seed"), epoch = (uint64_t)h5attr(g, "epoch"), index = (uint64_t)h5attr(g, "index");
+        kinds[c.kind]++;
+        size_t nb, np;
+        int *want_draws = h5i(g, "draws", NULL);
+        float *want_alpha = h5f(g, "alpha", NULL, NULL);
+        uint8_t *want_crop = h5u8(g, "crop", &np, NULL);
+        uint8_t *jpg = ref_jpeg(f, src, &nb);
+        const uint8_t *rgb;
+        int h, w, warn;
+        ck_assert_int_eq(image_decode_rgb(d, jpg, nb, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+        aug_draw p;
+        aug_draw_params(&c, seed, epoch, index, h, w, &p);
+        int got_draws[10] = {p.h, p.w, p.rh, p.rw, p.y0, p.x0, p.ch, p.cw, p.flip, p.tries};
+        for (int k = 0; k < 10; k++)
+            ck_assert_msg(got_draws[k] == want_draws[k], "aug %s (%s, kind %d): draw %d = %d, Python %d", names[i], src,
+                          c.kind, k, got_draws[k], want_draws[k]);
+        for (int k = 0; k < 3; k++) ck_assert_close(p.alpha[k], want_alpha[k], 1e-6 * fabs(want_alpha[k]) + 1e-12);
+        /* the crop from the whole decode */
+        uint8_t *crop = malloc(np);
+        image_view v = {rgb, h, w, 0, 0, (size_t)w * 3};
+        aug_crop_u8(d, &c, &p, &v, crop);
+        int ndiff = 0;
+        for (size_t k = 0; k < np; k++) ndiff += crop[k] != want_crop[k];
+        ck_assert_msg(ndiff == 0, "aug %s (%s, kind %d): %d bytes of the crop differ from Pillow", names[i], src, c.kind,
+                      ndiff);
+        size_t nout = (size_t)3 * c.crop * c.crop;
+        float *out = malloc(nout * sizeof(float)), *out2 = malloc(nout * sizeof(float));
+        aug_finish(&c, &p, crop, out);
+        htri_t has_out = H5Lexists(g, "out", H5P_DEFAULT);
+        if (has_out > 0) {
+            float *want = h5f(g, "out", NULL, NULL);
+            double rel = rel_l2(out, want, nout);
+            ck_assert_msg(rel <= 1e-5, "aug %s: float output relative L2 error %.3g", names[i], rel);
+            free(want);
+            n_out++;
+        }
+        /* the whole path with a partial decode */
+        aug_draw p2;
+        ck_assert_msg(aug_sample(d, &c, seed, epoch, index, jpg, nb, out2, &p2, &warn, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(memcmp(&p, &p2, sizeof p), 0);
+        ck_assert_msg(memcmp(out, out2, nout * sizeof(float)) == 0, "aug %s: aug_sample differs from the whole decode",
+                      names[i]);
+        free(out);
+        free(out2);
+        free(crop);
+        free(jpg);
+        free(want_crop);
+        free(want_alpha);
+        free(want_draws);
+        H5Gclose(g);
+    }
+    ck_assert_int_ge(n_out, 18);
+    for (int k = 0; k < 4; k++) ck_assert_int_ge(kinds[k], 1);
+    image_dec_free(d);
+    H5Fclose(f);
+}
+END_TEST
+
+static Suite *suite(void) {
+    Suite *s = suite_create("image");
+    TCase *tc = tcase_create("decode");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, decode_own_jpeg);
+    tcase_add_test(tc, bad_bytes);
+    tcase_add_test(tc, resize_closed_forms);
+    tcase_add_test(tc, decode_matches_pillow);
+    tcase_add_test(tc, draft_matches_pillow);
+    tcase_add_test(tc, rect_matches_whole);
+    tcase_add_test(tc, resize_matches_pillow);
+    tcase_add_test(tc, augment_matches_reference);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return run_suite(suite()); }
