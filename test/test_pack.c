@@ -651,6 +651,24 @@ START_TEST(test_reader_refuses_damaged_pack) {
 }
 END_TEST
 
+/* jobs/slurm/pack.sbatch run as Slurm would run it (SLURM_* set by hand, 2 ranks by mpiexec). */
+START_TEST(test_pack_sbatch) {
+    const char *src = dirp("src");
+    char cwd[512], cmd[2048];
+    ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+    snprintf(cmd, sizeof cmd, "SLURM_SUBMIT_DIR=%s SLURM_JOB_ID=303 SLURM_NTASKS=2 SLURM_CPUS_PER_TASK=1 "
+             "DSGD_LAUNCH='timeout -k 5 " MPI_TIMEOUT " mpiexec -n 2' bash jobs/slurm/pack.sbatch %s %s --max-side 64 --shards 3 --seed 5",
+             cwd, src, dirp("job"));
+    int rc = run(cmd, out_log, sizeof out_log);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out_log);
+    ck_assert_msg(strstr(out_log, "2 rank(s) x 1 thread(s)") != NULL, "%s", out_log);
+    ck_assert_int_eq(pack("--max-side 64 --shards 3 --seed 5", src, dirp("one")), 0);
+    ck_assert_msg(same_files(dirp("job"), dirp("one")), "the job's pack differs from a 1-rank pack");
+    ck_assert_int_eq(run("bash jobs/slurm/pack.sbatch onlysrc", out_log, sizeof out_log), 2);
+    ck_assert_msg(strstr(out_log, "usage: sbatch jobs/slurm/pack.sbatch SRC OUT") != NULL, "%s", out_log);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("pack");
     TCase *tc = tcase_create("pack");
@@ -662,6 +680,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_bad_trees);
     tcase_add_test(tc, test_flat_val);
     tcase_add_test(tc, test_reader_refuses_damaged_pack);
+    tcase_add_test(tc, test_pack_sbatch);
     suite_add_tcase(s, tc);
     return s;
 }
