@@ -473,6 +473,12 @@ START_TEST(test_pack_tree) {
     ck_assert_int_eq(n, 2);
     for (int i = 0; i < 2; i++) ck_assert_int_eq(shards_label(v, i), strstr(vs[shards_source_index(v, i)], "n01/") ? 0 : 2);
     free(vs[0]), free(vs[1]), free(vs);
+    /* shards_verify decodes 2 samples per shard (the first and the last), or all of them. */
+    int64_t checked = 0;
+    ck_assert_msg(shards_verify(t, 2, &checked, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(checked, 6);
+    ck_assert_msg(shards_verify(t, 0, &checked, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(checked, N_TRAIN - N_SKIP);
     shards_close(v), shards_close(t);
 }
 END_TEST
@@ -648,6 +654,24 @@ START_TEST(test_reader_refuses_damaged_pack) {
     ck_assert_int_eq(truncate(path, sb.st_size * 3 / 4), 0);
     ck_assert_int_eq(shards_open(&s, out, "train", err, sizeof err), EXIT_BADINPUT);
     ck_assert_msg(strstr(err, path) && strstr(err, "truncated"), "%s", err);
+    /* Damaged bytes inside /jpeg: the shard opens, shards_verify names the sample. */
+    snprintf(path, sizeof path, "%s/train-00000-of-00002.h5", out);
+    const char *one[1] = {path};
+    ck_assert_msg(shards_open_files(&s, one, 1, err, sizeof err) == 0, "%s", err);
+    FILE *f2 = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f2);
+    /* sample 0's bytes start with FF D8 (SOI): overwrite them with zeros */
+    hid_t h5 = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t dj = H5Dopen2(h5, "jpeg", H5P_DEFAULT);
+    const long long at = (long long)H5Dget_offset(dj);
+    H5Dclose(dj), H5Fclose(h5);
+    ck_assert_int_eq(fseek(f2, at, SEEK_SET), 0);
+    ck_assert_int_eq(fwrite("\0\0\0\0", 1, 4, f2), 4);
+    fclose(f2);
+    int64_t checked;
+    ck_assert_int_eq(shards_verify(s, 1, &checked, err, sizeof err), EXIT_BADINPUT);
+    ck_assert_msg(strstr(err, path) && strstr(err, "sample 0") && strstr(err, "not a decodable JPEG"), "%s", err);
+    shards_close(s);
 }
 END_TEST
 

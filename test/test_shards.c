@@ -110,6 +110,11 @@ START_TEST(test_round_trip) {
         ck_assert_msg(shards_read(t, g, buf, err, sizeof err) == 0, "%s", err);
         for (size_t j = 0; j < sample_len(k, i); j++) ck_assert_uint_eq(buf[j], sample_byte(k, i, j));
     }
+    /* The sample bytes are not JPEGs: shards_verify names the first shard and sample. */
+    int64_t checked = -1;
+    ck_assert_int_eq(shards_verify(t, 2, &checked, err, sizeof err), EXIT_BADINPUT);
+    ck_assert_int_eq(checked, 0);
+    ck_assert_msg(strstr(err, "train-00000-of-00002.h5: sample 0 (source 0): not a decodable JPEG"), "%s", err);
     shards_close(t), shards_close(v);
 
     /* The same shards given as a list. */

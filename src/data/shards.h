@@ -109,6 +109,13 @@ const char *shards_file(const shards *s, int64_t i); /* the shard file holding s
  * HDF5 call. Returns 0, or EXIT_RUNTIME with err naming the file (read error or short read). */
 int shards_read(const shards *s, int64_t i, uint8_t *buf, char *err, size_t errlen);
 
+/* Decode samples of every shard (src/data/image.h) and check each against its /height and
+ * /width: per_shard evenly spaced samples, the first and the last included (every sample if
+ * per_shard <= 0 or >= the shard's count). For checking a pack before a long run (`--check`).
+ * *checked: samples decoded. Returns 0, or EXIT_BADINPUT naming the file, the sample and what is
+ * wrong (a read error, not decodable, decoder warnings, another size). */
+int shards_verify(const shards *s, int per_shard, int64_t *checked, char *err, size_t errlen);
+
 /* Train and val must have the same class list (same count, same wnids in the same order):
  * 0 or EXIT_BADINPUT naming both sets' first differing class. */
 int shards_same_classes(const shards *train, const shards *val, char *err, size_t errlen);
