@@ -206,3 +206,15 @@ build/bench_gpu: tools/bench_gpu.c $(LIB) $(GPU_LIB) | build/.deps-ok
 
 bench: build/bench_model
 	./build/bench_model
+
+# ---- bench-data (owner: src/data): decode + augment images/s on one core, build/bench_data
+# (tools/bench_data.c) against torchvision (tools/bench_data_torch.py makes the JPEGs from
+# scikit-image's photos, runs both and prints one table; it apt-gets python3-torchvision and
+# python3-skimage when missing — neither is a dependency of dsgd-run).
+.PHONY: bench-data
+build/bench_data: tools/bench_data.c $(LIB) | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+bench-data: build/bench_data
+	/usr/bin/python3 tools/bench_data_torch.py

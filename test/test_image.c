@@ -76,7 +76,7 @@ static int group_names(hid_t f, const char *path, char names[][64]) {
 
 /* A smooth gradient with a little texture, h × w RGB, encoded at quality 90 (4:2:0). *n bytes,
  * malloc'd (by libjpeg's jpeg_mem_dest). */
-static uint8_t *encode_test_jpeg(int h, int w, unsigned long *n) {
+static uint8_t *encode_jpeg_rst(int h, int w, int restart, unsigned long *n) {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr e;
     c.err = jpeg_std_error(&e);
@@ -89,6 +89,7 @@ static uint8_t *encode_test_jpeg(int h, int w, unsigned long *n) {
     c.in_color_space = JCS_RGB;
     jpeg_set_defaults(&c);
     jpeg_set_quality(&c, 90, TRUE);
+    c.restart_interval = (unsigned)restart;
     jpeg_start_compress(&c, TRUE);
     uint8_t *row = malloc((size_t)w * 3);
     while (c.next_scanline < c.image_height) {
@@ -106,6 +107,8 @@ static uint8_t *encode_test_jpeg(int h, int w, unsigned long *n) {
     free(row);
     return out;
 }
+
+static uint8_t *encode_test_jpeg(int h, int w, unsigned long *n) { return encode_jpeg_rst(h, w, 0, n); }
 
 START_TEST(decode_own_jpeg) {
     unsigned long n = 0;
@@ -456,6 +459,200 @@ START_TEST(augment_matches_reference) {
 }
 END_TEST
 
+/* Restart markers change only the entropy coding: the pixels equal those without them. */
+START_TEST(restart_markers) {
+    unsigned long n0, n1;
+    uint8_t *a = encode_jpeg_rst(75, 101, 0, &n0), *b = encode_jpeg_rst(75, 101, 1, &n1);
+    int has_rst = 0;
+    for (unsigned long i = 0; i + 1 < n1; i++) has_rst |= b[i] == 0xff && b[i + 1] == 0xd0;
+    ck_assert(has_rst);
+    image_dec *d = image_dec_new();
+    const uint8_t *rgb;
+    int h, w, warn;
+    char err[ERRLEN];
+    ck_assert_int_eq(image_decode_rgb(d, a, n0, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+    uint8_t *first = malloc((size_t)h * w * 3);
+    memcpy(first, rgb, (size_t)h * w * 3);
+    ck_assert_int_eq(image_decode_rgb(d, b, n1, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+    ck_assert_int_eq(warn, 0);
+    ck_assert_mem_eq(rgb, first, (size_t)h * w * 3);
+    size_t st;
+    ck_assert_int_eq(image_decode_rect(d, b, n1, 40, 60, 30, 90, &rgb, &st, &warn, err, sizeof err), 0);
+    for (int y = 40; y < 60; y++) ck_assert_mem_eq(rgb + (size_t)(y - 40) * st, first + ((size_t)y * w + 30) * 3, 60 * 3);
+    free(first);
+    free(a);
+    free(b);
+    image_dec_free(d);
+}
+END_TEST
+
+/* ---- the draws ---- */
+
+/* Over 1e5 samples of AUG_SCALE on a 360 x 480 image: S uniform on {256..480} (chi-square, 224
+ * degrees of freedom), flip rate 1/2 and crop offsets uniform (±3σ), α ~ N(0, 0.1²). */
+START_TEST(scale_draw_statistics) {
+    enum { N = 100000, NS = 480 - 256 + 1 };
+    aug_cfg c;
+    aug_default(&c, AUG_SCALE);
+    static long count[NS];
+    memset(count, 0, sizeof count);
+    long flips = 0;
+    double a1[3] = {0}, a2[3] = {0}, xfrac = 0;
+    for (int i = 0; i < N; i++) {
+        aug_draw p;
+        aug_draw_params(&c, 42, 3, (uint64_t)i, 360, 480, &p);
+        ck_assert(p.rh >= 256 && p.rh <= 480);
+        ck_assert_int_eq(p.rw, (int)floor(480.0 / 360 * p.rh + 0.5));
+        ck_assert(p.y0 >= 0 && p.y0 <= p.rh - 224 && p.x0 >= 0 && p.x0 <= p.rw - 224);
+        count[p.rh - 256]++;
+        flips += p.flip;
+        xfrac += (p.x0 + 0.5) / (p.rw - 224 + 1);
+        for (int j = 0; j < 3; j++) {
+            a1[j] += p.alpha[j];
+            a2[j] += (double)p.alpha[j] * p.alpha[j];
+        }
+    }
+    double e = (double)N / NS, chi2 = 0;
+    for (int k = 0; k < NS; k++) chi2 += (count[k] - e) * (count[k] - e) / e;
+    /* df = 224: mean 224, sd 21.2 */
+    ck_assert_msg(chi2 < 224 + 5 * 21.2 && chi2 > 224 - 5 * 21.2, "chi-square of S %.1f", chi2);
+    double sd_flip = sqrt(N * 0.25);
+    ck_assert_msg(fabs(flips - N / 2.0) <= 3 * sd_flip, "flips %ld of %d", flips, N);
+    ck_assert_msg(fabs(xfrac / N - 0.5) <= 3 * sqrt(1.0 / 12 / N), "crop column mean fraction %.4f", xfrac / N);
+    for (int j = 0; j < 3; j++) {
+        double mean = a1[j] / N, sd = sqrt(a2[j] / N - mean * mean);
+        ck_assert_msg(fabs(mean) <= 3 * 0.1 / sqrt(N), "alpha[%d] mean %.5f", j, mean);
+        ck_assert_msg(fabs(sd - 0.1) <= 3 * 0.1 / sqrt(2.0 * N), "alpha[%d] sd %.5f", j, sd);
+    }
+}
+END_TEST
+
+/* AUG_RRC on a 1000 x 1000 image: among crops of area fraction below 1/2 (which always fit, so
+ * the first try is taken), the area fraction is uniform on [0.08, 0.5) and log(w/h) uniform on
+ * [log 3/4, log 4/3] (chi-square, 10 bins each); flips 1/2; a 5000 x 20 image always falls back
+ * to torchvision's central crop h x round(4/3 h). */
+START_TEST(rrc_draw_statistics) {
+    enum { N = 100000, B = 10 };
+    aug_cfg c;
+    aug_default(&c, AUG_RRC);
+    long area_bins[B] = {0}, ar_bins[B] = {0}, m = 0, flips = 0;
+    double l0 = log(3.0 / 4.0), l1 = log(4.0 / 3.0);
+    for (int i = 0; i < N; i++) {
+        aug_draw p;
+        aug_draw_params(&c, 7, 0, (uint64_t)i, 1000, 1000, &p);
+        ck_assert(p.tries >= 1 && p.tries <= 10);
+        ck_assert(p.y0 >= 0 && p.y0 + p.ch <= 1000 && p.x0 >= 0 && p.x0 + p.cw <= 1000);
+        ck_assert(p.alpha[0] == 0.f);
+        flips += p.flip;
+        double frac = (double)p.ch * p.cw / 1e6;
+        if (frac >= 0.5 || p.tries != 1) continue;
+        m++;
+        int ka = (int)((frac - 0.08) / (0.42 / B)), kr = (int)((log((double)p.cw / p.ch) - l0) / ((l1 - l0) / B));
+        area_bins[ka < 0 ? 0 : ka >= B ? B - 1 : ka]++;
+        ar_bins[kr < 0 ? 0 : kr >= B ? B - 1 : kr]++;
+    }
+    ck_assert_int_gt(m, N / 3);
+    double chi_a = 0, chi_r = 0, e = (double)m / B;
+    for (int k = 0; k < B; k++) {
+        chi_a += (area_bins[k] - e) * (area_bins[k] - e) / e;
+        chi_r += (ar_bins[k] - e) * (ar_bins[k] - e) / e;
+    }
+    /* df = 9: mean 9, sd 4.2 */
+    ck_assert_msg(chi_a < 9 + 5 * 4.2, "area chi-square %.1f", chi_a);
+    ck_assert_msg(chi_r < 9 + 5 * 4.2, "log-aspect chi-square %.1f", chi_r);
+    ck_assert_msg(fabs(flips - N / 2.0) <= 3 * sqrt(N * 0.25), "flips %ld", flips);
+    aug_draw p;
+    aug_draw_params(&c, 7, 0, 5, 20, 5000, &p);
+    ck_assert_int_eq(p.tries, 0);
+    ck_assert_int_eq(p.ch, 20);
+    ck_assert_int_eq(p.cw, 27);
+    ck_assert_int_eq(p.x0, (5000 - 27) / 2);
+}
+END_TEST
+
+/* Draws are a pure function of (seed, epoch, index): equal when all three are, different when
+ * any one differs. */
+START_TEST(draws_deterministic) {
+    aug_cfg c;
+    aug_default(&c, AUG_SCALE);
+    aug_draw a, b;
+    for (int i = 0; i < 1000; i++) {
+        aug_draw_params(&c, 5, 2, (uint64_t)i, 375, 500, &a);
+        aug_draw_params(&c, 5, 2, (uint64_t)i, 375, 500, &b);
+        ck_assert_int_eq(memcmp(&a, &b, sizeof a), 0);
+        aug_draw_params(&c, 5, 2, (uint64_t)i + 1, 375, 500, &b);
+        ck_assert(a.alpha[0] != b.alpha[0]);
+        aug_draw_params(&c, 5, 3, (uint64_t)i, 375, 500, &b);
+        ck_assert(a.alpha[0] != b.alpha[0]);
+        aug_draw_params(&c, 6, 2, (uint64_t)i, 375, 500, &b);
+        ck_assert(a.alpha[0] != b.alpha[0]);
+    }
+    aug_cfg e;
+    aug_default(&e, AUG_EVAL);
+    aug_draw_params(&e, 5, 2, 1, 375, 500, &a);
+    aug_draw_params(&e, 9, 8, 7, 375, 500, &b);
+    ck_assert_int_eq(memcmp(&a, &b, sizeof a), 0);
+    /* torchvision Resize(256) + CenterCrop(224) of 500 x 375 (w x h): 341 x 256, offsets
+     * round(117 / 2) = 58 (half to even), round(32 / 2) = 16 */
+    ck_assert_int_eq(a.rh, 256);
+    ck_assert_int_eq(a.rw, 341);
+    ck_assert_int_eq(a.x0, 58);
+    ck_assert_int_eq(a.y0, 16);
+    ck_assert_int_eq(a.flip, 0);
+}
+END_TEST
+
+/* Extreme aspect (5000 x 20 and 20 x 5000, a 1 x 1): AUG_SCALE at the paper's settings makes a
+ * virtual resize of up to 120,000 columns; only the crop's window is made, so memory stays
+ * small, and once warm no sample allocates anything of ours (libjpeg's own per-image pools
+ * are returned: nothing outstanding). */
+START_TEST(extreme_aspect_and_allocation) {
+    unsigned long nw, nt, n1;
+    uint8_t *wide = encode_test_jpeg(20, 5000, &nw), *tall = encode_test_jpeg(5000, 20, &nt), *one = encode_test_jpeg(1, 1, &n1);
+    image_dec *d = image_dec_new();
+    aug_cfg c;
+    aug_default(&c, AUG_SCALE);
+    float *out = malloc((size_t)3 * 224 * 224 * sizeof(float));
+    char err[ERRLEN];
+    int warn;
+    const uint8_t *jp[3] = {wide, tall, one};
+    unsigned long nb[3] = {nw, nt, n1};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(aug_sample(d, &c, 1, 0, (uint64_t)i, jp[k], nb[k], out, NULL, &warn, err, sizeof err) == 0, "%s", err);
+    alloc_count = 0;
+    alloc_largest = 0;
+    alloc_outstanding = 0;
+    alloc_armed = 1;
+    /* (no ck_assert while armed: Check's bookkeeping allocates) */
+    long samples = 0, failed = 0, bad_values = 0, narrow = 0;
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 10; i++) {
+            aug_draw p;
+            failed += aug_sample(d, &c, 1, 1, (uint64_t)i, jp[k], nb[k], out, &p, &warn, err, sizeof err) != 0;
+            samples++;
+            narrow += k == 0 && p.rw < 256 * 250;
+            for (int j = 0; j < 3 * 224 * 224; j++) bad_values += !(isfinite(out[j]) && fabsf(out[j]) < 3.f);
+        }
+    alloc_armed = 0;
+    ck_assert_int_eq(failed, 0);
+    ck_assert_int_eq(narrow, 0);
+    ck_assert_int_eq(bad_values, 0);
+    /* libjpeg's pools: 8 blocks per image (measured), nothing of ours */
+    ck_assert_int_le(alloc_count, 10 * samples);
+    if (getenv("TEST_VERBOSE"))
+        printf("  %ld samples: %ld allocations (libjpeg's pools), largest %zu bytes, outstanding %ld\n", samples,
+               alloc_count, alloc_largest, alloc_outstanding);
+    ck_assert_int_eq(alloc_outstanding, 0);
+    ck_assert_msg(alloc_largest < (1 << 20), "an allocation of %zu bytes", alloc_largest);
+    free(out);
+    free(wide);
+    free(tall);
+    free(one);
+    image_dec_free(d);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("image");
     TCase *tc = tcase_create("decode");
@@ -468,6 +665,11 @@ static Suite *suite(void) {
     tcase_add_test(tc, rect_matches_whole);
     tcase_add_test(tc, resize_matches_pillow);
     tcase_add_test(tc, augment_matches_reference);
+    tcase_add_test(tc, restart_markers);
+    tcase_add_test(tc, scale_draw_statistics);
+    tcase_add_test(tc, rrc_draw_statistics);
+    tcase_add_test(tc, draws_deterministic);
+    tcase_add_test(tc, extreme_aspect_and_allocation);
     suite_add_tcase(s, tc);
     return s;
 }

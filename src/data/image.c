@@ -359,6 +359,60 @@ static inline uint8_t clip8(int32_t s) {
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
+/* Make every output use exactly ksize taps: outputs with fewer taps are moved to start earlier
+ * (at the right edge) with zero coefficients in front, within the span [lo, hi) that the
+ * outputs' taps cover already, so no pixel outside it is read. Integer sums with zero terms are
+ * unchanged: the result is the same bits. Returns 0 (nothing changed) when the span is shorter
+ * than ksize. */
+static int pad_taps(int *bounds, int32_t *kk, int n, int ksize) {
+    int lo = bounds[0], hi = bounds[2 * (n - 1)] + bounds[2 * (n - 1) + 1];
+    if (hi - lo < ksize) return 0;
+    for (int i = 0; i < n; i++) {
+        int xmin = bounds[2 * i], cnt = bounds[2 * i + 1];
+        if (cnt == ksize) continue;
+        int xs = xmin < hi - ksize ? xmin : hi - ksize, sh = xmin - xs;
+        int32_t *q = kk + (size_t)i * ksize;
+        memmove(q + sh, q, (size_t)cnt * sizeof(int32_t));
+        for (int t = 0; t < sh; t++) q[t] = 0;
+        for (int t = sh + cnt; t < ksize; t++) q[t] = 0;
+        bounds[2 * i] = xs;
+        bounds[2 * i + 1] = ksize;
+    }
+    return 1;
+}
+
+/* One row of the horizontal pass: o (n, 3) from row (pixel x at row + 3·(x − x0)). */
+static inline void hpass_row(uint8_t *o, const uint8_t *row, int x0, const int *bounds, const int32_t *kk, int n,
+                             int ksize, int fixed) {
+    for (int xx = 0; xx < n; xx++) {
+        int xmin = bounds[2 * xx], xn = fixed ? ksize : bounds[2 * xx + 1];
+        const int32_t *k = kk + (size_t)xx * ksize;
+        const uint8_t *p = row + (size_t)(xmin - x0) * 3;
+        int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+        for (int t = 0; t < xn; t++) {
+            s0 += p[3 * t] * k[t];
+            s1 += p[3 * t + 1] * k[t];
+            s2 += p[3 * t + 2] * k[t];
+        }
+        o[3 * xx] = clip8(s0);
+        o[3 * xx + 1] = clip8(s1);
+        o[3 * xx + 2] = clip8(s2);
+    }
+}
+
+#define HPASS(K)                                                                                                   \
+    static void hpass_##K(uint8_t *o, const uint8_t *row, int x0, const int *bounds, const int32_t *kk, int n) {    \
+        hpass_row(o, row, x0, bounds, kk, n, K, 1);                                                                 \
+    }
+HPASS(3)
+HPASS(5)
+HPASS(7)
+HPASS(9)
+
+static void hpass_any(uint8_t *o, const uint8_t *row, int x0, const int *bounds, const int32_t *kk, int n, int ksize) {
+    hpass_row(o, row, x0, bounds, kk, n, ksize, 0);
+}
+
 /* The two passes: outputs (dh, dw) at rows oy.. and columns ox.. of the resize whose outputs are
  * spaced (scale_y, scale_x) apart starting at (in0_y, in0_x). */
 static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_view *s, double in0_y, double scale_y,
@@ -377,23 +431,18 @@ static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_vie
     grow_or_die(&d->tmp, &d->tmp_cap, tstride * nrows);
     grow_or_die(&d->acc, &d->acc_cap, tstride * sizeof(int32_t));
 
-    /* horizontal pass over the rows the vertical pass reads */
+    /* horizontal pass over the rows the vertical pass reads; with every output padded to kx taps
+     * (pad_taps) the tap loop has a constant count the compiler unrolls */
+    int fixed = pad_taps(d->bx, d->kx, dw, kx);
     for (int r = 0; r < ylast - yfirst; r++) {
         const uint8_t *row = s->px + (size_t)(yfirst + r - s->y0) * s->stride;
         uint8_t *o = d->tmp + (size_t)r * tstride;
-        for (int xx = 0; xx < dw; xx++) {
-            int xmin = d->bx[2 * xx], xn = d->bx[2 * xx + 1];
-            const int32_t *k = d->kx + (size_t)xx * kx;
-            const uint8_t *p = row + (size_t)(xmin - s->x0) * 3;
-            int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
-            for (int t = 0; t < xn; t++) {
-                s0 += p[3 * t] * k[t];
-                s1 += p[3 * t + 1] * k[t];
-                s2 += p[3 * t + 2] * k[t];
-            }
-            o[3 * xx] = clip8(s0);
-            o[3 * xx + 1] = clip8(s1);
-            o[3 * xx + 2] = clip8(s2);
+        switch (fixed ? kx : 0) {
+        case 3: hpass_3(o, row, s->x0, d->bx, d->kx, dw); break;
+        case 5: hpass_5(o, row, s->x0, d->bx, d->kx, dw); break;
+        case 7: hpass_7(o, row, s->x0, d->bx, d->kx, dw); break;
+        case 9: hpass_9(o, row, s->x0, d->bx, d->kx, dw); break;
+        default: hpass_any(o, row, s->x0, d->bx, d->kx, dw, kx); break;
         }
     }
 

@@ -1,0 +1,106 @@
+/* bench_data.c — images/s of one core decoding and augmenting JPEGs (src/data/image.c,
+ * src/data/augment.c), the C half of `make bench-data` (tools/bench_data_torch.py runs
+ * torchvision on the same files and prints both side by side).
+ *
+ *   build/bench_data DIR [passes]
+ *
+ * Reads every *.jpg of DIR into memory, then for each case runs passes (default 5) over all of
+ * them on this thread and prints "case images/s" for the best pass (warm-up: one pass first).
+ * Output floats go to one (3, 224, 224) buffer, as a loader writes into a batch slot. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/augment.h"
+#include "data/image.h"
+#include "util/util.h"
+
+typedef struct {
+    uint8_t *bytes;
+    size_t n;
+} blob;
+
+static int load_dir(const char *dir, blob **out) {
+    DIR *dp = opendir(dir);
+    if (!dp) DIE("cannot open %s", dir);
+    struct dirent *e;
+    int n = 0, cap = 0;
+    blob *b = NULL;
+    char path[4096];
+    while ((e = readdir(dp))) {
+        size_t l = strlen(e->d_name);
+        if (l < 4 || strcmp(e->d_name + l - 4, ".jpg")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "rb");
+        if (!f) DIE("cannot open %s", path);
+        fseek(f, 0, SEEK_END);
+        long sz = ftell(f);
+        rewind(f);
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            b = realloc(b, (size_t)cap * sizeof *b);
+        }
+        b[n].bytes = xmalloc((size_t)sz);
+        b[n].n = fread(b[n].bytes, 1, (size_t)sz, f);
+        fclose(f);
+        n++;
+    }
+    closedir(dp);
+    *out = b;
+    return n;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s DIR [passes]\n", argv[0]);
+        return 2;
+    }
+    int passes = argc > 2 ? atoi(argv[2]) : 5;
+    blob *b;
+    int n = load_dir(argv[1], &b);
+    if (n == 0) DIE("no .jpg files in %s", argv[1]);
+    image_dec *d = image_dec_new();
+    float *out = xmalloc((size_t)3 * 224 * 224 * sizeof(float));
+    char err[ERRLEN];
+    struct {
+        const char *name;
+        int kind, interp; /* kind -1: decode only */
+    } cases[] = {
+        {"decode", -1, 0},
+        {"scale_bicubic", AUG_SCALE, IMAGE_BICUBIC},
+        {"scale_bilinear", AUG_SCALE, IMAGE_BILINEAR},
+        {"rrc_bilinear", AUG_RRC, IMAGE_BILINEAR},
+        {"eval_bilinear", AUG_EVAL, IMAGE_BILINEAR},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        aug_cfg c;
+        aug_default(&c, cases[k].kind < 0 ? AUG_SCALE : cases[k].kind);
+        c.interp = cases[k].interp;
+        double best = 0;
+        for (int pass = 0; pass <= passes; pass++) {
+            double t0 = wall_time();
+            for (int i = 0; i < n; i++) {
+                int warn, rc;
+                if (cases[k].kind < 0) {
+                    const uint8_t *rgb;
+                    int h, w;
+                    rc = image_decode_rgb(d, b[i].bytes, b[i].n, 1, &rgb, &h, &w, &warn, err, sizeof err);
+                } else {
+                    rc = aug_sample(d, &c, 1, (uint64_t)pass, (uint64_t)i, b[i].bytes, b[i].n, out, NULL, &warn, err,
+                                    sizeof err);
+                }
+                if (rc) DIE("sample %d: %s", i, err);
+            }
+            double rate = n / (wall_time() - t0);
+            if (pass > 0 && rate > best) best = rate; /* pass 0: warm-up */
+        }
+        printf("%s %.1f\n", cases[k].name, best);
+        fflush(stdout);
+    }
+    image_dec_free(d);
+    free(out);
+    for (int i = 0; i < n; i++) free(b[i].bytes);
+    free(b);
+    return 0;
+}
