@@ -1214,8 +1214,8 @@ int pack_main(int argc, char **argv) {
     /* 3. Pack this rank's shards. */
     const double t0 = wall_time();
     st = run_pipeline(&o, &ss, plans, nthreads, &stats, rank, ranks, err, sizeof err);
-    const double secs = wall_time() - t0;
     if ((st = agree(st, err))) goto out;
+    const double secs = 1e-3 * comm_max_int((int)(1e3 * (wall_time() - t0))); /* the slowest rank's */
 
     /* 4. Totals; rank 0 writes the index. */
     sv[0] = stats.packed, sv[1] = stats.n_skipped, sv[2] = stats.warned, sv[3] = stats.bytes;
