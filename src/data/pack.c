@@ -322,7 +322,7 @@ static void pack_usage(FILE *f) {
             "  --max-side N      largest side of a stored image, pixels (default 480, Jin et al.)\n"
             "  --quality Q       JPEG quality 1..100 (default 90)\n"
             "  --threads N       decode/encode threads per rank (default: the rank's cores)\n"
-            "  --shard-images N  images per shard (default 10000, ~1 GB at the defaults)\n"
+            "  --shard-images N  images per shard (default 10000: ~0.4-0.5 GB of ImageNet)\n"
             "  --shards K        K shards per split instead (at most one per image)\n"
             "  --val-labels FILE labels of a flat val/ folder (default: SRC/val_labels.txt or\n"
             "                    SRC/LOC_val_solution.csv)\n"
