@@ -29,6 +29,8 @@ CUDA    ?= 0
 # pkg-config names and the Debian packages that provide them. oneDNN ships no .pc file in
 # Debian 12, so it is found by its header.
 PKGS    := libconfig hdf5 zlib libjpeg
+# dsgd-run --pack: libpng decodes PNG sources (libjpeg above also encodes the shards' JPEGs).
+PKGS    += libpng
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)

@@ -23,6 +23,7 @@
 #include "config/config.h"
 #include "data/idx.h"
 #include "data/loader.h"
+#include "data/pack.h"
 #include "io/runlog.h"
 #include "methods/method.h"
 #include "nn/model.h"
@@ -48,6 +49,7 @@ static void print_usage(FILE *f) {
     fprintf(f,
             "usage: dsgd-run [--set KEY=VALUE]... [--check | --print-config] [--p-from-world] [--resume] EXPERIMENT.cfg\n"
             "       mpiexec -n P dsgd-run EXPERIMENT.cfg     (P = the experiment's p)\n"
+            "       dsgd-run --pack SRC OUT [options]        (pack ImageNet into shards: dsgd-run --pack --help)\n"
             "\n"
             "Trains ResNet-18 with a distributed SGD method (Jin et al. 2016) on p MPI ranks and\n"
             "writes validation loss and top-1/top-5 error curves to an HDF5 file.\n"
@@ -381,23 +383,35 @@ static void join_args(int argc, char **argv, char *buf, size_t n) {
     for (int i = 0; i < argc && off + 1 < n; i++) off += (size_t)snprintf(buf + off, n - off, "%s%s", i ? " " : "", argv[i]);
 }
 
+/* srun started several tasks but each is its own MPI world of one: the MPI library is not wired
+ * to srun's process manager (PMI), and every task would work alone. Returns 0 or EXIT_BADINPUT. */
+static int check_srun_world(char *err, size_t errlen) {
+    const char *step_tasks = getenv("SLURM_STEP_NUM_TASKS");
+    if (step_tasks && atoi(step_tasks) > 1 && comm_size() == 1)
+        return seterr(err, errlen, "srun started %s tasks but MPI sees a world of 1 rank in each: this MPI library is not "
+                      "connected to srun's PMI; launch with `srun --mpi=pmi2` (or pmix) if the MPI supports it, or with "
+                      "mpiexec inside the allocation (jobs/README.md)", step_tasks);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     comm_init(&argc, &argv);
+    char err[ERRLEN] = "";
+    if (pack_requested(argc, argv)) { /* dsgd-run --pack SRC OUT ...: src/data/pack.h */
+        int st = check_srun_world(err, sizeof err);
+        if (st && comm_rank() == 0) fprintf(stderr, "dsgd-run: %s\n", err);
+        if (!st) st = pack_main(argc, argv);
+        comm_finalize();
+        return st;
+    }
     ckpt_install_signals(); /* SIGTERM, SIGINT, SIGUSR1: a checkpoint at the next agreement point */
     /* A rank still waiting for another 25 s after a SIGTERM gives up (Slurm kills 30 s after it). */
     comm_on_stop(ckpt_stop_age, 25.0);
     const int rank = comm_rank(), r0 = rank == 0;
-    char err[ERRLEN] = "";
 
     cli_args args;
     int st = parse_args(argc, argv, &args, err, sizeof err);
-    /* srun started several tasks but each is its own MPI world of one: the MPI library is not
-     * wired to srun's process manager (PMI), and every task would train alone. */
-    const char *step_tasks = getenv("SLURM_STEP_NUM_TASKS");
-    if (!st && step_tasks && atoi(step_tasks) > 1 && comm_size() == 1)
-        st = seterr(err, sizeof err, "srun started %s tasks but MPI sees a world of 1 rank in each: this MPI library is not "
-                    "connected to srun's PMI; launch with `srun --mpi=pmi2` (or pmix) if the MPI supports it, or with "
-                    "mpiexec inside the allocation (jobs/README.md)", step_tasks);
+    if (!st) st = check_srun_world(err, sizeof err);
     if (st && r0) fprintf(stderr, "dsgd-run: %s\n", err);
     if (st) { comm_finalize(); return st; }
     if (args.help || args.version) {

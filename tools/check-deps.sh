@@ -1,6 +1,6 @@
 #!/bin/sh
 # check-deps.sh — stop the build with the Debian package to install when a library or tool
-# is missing (pkg-config names for libconfig, hdf5, zlib, libjpeg, check; a header probe for oneDNN,
+# is missing (pkg-config names for libconfig, hdf5, zlib, libjpeg, libpng, check; a header probe for oneDNN,
 # which ships no .pc file in Debian 12).
 fail=0
 need() { echo "dsgd-run: missing $1 — install the Debian package $2 (apt-get install $2, or: make deps)"; fail=1; }
@@ -10,6 +10,7 @@ pkg-config --exists libconfig || need "libconfig (pkg-config libconfig)" libconf
 pkg-config --exists hdf5 || need "HDF5 (pkg-config hdf5)" libhdf5-dev
 pkg-config --exists zlib || need "zlib (pkg-config zlib)" zlib1g-dev
 pkg-config --exists libjpeg || need "libjpeg-turbo (pkg-config libjpeg)" libjpeg62-turbo-dev
+pkg-config --exists libpng || need "libpng (pkg-config libpng)" libpng-dev
 pkg-config --exists check || need "Check (pkg-config check)" check
 printf '#include <oneapi/dnnl/dnnl.h>\n' | cc -E -x c - >/dev/null 2>&1 || need "oneDNN (oneapi/dnnl/dnnl.h)" libdnnl-dev
 exit $fail
