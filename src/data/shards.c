@@ -432,13 +432,16 @@ static int add_shard(shards *s, int k, const char *path, char *split, char *err,
     struct stat sb;
     if (stat(path, &sb) != 0) return seterr(err, errlen, "%s: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode)) return seterr(err, errlen, "%s: not a regular file; expected a pack shard", path);
-    /* The HDF5 signature at byte 0 (where our files have their superblock): checked by hand, as
-     * H5Fis_hdf5 is deprecated from HDF5 1.12 on. */
-    unsigned char sig[8] = {0};
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    const ssize_t got = fd < 0 ? -1 : pread(fd, sig, sizeof sig, 0);
-    if (fd >= 0) close(fd);
-    if (got != (ssize_t)sizeof sig || memcmp(sig, "\211HDF\r\n\032\n", 8) != 0)
+    /* An HDF5 file at all? (H5Fis_hdf5 is deprecated from HDF5 1.12 on, H5Fis_accessible new there.) */
+    htri_t is_h5;
+    H5E_BEGIN_TRY {
+#if H5_VERSION_GE(1, 12, 0)
+        is_h5 = H5Fis_accessible(path, H5P_DEFAULT);
+#else
+        is_h5 = H5Fis_hdf5(path);
+#endif
+    } H5E_END_TRY;
+    if (is_h5 <= 0)
         return seterr(err, errlen, "%s: not an HDF5 file (%lld bytes); expected a pack shard", path, (long long)sb.st_size);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
