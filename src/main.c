@@ -157,7 +157,7 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
 }
 
 /* Neither the output nor the checkpoint directory may be, or contain, an input of the run (the
- * experiment file, the data files), whatever `overwrite` says: a run never replaces its inputs.
+ * experiment file and the files it @includes, the data files), whatever `overwrite` says: a run never replaces its inputs.
  * Compared by file identity (device, inode) and by resolved path. Returns 0 or EXIT_BADINPUT. */
 static int check_not_input(const experiment *e, const char *config_path, const char *ckdir, char *err, size_t errlen) {
     const struct { const char *key, *path; } in[] = {
@@ -170,18 +170,21 @@ static int check_not_input(const experiment *e, const char *config_path, const c
     char ck_real[PATH_MAX] = "", in_real[PATH_MAX];
     if (ck_exists && S_ISDIR(sc.st_mode) && !realpath(ckdir, ck_real)) ck_real[0] = '\0';
     const size_t ck_len = strlen(ck_real);
-    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
-        if (!in[i].path || stat(in[i].path, &si) != 0) continue;
+    const size_t n_in = sizeof in / sizeof in[0];
+    for (size_t i = 0; i < n_in + (size_t)config_n_included(); i++) {
+        const char *key = i < n_in ? in[i].key : "a file the experiment file @includes";
+        const char *path = i < n_in ? in[i].path : config_included((int)(i - n_in));
+        if (!path || stat(path, &si) != 0) continue;
         if (out_exists && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
             return seterr(err, errlen, "%s: key 'output': %s is %s (%s), an input of this run; choose another output",
-                          config_where("output"), e->output, in[i].path, in[i].key);
+                          config_where("output"), e->output, path, key);
         if (ck_exists && sc.st_dev == si.st_dev && sc.st_ino == si.st_ino)
             return seterr(err, errlen, "%s: key 'checkpoint.path': %s is %s (%s), an input of this run; choose another "
-                          "checkpoint.path", config_where("checkpoint.path"), ckdir, in[i].path, in[i].key);
-        if (ck_len && realpath(in[i].path, in_real) && !strncmp(in_real, ck_real, ck_len) && in_real[ck_len] == '/')
+                          "checkpoint.path", config_where("checkpoint.path"), ckdir, path, key);
+        if (ck_len && realpath(path, in_real) && !strncmp(in_real, ck_real, ck_len) &&
+            (in_real[ck_len] == '/' || (ck_len == 1 && ck_real[0] == '/')))
             return seterr(err, errlen, "%s: key 'checkpoint.path': the checkpoint directory %s holds %s (%s), an input of "
-                          "this run; choose another checkpoint.path", config_where("checkpoint.path"), ckdir, in[i].path,
-                          in[i].key);
+                          "this run; choose another checkpoint.path", config_where("checkpoint.path"), ckdir, path, key);
     }
     return 0;
 }

@@ -216,6 +216,13 @@ START_TEST(test_inputs_never_replaced) {
     expect_bad(2, cfg, extra, "key 'output'", "key 'data.val_labels'");
     snprintf(extra, sizeof extra, "--set checkpoint.path=%s", g_dir);
     expect_bad(2, cfg, extra, "key 'checkpoint.path'", "an input of this run");
+    /* A file the experiment file @includes is an input too. */
+    char inc[600], text[700];
+    snprintf(inc, sizeof inc, "%s/alias-inc.cfg", g_dir);
+    snprintf(text, sizeof text, "@include \"%s\"\n", cfg);
+    write_file(inc, text);
+    snprintf(extra, sizeof extra, "--set overwrite=true --set output=%s", cfg);
+    expect_bad(2, inc, extra, "key 'output'", "@includes");
     ck_assert_int_eq(stat(labels, &s1), 0);
     ck_assert_msg(s1.st_size == s0.st_size && s1.st_mtime == s0.st_mtime, "%s changed", labels);
     ck_assert_uint_eq(slurp(cfg, after, sizeof after), n);

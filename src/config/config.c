@@ -555,6 +555,14 @@ static int unknown_key(char *err, size_t errlen, const origin *o, const char *pa
  * pass. Returns 0 or EXIT_BADINPUT. */
 static int read_text_file(const char *path, char **text, char *err, size_t errlen, const origin *o);
 
+/* The files the last config_load's experiment file @include'd (recorded by the scan below). */
+#define MAX_INCLUDES 64
+static char included[MAX_INCLUDES][CFG_PATH_MAX];
+static int n_included;
+
+int config_n_included(void) { return n_included; }
+const char *config_included(int i) { return i >= 0 && i < n_included ? included[i] : NULL; }
+
 static int scan_int_literals(const char *t, origin *o, int depth, char *err, size_t errlen) {
     for (size_t i = 0; t[i];) {
         char c = t[i];
@@ -584,6 +592,7 @@ static int scan_int_literals(const char *t, origin *o, int depth, char *err, siz
             i++;
             char *itext;
             if (read_text_file(inc, &itext, err, errlen, o)) return EXIT_BADINPUT;
+            if (n_included < MAX_INCLUDES) snprintf(included[n_included++], CFG_PATH_MAX, "%s", inc);
             origin io = {inc, 1, NULL};
             int st = scan_int_literals(itext, &io, depth + 1, err, errlen);
             free(itext);
@@ -981,6 +990,7 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
     int st = read_text_file(path, &text, err, errlen, NULL);
     if (st) return st;
     origin so = {e->source, 1, NULL};
+    n_included = 0;
     st = scan_int_literals(text, &so, 0, err, errlen);
     free(text);
     if (st) return st;

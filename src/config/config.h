@@ -127,6 +127,12 @@ void config_print_table(const experiment *e, FILE *f);
 /* Every key with type, unit, default and allowed range (for --help). */
 void config_print_keys(FILE *f);
 
+/* The files the experiment file of the last config_load @include'd (directly or nested), as
+ * written there: config_included(i) for i < config_n_included(), NULL otherwise. Inputs of the
+ * run, like the experiment file itself. */
+int config_n_included(void);
+const char *config_included(int i);
+
 /* The same as a Markdown table (key, type, default, allowed, unit, meaning): the reference
  * table of docs/config.md, which test_config checks is up to date
  * (regenerate: build/test/test_config --print-docs-table). */
