@@ -74,6 +74,7 @@ int gpu_malloc(void **p, size_t nbytes, const char *what, char *err, size_t errl
     }
     e = cudaMemset(*p, 0, nbytes);
     if (e != cudaSuccess) {
+        cudaGetLastError();
         seterr(err, errlen, "cudaMemset of %zu bytes for %s: %s", nbytes, what, cudaGetErrorString(e));
         cudaFree(*p);
         *p = NULL;
@@ -503,11 +504,14 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
         for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
             set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
     }
+    /* Find runs every candidate, and some fail (out of memory in their own allocations, a launch
+     * refused): cuDNN reports them in the rows, but the runtime may keep such a (non-sticky) error
+     * as its last one even when Find succeeds. Clear it, so that the first kernel launch's check
+     * (CUDA_CHECK(cudaGetLastError())) does not stop the first step. A sticky error (a faulted
+     * context) is returned again by every later call, so nothing is hidden. */
+    if (use_find) cudaGetLastError();
     if (st != CUDNN_STATUS_SUCCESS) {
-        if (use_find) {
-            cudaGetLastError(); /* a failed Find may leave a (non-sticky) launch error behind */
-            return 0;
-        }
+        if (use_find) return 0; /* heuristics follow */
         char b[768];
         seterr(err, errlen, "%s:%d: cuDNN cudnnGetConvolution*Algorithm_v7 (direction %d) failed in %s: %s", __FILE__,
                __LINE__, dir, l->what, gpu_cudnn_status(st, b, sizeof b));
@@ -596,8 +600,10 @@ int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, v
         if (conv_choose(l, c, 2, x, w, y, dx, dwc, err, errlen)) return -1;
         if (l->need_dinp && conv_choose(l, c, 1, x, w, y, dx, dwc, err, errlen)) return -1;
     }
-    /* Find ran kernels: surface any error here, with this layer's name, not in the first step. */
+    /* Find ran kernels: surface any error here, with this layer's name, not in the first step;
+     * then leave no non-sticky error of the search behind (see conv_perf). */
     CUDA_TRY(cudaStreamSynchronize(c->stream), l->what);
+    cudaGetLastError();
     l->tuned = 1;
     return 0;
 }

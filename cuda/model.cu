@@ -167,6 +167,7 @@ int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char 
     cudaDeviceProp p;
     e = cudaGetDeviceProperties(&p, dev);
     if (e != cudaSuccess) {
+        cudaGetLastError();
         seterr(err, errlen, "GPU %d of %d: cudaGetDeviceProperties: %s", dev, count, cudaGetErrorString(e));
         return EXIT_RUNTIME;
     }
