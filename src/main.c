@@ -351,6 +351,9 @@ static void join_args(int argc, char **argv, char *buf, size_t n) {
 }
 
 int main(int argc, char **argv) {
+    /* The launcher's node-local rank picks this rank's GPU before MPI_Init, where a CUDA-aware MPI
+     * creates its CUDA context (on the current device); gpu_select checks it later. */
+    gpu_select_early();
     comm_init(&argc, &argv);
     ckpt_install_signals(); /* SIGTERM, SIGINT, SIGUSR1: a checkpoint at the next agreement point */
     /* A rank still waiting for another 25 s after a SIGTERM gives up (Slurm kills 30 s after it). */
@@ -377,7 +380,10 @@ int main(int argc, char **argv) {
             runlog_library_version(h5, sizeof h5);
             gpucomm_version(nccl, sizeof nccl);
             printf("dsgd-run %s\n  backend: %s\n  run file: %s\n  MPI: %s (CUDA-aware: %s)\n  comm nccl: %s\n", DSGD_VERSION, dnn,
-                   h5, mpi, comm_gpu_aware() ? "yes" : "no", nccl);
+                   h5, mpi,
+                   comm_gpu_aware() ? (getenv("DSGD_CUDA_AWARE") && strcmp(getenv("DSGD_CUDA_AWARE"), "1") == 0 ? "yes (forced: DSGD_CUDA_AWARE=1)" : "yes")
+                                    : "no",
+                   nccl);
         }
         if (r0 && args.help) { print_usage(stdout); printf("\nexperiment keys:\n"); config_print_keys(stdout); }
         comm_finalize();

@@ -23,6 +23,13 @@
  *   test_nccl_finalize_bounded  (over the mock only) a communicator whose ncclCommFinalize never
  *                     completes (MOCK_NCCL_FINALIZE_HANG=1) is released by gpucomm_free within
  *                     GPUCOMM_FINALIZE_S + 2 s although comm_timeout_s is 60 s, and aborted.
+ *   test_device_choice  the GPU of a rank on a multi-GPU node: gpu_launcher_local_rank reads the
+ *                     launcher's variable (MPI launchers' before SLURM_LOCALID, which mpiexec's ranks
+ *                     inherit in a Slurm job), gpu_select_early makes GPU (that rank mod count)
+ *                     current, gpu_select keeps it and says whether the node-local MPI rank agrees
+ *                     (over the mock with MOCK_CUDA_DEVICES=4: ranks 2 and 1 disagree, GPU 2 kept);
+ *                     DSGD_GPU_EARLY=0 and no variable leave the choice to gpu_select. Runs last
+ *                     and puts device 0 back.
  *
  * Over the CPU stand-ins (build/mock/test_gpu_comm, `make check`) cuda/gpucomm.cu runs on the
  * one-rank NCCL of test/gpu/mock/mock_nccl.c (build/mock/libnccl.so.2, set as DSGD_NCCL_LIBRARY
@@ -302,6 +309,66 @@ START_TEST(test_nccl_finalize_bounded) {
 END_TEST
 #endif
 
+static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+                                            "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
+
+START_TEST(test_device_choice) {
+    char desc[256], err[ERRLEN];
+#ifdef MOCK_NCCL_LIB
+    setenv("MOCK_CUDA_DEVICES", "4", 1);
+#endif
+    for (size_t i = 0; i < sizeof launcher_vars / sizeof launcher_vars[0]; i++) unsetenv(launcher_vars[i]);
+    int count = 0, cur = -1;
+    ck_assert(cudaGetDeviceCount(&count) == cudaSuccess && count >= 1);
+    const char *var = "x";
+    ck_assert_int_eq(gpu_launcher_local_rank(&var), -1);
+    ck_assert_int_eq(gpu_select_early(), -1);
+    /* mpiexec inside a Slurm job: Hydra's MPI_LOCALRANKID, not the inherited SLURM_LOCALID. */
+    setenv("SLURM_LOCALID", "0", 1);
+    ck_assert_int_eq(gpu_launcher_local_rank(&var), 0);
+    ck_assert_str_eq(var, "SLURM_LOCALID");
+    setenv("MPI_LOCALRANKID", "2", 1);
+    ck_assert_int_eq(gpu_launcher_local_rank(&var), 2);
+    ck_assert_str_eq(var, "MPI_LOCALRANKID");
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "junk", 1); /* not a number: skipped */
+    ck_assert_int_eq(gpu_launcher_local_rank(&var), 2);
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const int want = 2 % count;
+    ck_assert_int_eq(gpu_select_early(), want);
+    ck_assert(cudaGetDevice(&cur) == cudaSuccess);
+    ck_assert_int_eq(cur, want);
+    /* The node-local MPI rank agrees: kept, and said so. */
+    ck_assert_int_eq(gpu_select(2, 4, desc, sizeof desc, err, sizeof err), 0);
+    ck_assert_msg(strstr(desc, "(MPI_LOCALRANKID=2, as the node-local MPI rank)") != NULL, "desc: %s", desc);
+    ck_assert(cudaGetDevice(&cur) == cudaSuccess && cur == want);
+    printf("  launcher MPI_LOCALRANKID=2, MPI local rank 2 of 4: %s\n", desc);
+    /* It disagrees (a rank numbering of another launcher): the early choice stands, named. */
+    ck_assert_int_eq(gpu_select(1, 4, desc, sizeof desc, err, sizeof err), 0);
+    ck_assert(cudaGetDevice(&cur) == cudaSuccess && cur == want);
+    if (1 % count != want) {
+        char exp[160];
+        snprintf(exp, sizeof exp, "the launcher's MPI_LOCALRANKID=2 chose it, the node-local MPI rank 1 would choose GPU %d", 1 % count);
+        ck_assert_msg(strstr(desc, exp) != NULL, "desc: %s", desc);
+        ck_assert_msg(strstr(desc, "GPU 2 of 4") == desc, "desc: %s", desc);
+    }
+    printf("  launcher MPI_LOCALRANKID=2, MPI local rank 1 of 4: %s\n", desc);
+    /* Turned off: no early choice, the split decides. */
+    setenv("DSGD_GPU_EARLY", "0", 1);
+    ck_assert_int_eq(gpu_select_early(), -1);
+    unsetenv("DSGD_GPU_EARLY");
+    ck_assert_int_eq(gpu_select(1, 4, desc, sizeof desc, err, sizeof err), 0);
+    ck_assert(cudaGetDevice(&cur) == cudaSuccess && cur == 1 % count);
+    ck_assert_msg(strstr(desc, "MPI_LOCALRANKID") == NULL, "desc: %s", desc);
+    /* Back to device 0 for whatever follows. */
+    unsetenv("MPI_LOCALRANKID"), unsetenv("SLURM_LOCALID");
+    ck_assert_int_eq(gpu_select_early(), -1);
+    ck_assert_int_eq(gpu_select(0, 1, desc, sizeof desc, err, sizeof err), 0);
+#ifdef MOCK_NCCL_LIB
+    unsetenv("MOCK_CUDA_DEVICES");
+#endif
+}
+END_TEST
+
 static Suite *gpu_comm_suite(void) {
     Suite *s = suite_create("gpu_comm");
     TCase *tc = tcase_create("gpu_comm");
@@ -313,6 +380,7 @@ static Suite *gpu_comm_suite(void) {
 #ifdef MOCK_NCCL_LIB
     tcase_add_test(tc, test_nccl_finalize_bounded);
 #endif
+    tcase_add_test(tc, test_device_choice);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -177,21 +177,35 @@ cudaError_t cudaFreeHost(void *p) {
     return cudaSuccess;
 }
 
+/* Devices: 1, or MOCK_CUDA_DEVICES (read at every call; a test of the device choice sets it),
+ * all sharing the one host memory. */
+static int current_dev;
+
+static int n_devices(void) {
+    const char *v = getenv("MOCK_CUDA_DEVICES");
+    const int n = v ? atoi(v) : 1;
+    return n >= 1 ? n : 1;
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
-    *n = 1;
+    *n = n_devices();
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
+    *d = current_dev;
     return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int d) { return ret(d == 0 ? cudaSuccess : cudaErrorInvalidDevice); }
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= n_devices()) return ret(cudaErrorInvalidDevice);
+    current_dev = d;
+    return cudaSuccess;
+}
 
 cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
-    if (d != 0) return ret(cudaErrorInvalidDevice);
-    snprintf(id, (size_t)len, "0000:00:00.0");
+    if (d < 0 || d >= n_devices()) return ret(cudaErrorInvalidDevice);
+    snprintf(id, (size_t)len, "0000:%02x:00.0", d);
     return cudaSuccess;
 }
 
