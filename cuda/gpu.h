@@ -144,6 +144,10 @@ void gpu_model_stage_buffers(gpu_model *g, float **x, int **y);
 void gpu_model_stage(gpu_model *g, long tag);
 long gpu_model_staged(const gpu_model *g);
 
+/* How many convolution directions of g (training and evaluation networks) run a Winograd or FFT
+ * algorithm (layers.h gpu_conv_transform): the tests widen their fp32 tolerances when any does. */
+int gpu_model_conv_transforms(const gpu_model *g);
+
 /* Inference with the running BN statistics on the first n_valid (<= eval_batch) rows of x
  * (eval_batch, c, h, w) on the host; logits (n_valid, classes) row-major written to the host. */
 void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits);

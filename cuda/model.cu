@@ -449,6 +449,21 @@ static void net_print_algos(const gpu_model *g, const gpu_net *t) {
     }
 }
 
+static int net_transforms(const gpu_model *g, const gpu_net *t) {
+    if (!t->built || g->L.s.arch == MODEL_LINEAR) return 0;
+    int k = 0;
+    for (int dir = 0; dir < 3; dir++) {
+        k += gpu_conv_transform(&t->conv1, dir);
+        for (int i = 0; i < N_BLOCKS; i++) {
+            k += gpu_conv_transform(&t->b[i].conv1, dir) + gpu_conv_transform(&t->b[i].conv2, dir);
+            if (g->L.blk[i].down) k += gpu_conv_transform(&t->b[i].convd, dir);
+        }
+    }
+    return k;
+}
+
+int gpu_model_conv_transforms(const gpu_model *g) { return net_transforms(g, &g->train) + net_transforms(g, &g->eval); }
+
 static void net_free(gpu_net *t) {
     if (!t->built) return;
     gpu_conv_free(&t->conv1);

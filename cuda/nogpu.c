@@ -108,3 +108,7 @@ float *gpu_model_vector(gpu_model *g, int which) {
     (void)g, (void)which;
     DIE("gpu_model_vector: " NOT_BUILT);
 }
+int gpu_model_conv_transforms(const gpu_model *g) {
+    (void)g;
+    DIE("gpu_model_conv_transforms: " NOT_BUILT);
+}

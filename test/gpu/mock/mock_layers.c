@@ -130,6 +130,10 @@ int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen) {
     c->prec = prec;
     c->act_bytes = prec == GPU_BF16 ? 2 : 4;
     c->n_sm = 4;
+    const char *algo = getenv(GPU_ALGO_ENV); /* as layers.cu: checked, no effect on the CPU layers */
+    if (algo && *algo && strcmp(algo, "find") != 0 && strcmp(algo, "heuristic") != 0)
+        return seterr(err, errlen, "%s=%s: expected \"find\" or \"heuristic\"", GPU_ALGO_ENV, algo), -1;
+    c->heuristic = algo && strcmp(algo, "heuristic") == 0;
     if (cudaStreamCreate(&c->stream) != cudaSuccess) return seterr(err, errlen, "mock stream"), -1;
     return gpu_malloc(&c->blas_ws, GPU_BLAS_WS_NBYTES, "cuBLAS workspace", err, errlen);
 }
@@ -209,6 +213,14 @@ int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, v
     l->fwd_ws = l->bwd_data_ws = l->bwd_filter_ws = 1024;
     l->tuned = 1;
     return 0;
+}
+
+/* MOCK_CONV_TRANSFORM=1: every direction reports a transform algorithm (the tests' wider
+ * tolerance path); the arithmetic stays the CPU's. */
+int gpu_conv_transform(const gpu_conv_layer *l, int dir) {
+    const char *v = getenv("MOCK_CONV_TRANSFORM");
+    if (!v || strcmp(v, "1") != 0) return 0;
+    return dir == 0 || (dir == 1 && l->need_dinp) || (dir == 2 && l->mode == GPU_TRAIN);
 }
 
 void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n) {
