@@ -139,23 +139,33 @@ build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiut
 # headers; skipped (with a line saying so) where they are absent.
 CUDA_HDRS := $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h)
 CUDNN_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
-MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap)
-MOCK_OBJ  := build/mock/model.o build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/nogpucomm.o
+MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap build/mock/test_gpu_comm)
+MOCK_OBJ  := build/mock/model.o build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/gpucomm.o
 MOCK_INC  := -I$(CUDA_HOME)/include $(if $(CUDNN_HDR),-I$(dir $(CUDNN_HDR)))
 CXX_MOCK  ?= g++
+# cuda/gpucomm.cu over the mock too, with NCCL where nccl.h is found: libnccl.so.2 is then the
+# one-rank CPU stand-in test/gpu/mock/mock_nccl.c, which the mock tests open through
+# DSGD_NCCL_LIBRARY (test_gpu_comm sets it to MOCK_NCCL_LIB).
+MOCK_NCCL_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
+MOCK_NCCL_LIB := $(CURDIR)/build/mock/libnccl.so.2
+MOCK_NCCL := $(if $(MOCK_NCCL_HDR),-DDSGD_NCCL=1 -I$(dir $(MOCK_NCCL_HDR)))
 build/mock/model.o: cuda/model.cu cuda/gpu.h cuda/layers.h cuda/common.h cuda/internal.h src/nn/layout.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(MOCK_INC) -c $< -o $@
-build/mock/nogpucomm.o: cuda/nogpucomm.c cuda/gpucomm.h | build/.deps-ok
+build/mock/gpucomm.o: cuda/gpucomm.cu cuda/gpucomm.h cuda/gpu.h cuda/common.h cuda/internal.h | build/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -Icuda -c $< -o $@
+	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(MOCK_INC) $(MOCK_NCCL) -c $< -o $@
+build/mock/libnccl.so.2: test/gpu/mock/mock_nccl.c | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -fPIC $(MOCK_INC) $(if $(MOCK_NCCL_HDR),-I$(dir $(MOCK_NCCL_HDR))) -o $@ $<
 build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Icuda $(MOCK_INC) -c $< -o $@
 # The model.h-level test over the mock: src/nn/model.c's GPU dispatch (host mirrors, sync modes)
 # on cuda/model.cu over the CPU stand-ins.
 build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.deps-ok
-	$(CC) $(CFLAGS) -Isrc -Icuda -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(MOCK_OBJ) \
+	$(CC) $(CFLAGS) -Isrc -Icuda -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) \
+	    $(if $(MOCK_NCCL_HDR),-DMOCK_NCCL_LIB='"$(MOCK_NCCL_LIB)"') -o $@ $< $(LIB) $(MOCK_OBJ) \
 	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) -ldnnl -lm -ldl
 
 # dsgd-run over the stand-ins (device = "cuda" without a GPU): test_gpu_overlap runs it under
@@ -163,6 +173,7 @@ build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h 
 build/mock/dsgd-run: build/src/main.o $(LIB) $(MOCK_OBJ) | build/.deps-ok
 	$(CC) $(CFLAGS) -o $@ build/src/main.o $(LIB) $(MOCK_OBJ) -lstdc++ $(PKG_LIBS) -ldnnl -lm -ldl
 build/mock/test_gpu_overlap: build/mock/dsgd-run test/mpiutil.h test/alloccount.h
+build/mock/test_gpu_comm: $(if $(MOCK_NCCL_HDR),build/mock/libnccl.so.2)
 
 # test/gpu/: every GPU op and the whole model against the CPU backend (CUDA=1 only).
 gpu-tests: $(if $(filter 0,$(CUDA)),gpu-tests-need-cuda,$(GPU_TESTS) $(if $(wildcard tools/bench_gpu.c),build/bench_gpu))

@@ -46,9 +46,24 @@ int gpu_built(void);
 /* "CUDA runtime 13.0, driver 13.0, cuDNN 9.19.0, cuBLAS 13.1.0" or "GPU backend not built". */
 void gpu_version(char *buf, size_t n);
 
+/* The node-local rank the launcher gives this process in the environment, before MPI_Init: the
+ * first set of OMPI_COMM_WORLD_LOCAL_RANK (Open MPI), MPI_LOCALRANKID (MPICH / Intel MPI Hydra),
+ * PMI_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK (MVAPICH2), SLURM_LOCALID (srun; last, since ranks
+ * that mpiexec starts inside a Slurm job inherit the batch step's). *var names it. -1 if none.
+ * Plain getenv: no CUDA call. */
+int gpu_launcher_local_rank(const char **var);
+
+/* Before MPI_Init (src/main.c): make GPU (launcher local rank mod count) current, so that a
+ * CUDA-aware MPI creates its context on this rank's GPU instead of every rank's on GPU 0. Returns
+ * the device, or -1 (no launcher variable, no GPU, or DSGD_GPU_EARLY=0 in the environment): then
+ * gpu_select alone chooses. In a CUDA build on a machine with GPUs this makes a CUDA context even
+ * for device = "cpu" runs (DSGD_GPU_EARLY=0 avoids it). */
+int gpu_select_early(void);
+
 /* Choose this process's GPU: visible device local_rank mod count, where local_rank is the
  * rank's index among the ranks of its node (MPI_Comm_split_type shared) and count the devices
- * the CUDA runtime shows (CUDA_VISIBLE_DEVICES respected). Fills desc, e.g.
+ * the CUDA runtime shows (CUDA_VISIBLE_DEVICES respected) — unless gpu_select_early chose one,
+ * which stands; when the two disagree, desc says so and a warning goes to stderr. Fills desc, e.g.
  * "GPU 1 of 4: NVIDIA H200 (sm_90, 139.8 GiB)", plus ", shared by 2 ranks" when local_size >
  * count. Returns 0, or EXIT_RUNTIME with err ("no CUDA GPU visible: cudaGetDeviceCount: ...").
  * Must precede gpu_model_create and gpu_host_alloc. */
@@ -128,6 +143,10 @@ float gpu_model_train_end(gpu_model *g);
 void gpu_model_stage_buffers(gpu_model *g, float **x, int **y);
 void gpu_model_stage(gpu_model *g, long tag);
 long gpu_model_staged(const gpu_model *g);
+
+/* How many convolution directions of g (training and evaluation networks) run a Winograd or FFT
+ * algorithm (layers.h gpu_conv_transform): the tests widen their fp32 tolerances when any does. */
+int gpu_model_conv_transforms(const gpu_model *g);
 
 /* Inference with the running BN statistics on the first n_valid (<= eval_batch) rows of x
  * (eval_batch, c, h, w) on the host; logits (n_valid, classes) row-major written to the host. */

@@ -30,17 +30,27 @@
 
 /* ---- scaling (CUDA-aware MPI) and the GPU's identity ----------------------------------------- */
 
+#ifdef __CUDACC__
 __global__ void gpucomm_scale_kernel(float *x, size_t n, float s) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
 }
+
+static void scale_launch(float *buf, size_t n, float s, cudaStream_t st) {
+    const size_t threads = 256, want = (n + threads - 1) / threads;
+    const unsigned blocks = (unsigned)(want < 4096 ? want : 4096);
+    gpucomm_scale_kernel<<<blocks, (unsigned)threads, 0, st>>>(buf, n, s);
+}
+#else
+/* g++ over the CPU stand-ins (test/gpu/mock, Makefile build/mock/gpucomm.o): the kernel's twin. */
+extern "C" void mock_gpucomm_scale(float *buf, size_t n, float s, cudaStream_t st);
+static void scale_launch(float *buf, size_t n, float s, cudaStream_t st) { mock_gpucomm_scale(buf, n, s, st); }
+#endif
 
 void gpucomm_scale(gpu_model *g, float *buf, size_t n, float s) {
     if (n == 0) return;
     CUDA_CHECK(cudaSetDevice(gpu_model_device(g)), "gpucomm_scale");
     cudaStream_t st = gpu_model_stream(g);
-    const size_t threads = 256, want = (n + threads - 1) / threads;
-    const unsigned blocks = (unsigned)(want < 4096 ? want : 4096);
-    gpucomm_scale_kernel<<<blocks, (unsigned)threads, 0, st>>>(buf, n, s);
+    scale_launch(buf, n, s, st);
     CUDA_CHECK(cudaGetLastError(), "gpucomm_scale (launch)");
     CUDA_CHECK(cudaStreamSynchronize(st), "gpucomm_scale");
 }
@@ -115,7 +125,9 @@ static void version_text(int v, char *buf, size_t n) {
 }
 
 /* Where libnccl.so.2 is looked for: the loader's path (LD_LIBRARY_PATH, this executable's
- * RUNPATH, ld.so.cache), then the directory the build found it in. */
+ * RUNPATH, ld.so.cache), then the directory the build found it in. The environment variable
+ * DSGD_NCCL_LIBRARY (a path) replaces both: that file only (another NCCL build, or the CPU
+ * stand-in build/mock/libnccl.so.2 of test/gpu/mock). */
 static const char *const nccl_names[] = {
     "libnccl.so.2",
 #ifdef DSGD_NCCL_LIBDIR
@@ -129,13 +141,19 @@ int gpucomm_load(char *err, size_t errlen) {
     if (nccl.state == 0) {
         char tried[ERRLEN] = "";
         size_t off = 0;
-        for (size_t i = 0; i < sizeof nccl_names / sizeof nccl_names[0] && !nccl.handle; i++) {
-            nccl.handle = dlopen(nccl_names[i], RTLD_NOW | RTLD_LOCAL);
+        const char *forced = getenv("DSGD_NCCL_LIBRARY");
+        const char *const *names = nccl_names;
+        size_t n_names = sizeof nccl_names / sizeof nccl_names[0];
+        if (forced && *forced) names = &forced, n_names = 1;
+        for (size_t i = 0; i < n_names && !nccl.handle; i++) {
+            nccl.handle = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
             if (!nccl.handle && off < sizeof tried) {
                 const char *why = dlerror();
-                off += (size_t)snprintf(tried + off, sizeof tried - off, "%s%s", off ? "; " : "", why ? why : nccl_names[i]);
+                off += (size_t)snprintf(tried + off, sizeof tried - off, "%s%s", off ? "; " : "", why ? why : names[i]);
             }
         }
+        if (!nccl.handle && forced && *forced && off < sizeof tried)
+            snprintf(tried + off, sizeof tried - off, " (DSGD_NCCL_LIBRARY)");
         if (!nccl.handle) {
             snprintf(nccl.err, sizeof nccl.err,
                      "cannot load the NCCL library (%.600s); install NCCL 2.14 or later (Debian/Ubuntu: libnccl2; "
@@ -228,6 +246,7 @@ gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, doub
     const int dev = gpu_model_device(g);
     cudaError_t e = cudaSetDevice(dev); /* NCCL binds the communicator to the current device */
     if (e != cudaSuccess) {
+        cudaGetLastError();
         seterr(err, errlen, "cudaSetDevice(%d) before ncclCommInitRankConfig: %s", dev, cudaGetErrorString(e));
         return NULL;
     }
@@ -282,6 +301,10 @@ int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t e
             status = GPUCOMM_FAILED;
             break;
         }
+        /* "Not ready" is no failure, but the runtime keeps it as its last error, as it does
+         * cudaEventQuery's: clear it, or the next kernel launch's check (the SGD update's
+         * CUDA_CHECK(cudaGetLastError())) stops the run. */
+        cudaGetLastError();
         ncclResult_t state = ncclSuccess;
         r = nccl.ncclCommGetAsyncError(c->comm, &state);
         if (r == ncclSuccess && state != ncclSuccess && state != ncclInProgress) r = state;
@@ -303,14 +326,18 @@ int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t e
 void gpucomm_free(gpucomm *c) {
     if (!c) return;
     if (c->comm) {
-        cudaSetDevice(gpu_model_device(c->g));
+        if (cudaSetDevice(gpu_model_device(c->g)) != cudaSuccess) cudaGetLastError();
+        /* At exit every rank has passed its last collective: a finalize that has not completed
+         * within a few seconds will not (a peer is gone), and comm_timeout_s may be minutes. */
+        const double limit = c->timeout_s < GPUCOMM_FINALIZE_S ? c->timeout_s : GPUCOMM_FINALIZE_S;
         ncclResult_t r = nccl.ncclCommFinalize(c->comm);
-        if (r == ncclSuccess || r == ncclInProgress) r = wait_state(c->comm, c->timeout_s);
+        if (r == ncclSuccess || r == ncclInProgress) r = wait_state(c->comm, limit);
         if (r == ncclSuccess) r = nccl.ncclCommDestroy(c->comm);
         if (r != ncclSuccess) {
-            char b[ERRLEN];
+            char b[ERRLEN], why[96];
+            snprintf(why, sizeof why, "ncclCommFinalize did not complete within %g s", limit);
             fprintf(stderr, "dsgd-run: warning: rank %d: releasing the NCCL communicator: %s; aborting it\n", c->rank,
-                    r == ncclInProgress ? "ncclCommFinalize did not complete within comm_timeout_s" : nccl_status(r, c->comm, b, sizeof b));
+                    r == ncclInProgress ? why : nccl_status(r, c->comm, b, sizeof b));
             nccl.ncclCommAbort(c->comm);
         }
     }

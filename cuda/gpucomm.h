@@ -13,7 +13,8 @@
  * Loading. libnccl.so.2 is opened at run time (dlopen, gpucomm_load), not linked: a dsgd-run
  * built with NCCL starts, and trains with comm = "mpi", on a machine that has no NCCL (the GPU
  * check's bundle takes NCCL from the GPU machine, test/gpu/bundle.sh). NCCL >= 2.14 is needed
- * (non-blocking communicators, ncclCommFinalize; ncclAvg is 2.10).
+ * (non-blocking communicators, ncclCommFinalize; ncclAvg is 2.10). DSGD_NCCL_LIBRARY=PATH in the
+ * environment opens that file instead (test/gpu/mock/mock_nccl.c: a one-rank NCCL on the CPU).
  *
  * MPI stays behind src/comm: the NCCL unique id is made here on worker 0 (gpucomm_unique_id) and
  * broadcast by the caller (comm_workers_bcast) before every worker calls gpucomm_create.
@@ -44,6 +45,9 @@ extern "C" {
 /* Bytes of an NCCL unique id (NCCL_UNIQUE_ID_BYTES). */
 #define GPUCOMM_ID_BYTES 128
 
+/* Seconds gpucomm_free waits for ncclCommFinalize (at most timeout_s) before ncclCommAbort. */
+#define GPUCOMM_FINALIZE_S 5.0
+
 /* Results of gpucomm_allreduce_mean. */
 enum { GPUCOMM_OK = 0, GPUCOMM_TIMEOUT = 1, GPUCOMM_FAILED = 2 };
 
@@ -56,7 +60,7 @@ int gpucomm_nccl_built(void);
  * loadable: ...", or "NCCL not built (...)". Opens the library (no GPU needed). */
 void gpucomm_version(char *buf, size_t n);
 
-/* Open libnccl.so.2 and check its version. Returns 0, or EXIT_RUNTIME with err saying what is
+/* Open libnccl.so.2 (or $DSGD_NCCL_LIBRARY) and check its version. Returns 0, or EXIT_RUNTIME with err saying what is
  * missing and how to provide it. Later calls return the first call's verdict. */
 int gpucomm_load(char *err, size_t errlen);
 
@@ -83,8 +87,10 @@ gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, doub
  * communicator is aborted and unusable); GPUCOMM_FAILED with err (likewise). */
 int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t errlen);
 
-/* Release the communicator (ncclCommFinalize, then ncclCommDestroy; ncclCommAbort if that does
- * not complete within timeout_s, with a warning). Every rank calls it. NULL: no-op. */
+/* Release the communicator (ncclCommFinalize, then ncclCommDestroy; ncclCommAbort, with a
+ * warning, if the finalize does not complete within GPUCOMM_FINALIZE_S seconds (or timeout_s if
+ * shorter): at exit a stuck finalize means a peer is gone, and comm_timeout_s may be long).
+ * Every rank calls it. NULL: no-op. */
 void gpucomm_free(gpucomm *c);
 
 /* buf (n fp32 values in device memory of g's GPU) *= s on g's stream; returns when done. For the

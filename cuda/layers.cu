@@ -20,6 +20,7 @@
 #include "layers.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -74,6 +75,7 @@ int gpu_malloc(void **p, size_t nbytes, const char *what, char *err, size_t errl
     }
     e = cudaMemset(*p, 0, nbytes);
     if (e != cudaSuccess) {
+        cudaGetLastError();
         seterr(err, errlen, "cudaMemset of %zu bytes for %s: %s", nbytes, what, cudaGetErrorString(e));
         cudaFree(*p);
         *p = NULL;
@@ -91,6 +93,13 @@ int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen) {
     }
     c->prec = prec;
     c->act_bytes = prec == GPU_BF16 ? 2 : 4;
+    const char *algo = getenv(GPU_ALGO_ENV);
+    if (algo && *algo && strcmp(algo, "find") != 0 && strcmp(algo, "heuristic") != 0) {
+        seterr(err, errlen, "%s=%s: expected \"find\" (time the candidates, the default) or \"heuristic\" (cuDNN's heuristics, "
+               "no timing)", GPU_ALGO_ENV, algo);
+        return -1;
+    }
+    c->heuristic = algo && strcmp(algo, "heuristic") == 0;
     CUDA_TRY(cudaGetDevice(&c->dev), where);
     CUDA_TRY(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, c->dev), where);
     if (prec == GPU_BF16) { /* bf16 tensor cores, and cuDNN's bf16 kernels, start with Ampere */
@@ -503,11 +512,14 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
         for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
             set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
     }
+    /* Find runs every candidate, and some fail (out of memory in their own allocations, a launch
+     * refused): cuDNN reports them in the rows, but the runtime may keep such a (non-sticky) error
+     * as its last one even when Find succeeds. Clear it, so that the first kernel launch's check
+     * (CUDA_CHECK(cudaGetLastError())) does not stop the first step. A sticky error (a faulted
+     * context) is returned again by every later call, so nothing is hidden. */
+    if (use_find) cudaGetLastError();
     if (st != CUDNN_STATUS_SUCCESS) {
-        if (use_find) {
-            cudaGetLastError(); /* a failed Find may leave a (non-sticky) launch error behind */
-            return 0;
-        }
+        if (use_find) return 0; /* heuristics follow */
         char b[768];
         seterr(err, errlen, "%s:%d: cuDNN cudnnGetConvolution*Algorithm_v7 (direction %d) failed in %s: %s", __FILE__,
                __LINE__, dir, l->what, gpu_cudnn_status(st, b, sizeof b));
@@ -535,10 +547,10 @@ static int conv_choose(gpu_conv_layer *l, gpu_ctx *c, int dir, const void *x, co
         key.math = m->math;
     } else {
         perf_row r[MAX_PERF];
-        int n = conv_perf(l, c, dir, 1, x, w, y, dx, dw, r, err, errlen);
+        int n = c->heuristic ? 0 : conv_perf(l, c, dir, 1, x, w, y, dx, dw, r, err, errlen);
         if (n < 0) return -1;
-        int i = pick(r, n, c);
-        if (i < 0) { /* Find failed or found nothing usable: cuDNN's heuristics */
+        int i = c->heuristic ? -1 : pick(r, n, c);
+        if (i < 0) { /* heuristic mode, or Find failed or found nothing usable: cuDNN's heuristics */
             n = conv_perf(l, c, dir, 0, x, w, y, dx, dw, r, err, errlen);
             if (n < 0) return -1;
             i = pick(r, n, c);
@@ -596,10 +608,26 @@ int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, v
         if (conv_choose(l, c, 2, x, w, y, dx, dwc, err, errlen)) return -1;
         if (l->need_dinp && conv_choose(l, c, 1, x, w, y, dx, dwc, err, errlen)) return -1;
     }
-    /* Find ran kernels: surface any error here, with this layer's name, not in the first step. */
+    /* Find ran kernels: surface any error here, with this layer's name, not in the first step;
+     * then leave no non-sticky error of the search behind (see conv_perf). */
     CUDA_TRY(cudaStreamSynchronize(c->stream), l->what);
+    cudaGetLastError();
     l->tuned = 1;
     return 0;
+}
+
+int gpu_conv_transform(const gpu_conv_layer *l, int dir) {
+    if (dir == 0)
+        return l->fwd_algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT || l->fwd_algo == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING ||
+               l->fwd_algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || l->fwd_algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    if (dir == 1)
+        return l->need_dinp && (l->bwd_data_algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT ||
+                                l->bwd_data_algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING ||
+                                l->bwd_data_algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+                                l->bwd_data_algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED);
+    return l->mode == GPU_TRAIN && (l->bwd_filter_algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT ||
+                                    l->bwd_filter_algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING ||
+                                    l->bwd_filter_algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED);
 }
 
 void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n) {

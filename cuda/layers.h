@@ -94,6 +94,7 @@ typedef struct {
     size_t find_ws_nbytes;
     size_t ws_cap;          /* per-direction workspace limit, set with find_ws */
     int find_ready;         /* find_ws and ws_cap are set */
+    int heuristic;          /* DSGD_CUDNN_ALGO=heuristic: choose algorithms without timing (gpu_conv_tune) */
     gpu_algo_memo memo[GPU_MEMO_MAX];
     int n_memo;
 } gpu_ctx;
@@ -162,6 +163,19 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
  * reuse the choice. */
 int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, void *y, void *dx, float *dw,
                   char *err, size_t errlen);
+/* DSGD_CUDNN_ALGO in the environment, read by gpu_ctx_init: "find" (default, or unset) times the
+ * candidates with cudnnFind*AlgorithmEx as above; "heuristic" takes cuDNN's heuristics
+ * (cudnnGet*Algorithm_v7: no timing, so every process with the same GPU, cuDNN and shapes picks
+ * the same algorithms — for comparisons between runs, test/gpu/run.sh), with the same rule:
+ * the first deterministic one that fits the cap and the precision. Another value is an error of
+ * gpu_ctx_init. */
+#define GPU_ALGO_ENV "DSGD_CUDNN_ALGO"
+
+/* 1 if direction dir (0 forward, 1 backward data, 2 backward filter) of l runs a transform
+ * algorithm — Winograd or FFT — whose fp32 rounding error is larger than a direct or GEMM
+ * convolution's (the transforms' intermediate values are larger than the result: the test
+ * tolerances widen for them, test/gpu/test_gpu_ops.c). 0 for a direction l does not have. */
+int gpu_conv_transform(const gpu_conv_layer *l, int dir);
 /* The chosen algorithms, e.g. "fwd IMPLICIT_PRECOMP_GEMM/fma 0 B, bwd-data ALGO_1/fma 0 B, ...". */
 void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n);
 /* out (n, oc, oh, ow) = conv(inp (n, ic, ih, iw), weight (oc, ic, k, k)); cudnnConvolutionForward.

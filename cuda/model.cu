@@ -147,6 +147,57 @@ void gpu_version(char *buf, size_t n) {
              dnn / 10000, (dnn % 10000) / 100, dnn % 100, bmaj, bmin, bpat);
 }
 
+/* The launchers' node-local rank variables, those of MPI launchers before Slurm's: under mpiexec
+ * inside a Slurm job every rank inherits the batch step's SLURM_LOCALID (0), and the MPI
+ * launcher's own variable is the right one. */
+static const char *const local_rank_vars[] = {
+    "OMPI_COMM_WORLD_LOCAL_RANK", /* Open MPI (mpirun, and srun with PMIx) */
+    "MPI_LOCALRANKID",            /* MPICH / Intel MPI (Hydra) */
+    "PMI_LOCAL_RANK",             /* PMI (MPICH's PMI, Cray PALS) */
+    "MV2_COMM_WORLD_LOCAL_RANK",  /* MVAPICH2 */
+    "SLURM_LOCALID",              /* srun */
+};
+
+/* What gpu_select_early chose (dev -1: nothing). */
+static struct {
+    int dev, local_rank, count;
+    const char *var;
+} early = {-1, -1, 0, NULL};
+
+int gpu_launcher_local_rank(const char **var) {
+    for (size_t i = 0; i < sizeof local_rank_vars / sizeof local_rank_vars[0]; i++) {
+        const char *v = getenv(local_rank_vars[i]);
+        char *end;
+        if (!v || !*v) continue;
+        const long r = strtol(v, &end, 10);
+        if (*end || r < 0 || r > 1 << 20) continue;
+        if (var) *var = local_rank_vars[i];
+        return (int)r;
+    }
+    return -1;
+}
+
+int gpu_select_early(void) {
+    early.dev = -1, early.local_rank = -1, early.count = 0, early.var = NULL;
+    const char *off = getenv("DSGD_GPU_EARLY");
+    if (off && strcmp(off, "0") == 0) return -1;
+    const char *var = NULL;
+    const int lr = gpu_launcher_local_rank(&var);
+    if (lr < 0) return -1;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) { /* no GPU: gpu_select says so if asked */
+        cudaGetLastError();
+        return -1;
+    }
+    const int dev = lr % count;
+    if (cudaSetDevice(dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    early.dev = dev, early.local_rank = lr, early.count = count, early.var = var;
+    return dev;
+}
+
 int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char *err, size_t errlen) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -156,7 +207,16 @@ int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char 
                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices (CUDA_VISIBLE_DEVICES?)");
         return EXIT_RUNTIME;
     }
-    const int dev = (local_rank < 0 ? 0 : local_rank) % count;
+    const int split_dev = (local_rank < 0 ? 0 : local_rank) % count;
+    /* The launcher's choice, made before MPI_Init, stands (a CUDA-aware MPI made its context
+     * there); the node-local split checks it. */
+    const int dev = early.dev >= 0 && early.dev < count ? early.dev : split_dev;
+    char note[200] = "";
+    if (early.dev >= 0 && early.dev != split_dev)
+        snprintf(note, sizeof note, "; the launcher's %s=%d chose it, the node-local MPI rank %d would choose GPU %d", early.var,
+                 early.local_rank, local_rank, split_dev);
+    else if (early.dev >= 0)
+        snprintf(note, sizeof note, " (%s=%d, as the node-local MPI rank)", early.var, early.local_rank);
     e = cudaSetDevice(dev);
     if (e == cudaSuccess) e = cudaFree(NULL); /* create the context now: driver problems show here */
     if (e != cudaSuccess) {
@@ -167,6 +227,7 @@ int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char 
     cudaDeviceProp p;
     e = cudaGetDeviceProperties(&p, dev);
     if (e != cudaSuccess) {
+        cudaGetLastError();
         seterr(err, errlen, "GPU %d of %d: cudaGetDeviceProperties: %s", dev, count, cudaGetErrorString(e));
         return EXIT_RUNTIME;
     }
@@ -175,7 +236,14 @@ int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char 
     int sharing = 0; /* ranks of this node on this device: local ranks r with r mod count = dev */
     for (int r = 0; r < local_size; r++) sharing += r % count == dev;
     if (sharing > 1 && len >= 0 && (size_t)len < desclen)
-        snprintf(desc + len, desclen - (size_t)len, ", shared by %d ranks", sharing);
+        len += snprintf(desc + len, desclen - (size_t)len, ", shared by %d ranks", sharing);
+    if (note[0] && len >= 0 && (size_t)len < desclen) snprintf(desc + len, desclen - (size_t)len, "%s", note);
+    if (early.dev >= 0 && early.dev != split_dev)
+        fprintf(stderr,
+                "dsgd-run: warning: GPU choice: the launcher's %s=%d picked GPU %d of %d before MPI_Init, but this rank is "
+                "node-local MPI rank %d of %d (GPU %d): kept GPU %d; two ranks may share a GPU (DSGD_GPU_EARLY=0 uses the "
+                "MPI ranks)\n",
+                early.var, early.local_rank, early.dev, count, local_rank, local_size, split_dev, dev);
     return 0;
 }
 
@@ -380,6 +448,21 @@ static void net_print_algos(const gpu_model *g, const gpu_net *t) {
         }
     }
 }
+
+static int net_transforms(const gpu_model *g, const gpu_net *t) {
+    if (!t->built || g->L.s.arch == MODEL_LINEAR) return 0;
+    int k = 0;
+    for (int dir = 0; dir < 3; dir++) {
+        k += gpu_conv_transform(&t->conv1, dir);
+        for (int i = 0; i < N_BLOCKS; i++) {
+            k += gpu_conv_transform(&t->b[i].conv1, dir) + gpu_conv_transform(&t->b[i].conv2, dir);
+            if (g->L.blk[i].down) k += gpu_conv_transform(&t->b[i].convd, dir);
+        }
+    }
+    return k;
+}
+
+int gpu_model_conv_transforms(const gpu_model *g) { return net_transforms(g, &g->train) + net_transforms(g, &g->eval); }
 
 static void net_free(gpu_net *t) {
     if (!t->built) return;

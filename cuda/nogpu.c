@@ -13,6 +13,13 @@ int gpu_built(void) { return 0; }
 
 void gpu_version(char *buf, size_t n) { snprintf(buf, n, "GPU backend not built (make CUDA=1)"); }
 
+int gpu_launcher_local_rank(const char **var) {
+    (void)var;
+    return -1;
+}
+
+int gpu_select_early(void) { return -1; }
+
 int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char *err, size_t errlen) {
     (void)local_rank, (void)local_size;
     if (desclen) desc[0] = '\0';
@@ -100,4 +107,8 @@ int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int 
 float *gpu_model_vector(gpu_model *g, int which) {
     (void)g, (void)which;
     DIE("gpu_model_vector: " NOT_BUILT);
+}
+int gpu_model_conv_transforms(const gpu_model *g) {
+    (void)g;
+    DIE("gpu_model_conv_transforms: " NOT_BUILT);
 }

@@ -398,6 +398,9 @@ static int check_srun_world(char *err, size_t errlen) {
 }
 
 int main(int argc, char **argv) {
+    /* The launcher's node-local rank picks this rank's GPU before MPI_Init, where a CUDA-aware MPI
+     * creates its CUDA context (on the current device); gpu_select checks it later. */
+    gpu_select_early();
     comm_init(&argc, &argv);
     char err[ERRLEN] = "";
     if (pack_requested(argc, argv)) { /* dsgd-run --pack SRC OUT ...: src/data/pack.h */
@@ -425,7 +428,10 @@ int main(int argc, char **argv) {
             runlog_library_version(h5, sizeof h5);
             gpucomm_version(nccl, sizeof nccl);
             printf("dsgd-run %s\n  backend: %s\n  run file: %s\n  MPI: %s (CUDA-aware: %s)\n  comm nccl: %s\n", DSGD_VERSION, dnn,
-                   h5, mpi, comm_gpu_aware() ? "yes" : "no", nccl);
+                   h5, mpi,
+                   comm_gpu_aware() ? (getenv("DSGD_CUDA_AWARE") && strcmp(getenv("DSGD_CUDA_AWARE"), "1") == 0 ? "yes (forced: DSGD_CUDA_AWARE=1)" : "yes")
+                                    : "no",
+                   nccl);
         }
         if (r0 && args.help) { print_usage(stdout); printf("\nexperiment keys:\n"); config_print_keys(stdout); }
         comm_finalize();

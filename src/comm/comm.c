@@ -196,6 +196,7 @@ int comm_thread_multiple(void) { return g_thread_multiple; }
 int comm_gpu_aware(void) {
     const char *env = getenv("DSGD_CUDA_AWARE");
     if (env && strcmp(env, "0") == 0) return 0;
+    if (env && strcmp(env, "1") == 0) return 1; /* an MPI that does not report its CUDA support */
     int yes = 0;
 #if defined(MPICH) && defined(MPIX_GPU_SUPPORT_CUDA)
     if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) != MPI_SUCCESS) yes = 0;

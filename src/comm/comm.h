@@ -101,7 +101,9 @@ void comm_workers_barrier(void);
 /* 1 if this MPI library can send and receive CUDA device memory directly ("CUDA-aware"):
  * MPICH's MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA) or Open MPI's MPIX_Query_cuda_support();
  * 0 otherwise (Debian's MPICH: buffers then go through page-locked host memory). Setting the
- * environment variable DSGD_CUDA_AWARE=0 forces 0. */
+ * environment variable DSGD_CUDA_AWARE=0 forces 0, DSGD_CUDA_AWARE=1 forces 1 (an MPI built with
+ * CUDA support that does not say so: MVAPICH2-GDR, Cray MPICH with MPICH_GPU_SUPPORT_ENABLED=1,
+ * an Open MPI without mpi-ext.h). */
 int comm_gpu_aware(void);
 
 /* 1 if MPI gave MPI_THREAD_MULTIPLE (needed by a communication thread). */

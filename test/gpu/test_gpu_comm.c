@@ -14,7 +14,27 @@
  *                     with nranks 1), then train_allreduce_mean with t.gcomm on the gradients of a
  *                     real training step and on the BN statistics, 20 times: a one-rank ncclAvg
  *                     multiplies by 1.0f, so the vectors stay the same bit for bit (time per
- *                     call printed); gpucomm_free; a second communicator made and freed.
+ *                     call printed); gpucomm_free; a second communicator made and freed;
+ *   test_nccl_then_sgd  a one-rank NCCL all-reduce of known gradients, then the SGD update on the
+ *                     device, three times: the parameters and velocity equal src/optim/sgd.c's on
+ *                     the host bit for bit (the update is the first kernel launched after the
+ *                     all-reduce's wait loop: a "not ready" left as the runtime's last error by
+ *                     that loop's cudaStreamQuery stops it, as it would every comm = "nccl" run);
+ *   test_nccl_finalize_bounded  (over the mock only) a communicator whose ncclCommFinalize never
+ *                     completes (MOCK_NCCL_FINALIZE_HANG=1) is released by gpucomm_free within
+ *                     GPUCOMM_FINALIZE_S + 2 s although comm_timeout_s is 60 s, and aborted.
+ *   test_device_choice  the GPU of a rank on a multi-GPU node: gpu_launcher_local_rank reads the
+ *                     launcher's variable (MPI launchers' before SLURM_LOCALID, which mpiexec's ranks
+ *                     inherit in a Slurm job), gpu_select_early makes GPU (that rank mod count)
+ *                     current, gpu_select keeps it and says whether the node-local MPI rank agrees
+ *                     (over the mock with MOCK_CUDA_DEVICES=4: ranks 2 and 1 disagree, GPU 2 kept);
+ *                     DSGD_GPU_EARLY=0 and no variable leave the choice to gpu_select. Runs last
+ *                     and puts device 0 back.
+ *
+ * Over the CPU stand-ins (build/mock/test_gpu_comm, `make check`) cuda/gpucomm.cu runs on the
+ * one-rank NCCL of test/gpu/mock/mock_nccl.c (build/mock/libnccl.so.2, set as DSGD_NCCL_LIBRARY
+ * here), whose calls answer ncclInProgress and whose stream answers "not ready" as a GPU's would;
+ * there NCCL must load (no skip).
  *
  * NCCL not built or not loadable: test_nccl_one_rank prints "NCCL not usable: ...: skipped" and
  * passes, unless DSGD_REQUIRE_NCCL=1 (then it fails). Without a GPU the program prints "no GPU:
@@ -27,12 +47,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dlfcn.h>
+
 #include <cuda_runtime_api.h>
 
 #include "gpu.h"
 #include "gpucomm.h"
 #include "testgpu.h"
 #include "nn/model.h"
+#include "optim/sgd.h"
 #include "train/train.h"
 #include "util/util.h"
 
@@ -157,15 +180,24 @@ START_TEST(test_scale) {
 }
 END_TEST
 
+/* 1 if NCCL can be used here; else prints why the test skips (fails where NCCL is required:
+ * DSGD_REQUIRE_NCCL=1, or over the mock, which has its own). */
+static int nccl_usable(const char *name) {
+    char err[ERRLEN];
+    if (gpucomm_load(err, sizeof err) == 0) return 1;
+    const char *req = getenv("DSGD_REQUIRE_NCCL");
+    ck_assert_msg(!(req && *req && strcmp(req, "0") != 0), "NCCL not usable and DSGD_REQUIRE_NCCL is set: %s", err);
+#ifdef MOCK_NCCL_LIB
+    ck_abort_msg("the mock NCCL %s does not load: %s", MOCK_NCCL_LIB, err);
+#endif
+    printf("  %s: NCCL not usable: %s: skipped\n", name, err);
+    return 0;
+}
+
 START_TEST(test_nccl_one_rank) {
     const comm_case *k = &cases[_i];
     char err[ERRLEN];
-    if (gpucomm_load(err, sizeof err)) {
-        const char *req = getenv("DSGD_REQUIRE_NCCL");
-        ck_assert_msg(!(req && *req && strcmp(req, "0") != 0), "NCCL not usable and DSGD_REQUIRE_NCCL is set: %s", err);
-        printf("  %s: NCCL not usable: %s: skipped\n", k->name, err);
-        return;
-    }
+    if (!nccl_usable(k->name)) return;
     model *g = make(&k->s, MODEL_CUDA);
     rng_t r;
     rng_seed(&r, 13);
@@ -199,6 +231,144 @@ START_TEST(test_nccl_one_rank) {
 }
 END_TEST
 
+START_TEST(test_nccl_then_sgd) {
+    const comm_case *k = &cases[_i];
+    char err[ERRLEN];
+    if (!nccl_usable(k->name)) return;
+    model *g = make(&k->s, MODEL_CUDA);
+    const size_t n = model_n_params(g);
+    rng_t r;
+    rng_seed(&r, 14);
+    char id[GPUCOMM_ID_BYTES];
+    ck_assert_msg(gpucomm_unique_id(id, err, sizeof err) == 0, "%s", err);
+    gpucomm *c = gpucomm_create(model_gpu(g), 1, 0, id, 60.0, err, sizeof err);
+    ck_assert_msg(c != NULL, "%s: gpucomm_create: %s", k->name, err);
+    trainer t = {.net = g, .p = 1, .gcomm = c};
+    float *theta = xmalloc(n * sizeof(float)), *v = xcalloc(n, sizeof(float)), *grad = xmalloc(n * sizeof(float));
+    fill(model_params(g), n, &r);
+    model_upload(g, MODEL_PARAMS);
+    memcpy(theta, model_params(g), n * sizeof(float));
+    const float alpha = 0.1f, mu = 0.9f, lambda = 5e-4f;
+    for (int step = 0; step < 3; step++) {
+        fill(model_grads(g), n, &r);
+        model_upload(g, MODEL_GRADS);
+        memcpy(grad, model_grads(g), n * sizeof(float));
+        double wait = 0;
+        train_allreduce_mean(&t, MODEL_GRADS, &wait); /* ncclAvg over one rank: ×1.0f */
+        ck_assert_msg(model_sgd_update(g, alpha, mu, lambda, 1), "%s: step %d: non-finite update", k->name, step);
+        ck_assert(sgd_update(theta, grad, v, n, alpha, mu, lambda, 1));
+        float *got = from_device(model_device_vector(g, MODEL_PARAMS), n);
+        for (size_t i = 0; i < n; i++)
+            ck_assert_msg(memcmp(&got[i], &theta[i], sizeof(float)) == 0, "%s: step %d: parameter %zu: %.9g, want %.9g", k->name,
+                          step, i, (double)got[i], (double)theta[i]);
+        free(got);
+    }
+    printf("  %-28s one-rank NCCL all-reduce then SGD, 3 steps: parameters as sgd_update's bit for bit\n", k->name);
+    gpucomm_free(c);
+    free(theta), free(v), free(grad);
+    model_free(g);
+}
+END_TEST
+
+#ifdef MOCK_NCCL_LIB
+START_TEST(test_nccl_finalize_bounded) {
+    char err[ERRLEN];
+    ck_assert(nccl_usable("finalize"));
+    void *lib = dlopen(MOCK_NCCL_LIB, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_msg(lib != NULL, "%s is not the NCCL loaded", MOCK_NCCL_LIB);
+    void (*counts)(int *, int *) = (void (*)(int *, int *))dlsym(lib, "mock_nccl_counts");
+    ck_assert_ptr_nonnull(counts);
+    model *g = make(&cases[0].s, MODEL_CUDA);
+    char id[GPUCOMM_ID_BYTES];
+    ck_assert_msg(gpucomm_unique_id(id, err, sizeof err) == 0, "%s", err);
+    int aborted0, destroyed0, aborted1, destroyed1;
+    /* A finalize that completes: destroyed, not aborted. */
+    gpucomm *c = gpucomm_create(model_gpu(g), 1, 0, id, 60.0, err, sizeof err);
+    ck_assert_msg(c != NULL, "gpucomm_create: %s", err);
+    counts(&aborted0, &destroyed0);
+    gpucomm_free(c);
+    counts(&aborted1, &destroyed1);
+    ck_assert_int_eq(destroyed1, destroyed0 + 1);
+    ck_assert_int_eq(aborted1, aborted0);
+    /* One that never completes: aborted after GPUCOMM_FINALIZE_S, not comm_timeout_s (60 s). */
+    c = gpucomm_create(model_gpu(g), 1, 0, id, 60.0, err, sizeof err);
+    ck_assert_msg(c != NULL, "gpucomm_create: %s", err);
+    setenv("MOCK_NCCL_FINALIZE_HANG", "1", 1);
+    const double t0 = wall_time();
+    gpucomm_free(c);
+    const double dt = wall_time() - t0;
+    unsetenv("MOCK_NCCL_FINALIZE_HANG");
+    counts(&aborted0, &destroyed0);
+    ck_assert_msg(dt >= GPUCOMM_FINALIZE_S - 0.5 && dt <= GPUCOMM_FINALIZE_S + 2.0,
+                  "gpucomm_free took %.2f s with a finalize that never completes (want about %g s)", dt, GPUCOMM_FINALIZE_S);
+    ck_assert_int_eq(aborted0, aborted1 + 1);
+    ck_assert_int_eq(destroyed0, destroyed1);
+    printf("  a finalize that never completes: gpucomm_free aborted the communicator after %.2f s (comm_timeout_s 60)\n", dt);
+    model_free(g);
+}
+END_TEST
+#endif
+
+static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
+                                            "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
+
+START_TEST(test_device_choice) {
+    char desc[256], err[ERRLEN];
+#ifdef MOCK_NCCL_LIB
+    setenv("MOCK_CUDA_DEVICES", "4", 1);
+#endif
+    for (size_t i = 0; i < sizeof launcher_vars / sizeof launcher_vars[0]; i++) unsetenv(launcher_vars[i]);
+    int count = 0, cur = -1;
+    ck_assert(cudaGetDeviceCount(&count) == cudaSuccess && count >= 1);
+    const char *var = "x";
+    ck_assert_int_eq(gpu_launcher_local_rank(&var), -1);
+    ck_assert_int_eq(gpu_select_early(), -1);
+    /* mpiexec inside a Slurm job: Hydra's MPI_LOCALRANKID, not the inherited SLURM_LOCALID. */
+    setenv("SLURM_LOCALID", "0", 1);
+    ck_assert_int_eq(gpu_launcher_local_rank(&var), 0);
+    ck_assert_str_eq(var, "SLURM_LOCALID");
+    setenv("MPI_LOCALRANKID", "2", 1);
+    ck_assert_int_eq(gpu_launcher_local_rank(&var), 2);
+    ck_assert_str_eq(var, "MPI_LOCALRANKID");
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "junk", 1); /* not a number: skipped */
+    ck_assert_int_eq(gpu_launcher_local_rank(&var), 2);
+    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    const int want = 2 % count;
+    ck_assert_int_eq(gpu_select_early(), want);
+    ck_assert(cudaGetDevice(&cur) == cudaSuccess);
+    ck_assert_int_eq(cur, want);
+    /* The node-local MPI rank agrees: kept, and said so. */
+    ck_assert_int_eq(gpu_select(2, 4, desc, sizeof desc, err, sizeof err), 0);
+    ck_assert_msg(strstr(desc, "(MPI_LOCALRANKID=2, as the node-local MPI rank)") != NULL, "desc: %s", desc);
+    ck_assert(cudaGetDevice(&cur) == cudaSuccess && cur == want);
+    printf("  launcher MPI_LOCALRANKID=2, MPI local rank 2 of 4: %s\n", desc);
+    /* It disagrees (a rank numbering of another launcher): the early choice stands, named. */
+    ck_assert_int_eq(gpu_select(1, 4, desc, sizeof desc, err, sizeof err), 0);
+    ck_assert(cudaGetDevice(&cur) == cudaSuccess && cur == want);
+    if (1 % count != want) {
+        char exp[160];
+        snprintf(exp, sizeof exp, "the launcher's MPI_LOCALRANKID=2 chose it, the node-local MPI rank 1 would choose GPU %d", 1 % count);
+        ck_assert_msg(strstr(desc, exp) != NULL, "desc: %s", desc);
+        ck_assert_msg(strstr(desc, "GPU 2 of 4") == desc, "desc: %s", desc);
+    }
+    printf("  launcher MPI_LOCALRANKID=2, MPI local rank 1 of 4: %s\n", desc);
+    /* Turned off: no early choice, the split decides. */
+    setenv("DSGD_GPU_EARLY", "0", 1);
+    ck_assert_int_eq(gpu_select_early(), -1);
+    unsetenv("DSGD_GPU_EARLY");
+    ck_assert_int_eq(gpu_select(1, 4, desc, sizeof desc, err, sizeof err), 0);
+    ck_assert(cudaGetDevice(&cur) == cudaSuccess && cur == 1 % count);
+    ck_assert_msg(strstr(desc, "MPI_LOCALRANKID") == NULL, "desc: %s", desc);
+    /* Back to device 0 for whatever follows. */
+    unsetenv("MPI_LOCALRANKID"), unsetenv("SLURM_LOCALID");
+    ck_assert_int_eq(gpu_select_early(), -1);
+    ck_assert_int_eq(gpu_select(0, 1, desc, sizeof desc, err, sizeof err), 0);
+#ifdef MOCK_NCCL_LIB
+    unsetenv("MOCK_CUDA_DEVICES");
+#endif
+}
+END_TEST
+
 static Suite *gpu_comm_suite(void) {
     Suite *s = suite_create("gpu_comm");
     TCase *tc = tcase_create("gpu_comm");
@@ -206,12 +376,20 @@ static Suite *gpu_comm_suite(void) {
     tcase_add_loop_test(tc, test_vectors, 0, N_CASES);
     tcase_add_loop_test(tc, test_scale, 0, N_CASES);
     tcase_add_loop_test(tc, test_nccl_one_rank, 0, N_CASES);
+    tcase_add_loop_test(tc, test_nccl_then_sgd, 0, N_CASES);
+#ifdef MOCK_NCCL_LIB
+    tcase_add_test(tc, test_nccl_finalize_bounded);
+#endif
+    tcase_add_test(tc, test_device_choice);
     suite_add_tcase(s, tc);
     return s;
 }
 
 int main(void) {
     char ver[256], nccl[ERRLEN + 64], desc[256], err[ERRLEN];
+#ifdef MOCK_NCCL_LIB
+    setenv("DSGD_NCCL_LIBRARY", MOCK_NCCL_LIB, 1); /* over the CPU stand-ins: their one-rank NCCL */
+#endif
     gpu_version(ver, sizeof ver);
     gpucomm_version(nccl, sizeof nccl);
     if (!gpu_built()) snprintf(err, sizeof err, "%s", ver);

@@ -18,7 +18,17 @@
  * copy is done, or compute work that does not wait for a copy it needs, sees stale data, and the
  * host's polling loops go through the partial states a real GPU shows them. A copy reads its
  * source when it runs, not when it is enqueued, as on a GPU. mock_cuda_objects() counts device
- * and pinned allocations, streams and events made so far (a test checks that steps make none). */
+ * and pinned allocations, streams and events made so far (a test checks that steps make none).
+ *
+ * The last error. As the CUDA runtime does, every call here that returns an error — among them
+ * cudaErrorNotReady from cudaEventQuery and cudaStreamQuery, which are not failures — also records
+ * it as the thread's last error, which cudaGetLastError returns and clears (cudaPeekAtLastError
+ * returns without clearing). The launch stand-ins (mock_layers.c, and gpucomm.cu's scale kernel
+ * over the mock) check it as CUDA_CHECK(cudaGetLastError()) does after a real kernel launch, so a
+ * poll that leaves "not ready" behind stops the next launch here as it would on a GPU.
+ * cudaStreamQuery answers cudaErrorNotReady to two queries in three, as cudaEventQuery does for a
+ * pending event, whatever the stream (the compute stream's work ran at once, but a real GPU would
+ * often still be busy: an NCCL all-reduce on it, gpucomm.cu). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +55,50 @@ static long n_objects; /* cudaMalloc, cudaHostAlloc, streams, events made */
 
 long mock_cuda_objects(void) { return n_objects; }
 
+/* The runtime's last error (one thread: the tests call the mock from one thread at a time). */
+static cudaError_t last_error = cudaSuccess;
+
+/* e, recorded as the last error when it is one. */
+static cudaError_t ret(cudaError_t e) {
+    if (e != cudaSuccess) last_error = e;
+    return e;
+}
+
+cudaError_t cudaGetLastError(void) {
+    const cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    default: return "cudaError (mock)";
+    }
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error (mock)";
+    case cudaErrorNotReady: return "device not ready (mock)";
+    default: return "error (mock)";
+    }
+}
+
+void mock_launch_check(const char *what) {
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        DIE("mock: CUDA cudaGetLastError() failed in %s: %s (%s) — the error of an earlier call, left as the runtime's "
+            "last error, stops this kernel launch's check (CUDA_CHECK(cudaGetLastError()))",
+            what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
 /* 1 if [p, p + nbytes) lies inside one mock device allocation. */
 int mock_is_dev(const void *p, size_t nbytes) {
     const char *c = (const char *)p;
@@ -61,7 +115,7 @@ void mock_check_dev(const void *p, size_t nbytes, const char *what) {
 cudaError_t cudaMalloc(void **p, size_t n) {
     if (n_allocs >= MOCK_MAX_ALLOCS) DIE("mock: too many allocations");
     void *q = NULL;
-    if (posix_memalign(&q, 256, n ? n : 1)) return cudaErrorMemoryAllocation;
+    if (posix_memalign(&q, 256, n ? n : 1)) return ret(cudaErrorMemoryAllocation);
     memset(q, 0xff, n); /* NaN: uninitialised device memory is garbage */
     allocs[n_allocs++] = (dev_alloc){(char *)q, n};
     n_objects++;
@@ -115,7 +169,7 @@ cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
     (void)flags;
     n_objects++;
     *p = calloc(1, n ? n : 1);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+    return ret(*p ? cudaSuccess : cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaFreeHost(void *p) {
@@ -123,17 +177,37 @@ cudaError_t cudaFreeHost(void *p) {
     return cudaSuccess;
 }
 
+/* Devices: 1, or MOCK_CUDA_DEVICES (read at every call; a test of the device choice sets it),
+ * all sharing the one host memory. */
+static int current_dev;
+
+static int n_devices(void) {
+    const char *v = getenv("MOCK_CUDA_DEVICES");
+    const int n = v ? atoi(v) : 1;
+    return n >= 1 ? n : 1;
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
-    *n = 1;
+    *n = n_devices();
     return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int *d) {
-    *d = 0;
+    *d = current_dev;
     return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaSetDevice(int d) {
+    if (d < 0 || d >= n_devices()) return ret(cudaErrorInvalidDevice);
+    current_dev = d;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
+    if (d < 0 || d >= n_devices()) return ret(cudaErrorInvalidDevice);
+    snprintf(id, (size_t)len, "0000:%02x:00.0", d);
+    return cudaSuccess;
+}
 
 cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
     (void)d;
@@ -218,7 +292,7 @@ static void enqueue(cudaStream_t s, mock_op o) {
 static cudaError_t new_stream(cudaStream_t *s, int defer) {
     if (n_streams >= MOCK_MAX_STREAMS) DIE("mock: more than %d streams", MOCK_MAX_STREAMS);
     struct CUstream_st *st = calloc(1, sizeof *st);
-    if (!st) return cudaErrorMemoryAllocation;
+    if (!st) return ret(cudaErrorMemoryAllocation);
     st->deferred = defer;
     streams[n_streams++] = st;
     n_objects++;
@@ -278,7 +352,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
     (void)flags;
     *e = calloc(1, sizeof **e);
     n_objects++;
-    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+    return ret(*e ? cudaSuccess : cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
@@ -307,8 +381,14 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (event_done(e)) return cudaSuccess;
-    if (n_queries++ % 3 != 2) return cudaErrorNotReady;
+    if (n_queries++ % 3 != 2) return ret(cudaErrorNotReady);
     run_to(e->s, e->seq);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    if (n_queries++ % 3 != 2) return ret(cudaErrorNotReady);
+    if (s) run_to(s, s->enqueued);
     return cudaSuccess;
 }
 
@@ -320,9 +400,6 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
     return cudaSuccess;
 }
 
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error (mock)" : "error (mock)"; }
-const char *cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError (mock)"; }
 
 cudaError_t cudaRuntimeGetVersion(int *v) {
     *v = 13000;

@@ -30,6 +30,10 @@
 #include "util/util.h"
 
 void mock_check_dev(const void *p, size_t nbytes, const char *what);
+/* A kernel launch's check, CUDA_CHECK(cudaGetLastError(), what) in layers.cu: dies if the runtime's
+ * last error (mock_cuda.c) is set. Called by every stand-in whose real twin launches a kernel of
+ * ours, so an error some poll left behind stops the step here as on a GPU. */
+void mock_launch_check(const char *what);
 
 /* fp32 buffers (parameters, gradients, statistics, logits) and activation-typed ones. */
 #define DEV(p, count, what) mock_check_dev((p), (size_t)(count) * sizeof(float), (what))
@@ -126,6 +130,10 @@ int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen) {
     c->prec = prec;
     c->act_bytes = prec == GPU_BF16 ? 2 : 4;
     c->n_sm = 4;
+    const char *algo = getenv(GPU_ALGO_ENV); /* as layers.cu: checked, no effect on the CPU layers */
+    if (algo && *algo && strcmp(algo, "find") != 0 && strcmp(algo, "heuristic") != 0)
+        return seterr(err, errlen, "%s=%s: expected \"find\" or \"heuristic\"", GPU_ALGO_ENV, algo), -1;
+    c->heuristic = algo && strcmp(algo, "heuristic") == 0;
     if (cudaStreamCreate(&c->stream) != cudaSuccess) return seterr(err, errlen, "mock stream"), -1;
     return gpu_malloc(&c->blas_ws, GPU_BLAS_WS_NBYTES, "cuBLAS workspace", err, errlen);
 }
@@ -207,6 +215,14 @@ int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, v
     return 0;
 }
 
+/* MOCK_CONV_TRANSFORM=1: every direction reports a transform algorithm (the tests' wider
+ * tolerance path); the arithmetic stays the CPU's. */
+int gpu_conv_transform(const gpu_conv_layer *l, int dir) {
+    const char *v = getenv("MOCK_CONV_TRANSFORM");
+    if (!v || strcmp(v, "1") != 0) return 0;
+    return dir == 0 || (dir == 1 && l->need_dinp) || (dir == 2 && l->mode == GPU_TRAIN);
+}
+
 void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n) {
     (void)l;
     snprintf(buf, n, "mock");
@@ -230,6 +246,7 @@ void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, void *out, const void *inp,
 
 void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, void *dinp, float *dweight, const void *dout,
                        const void *inp, const void *weight) {
+    if (bf(c)) mock_launch_check(l->what); /* bf16: the weight gradient's widening is our kernel */
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     mock_conv *m = tab_get(l);
     if (weight != m->w_fwd) DIE("mock: %s backward with another weight than its forward", l->what);
@@ -288,6 +305,7 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
 
 void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
+    if (l->relu) mock_launch_check(l->what); /* the fused ReLU (or its mask) is our kernel */
     mock_bn *m = tab_get(l);
     const size_t n = l->count;
     DEVA(c, out, n, l->what);
@@ -307,6 +325,7 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, con
 
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma) {
+    if (l->relu) mock_launch_check(l->what); /* the fused ReLU (or its mask) is our kernel */
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     mock_bn *m = tab_get(l);
     const size_t n = l->count;
@@ -364,12 +383,14 @@ static void act_set(const gpu_ctx *c, void *q, size_t i, float v) {
 }
 
 void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp) {
+    mock_launch_check(l->what);
     DEVA(c, out, l->count, l->what);
     DEVA(c, inp, l->count, l->what);
     for (size_t i = 0; i < l->count; i++) act_set(c, out, i, relu1(act_get(c, inp, i)));
 }
 
 void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *out) {
+    mock_launch_check(l->what);
     DEVA(c, dinp, l->count, l->what);
     DEVA(c, dout, l->count, l->what);
     DEVA(c, out, l->count, l->what);
@@ -389,6 +410,7 @@ int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, 
 }
 
 void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, const void *b) {
+    mock_launch_check(l->what);
     DEVA(c, out, l->count, l->what);
     DEVA(c, a, l->count, l->what);
     DEVA(c, b, l->count, l->what);
@@ -399,6 +421,7 @@ void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, con
 }
 
 void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout, const void *out) {
+    mock_launch_check(l->what);
     if (!l->relu) DIE("mock: add backward without relu");
     DEVA(c, dsum, l->count, l->what);
     DEVA(c, dout, l->count, l->what);
@@ -434,6 +457,7 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
 }
 
 void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp) {
+    if (!l->max) mock_launch_check(l->what); /* global average pooling is our kernel */
     const size_t nx = (size_t)l->n * l->c * l->ih * l->iw, ny = (size_t)l->n * l->c * l->oh * l->ow;
     DEVA(c, out, ny, l->what);
     DEVA(c, inp, nx, l->what);
@@ -456,6 +480,7 @@ void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp)
 
 void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *inp,
                        const void *out) {
+    if (!l->max) mock_launch_check(l->what); /* global average pooling is our kernel */
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     const size_t nx = (size_t)l->n * l->c * l->ih * l->iw, ny = (size_t)l->n * l->c * l->oh * l->ow;
     DEVA(c, dinp, nx, l->what);
@@ -486,6 +511,7 @@ void gpu_pool_free(gpu_pool_layer *l) {
 
 void gpu_fc_forward(gpu_ctx *c, float *out, const void *inp, const void *weight, const float *bias, int n,
                     int nin, int nout) {
+    mock_launch_check("fc forward bias");
     const size_t nx = (size_t)n * nin, nw = (size_t)nout * nin;
     DEV(out, (size_t)n * nout, "fc out");
     DEVA(c, inp, nx, "fc inp");
@@ -498,6 +524,7 @@ void gpu_fc_forward(gpu_ctx *c, float *out, const void *inp, const void *weight,
 
 void gpu_fc_backward(gpu_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
                      const void *weight, int n, int nin, int nout) {
+    mock_launch_check("fc bias gradient");
     const size_t nx = (size_t)n * nin, nw = (size_t)nout * nin, ny = (size_t)n * nout;
     if (dinp) DEVA(c, dinp, nx, "fc dinp");
     DEV(dweight, nw, "fc dweight");
@@ -514,6 +541,7 @@ void gpu_fc_backward(gpu_ctx *c, void *dinp, float *dweight, float *dbias, const
 
 void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *loss, const float *logits,
                               const int *y, int n, int k) {
+    mock_launch_check("softmax cross-entropy forward");
     (void)c;
     DEV(probs, (size_t)n * k, "xent probs");
     DEV(losses, n, "xent losses");
@@ -524,6 +552,7 @@ void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *lo
 }
 
 void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, const int *y, int n, int k) {
+    mock_launch_check("softmax cross-entropy backward");
     const size_t nl = (size_t)n * k;
     DEVA(c, dlogits, nl, "xent dlogits");
     DEV(probs, nl, "xent probs");
@@ -538,6 +567,7 @@ void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, co
 void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n) {
     (void)c;
     if (n == 0) return;
+    mock_launch_check("the fp32 -> bf16 cast");
     mock_check_dev(dst, n * 2, "bf16 cast destination");
     DEV(src, n, "bf16 cast source");
     bf16_pack((uint16_t *)dst, src, n);
@@ -546,6 +576,7 @@ void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n) {
 void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
     (void)c;
     if (n == 0) return;
+    mock_launch_check("the bf16 -> fp32 cast");
     DEV(dst, n, "fp32 cast destination");
     mock_check_dev(src, n * 2, "fp32 cast source");
     bf16_unpack(dst, (const uint16_t *)src, n);
@@ -554,9 +585,18 @@ void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
 void gpu_sgd_update(gpu_ctx *c, float *theta, const float *grad, float *v, size_t n, float alpha, float mu,
                     float lambda, int nesterov, int *bad) {
     (void)c;
+    if (n) mock_launch_check("the SGD update");
     DEV(theta, n, "sgd theta");
     DEV(grad, n, "sgd grad");
     DEV(v, n, "sgd v");
     mock_check_dev(bad, sizeof(int), "sgd flag");
     *bad = !sgd_update(theta, grad, v, n, alpha, mu, lambda, nesterov);
+}
+
+/* ---- cuda/gpucomm.cu's kernel (g++ over the mock: build/mock/gpucomm.o) ---- */
+
+void mock_gpucomm_scale(float *buf, size_t n, float s, void *stream) {
+    (void)stream;
+    DEV(buf, n, "gpucomm_scale");
+    for (size_t i = 0; i < n; i++) buf[i] *= s;
 }
