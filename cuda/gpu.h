@@ -144,6 +144,11 @@ void gpu_model_stage_buffers(gpu_model *g, float **x, int **y);
 void gpu_model_stage(gpu_model *g, long tag);
 long gpu_model_staged(const gpu_model *g);
 
+/* "" or why g's BN / max-pooling layers run on fp32 tensors with casts around them in bf16
+ * (cuDNN refused bf16 for them, or DSGD_BF16_FALLBACK: cuda/layers.h gpu_bf16_fallback), e.g.
+ * "BN: cuDNN refuses bf16 batch normalisation: CUDNN_STATUS_NOT_SUPPORTED". */
+const char *gpu_model_bf16_fallback(const gpu_model *g);
+
 /* How many convolution directions of g (training and evaluation networks) run a Winograd or FFT
  * algorithm (layers.h gpu_conv_transform): the tests widen their fp32 tolerances when any does. */
 int gpu_model_conv_transforms(const gpu_model *g);

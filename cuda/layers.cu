@@ -240,10 +240,11 @@ static __global__ void add_kernel(S *out, const S *a, const S *b, size_t n, int 
 /* Elements per thread of a kernel call on S: 16 / sizeof(S) when vectorised, else 1. */
 static size_t work_items(size_t n, int vec, size_t act_bytes) { return vec ? n / (16 / act_bytes) : n; }
 
-static void launch_relu_forward(gpu_ctx *c, void *out, const void *inp, size_t n, const char *what) {
+/* bf: the buffers hold bf16 (the context's activation type), else fp32 (a BN layer's io32). */
+static void launch_relu_forward(gpu_ctx *c, void *out, const void *inp, size_t n, const char *what, int bf) {
     const int vec = aligned16(out) && aligned16(inp);
-    const int blocks = grid_for(c, work_items(n, vec, c->act_bytes));
-    if (is_bf16(c))
+    const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
+    if (bf)
         relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)inp, n, vec);
     else
         relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)inp, n, vec);
@@ -251,10 +252,10 @@ static void launch_relu_forward(gpu_ctx *c, void *out, const void *inp, size_t n
 }
 
 static void launch_relu_backward(gpu_ctx *c, void *dinp, const void *dout, const void *out, size_t n,
-                                 const char *what) {
+                                 const char *what, int bf) {
     const int vec = aligned16(dinp) && aligned16(dout) && aligned16(out);
-    const int blocks = grid_for(c, work_items(n, vec, c->act_bytes));
-    if (is_bf16(c))
+    const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
+    if (bf)
         relu_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)dinp, (const uint16_t *)dout,
                                                                 (const uint16_t *)out, n, vec);
     else
@@ -682,6 +683,89 @@ void gpu_conv_free(gpu_conv_layer *l) {
     memset(l, 0, sizeof *l);
 }
 
+/* ---- GPU_BF16: does cuDNN's legacy BN / pooling take bf16? (layers.h, gpu_bf16_fallback) ---- */
+
+/* 1 if DSGD_BF16_FALLBACK names kind ("bn" or "pool"; "1" or "all": both). */
+static int fallback_forced(const char *kind) {
+    const char *v = getenv("DSGD_BF16_FALLBACK");
+    if (!v || !*v || strcmp(v, "0") == 0) return 0;
+    return strcmp(v, "1") == 0 || strcmp(v, "all") == 0 || strstr(v, kind) != NULL;
+}
+
+/* Run BN (training forward, backward, inference) and max pooling (forward, backward) once on a
+ * (2, 4, 6, 6) bf16 tensor; record in c which cuDNN refuses, with its status. */
+static void bf16_probe(gpu_ctx *c) {
+    if (c->bf16_probed) return;
+    c->bf16_probed = 1;
+    const int n = 2, ch = 4, h = 6, w = 6, oh = 3, ow = 3;
+    const size_t cnt = (size_t)n * ch * h * w;
+    void *buf = NULL;
+    const size_t nb = 8 * cnt * sizeof(float);
+    if (cudaMalloc(&buf, nb) != cudaSuccess) { /* cannot tell: try bf16 and see at the first step */
+        cudaGetLastError();
+        return;
+    }
+    cudaMemset(buf, 0, nb);
+    char *b = (char *)buf;
+    void *x = b, *y = b + cnt * 2, *dy = b + cnt * 4, *dx = b + cnt * 6;
+    float *st = (float *)(b + cnt * 8); /* γ, β, running mean, var, saved mean, inv var, dγ, dβ: ch each */
+    cudnnTensorDescriptor_t xd = NULL, sd = NULL, pyd = NULL;
+    cudnnPoolingDescriptor_t pd = NULL;
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t sbn = CUDNN_STATUS_SUCCESS, spool = CUDNN_STATUS_SUCCESS;
+    if (cudnnCreateTensorDescriptor(&xd) == CUDNN_STATUS_SUCCESS &&
+        cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, n, ch, h, w) == CUDNN_STATUS_SUCCESS &&
+        cudnnCreateTensorDescriptor(&sd) == CUDNN_STATUS_SUCCESS) {
+        sbn = cudnnDeriveBNTensorDescriptor(sd, xd, CUDNN_BATCHNORM_SPATIAL);
+        if (sbn == CUDNN_STATUS_SUCCESS)
+            sbn = cudnnBatchNormalizationForwardTraining(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, xd, y, sd, st,
+                                                         st + ch, 0.1, st + 2 * ch, st + 3 * ch, 1e-5, st + 4 * ch,
+                                                         st + 5 * ch);
+        if (sbn == CUDNN_STATUS_SUCCESS)
+            sbn = cudnnBatchNormalizationBackward(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, xd, x, xd, dy,
+                                                  xd, dx, sd, st, st + 6 * ch, st + 7 * ch, 1e-5, st + 4 * ch, st + 5 * ch);
+        if (sbn == CUDNN_STATUS_SUCCESS)
+            sbn = cudnnBatchNormalizationForwardInference(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, xd, x, xd, y, sd, st,
+                                                          st + ch, st + 2 * ch, st + 3 * ch, 1e-5);
+        if (cudnnCreatePoolingDescriptor(&pd) == CUDNN_STATUS_SUCCESS &&
+            cudnnSetPooling2dDescriptor(pd, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN, 3, 3, 1, 1, 2, 2) ==
+                CUDNN_STATUS_SUCCESS &&
+            cudnnCreateTensorDescriptor(&pyd) == CUDNN_STATUS_SUCCESS &&
+            cudnnSetTensor4dDescriptor(pyd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, n, ch, oh, ow) == CUDNN_STATUS_SUCCESS) {
+            spool = cudnnPoolingForward(c->dnn, pd, &one, xd, x, &zero, pyd, y);
+            if (spool == CUDNN_STATUS_SUCCESS)
+                spool = cudnnPoolingBackward(c->dnn, pd, &one, pyd, y, pyd, dy, xd, x, &zero, xd, dx);
+        }
+    }
+    char m[768];
+    if (sbn != CUDNN_STATUS_SUCCESS)
+        snprintf(c->bn_fallback, sizeof c->bn_fallback, "cuDNN refuses bf16 batch normalisation: %.100s",
+                 gpu_cudnn_status(sbn, m, sizeof m));
+    if (spool != CUDNN_STATUS_SUCCESS)
+        snprintf(c->pool_fallback, sizeof c->pool_fallback, "cuDNN refuses bf16 max pooling: %.100s",
+                 gpu_cudnn_status(spool, m, sizeof m));
+    cudaStreamSynchronize(c->stream);
+    cudaGetLastError(); /* a refused call may leave a launch error behind */
+    if (pd) cudnnDestroyPoolingDescriptor(pd);
+    if (pyd) cudnnDestroyTensorDescriptor(pyd);
+    if (sd) cudnnDestroyTensorDescriptor(sd);
+    if (xd) cudnnDestroyTensorDescriptor(xd);
+    cudaFree(buf);
+}
+
+/* 1 if a layer of kind "bn" / "pool" in c runs on fp32 tensors (io32). */
+static int use_io32(gpu_ctx *c, const char *kind) {
+    if (!is_bf16(c)) return 0;
+    char *why = strcmp(kind, "bn") == 0 ? c->bn_fallback : c->pool_fallback;
+    if (!why[0] && fallback_forced(kind)) snprintf(why, 160, "DSGD_BF16_FALLBACK=%s", getenv("DSGD_BF16_FALLBACK"));
+    if (!why[0]) bf16_probe(c);
+    return why[0] != '\0';
+}
+
+const char *gpu_bf16_fallback(const gpu_ctx *c, const char *kind) {
+    return strcmp(kind, "bn") == 0 ? c->bn_fallback : c->pool_fallback;
+}
+
 /* ---- batch normalisation ------------------------------------------------------------------ */
 
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
@@ -699,8 +783,11 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     /* The running variance uses count/(count − 1): BN in training needs two values per channel. */
     if (mode == GPU_TRAIN && (long)n * h * w < 2)
         return seterr(err, errlen, "%s: one value per channel in training", l->what), -1;
+    l->io32 = use_io32(c, "bn");
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, act_dnn_type(c), n, ch, h, w), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, l->io32 ? CUDNN_DATA_FLOAT : act_dnn_type(c), n, ch, h,
+                                         w),
+              l->what);
     /* (1, c, 1, 1) float for fp32 and bf16 x alike (cudnn_ops.h: "type = (typeOf(x) == double) ?
      * double : float"); checked, since γ, β and the statistics are fp32 buffers. */
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->stat_desc), l->what);
@@ -736,14 +823,14 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, con
                                                             l->x_desc, out, l->stat_desc, gamma, beta, running_mean,
                                                             running_var, l->eps),
                     l->what);
-    if (l->relu) launch_relu_forward(c, out, out, l->count, l->what);
+    if (l->relu) launch_relu_forward(c, out, out, l->count, l->what, is_bf16(c) && !l->io32);
 }
 
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma) {
     if (l->mode != GPU_TRAIN) DIE("gpu_bn_backward on inference %s", l->what);
     if (dinp == dout || dinp == inp) DIE("gpu_bn_backward: %s in place", l->what);
-    if (l->relu) launch_relu_backward(c, dout, dout, out, l->count, l->what);
+    if (l->relu) launch_relu_backward(c, dout, dout, out, l->count, l->what, is_bf16(c) && !l->io32);
     const float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnBatchNormalizationBackward(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, l->x_desc,
                                                 inp, l->x_desc, dout, l->x_desc, dinp, l->stat_desc, gamma, dgamma,
@@ -774,12 +861,12 @@ int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch
 }
 
 void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp) {
-    launch_relu_forward(c, out, inp, l->count, l->what);
+    launch_relu_forward(c, out, inp, l->count, l->what, is_bf16(c));
 }
 
 void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *out) {
     if (l->mode != GPU_TRAIN) DIE("gpu_relu_backward on inference %s", l->what);
-    launch_relu_backward(c, dinp, dout, out, l->count, l->what);
+    launch_relu_backward(c, dinp, dout, out, l->count, l->what, is_bf16(c));
 }
 
 int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu,
@@ -809,7 +896,7 @@ void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, con
 
 void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout, const void *out) {
     if (!l->relu || l->mode != GPU_TRAIN) DIE("gpu_add_backward on %s without a trained ReLU", l->what);
-    launch_relu_backward(c, dsum, dout, out, l->count, l->what);
+    launch_relu_backward(c, dsum, dout, out, l->count, l->what, is_bf16(c));
 }
 
 /* ---- pooling ------------------------------------------------------------------------------ */
@@ -859,14 +946,16 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
     if (n < 1 || ch < 1 || ih < 1 || iw < 1 || l->oh < 1 || l->ow < 1 || (max && (k < 1 || pad < 0 || pad > k / 2)))
         return seterr(err, errlen, "%s: input too small or shape invalid", l->what), -1;
     if (!max) return 0;
+    l->io32 = use_io32(c, "pool");
+    const cudnnDataType_t dt = l->io32 ? CUDNN_DATA_FLOAT : act_dnn_type(c);
     CUDNN_TRY(cudnnCreatePoolingDescriptor(&l->desc), l->what);
     CUDNN_TRY(cudnnSetPooling2dDescriptor(l->desc, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN, k, k, pad, pad,
                                           stride, stride),
               l->what);
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, act_dnn_type(c), n, ch, ih, iw), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, dt, n, ch, ih, iw), l->what);
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->y_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, CUDNN_TENSOR_NCHW, act_dnn_type(c), n, ch, l->oh, l->ow), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, CUDNN_TENSOR_NCHW, dt, n, ch, l->oh, l->ow), l->what);
     int on, oc, oh, ow;
     CUDNN_TRY(cudnnGetPooling2dForwardOutputDim(l->desc, l->x_desc, &on, &oc, &oh, &ow), l->what);
     if (on != n || oc != ch || oh != l->oh || ow != l->ow)

@@ -97,6 +97,8 @@ typedef struct {
     int heuristic;          /* DSGD_CUDNN_ALGO=heuristic: choose algorithms without timing (gpu_conv_tune) */
     gpu_algo_memo memo[GPU_MEMO_MAX];
     int n_memo;
+    int bf16_probed;        /* GPU_BF16: cuDNN's bf16 BN and pooling tried (gpu_bf16_fallback) */
+    char bn_fallback[160], pool_fallback[160]; /* why those run in fp32 ("" : they do not) */
 } gpu_ctx;
 
 /* Handles on the current device, a stream, the cuBLAS workspace; cuBLAS math mode from prec
@@ -190,6 +192,20 @@ void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, void *dinp, float *dweight
                        const void *inp, const void *weight);
 void gpu_conv_free(gpu_conv_layer *l);
 
+/* ---- GPU_BF16 fallback for cuDNN's legacy BN and pooling -------------------------------------
+ * cuDNN's legacy (cudnn_ops) batch normalisation and pooling may refuse CUDNN_DATA_BFLOAT16
+ * tensors (a cuDNN build or GPU without those kernels: CUDNN_STATUS_NOT_SUPPORTED at the first
+ * call). In a GPU_BF16 context the first gpu_bn_init / gpu_pool_init (max) runs each once on a
+ * small bf16 tensor; where cuDNN refuses — or DSGD_BF16_FALLBACK in the environment asks for it:
+ * "bn", "pool", or "1" / "all" for both — the layer is built with fp32 tensors instead and sets
+ * io32: its x, y, dx, dy (and BN's out for the ReLU mask) are then fp32, and the caller casts
+ * around it (cuda/model.cu: bf16 -> fp32 before, fp32 -> bf16 after, through fp32 scratch). The
+ * arithmetic is the same — cuDNN computes BN in fp32 for bf16 data too, the result is rounded to
+ * bf16 once, and max pooling selects — so the fallback gives the same values, at the cost of the
+ * casts and 4 activation-sized fp32 buffers per network. Returns the fallback's reason for kind
+ * "bn" or "pool" after the probe ("" when not used). */
+const char *gpu_bf16_fallback(const gpu_ctx *c, const char *kind);
+
 /* ---- batch normalisation, torch.nn.BatchNorm2d (eps 1e-5, momentum 0.1), optional ReLU --- */
 typedef struct {
     const char *name;
@@ -201,6 +217,7 @@ typedef struct {
     double eps, momentum;
     cudnnTensorDescriptor_t x_desc, stat_desc; /* data (n, c, h, w); (1, c, 1, 1) derived */
     float *save_mean, *save_inv_var; /* (c) of the last training forward, for the backward */
+    int io32;                       /* GPU_BF16 fallback: x, y, dx, dy are fp32 (see gpu_bf16_fallback) */
 } gpu_bn_layer;
 
 /* BN over a (n, c, h, w) tensor, CUDNN_BATCHNORM_SPATIAL. GPU_TRAIN: batch statistics (and
@@ -268,6 +285,7 @@ typedef struct {
     int n, c, ih, iw, oh, ow;
     cudnnPoolingDescriptor_t desc;
     cudnnTensorDescriptor_t x_desc, y_desc;
+    int io32;                       /* GPU_BF16 fallback (max pooling): x, y, dx, dy are fp32 */
 } gpu_pool_layer;
 
 /* Max pooling (max = 1; k, stride, pad as torch.nn.MaxPool2d, floor mode;

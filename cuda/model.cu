@@ -68,6 +68,8 @@ typedef struct {
     float *probs, *losses, *loss;   /* training: (n, classes), (n), the mean loss (1) */
     void *d_feat, *d_logits;        /* training, activation type */
     void *g[2], *t[3];              /* training gradient buffers, `big` values each */
+    int io32;                       /* a BN or max-pool layer runs on fp32 tensors (bf16 fallback) */
+    float *s32[4];                  /* then: fp32 scratch for its casts, `big` floats each (eval: 2) */
     void *arena;
     size_t arena_nbytes;
 } gpu_net;
@@ -115,6 +117,7 @@ typedef struct {
 
 struct gpu_model {
     nn_layout L;
+    char fallback[400];                /* gpu_model_bf16_fallback */
     int dev;
     gpu_ctx ctx;
     float *params, *grads, *vel, *bn; /* device, n_params (n_bn) floats */
@@ -306,6 +309,8 @@ static void net_buffers(const nn_layout *L, gpu_net *t, carver *cv, size_t ab) {
     const size_t s_c0 = n * L->c0 * L->h0 * L->w0, s_p0 = n * L->c0 * L->h1 * L->w1;
     size_t big = max_z(s_c0, s_p0); /* every block input is the stem output or a block output */
     for (int i = 0; i < N_BLOCKS; i++) big = max_z(big, n * L->blk[i].cout * L->blk[i].oh * L->blk[i].ow);
+    if (t->io32)
+        for (int i = 0; i < (train ? 4 : 2); i++) t->s32[i] = carve_f(cv, big);
     if (train) {
         t->c0 = carve_a(cv, s_c0, ab);
         t->a0 = carve_a(cv, s_c0, ab);
@@ -403,6 +408,9 @@ static int net_layers(gpu_model *g, gpu_net *t, char *err, size_t errlen) {
     }
     const block_def *last = &L->blk[N_BLOCKS - 1];
     TRY(gpu_pool_init(&t->gap, c, "avgpool", n, L->feat, last->oh, last->ow, 0, 0, 0, 0, mode, err, errlen));
+    /* cuDNN's bf16 BN / pooling refused (or DSGD_BF16_FALLBACK): those layers take fp32, cast by
+     * bn_forward etc. below through t->s32. One context: all BN layers alike, all pools alike. */
+    t->io32 = t->bn1.io32 || t->maxpool.io32;
     return 0;
 }
 
@@ -461,6 +469,8 @@ static int net_transforms(const gpu_model *g, const gpu_net *t) {
     }
     return k;
 }
+
+const char *gpu_model_bf16_fallback(const gpu_model *g) { return g->fallback; }
 
 int gpu_model_conv_transforms(const gpu_model *g) { return net_transforms(g, &g->train) + net_transforms(g, &g->eval); }
 
@@ -633,6 +643,14 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
     }
     TRY(net_build(g, &g->train, GPU_TRAIN, s->batch, err, errlen));
     if (s->eval_batch > 0) TRY(net_build(g, &g->eval, GPU_INFER, s->eval_batch, err, errlen));
+    {
+        const char *bn = gpu_bf16_fallback(&g->ctx, "bn"), *pool = gpu_bf16_fallback(&g->ctx, "pool");
+        snprintf(g->fallback, sizeof g->fallback, "%s%s%s%s%s", bn[0] ? "BN: " : "", bn, bn[0] && pool[0] ? "; " : "",
+                 pool[0] ? "max pooling: " : "", pool);
+        if (g->fallback[0])
+            fprintf(stderr, "dsgd-run: note: bf16 fallback (%s): those layers run on fp32 tensors with casts around them "
+                    "(docs/gpu.md)\n", g->fallback);
+    }
     if (s->arch != MODEL_LINEAR) {
         TRY(net_tune(g, &g->train, err, errlen));
         if (g->eval.built) TRY(net_tune(g, &g->eval, err, errlen));
@@ -748,6 +766,49 @@ void gpu_model_zero_velocity(gpu_model *g) {
 
 /* ---- forward / backward ------------------------------------------------------------------- */
 
+/* BN and max pooling through the bf16 fallback (layers.h, gpu_bf16_fallback): a layer with io32
+ * takes fp32 tensors, so its bf16 inputs are widened into t->s32 and its result rounded back —
+ * once, as cuDNN rounds its own bf16 output — giving the same values as the bf16 layer. */
+static void bn_forward(gpu_ctx *c, gpu_net *t, gpu_bn_layer *l, void *out, const void *inp, const float *gamma,
+                       const float *beta, float *rm, float *rv) {
+    if (!l->io32) return gpu_bn_forward(l, c, out, inp, gamma, beta, rm, rv);
+    gpu_bf16_to_f32(c, t->s32[0], inp, l->count);
+    gpu_bn_forward(l, c, t->s32[1], t->s32[0], gamma, beta, rm, rv); /* with its ReLU, in fp32: the same signs */
+    gpu_f32_to_bf16(c, out, t->s32[1], l->count);
+}
+
+static void bn_backward(gpu_ctx *c, gpu_net *t, gpu_bn_layer *l, void *dinp, float *dgamma, float *dbeta, void *dout,
+                        const void *inp, const void *out, const float *gamma) {
+    if (!l->io32) return gpu_bn_backward(l, c, dinp, dgamma, dbeta, dout, inp, out, gamma);
+    float *x = t->s32[0], *dy = t->s32[1], *y = t->s32[2], *dx = t->s32[3];
+    gpu_bf16_to_f32(c, x, inp, l->count);
+    gpu_bf16_to_f32(c, dy, dout, l->count);
+    if (l->relu) gpu_bf16_to_f32(c, y, out, l->count);
+    gpu_bn_backward(l, c, dx, dgamma, dbeta, dy, x, l->relu ? y : NULL, gamma);
+    if (l->relu) gpu_f32_to_bf16(c, dout, dy, l->count); /* dout masked in place, as the bf16 layer does (exact) */
+    gpu_f32_to_bf16(c, dinp, dx, l->count);
+}
+
+static void pool_forward(gpu_ctx *c, gpu_net *t, gpu_pool_layer *l, void *out, const void *inp) {
+    if (!l->io32) return gpu_pool_forward(l, c, out, inp);
+    const size_t nx = (size_t)l->n * l->c * l->ih * l->iw, ny = (size_t)l->n * l->c * l->oh * l->ow;
+    gpu_bf16_to_f32(c, t->s32[0], inp, nx);
+    gpu_pool_forward(l, c, t->s32[1], t->s32[0]);
+    gpu_f32_to_bf16(c, out, t->s32[1], ny); /* a selection of bf16 values: exact */
+}
+
+static void pool_backward(gpu_ctx *c, gpu_net *t, gpu_pool_layer *l, void *dinp, const void *dout, const void *inp,
+                          const void *out) {
+    if (!l->io32) return gpu_pool_backward(l, c, dinp, dout, inp, out);
+    const size_t nx = (size_t)l->n * l->c * l->ih * l->iw, ny = (size_t)l->n * l->c * l->oh * l->ow;
+    float *x = t->s32[0], *y = t->s32[1], *dy = t->s32[2], *dx = t->s32[3];
+    gpu_bf16_to_f32(c, x, inp, nx);
+    gpu_bf16_to_f32(c, y, out, ny);
+    gpu_bf16_to_f32(c, dy, dout, ny);
+    gpu_pool_backward(l, c, dx, dy, x, y);
+    gpu_f32_to_bf16(c, dinp, dx, nx);
+}
+
 /* Stem, blocks, global pool, fc: logits (n, classes) in t->logits from the input in t->x. */
 static void net_forward(gpu_model *g, gpu_net *t) {
     const nn_layout *L = &g->L;
@@ -755,23 +816,23 @@ static void net_forward(gpu_model *g, gpu_net *t) {
     const float *P = g->params;
     float *B = g->bn;
     gpu_conv_forward(&t->conv1, c, t->c0, t->xa, wview(g, L->conv1));
-    gpu_bn_forward(&t->bn1, c, t->a0, t->c0, P + L->bn1_g, P + L->bn1_b, B + L->bn1_rm, B + L->bn1_rv);
+    bn_forward(c, t, &t->bn1, t->a0, t->c0, P + L->bn1_g, P + L->bn1_b, B + L->bn1_rm, B + L->bn1_rv);
     const void *h = t->a0;
     if (L->s.stem == MODEL_STEM_IMAGENET) {
-        gpu_pool_forward(&t->maxpool, c, t->p0, t->a0);
+        pool_forward(c, t, &t->maxpool, t->p0, t->a0);
         h = t->p0;
     }
     for (int i = 0; i < N_BLOCKS; i++) {
         const block_def *d = &L->blk[i];
         gpu_block *r = &t->b[i];
         gpu_conv_forward(&r->conv1, c, r->c1, h, wview(g, d->w1));
-        gpu_bn_forward(&r->bn1, c, r->a1, r->c1, P + d->g1, P + d->b1, B + d->rm1, B + d->rv1);
+        bn_forward(c, t, &r->bn1, r->a1, r->c1, P + d->g1, P + d->b1, B + d->rm1, B + d->rv1);
         gpu_conv_forward(&r->conv2, c, r->c2, r->a1, wview(g, d->w2));
-        gpu_bn_forward(&r->bn2, c, r->y, r->c2, P + d->g2, P + d->b2, B + d->rm2, B + d->rv2);
+        bn_forward(c, t, &r->bn2, r->y, r->c2, P + d->g2, P + d->b2, B + d->rm2, B + d->rv2);
         const void *sc = h;
         if (d->down) {
             gpu_conv_forward(&r->convd, c, r->cd, h, wview(g, d->wd));
-            gpu_bn_forward(&r->bnd, c, r->sd, r->cd, P + d->gd, P + d->bd, B + d->rmd, B + d->rvd);
+            bn_forward(c, t, &r->bnd, r->sd, r->cd, P + d->gd, P + d->bd, B + d->rmd, B + d->rvd);
             sc = r->sd;
         }
         gpu_add_forward(&r->res, c, r->y, r->y, sc);
@@ -818,12 +879,12 @@ static void net_backward(gpu_model *g, gpu_net *t) {
         const void *h = i > 0 ? t->b[i - 1].y : (L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0);
         void *dy = t->g[gy], *dx = t->g[1 - gy];
         gpu_add_backward(&r->res, c, dy, dy, r->y); /* the gradient of bn2's output and of the shortcut */
-        gpu_bn_backward(&r->bn2, c, T0, G + d->g2, G + d->b2, dy, r->c2, NULL, P + d->g2);
+        bn_backward(c, t, &r->bn2, T0, G + d->g2, G + d->b2, dy, r->c2, NULL, P + d->g2);
         gpu_conv_backward(&r->conv2, c, T1, G + d->w2, T0, r->a1, wview(g, d->w2));
-        gpu_bn_backward(&r->bn1, c, T0, G + d->g1, G + d->b1, T1, r->c1, r->a1, P + d->g1);
+        bn_backward(c, t, &r->bn1, T0, G + d->g1, G + d->b1, T1, r->c1, r->a1, P + d->g1);
         gpu_conv_backward(&r->conv1, c, dx, G + d->w1, T0, h, wview(g, d->w1));
         if (d->down) {
-            gpu_bn_backward(&r->bnd, c, T1, G + d->gd, G + d->bd, dy, r->cd, NULL, P + d->gd);
+            bn_backward(c, t, &r->bnd, T1, G + d->gd, G + d->bd, dy, r->cd, NULL, P + d->gd);
             gpu_conv_backward(&r->convd, c, T2, G + d->wd, T1, h, wview(g, d->wd));
             gpu_add_forward(&r->acc, c, dx, dx, T2);
         } else {
@@ -834,10 +895,10 @@ static void net_backward(gpu_model *g, gpu_net *t) {
     }
     void *d0 = t->g[gy]; /* gradient of the stage-1 input */
     if (L->s.stem == MODEL_STEM_IMAGENET) {
-        gpu_pool_backward(&t->maxpool, c, T0, d0, t->a0, t->p0);
+        pool_backward(c, t, &t->maxpool, T0, d0, t->a0, t->p0);
         d0 = T0;
     }
-    gpu_bn_backward(&t->bn1, c, T1, G + L->bn1_g, G + L->bn1_b, d0, t->c0, t->a0, P + L->bn1_g);
+    bn_backward(c, t, &t->bn1, T1, G + L->bn1_g, G + L->bn1_b, d0, t->c0, t->a0, P + L->bn1_g);
     gpu_conv_backward(&t->conv1, c, NULL, G + L->conv1, T1, t->xa, wview(g, L->conv1));
 }
 

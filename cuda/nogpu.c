@@ -112,3 +112,7 @@ int gpu_model_conv_transforms(const gpu_model *g) {
     (void)g;
     DIE("gpu_model_conv_transforms: " NOT_BUILT);
 }
+const char *gpu_model_bf16_fallback(const gpu_model *g) {
+    (void)g;
+    DIE("gpu_model_bf16_fallback: " NOT_BUILT);
+}

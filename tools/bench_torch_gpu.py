@@ -9,7 +9,9 @@ model_sgd_update with model_set_host_sync(m, 0)):
 Precisions (--precision, comma-separated):
     fp32   IEEE fp32: TF32 off for cuDNN convolutions and cuBLAS matmuls
     tf32   TF32 tensor cores for convolutions and matmuls, fp32 storage
-    bf16   torch.autocast(bfloat16), model and input in channels_last, TF32 for what stays fp32
+    bf16   torch.autocast(bfloat16), TF32 for what stays fp32, in two layouts, two rows each
+           batch: layout=nchw (model and input contiguous NCHW: dsgd-run's layout, the like-for-like
+           comparison) and layout=channels_last (NHWC, what PyTorch's mixed-precision recipes use)
 cudnn.benchmark = True in every case (as dsgd-run's cudnnFind at model creation).
 
 Network: torchvision.models.resnet18(num_classes=K) for width 64, 3 input channels and the
@@ -20,7 +22,7 @@ reached, at least 3), median (min, max) img/s. Every row also goes out as one ma
 line that test/gpu/report.py reads:
 
     BENCH impl=torch width=64 stem=imagenet input=3x224x224 classes=1000 batch=32 precision=fp32
-          status=ok img_s_med=... img_s_min=... img_s_max=... ms_step=... reps=5 steps=8
+          layout=nchw status=ok img_s_med=... img_s_min=... img_s_max=... ms_step=... reps=5 steps=8
 
     python3 tools/bench_torch_gpu.py                              # the run.sh shapes, on cuda
     python3 tools/bench_torch_gpu.py --device cpu --width 4 --input 1x16x16 --classes 10 \
@@ -90,8 +92,9 @@ def set_tf32(on):
     return f"matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32} cudnn.allow_tf32={torch.backends.cudnn.allow_tf32}"
 
 
-def bench_row(a, dev, b, prec):
-    """Median, min, max img/s, reps done, and the settings in force, for one (batch, precision)."""
+def bench_row(a, dev, b, prec, channels_last):
+    """Median, min, max img/s, reps done, and the settings in force, for one (batch, precision,
+    layout)."""
     torch.manual_seed(0)
     cuda = dev.type == "cuda"
     settings = ""
@@ -100,7 +103,6 @@ def bench_row(a, dev, b, prec):
         torch.backends.cudnn.benchmark = True
     net, _ = make_net(a)
     net.train()
-    channels_last = prec == "bf16"
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     net = net.to(dev, memory_format=fmt)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4)
@@ -154,24 +156,28 @@ def main():
           f" per step: pinned host -> GPU copy, forward, cross-entropy, backward, SGD Nesterov 0.9 wd 1e-4,"
           f" loss.item(); {a.warmup} warm-up steps, median of up to {a.reps} timings of {a.steps} steps\n")
     print(f"INFO impl=torch torch={torch.__version__} cuda={torch.version.cuda} cudnn={cudnn} gpu={gpu.replace(' ', '_')}")
-    print(f"{'precision':>9} {'batch':>6} {'img/s(med)':>11} {'img/s(min)':>11} {'img/s(max)':>11} {'ms/step':>9}  settings")
+    print(f"{'precision':>9} {'layout':>13} {'batch':>6} {'img/s(med)':>11} {'img/s(min)':>11} {'img/s(max)':>11}"
+          f" {'ms/step':>9}  settings")
     failed = 0
     for prec in a.precs:
-        for b in a.batches:
-            common = (f"impl=torch width={a.width} stem={a.stem} input={a.c}x{a.h}x{a.w} classes={a.classes}"
-                      f" batch={b} precision={prec}")
-            try:
-                med, lo, hi, n, settings = bench_row(a, dev, b, prec)
-            except Exception as e:  # e.g. out of memory: record the row, go on with the next
-                failed += 1
-                print(f"{prec:>9} {b:6d}  error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-                print(f"BENCH {common} status=error", flush=True)
-                if cuda:
-                    torch.cuda.empty_cache()
-                continue
-            print(f"{prec:>9} {b:6d} {med:11.1f} {lo:11.1f} {hi:11.1f} {1e3 * b / med:9.2f}  {settings}")
-            print(f"BENCH {common} status=ok img_s_med={med:.1f} img_s_min={lo:.1f} img_s_max={hi:.1f}"
-                  f" ms_step={1e3 * b / med:.3f} reps={n} steps={a.steps}", flush=True)
+        # bf16: NCHW first (dsgd-run's layout), then channels_last (PyTorch's usual bf16 layout).
+        for layout in (("nchw", "channels_last") if prec == "bf16" else ("nchw",)):
+            for b in a.batches:
+                common = (f"impl=torch width={a.width} stem={a.stem} input={a.c}x{a.h}x{a.w} classes={a.classes}"
+                          f" batch={b} precision={prec} layout={layout}")
+                try:
+                    med, lo, hi, n, settings = bench_row(a, dev, b, prec, layout == "channels_last")
+                except Exception as e:  # e.g. out of memory: record the row, go on with the next
+                    failed += 1
+                    print(f"{prec:>9} {layout:>13} {b:6d}  error: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}")
+                    print(f"BENCH {common} status=error", flush=True)
+                    if cuda:
+                        torch.cuda.empty_cache()
+                    continue
+                print(f"{prec:>9} {layout:>13} {b:6d} {med:11.1f} {lo:11.1f} {hi:11.1f} {1e3 * b / med:9.2f}  {settings}")
+                print(f"BENCH {common} status=ok img_s_med={med:.1f} img_s_min={lo:.1f} img_s_max={hi:.1f}"
+                      f" ms_step={1e3 * b / med:.3f} reps={n} steps={a.steps}", flush=True)
     return 1 if failed else 0
 
 

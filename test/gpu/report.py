@@ -1,7 +1,10 @@
 """report.py — the throughput table of the GPU check (test/gpu/run.sh, step f): reads the
 BENCH and INFO lines that build/bench_gpu (tools/bench_gpu.c) and tools/bench_torch_gpu.py print
 (collected in one log) and writes a Markdown table, img/s of dsgd-run against PyTorch per
-(batch, precision) with the ratio, to stdout. Standard library only.
+(batch, precision) with the ratio, to stdout. Standard library only. Layouts: dsgd-run runs NCHW
+in every precision; PyTorch's bf16 rows come in NCHW (the like-for-like row, layout=nchw) and
+channels_last (a row of its own, "bf16, PyTorch channels_last", against the same dsgd-run number).
+A line without layout= is NCHW, except PyTorch bf16 lines of earlier versions (channels_last).
 
     python3 test/gpu/report.py bench.log
 """
@@ -19,10 +22,12 @@ def parse(path):
                 info[kv.get("impl", "?")] = {k: v.replace("_", " ") for k, v in kv.items()}
             elif line.startswith("BENCH "):
                 kv = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
-                key = (kv.get("precision", "?"), int(kv.get("batch", "0")))
+                prec, impl = kv.get("precision", "?"), kv.get("impl", "?")
+                layout = kv.get("layout") or ("channels_last" if impl == "torch" and prec == "bf16" else "nchw")
+                key = (prec, int(kv.get("batch", "0")))
                 if key not in order:
                     order.append(key)
-                rows.setdefault(key, {})[kv.get("impl", "?")] = kv
+                rows.setdefault(key, {})[impl if layout == "nchw" else f"{impl}:{layout}"] = kv
                 shape = (kv.get("width"), kv.get("stem"), kv.get("input"), kv.get("classes"))
                 info.setdefault("_shape", shape)
     return rows, info, order
@@ -59,13 +64,18 @@ def main():
         c_torch, torch = cell(r.get("torch"))
         ratio = f"{ours / torch:.2f}" if ours and torch else "—"
         print(f"| {b} | {prec} | {c_ours} | {c_torch} | {ratio} |")
+        if "torch:channels_last" in r:  # PyTorch's bf16 in NHWC: a separate row, not like for like
+            c_cl, cl = cell(r.get("torch:channels_last"))
+            ratio = f"{ours / cl:.2f}" if ours and cl else "—"
+            print(f"| {b} | {prec}, PyTorch channels_last | {c_ours} | {c_cl} | {ratio} |")
     print()
     d, t = info.get("dsgd-run"), info.get("torch")
     if d:
         print(f"- dsgd-run {d.get('version', '?')}: {d.get('backend', '?')}; {d.get('gpu', '?')}")
     if t:
         print(f"- PyTorch {t.get('torch', '?')} (CUDA {t.get('cuda', '?')}, cuDNN {t.get('cudnn', '?')}) on {t.get('gpu', '?')};"
-              " fp32: TF32 off, cudnn.benchmark; tf32: TF32 on; bf16: autocast + channels_last")
+              " fp32: TF32 off, cudnn.benchmark; tf32: TF32 on; bf16: autocast, NCHW as dsgd-run"
+              " (and a channels_last row)")
     return 0
 
 

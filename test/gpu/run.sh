@@ -1,24 +1,31 @@
 #!/bin/bash
-# run.sh — the GPU check of dsgd-run, in one call, within a time budget (default 540 s):
+# run.sh — the GPU check of dsgd-run, in one call, within a time budget (default 400 s: with a
+# machine's start, one run and a second try fit a 15-minute GPU allocation). The steps most
+# needed come first, so that a run cut short by the budget still has them:
 #
-#   a. the machine: nvidia-smi, driver, CUDA, cuDNN, PyTorch, glibc; the binaries' libraries;
-#      an MPI smoke test (2 ranks, the linear model on the CPU)
+#   a. the machine: nvidia-smi, driver, CUDA, cuDNN, PyTorch, glibc; the binaries' libraries
+#      (or the build); an MPI smoke test (2 ranks, the linear model on the CPU)
 #   b. test_gpu_ops     every GPU op against the CPU backend
-#   c. test_gpu_model   the GPU network (cuda/model.cu) against the CPU model; test_gpu_device: the same through model.h (host sync and device modes);
-#      test_gpu_comm: the device vectors, the CUDA-aware path's scaling, a one-rank NCCL all-reduce;
-#      test_gpu_overlap: the overlap of copies and all-reduce with the GPU's work against the
-#      paths it replaces (also under mpiexec -n 2 and -n 3 on this GPU)
-#   d. short Fashion-MNIST runs of dsgd-run (test/gpu/fmnist_short.cfg: ResNet-18 width 16,
-#      150 steps of b = 64, allreduce): device = cuda at p = 1 and p = 2 (both ranks on one
-#      GPU), device = cpu at p = 1; each exits 0 and writes its run file; final top-1 error
-#      < 0.35; the cuda and cpu loss curves agree over the first 10 steps (rel ≤ 1e-3, fp32);
-#      comm = "nccl": p = 1 (20 steps, loss curve as the MPI run's) and p = 2 (with one GPU: refused
-#      at start, exit 2, naming key 'comm'; with two: trained and checked); with a CUDA-aware MPI
-#      also p = 2 with DSGD_CUDA_AWARE=0 (the host path) against the default; p = 2 with
-#      DSGD_OVERLAP=0 (no overlap) against the default
-#   e. throughput: build/bench_gpu and tools/bench_torch_gpu.py, ResNet-18 width 64, ImageNet
-#      stem, 3x224x224, 1000 classes, b = 32, 64, 128, fp32 / tf32 / bf16
-#   f. summary.md: every step with its status and time, and img/s dsgd-run vs PyTorch
+#   c. one short Fashion-MNIST run of dsgd-run (test/gpu/fmnist_short.cfg: ResNet-18 width 16,
+#      150 steps of b = 64, allreduce), device = cuda, p = 1: exits 0, writes its run file, final
+#      top-1 error < 0.35
+#   d. throughput: build/bench_gpu and tools/bench_torch_gpu.py, ResNet-18 width 64, ImageNet
+#      stem, 3x224x224, 1000 classes, b = 32, 64, 128, fp32 / tf32 / bf16 (PyTorch's bf16 in NCHW
+#      as dsgd-run, and channels_last as a row of its own); the table goes into summary.md at once
+#   e. optional, as the budget allows: test_gpu_model (the GPU network against the CPU model),
+#      test_gpu_device (the same through model.h), test_gpu_comm (device vectors, the CUDA-aware
+#      path's scaling, a one-rank NCCL all-reduce), test_gpu_overlap (copies and all-reduce
+#      overlapped with the GPU's work, also under mpiexec -n 2 and -n 3); more runs: device = cpu
+#      at p = 1 (cuda and cpu loss curves agree over the first 10 steps, rel <= 1e-3, fp32), cuda
+#      at p = 2 (both ranks on one GPU); comm = "nccl": p = 1 (20 steps, loss curve as the MPI
+#      run's) and p = 2 (with one GPU: refused at start, exit 2, naming key 'comm'; with two:
+#      trained and checked); with a CUDA-aware MPI also p = 2 with DSGD_CUDA_AWARE=0 (the host
+#      path) against the default; p = 2 with DSGD_OVERLAP=0 (no overlap) against the default
+#   summary.md: every step with its status and time, and img/s dsgd-run vs PyTorch
+#
+# Tests and runs choose cuDNN's convolution algorithms by its heuristics (DSGD_CUDNN_ALGO=heuristic:
+# the same choice in every process, so runs compare at tight tolerances); the throughput steps by
+# timing (the default).
 #
 #   test/gpu/run.sh RESULTS_DIR [--bundle DIR] [--budget SECONDS]
 #
@@ -26,7 +33,7 @@
 #                  MPI, oneDNN, HDF5, libconfig, Check); without it, build here with
 #                  `make CUDA=1 dsgd-run gpu-tests` and use the system's mpiexec
 #   --budget S     stop starting steps when S seconds have passed (each step's timeout is cut to
-#                  what is left); default 540
+#                  what is left); default 400
 #
 # RESULTS_DIR gets at most six files: summary.md (also printed at the end), env.log, checks.log
 # (tests), runs.log (training runs and their checks), bench.log, runs.tar.gz (the HDF5 run
@@ -49,7 +56,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 results=
 bundle=
-budget=540
+budget=400
 while [ $# -gt 0 ]; do
     case $1 in
     --bundle) [ $# -ge 2 ] || { usage >&2; exit 2; }; bundle=$2; shift 2 ;;
@@ -122,7 +129,7 @@ write_summary() {
         done
         if [ -n "$BENCH_MD" ]; then
             echo
-            echo "## Throughput (step e), $GPU_NAME"
+            echo "## Throughput (step d), $GPU_NAME"
             echo
             echo "$BENCH_MD"
         fi
@@ -442,7 +449,7 @@ else
     record "a. dsgd-run" "FAIL" 0 "no $BIN" "$ENV_LOG"
 fi
 
-# ---- b, c. tests ---------------------------------------------------------------------------------
+# ---- tests ---------------------------------------------------------------------------------------
 # Change the status (and note) of the last recorded step.
 amend_last() {
     local i=$(( ${#S_STATUS[@]} - 1 ))
@@ -473,21 +480,15 @@ gpu_test() { # NAME BINARY LIMIT [VAR=VALUE...]
     fi
 }
 # On the GPU machine a test that cannot start CUDA fails instead of skipping; the chosen
-# convolution algorithms go to the logs; test_gpu_model adds ResNet-18 at 224x224.
+# convolution algorithms go to the logs; test_gpu_model adds ResNet-18 at 224x224. Tests and
+# comparison runs choose convolution algorithms by cuDNN's heuristics, without timing
+# (DSGD_CUDNN_ALGO=heuristic: the same in every process, docs/gpu.md); the throughput steps time
+# them (DSGD_CUDNN_ALGO=find, the default).
 [ "$simulate" = 1 ] || BENV+=("DSGD_REQUIRE_GPU=1" "DSGD_GPU_VERBOSE=1" "DSGD_GPU_TEST_FULL=1")
-gpu_test "b. test_gpu_ops" "$TDIR/test_gpu_ops" 150
-gpu_test "c. test_gpu_model" "$TDIR/test_gpu_model" 180
-if [ "$simulate" = 1 ]; then
-    gpu_test "c. test_gpu_device" "$TDIR/test_gpu_device" 120 DSGD_TEST_GPU_AS_CPU=1
-else
-    gpu_test "c. test_gpu_device" "$TDIR/test_gpu_device" 120
-fi
-gpu_test "c. test_gpu_comm" "$TDIR/test_gpu_comm" 120
-# Its MPI cases re-run the test under this script's mpiexec; its dsgd-run case needs the full
-# Fashion-MNIST under /usr/share/datasets (else it says skipped).
-gpu_test "c. test_gpu_overlap" "$TDIR/test_gpu_overlap" 180 "DSGD_TEST_MPIEXEC=${MPIEXEC[*]}" "DSGD_TEST_BIN=$BIN"
+BENV+=("DSGD_CUDNN_ALGO=heuristic")
+gpu_test "b. test_gpu_ops" "$TDIR/test_gpu_ops" 120
 
-# ---- d. short training runs ------------------------------------------------------------------------
+# ---- c. one short training run (the others in e.) ---------------------------------------------------
 dev=cuda
 extra=()
 max_top1=0.35
@@ -520,18 +521,65 @@ check_final() { # NAME RUN.h5
     run_step "$1" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" final "$2" --max-top1 "$max_top1"
 }
 R=$tmp/runs
-train "d. run cuda p=1" 1 "$dev" "$R/cuda_p1.h5"
-check_final "d. check cuda p=1: top-1 < $max_top1" "$R/cuda_p1.h5"
-train "d. run cpu p=1" 1 cpu "$R/cpu_p1.h5"
-check_final "d. check cpu p=1: top-1 < $max_top1" "$R/cpu_p1.h5"
+train "c. run cuda p=1" 1 "$dev" "$R/cuda_p1.h5"
+check_final "c. check cuda p=1: top-1 < $max_top1" "$R/cuda_p1.h5"
+
+# shellcheck disable=SC2054 # (the commas are in --batch values)
+# ---- d. throughput (the number most needed: right after one run has shown training works) ------------
+if [ "$simulate" = 1 ]; then
+    SHAPE=(--width 8 --stem cifar --input 1x28x28 --classes 10 --batch 8,16 --reps 3 --steps 2 --warmup 1 --max-seconds 3)
+    DEVARG=(--device cpu)
+else
+    SHAPE=(--width 64 --stem imagenet --input 3x224x224 --classes 1000 --batch 32,64,128 --reps 5 --steps 8 --warmup 5
+           --max-seconds 6)
+    DEVARG=()
+fi
+if [ -x "$BENCH" ]; then
+    run_step "d. bench_gpu (dsgd-run)" "$BENCH_LOG" 150 "${BENV[@]}" DSGD_CUDNN_ALGO=find "$BENCH" "${SHAPE[@]}" --precision fp32,tf32,bf16 \
+        ${DEVARG[@]+"${DEVARG[@]}"}
+else
+    record "d. bench_gpu (dsgd-run)" "FAIL" 0 "not built: no $BENCH" "$BENCH_LOG"
+fi
+if [ -n "$PY" ]; then
+    run_step "d. bench_torch_gpu.py (PyTorch)" "$BENCH_LOG" 150 env PYTHONUNBUFFERED=1 "$PY" "$root/tools/bench_torch_gpu.py" \
+        "${SHAPE[@]}" --precision fp32,tf32,bf16 ${DEVARG[@]+"${DEVARG[@]}"}
+else
+    record "d. bench_torch_gpu.py (PyTorch)" "FAIL" 0 "no python3 with torch, torchvision, h5py" "$BENCH_LOG"
+fi
+
+# The table, into summary.md now (the optional steps below may run out of time).
+py_any=${PY_H5:-$(command -v python3 || true)}
+if [ -n "$py_any" ] && grep -q '^BENCH ' "$BENCH_LOG"; then
+    BENCH_MD=$("$py_any" "$here/report.py" "$BENCH_LOG" 2>&1)
+    BACKEND_B=$(sed -n 's/^INFO impl=dsgd-run .*backend=\([^ ]*\).*/\1/p' "$BENCH_LOG" | head -n 1 | tr '_' ' ')
+    [ -n "$BACKEND_B" ] && BACKEND=$BACKEND_B
+else
+    BENCH_MD="No throughput table: $( [ -n "$py_any" ] && echo 'no BENCH lines in bench.log' || echo 'no python3')."
+fi
+write_summary
+
+# ---- e. the optional checks, as time allows: the other tests, then more runs -------------------------
+gpu_test "e. test_gpu_model" "$TDIR/test_gpu_model" 180
+if [ "$simulate" = 1 ]; then
+    gpu_test "e. test_gpu_device" "$TDIR/test_gpu_device" 120 DSGD_TEST_GPU_AS_CPU=1
+else
+    gpu_test "e. test_gpu_device" "$TDIR/test_gpu_device" 120
+fi
+gpu_test "e. test_gpu_comm" "$TDIR/test_gpu_comm" 120
+# Its MPI cases re-run the test under this script's mpiexec; its dsgd-run case needs the full
+# Fashion-MNIST under /usr/share/datasets (else it says skipped).
+gpu_test "e. test_gpu_overlap" "$TDIR/test_gpu_overlap" 180 "DSGD_TEST_MPIEXEC=${MPIEXEC[*]}" "DSGD_TEST_BIN=$BIN"
+
+train "e. run cpu p=1" 1 cpu "$R/cpu_p1.h5"
+check_final "e. check cpu p=1: top-1 < $max_top1" "$R/cpu_p1.h5"
 if [ -n "${RUN_OK[$R/cuda_p1.h5]:-}" ] && [ -n "${RUN_OK[$R/cpu_p1.h5]:-}" ] && [ -n "$PY_H5" ]; then
-    run_step "d. loss curves cuda vs cpu (10 steps)" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
+    run_step "e. loss curves cuda vs cpu (10 steps)" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
         "$R/cuda_p1.h5" "$R/cpu_p1.h5" --steps 10 --rtol 1e-3
 else
-    record "d. loss curves cuda vs cpu (10 steps)" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
+    record "e. loss curves cuda vs cpu (10 steps)" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
 fi
-train "d. run cuda p=2 (one GPU)" 2 "$dev" "$R/cuda_p2.h5"
-check_final "d. check cuda p=2: top-1 < $max_top1" "$R/cuda_p2.h5"
+train "e. run cuda p=2 (one GPU)" 2 "$dev" "$R/cuda_p2.h5"
+check_final "e. check cuda p=2: top-1 < $max_top1" "$R/cuda_p2.h5"
 
 # comm = "nccl" (docs/gpu.md, "Communication"). compare_runs NAME A.h5 B.h5: the first 10 losses.
 compare_runs() {
@@ -542,22 +590,22 @@ compare_runs() {
     fi
 }
 if [ "$simulate" = 1 ]; then
-    record "d. comm = nccl" "SKIP" 0 "simulated: comm = nccl needs device = cuda" "$RUNS_LOG"
+    record "e. comm = nccl" "SKIP" 0 "simulated: comm = nccl needs device = cuda" "$RUNS_LOG"
 else
     # p = 1: a one-rank NCCL communicator, its all-reduce run every step (changing nothing):
     # the first 10 losses as the MPI run's (the same arithmetic; cuDNN may pick other algorithms).
-    train "d. run cuda p=1 comm=nccl (20 steps)" 1 cuda "$R/nccl_p1.h5" --set comm=nccl --set iterations=20 --set eval.every=20
-    compare_runs "d. loss curves nccl vs mpi, p=1" "$R/nccl_p1.h5" "$R/cuda_p1.h5"
+    train "e. run cuda p=1 comm=nccl (20 steps)" 1 cuda "$R/nccl_p1.h5" --set comm=nccl --set iterations=20 --set eval.every=20
+    compare_runs "e. loss curves nccl vs mpi, p=1" "$R/nccl_p1.h5" "$R/cuda_p1.h5"
     ngpu=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
     [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && ngpu=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
     if [ "${ngpu:-0}" -ge 2 ]; then
-        train "d. run cuda p=2 comm=nccl" 2 cuda "$R/nccl_p2.h5" --set comm=nccl
-        check_final "d. check cuda p=2 comm=nccl: top-1 < $max_top1" "$R/nccl_p2.h5"
-        compare_runs "d. loss curves nccl vs mpi, p=2" "$R/nccl_p2.h5" "$R/cuda_p2.h5"
+        train "e. run cuda p=2 comm=nccl" 2 cuda "$R/nccl_p2.h5" --set comm=nccl
+        check_final "e. check cuda p=2 comm=nccl: top-1 < $max_top1" "$R/nccl_p2.h5"
+        compare_runs "e. loss curves nccl vs mpi, p=2" "$R/nccl_p2.h5" "$R/cuda_p2.h5"
     elif [ -x "$BIN" ]; then
         # Two workers on one GPU: NCCL refuses them ("Duplicate GPU detected"), so dsgd-run stops
         # every rank before training: exit 2, a message naming key 'comm', no run file.
-        run_step "d. cuda p=2 comm=nccl on one GPU: refused" "$RUNS_LOG" 120 bash -c '
+        run_step "e. cuda p=2 comm=nccl on one GPU: refused" "$RUNS_LOG" 120 bash -c '
             out=$1; shift
             "$@" > "$out.log" 2>&1; rc=$?
             cat "$out.log"
@@ -574,11 +622,11 @@ else
     if [ -x "$BIN" ] && "${BENV[@]}" "$BIN" --version 2>/dev/null | grep -q 'CUDA-aware: yes'; then
         benv_saved=("${BENV[@]}")
         BENV+=("DSGD_CUDA_AWARE=0")
-        train "d. run cuda p=2 DSGD_CUDA_AWARE=0 (host path)" 2 cuda "$R/cuda_p2_host.h5" --set iterations=20 --set eval.every=20
+        train "e. run cuda p=2 DSGD_CUDA_AWARE=0 (host path)" 2 cuda "$R/cuda_p2_host.h5" --set iterations=20 --set eval.every=20
         BENV=("${benv_saved[@]}")
-        compare_runs "d. loss curves CUDA-aware vs host path, p=2" "$R/cuda_p2.h5" "$R/cuda_p2_host.h5"
+        compare_runs "e. loss curves CUDA-aware vs host path, p=2" "$R/cuda_p2.h5" "$R/cuda_p2_host.h5"
     else
-        record "d. CUDA-aware MPI path" INFO 0 "MPI is not CUDA-aware: p = 2 ran the host path (DSGD_CUDA_AWARE has nothing to turn off)" "$RUNS_LOG"
+        record "e. CUDA-aware MPI path" INFO 0 "MPI is not CUDA-aware: p = 2 ran the host path (DSGD_CUDA_AWARE has nothing to turn off)" "$RUNS_LOG"
     fi
 fi
 
@@ -588,46 +636,14 @@ fi
 if [ "$simulate" != 1 ]; then
     benv_saved=("${BENV[@]}")
     BENV+=("DSGD_OVERLAP=0")
-    train "d. run cuda p=2 DSGD_OVERLAP=0 (20 steps)" 2 cuda "$R/cuda_p2_nooverlap.h5" --set iterations=20 --set eval.every=20
+    train "e. run cuda p=2 DSGD_OVERLAP=0 (20 steps)" 2 cuda "$R/cuda_p2_nooverlap.h5" --set iterations=20 --set eval.every=20
     BENV=("${benv_saved[@]}")
     if [ -n "${RUN_OK[$R/cuda_p2_nooverlap.h5]:-}" ] && [ -n "${RUN_OK[$R/cuda_p2.h5]:-}" ] && [ -n "$PY_H5" ]; then
-        run_step "d. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
+        run_step "e. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
             "$R/cuda_p2.h5" "$R/cuda_p2_nooverlap.h5" --steps 10 --rtol 1e-5
     else
-        record "d. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
+        record "e. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
     fi
 fi
 
-# shellcheck disable=SC2054 # (the commas are in --batch values)
-# ---- e. throughput ----------------------------------------------------------------------------------
-if [ "$simulate" = 1 ]; then
-    SHAPE=(--width 8 --stem cifar --input 1x28x28 --classes 10 --batch 8,16 --reps 3 --steps 2 --warmup 1 --max-seconds 3)
-    DEVARG=(--device cpu)
-else
-    SHAPE=(--width 64 --stem imagenet --input 3x224x224 --classes 1000 --batch 32,64,128 --reps 5 --steps 8 --warmup 5
-           --max-seconds 6)
-    DEVARG=()
-fi
-if [ -x "$BENCH" ]; then
-    run_step "e. bench_gpu (dsgd-run)" "$BENCH_LOG" 240 "${BENV[@]}" "$BENCH" "${SHAPE[@]}" --precision fp32,tf32,bf16 \
-        ${DEVARG[@]+"${DEVARG[@]}"}
-else
-    record "e. bench_gpu (dsgd-run)" "FAIL" 0 "not built: no $BENCH" "$BENCH_LOG"
-fi
-if [ -n "$PY" ]; then
-    run_step "e. bench_torch_gpu.py (PyTorch)" "$BENCH_LOG" 200 env PYTHONUNBUFFERED=1 "$PY" "$root/tools/bench_torch_gpu.py" \
-        "${SHAPE[@]}" --precision fp32,tf32,bf16 ${DEVARG[@]+"${DEVARG[@]}"}
-else
-    record "e. bench_torch_gpu.py (PyTorch)" "FAIL" 0 "no python3 with torch, torchvision, h5py" "$BENCH_LOG"
-fi
-
-# ---- f. report ----------------------------------------------------------------------------------------
-py_any=${PY_H5:-$(command -v python3 || true)}
-if [ -n "$py_any" ] && grep -q '^BENCH ' "$BENCH_LOG"; then
-    BENCH_MD=$("$py_any" "$here/report.py" "$BENCH_LOG" 2>&1)
-    BACKEND_B=$(sed -n 's/^INFO impl=dsgd-run .*backend=\([^ ]*\).*/\1/p' "$BENCH_LOG" | head -n 1 | tr '_' ' ')
-    [ -n "$BACKEND_B" ] && BACKEND=$BACKEND_B
-else
-    BENCH_MD="No throughput table: $( [ -n "$py_any" ] && echo 'no BENCH lines in bench.log' || echo 'no python3')."
-fi
 finish

@@ -60,6 +60,8 @@
 #define TOL_DESCENT 5e-2         /* |loss GPU - loss CPU| / first loss, each step (bf16 measured <= 9e-3) */
 
 
+static int mock; /* over the CPU stand-ins (test/gpu/mock): set by main */
+
 /* Every parameter tensor's gradient within tol; prints the worst. */
 static void check_grads(const nn_layout *L, const float *got, const float *want, double tol) {
     double worst = 0;
@@ -269,6 +271,74 @@ START_TEST(test_resnet_imagenet_bf16) {
 }
 END_TEST
 
+/* The bf16 fallback (cuda/layers.h gpu_bf16_fallback): a model whose BN and max-pooling layers run
+ * on fp32 tensors with casts around them (DSGD_BF16_FALLBACK=all, as when cuDNN refuses bf16 for
+ * them) against the default bf16 model: two training steps with SGD updates, then evaluation, on
+ * the same parameters and data. The same arithmetic (BN in fp32, rounded once; pooling selects),
+ * so over the mock bit for bit; on a GPU within the bf16 tolerances (cuDNN's bf16 and fp32 BN
+ * kernels may sum in other orders). Over the mock, MOCK_CUDNN_REFUSE_BF16=bn,pool is a refusal too. */
+START_TEST(test_bf16_fallback) {
+    model_spec s = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 64,
+                    .in_w = 64, .n_classes = 20, .batch = 4, .eval_batch = 3, .threads = 0};
+    printf("  bf16 fallback: resnet18 ImageNet stem, width 8, 3x64x64, batch 4\n");
+    char err[ERRLEN];
+    model *m = model_create(&s, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    model_init(m, 7);
+    nn_layout L;
+    ck_assert_msg(nn_layout_build(&L, &s, err, sizeof err) == 0, "%s", err);
+    gpu_model *g[2];
+    for (int v = 0; v < 2; v++) {
+        if (v == 1) setenv("DSGD_BF16_FALLBACK", "all", 1);
+        g[v] = gpu_model_create(&L, GPU_BF16, err, sizeof err);
+        unsetenv("DSGD_BF16_FALLBACK");
+        ck_assert_msg(g[v] != NULL, "gpu_model_create: %s", err);
+        printf("    model %d: fallback \"%s\"\n", v, gpu_model_bf16_fallback(g[v]));
+        gpu_model_upload(g[v], GPU_PARAMS | GPU_BN, model_params(m), NULL, model_bn(m));
+    }
+    ck_assert_msg(strstr(gpu_model_bf16_fallback(g[1]), "BN: ") && strstr(gpu_model_bf16_fallback(g[1]), "max pooling: "),
+                  "fallback not taken: \"%s\"", gpu_model_bf16_fallback(g[1]));
+    if (mock && !getenv("MOCK_CUDNN_REFUSE_BF16")) ck_assert_str_eq(gpu_model_bf16_fallback(g[0]), "");
+    const double tol_fwd = mock ? 0 : TOL_BF16_FWD, tol_grad = mock ? 0 : TOL_BF16_GRAD_ALL;
+    const size_t np = L.n_params, nb = L.n_bn, in = (size_t)s.in_c * s.in_h * s.in_w;
+    float *x = malloc((size_t)s.batch * in * sizeof(float)), *ex = malloc((size_t)s.eval_batch * in * sizeof(float));
+    int *y = malloc((size_t)s.batch * sizeof(int));
+    float *v[2][3], *lo[2];
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 3; j++) v[k][j] = malloc((j == 2 ? nb : np) * sizeof(float) + 4);
+        lo[k] = malloc((size_t)s.eval_batch * s.n_classes * sizeof(float));
+    }
+    rng_t r;
+    rng_seed(&r, 5);
+    for (int step = 0; step < 2; step++) {
+        for (size_t i = 0; i < (size_t)s.batch * in; i++) x[i] = (float)rng_normal(&r);
+        for (int i = 0; i < s.batch; i++) y[i] = (int)rng_below(&r, (uint64_t)s.n_classes);
+        float loss[2];
+        for (int k = 0; k < 2; k++) {
+            loss[k] = gpu_model_train_step(g[k], x, y);
+            gpu_model_download(g[k], GPU_GRADS | GPU_BN, NULL, v[k][1], v[k][2]);
+            ck_assert(gpu_model_sgd_update(g[k], 0.05f, 0.9f, 1e-4f, 1));
+            gpu_model_download(g[k], GPU_PARAMS, v[k][0], NULL, NULL);
+        }
+        printf("   step %d: loss %.7g, with the fallback %.7g\n", step, loss[0], loss[1]);
+        CHECK_REL("training loss", &loss[1], &loss[0], 1, tol_fwd);
+        CHECK_REL("gradients", v[1][1], v[0][1], np, tol_grad);
+        CHECK_REL("BN running statistics", v[1][2], v[0][2], nb, tol_fwd);
+        CHECK_REL("parameters after the update", v[1][0], v[0][0], np, tol_fwd);
+    }
+    for (size_t i = 0; i < (size_t)s.eval_batch * in; i++) ex[i] = (float)rng_normal(&r);
+    for (int k = 0; k < 2; k++) gpu_model_eval(g[k], ex, s.eval_batch, lo[k]);
+    CHECK_REL("evaluation logits", lo[1], lo[0], (size_t)s.eval_batch * s.n_classes, tol_fwd);
+    for (int k = 0; k < 2; k++) {
+        gpu_model_free(g[k]);
+        for (int j = 0; j < 3; j++) free(v[k][j]);
+        free(lo[k]);
+    }
+    free(x), free(ex), free(y);
+    model_free(m);
+}
+END_TEST
+
 START_TEST(test_linear_bf16) {
     model_spec s = {.arch = MODEL_LINEAR, .in_c = 1, .in_h = 28, .in_w = 28, .n_classes = 10, .batch = 32,
                     .eval_batch = 20, .threads = 0};
@@ -360,8 +430,6 @@ START_TEST(test_descent) {
 }
 END_TEST
 
-static int mock; /* over the CPU stand-ins (test/gpu/mock) */
-
 START_TEST(test_errors) {
     char err[ERRLEN];
     model_spec s = cifar(8, 8, 6);
@@ -434,6 +502,7 @@ int main(void) {
     tcase_add_test(tc, test_resnet_cifar_bf16);
     tcase_add_test(tc, test_resnet_cifar_odd_bf16);
     tcase_add_test(tc, test_resnet_imagenet_bf16);
+    tcase_add_test(tc, test_bf16_fallback);
     tcase_add_test(tc, test_descent);
     tcase_add_test(tc, test_resnet_imagenet_224);
     suite_add_tcase(s, tc);

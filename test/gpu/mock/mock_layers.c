@@ -276,6 +276,34 @@ void gpu_conv_free(gpu_conv_layer *l) {
     memset(l, 0, sizeof *l);
 }
 
+/* ---- the bf16 fallback (layers.h gpu_bf16_fallback): MOCK_CUDNN_REFUSE_BF16=bn,pool makes this
+ * "cuDNN" refuse bf16 BN / max pooling, as DSGD_BF16_FALLBACK forces it in layers.cu; such a layer
+ * then takes fp32 tensors (io32) and cuda/model.cu casts around it. ---- */
+
+static int mock_io32(gpu_ctx *c, const char *kind) {
+    if (!bf(c)) return 0;
+    char *why = strcmp(kind, "bn") == 0 ? c->bn_fallback : c->pool_fallback;
+    const char *refuse = getenv("MOCK_CUDNN_REFUSE_BF16"), *force = getenv("DSGD_BF16_FALLBACK");
+    if (!why[0] && refuse && strstr(refuse, kind)) snprintf(why, 160, "mock cuDNN refuses bf16 %s", kind);
+    if (!why[0] && force && *force && strcmp(force, "0") != 0 &&
+        (strcmp(force, "1") == 0 || strcmp(force, "all") == 0 || strstr(force, kind)))
+        snprintf(why, 160, "DSGD_BF16_FALLBACK=%s", force);
+    return why[0] != '\0';
+}
+
+const char *gpu_bf16_fallback(const gpu_ctx *c, const char *kind) {
+    return strcmp(kind, "bn") == 0 ? c->bn_fallback : c->pool_fallback;
+}
+
+/* The context an io32 layer runs in: c with fp32 activations. */
+static const gpu_ctx *ctx_of(const gpu_ctx *c, int io32, gpu_ctx *tmp) {
+    if (!io32) return c;
+    *tmp = *c;
+    tmp->prec = GPU_FP32;
+    tmp->act_bytes = sizeof(float);
+    return tmp;
+}
+
 /* ---- batch normalisation (CPU BN without ReLU, ReLU and its mask here, as the GPU does) ---- */
 
 typedef struct {
@@ -285,7 +313,6 @@ typedef struct {
 
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
-    (void)c;
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
@@ -293,6 +320,7 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     l->n = n, l->c = ch, l->h = h, l->w = w;
     l->count = (size_t)n * ch * h * w;
     snprintf(l->what, sizeof l->what, "layer %s (mock bn)", name);
+    l->io32 = mock_io32(c, "bn");
     if (mode == GPU_TRAIN && (long)n * h * w < 2) return seterr(err, errlen, "%s: one value per channel", l->what), -1;
     mock_bn *m = calloc(1, sizeof *m);
     m->beta0 = calloc((size_t)ch, sizeof(float));
@@ -303,8 +331,10 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     return 0;
 }
 
-void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const float *gamma,
+void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c0, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
+    gpu_ctx tmp;
+    const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (l->relu) mock_launch_check(l->what); /* the fused ReLU (or its mask) is our kernel */
     mock_bn *m = tab_get(l);
     const size_t n = l->count;
@@ -323,8 +353,10 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, con
     act_done(c, x);
 }
 
-void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
+void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma) {
+    gpu_ctx tmp;
+    const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (l->relu) mock_launch_check(l->what); /* the fused ReLU (or its mask) is our kernel */
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     mock_bn *m = tab_get(l);
@@ -438,7 +470,6 @@ typedef struct {
 
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
                   int stride, int pad, gpu_mode mode, char *err, size_t errlen) {
-    (void)c;
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
@@ -448,6 +479,7 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
     l->ow = max ? (iw + 2 * pad - k) / stride + 1 : 1;
     snprintf(l->what, sizeof l->what, "layer %s (mock pool)", name);
     if (!max) return 0;
+    l->io32 = mock_io32(c, "pool");
     mock_pool *m = calloc(1, sizeof *m);
     dnnl_memory_desc_t md = nn_md4(n, ch, ih, iw, dnnl_nchw);
     if (pool_init(&m->cl, cpu(), name, &md, 1, k, stride, pad, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
@@ -456,7 +488,9 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
     return 0;
 }
 
-void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp) {
+void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c0, void *out, const void *inp) {
+    gpu_ctx tmp;
+    const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (!l->max) mock_launch_check(l->what); /* global average pooling is our kernel */
     const size_t nx = (size_t)l->n * l->c * l->ih * l->iw, ny = (size_t)l->n * l->c * l->oh * l->ow;
     DEVA(c, out, ny, l->what);
@@ -478,8 +512,10 @@ void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp)
     }
 }
 
-void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *inp,
+void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c0, void *dinp, const void *dout, const void *inp,
                        const void *out) {
+    gpu_ctx tmp;
+    const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (!l->max) mock_launch_check(l->what); /* global average pooling is our kernel */
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     const size_t nx = (size_t)l->n * l->c * l->ih * l->iw, ny = (size_t)l->n * l->c * l->oh * l->ow;
