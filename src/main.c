@@ -26,6 +26,7 @@
 #include "data/pack.h"
 #include "io/runlog.h"
 #include "methods/method.h"
+#include "nn/layers.h"
 #include "nn/model.h"
 #include "gpu.h"
 #include "gpucomm.h"
@@ -543,6 +544,20 @@ int main(int argc, char **argv) {
 
     /* Under `--check` without mpiexec, show the threads the real run (p ranks here) would use. */
     const int threads = choose_threads(&e, world_unchecked ? config_world_size(&e) : comm_local_size());
+    /* A CPU run continues bitwise only with the threads and ISA its checkpoint was written with:
+     * refused here, before anything (the run file) is touched, unless checkpoint.bitwise = false
+     * (then recorded with the resume). `--check` without mpiexec checks every rank's part. */
+    int not_bitwise = 0;
+    if (plan.label >= 0 && strcmp(e.device, "cuda") != 0) {
+        const int first = world_unchecked ? 0 : rank, last = world_unchecked ? config_world_size(&e) - 1 : rank;
+        for (int r = first; r <= last && !st; r++) {
+            int differs = 0;
+            st = ckpt_check_machine(ckdir, plan.label, r, threads, nn_isa_name(), e.checkpoint.bitwise, &differs, err, sizeof err);
+            not_bitwise |= differs;
+        }
+    }
+    agree_or_exit(st, err);
+    not_bitwise = comm_max_int(not_bitwise);
     if (args.check_only) {
         if (r0) {
             config_print_table(&e, stdout);
@@ -554,7 +569,8 @@ int main(int argc, char **argv) {
                            e.servers, config_world_size(&e), config_world_size(&e));
                 else printf("not checked: p = %d must equal the number of MPI ranks (mpiexec -n %d)\n", e.p, e.p);
             }
-            if (plan.label >= 0) printf("resume: continues %s from the checkpoint after %ld iterations (%s)\n", e.output, plan.label, ckdir);
+            if (plan.label >= 0) printf("resume: continues %s from the checkpoint after %ld iterations (%s)%s\n", e.output, plan.label, ckdir,
+                                        not_bitwise ? "; with other threads or ISA than the checkpoint's: not bitwise (checkpoint.bitwise = false)" : "");
             if (plan.move_aside) printf("resume: %s has no checkpoint to continue from: it is kept under another name and the run starts afresh\n", e.output);
             printf("experiment OK\n");
         }
@@ -573,10 +589,6 @@ int main(int argc, char **argv) {
     omp_set_num_threads(threads);
     /* One GPU per rank, chosen from the rank's index on its node (cuda/gpu.h gpu_select). */
     const int on_gpu = strcmp(e.device, "cuda") == 0;
-    /* A CPU run continues bitwise only with the threads its checkpoint was written with: refused
-     * here, before anything (the run file) is touched, unless checkpoint.same_threads = false. */
-    if (t.resume_label >= 0 && !on_gpu && e.checkpoint.same_threads) st = ckpt_check_threads(ckdir, t.resume_label, rank, threads, err, sizeof err);
-    agree_or_exit(st, err);
     char gpu_desc[256] = "";
     if (on_gpu && (st = gpu_select(comm_local_rank(), comm_local_size(), gpu_desc, sizeof gpu_desc, err, sizeof err))) {
         char msg[ERRLEN];
@@ -675,8 +687,9 @@ int main(int argc, char **argv) {
             if (f && ckpt_get_i64(f, "run_rows", r, 4) != 0) snprintf(err, sizeof err, "%s", ckpt_error(f));
             if (f && !err[0]) {
                 const runlog_rows keep = {.train = r[0], .eval = r[1], .eval_local = r[2], .ranks = r[3]};
-                char note[CFG_PATH_MAX + 64];
-                snprintf(note, sizeof note, "checkpoint %s/step-%ld", ckdir, t.resume_label);
+                char note[CFG_PATH_MAX + 160];
+                snprintf(note, sizeof note, "checkpoint %s/step-%ld%s", ckdir, t.resume_label,
+                         not_bitwise ? " (other compute threads or oneDNN ISA than the checkpoint's: not bitwise)" : "");
                 t.log = runlog_resume(e.output, &meta, &keep, note, err, sizeof err);
             }
             ckpt_free(f);

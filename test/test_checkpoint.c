@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "mpiutil.h"
+#include "nn/layers.h"
 #include "testutil.h"
 
 static char g_dir[256];
@@ -334,9 +335,10 @@ static void file_sum(const char *path, char *out, size_t n) {
     ck_assert(run(cmd, out, n) == 0);
 }
 
-/* A resume with other compute threads than the checkpoint's (threads = 0 resolves to the cores per
- * rank, 1 here) would not continue bitwise: refused before anything is touched, unless
- * checkpoint.same_threads = false says it may. */
+/* A resume with other compute threads or another oneDNN ISA than the checkpoint's (threads = 0
+ * resolves to the cores per rank) would not continue bitwise: refused before anything is touched
+ * (and so predicted by --check), unless checkpoint.bitwise = false says it may — then the run file
+ * records it in resumed_at. */
 START_TEST(test_threads_change) {
     char cfg[512], h5[512], out[1 << 15], s1[128], s2[128];
     write_cfg("th", "p = 2;\n", cfg, h5);
@@ -344,12 +346,24 @@ START_TEST(test_threads_change) {
     file_sum(h5, s1, sizeof s1);
     int st = run_env("", 2, cfg, "--resume --set threads=2", out, sizeof out);
     ck_assert_msg(st == 2 && strstr(out, "key 'threads'") && strstr(out, "written with 1 compute thread(s), this run has 2") &&
-                      strstr(out, "checkpoint.same_threads=false"),
+                      strstr(out, "checkpoint.bitwise=false"),
                   "exit %d\n%s", st, out);
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "timeout 60 ./dsgd-run --check --resume --set threads=2 %s", cfg);
+    st = run(cmd, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'threads'"), "--check: exit %d\n%s", st, out);
+    /* Another ISA (where this CPU has more than AVX2). */
+    if (strcmp(nn_isa_name(), "avx2") != 0) {
+        st = run_env("ONEDNN_MAX_CPU_ISA=AVX2", 2, cfg, "--resume --set threads=1", out, sizeof out);
+        ck_assert_msg(st == 2 && strstr(out, "oneDNN ran") && strstr(out, "this run has avx2"), "ISA: exit %d\n%s", st, out);
+    }
     file_sum(h5, s2, sizeof s2);
     ck_assert_msg(!strcmp(s1, s2), "a refused resume changed the run file");
-    st = run_env("", 2, cfg, "--resume --set threads=2 --set checkpoint.same_threads=false", out, sizeof out);
+    st = run_env("", 2, cfg, "--resume --set threads=2 --set checkpoint.bitwise=false", out, sizeof out);
     ck_assert_msg(st == 0, "allowed resume: exit %d\n%s", st, out);
+    char at[1024];
+    read_attr_string(h5, "resumed_at", at, sizeof at);
+    ck_assert_msg(strstr(at, "not bitwise") != NULL, "resumed_at '%s'", at);
 }
 END_TEST
 

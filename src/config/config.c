@@ -227,9 +227,10 @@ static const key_def keys[] = {
     K_STRING("checkpoint.path", checkpoint.path, "", S_ANY, "path",
              "checkpoint directory; \"\" means the output without .h5, plus .ckpt (runs/<name>.ckpt); must not hold an "
              "input of the run"),
-    K_BOOL("checkpoint.same_threads", checkpoint.same_threads, 1,
-           "a resume on device cpu must run each rank with the compute threads its checkpoint was written with (the "
-           "order of oneDNN's sums depends on them, so only then does the run continue bitwise); false: any threads"),
+    K_BOOL("checkpoint.bitwise", checkpoint.bitwise, 1,
+           "a resume on device cpu must run each rank with the compute threads and the oneDNN ISA its checkpoint part "
+           "was written with (the order of oneDNN's sums depends on them, so only then does the run continue bitwise); "
+           "false: continue with others, recorded in the run file"),
     K_CHOICE("comm", comm, "mpi", comm_names, 0x3u, NULL, "communication libraries",
              "how allreduce averages gradients: mpi (MPI_Allreduce; on device cuda through host memory unless "
              "MPI is CUDA-aware) or nccl (NCCL on the GPUs; device cuda, one GPU per worker)"),

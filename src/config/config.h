@@ -85,7 +85,7 @@ typedef struct {
     struct {
         long every;         /* write a checkpoint every this many iterations; 0: only on signals */
         char path[CFG_PATH_MAX]; /* checkpoint directory; "": <output without .h5>.ckpt */
-        int same_threads;   /* a CPU resume must have the checkpoint's compute threads per rank */
+        int bitwise;        /* a CPU resume must have the checkpoint's compute threads and ISA per rank */
     } checkpoint;
     char comm[8];           /* "mpi" or "nccl" (allreduce on device cuda) */
     char device[16];        /* "cpu" or "cuda" */

@@ -20,32 +20,17 @@
 #include <unistd.h>
 
 #include "data/image.h"
+#include "util/h5msg.h"
 #include "util/util.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* HDF5 errors (the pattern of src/io/runlog.c).                                               */
 
-typedef struct {
-    char outer[256], inner[512];
-} h5msg;
-
-static herr_t h5msg_walk(unsigned n, const H5E_error2_t *e, void *data) {
-    h5msg *m = data;
-    if (!e->desc || !e->desc[0]) return 0;
-    if (n == 0) snprintf(m->outer, sizeof m->outer, "%s", e->desc);
-    snprintf(m->inner, sizeof m->inner, "%s", e->desc);
-    return 0;
-}
-
 /* "<path>: HDF5 <call> failed for <object>: <outermost> (<innermost>)"; returns code. */
 static int h5fail(int code, char *err, size_t errlen, const char *path, const char *call, const char *object) {
-    h5msg m = {{0}, {0}};
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5msg_walk, &m);
-    H5Eclear2(H5E_DEFAULT);
-    const char *detail = m.inner[0] ? m.inner : "no message from HDF5";
-    if (m.outer[0] && strcmp(m.outer, m.inner) != 0)
-        seterr(err, errlen, "%s: HDF5 %s failed for %s: %s (%s)", path, call, object, m.outer, detail);
-    else seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
+    char detail[800];
+    h5_message(detail, sizeof detail);
+    seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
     return code;
 }
 

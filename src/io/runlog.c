@@ -87,6 +87,7 @@
  * <object>: <HDF5's own message>" through err (runlog_create) or runlog_error. */
 #include "runlog.h"
 
+#include "util/h5msg.h"
 #include "util/util.h"
 
 #include <errno.h>
@@ -324,32 +325,10 @@ static hid_t mask_driver(void) {
 /* ------------------------------------------------------------------------------------------ */
 /* Errors.                                                                                     */
 
-typedef struct {
-    char outer[256], inner[512];
-} h5msg;
-
-static herr_t h5msg_walk(unsigned n, const H5E_error2_t *e, void *data) {
-    h5msg *m = data;
-    if (!e->desc || !e->desc[0]) return 0;
-    if (n == 0) snprintf(m->outer, sizeof m->outer, "%s", e->desc);
-    snprintf(m->inner, sizeof m->inner, "%s", e->desc); /* last one wins: the innermost */
-    return 0;
-}
-
-/* HDF5's messages for the last failure, "<outermost> (<innermost>)", into buf; clears them. */
-static void h5message(char *buf, size_t n) {
-    h5msg m = {{0}, {0}};
-    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, h5msg_walk, &m);
-    H5Eclear2(H5E_DEFAULT);
-    const char *detail = m.inner[0] ? m.inner : "no message from HDF5";
-    if (m.outer[0] && strcmp(m.outer, m.inner) != 0) snprintf(buf, n, "%s (%s)", m.outer, detail);
-    else snprintf(buf, n, "%s", detail);
-}
-
 /* Fill err with "<path>: HDF5 <call> failed for <object>: <HDF5's messages>"; returns -1. */
 static int h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object) {
-    char detail[sizeof(h5msg) + 8];
-    h5message(detail, sizeof detail);
+    char detail[800];
+    h5_message(detail, sizeof detail);
     seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
     return -1;
 }
@@ -1553,7 +1532,7 @@ runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_ro
     runlog *r = new_runlog(path, meta);
     if ((r->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
         char why[ERRLEN];
-        h5message(why, sizeof why);
+        h5_message(why, sizeof why);
         refuse(err, errlen, path, "it is not a dsgd-run run file (HDF5 cannot open it: %s)", why);
         free_runlog(r);
         return NULL;

@@ -427,18 +427,30 @@ int ckpt_close(ckpt_file *f) {
 
 const char *ckpt_error(const ckpt_file *f) { return f ? f->err : ""; }
 
-int ckpt_check_threads(const char *dir, long label, int rank, int threads, char *err, size_t errlen) {
+int ckpt_check_machine(const char *dir, long label, int rank, int threads, const char *isa, int strict, int *differs,
+                       char *err, size_t errlen) {
+    *differs = 0;
     if (!ckpt_exists(dir, label, rank)) return 0; /* a rank without a part (a worker that had left) */
     ckpt_file *f = ckpt_open(dir, label, rank, err, errlen);
     if (!f) return EXIT_BADINPUT;
     int64_t had = 0;
+    char had_isa[64] = "";
     int st = 0;
-    if (ckpt_get_i64(f, "threads", &had, 1)) st = seterr(err, errlen, "%s", ckpt_error(f));
-    else if (had != threads)
-        st = seterr(err, errlen, "%s: key 'threads': rank %d's checkpoint (%s/step-%ld) was written with %lld compute "
-                    "thread(s), this run has %d; with other threads oneDNN sums in another order and the run would not "
-                    "continue bitwise: set threads = %lld, or --set checkpoint.same_threads=false to continue anyway",
-                    config_where("threads"), rank, dir, label, (long long)had, threads, (long long)had);
+    if (ckpt_get_i64(f, "threads", &had, 1) || ckpt_get_str(f, "isa", had_isa, sizeof had_isa))
+        st = seterr(err, errlen, "%s", ckpt_error(f));
+    else if (had != threads || strcmp(had_isa, isa) != 0) {
+        *differs = 1;
+        if (strict && had != threads)
+            st = seterr(err, errlen, "%s: key 'threads': rank %d's checkpoint (%s/step-%ld) was written with %lld compute "
+                        "thread(s), this run has %d; with other threads oneDNN sums in another order and the run would not "
+                        "continue bitwise: set threads = %lld, or --set checkpoint.bitwise=false to continue anyway",
+                        config_where("threads"), rank, dir, label, (long long)had, threads, (long long)had);
+        else if (strict)
+            st = seterr(err, errlen, "rank %d's checkpoint (%s/step-%ld) was written where oneDNN ran %s code, this run has "
+                        "%s (another CPU, or ONEDNN_MAX_CPU_ISA); the run would not continue bitwise: resume on a node of the "
+                        "first kind, set ONEDNN_MAX_CPU_ISA to match, or --set checkpoint.bitwise=false to continue anyway",
+                        rank, dir, label, had_isa, isa);
+    }
     ckpt_free(f);
     return st;
 }
@@ -483,7 +495,7 @@ int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char 
 
 /* Keys that may differ between the parts of one run. */
 static int ignored_key(const char *key) {
-    static const char *const ok[] = {"resume", "overwrite", "checkpoint.every", "checkpoint.path", "checkpoint.same_threads",
+    static const char *const ok[] = {"resume", "overwrite", "checkpoint.every", "checkpoint.path", "checkpoint.bitwise",
                                      "comm_timeout_s", "threads", "log_every"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (!strcmp(ok[i], key)) return 1;

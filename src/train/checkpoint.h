@@ -141,12 +141,14 @@ void ckpt_free(ckpt_file *f);
  * when the file cannot be read. */
 int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char *err, size_t errlen);
 
-/* Before a resume touches anything: rank `rank`'s part of checkpoint `label` in dir must have been
- * written with `threads` compute threads (each part records omp_get_max_threads() as "threads"),
- * since oneDNN's summation order, and so bitwise continuation on a CPU, depends on them. Returns
- * 0 (also when the rank has no part), or EXIT_BADINPUT with err naming key 'threads', both counts
- * and checkpoint.same_threads (the key that allows it). */
-int ckpt_check_threads(const char *dir, long label, int rank, int threads, char *err, size_t errlen);
+/* Before a resume touches anything: was rank `rank`'s part of checkpoint `label` in dir written
+ * with `threads` compute threads and oneDNN ISA `isa` (nn_isa_name)? Each part records them
+ * ("threads", "isa"); oneDNN's summation order, and so bitwise continuation on a CPU, depends on
+ * both. *differs: 1 if either differs. Returns 0 (also when the rank has no part, or when they
+ * differ and !strict), or EXIT_BADINPUT with err naming key 'threads' (both counts) or both ISAs,
+ * and checkpoint.bitwise (the key that allows it). */
+int ckpt_check_machine(const char *dir, long label, int rank, int threads, const char *isa, int strict, int *differs,
+                       char *err, size_t errlen);
 
 /* Compare the experiment a checkpoint was written with (config_to_text) to the current one,
  * ignoring the keys that may change between the parts of a run (resume, overwrite,

@@ -17,6 +17,7 @@
 #include "comm/comm.h"
 #include "gpucomm.h"
 #include "methods/method.h"
+#include "nn/layers.h"
 #include "optim/sgd.h"
 #include "train/checkpoint.h"
 #include "util/util.h"
@@ -297,7 +298,7 @@ void train_log_summary(trainer *t, int status, int why, double train_s, double i
 int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls) {
     const int64_t step = t->step, threads = omp_get_max_threads();
     int rc = ckpt_put_i64(f, "step", &step, 1) | ckpt_put_f64(f, "times", (const double *)&t->times, 7) |
-             ckpt_put_i64(f, "threads", &threads, 1);
+             ckpt_put_i64(f, "threads", &threads, 1) | ckpt_put_str(f, "isa", nn_isa_name());
     if (!t->log) return rc;
     static char text[CFG_TEXT_MAX];
     config_to_text(t->e, text, sizeof text);
