@@ -129,7 +129,7 @@ $(GPU_LIB): $(GPU_OBJ) build/.backend
 $(BIN): build/src/main.o $(LIB) $(GPU_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h $(wildcard test/gpu/testgpu.h) $(LIB) $(GPU_LIB) | build/.deps-ok
+build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h test/jpegutil.h $(wildcard test/gpu/testgpu.h) $(LIB) $(GPU_LIB) | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(CHECK_LIBS) $(LDLIBS)
 

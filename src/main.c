@@ -24,6 +24,7 @@
 #include "data/idx.h"
 #include "data/loader.h"
 #include "data/pack.h"
+#include "data/shards.h"
 #include "io/runlog.h"
 #include "methods/method.h"
 #include "nn/layers.h"
@@ -105,15 +106,33 @@ static int parse_args(int argc, char **argv, cli_args *a, char *err, size_t errl
     return 0;
 }
 
-/* Threads per rank: the experiment's `threads`, or the CPUs this process may run on divided by
- * the ranks sharing the node (at least 1). */
-static int choose_threads(const experiment *e, int ranks_on_node) {
-    if (e->threads > 0) return e->threads;
+/* The threads of one rank (docs/data.md, "Loading"): cores = the CPUs this process may run on
+ * divided by the ranks sharing the node (at least 1); data = data.threads, or for data.format =
+ * "jpeg" a quarter of the cores (at least 1), else none; compute (oneDNN) = `threads`, or the
+ * cores left to it (at least 1); comm = the gossip methods' communication thread (it naps, so it
+ * takes no core from the others but is counted). */
+typedef struct { int cores, compute, data, comm; } thread_budget;
+static thread_budget choose_threads(const experiment *e, int ranks_on_node) {
     cpu_set_t set;
     int ncpu = 1;
     if (sched_getaffinity(0, sizeof set, &set) == 0) ncpu = CPU_COUNT(&set);
-    int t = ncpu / ranks_on_node;
-    return t < 1 ? 1 : t;
+    thread_budget b = {.cores = ncpu / ranks_on_node};
+    if (b.cores < 1) b.cores = 1;
+    if (strcmp(e->data.format, "jpeg") == 0) b.data = e->data.threads > 0 ? e->data.threads : (b.cores / 4 > 1 ? b.cores / 4 : 1);
+    b.compute = e->threads > 0 ? e->threads : (b.cores - b.data > 1 ? b.cores - b.data : 1);
+    b.comm = e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH;
+    return b;
+}
+
+/* "threads per rank: 3 compute (oneDNN) + 1 decode + 0 communication = 4 on 4 cores", and a
+ * warning line when they are more than the cores. */
+static void print_budget(const thread_budget *b, FILE *f) {
+    const int total = b->compute + b->data + b->comm;
+    fprintf(f, "threads per rank: %d compute (oneDNN, key 'threads') + %d decode (data.threads) + %d communication = %d on %d core(s)\n",
+            b->compute, b->data, b->comm, total, b->cores);
+    if (total > b->cores)
+        fprintf(f, "warning: %d threads per rank on %d core(s): oversubscribed, steps will be slower than they need be; lower "
+                   "threads or data.threads, or run fewer ranks per node (docs/data.md, \"Loading\")\n", total, b->cores);
 }
 
 /* Collective: stop every rank if any rank's status is non-zero. Rank 0 prints its message if
@@ -164,7 +183,7 @@ static int check_not_input(const experiment *e, const char *config_path, const c
     const struct { const char *key, *path; } in[] = {
         {"the experiment file", config_path},           {"key 'data.train_images'", e->data.train_images},
         {"key 'data.train_labels'", e->data.train_labels}, {"key 'data.val_images'", e->data.val_images},
-        {"key 'data.val_labels'", e->data.val_labels},
+        {"key 'data.val_labels'", e->data.val_labels}, {"key 'data.dir'", e->data.dir},
     };
     struct stat so, sc, si;
     const int out_exists = stat(e->output, &so) == 0, ck_exists = stat(ckdir, &sc) == 0;
@@ -492,22 +511,76 @@ int main(int argc, char **argv) {
     if (!method) st = seterr(err, sizeof err, "%s: method '%s' is not built", e.source, method_name(e.method));
     agree_or_exit(st, err);
 
-    /* 2. The data: train and validation sets, validated. */
+    /* 2. The data: train and validation sets, validated. JPEG and synthetic sets are described
+     * by a dataset without pixels (n, c, h, w, n_classes); the loader holds their source. */
     static dataset train, val;
-    st = dataset_load(&train, e.data.train_images, e.data.train_labels, 0, err, sizeof err);
-    if (st) blame_keys(&e, "keys 'data.train_images', 'data.train_labels'", err, sizeof err);
-    if (!st && (st = dataset_load(&val, e.data.val_images, e.data.val_labels, train.n_classes, err, sizeof err)))
-        blame_keys(&e, "keys 'data.val_images', 'data.val_labels'", err, sizeof err);
-    if (!st && (val.c != train.c || val.h != train.h || val.w != train.w)) {
-        st = seterr(err, sizeof err, "%s is %dx%dx%d but %s is %dx%dx%d: training and validation images must have the same shape",
-                    e.data.val_images, val.c, val.h, val.w, e.data.train_images, train.c, train.h, train.w);
-        blame_keys(&e, "keys 'data.val_images', 'data.train_images'", err, sizeof err);
-    }
+    static shards *pack_train, *pack_val;
     trainer t = {.e = &e, .method = method, .train = &train, .val = &val, .rank = rank, .p = e.p, .worker = worker,
                  .server = worker < 0 ? rank - e.p : -1, .log_rank = log_rank, .resume_label = -1};
     inject_init(&t.inj, &e, worker >= 0 ? worker : 0);
-    if (!st && (st = loader_init(&t.train_loader, &train, e.p, worker >= 0 ? worker : 0, e.b, e.seed, err, sizeof err)))
-        blame_keys(&e, "keys 'p', 'b'", err, sizeof err);
+    const int lrank = worker >= 0 ? worker : 0;
+    const int fmt_jpeg = strcmp(e.data.format, "jpeg") == 0, fmt_syn = strcmp(e.data.format, "synthetic") == 0;
+    if (fmt_jpeg) {
+        st = shards_open(&pack_train, e.data.dir, "train", err, sizeof err);
+        if (!st) st = shards_open(&pack_val, e.data.dir, "val", err, sizeof err);
+        if (!st) st = shards_same_classes(pack_train, pack_val, err, sizeof err);
+        if (st) blame_keys(&e, "key 'data.dir'", err, sizeof err);
+        if (!st && e.data.classes && e.data.classes != shards_n_classes(pack_train))
+            st = seterr(err, sizeof err, "%s: key 'data.classes': %d classes, but the pack %s has %d (%s/%s); set data.classes = %d "
+                        "or 0 (the data's)", config_where("data.classes"), e.data.classes, e.data.dir, shards_n_classes(pack_train),
+                        e.data.dir, SHARDS_INDEX, shards_n_classes(pack_train));
+        if (!st) {
+            const int crop = e.data.crop;
+            train = (dataset){.n = (int)shards_count(pack_train), .c = 3, .h = crop, .w = crop, .n_classes = shards_n_classes(pack_train)};
+            val = (dataset){.n = (int)shards_count(pack_val), .c = 3, .h = crop, .w = crop, .n_classes = train.n_classes};
+            const int kind = !strcmp(e.data.augment, "rrc") ? AUG_RRC : !strcmp(e.data.augment, "none") ? AUG_NONE : AUG_SCALE;
+            jpegload_cfg jc = {.train = pack_train, .val = pack_val, .seed = e.seed, .b = e.b, .slots = 3,
+                               .timeout_s = e.comm_timeout_s, .rank = rank, .threads = 1, .eval_max = 1};
+            aug_default(&jc.train_aug, kind);
+            aug_default(&jc.eval_aug, AUG_EVAL);
+            /* auto: bicubic (fb.resnet.torch, the paper's recipe) except bilinear for rrc (torchvision) */
+            const int interp = !strcmp(e.data.interp, "bicubic") ? IMAGE_BICUBIC : !strcmp(e.data.interp, "bilinear") ? IMAGE_BILINEAR
+                             : kind == AUG_RRC ? IMAGE_BILINEAR : IMAGE_BICUBIC;
+            for (aug_cfg *a = &jc.train_aug; a; a = a == &jc.train_aug ? &jc.eval_aug : NULL) {
+                a->crop = crop, a->scale_min = e.data.scale[0], a->scale_max = e.data.scale[1];
+                a->eval_resize = e.data.eval_resize, a->interp = interp;
+            }
+            if ((st = loader_init_jpeg(&t.train_loader, &jc, e.p, lrank, 0, err, sizeof err)))
+                blame_keys(&e, "keys 'p', 'b', 'data.dir'", err, sizeof err);
+        }
+    } else if (fmt_syn) {
+        const int classes = e.data.classes ? e.data.classes : 1000;
+        train = (dataset){.n = LOADER_SYNTHETIC_N, .c = e.data.shape[0], .h = e.data.shape[1], .w = e.data.shape[2], .n_classes = classes};
+        val = train;
+        val.n = e.p * e.b; /* one minibatch per worker */
+        if ((st = loader_init_synthetic(&t.train_loader, train.c, train.h, train.w, classes, e.p, lrank, e.b, e.seed, err, sizeof err)))
+            blame_keys(&e, "keys 'p', 'b', 'data.shape', 'data.classes'", err, sizeof err);
+    } else {
+        st = dataset_load(&train, e.data.train_images, e.data.train_labels, 0, err, sizeof err);
+        if (st) blame_keys(&e, "keys 'data.train_images', 'data.train_labels'", err, sizeof err);
+        if (!st && (st = dataset_load(&val, e.data.val_images, e.data.val_labels, train.n_classes, err, sizeof err)))
+            blame_keys(&e, "keys 'data.val_images', 'data.val_labels'", err, sizeof err);
+        if (!st && (val.c != train.c || val.h != train.h || val.w != train.w)) {
+            st = seterr(err, sizeof err, "%s is %dx%dx%d but %s is %dx%dx%d: training and validation images must have the same shape",
+                        e.data.val_images, val.c, val.h, val.w, e.data.train_images, train.c, train.h, train.w);
+            blame_keys(&e, "keys 'data.val_images', 'data.train_images'", err, sizeof err);
+        }
+        if (!st && e.data.classes && e.data.classes != train.n_classes)
+            st = seterr(err, sizeof err, "%s: key 'data.classes': %d classes, but the labels of %s have %d; set data.classes = %d or 0 "
+                        "(the data's)", config_where("data.classes"), e.data.classes, e.data.train_labels, train.n_classes, train.n_classes);
+        if (!st && (st = loader_init(&t.train_loader, &train, e.p, lrank, e.b, e.seed, err, sizeof err)))
+            blame_keys(&e, "keys 'p', 'b'", err, sizeof err);
+    }
+    agree_or_exit(st, err);
+    /* --check: decode a sample of every shard before a long run (rank 0; the pack is shared). */
+    int64_t verified = 0;
+    if (fmt_jpeg && args.check_only && r0) {
+        int64_t a = 0, b = 0;
+        st = shards_verify(pack_train, 8, &a, err, sizeof err);
+        if (!st) st = shards_verify(pack_val, 8, &b, err, sizeof err);
+        if (st) blame_keys(&e, "key 'data.dir'", err, sizeof err);
+        verified = a + b;
+    }
     agree_or_exit(st, err);
 
     /* 3. The output (rank 0 writes it), or the earlier run this one continues. */
@@ -543,7 +616,8 @@ int main(int argc, char **argv) {
     }
 
     /* Under `--check` without mpiexec, show the threads the real run (p ranks here) would use. */
-    const int threads = choose_threads(&e, world_unchecked ? config_world_size(&e) : comm_local_size());
+    const thread_budget budget = choose_threads(&e, world_unchecked ? config_world_size(&e) : comm_local_size());
+    const int threads = budget.compute;
     /* A CPU run continues bitwise only with the threads and ISA its checkpoint was written with:
      * refused here, before anything (the run file) is touched, unless checkpoint.bitwise = false
      * (then recorded with the resume). `--check` without mpiexec checks every rank's part. */
@@ -563,6 +637,11 @@ int main(int argc, char **argv) {
             config_print_table(&e, stdout);
             printf("\nm = p·b = %d, %d training images (%dx%dx%d, %d classes), %ld steps per epoch, %d validation images, %d thread(s) per rank\n",
                    e.p * e.b, train.n, train.c, train.h, train.w, train.n_classes, t.train_loader.steps_per_epoch, val.n, threads);
+            print_budget(&budget, stdout);
+            if (fmt_jpeg)
+                printf("data: %s: %d shard(s) of train, %d of val, %d classes; --check decoded %lld samples of every shard: OK\n", e.data.dir,
+                       shards_n_shards(pack_train), shards_n_shards(pack_val), shards_n_classes(pack_train), (long long)verified);
+            if (fmt_syn) printf("data: synthetic (random inputs and labels): curves measure speed, not learning\n");
             if (world_unchecked) {
                 if (has_servers)
                     printf("not checked: method %s runs on p + servers = %d + %d = %d MPI ranks (mpiexec -n %d)\n", method_name(e.method), e.p,
@@ -587,6 +666,13 @@ int main(int argc, char **argv) {
     const int max_slice = has_servers ? val.n : (val.n + t.p - 1) / t.p;
     t.eval_batch = e.eval.batch < max_slice ? e.eval.batch : max_slice;
     omp_set_num_threads(threads);
+    /* The decode threads (every rank: a server may evaluate the center). */
+    if (fmt_jpeg) {
+        t.train_loader.jcfg.threads = budget.data;
+        t.train_loader.jcfg.eval_max = t.eval_batch;
+        st = loader_start(&t.train_loader, err, sizeof err);
+    }
+    agree_or_exit(st, err);
     /* One GPU per rank, chosen from the rank's index on its node (cuda/gpu.h gpu_select). */
     const int on_gpu = strcmp(e.device, "cuda") == 0;
     char gpu_desc[256] = "";
@@ -643,6 +729,7 @@ int main(int argc, char **argv) {
     agree_or_exit(st, err);
 
     /* 5. The run file (log rank), created exclusively. */
+    int data_array = 0; /* index of data/decode_warnings among the run file's fixed arrays (jpeg) */
     if (rank == log_rank) {
         static char cfg_text[1 << 16], cmdline[4096];
         /* Stored with overwrite = false: re-running the experiment from the file it produced must
@@ -681,6 +768,41 @@ int main(int argc, char **argv) {
             meta.arrays = garr, meta.n_arrays = 2;
             meta.eval_local = 1;
         }
+        /* The data set's provenance, and per-worker decode counts (jpeg). */
+        static runlog_array_spec all_arrays[4];
+        static runlog_attr attrs[16];
+        static char interp_s[16];
+        int na = 0, nat = 0;
+        for (int i = 0; i < meta.n_arrays; i++) all_arrays[na++] = meta.arrays[i];
+        data_array = na;
+        attrs[nat++] = (runlog_attr){"data_format", e.data.format, 0};
+        attrs[nat++] = (runlog_attr){"data_classes", NULL, train.n_classes};
+        attrs[nat++] = (runlog_attr){"data_train_n", NULL, train.n};
+        attrs[nat++] = (runlog_attr){"data_val_n", NULL, val.n};
+        if (fmt_syn)
+            attrs[nat++] = (runlog_attr){"data_synthetic", "yes: random inputs and labels (data.format = \"synthetic\"); these "
+                                                            "curves measure speed, not learning", 0};
+        if (fmt_jpeg) {
+            const aug_cfg *a = &t.train_loader.jcfg.train_aug;
+            snprintf(interp_s, sizeof interp_s, "%s", a->interp == IMAGE_BICUBIC ? "bicubic" : "bilinear");
+            attrs[nat++] = (runlog_attr){"data_dir", e.data.dir, 0};
+            attrs[nat++] = (runlog_attr){"data_pack_format", SHARDS_FORMAT, 0};
+            attrs[nat++] = (runlog_attr){"data_pack_format_version", NULL, SHARDS_FORMAT_VERSION};
+            attrs[nat++] = (runlog_attr){"data_pack_max_side", NULL, shards_max_side(pack_train)};
+            attrs[nat++] = (runlog_attr){"data_pack_skipped", NULL, shards_skipped(pack_train) + shards_skipped(pack_val)};
+            attrs[nat++] = (runlog_attr){"data_pack_shards", NULL, shards_n_shards(pack_train) + shards_n_shards(pack_val)};
+            attrs[nat++] = (runlog_attr){"data_augment", e.data.augment, 0};
+            attrs[nat++] = (runlog_attr){"data_interp", interp_s, 0};
+            attrs[nat++] = (runlog_attr){"data_threads", NULL, budget.data};
+            all_arrays[na++] = (runlog_array_spec){"data/decode_warnings", e.p, 0, "warnings",
+                                                   "libjpeg warnings (corrupt data recovered, premature end of data) of the samples each "
+                                                   "worker used, since the run (or its last resume) started", 0};
+            all_arrays[na++] = (runlog_array_spec){"data/decode_failures", e.p, 0, "samples",
+                                                   "samples each worker drew that could not be decoded (each replaced by the next sample "
+                                                   "of the pack and named once on stderr), since the run (or its last resume) started", 0};
+        }
+        meta.arrays = na ? all_arrays : NULL, meta.n_arrays = na;
+        meta.attrs = attrs, meta.n_attrs = nat;
         if (t.resume_label >= 0) { /* continue the run file after the checkpoint's rows */
             ckpt_file *f = ckpt_open(ckdir, t.resume_label, rank, err, sizeof err);
             int64_t r[4] = {0};
@@ -725,12 +847,36 @@ int main(int argc, char **argv) {
         else snprintf(arch, sizeof arch, "resnet18 width %d, %s stem", e.model.width, stem_name(e.model.stem));
         printf("model %s, %zu parameters; %d training / %d validation images; %d thread(s) per rank; output %s\n", arch,
                model_n_params(t.net), train.n, val.n, threads, e.output);
+        if (fmt_jpeg)
+            printf("data: jpeg from %s (%d classes), augment %s, crop %d, %d decode thread(s) per rank\n", e.data.dir, train.n_classes,
+                   e.data.augment, e.data.crop, budget.data);
+        if (fmt_syn) printf("data: synthetic (random inputs and labels, %dx%dx%d, %d classes): curves measure speed, not learning\n",
+                            train.c, train.h, train.w, train.n_classes);
+        print_budget(&budget, stdout);
         if (on_gpu) printf("device cuda (%s): rank %d on %s%s\n", e.precision, rank, gpu_desc, comm_desc);
         fflush(stdout);
     }
 
     /* 6. Train. */
     st = train_run(&t);
+    /* The decode counts of every worker into the run file (jpeg; the methods whose ranks all
+     * come back from train_run together). */
+    if (fmt_jpeg && !has_servers && e.inject.fail_rank < 0) {
+        double *c = xcalloc((size_t)2 * e.p, sizeof *c);
+        jpegload_stats ds;
+        loader_stats(&t.train_loader, &ds);
+        if (worker >= 0) c[worker] = (double)ds.warnings, c[e.p + worker] = (double)ds.failures;
+        comm_allreduce_sum_f64(c, 2 * e.p);
+        if (rank == log_rank && t.log) {
+            long long *v = xmalloc((size_t)2 * e.p * sizeof *v), tw = 0, tf = 0;
+            for (int i = 0; i < 2 * e.p; i++) { v[i] = (long long)c[i]; *(i < e.p ? &tw : &tf) += v[i]; }
+            if (runlog_array(t.log, data_array, v) || runlog_array(t.log, data_array + 1, v + e.p))
+                fprintf(stderr, "dsgd-run: writing %s: %s\n", e.output, runlog_error(t.log));
+            printf("data: %lld decode warning(s), %lld undecodable sample(s) drawn and replaced (all workers)\n", tw, tf);
+            free(v);
+        }
+        free(c);
+    }
     if (rank == log_rank && runlog_close(t.log) != 0 && !st) st = EXIT_RUNTIME; /* runlog_close printed why */
 
     model_host_free(t.net, t.x), model_host_free(t.net, t.y), model_host_free(t.net, t.eval_x), model_host_free(t.net, t.eval_y);
@@ -738,6 +884,7 @@ int main(int argc, char **argv) {
     gpucomm_free(t.gcomm);
     model_free(t.net);
     loader_free(&t.train_loader);
+    shards_close(pack_train), shards_close(pack_val);
     dataset_free(&train), dataset_free(&val);
     comm_finalize();
     return st;

@@ -687,8 +687,9 @@ START_TEST(test_to_text_sizes) {
     static char buf[CFG_TEXT_MAX];
     config_defaults(&w);
     memset(w.name, 'n', sizeof w.name - 1);
-    char *fields[] = {w.data.train_images, w.data.train_labels, w.data.val_images, w.data.val_labels, w.output, w.source};
-    for (int i = 0; i < 6; i++) { memset(fields[i], 1, CFG_PATH_MAX - 1); fields[i][CFG_PATH_MAX - 1] = 0; }
+    char *fields[] = {w.data.train_images, w.data.train_labels, w.data.val_images, w.data.val_labels, w.data.dir,
+                      w.output, w.checkpoint.path, w.source};
+    for (int i = 0; i < 8; i++) { memset(fields[i], 1, CFG_PATH_MAX - 1); fields[i][CFG_PATH_MAX - 1] = 0; }
     /* and every list full of the widest numbers */
     w.alpha.n_steps = CFG_MAX_STEPS;
     for (int i = 0; i < CFG_MAX_STEPS; i++) w.alpha.steps[i] = LONG_MIN;
@@ -770,10 +771,49 @@ static int table_keys(char keys[][64], int max) {
     return n;
 }
 
+START_TEST(test_data_keys) {
+    /* defaults */
+    ck_assert_int_eq(load_text("", NULL, 0), 0);
+    ck_assert_int_eq(e.data.scale[0], 256);
+    ck_assert_int_eq(e.data.scale[1], 480);
+    ck_assert_int_eq(e.data.shape[0], 3);
+    ck_assert_int_eq(e.data.shape[2], 224);
+    ck_assert_int_eq(e.data.crop, 224);
+    ck_assert_str_eq(e.data.interp, "auto");
+    /* set in the file and by --set; a fixed scale [S, S] is a range too */
+    char *sets[] = {"data.scale=[300, 300]", "data.format=jpeg", "data.dir=/x"};
+    ck_assert_int_eq(load_text("data = { shape = [1, 28, 30]; classes = 10; };\n", sets, 3), 0);
+    ck_assert_int_eq(e.data.scale[0], 300);
+    ck_assert_int_eq(e.data.scale[1], 300);
+    ck_assert_int_eq(e.data.shape[1], 28);
+    ck_assert_int_eq(e.data.shape[2], 30);
+    ck_assert_str_eq(e.data.format, "jpeg");
+    /* round trip through the stored text */
+    static char text[CFG_TEXT_MAX];
+    config_to_text(&e, text, sizeof text);
+    ck_assert_msg(strstr(text, "scale = [300, 300];") && strstr(text, "shape = [1, 28, 30];"), "%s", text);
+    /* errors: reversed, wrong length, out of range, cross-key */
+    const char *rev[] = {"'data.scale'", "reversed", "[480, 256]", NULL};
+    expect_error("data = { scale = [480, 256]; };\n", NULL, 0, rev, 1);
+    const char *len[] = {"'data.scale'", "another length", NULL};
+    expect_error("data = { scale = [256]; };\n", NULL, 0, len, 1);
+    const char *rng[] = {"'data.shape'", "data.shape[0] = 0", NULL};
+    expect_error("data = { shape = [0, 2, 2]; };\n", NULL, 0, rng, 1);
+    const char *dir[] = {"'data.dir'", "--pack", NULL};
+    expect_error("data = { format = \"jpeg\"; };\n", NULL, 0, dir, 1);
+    const char *crop[] = {"'data.crop'", "data.scale = [200, 480]", ":1", NULL};
+    expect_error("data = { format = \"jpeg\"; dir = \"/x\"; scale = [200, 480]; };\n", NULL, 0, crop, 1);
+    const char *ev[] = {"'data.eval_resize'", "smaller than data.crop = 224", NULL};
+    expect_error("data = { format = \"jpeg\"; dir = \"/x\"; eval_resize = 200; };\n", NULL, 0, ev, 1);
+    /* the cross-key checks are the JPEG path's: irrelevant for idx */
+    ck_assert_int_eq(load_text("data = { scale = [200, 480]; };\n", NULL, 0), 0);
+}
+END_TEST
+
 START_TEST(test_print_keys_and_table) {
     char keys[64][64];
     int nk = table_keys(keys, 64);
-    ck_assert_int_eq(nk, 49);
+    ck_assert_int_eq(nk, 58);
     char *help = capture(print_keys_, NULL);
     for (int i = 0; i < nk; i++) {
         char k[80];
@@ -859,6 +899,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_round_trip);
     tcase_add_test(tc, test_to_text_sizes);
     tcase_add_test(tc, test_check_world);
+    tcase_add_test(tc, test_data_keys);
     tcase_add_test(tc, test_print_keys_and_table);
     tcase_add_test(tc, test_docs_cover_every_key);
     suite_add_tcase(s, tc);

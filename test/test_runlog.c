@@ -74,7 +74,7 @@ static int write_ranks_row(runlog *r, long j) {
     double v[4][RANKS];
     for (int q = 0; q < 4; q++)
         for (int w = 0; w < RANKS; w++) v[q][w] = rk_val(q, j, w);
-    return runlog_ranks(r, tr_step(j), v[0], v[1], v[2], v[3]);
+    return runlog_ranks(r, tr_step(j), v[0], v[1], v[2], v[3], v[0]);
 }
 
 /* Train rows [*nt, upto), each with its /ranks row. */
@@ -791,7 +791,7 @@ START_TEST(test_optional_parts_absent) {
     ck_assert_msg(r != NULL, "runlog_create: %s", err);
     double v[RANKS] = {1, 2, 3};
     long long a[HIST_BINS] = {0};
-    ck_assert_int_eq(runlog_ranks(r, 1, v, v, v, v), -1);
+    ck_assert_int_eq(runlog_ranks(r, 1, v, v, v, v, v), -1);
     ck_assert_msg(strstr(runlog_error(r), "/ranks") != NULL, "message: %s", runlog_error(r));
     ck_assert_int_eq(runlog_eval_local(r, 1, 0, 0, 0, 0, 0), -1);
     ck_assert_msg(strstr(runlog_error(r), "/eval_local") != NULL, "message: %s", runlog_error(r));
@@ -822,7 +822,7 @@ START_TEST(test_optional_parts_absent) {
     ck_assert_int_eq(runlog_array(r, -1, a), -1);
     ck_assert_int_eq(runlog_array(r, 0, NULL), -1);
     ck_assert_msg(strstr(runlog_error(r), "ps/staleness_histogram") != NULL, "message: %s", runlog_error(r));
-    ck_assert_int_eq(runlog_ranks(r, 1, v, v, NULL, v), -1);
+    ck_assert_int_eq(runlog_ranks(r, 1, v, v, NULL, v, v), -1);
     ck_assert_msg(strstr(runlog_error(r), "comm_s") != NULL, "message: %s", runlog_error(r));
     nt = 0;
     ck_assert_msg(write_rows_ranks(r, &nt, 4) == 0 && write_eval_local(r, 0, nt) == 0 && write_eval(r, 0, nt) == 0, "%s",
@@ -834,7 +834,7 @@ START_TEST(test_optional_parts_absent) {
     ck_assert_int_eq(check_array(f, 0, -1, -1), -1); /* never written: zeros */
     H5Fclose(f);
 
-    ck_assert_int_eq(runlog_ranks(NULL, 1, v, v, v, v), -1);
+    ck_assert_int_eq(runlog_ranks(NULL, 1, v, v, v, v, v), -1);
     ck_assert_int_eq(runlog_eval_local(NULL, 1, 0, 0, 0, 0, 0), -1);
     ck_assert_int_eq(runlog_array(NULL, 0, a), -1);
     rm_rf(dir);
@@ -1019,7 +1019,7 @@ END_TEST
 static int write_cutoff(runlog *r, long from, long n, int with_ranks, int with_eval) {
     double v[RANKS] = {-1, -1, -1};
     for (long j = from; j < from + n; j++)
-        if (runlog_train(r, tr_step(j), -1, -1, -1) != 0 || (with_ranks && runlog_ranks(r, tr_step(j), v, v, v, v) != 0)) return -1;
+        if (runlog_train(r, tr_step(j), -1, -1, -1) != 0 || (with_ranks && runlog_ranks(r, tr_step(j), v, v, v, v, NULL) != 0)) return -1;
     if (!with_eval) return 0;
     if (with_ranks && runlog_eval_local(r, from + n, -1, -1, -1, -1, -1) != 0) return -1;
     return runlog_eval(r, from + n, -1, -1, -1, -1, -1);

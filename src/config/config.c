@@ -40,6 +40,8 @@ typedef enum {
     KT_CHOICE, /* char[] field, libconfig string naming one of names[] */
     KT_LIST,   /* long[] or int[] (elem_int) + int count, libconfig array or list of integers,
                   strictly increasing, each in [ilo, hi_key) */
+    KT_INTS,   /* int[n_max], exactly n_max integers each in [ilo, ihi], default dflt_ints;
+                  nondecr: in non-decreasing order ([min, max] ranges: data.scale) */
 } key_type;
 
 /* String checks (KT_STRING). */
@@ -75,6 +77,8 @@ typedef struct {
     const char *planned;
     const char *noun;
     int str_check;    /* KT_STRING: S_* */
+    const int *dflt_ints; /* KT_INTS: the n_max default values */
+    int nondecr;      /* KT_INTS: a [min, max] range (non-decreasing) */
     const char *unit; /* "" for dimensionless */
     const char *doc;  /* one line */
 } key_def;
@@ -83,7 +87,9 @@ static const char *const method_names[] = {"allreduce", "ps", "easgd", "gossip_p
 static const char *const schedule_names[] = {"step", "constant", "cosine"};
 static const char *const stem_names[] = {"cifar", "imagenet"}; /* order of stem_kind */
 static const char *const arch_names[] = {"resnet18", "linear"}; /* order of arch_kind */
-static const char *const format_names[] = {"idx"};
+static const char *const format_names[] = {"idx", "jpeg", "synthetic"};
+static const char *const augment_names[] = {"scale", "rrc", "none"};
+static const char *const interp_names[] = {"auto", "bicubic", "bilinear"};
 static const char *const comm_names[] = {"mpi", "nccl"};
 static const char *const resume_names[] = {"never", "auto"};
 static const char *const device_names[] = {"cpu", "cuda"};
@@ -125,7 +131,14 @@ static const char *const delay_dist_names[] = {"fixed", "exponential", "lognorma
       .ilo = l, .ihi = LLONG_MAX, .hi_key = hk, .hi_open = 1, .elem = el, .elems = els,        \
       .values = vals, .hi_note = note, .unit = u, .doc = doc_ }
 
+/* A fixed-size int array (KT_INTS): each element in [l, h], default dv (n_max values). */
+#define K_INTS(k, f, dv, l, h, nd, u, doc_)                                                      \
+    { .key = k, .type = KT_INTS, .off = offsetof(experiment, f), .size = FSIZE(f),             \
+      .n_max = (int)(FSIZE(f) / FSIZE(f[0])), .ilo = l, .ihi = h, .dflt_ints = dv, .nondecr = nd, \
+      .unit = u, .doc = doc_ }
+
 #define FASHION "/usr/share/datasets/fashion-mnist/"
+static const int dflt_scale[2] = {256, 480}, dflt_shape[3] = {3, 224, 224};
 
 /* Defaults are the paper's (Jin et al. 2016 §4.2): α = 0.1, Nesterov µ = 0.9, λ = 1e-4,
  * EASGD τ = 10, β = 0.8. Groups must be contiguous (config_to_text relies on it). */
@@ -196,8 +209,10 @@ static const key_def keys[] = {
           "channels of the first stage (64 in the paper; doubled at each stage); linear ignores it"),
     K_ENUM("model.stem", model.stem, STEM_IMAGENET, stem_names, 0x3u, NULL, "stems",
            "imagenet: 7x7/2 conv + 3x3/2 max-pool; cifar: 3x3/1 conv, no pool; linear ignores it"),
-    K_CHOICE("data.format", data.format, "idx", format_names, 0x1u, NULL, "formats",
-             "dataset file format (IDX, as MNIST / Fashion-MNIST; .gz is read directly)"),
+    K_CHOICE("data.format", data.format, "idx", format_names, 0x7u, NULL, "formats",
+             "idx: IDX files (MNIST / Fashion-MNIST; .gz read directly); jpeg: a pack of JPEG shards (dsgd-run "
+             "--pack, data.dir; docs/data.md); synthetic: random inputs of data.shape, labels in [0, data.classes), "
+             "made once (throughput and scaling studies; the run file says so)"),
     K_STRING("data.train_images", data.train_images, FASHION "train-images-idx3-ubyte.gz",
              S_NONEMPTY, "path", "training images (relative paths: to the current directory)"),
     K_STRING("data.train_labels", data.train_labels, FASHION "train-labels-idx1-ubyte.gz",
@@ -206,6 +221,26 @@ static const key_def keys[] = {
              S_NONEMPTY, "path", "validation images"),
     K_STRING("data.val_labels", data.val_labels, FASHION "t10k-labels-idx1-ubyte.gz",
              S_NONEMPTY, "path", "validation labels"),
+    K_STRING("data.dir", data.dir, "", S_ANY, "path",
+             "jpeg: the pack directory written by dsgd-run --pack (index.h5 and the train/val shards)"),
+    K_INT("data.threads", data.threads, 0, 0, 1024, "threads",
+          "jpeg: decode threads per rank, working ahead of training; 0: a quarter of the rank's cores, at least 1 "
+          "(docs/data.md, Loading)"),
+    K_CHOICE("data.augment", data.augment, "scale", augment_names, 0x7u, NULL, "augmentations",
+             "jpeg training transform: scale (He et al. 2015 §3.4: shorter side in data.scale, random crop, flip, PCA "
+             "lighting), rrc (torchvision RandomResizedCrop + flip), none (shorter side to data.crop, centre crop)"),
+    K_INT("data.crop", data.crop, 224, 1, 4096, "pixels", "jpeg: side of the square network input (training and evaluation)"),
+    K_INTS("data.scale", data.scale, dflt_scale, 1, 65535, 1, "pixels",
+           "jpeg, augment scale: [min, max] of the shorter side S, drawn uniformly in the integers; min >= data.crop"),
+    K_INT("data.eval_resize", data.eval_resize, 256, 1, 65535, "pixels",
+          "jpeg evaluation: shorter side resized to this, then the centre data.crop square; >= data.crop"),
+    K_CHOICE("data.interp", data.interp, "auto", interp_names, 0x7u, NULL, "interpolations",
+             "jpeg resampling (Pillow's, antialiased): auto = bicubic for scale and none (fb.resnet.torch's image.scale, "
+             "the recipe the paper follows), bilinear for rrc (torchvision's default); evaluation uses the same"),
+    K_INTS("data.shape", data.shape, dflt_shape, 1, 4096, 0, "",
+           "synthetic: [channels, height, width] of an input"),
+    K_INT("data.classes", data.classes, 0, 0, 32767, "classes",
+          "synthetic: number of classes (0: 1000, ImageNet's); idx, jpeg: 0 = the data's, else must equal the data's"),
     K_INT64("eval.every", eval.every, 500, 1, "iterations",
             "evaluate on the validation set every this many iterations, and at the end"),
     K_INT("eval.batch", eval.batch, 250, 1, INT_MAX, "samples", "evaluation minibatch per rank"),
@@ -376,6 +411,11 @@ static void value_text(const key_def *d, const experiment *e, char *buf, size_t 
         put(buf, n, &len, "]");
         break;
     }
+    case KT_INTS:
+        put(buf, n, &len, "[");
+        for (int i = 0; i < d->n_max; i++) put(buf, n, &len, "%s%d", i ? ", " : "", CFIELD(e, d, int)[i]);
+        put(buf, n, &len, "]");
+        break;
     }
 }
 
@@ -420,6 +460,10 @@ static void expect_text(const key_def *d, const experiment *e, char *buf, size_t
         else put(buf, n, &len, "a number");
         break;
     }
+    case KT_INTS:
+        if (d->nondecr) put(buf, n, &len, "[min, max]: %d integers in [%lld, %lld] with min <= max", d->n_max, d->ilo, d->ihi);
+        else put(buf, n, &len, "a list of %d integers, each in [%lld, %lld]", d->n_max, d->ilo, d->ihi);
+        break;
     case KT_BOOL: put(buf, n, &len, "a boolean (true or false)"); break;
     case KT_STRING:
         if (d->str_check == S_RUNNAME)
@@ -771,6 +815,24 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
         *list_n(d, e) = ns;
         return 0;
     }
+    case KT_INTS: {
+        if ((t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) || config_setting_length(s) != d->n_max)
+            return oerr(err, errlen, o, "key '%s': expected %s, got %s%s", d->key, want, got,
+                        t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST ? " of another length" : "");
+        for (int i = 0; i < d->n_max; i++) {
+            const config_setting_t *el = config_setting_get_elem(s, (unsigned)i);
+            int et = config_setting_type(el);
+            if (et != CONFIG_TYPE_INT && et != CONFIG_TYPE_INT64) {
+                found_text(el, got, sizeof got);
+                return oerr(err, errlen, o, "key '%s': expected integers, got %s at index %d", d->key, got, i);
+            }
+            long long v = config_setting_get_int64(el);
+            if (v < INT_MIN || v > INT_MAX)
+                return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %lld", d->key, want, d->key, i, v);
+            FIELD(e, d, int)[i] = (int)v;
+        }
+        return 0;
+    }
     }
     return 0;
 }
@@ -940,6 +1002,18 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         }
         return 0;
     }
+    case KT_INTS: {
+        const int *x = CFIELD(e, d, int);
+        expect_text(d, e, want, sizeof want);
+        for (int i = 0; i < d->n_max; i++)
+            if (x[i] < d->ilo || x[i] > d->ihi)
+                return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %d", d->key, want, d->key, i, x[i]);
+        for (int i = 1; d->nondecr && i < d->n_max; i++)
+            if (x[i] < x[i - 1])
+                return oerr(err, errlen, o, "key '%s': expected %s, got [%d, %d]: reversed (write [%d, %d])", d->key, want,
+                            x[0], x[1], x[1], x[0]);
+        return 0;
+    }
     case KT_BOOL: return 0;
     }
     return 0;
@@ -961,6 +1035,7 @@ void config_defaults(experiment *e) {
         case KT_STRING:
         case KT_CHOICE: set_string(d, e, d->dflt_s); break;
         case KT_LIST: *list_n(d, e) = 0; break;
+        case KT_INTS: memcpy(FIELD(e, d, int), d->dflt_ints, (size_t)d->n_max * sizeof(int)); break;
         }
     }
 }
@@ -972,6 +1047,13 @@ static int resolve_output(experiment *e, const origin *o, char *err, size_t errl
     if (w < 0 || (size_t)w >= sizeof e->output)
         return oerr(err, errlen, o, "key 'output': the default runs/<name>.h5 is longer than %d characters", CFG_PATH_MAX - 1);
     return 0;
+}
+
+/* Where key's value came from, as text, during config_load (for messages naming a second key). */
+static const char *g_where_tmp(const origin *origins, const char *key) {
+    static char buf[CFG_PATH_MAX + 64];
+    origin_text(&origins[key_find(key) - keys], buf, sizeof buf);
+    return buf;
 }
 
 int config_load(experiment *e, const char *path, char *const *sets, int n_sets, char *err, size_t errlen) {
@@ -1044,6 +1126,20 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
         st = oerr(err, errlen, &origins[key_find("comm") - keys],
                   "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
                   "through MPI (use comm = \"mpi\")", method_name(e->method));
+    /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
+    const int jpeg = !strcmp(e->data.format, "jpeg");
+    if (!st && jpeg && !e->data.dir[0])
+        st = oerr(err, errlen, &origins[key_find("data.dir") - keys],
+                  "key 'data.dir': data.format = \"jpeg\" needs the pack directory (the OUT of dsgd-run --pack SRC OUT)");
+    if (!st && jpeg && !strcmp(e->data.augment, "scale") && e->data.crop > e->data.scale[0])
+        st = oerr(err, errlen, &origins[key_find("data.crop") - keys],
+                  "key 'data.crop': a %d-pixel crop does not fit the smallest shorter side of data.scale = [%d, %d] (%s); "
+                  "need data.crop <= data.scale[0]", e->data.crop, e->data.scale[0], e->data.scale[1],
+                  g_where_tmp(origins, "data.scale"));
+    if (!st && jpeg && e->data.eval_resize < e->data.crop)
+        st = oerr(err, errlen, &origins[key_find("data.eval_resize") - keys],
+                  "key 'data.eval_resize': %d is smaller than data.crop = %d (%s); the centre crop must fit: need "
+                  "data.eval_resize >= data.crop", e->data.eval_resize, e->data.crop, g_where_tmp(origins, "data.crop"));
     if (!st) st = resolve_output(e, &origins[key_find("output") - keys], err, errlen);
     /* Keep where each value came from for the checks made after loading (config_where). */
     for (int i = 0; !st && i < N_KEYS; i++) origin_text(&origins[i], g_where[i], sizeof g_where[i]);
@@ -1139,6 +1235,7 @@ static const char *type_name(const key_def *d) {
     case KT_ENUM:
     case KT_CHOICE: return "enum";
     case KT_LIST: return d->elem_int ? "int list" : "int64 list";
+    case KT_INTS: return d->n_max == 2 ? "int[2]" : d->n_max == 3 ? "int[3]" : "int[]";
     }
     return "?";
 }
@@ -1157,6 +1254,10 @@ static void range_text(const key_def *d, char *buf, size_t n) {
         break;
     case KT_LIST:
         put(buf, n, &len, "strictly increasing, each in [%lld, %s%c, at most %d", d->ilo, d->hi_key, d->hi_open ? ')' : ']', d->n_max);
+        break;
+    case KT_INTS:
+        if (d->nondecr) put(buf, n, &len, "[min, max], min <= max, each in [%lld, %lld]", d->ilo, d->ihi);
+        else put(buf, n, &len, "%d integers, each in [%lld, %lld]", d->n_max, d->ilo, d->ihi);
         break;
     case KT_BOOL: put(buf, n, &len, "true, false"); break;
     case KT_STRING:

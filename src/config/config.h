@@ -16,7 +16,7 @@
 #define CFG_MAX_STEPS 32
 /* A buffer of this many bytes always holds config_to_text's output (every string key at its
  * longest, fully escaped). */
-#define CFG_TEXT_MAX 32768
+#define CFG_TEXT_MAX 40960
 
 typedef enum { METHOD_ALLREDUCE, METHOD_PS, METHOD_EASGD, METHOD_GOSSIP_PULL, METHOD_GOSSIP_PUSH, METHOD_BACKUP } method_kind;
 typedef enum { SCHED_STEP, SCHED_CONSTANT, SCHED_COSINE } schedule_kind;
@@ -68,9 +68,18 @@ typedef struct {
         stem_kind stem;     /* resnet18 only */
     } model;
     struct {
-        char format[16];    /* "idx" */
+        char format[16];    /* "idx", "jpeg" or "synthetic" */
         char train_images[CFG_PATH_MAX], train_labels[CFG_PATH_MAX];
         char val_images[CFG_PATH_MAX], val_labels[CFG_PATH_MAX];
+        char dir[CFG_PATH_MAX]; /* jpeg: the pack directory */
+        int threads;        /* jpeg: decode threads per rank; 0 = a quarter of the rank's cores */
+        char augment[8];    /* "scale", "rrc", "none" */
+        int crop;           /* network input side, pixels */
+        int scale[2];       /* augment scale: [min, max] shorter side */
+        int eval_resize;    /* evaluation: shorter side before the centre crop */
+        char interp[16];    /* "auto", "bicubic", "bilinear" */
+        int shape[3];       /* synthetic: c, h, w */
+        int classes;        /* synthetic: classes (0 = 1000); idx/jpeg: 0 = the data's, else checked */
     } data;
     struct {
         long every;         /* evaluate every this many iterations (and at the end) */

@@ -3,10 +3,13 @@
  *
  * Every rank computes the same permutation π_e from (seed, e) locally, so no communication is
  * needed to agree on the batches. The permutation buffer is allocated once in loader_init and
- * regenerated only when the epoch changes; loader_indices and loader_batch never allocate. */
+ * regenerated only when the epoch changes; loader_indices and loader_batch never allocate.
+ * The JPEG source asks its decode threads (jpegload.c) for step t and the slots - 1 steps after
+ * it, then takes step t; the synthetic source hands out the batch it made at set-up. */
 #include "data/loader.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,21 +54,91 @@ int loader_init(loader *l, const dataset *train, int p, int rank, int b, uint64_
         l->std[ch] = (float)sd;
     }
 
+    l->kind = LOADER_IDX;
     l->d = train;
+    l->n = train->n;
     l->p = p;
     l->rank = rank;
     l->b = b;
     l->seed = seed;
     l->steps_per_epoch = train->n / m;
+    l->sample = (size_t)train->c * train->h * train->w;
     l->perm = xmalloc((size_t)train->n * sizeof *l->perm);
+    return 0;
+}
+
+/* The layout checks every source makes. */
+static int layout_ok(int p, int rank, int b, long long n, char *err, size_t errlen) {
+    if (p < 1 || rank < 0 || rank >= p || b < 1)
+        return seterr(err, errlen, "loader: bad layout p = %d, rank = %d, b = %d (need p >= 1, 0 <= rank < p, b >= 1)", p, rank, b);
+    if (n < (long long)p * b)
+        return seterr(err, errlen, "loader: the training set has %lld samples, fewer than one global batch m = p*b = %d*%d = %lld",
+                      n, p, b, (long long)p * b);
+    if (n > INT32_MAX) return seterr(err, errlen, "loader: %lld training samples; at most %d are supported", n, INT32_MAX);
+    return 0;
+}
+
+int loader_init_jpeg(loader *l, const jpegload_cfg *c, int p, int rank, int start, char *err, size_t errlen) {
+    memset(l, 0, sizeof *l);
+    l->epoch = -1;
+    const long long n = shards_count(c->train);
+    int st = layout_ok(p, rank, c->b, n, err, errlen);
+    if (st) return st;
+    l->kind = LOADER_JPEG;
+    l->n = (int)n;
+    l->p = p, l->rank = rank, l->b = c->b, l->seed = c->seed;
+    l->steps_per_epoch = (long)(n / ((long long)p * c->b));
+    l->sample = (size_t)3 * c->train_aug.crop * c->train_aug.crop;
+    l->jcfg = *c;
+    l->perm = xmalloc((size_t)n * sizeof *l->perm);
+    l->idx = xmalloc((size_t)c->b * sizeof *l->idx);
+    return start ? loader_start(l, err, errlen) : 0;
+}
+
+int loader_start(loader *l, char *err, size_t errlen) {
+    if (l->kind != LOADER_JPEG || l->jl) return 0;
+    return jpegload_create(&l->jl, &l->jcfg, err, errlen);
+}
+
+/* Uniform on [−√3, √3]: mean 0, variance 1. */
+static float syn_value(rng_t *r) { return (float)((rng_uniform(r) * 2.0 - 1.0) * 1.7320508075688772); }
+
+int loader_init_synthetic(loader *l, int c, int h, int w, int classes, int p, int rank, int b, uint64_t seed, char *err,
+                          size_t errlen) {
+    memset(l, 0, sizeof *l);
+    l->epoch = -1;
+    int st = layout_ok(p, rank, b, LOADER_SYNTHETIC_N, err, errlen);
+    if (st) return st;
+    if (c < 1 || h < 1 || w < 1 || classes < 1)
+        return seterr(err, errlen, "loader: synthetic shape %d x %d x %d with %d classes", c, h, w, classes);
+    l->kind = LOADER_SYNTHETIC;
+    l->n = LOADER_SYNTHETIC_N;
+    l->p = p, l->rank = rank, l->b = b, l->seed = seed, l->classes = classes;
+    l->steps_per_epoch = LOADER_SYNTHETIC_N / ((long)p * b);
+    l->sample = (size_t)c * h * w;
+    l->syn_x = xmalloc((size_t)b * l->sample * sizeof *l->syn_x);
+    l->syn_y = xmalloc((size_t)b * sizeof *l->syn_y);
+    rng_t r;
+    rng_seed(&r, seed_mix(seed_mix(seed, 0x5e7a11ULL), (uint64_t)rank));
+    for (size_t k = 0; k < (size_t)b * l->sample; k++) l->syn_x[k] = syn_value(&r);
+    for (int j = 0; j < b; j++) l->syn_y[j] = (int)rng_below(&r, (uint64_t)classes);
     return 0;
 }
 
 void loader_free(loader *l) {
     if (!l) return;
-    free(l->perm);
-    l->perm = NULL;
+    jpegload_free(l->jl);
+    l->jl = NULL;
+    free(l->perm), free(l->idx), free(l->syn_x), free(l->syn_y);
+    l->perm = NULL, l->idx = NULL, l->syn_x = NULL, l->syn_y = NULL;
     l->epoch = -1;
+}
+
+const char *loader_error(const loader *l) { return l->err; }
+
+void loader_stats(loader *l, jpegload_stats *s) {
+    memset(s, 0, sizeof *s);
+    if (l->jl) jpegload_get_stats(l->jl, s);
 }
 
 /* Durstenfeld's Fisher–Yates from the top: for i = n-1 .. 1 swap perm[i] with
@@ -91,7 +164,7 @@ static size_t loader_seek(loader *l, long t) {
     long S = l->steps_per_epoch;
     int e = (int)(t / S);
     if (e != l->epoch) {
-        loader_permutation(l->perm, l->d->n, l->seed, e);
+        loader_permutation(l->perm, l->n, l->seed, e);
         l->epoch = e;
     }
     long s = t % S;
@@ -115,15 +188,74 @@ static void normalise_one(const loader *l, const dataset *d, int i, float *x) {
     }
 }
 
-void loader_batch(loader *l, long t, float *x, int *y) {
+/* JPEG: queue step t and the steps after it that fit the ring, then take step t. */
+static int jpeg_take(loader *l, long t, const float **x, const int **y) {
+    if (!l->jl) return seterr(l->err, sizeof l->err, "loader: the decode threads were not started") ? EXIT_RUNTIME : 0;
+    jpegload_release(l->jl); /* the previous batch: its slot may take one of the steps below */
+    for (int k = 0; k < l->jcfg.slots; k++) {
+        if (jpegload_has(l->jl, t + k)) continue;
+        loader_indices(l, t + k, l->idx);
+        int st = jpegload_request(l->jl, t + k, (int)((t + k) / l->steps_per_epoch), l->idx, t, l->err, sizeof l->err);
+        if (st > 1 || (st && k == 0)) return EXIT_RUNTIME;
+        if (st) break; /* the ring is full */
+    }
+    return jpegload_take(l->jl, t, x, y, l->err, sizeof l->err) ? EXIT_RUNTIME : 0;
+}
+
+int loader_batch_view(loader *l, long t, float *xbuf, int *ybuf, const float **x, const int **y) {
+    if (l->kind == LOADER_JPEG) return jpeg_take(l, t, x, y);
+    if (l->kind == LOADER_SYNTHETIC) {
+        *x = l->syn_x, *y = l->syn_y;
+        return 0;
+    }
     size_t off = loader_seek(l, t);
     const dataset *d = l->d;
-    size_t chw = (size_t)d->c * d->h * d->w;
     for (int j = 0; j < l->b; j++) {
         int i = (int)l->perm[off + j];
-        normalise_one(l, d, i, x + (size_t)j * chw);
-        y[j] = d->y[i];
+        normalise_one(l, d, i, xbuf + (size_t)j * l->sample);
+        ybuf[j] = d->y[i];
     }
+    *x = xbuf, *y = ybuf;
+    return 0;
+}
+
+int loader_batch(loader *l, long t, float *x, int *y) {
+    const float *px;
+    const int *py;
+    int st = loader_batch_view(l, t, x, y, &px, &py);
+    if (st) return st;
+    if (px != x) memcpy(x, px, (size_t)l->b * l->sample * sizeof *x);
+    if (py != y) memcpy(y, py, (size_t)l->b * sizeof *y);
+    if (l->jl) jpegload_release(l->jl); /* copied: the slot can be refilled now */
+    return 0;
+}
+
+int loader_eval(loader *l, const dataset *val, int begin, int count, float *x, int *y) {
+    if (l->kind == LOADER_JPEG) {
+        if (!l->jl) return seterr(l->err, sizeof l->err, "loader: the decode threads were not started") ? EXIT_RUNTIME : 0;
+        for (int done = 0; done < count;) { /* in pieces of at most eval_max */
+            int k = count - done < l->jcfg.eval_max ? count - done : l->jcfg.eval_max;
+            if (jpegload_eval(l->jl, begin + done, k, x + (size_t)done * l->sample, y + done, l->err, sizeof l->err))
+                return EXIT_RUNTIME;
+            done += k;
+        }
+        return 0;
+    }
+    if (l->kind == LOADER_SYNTHETIC) {
+        for (int j = 0; j < count; j++) {
+            rng_t r;
+            rng_seed(&r, seed_mix(seed_mix(l->seed, 0x7a1ULL), (uint64_t)(begin + j)));
+            float *o = x + (size_t)j * l->sample;
+            for (size_t k = 0; k < l->sample; k++) o[k] = syn_value(&r);
+            y[j] = (int)rng_below(&r, (uint64_t)l->classes);
+        }
+        return 0;
+    }
+    for (int j = 0; j < count; j++) {
+        normalise_one(l, val, begin + j, x + (size_t)j * l->sample);
+        y[j] = val->y[begin + j];
+    }
+    return 0;
 }
 
 void loader_gather(const loader *l, const dataset *d, const int *idx, int count, float *x, int *y) {

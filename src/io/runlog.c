@@ -365,7 +365,7 @@ static const colspec eval_cols[NEVAL] = {
     {"top5_error", "fraction", "fraction of the validation set whose label is not among the top-5 predictions"},
 };
 
-enum { R_STEP_TIME, R_COMPUTE, R_COMM, R_WAIT, NRANKS };
+enum { R_STEP_TIME, R_COMPUTE, R_COMM, R_WAIT, R_DATA, NRANKS };
 
 static const colspec ranks_step_col = {"step", "iterations", "global iterations completed when the row was logged"};
 
@@ -375,6 +375,8 @@ static const colspec ranks_cols[NRANKS] = {
     {"compute_s", "s", "each worker's mean seconds per step spent computing over the steps since the previous row"},
     {"comm_s", "s", "each worker's mean seconds per step spent in communication calls over the steps since the previous row"},
     {"wait_s", "s", "each worker's mean seconds per step spent waiting for other ranks over the steps since the previous row"},
+    {"data_s", "s", "each worker's mean seconds per step spent getting its minibatch (waiting for the decode threads, or "
+                    "assembling it) over the steps since the previous row; NaN where not measured"},
 };
 
 typedef struct {
@@ -769,6 +771,13 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
     if (attr_string(f, "/", "working_directory", cwd, path, err, errlen) < 0) return -1;
     if (meta->device && attr_string(f, "/", "device", meta->device, path, err, errlen) < 0) return -1;
+    for (int i = 0; i < meta->n_attrs; i++) {
+        const runlog_attr *a = &meta->attrs[i];
+        if (is_own_attr(a->name)) return seterr(err, errlen, "%s: attribute %s is one runlog writes itself", path, a->name) ? -1 : -1;
+        if (a->s ? attr_string(f, "/", a->name, a->s, path, err, errlen) < 0
+                 : attr_write(f, "/", a->name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &a->i, path, err, errlen) < 0)
+            return -1;
+    }
 
     /* /train, /eval and, if asked for, /eval_local (the columns of /eval). */
     for (int g = 0; g < 3; g++) {
@@ -968,22 +977,24 @@ int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double 
 }
 
 int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *compute_s, const double *comm_s,
-                 const double *wait_s) {
+                 const double *wait_s, const double *data_s) {
     if (!r) return -1;
     if (r->failed) return -1;
     if (r->ranks == 0) {
         seterr(r->err, sizeof r->err, "%s: runlog_ranks: the file has no /ranks (created with meta.ranks = 0)", r->path);
         return -1;
     }
-    const double *src[NRANKS] = {step_time_s, compute_s, comm_s, wait_s};
-    for (int q = 0; q < NRANKS; q++)
+    const double *src[NRANKS] = {step_time_s, compute_s, comm_s, wait_s, data_s};
+    for (int q = 0; q < R_DATA; q++)
         if (!src[q]) {
             seterr(r->err, sizeof r->err, "%s: runlog_ranks: no values for /ranks/%s", r->path, ranks_cols[q].name);
             return -1;
         }
     int i = r->nrbuf++;
     r->rbuf_step[i] = step;
-    for (int q = 0; q < NRANKS; q++) memcpy(r->rbuf[q] + (size_t)i * (size_t)r->ranks, src[q], (size_t)r->ranks * sizeof(double));
+    for (int q = 0; q < NRANKS; q++)
+        if (src[q]) memcpy(r->rbuf[q] + (size_t)i * (size_t)r->ranks, src[q], (size_t)r->ranks * sizeof(double));
+        else for (int k = 0; k < r->ranks; k++) r->rbuf[q][(size_t)i * (size_t)r->ranks + (size_t)k] = NAN;
     if (r->nrbuf == RANKS_BUF && write_ranks(r) < 0) {
         r->failed = 1;
         return -1;

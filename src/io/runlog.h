@@ -33,6 +33,14 @@ typedef struct {
     int float64;        /* 1: float64 values, else int64 */
 } runlog_array_spec;
 
+/* A root attribute written when the file is created (the data set's provenance: data_format,
+ * ...): a string (s != NULL) or an int64 (i). Its name must not be one runlog writes itself. */
+typedef struct {
+    const char *name;
+    const char *s;
+    long long i;
+} runlog_attr;
+
 typedef struct {
     const char *method;
     int p, b, m;
@@ -49,6 +57,9 @@ typedef struct {
     int eval_local;                   /* 1: also create /eval_local (gossip: rank 0's own model) */
     const runlog_array_spec *arrays;  /* n_arrays fixed-size datasets (may be NULL) */
     int n_arrays;
+    const runlog_attr *attrs;         /* n_attrs root attributes (runlog_create only; a resumed
+                                         file keeps those of its first run) */
+    int n_attrs;
 } runlog_meta;
 
 /* Create path (its parent directories too). An existing file is refused unless overwrite. */
@@ -68,10 +79,11 @@ int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double 
                       double top5_error);
 
 /* One /ranks row: /ranks/step (int64, iterations) and the 2-D [row, meta.ranks] float64
- * datasets /ranks/step_time_s, compute_s, comm_s, wait_s: each worker's mean seconds per step
- * over the steps since the previous row. Buffered like /train rows. */
+ * datasets /ranks/step_time_s, compute_s, comm_s, wait_s, data_s: each worker's mean seconds per
+ * step over the steps since the previous row (data_s: getting the minibatch; NULL writes NaN).
+ * Buffered like /train rows. */
 int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *compute_s, const double *comm_s,
-                 const double *wait_s);
+                 const double *wait_s, const double *data_s);
 
 /* Rewrite the whole fixed-size dataset meta.arrays[index] (rows·max(cols,1) int64, row-major).
  * Takes effect in the file at the next flush. */

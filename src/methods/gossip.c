@@ -374,7 +374,7 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
             for (int k = 0; k < 4; k++) g->rows[k * p + rr] = g->gbuf[rr * 4 + k];
         double es = wall_time() - ev0;
         printf("gossip step %ld: diffusion potential Φ = Σ‖θ_i − θ̄‖² = %.6g\n", step, d);
-        if (step > 0 && runlog_ranks(t->log, step, g->rows, g->rows + p, g->rows + 2 * p, g->rows + 3 * p) != 0) status = EXIT_RUNTIME;
+        if (step > 0 && runlog_ranks(t->log, step, g->rows, g->rows + p, g->rows + 2 * p, g->rows + 3 * p, NULL) != 0) status = EXIT_RUNTIME;
         if (train_log_eval(t, step, train_s, &rl, es, 1) != 0) status = EXIT_RUNTIME;
         if (train_log_eval(t, step, train_s, &r, es, 0) != 0) status = EXIT_RUNTIME;
         if (g->n_evals < g->max_evals) g->phi[g->n_evals++] = d;
@@ -501,7 +501,7 @@ static int gossip_run(trainer *t) {
         t->step = s + 1;
         const int last = s + 1 == total;
         if (t->log && ((s + 1) % e->log_every == 0 || last) && loss_n) {
-            if (train_log_train(t, s + 1, train_s + wall_time() - seg, loss_acc / (double)loss_n, alpha, NULL, NULL, NULL, NULL) != 0)
+            if (train_log_train(t, s + 1, train_s + wall_time() - seg, loss_acc / (double)loss_n, alpha, NULL, NULL, NULL, NULL, NULL) != 0)
                 local = EXIT_RUNTIME;
             loss_acc = 0.0, loss_n = 0;
         }

@@ -512,7 +512,7 @@ static void maybe_log(server_ctx *c, int force) {
     }
     long at = it < e->iterations ? it : e->iterations - 1;
     if (train_log_train(t, it, wall_time() - c->t_start, c->loss_sum / (double)c->n_loss, alpha_at(e, at), c->rows, c->rows + p,
-                        c->rows + 2 * p, c->rows + 3 * p) != 0)
+                        c->rows + 2 * p, c->rows + 3 * p, NULL) != 0)
         c->status = EXIT_RUNTIME;
     c->loss_sum = 0.0, c->n_loss = 0;
 }

@@ -24,18 +24,29 @@
 
 _Static_assert(sizeof(phase_times) == 7 * sizeof(double), "phase_times is stored as 7 doubles in checkpoints");
 
+/* The loader could not deliver (a read error, a damaged pack, stuck decode threads): say so,
+ * close the run file with that status on the log rank, and stop every rank now rather than let
+ * the others wait comm_timeout_s at the next collective. */
+static void data_failed(trainer *t) {
+    fprintf(stderr, "dsgd-run: rank %d: data loading failed: %s; stopping every rank\n", t->rank, loader_error(&t->train_loader));
+    if (t->log) {
+        runlog_set_attr_string(t->log, "status", "stopped: data loading failed (see the log)");
+        runlog_close(t->log);
+        t->log = NULL;
+    }
+    comm_abort(EXIT_RUNTIME);
+}
+
 /* Loss sum, top-1 and top-5 hits of net on validation samples [begin, end). */
 static void eval_range(trainer *t, model *net, int begin, int end, double sums[3]) {
     const dataset *v = t->val;
     const int eb = t->eval_batch;
     const size_t sample = (size_t)v->c * v->h * v->w;
     long top1 = 0, top5 = 0;
-    int *idx = t->eval_idx;
     model_eval_begin(net); /* GPU in host sync mode: the host parameters and BN to the device */
     for (int i = begin; i < end; i += eb) {
         int cnt = end - i < eb ? end - i : eb;
-        for (int j = 0; j < cnt; j++) idx[j] = i + j;
-        loader_gather(&t->train_loader, v, idx, cnt, t->eval_x, t->eval_y);
+        if (loader_eval(&t->train_loader, v, i, cnt, t->eval_x, t->eval_y)) data_failed(t);
         /* Padding samples are never counted; zero them so they are harmless finite inputs. */
         if (cnt < eb) memset(t->eval_x + (size_t)cnt * sample, 0, (size_t)(eb - cnt) * sample * sizeof(float));
         model_eval(net, t->eval_x, t->eval_y, cnt, &sums[0], &top1, &top5);
@@ -72,9 +83,12 @@ eval_result train_evaluate_all(trainer *t, model *net) {
 
 double train_compute(trainer *t, long data_step, long step) {
     double t0 = wall_time();
-    loader_batch(&t->train_loader, data_step, t->x, t->y);
+    const float *x;
+    const int *y;
+    /* the loader's own buffer where it has one (no copy), else t->x, t->y filled */
+    if (loader_batch_view(&t->train_loader, data_step, t->x, t->y, &x, &y)) data_failed(t);
     double t1 = wall_time();
-    double loss = model_train_step(t->net, t->x, t->y);
+    double loss = model_train_step(t->net, x, y);
     const double delay = inject_delay_s(&t->inj, step);
     inject_sleep(delay);
     double t2 = wall_time();
@@ -134,7 +148,7 @@ static double begin_step(trainer *t, long ds, int flags) {
         return 0.0;
     }
     const double t0 = wall_time();
-    loader_batch(&t->train_loader, ds, t->x, t->y);
+    if (loader_batch(&t->train_loader, ds, t->x, t->y)) data_failed(t);
     const double d = wall_time() - t0;
     model_train_begin(t->net, t->x, t->y, flags);
     return d;
@@ -147,7 +161,7 @@ static double stage_next(trainer *t, long ds) {
     int *y;
     if (ds < 0 || !model_stage_buffers(t->net, &x, &y)) return 0.0;
     const double t0 = wall_time();
-    loader_batch(&t->train_loader, ds, x, y);
+    if (loader_batch(&t->train_loader, ds, x, y)) data_failed(t);
     const double d = wall_time() - t0;
     model_stage_batch(t->net, ds);
     return d;
@@ -230,12 +244,12 @@ static void format_eta(double s, char *buf, size_t n) {
 }
 
 int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *step_time,
-                    const double *compute, const double *comm, const double *wait) {
+                    const double *compute, const double *comm, const double *wait, const double *data) {
     const experiment *e = t->e;
     const long total = e->iterations, m = (long)e->p * e->b;
     int status = 0;
     if (runlog_train(t->log, step, time_s, loss, alpha) != 0 ||
-        (step_time && runlog_ranks(t->log, step, step_time, compute, comm, wait) != 0)) {
+        (step_time && runlog_ranks(t->log, step, step_time, compute, comm, wait, data) != 0)) {
         /* Reported now; the caller stops every rank at the next agreement point. */
         fprintf(stderr, "dsgd-run: writing %s: %s\n", e->output, runlog_error(t->log));
         status = EXIT_RUNTIME;
@@ -399,17 +413,17 @@ static int evaluate_and_log(trainer *t, long step, double train_s, int status, i
 }
 
 /* Collective over the workers: each worker's mean seconds per step since the previous row
- * (step, compute, comm, wait), gathered on worker 0 into out (4 arrays of p). */
+ * (step, compute, comm, wait, data), gathered on worker 0 into out (5 arrays of p). */
 static void gather_rank_times(trainer *t, phase_times *prev, long steps, double *buf, double *out) {
     const phase_times *c = &t->times;
     double n = steps > 0 ? (double)steps : 1.0;
-    double mine[4] = {(c->step_s - prev->step_s) / n, (c->compute_s - prev->compute_s) / n, (c->comm_s - prev->comm_s) / n,
-                      (c->wait_s - prev->wait_s) / n};
+    double mine[5] = {(c->step_s - prev->step_s) / n, (c->compute_s - prev->compute_s) / n, (c->comm_s - prev->comm_s) / n,
+                      (c->wait_s - prev->wait_s) / n, (c->data_s - prev->data_s) / n};
     *prev = *c;
-    comm_workers_gather_f64(mine, 4, buf);
+    comm_workers_gather_f64(mine, 5, buf);
     if (t->worker == 0)
         for (int r = 0; r < t->p; r++)
-            for (int k = 0; k < 4; k++) out[k * t->p + r] = buf[r * 4 + k];
+            for (int k = 0; k < 5; k++) out[k * t->p + r] = buf[r * 5 + k];
 }
 
 int train_run(trainer *t) {
@@ -423,7 +437,7 @@ int train_run(trainer *t) {
     double train_s = 0.0;       /* training wall clock, evaluation excluded */
     double loss_acc = 0.0;      /* mean loss over the steps since the last /train row */
     long loss_n = 0, last_row = 0, s0 = 0;
-    double *gbuf = xmalloc((size_t)t->p * 4 * sizeof(double)), *rows = xmalloc((size_t)t->p * 4 * sizeof(double));
+    double *gbuf = xmalloc((size_t)t->p * 5 * sizeof(double)), *rows = xmalloc((size_t)t->p * 5 * sizeof(double));
 
     if (t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
         status = train_resume(t, &ls);
@@ -459,7 +473,7 @@ int train_run(trainer *t) {
             gather_rank_times(t, &prev, s + 1 - last_row, gbuf, rows);
             last_row = s + 1;
             if (t->log && train_log_train(t, s + 1, now, loss_acc / (double)loss_n, alpha, rows, rows + t->p, rows + 2 * t->p,
-                                          rows + 3 * t->p) != 0)
+                                          rows + 3 * t->p, rows + 4 * t->p) != 0)
                 status = EXIT_RUNTIME; /* every rank stops together at the next evaluation */
             loss_acc = 0.0;
             loss_n = 0;

@@ -134,7 +134,7 @@ double train_compute_allreduce(trainer *t, long data_step, long step, long next_
  * training with mean loss and α; also /ranks when step_time etc. are not NULL (p values each).
  * Returns 0 or EXIT_RUNTIME after a run-file write error (printed). */
 int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *step_time,
-                    const double *compute, const double *comm, const double *wait);
+                    const double *compute, const double *comm, const double *wait, const double *data);
 
 /* Log rank: print and append an /eval row (local = 1: /eval_local). eval_s: how long the
  * evaluation took (for the ETA). Returns 0 or EXIT_RUNTIME after a write error (printed). */

@@ -1,0 +1,79 @@
+/* jpegload.h — the threaded JPEG loader behind loader.h (data.format = "jpeg"; issue 11; design:
+ * notes/imagenet.md §5.2, docs/data.md "Loading").
+ *
+ * T decode threads (data.threads) work ahead of training: a ring of R >= 2 preallocated batch
+ * slots, each keyed by the global step whose minibatch it holds. The caller (loader.c) asks for
+ * step t with its sample indices (jpegload_request), the threads fill the slots of the earliest
+ * steps first, sample by sample, and the training thread takes a finished slot
+ * (jpegload_take) — helping to decode its remaining samples rather than idling if it is not
+ * finished. A taken slot stays the caller's until the next jpegload_take (or jpegload_release),
+ * so its pointers are handed to the network without a copy.
+ *
+ * Determinism: sample i of epoch e is aug_sample(seed, e, i) (augment.h), a pure function, so a
+ * batch does not depend on T, R or timing. A sample that cannot be decoded is replaced by the
+ * next sample of the split in pack order (i + 1, i + 2, ... mod n; its own label and draws),
+ * again the same whatever the threads; each such sample is named once on stderr and counted.
+ *
+ * Evaluation (jpegload_eval): samples [begin, begin + count) of the validation split, AUG_EVAL,
+ * decoded by the same threads (ahead of the training slots) and the caller.
+ *
+ * Allocation: all at jpegload_create (slots, one JPEG buffer of shards_max_nbytes and one
+ * image_dec per thread); none per step once each decoder has seen the largest image (libjpeg's
+ * own small per-image pools aside, image.h). Waits: every wait of the caller is bounded: no
+ * sample finished anywhere for timeout_s is an error, as is any decode thread's I/O failure or a
+ * run of 64 undecodable samples; the error is returned, never a hang. */
+#ifndef DSGD_JPEGLOAD_H
+#define DSGD_JPEGLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data/augment.h"
+#include "data/shards.h"
+
+typedef struct jpegload jpegload;
+
+typedef struct {
+    const shards *train, *val; /* val may be NULL (no evaluation) */
+    aug_cfg train_aug;         /* AUG_SCALE, AUG_RRC or AUG_NONE; crop = the network input side */
+    aug_cfg eval_aug;          /* AUG_EVAL, same crop */
+    uint64_t seed;             /* of the augmentation draws (the experiment's seed) */
+    int b;                     /* samples per training batch */
+    int eval_max;              /* most samples one jpegload_eval asks for */
+    int threads;               /* decode threads >= 1 */
+    int slots;                 /* ring slots >= 2 */
+    double timeout_s;          /* longest wait without any sample finishing */
+    int rank;                  /* for messages */
+} jpegload_cfg;
+
+/* Start the threads. Returns 0, or EXIT_RUNTIME (out of memory, a thread not started). */
+int jpegload_create(jpegload **out, const jpegload_cfg *c, char *err, size_t errlen);
+/* Stop the threads (each finishes its sample; bounded) and free everything. */
+void jpegload_free(jpegload *j);
+
+/* 1 if step `key` has a slot (queued, being filled or done). */
+int jpegload_has(const jpegload *j, long key);
+/* Queue step `key` of epoch `epoch` with its b training-sample indices idx (copied). Evicts a
+ * slot of a step outside [lo, lo + slots) (waiting, bounded, for samples in flight in it); does
+ * nothing when every slot is busy with such steps or held, or when key is queued already.
+ * Returns 0 if queued (or already there), 1 if no slot was free, or EXIT_RUNTIME on an error
+ * (err). */
+int jpegload_request(jpegload *j, long key, int epoch, const int *idx, long lo, char *err, size_t errlen);
+/* Wait for step key (requested before) to be complete, decoding its unclaimed samples on the
+ * calling thread meanwhile; release the slot held before. *x (b, 3, crop, crop) float and *y (b)
+ * stay valid until the next jpegload_take or jpegload_release. Returns 0 or EXIT_RUNTIME. */
+int jpegload_take(jpegload *j, long key, const float **x, const int **y, char *err, size_t errlen);
+/* Give the held slot back (if any). */
+void jpegload_release(jpegload *j);
+/* Validation samples [begin, begin + count) (count <= eval_max) into x (count, 3, crop, crop)
+ * and y (count), AUG_EVAL. Returns 0 or EXIT_RUNTIME. */
+int jpegload_eval(jpegload *j, int64_t begin, int count, float *x, int *y, char *err, size_t errlen);
+
+/* Counters since create: libjpeg warnings of the samples used; failures = samples that could
+ * not be decoded each time one was drawn (replaced), unique = distinct such samples. */
+typedef struct {
+    long long warnings, failures, unique_failures;
+} jpegload_stats;
+void jpegload_get_stats(jpegload *j, jpegload_stats *s);
+
+#endif
