@@ -23,7 +23,13 @@ CFLAGS  ?= $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp
 NP      ?= 2
 CONFIG  ?= configs/quickstart.cfg
 RUN_ARGS ?=
-MPIEXEC ?= mpiexec
+# The launcher of the MPI that CC compiles for (MPICH's mpicc answers -show, Open MPI's
+# --showme): with both installed, plain `mpiexec` is whatever Debian's alternatives point at, and
+# another MPI's launcher turns every rank into a world of one. make run uses it; make check puts
+# it first on PATH as build/bin/mpiexec, so the tests' `mpiexec` is it too.
+MPI_IMPL := $(shell if $(CC) -show 2>/dev/null | grep -q mpich; then echo mpich; \
+                    elif $(CC) --showme 2>/dev/null | grep -q mpi; then echo openmpi; fi)
+MPIEXEC ?= $(firstword $(shell command -v mpiexec.$(MPI_IMPL) 2>/dev/null) mpiexec)
 CUDA    ?= 0
 
 # pkg-config names and the Debian packages that provide them. oneDNN ships no .pc file in
@@ -188,17 +194,27 @@ run: deps
 # Every test binary runs under a timeout so that a hang fails instead of stalling CI. The layer
 # and model tests run again under each lower ISA level the CPU offers (test/run-isa.sh).
 check: deps
-	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST)
+	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST) build/bin/mpiexec
 	@$(if $(MOCK_TEST),,echo "SKIPPED: test/gpu/mock (no CUDA / cuDNN headers under $(CUDA_HOME)/include)")
-	@sh test/run-tests.sh $(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/test_tools.sh
-	@sh test/run-isa.sh build/test/test_layers build/test/test_model
+	@echo "MPI launcher for the tests: $(MPIEXEC) (the MPI of CC = $(CC): $(or $(MPI_IMPL),unknown))"
+	@PATH="$(CURDIR)/build/bin:$$PATH" sh test/run-tests.sh $(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/test_tools.sh
+	@PATH="$(CURDIR)/build/bin:$$PATH" sh test/run-isa.sh build/test/test_layers build/test/test_model
+
+# `mpiexec` for the tests: the launcher of the MPI dsgd-run is built with (MPIEXEC); a script,
+# not a link, as Hydra finds its proxy next to the path it was started as.
+build/bin/mpiexec: FORCE | build/.deps-ok
+	@mkdir -p $(dir $@)
+	@target=$$(command -v $(MPIEXEC)) || { echo "make: no $(MPIEXEC) on PATH" >&2; exit 1; }; \
+	    printf '#!/bin/sh\nexec %s "$$@"\n' "$$target" > $@.tmp && chmod +x $@.tmp && \
+	    { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
 
 # A one-node Slurm cluster on localhost (slurm-wlm, munge: installed if missing, as root), the
 # sweep -> sbatch -> run files -> plot loop through it (test/slurm/run.sh). CI runs it after check.
 .PHONY: check-slurm
 check-slurm: deps
 	@$(MAKE) --no-print-directory $(BIN)
-	@timeout -k 10 900 sh test/slurm/run.sh
+	@$(MAKE) --no-print-directory build/bin/mpiexec
+	@PATH="$(CURDIR)/build/bin:$$PATH" timeout -k 10 900 sh test/slurm/run.sh
 
 clean:
 	rm -rf build $(BIN)

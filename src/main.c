@@ -45,6 +45,7 @@ typedef struct {
     int p_from_world;           /* --p-from-world: p = MPI ranks − servers */
     int print_config;           /* --print-config: the resolved experiment as libconfig text */
     int resume;                 /* --resume: continue from the checkpoint (there must be one) */
+    const char *status_of;      /* --status RUNFILE: print its status, exit by it */
 } cli_args;
 
 static void print_usage(FILE *f) {
@@ -52,6 +53,7 @@ static void print_usage(FILE *f) {
             "usage: dsgd-run [--set KEY=VALUE]... [--check | --print-config] [--p-from-world] [--resume] EXPERIMENT.cfg\n"
             "       mpiexec -n P dsgd-run EXPERIMENT.cfg     (P = the experiment's p)\n"
             "       dsgd-run --pack SRC OUT [options]        (pack ImageNet into shards: dsgd-run --pack --help)\n"
+            "       dsgd-run --status RUNFILE                (how a run ended, for job scripts)\n"
             "\n"
             "Trains ResNet-18 with a distributed SGD method (Jin et al. 2016) on p MPI ranks and\n"
             "writes validation loss and top-1/top-5 error curves to an HDF5 file.\n"
@@ -71,6 +73,9 @@ static void print_usage(FILE *f) {
             "                   if there is one). A finished run says so and exits 0\n"
             "  --help           this text and every key of the experiment file\n"
             "  --version        version and library versions\n"
+            "  --status RUNFILE print the run file's status and exit by it: 0 completed, 3\n"
+            "                   interrupted with a checkpoint (resume it), 1 stopped or no status\n"
+            "                   (killed, or still running), 2 no readable run file\n"
             "\n"
             "exit status: 0 done, 1 stopped during training (non-finite loss, I/O, a rank waiting\n"
             "longer than comm_timeout_s, too few workers left), 2 bad input, 3 interrupted by\n"
@@ -89,6 +94,10 @@ static int parse_args(int argc, char **argv, cli_args *a, char *err, size_t errl
         else if (!strcmp(s, "--p-from-world")) a->p_from_world = 1;
         else if (!strcmp(s, "--print-config")) a->print_config = 1;
         else if (!strcmp(s, "--resume")) a->resume = 1;
+        else if (!strcmp(s, "--status")) {
+            if (i + 1 >= argc) return seterr(err, errlen, "--status needs a run file (dsgd-run --status runs/x.h5)");
+            a->status_of = argv[++i];
+        }
         else if (!strcmp(s, "--set") || !strncmp(s, "--set=", 6)) {
             const char *kv = s[5] == '=' ? s + 6 : (i + 1 < argc ? argv[++i] : NULL);
             if (!kv) return seterr(err, errlen, "--set needs KEY=VALUE (e.g. --set alpha.base=0.05)");
@@ -101,7 +110,7 @@ static int parse_args(int argc, char **argv, cli_args *a, char *err, size_t errl
             return seterr(err, errlen, "more than one experiment file: '%s' and '%s'", a->config_path, s);
         else a->config_path = s;
     }
-    if (!a->config_path && !a->help && !a->version)
+    if (!a->config_path && !a->help && !a->version && !a->status_of)
         return seterr(err, errlen, "no experiment file given (usage: dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg)");
     return 0;
 }
@@ -406,14 +415,39 @@ static void join_args(int argc, char **argv, char *buf, size_t n) {
     for (int i = 0; i < argc && off + 1 < n; i++) off += (size_t)snprintf(buf + off, n - off, "%s%s", i ? " " : "", argv[i]);
 }
 
-/* srun started several tasks but each is its own MPI world of one: the MPI library is not wired
- * to srun's process manager (PMI), and every task would work alone. Returns 0 or EXIT_BADINPUT. */
-static int check_srun_world(char *err, size_t errlen) {
-    const char *step_tasks = getenv("SLURM_STEP_NUM_TASKS");
-    if (step_tasks && atoi(step_tasks) > 1 && comm_size() == 1)
-        return seterr(err, errlen, "srun started %s tasks but MPI sees a world of 1 rank in each: this MPI library is not "
-                      "connected to srun's PMI; launch with `srun --mpi=pmi2` (or pmix) if the MPI supports it, or with "
-                      "mpiexec inside the allocation (jobs/README.md)", step_tasks);
+/* The launcher's own idea of the world: a process started by a launcher its MPI library does not
+ * speak to (Open MPI's mpiexec running an MPICH binary, srun without a PMI plugin) becomes an MPI
+ * world of one. Each launcher exports its world size; the first one set names the launcher. */
+static const struct { const char *var, *launcher; } launcher_vars[] = {
+    {"OMPI_COMM_WORLD_SIZE", "Open MPI's mpiexec/mpirun"},
+    {"PMI_SIZE", "a PMI launcher (MPICH's or Intel MPI's Hydra mpiexec)"},
+    {"MV2_COMM_WORLD_SIZE", "MVAPICH's mpirun_rsh/mpiexec"},
+    {"SLURM_STEP_NUM_TASKS", "srun"},
+};
+
+/* Returns 0, or EXIT_BADINPUT when a launcher started more processes than this world has. */
+static int check_launcher_world(char *err, size_t errlen) {
+    for (size_t i = 0; i < sizeof launcher_vars / sizeof launcher_vars[0]; i++) {
+        const char *v = getenv(launcher_vars[i].var);
+        const int n = v ? atoi(v) : 0;
+        if (n <= 1 || n == comm_size()) continue;
+        /* A batch step's SLURM_STEP_NUM_TASKS is inherited by mpiexec's ranks inside an allocation:
+         * it only counts when no MPI launcher says otherwise. */
+        if (!strcmp(launcher_vars[i].var, "SLURM_STEP_NUM_TASKS") && comm_size() > 1) continue;
+        char lib[256];
+        comm_library_version(lib, sizeof lib);
+        const int mpich = strstr(lib, "MPICH") != NULL, ompi = strstr(lib, "Open MPI") != NULL;
+        const char *use = mpich ? "MPICH's mpiexec (Debian: mpiexec.mpich)"
+                          : ompi ? "Open MPI's mpiexec (Debian: mpiexec.openmpi)"
+                                 : "the mpiexec of the MPI it was built with";
+        if (!strcmp(launcher_vars[i].var, "SLURM_STEP_NUM_TASKS"))
+            return seterr(err, errlen, "srun started %d tasks but MPI sees a world of %d rank(s) in each: this MPI library (%.80s) "
+                          "is not connected to srun's PMI; launch with `srun --mpi=pmi2` (or pmix) if the MPI supports it, or with "
+                          "%s inside the allocation (jobs/README.md)", n, comm_size(), lib, use);
+        return seterr(err, errlen, "%s started %d processes (%s=%d), but this dsgd-run's MPI (%.80s) sees a world of %d rank(s): "
+                      "it was started by another MPI's launcher; run it with %s, or rebuild it with that MPI's mpicc "
+                      "(make CC=...)", launcher_vars[i].launcher, n, launcher_vars[i].var, n, lib, comm_size(), use);
+    }
     return 0;
 }
 
@@ -424,7 +458,7 @@ int main(int argc, char **argv) {
     comm_init(&argc, &argv);
     char err[ERRLEN] = "";
     if (pack_requested(argc, argv)) { /* dsgd-run --pack SRC OUT ...: src/data/pack.h */
-        int st = check_srun_world(err, sizeof err);
+        int st = check_launcher_world(err, sizeof err);
         if (st && comm_rank() == 0) fprintf(stderr, "dsgd-run: %s\n", err);
         if (!st) st = pack_main(argc, argv);
         comm_finalize();
@@ -437,9 +471,20 @@ int main(int argc, char **argv) {
 
     cli_args args;
     int st = parse_args(argc, argv, &args, err, sizeof err);
-    if (!st) st = check_srun_world(err, sizeof err);
+    if (!st) st = check_launcher_world(err, sizeof err);
     if (st && r0) fprintf(stderr, "dsgd-run: %s\n", err);
     if (st) { comm_finalize(); return st; }
+    if (args.status_of) { /* how a run ended: job scripts decide by this, not by mpiexec's exit code */
+        char status[1024], m[ERRLEN];
+        st = ckpt_run_attr(args.status_of, "status", status, sizeof status, m, sizeof m) ? EXIT_BADINPUT
+             : !strcmp(status, "completed")                                           ? 0
+             : !strncmp(status, "interrupted", 11)                                    ? EXIT_INTERRUPTED
+                                                                                      : EXIT_RUNTIME;
+        if (r0 && st == EXIT_BADINPUT) fprintf(stderr, "dsgd-run: --status: %s\n", m);
+        else if (r0) printf("%s\n", status[0] ? status : "(no status: the run was killed, or is still running)");
+        comm_finalize();
+        return st;
+    }
     if (args.help || args.version) {
         if (r0 && args.version) {
             char mpi[256], dnn[128], h5[64], nccl[ERRLEN + 64];

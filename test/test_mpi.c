@@ -233,6 +233,25 @@ START_TEST(test_inputs_never_replaced) {
 }
 END_TEST
 
+/* A process started by another MPI's launcher is a world of one: refused (exit 2, naming the
+ * launcher and this binary's MPI), never a p = 1 run — with --p-from-world as the job scripts
+ * use it too. The launchers are simulated by their environment variables. */
+START_TEST(test_foreign_launcher) {
+    char cfg[512], h5[512], cmd[2048], out[1 << 15];
+    make_cfg("foreign", "", cfg, h5);
+    static const char *const env[] = {"OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1", "PMI_SIZE=2 PMI_RANK=0",
+                                      "MV2_COMM_WORLD_SIZE=4", "SLURM_STEP_NUM_TASKS=2"};
+    static const char *const says[] = {"Open MPI's mpiexec", "PMI launcher", "MVAPICH", "srun started 2 tasks"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(cmd, sizeof cmd, "env %s timeout 60 ./dsgd-run --p-from-world %s", env[i], cfg);
+        int st = run(cmd, out, sizeof out);
+        ck_assert_msg(st == 2 && strstr(out, says[i]) && strstr(out, "sees a world of 1 rank"), "%s: exit %d\n%s", env[i], st, out);
+        struct stat sb;
+        ck_assert_msg(stat(h5, &sb) != 0, "%s: a run file was written", env[i]);
+    }
+}
+END_TEST
+
 START_TEST(test_killed_run_leaves_readable_file) {
     char cfg[512], h5[512], cmd[2048], out[1 << 15];
     make_cfg("killed", "eval = { every = 2; batch = 500; at_start = false; };", cfg, h5);
@@ -301,6 +320,7 @@ int main(void) {
     tcase_add_test(tc, test_bad_input_every_rank);
     tcase_add_test(tc, test_existing_output_refused);
     tcase_add_test(tc, test_inputs_never_replaced);
+    tcase_add_test(tc, test_foreign_launcher);
     tcase_add_test(tc, test_divergence_stops_every_rank);
     tcase_add_test(tc, test_linear_converges);
     tcase_add_test(tc, test_killed_run_leaves_readable_file);
