@@ -613,8 +613,10 @@ int main(int argc, char **argv) {
         if (!st && e.data.classes && e.data.classes != train.n_classes)
             st = seterr(err, sizeof err, "%s: key 'data.classes': %d classes, but the labels of %s have %d; set data.classes = %d or 0 "
                         "(the data's)", config_where("data.classes"), e.data.classes, e.data.train_labels, train.n_classes, train.n_classes);
+        /* The loader refuses a layout (p, b against the set's size) or the images themselves (a
+         * constant channel cannot be normalised): blame what is at fault. */
         if (!st && (st = loader_init(&t.train_loader, &train, e.p, lrank, e.b, e.seed, err, sizeof err)))
-            blame_keys(&e, "keys 'p', 'b'", err, sizeof err);
+            blame_keys(&e, strstr(err, "is constant") ? "key 'data.train_images'" : "keys 'p', 'b'", err, sizeof err);
     }
     agree_or_exit(st, err);
     /* --check: decode a sample of every shard before a long run (rank 0; the pack is shared). */

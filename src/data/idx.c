@@ -194,6 +194,7 @@ int dataset_load(dataset *d, const char *images_path, const char *labels_path, i
     int n = (int)idims[0];
     int max_label = -1;
     uint64_t count[256] = {0};
+    int first[256];
     for (int i = 0; i < n; i++) {
         if (y[i] >= max_classes) {
             rc = seterr(err, errlen, "%s: label %d of sample %d is out of range 0..%d (max_classes = %d)",
@@ -201,16 +202,18 @@ int dataset_load(dataset *d, const char *images_path, const char *labels_path, i
             goto fail;
         }
         if (y[i] > max_label) max_label = y[i];
-        count[y[i]]++;
+        if (count[y[i]]++ == 0) first[y[i]] = i;
     }
     /* Classes are 0..max_label; a hole means the labels are not what the model is sized for. */
     int n_missing = 0, first_missing = -1;
     for (int k = 0; k <= max_label; k++)
         if (count[k] == 0 && n_missing++ == 0) first_missing = k;
     if (n_missing) {
-        rc = seterr(err, errlen, "%s: class %d never occurs among the %d labels (%d of classes 0..%d "
-                    "missing); the label file may be corrupt", labels_path, first_missing, n,
-                    n_missing, max_label);
+        /* Usually a stray large label (a corrupt byte) above a hole, rather than a class lost. */
+        rc = seterr(err, errlen, "%s: class %d never occurs among the %d labels (%d of classes 0..%d missing), "
+                    "while the largest label, %d, occurs %llu time(s) (first in sample %d); the label file may be corrupt",
+                    labels_path, first_missing, n, n_missing, max_label, max_label,
+                    (unsigned long long)count[max_label], first[max_label]);
         goto fail;
     }
 
