@@ -14,7 +14,7 @@ tools/sweep.py: the points are the experiment files of configs/paper/ (docs/repr
 | backup | configs/paper/chen-*.cfg | backup at N = 16 (b = 16) with 0, 1, 2 backup workers (p = 16, 17, 18) |
 | scaling | configs/paper/scaling.cfg | synthetic data, 300 steps: --methods × --p (img/s against p) |
 
-- CPU cluster (default): one rank per node. `--gpu G`: G GPUs per node, one rank per GPU
+- CPU cluster (default): one rank per node (`--ranks-per-node R`: R). `--gpu G`: G GPUs per node, one rank per GPU
   (`device = "cuda"`; Slurm: --ntasks-per-node=G --gpus-per-node=G; PBS: one chunk of one rank
   and one GPU per rank, chunks packed on the nodes by PBS, since a server rank makes the world
   size p + 1 that G rarely divides).
@@ -60,6 +60,8 @@ def main():
     ap.add_argument("figure", choices=sorted(FIGURES))
     ap.add_argument("--configs", default="configs/paper", help="where the experiment files are (default configs/paper)")
     ap.add_argument("--gpu", type=int, default=0, metavar="G", help="GPU nodes with G GPUs, one rank per GPU (default: CPU nodes, one rank each)")
+    ap.add_argument("--ranks-per-node", type=int, default=0, metavar="R",
+                    help="CPU nodes: ranks per node (default 1; a workstation or a one-node test cluster: more)")
     ap.add_argument("--cpus-per-rank", type=int, default=0, metavar="C", help="cores per rank to ask for (sweep.py)")
     ap.add_argument("--scheduler", choices=("slurm", "pbs"), default="slurm")
     ap.add_argument("--data-dir", metavar="DIR", help="the ImageNet pack (data.dir)")
@@ -116,6 +118,10 @@ def main():
             cmd += ["--ranks-per-node", str(a.gpu), "--gpus-per-node", str(a.gpu)]
         else:
             cmd += ["--ranks-per-node", "1", "--gpus-per-node", "1"]
+    if a.ranks_per_node and a.gpu:
+        die("--ranks-per-node is for CPU nodes; --gpu G puts G ranks on a node")
+    if a.ranks_per_node:
+        cmd += ["--ranks-per-node", str(a.ranks_per_node)]
     if a.cpus_per_rank:
         cmd += ["--cpus-per-rank", str(a.cpus_per_rank)]
     for s in sets:
