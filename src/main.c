@@ -225,7 +225,7 @@ static void blame_keys(const experiment *e, const char *keys, char *err, size_t 
 static void record_timeout(void *arg) {
     trainer *t = arg;
     if (!t->log) return;
-    runlog_set_attr_string(t->log, "status", ckpt_signal_pending() == CKPT_SIG_STOP
+    runlog_set_attr_string(t->log, "status", ckpt_signal_pending() == CKPT_SIG_STOP || comm_stop_after_signal()
                                                  ? "stopped: SIGTERM or SIGINT while waiting for another rank (no checkpoint)"
                                                  : "stopped: communication timeout (comm_timeout_s)");
     if (comm_stop_detail()[0]) runlog_set_attr_string(t->log, "stop_detail", comm_stop_detail());

@@ -222,6 +222,23 @@ START_TEST(test_stop_worker_async) {
         table_row(m[k].name, "SIGSTOP worker 1", "goes on without it, exit 0", tg - t0, t1 - t0);
         free(log);
     }
+    /* ps: the worker comes back (SIGCONT) after it was given up on: it is told to stop, its
+     * gradients are not applied, the run completes as before */
+    job j;
+    char s[512];
+    job_start(&j, "sw_cont", 4, "method = \"ps\";\np = 3;\niterations = 2500;\neval = { every = 500; batch = 500; at_start = false; };\n"
+                                "inject = { slow_ranks = [0, 1, 2]; delay_ms = 5.0; };\n", NULL);
+    job_wait_for(&j, " 100/");
+    double t0 = job_signal(&j, 1, SIGSTOP), t1, tg;
+    while (!file_has(j.log, "treated as failed")) {
+        ck_assert_msg(now_s() - t0 < 30 && access(j.rcf, F_OK) != 0, "not given up on:\n%s", slurp(j.log));
+        nap_s(0.02);
+    }
+    ck_assert_int_eq(kill(rank_pid(j.cfg, 1), SIGCONT), 0);
+    int rc = job_wait(&j, &t1, NULL, &tg);
+    ck_assert_msg(rc == 0, "ps, worker back after being given up on: exit %d\n%s", rc, slurp(j.log));
+    read_attr_string(j.h5, "status", s, sizeof s);
+    ck_assert_str_eq(s, "completed");
 }
 END_TEST
 

@@ -108,6 +108,7 @@ static int g_log_rank = -1;
 static note_msg g_note_in;
 static MPI_Request g_note_req = MPI_REQUEST_NULL;
 static char g_detail[NOTE_LEN + 64];
+static int g_detail_stop; /* the rank that gave up did so after a stop signal */
 static void note_check(void);
 static void (*g_wait_hook)(void);
 
@@ -164,6 +165,7 @@ void comm_on_timeout(void (*fn)(void *), void *arg) {
 static void give_up(int kind, const char *what) __attribute__((noreturn));
 static void give_up(int kind, const char *what) {
     snprintf(g_detail, sizeof g_detail, "rank %d on %s waited for %s", g_rank, g_host, what);
+    g_detail_stop = kind == NOTE_STOP;
     if (g_on_timeout) {
         g_on_timeout(g_on_timeout_arg);
         nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
@@ -222,6 +224,7 @@ static void note_check(void) {
     if (!flag) return;
     g_note_in.what[NOTE_LEN - 1] = '\0';
     snprintf(g_detail, sizeof g_detail, "rank %d waited for %s", (int)g_note_in.rank, g_note_in.what);
+    g_detail_stop = g_note_in.kind == NOTE_STOP;
     fprintf(stderr, "dsgd-run: rank %d on %s: rank %d %s %s; stopping every rank\n", g_rank, g_host, (int)g_note_in.rank,
             g_note_in.kind == NOTE_STOP ? "gave up after a stop signal waiting for" : "waited more than comm_timeout_s for",
             g_note_in.what);
@@ -232,6 +235,7 @@ static void note_check(void) {
 }
 
 const char *comm_stop_detail(void) { return g_detail; }
+int comm_stop_after_signal(void) { return g_detail_stop; }
 
 double comm_timeout(void) { return g_timeout_s; }
 

@@ -194,6 +194,8 @@ void comm_on_wait(void (*fn)(void));
 void comm_set_log_rank(int rank);
 /* "rank R waited for WHAT" of the last timeout seen here ("" if none), for the run file. */
 const char *comm_stop_detail(void);
+/* 1 if that rank gave up because a stop signal had come and it still waited (comm_on_stop). */
+int comm_stop_after_signal(void);
 /* comm_timeout_s in seconds. */
 double comm_timeout(void);
 
