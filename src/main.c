@@ -233,9 +233,11 @@ static void blame_keys(const experiment *e, const char *keys, char *err, size_t 
  * and say why the run stopped. */
 static void record_timeout(void *arg) {
     trainer *t = arg;
-    runlog_set_attr_string(t->log, "status", ckpt_signal_pending() == CKPT_SIG_STOP
+    if (!t->log) return;
+    runlog_set_attr_string(t->log, "status", ckpt_signal_pending() == CKPT_SIG_STOP || comm_stop_after_signal()
                                                  ? "stopped: SIGTERM or SIGINT while waiting for another rank (no checkpoint)"
                                                  : "stopped: communication timeout (comm_timeout_s)");
+    if (comm_stop_detail()[0]) runlog_set_attr_string(t->log, "stop_detail", comm_stop_detail());
     runlog_close(t->log);
     t->log = NULL;
 }
@@ -552,6 +554,7 @@ int main(int argc, char **argv) {
     const int has_servers = method_has_servers(e.method);
     const int worker = rank < e.p ? rank : -1;   /* workers: ranks 0..p-1; servers after them */
     const int log_rank = has_servers ? e.p : 0;
+    if (!world_unchecked) comm_set_log_rank(log_rank); /* notes of ranks that give up go there */
     const method_ops *method = method_find(e.method);
     if (!method) st = seterr(err, sizeof err, "%s: method '%s' is not built", e.source, method_name(e.method));
     agree_or_exit(st, err);
@@ -913,7 +916,7 @@ int main(int argc, char **argv) {
         jpegload_stats ds;
         loader_stats(&t.train_loader, &ds);
         if (worker >= 0) c[worker] = (double)ds.warnings, c[e.p + worker] = (double)ds.failures;
-        comm_allreduce_sum_f64(c, 2 * e.p);
+        comm_workers_sum_f64(c, 2 * e.p);
         if (rank == log_rank && t.log) {
             long long *v = xmalloc((size_t)2 * e.p * sizeof *v), tw = 0, tf = 0;
             for (int i = 0; i < 2 * e.p; i++) { v[i] = (long long)c[i]; *(i < e.p ? &tw : &tf) += v[i]; }
@@ -924,7 +927,15 @@ int main(int argc, char **argv) {
         }
         free(c);
     }
-    if (rank == log_rank && runlog_close(t.log) != 0 && !st) st = EXIT_RUNTIME; /* runlog_close printed why */
+    if (rank == log_rank && t.log && runlog_close(t.log) != 0 && !st) st = EXIT_RUNTIME; /* runlog_close printed why */
+    if (rank == log_rank) comm_on_timeout(NULL, NULL), t.log = NULL;
+    if (t.lost) { /* a rank stopped and was given up on: it will never exit, so the launcher must end it */
+        printf("dsgd-run: %d rank(s) were given up on (silent for more than comm_timeout_s): ending the job with exit status %d\n",
+               t.lost, st);
+        fflush(stdout);
+        comm_abort(st);
+    }
+    st = comm_finish(st, rank == log_rank); /* bounded: a rank stopped at the very end does not hold the job */
 
     model_host_free(t.net, t.x), model_host_free(t.net, t.y), model_host_free(t.net, t.eval_x), model_host_free(t.net, t.eval_y);
     free(t.eval_idx), free(t.velocity);

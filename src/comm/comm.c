@@ -96,6 +96,24 @@ static double (*g_stop_age)(void); /* seconds since a stop was requested (comm_o
 static double g_stop_grace_s;
 static void stop_abort(double age);
 
+/* Notes to the run-file writer (comm_set_log_rank): a rank that gives up on a wait tells the
+ * writer, which records the status and stops every rank. The writer tests its receive in every
+ * wait of its main thread. */
+#define TAG_NOTE 32700
+#define NOTE_LEN 200
+#define NOTE_GRACE_S 10.0  /* a rank that sent a note waits this long for the writer to stop the job */
+typedef struct { int32_t rank, kind; char what[NOTE_LEN]; } note_msg;
+enum { NOTE_TIMEOUT = 1, NOTE_STOP = 2 };
+static int g_log_rank = -1;
+static note_msg g_note_in;
+static MPI_Request g_note_req = MPI_REQUEST_NULL;
+static char g_detail[NOTE_LEN + 64];
+static int g_detail_stop; /* the rank that gave up did so after a stop signal */
+static void note_check(void);
+static void (*g_wait_hook)(void);
+
+void comm_on_wait(void (*fn)(void)) { g_wait_hook = fn; }
+
 static int poll_wait_bg(MPI_Request *req, int n, int all, int *idx, MPI_Status *st, double timeout_s, int background) {
     const double t0 = wall_time();
     long napns = NAP_MIN_NS;
@@ -110,6 +128,8 @@ static int poll_wait_bg(MPI_Request *req, int n, int all, int *idx, MPI_Status *
             if (out == MPI_UNDEFINED) return 0;
             if (out > 0) return out;
         }
+        if (!background && g_note_req != MPI_REQUEST_NULL) note_check();
+        if (!background && g_wait_hook) g_wait_hook();
         double now = wall_time();
         if (!background && now - t0 < SPIN_S) {
             sched_yield(); /* a rank that computes on this core goes first */
@@ -140,18 +160,42 @@ void comm_on_timeout(void (*fn)(void *), void *arg) {
     g_on_timeout_arg = arg;
 }
 
+/* A rank that gives up on a wait: the writer records the status and stops the job at once;
+ * another rank tells the writer (a note) and waits for it to do so, at most NOTE_GRACE_S. */
+static void give_up(int kind, const char *what) __attribute__((noreturn));
+static void give_up(int kind, const char *what) {
+    snprintf(g_detail, sizeof g_detail, "rank %d on %s waited for %s", g_rank, g_host, what);
+    g_detail_stop = kind == NOTE_STOP;
+    if (g_on_timeout) {
+        g_on_timeout(g_on_timeout_arg);
+        nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
+        comm_abort(EXIT_RUNTIME);
+    }
+    if (g_log_rank >= 0 && g_log_rank != g_rank) {
+        static note_msg out;
+        out.rank = g_rank, out.kind = kind;
+        snprintf(out.what, sizeof out.what, "%s", what);
+        MPI_Request r;
+        if (MPI_Isend(&out, (int)sizeof out, MPI_BYTE, g_log_rank, TAG_NOTE, MPI_COMM_WORLD, &r) == MPI_SUCCESS) {
+            const double t0 = wall_time();
+            int flag = 0;
+            while (wall_time() - t0 < NOTE_GRACE_S) { /* the writer aborts the job meanwhile */
+                if (!flag) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+                nap(1000000L);
+            }
+        }
+    } else
+        nap(2000000000L);
+    comm_abort(EXIT_RUNTIME);
+}
+
 void comm_timeout_abort(const char *what) {
     fprintf(stderr,
             "dsgd-run: rank %d on %s: waited more than comm_timeout_s = %g s for %s; a rank has stopped or is "
             "far slower than the others; stopping every rank\n",
             g_rank, g_host, g_timeout_s, what);
     fflush(stderr);
-    if (g_on_timeout) {
-        g_on_timeout(g_on_timeout_arg);
-        nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
-    } else
-        nap(2000000000L); /* the run-file writer, timing out too, records the stop first */
-    comm_abort(EXIT_RUNTIME);
+    give_up(NOTE_TIMEOUT, what);
 }
 
 void comm_on_stop(double (*age)(void), double grace_s) {
@@ -164,15 +208,44 @@ static void stop_abort(double age) {
             "dsgd-run: rank %d on %s: a stop signal arrived %.0f s ago and this rank is still waiting for another rank "
             "(one that has stopped, or is far slower): stopping every rank without a checkpoint\n", g_rank, g_host, age);
     fflush(stderr);
-    if (g_on_timeout) {
-        g_on_timeout(g_on_timeout_arg);
-        nap(200000000L);
-    } else
-        nap(2000000000L);
+    give_up(NOTE_STOP, "another rank after a stop signal");
+}
+
+void comm_set_log_rank(int rank) {
+    g_log_rank = rank;
+    if (rank == g_rank && g_size > 1 && g_note_req == MPI_REQUEST_NULL)
+        mpiCheck(MPI_Irecv(&g_note_in, (int)sizeof g_note_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_NOTE, MPI_COMM_WORLD, &g_note_req));
+}
+
+/* The writer: has a rank given up? Then record and stop every rank. */
+static void note_check(void) {
+    int flag = 0;
+    mpiCheck(MPI_Test(&g_note_req, &flag, MPI_STATUS_IGNORE));
+    if (!flag) return;
+    g_note_in.what[NOTE_LEN - 1] = '\0';
+    snprintf(g_detail, sizeof g_detail, "rank %d waited for %s", (int)g_note_in.rank, g_note_in.what);
+    g_detail_stop = g_note_in.kind == NOTE_STOP;
+    fprintf(stderr, "dsgd-run: rank %d on %s: rank %d %s %s; stopping every rank\n", g_rank, g_host, (int)g_note_in.rank,
+            g_note_in.kind == NOTE_STOP ? "gave up after a stop signal waiting for" : "waited more than comm_timeout_s for",
+            g_note_in.what);
+    fflush(stderr);
+    if (g_on_timeout) g_on_timeout(g_on_timeout_arg);
+    nap(200000000L);
     comm_abort(EXIT_RUNTIME);
 }
 
-void comm_finalize(void) { MPI_Finalize(); }
+const char *comm_stop_detail(void) { return g_detail; }
+int comm_stop_after_signal(void) { return g_detail_stop; }
+
+double comm_timeout(void) { return g_timeout_s; }
+
+void comm_finalize(void) {
+    if (g_note_req != MPI_REQUEST_NULL) { /* no note came: take the receive back */
+        MPI_Cancel(&g_note_req);
+        MPI_Wait(&g_note_req, MPI_STATUS_IGNORE);
+    }
+    MPI_Finalize();
+}
 int comm_rank(void) { return g_rank; }
 int comm_size(void) { return g_size; }
 int comm_local_rank(void) { return g_local_rank; }
@@ -232,7 +305,28 @@ void comm_workers_barrier(void) {
     if (g_nworkers == 1) return;
     MPI_Request req;
     mpiCheck(MPI_Ibarrier(g_workers, &req));
-    poll_wait(&req, 1, 1, NULL, NULL, NO_TIMEOUT);
+    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (a meeting point)");
+}
+
+int comm_finish(int code, int writer) {
+    MPI_Request req;
+    int out = code;
+    mpiCheck(MPI_Iallreduce(&code, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req));
+    /* The writer gives up first, with the run's own status; the others a little later. */
+    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s + (writer ? 0.0 : NOTE_GRACE_S)) >= 0) return out;
+    fprintf(stderr, "dsgd-run: rank %d on %s: the end-of-run agreement waited more than comm_timeout_s = %g s: a rank has "
+                    "stopped; ending the job (exit status %d)\n", g_rank, g_host, g_timeout_s, writer ? code : EXIT_RUNTIME);
+    comm_abort(writer ? code : EXIT_RUNTIME);
+}
+
+int comm_agree(int code) { return (int)comm_max_long(code); }
+
+long comm_max_long(long v) {
+    long out = v;
+    MPI_Request req;
+    mpiCheck(MPI_Iallreduce(&v, &out, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD, &req));
+    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other ranks (agreement)");
+    return out;
 }
 
 void comm_workers_wait(double *wait_s) {
@@ -420,8 +514,15 @@ void comm_set_free(comm_set *s) {
     if (!s) return;
     for (int i = 0; i < s->n; i++) {
         if (s->active[i]) {
+            /* Bounded: a send to a rank that has stopped may neither complete nor cancel; then
+             * the request is only released (the job is being ended: comm_finish). */
             MPI_Cancel(&s->req[i]);
-            MPI_Wait(&s->req[i], MPI_STATUS_IGNORE);
+            int flag = 0;
+            const double t0 = wall_time();
+            while (!flag && wall_time() - t0 < 1.0) {
+                MPI_Test(&s->req[i], &flag, MPI_STATUS_IGNORE);
+                if (!flag) nap(100000L);
+            }
         }
         if (s->req[i] != MPI_REQUEST_NULL) MPI_Request_free(&s->req[i]);
     }
@@ -444,6 +545,14 @@ void comm_set_start(comm_set *s, int i) {
 }
 
 int comm_set_active(const comm_set *s, int i) { return s->active[i]; }
+
+int comm_set_test(comm_set *s, int i) {
+    if (!s->active[i]) return 0;
+    int flag = 0;
+    mpiCheck(MPI_Test(&s->req[i], &flag, &s->st[i]));
+    if (flag) s->active[i] = 0;
+    return flag;
+}
 
 void comm_set_background(comm_set *s) { s->background = 1; }
 

@@ -95,8 +95,21 @@ void comm_workers_allgather(const void *in, size_t nbytes, void *out);
 /* Collective over the workers: broadcast nbytes from worker root. */
 void comm_workers_bcast(void *buf, size_t nbytes, int root);
 
-/* Collective over the workers: wait until every worker is here (polled, no timeout). */
+/* Collective over the workers: wait until every worker is here (polled; a wait longer than
+ * comm_timeout_s stops every rank: comm_timeout_abort). */
 void comm_workers_barrier(void);
+
+/* The end-of-run agreement (collective over the world): the largest of every rank's code,
+ * bounded: after comm_timeout_s (the run-file writer, writer = 1) or comm_timeout_s + 10 s (the
+ * others) a rank that has stopped is given up on and the job is ended with MPI_Abort: the writer
+ * with its code (its run file is closed by then), the others with EXIT_RUNTIME. */
+int comm_finish(int code, int writer);
+
+/* comm_max_int bounded by comm_timeout_s (comm_timeout_abort): the agreements during training
+ * (comm_max_int, unbounded, is for set-up, where ranks may load data for minutes). */
+int comm_agree(int code);
+/* Collective over the world: the largest v (bounded by comm_timeout_s). */
+long comm_max_long(long v);
 
 /* 1 if this MPI library can send and receive CUDA device memory directly ("CUDA-aware"):
  * MPICH's MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA) or Open MPI's MPIX_Query_cuda_support();
@@ -148,6 +161,8 @@ int comm_set_add(comm_set *s, int kind, void *buf, size_t bytes, int peer, int t
 void comm_set_background(comm_set *s);
 /* Start request i (it must not be active). */
 void comm_set_start(comm_set *s, int i);
+/* Without waiting: 1 if request i was active and has now completed (it is no longer active). */
+int comm_set_test(comm_set *s, int i);
 /* 1 while request i is started and not yet seen complete. */
 int comm_set_active(const comm_set *s, int i);
 /* Wait until at least one active request completes (or none is active); their indices go to
@@ -164,9 +179,25 @@ int comm_set_source(const comm_set *s, int i);
 void comm_on_timeout(void (*fn)(void *), void *arg);
 
 /* Stop every rank after a wait that timed out: prints the rank, what it waited for (what) and
- * the timeout, runs the comm_on_timeout function if this rank has one (else waits 2 s so that
- * the rank that has one can finish it), and aborts with exit status 1. */
+ * the timeout; the run-file writer runs its comm_on_timeout function and aborts with exit status
+ * 1; another rank sends the writer a note (comm_set_log_rank) — the writer, in its next wait
+ * (every wait of its main thread tests for notes), records the status and aborts the job — and
+ * aborts itself after 10 s if the writer has not (the writer has stopped too). */
 void comm_timeout_abort(const char *what) __attribute__((noreturn));
+
+/* fn (NULL: none) is called in every polling round of every wait of this rank's main thread
+ * (not of a background set): gossip passes signals on while it waits (src/methods/gossip.c). It
+ * may test and start requests of its own comm_set. */
+void comm_on_wait(void (*fn)(void));
+
+/* Every rank: world rank `rank` writes the run file (it receives the notes above). */
+void comm_set_log_rank(int rank);
+/* "rank R waited for WHAT" of the last timeout seen here ("" if none), for the run file. */
+const char *comm_stop_detail(void);
+/* 1 if that rank gave up because a stop signal had come and it still waited (comm_on_stop). */
+int comm_stop_after_signal(void);
+/* comm_timeout_s in seconds. */
+double comm_timeout(void);
 
 /* After a stop was requested (SIGTERM: src/train/checkpoint.h), a rank that has waited for
  * another rank in one wait of this module (a collective, a reply) for grace_s seconds, with the

@@ -185,7 +185,7 @@ static const key_def keys[] = {
     K_ENUM("gossip_order", gossip_order, GOSSIP_STALE, gossip_order_names, 0x3u, NULL, "orders",
            "gossip (Jin et al. §6.2): stale = gradient step and gossip from the same θ; fresh = gradient step first, then gossip"),
     K_FLOAT("comm_timeout_s", comm_timeout_s, 300, 1, 1, 0, 0, 0, 0, "s",
-            "a synchronous wait (all-reduce, server reply) longer than this stops every rank with an error instead of hanging"),
+            "no rank waits longer for another: a synchronous wait stops every rank (exit 1), a silent worker is given up on (docs/reliability.md)"),
     K_LIST("inject.slow_ranks", inject.slow_ranks, inject.n_slow_ranks, 1, 0, "p", "worker rank", "worker ranks",
            "worker ranks", " (workers are numbered 0 to p-1)", "ranks",
            "workers delayed on every step (by a delay drawn from delay_dist with mean delay_ms)"),

@@ -41,7 +41,7 @@
 #include "train/checkpoint.h"
 #include "util/util.h"
 
-enum { TAG_PULL = 200, TAG_PULLHDR, TAG_PULLREP, TAG_PUSH, TAG_QUIT, TAG_SYNC };
+enum { TAG_PULL = 200, TAG_PULLHDR, TAG_PULLREP, TAG_PUSH, TAG_QUIT, TAG_SYNC, TAG_SIGANN };
 
 typedef struct {
     trainer *t;
@@ -76,6 +76,15 @@ typedef struct {
     double *gbuf, *rows;      /* /ranks gather */
     phase_times prev;
     long steps_done, prev_done;   /* steps this node took; at the previous /ranks row */
+    /* signals between meeting points (docs/checkpoint.md, "Gossip"): announcements */
+    comm_set *sig;
+    int64_t sig_in[3], sig_out[3]; /* {CKPT_SIG_* kind, step, at a meeting point} */
+    int r_sig, *s_sig;
+    int ann;                  /* this node has announced in the current epoch */
+    int n_ann;                /* announcements received in it (p − 1 complete it) */
+    int ep_kind, ep_meet;     /* strongest kind announced; some node announced a meeting point */
+    long ep_max, my_ann;      /* largest step announced; this node's */
+    long pos;                 /* what this node announces from a wait: steps it will have completed */
 } gossip;
 
 static gossip G;
@@ -101,10 +110,9 @@ static void *gossip_thread(void *arg) {
             if (idx == G.b_quit) return NULL; /* pending receives are cancelled by comm_set_free */
             if (idx == G.b_req) { /* a pull: answer from the published θ */
                 int from = comm_set_source(s, G.b_req);
-                if (G.last_rep >= 0) {
-                    comm_set_wait(s, G.b_rephdr[G.last_rep], 1e18);
-                    comm_set_wait(s, G.b_rep[G.last_rep], 1e18);
-                }
+                if (G.last_rep >= 0 && (comm_set_wait(s, G.b_rephdr[G.last_rep], G.t->e->comm_timeout_s) != 0 ||
+                                        comm_set_wait(s, G.b_rep[G.last_rep], G.t->e->comm_timeout_s) != 0))
+                    comm_timeout_abort("a gossip peer (taking a pull reply)");
                 pthread_mutex_lock(&G.mu);
                 G.rep_hdr = G.gone;
                 if (!G.gone) memcpy(G.tbuf, G.pub, G.n * sizeof(float));
@@ -152,6 +160,11 @@ static int gossip_setup(trainer *t, char *err, size_t errlen) {
     g->last_push = -1, g->last_rep = -1, g->b_req = -1, g->b_push = -1, g->b_quit = -1;
     g->set = comm_set_new(5 * p + 1);
     if (p == 1) return 0;
+    g->sig = comm_set_new(p + 1);
+    g->s_sig = xmalloc((size_t)p * sizeof(int));
+    g->r_sig = comm_set_add(g->sig, COMM_RECV, g->sig_in, sizeof g->sig_in, COMM_ANY_SOURCE, TAG_SIGANN);
+    for (int k = 0; k < p; k++) g->s_sig[k] = k == g->me ? -1 : comm_set_add(g->sig, COMM_SEND, g->sig_out, sizeof g->sig_out, k, TAG_SIGANN);
+    comm_set_start(g->sig, g->r_sig);
     if (g->sync) {
         for (int k = 0; k < p; k++) {
             g->m_send[k] = comm_set_add(g->set, COMM_SEND, g->sendbuf, nb, k, TAG_SYNC);
@@ -203,10 +216,85 @@ static void gossip_teardown(void) {
         pthread_mutex_destroy(&g->mu);
     }
     comm_set_free(g->set);
+    comm_set_free(g->sig);
+    free(g->s_sig);
     free(g->peer), free(g->inbox), free(g->sendbuf), free(g->avg), free(g->own), free(g->avg_bn), free(g->own_bn);
     free(g->peers), free(g->sent), free(g->phi), free(g->gbuf), free(g->rows);
     free(g->m_ask), free(g->m_ans), free(g->m_get), free(g->m_send), free(g->m_recv), free(g->b_rephdr), free(g->b_rep), free(g->bg_done);
     free(g->pub), free(g->tbuf), free(g->recvbuf);
+}
+
+/* ---- Signals between meeting points ---------------------------------------------------------
+ *
+ * Asynchronous nodes meet only at evaluations, so a signal is passed on by messages: a node that
+ * knows of one (its own, or an announcement it received) announces {kind, the steps it will have
+ * completed, whether that is a meeting point} to every other node, once per epoch. A node that
+ * has announced does not start a step beyond its announcement until it holds all p − 1 others'
+ * announcements; then every node knows the same target: asynchronous nodes meet at once, each at
+ * its own step (a consistent cut: nothing is in flight once pushes are counted), unless a node
+ * announced a meeting point (it may already wait there: then everyone goes to that meeting);
+ * lock-step nodes at the largest step announced (they cannot leave a step half done). Every wait
+ * of the main thread takes announcements (comm_on_wait), so a node blocked in an exchange or at a
+ * meeting still answers. Bound: about two steps of the slowest node after the signal. */
+static int meeting_point(const experiment *e, long c) {
+    return c % e->eval.every == 0 || c == e->iterations || (e->checkpoint.every && c % e->checkpoint.every == 0);
+}
+
+static void sig_announce(long step) {
+    gossip *g = &G;
+    g->ann = 1, g->my_ann = step;
+    const int mine = ckpt_signal_pending();
+    if (mine > g->ep_kind) g->ep_kind = mine;
+    if (step > g->ep_max) g->ep_max = step;
+    const int meet = meeting_point(g->t->e, step);
+    g->ep_meet |= meet;
+    for (int k = 0; k < g->p; k++)
+        if (k != g->me && comm_set_wait(g->sig, g->s_sig[k], g->t->e->comm_timeout_s) != 0)
+            comm_timeout_abort("a gossip peer (announcing a signal)");
+    g->sig_out[0] = g->ep_kind, g->sig_out[1] = step, g->sig_out[2] = meet;
+    for (int k = 0; k < g->p; k++)
+        if (k != g->me) comm_set_start(g->sig, g->s_sig[k]);
+}
+
+/* Take the announcements that arrived; announce (step) if this node knows of a signal and has
+ * not yet. Returns 1 while an epoch is open on this node. */
+static int sig_poll(long step) {
+    gossip *g = &G;
+    if (!g->sig) return 0;
+    while (comm_set_test(g->sig, g->r_sig)) {
+        g->n_ann++;
+        if (g->sig_in[0] > g->ep_kind) g->ep_kind = (int)g->sig_in[0];
+        if (g->sig_in[1] > g->ep_max) g->ep_max = (long)g->sig_in[1];
+        g->ep_meet |= (int)g->sig_in[2];
+        comm_set_start(g->sig, g->r_sig);
+    }
+    if (!g->ann && (g->n_ann > 0 || ckpt_signal_pending())) sig_announce(step);
+    return g->ann;
+}
+
+static void sig_hook(void) { sig_poll(G.pos); }
+
+/* Wait (bounded) until every other node's announcement of this epoch is in. */
+static void sig_wait_all(void) {
+    gossip *g = &G;
+    const double t0 = wall_time();
+    while (g->n_ann < g->p - 1) {
+        sig_poll(g->pos);
+        if (wall_time() - t0 > g->t->e->comm_timeout_s) comm_timeout_abort("the other gossip nodes (announcing a signal)");
+        comm_pause(wall_time() - t0);
+    }
+}
+
+/* The step this node meets at in the current epoch (every announcement in). */
+static long sig_target(void) {
+    gossip *g = &G;
+    return g->sync || g->ep_meet ? g->ep_max : g->my_ann;
+}
+
+static void sig_reset(void) {
+    gossip *g = &G;
+    g->ann = g->n_ann = g->ep_kind = g->ep_meet = 0;
+    g->ep_max = g->my_ann = 0;
 }
 
 static void wait_req(comm_set *s, int i, const char *what) {
@@ -384,7 +472,7 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
         *nonfinite = 1;
         status = EXIT_RUNTIME;
     }
-    return comm_max_int(status);
+    return comm_agree(status);
 }
 
 /* Checkpoints (collective over the workers, at a meeting point: every node has done the same
@@ -467,8 +555,10 @@ static int gossip_run(trainer *t) {
     if (t->resume_label >= 0) {
         /* The communication thread already runs; nobody pulls before the barrier below. */
         status = train_resume(t, &ls);
-        s0 = t->resume_label;
+        s0 = t->step; /* this node's own step: a checkpoint after a signal is a cut at each node's step */
     } else if (e->eval.at_start) status = gossip_evaluate(t, 0, 0.0, EXIT_OK, &nonfinite);
+    g->pos = s0;
+    if (g->sig) comm_on_wait(sig_hook); /* every wait of this thread takes announcements */
     comm_workers_barrier();
     double train_s = ls.train_s, seg = wall_time(), loss_acc = ls.loss_acc;
     long loss_n = ls.loss_n;
@@ -480,6 +570,7 @@ static int gossip_run(trainer *t) {
     for (long s = s0; status == EXIT_OK && s < total; s++) {
         const double alpha = alpha_at(e, s);
         ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
+        g->pos = s + 1; /* a node announcing from a wait in this step will complete it */
         int failed = node_failed(e, g->me, s);
         if (failed && g->has_thread && !g->gone) {
             pthread_mutex_lock(&g->mu);
@@ -505,6 +596,12 @@ static int gossip_run(trainer *t) {
                 local = EXIT_RUNTIME;
             loss_acc = 0.0, loss_n = 0;
         }
+        /* A signal here or on another node (announcements): meet at the target step. */
+        int sigmeet = 0;
+        if (sig_poll(s + 1)) {
+            sig_wait_all();
+            sigmeet = s + 1 >= sig_target() && !meeting_point(e, s + 1);
+        }
         if ((s + 1) % e->eval.every == 0 || last) {
             /* The nodes meet: waiting here for slower nodes is training time (the averaged
              * model exists only once every node has done s + 1 steps); the evaluation is not. */
@@ -516,14 +613,24 @@ static int gossip_run(trainer *t) {
         /* Meeting points (evaluations, every checkpoint.every steps) are where the nodes agree
          * on signals and write checkpoints: no extra synchronisation between them. */
         const int periodic = e->checkpoint.every && (s + 1) % e->checkpoint.every == 0;
-        if (status == EXIT_OK && (periodic || (s + 1) % e->eval.every == 0 || last)) {
-            t->sig = comm_max_int(ckpt_signal_pending());
+        if (status == EXIT_OK && (periodic || (s + 1) % e->eval.every == 0 || last || sigmeet)) {
+            sig_poll(s + 1);
+            const int mine = ckpt_signal_pending() > g->ep_kind ? ckpt_signal_pending() : g->ep_kind;
+            t->sig = comm_agree(mine);
+            /* at a meeting point every node closes the epoch: all announcements in */
+            if (t->sig && g->sig) {
+                if (!g->ann) sig_announce(s + 1);
+                sig_wait_all();
+            }
             if (periodic || t->sig) {
                 comm_workers_barrier();
                 train_s += wall_time() - seg;
                 gossip_quiesce(t);
                 ls = (loop_state){.train_s = train_s, .loss_acc = loss_acc, .loss_n = loss_n, .last_row = t->step};
-                status = train_checkpoint(t, s + 1, &ls);
+                /* after a signal between meeting points each node is at its own step: the
+                 * checkpoint's label is the largest */
+                const long label = sigmeet ? comm_max_long(s + 1) : s + 1;
+                status = train_checkpoint(t, label, &ls);
                 ckfail = status != EXIT_OK;
                 if (status == EXIT_OK && t->sig == CKPT_SIG_STOP) {
                     status = EXIT_INTERRUPTED;
@@ -533,8 +640,10 @@ static int gossip_run(trainer *t) {
                 if (t->sig == CKPT_SIG_SAVE) ckpt_signal_clear_save(), t->sig = CKPT_SIG_NONE;
                 seg = wall_time();
             }
+            if (g->ann) sig_reset();
         }
     }
+    comm_on_wait(NULL);
     /* peers chosen: rank 0 collects every node's row */
     double *row = xmalloc((size_t)g->p * sizeof(double)), *all = xmalloc((size_t)g->p * g->p * sizeof(double));
     for (int k = 0; k < g->p; k++) row[k] = (double)g->peers[k];

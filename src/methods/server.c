@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "methods/method.h"
 #include "optim/sgd.h"
@@ -41,6 +42,9 @@ enum {
 #define SET_CAP(p, S) (8 * (p) + 6 * (S) + 8)
 #define SNAP_CKPT (-3L) /* server 0 → server k: write the checkpoint of label sreq.steps */
 #define HIST_BINS_PER_WORKER 4
+/* Server 0 sends a keep-alive header this often to the workers that have left and wait for the
+ * end of the run (worker_bye), so that their wait is bounded by comm_timeout_s. */
+#define KEEPALIVE_S 1.0
 
 static size_t shard_lo(size_t n, int k, int S) { return (size_t)((unsigned long long)n * (unsigned)k / (unsigned)S); }
 
@@ -234,6 +238,18 @@ static int worker_exchange_and_pause(trainer *t, wstate *w, long steps, int *sta
     return stop;
 }
 
+/* Worker, after it has left: wait for server 0's goodbye (the run is over) before the end-of-run
+ * agreement. Server 0 sends a keep-alive header at least every KEEPALIVE_S meanwhile, so the
+ * wait is bounded by comm_timeout_s however long the other workers still train: silence means
+ * server 0 has stopped. */
+static void worker_bye(trainer *t, wstate *w) {
+    for (;;) {
+        comm_set_start(w->set, w->r_hdr[0]);
+        wait_or_die(w->set, w->r_hdr[0], t->e->comm_timeout_s, "the first parameter server (waiting for the end of the run)");
+        if (w->rhdr[0].stop == STOP_DONE) return;
+    }
+}
+
 static int worker_run(trainer *t) {
     const experiment *e = t->e;
     const server_rules *R = t->method->rules;
@@ -252,7 +268,7 @@ static int worker_run(trainer *t) {
     comm_barrier(); /* the whole world starts together (server 0 evaluated the initial model) */
     if (gone) return worker_free(&w), EXIT_OK;
 
-    int status = EXIT_OK, interrupted = 0, done = 0;
+    int status = EXIT_OK, interrupted = 0, done = 0, failed = 0;
     if (w.pending) { /* resumed after a voided exchange: send it first */
         int ps = 0, stop = worker_exchange_and_pause(t, &w, s0, &ps);
         if (ps) status = ps, interrupted = 1;
@@ -264,6 +280,7 @@ static int worker_run(trainer *t) {
         if (inject_failed(&t->inj, s)) {
             fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other workers go on\n",
                     t->rank, s);
+            failed = 1;
             break;
         }
         double t0 = wall_time();
@@ -282,6 +299,7 @@ static int worker_run(trainer *t) {
         if (!finite) {
             fprintf(stderr, "dsgd-run: rank %d: non-finite loss or gradient at its step %ld: stopping every rank\n", t->rank, s + 1);
             worker_exchange(t, &w, MSG_DIVERGED, s + 1);
+            worker_bye(t, &w);
             status = EXIT_RUNTIME;
             t->times.step_s += wall_time() - t0;
             t->step = s + 1;
@@ -297,7 +315,10 @@ static int worker_run(trainer *t) {
     }
     /* leave; MSG_DIVERGED makes server 0 record the stop in the run file. After a checkpoint
      * that stops the run, the servers stop too: nobody to tell. */
-    if (!interrupted) worker_exchange(t, &w, status == EXIT_OK ? MSG_DONE : MSG_DIVERGED, t->step);
+    if (!interrupted) {
+        worker_exchange(t, &w, status != EXIT_OK ? MSG_DIVERGED : failed ? MSG_FAILED : MSG_DONE, t->step);
+        worker_bye(t, &w);
+    }
     worker_free(&w);
     return status;
 }
@@ -391,6 +412,11 @@ typedef struct {
     int64_t *acks;                    /* server 0: (world) acks */
     int *s_go, *r_ack, *s_fin;        /* server 0: per world rank (-1: none) */
     int s_ack, r_fin;                 /* server k > 0 */
+    /* faults (docs/reliability.md) */
+    char *bye;                        /* server 0: (p) worker i left by a message and waits for the goodbye */
+    int n_done;                       /* workers that left by a message (not given up on) */
+    double last_beat;                 /* server 0: last keep-alive */
+    char lost_desc[1024];             /* server 0: the run file's `workers_lost` */
 } server_ctx;
 
 static long srv_iteration(const srv *sv) { return sv->rules->iteration(sv); }
@@ -414,6 +440,9 @@ static void server_setup(trainer *t, server_ctx *c) {
     sv->bnbuf = xcalloc((size_t)p, sizeof(float *));
     sv->held = xcalloc((size_t)p, 1), sv->seen_bn = xcalloc((size_t)p, 1);
     sv->paused = xcalloc((size_t)p, 1), sv->left = xcalloc((size_t)p, 1);
+    sv->failed = xcalloc((size_t)p, 1), sv->lost = xcalloc((size_t)p, 1), sv->heard = xcalloc((size_t)p, sizeof(double));
+    sv->bnlast = xcalloc((size_t)p, sizeof(float *));
+    c->bye = xcalloc((size_t)p, 1);
     sv->last_steps = xcalloc((size_t)p, sizeof(long));
     sv->r_hdr = xmalloc((size_t)p * sizeof(int)), sv->r_data = xmalloc((size_t)p * sizeof(int));
     sv->r_bn = xmalloc((size_t)p * sizeof(int));
@@ -427,6 +456,7 @@ static void server_setup(trainer *t, server_ctx *c) {
         sv->r_bn[i] = -1;
         if (sv->k == 0 && nbn) {
             sv->bnbuf[i] = xmalloc(nbn * sizeof(float));
+            sv->bnlast[i] = xcalloc(nbn, sizeof(float));
             sv->r_bn[i] = comm_set_add(sv->set, COMM_RECV, sv->bnbuf[i], nbn * sizeof(float), i, TAG_BN);
         }
         sv->s_hdr[i] = comm_set_add(sv->set, COMM_SEND, &sv->out[i], sizeof(msg_hdr), i, TAG_RHDR);
@@ -481,13 +511,39 @@ static void server_setup(trainer *t, server_ctx *c) {
 static void server_free(server_ctx *c) {
     srv *sv = &c->sv;
     comm_set_free(sv->set);
-    for (int i = 0; i < sv->p; i++) free(sv->gbuf[i]), free(sv->rep[i]), free(sv->bnbuf[i]);
+    for (int i = 0; i < sv->p; i++) free(sv->gbuf[i]), free(sv->rep[i]), free(sv->bnbuf[i]), free(sv->bnlast[i]);
+    free(sv->bnlast), free(sv->failed), free(sv->lost), free(sv->heard), free(c->bye);
     free(sv->center), free(sv->vel), free(sv->acc), free(sv->in), free(sv->out), free(sv->gbuf), free(sv->rep), free(sv->bnbuf);
     free(sv->held), free(sv->seen_bn), free(sv->paused), free(sv->left), free(sv->last_steps), free(sv->r_hdr), free(sv->r_data), free(sv->r_bn);
     free(sv->s_hdr), free(sv->s_data), free(sv->hist), free(sv->dropped);
     free(c->snap), free(c->sreq_out), free(c->shdr_in), free(c->s_req), free(c->r_shdr), free(c->r_snap);
     free(c->snapbuf), free(c->last), free(c->prev), free(c->rows);
     free(c->acks), free(c->s_go), free(c->r_ack), free(c->s_fin);
+}
+
+static void nap_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* Server 0: a keep-alive header (STOP_NO) every KEEPALIVE_S to each worker that has left by a
+ * message and waits for the end of the run (worker_bye); bye = 1: the goodbye (STOP_DONE). A send
+ * that cannot complete (the worker has stopped since) is left to the end-of-run agreement. */
+static void keepalive(server_ctx *c, int bye) {
+    srv *sv = &c->sv;
+    if (sv->k != 0) return;
+    const double now = wall_time();
+    if (!bye && now - c->last_beat < KEEPALIVE_S) return;
+    c->last_beat = now;
+    for (int i = 0; i < sv->p; i++) {
+        if (!c->bye[i]) continue;
+        if (comm_set_active(sv->set, sv->s_hdr[i]) && !comm_set_test(sv->set, sv->s_hdr[i]) &&
+            (!bye || comm_set_wait(sv->set, sv->s_hdr[i], 1.0) != 0))
+            continue;
+        sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = bye ? STOP_DONE : STOP_NO};
+        comm_set_start(sv->set, sv->s_hdr[i]);
+        if (bye) comm_set_wait(sv->set, sv->s_hdr[i], 1.0), c->bye[i] = 0;
+    }
 }
 
 /* Server 0: log the /train (and /ranks) row when the count passes the next log_every. */
@@ -540,6 +596,20 @@ static void snapshot_shard(server_ctx *c) {
     if (++c->q.got == c->sv.S) c->q.asked = 0, c->q.ready = 1;
 }
 
+/* Server 0: bn := the mean of the latest BN statistics of the workers that have sent some and
+ * have not failed (inject.fail_rank, or given up on), summed in worker order as Σ_i (x_i / cnt) in
+ * float; unchanged when there is no such worker. Reads only the stable copies (bnlast), never a
+ * buffer with a receive posted. */
+static void bn_average(const srv *sv, float *bn, size_t nbn) {
+    int cnt = 0;
+    for (int i = 0; i < sv->p; i++) cnt += sv->seen_bn[i] && !sv->failed[i];
+    if (!cnt) return;
+    memset(bn, 0, nbn * sizeof(float));
+    for (int i = 0; i < sv->p; i++)
+        if (sv->seen_bn[i] && !sv->failed[i])
+            for (size_t j = 0; j < nbn; j++) bn[j] += sv->bnlast[i][j] / (float)cnt;
+}
+
 /* Server 0: if an assembled snapshot waits and the evaluator is free, move it into the model
  * (with the workers' average BN statistics) and start the evaluation. */
 static void snapshot_launch(server_ctx *c) {
@@ -548,17 +618,7 @@ static void snapshot_launch(server_ctx *c) {
     if (!c->q.ready || atomic_load(&c->ev.running)) return;
     const size_t nbn = model_n_bn(t->net);
     memcpy(model_params(t->net), c->snap, model_n_params(t->net) * sizeof(float));
-    if (nbn) {
-        float *bn = model_bn(t->net);
-        int cnt = 0;
-        for (int i = 0; i < sv->p; i++) cnt += sv->seen_bn[i];
-        if (cnt) {
-            memset(bn, 0, nbn * sizeof(float));
-            for (int i = 0; i < sv->p; i++)
-                if (sv->seen_bn[i])
-                    for (size_t j = 0; j < nbn; j++) bn[j] += sv->bnbuf[i][j] / (float)cnt;
-        }
-    }
+    if (nbn) bn_average(sv, model_bn(t->net), nbn);
     c->q.eval_label = c->q.label;
     c->q.eval_time = c->q.time_s;
     c->q.ready = 0;
@@ -571,6 +631,10 @@ static void snapshot_launch(server_ctx *c) {
 static void eval_collect(server_ctx *c, int wait) {
     if (!atomic_load(&c->ev.running)) return;
     if (!wait && !atomic_load(&c->ev.finished)) return;
+    while (!atomic_load(&c->ev.finished)) { /* keep the waiting workers' wait bounded meanwhile */
+        keepalive(c, 0);
+        nap_s(0.01);
+    }
     pthread_join(c->ev.th, NULL);
     atomic_store(&c->ev.running, 0);
     trainer *t = c->sv.t;
@@ -617,6 +681,7 @@ static int on_completion(server_ctx *c, int idx, int *kind_out) {
     *kind_out = 0;
     for (int i = 0; i < sv->p; i++) {
         if (idx != sv->r_hdr[i] && idx != sv->r_data[i] && idx != sv->r_bn[i]) continue;
+        sv->heard[i] = wall_time();
         if (comm_set_active(sv->set, sv->r_hdr[i])) return -1;
         int kind = sv->in[i].kind;
         if (kind == MSG_EXCHANGE && (comm_set_active(sv->set, sv->r_data[i]) || (sv->r_bn[i] >= 0 && comm_set_active(sv->set, sv->r_bn[i]))))
@@ -631,6 +696,18 @@ static int on_completion(server_ctx *c, int idx, int *kind_out) {
 static void server_handle(server_ctx *c, int i, int kind) {
     srv *sv = &c->sv;
     msg_hdr *h = &sv->in[i];
+    if (sv->lost[i]) { /* given up on, and back (SIGCONT): its exchange is not applied; it is told to stop */
+        if (kind == MSG_EXCHANGE) {
+            srv_reply_center(sv, i, STOP_DONE);
+            comm_set_start(sv->set, sv->r_data[i]);
+            if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
+            comm_set_start(sv->set, sv->r_hdr[i]);
+        } else if (kind != MSG_PAUSE && sv->k == 0)
+            c->bye[i] = 1; /* it left: keep its wait for the end of the run alive */
+        else if (kind == MSG_PAUSE)
+            comm_set_start(sv->set, sv->r_hdr[i]);
+        return;
+    }
     long new_steps = h->steps - sv->last_steps[i];
     sv->last_steps[i] = h->steps;
     if (h->sig) srv_pause(sv, h->sig); /* a worker knows of a checkpoint request */
@@ -641,10 +718,15 @@ static void server_handle(server_ctx *c, int i, int kind) {
     } else if (kind != MSG_EXCHANGE) {
         sv->live--;
         sv->left[i] = 1;
+        if (kind == MSG_FAILED) sv->failed[i] = 1; /* its BN statistics leave the average */
+        c->bye[i] = 1, c->n_done++;
         sv->rules->leave(sv, i);
     } else {
         sv->steps_total += new_steps;
-        if (sv->r_bn[i] >= 0) sv->seen_bn[i] = 1;
+        if (sv->r_bn[i] >= 0) { /* a stable copy: the receive is posted again below */
+            memcpy(sv->bnlast[i], sv->bnbuf[i], model_n_bn(sv->t->net) * sizeof(float));
+            sv->seen_bn[i] = 1;
+        }
         sv->rules->request(sv, i);
         /* repost for the next exchange of i */
         comm_set_start(sv->set, sv->r_hdr[i]);
@@ -714,12 +796,19 @@ static int server_save(server_ctx *c, long label) {
             float *bn = xcalloc((size_t)p * (nbn ? nbn : 1), sizeof(float));
             for (int i = 0; i < p; i++) {
                 v[i] = sv->seen_bn[i];
-                if (nbn && sv->bnbuf[i]) memcpy(bn + (size_t)i * nbn, sv->bnbuf[i], nbn * sizeof(float));
+                if (nbn && sv->bnlast[i]) memcpy(bn + (size_t)i * nbn, sv->bnlast[i], nbn * sizeof(float));
             }
+            /* failed workers, and the BN average the center is evaluated with (tests check it) */
+            int64_t *fl = xmalloc((size_t)p * sizeof(int64_t));
+            for (int i = 0; i < p; i++) fl[i] = sv->failed[i];
+            float *avg = xcalloc(nbn ? nbn : 1, sizeof(float));
+            bn_average(sv, avg, nbn);
+            rc = ckpt_put_i64(f, "failed", fl, (size_t)p) || ckpt_put_f32(f, "bn_average", avg, nbn);
+            free(fl), free(avg);
             rc = ckpt_put_i64(f, "server0", s0, 9) || ckpt_put_i64(f, "staleness_histogram", (const int64_t *)sv->hist, (size_t)sv->hist_bins) ||
                  ckpt_put_i64(f, "dropped", (const int64_t *)sv->dropped, (size_t)t->e->iterations) ||
                  ckpt_put_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_put_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
-                 ckpt_put_i64(f, "seen_bn", v, (size_t)p);
+                 ckpt_put_i64(f, "seen_bn", v, (size_t)p) || rc;
             free(hd), free(bn);
         }
         free(v);
@@ -755,6 +844,10 @@ static int server_load(server_ctx *c) {
                  ckpt_get_i64(f, "dropped", (int64_t *)sv->dropped, (size_t)t->e->iterations) ||
                  ckpt_get_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_get_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
                  ckpt_get_i64(f, "seen_bn", v, (size_t)p);
+            int64_t *fl = xcalloc((size_t)p, sizeof(int64_t));
+            if (!rc) rc = ckpt_get_i64(f, "failed", fl, (size_t)p);
+            for (int i = 0; i < p; i++) sv->failed[i] = (char)fl[i];
+            free(fl);
             sv->stale_sum = s0[0], sv->n_dropped = s0[1], c->next_log = (long)s0[2], c->next_eval = (long)s0[3], c->last_eval = (long)s0[4];
             c->next_ckpt = (long)s0[5], c->q.skipped = (long)s0[6];
             c->loss_sum = ls.loss_acc, c->n_loss = ls.loss_n, c->last_row = ls.last_row;
@@ -766,7 +859,7 @@ static int server_load(server_ctx *c) {
                     h[q]->steps = (int64_t)d[0], h[q]->step_s = d[1], h[q]->compute_s = d[2], h[q]->comm_s = d[3], h[q]->wait_s = d[4];
                 }
                 sv->seen_bn[i] = (char)v[i];
-                if (nbn && sv->bnbuf[i]) memcpy(sv->bnbuf[i], bn + (size_t)i * nbn, nbn * sizeof(float));
+                if (nbn && sv->bnlast[i]) memcpy(sv->bnlast[i], bn + (size_t)i * nbn, nbn * sizeof(float));
             }
             free(hd), free(bn);
         }
@@ -850,6 +943,53 @@ static int ckpt_participate(server_ctx *c) {
     return c->ck_fin[0] ? EXIT_RUNTIME : c->ck_fin[1] ? EXIT_INTERRUPTED : 0;
 }
 
+/* Worker i has been silent for `silent` seconds, more than comm_timeout_s, while this server owed
+ * it nothing (not held in a round, not paused): it has stopped or hangs (SIGSTOP, a frozen node).
+ * Asynchronous rules go on without it, as after inject.fail_rank (backup: unless fewer than N
+ * workers are left: then backup_leave stops the run); synchronous EASGD cannot and stops every
+ * rank (exit 1); and if no worker is left that finished normally, nothing can go on either. */
+static void srv_lose(server_ctx *c, int i, double silent) {
+    srv *sv = &c->sv;
+    trainer *t = sv->t;
+    const experiment *e = t->e;
+    const long it = srv_iteration(sv);
+    const int sync = e->method == METHOD_EASGD && e->synchronous;
+    const int none = sv->live == 1 && c->n_done == 0; /* it is the last worker and none finished */
+    if (sv->k == 0) {
+        fprintf(stderr, "dsgd-run: worker %d (rank %d) silent for %.1f s, more than comm_timeout_s = %g s, at iteration %ld: %s\n", i, i,
+                silent, e->comm_timeout_s, it,
+                sync ? "synchronous EASGD cannot go on without it; stopping every rank"
+                : none ? "no worker is left; stopping every rank"
+                       : "treated as failed; the other workers go on without it");
+        size_t len = strlen(c->lost_desc);
+        snprintf(c->lost_desc + len, sizeof c->lost_desc - len, "%sworker %d (rank %d): silent for more than comm_timeout_s = %g s at iteration %ld",
+                 len ? "; " : "", i, i, e->comm_timeout_s, it);
+        runlog_set_attr_string(t->log, "workers_lost", c->lost_desc);
+        t->lost++;
+    }
+    if (sync || none) {
+        char what[128];
+        snprintf(what, sizeof what, "worker %d (silent; %s)", i, sync ? "synchronous EASGD needs every worker" : "no worker left");
+        comm_timeout_abort(what);
+    }
+    sv->lost[i] = sv->failed[i] = 1;
+    sv->n_lost++;
+    sv->live--;
+    sv->left[i] = 1;
+    sv->rules->leave(sv, i);
+}
+
+/* Every worker this server owes nothing and has not heard from for comm_timeout_s is given up on. */
+static void check_silence(server_ctx *c) {
+    srv *sv = &c->sv;
+    const double now = wall_time(), tmo = sv->t->e->comm_timeout_s;
+    for (int i = 0; i < sv->p; i++) {
+        if (sv->left[i]) continue;
+        if (sv->held[i] || sv->paused[i]) sv->heard[i] = now; /* waiting for this server: silence counts from its reply */
+        else if (now - sv->heard[i] > tmo) srv_lose(c, i, now - sv->heard[i]);
+    }
+}
+
 static int server_loop(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
@@ -857,7 +997,10 @@ static int server_loop(server_ctx *c) {
     int *done = xmalloc((size_t)SET_CAP(sv->p, S) * sizeof(int));
     comm_barrier();
     c->t_start = c->t_start < 0 ? wall_time() + c->t_start : wall_time(); /* resumed: the time so far */
+    for (int i = 0; i < sv->p; i++) sv->heard[i] = wall_time();
     for (;;) {
+        check_silence(c);
+        keepalive(c, 0);
         /* checkpoints: a signal here, a void round, the round itself */
         ckpt_poll_test(srv_iteration(sv), t->rank); /* tests: a signal to a server */
         const int sig = ckpt_signal_pending();
@@ -936,8 +1079,11 @@ static void server0_finish(server_ctx *c) {
     if (it != c->last_eval) snapshot_begin(c, it);
     c->q.time_s = train_s;
     int *done = xmalloc((size_t)SET_CAP(sv->p, sv->S) * sizeof(int));
+    const double f0 = wall_time();
     while (c->q.asked) {
-        int nd = comm_set_wait_some(sv->set, done, 1e9);
+        keepalive(c, 0);
+        if (wall_time() - f0 > e->comm_timeout_s) comm_timeout_abort("a parameter server (the final snapshot)");
+        int nd = comm_set_wait_some(sv->set, done, 0.05);
         for (int j = 0; j < nd; j++)
             for (int k = 1; k < sv->S; k++)
                 if ((done[j] == c->r_snap[k] || done[j] == c->r_shdr[k]) && !comm_set_active(sv->set, c->r_snap[k]) &&
@@ -954,6 +1100,7 @@ static void server0_finish(server_ctx *c) {
         wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
     }
 summary:
+    keepalive(c, 1); /* the goodbye: the workers that have left go to the end-of-run agreement */
     if (e->method == METHOD_PS && runlog_array(t->log, 0, sv->hist) != 0) c->status = EXIT_RUNTIME;
     if (e->method == METHOD_BACKUP && runlog_array(t->log, 0, sv->dropped) != 0) c->status = EXIT_RUNTIME;
     int why = c->nonfinite ? STOPPED_NONFINITE : c->stopped && c->status == EXIT_RUNTIME ? STOPPED_CHECKPOINT : STOPPED_WRITE;
@@ -994,7 +1141,7 @@ int server_run(trainer *t) {
         status = c.status;
         server_free(&c);
     }
-    return comm_max_int(status);
+    return status; /* main's end-of-run agreement (comm_finish) takes the worst over the ranks */
 }
 
 int server_init(trainer *t, char *err, size_t errlen) {

@@ -36,7 +36,8 @@ typedef struct {
 } msg_hdr;
 
 enum { MSG_EXCHANGE = 1, MSG_DONE = 2, MSG_DIVERGED = 3,
-       MSG_PAUSE = 4 /* the worker stopped for a checkpoint after its last exchange (no payload) */ };
+       MSG_PAUSE = 4, /* the worker stopped for a checkpoint after its last exchange (no payload) */
+       MSG_FAILED = 5 /* the worker stops for good (inject.fail_rank): it leaves the BN average */ };
 /* STOP_CKPT: the exchange was applied; pause for a checkpoint. STOP_CKPT_VOID: the exchange was
  * NOT applied (a synchronous round that cannot complete while workers pause); pause, and an
  * easgd worker sends it again after the checkpoint. */
@@ -58,7 +59,9 @@ typedef struct srv {
     /* per worker i */
     msg_hdr *in, *out;       /* (p) last request header, reply header */
     float **gbuf, **rep;     /* (p)(n) payload received, reply payload */
-    float **bnbuf;           /* (p)(n_bn) BN statistics (server 0) */
+    float **bnbuf;           /* (p)(n_bn) BN statistics (server 0): the receive buffer, never read
+                                while its receive is posted */
+    float **bnlast;          /* (p)(n_bn) worker i's latest complete BN statistics (server 0) */
     char *held, *seen_bn;
     long *last_steps;        /* (p) steps reported at the previous exchange */
     /* rule state */
@@ -75,6 +78,11 @@ typedef struct srv {
     char *paused;            /* (p) worker i has paused (MSG_PAUSE) */
     int n_paused;
     char *left;              /* (p) worker i has left (done or failed) */
+    /* faults (docs/reliability.md) */
+    char *failed;            /* (p) worker i failed (inject.fail_rank) or was given up on: not in the BN average */
+    char *lost;              /* (p) worker i was silent for comm_timeout_s and given up on */
+    double *heard;           /* (p) wall time of the last message from worker i */
+    int n_lost;
     /* requests (indices into set) */
     comm_set *set;
     int *r_hdr, *r_data, *r_bn, *s_hdr, *s_data;

@@ -350,7 +350,7 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     const double t0 = wall_time();
     int st = 0;
     if (t->rank == 0) st = ckpt_prepare(t->ckpt_dir, label, err, sizeof err) ? EXIT_RUNTIME : 0;
-    if (comm_max_int(st)) {
+    if (comm_agree(st)) {
         if (t->rank == 0) fprintf(stderr, "dsgd-run: checkpoint at step %ld not written: %s\n", label, err);
         return EXIT_RUNTIME;
     }
@@ -362,7 +362,7 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     }
     st = err[0] ? EXIT_RUNTIME : 0;
     if (st) fprintf(stderr, "dsgd-run: rank %d: checkpoint at step %ld: %s\n", t->rank, label, err);
-    st = comm_max_int(st);
+    st = comm_agree(st);
     if (t->rank == 0) {
         if (st) ckpt_abandon(t->ckpt_dir, label);
         else if (ckpt_commit(t->ckpt_dir, label, err, sizeof err)) {
@@ -370,7 +370,7 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
             st = EXIT_RUNTIME;
         }
     }
-    st = comm_max_int(st);
+    st = comm_agree(st);
     if (!st) t->n_checkpoints++;
     if (t->log && !st)
         printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0), fflush(stdout);
@@ -409,7 +409,7 @@ static int evaluate_and_log(trainer *t, long step, double train_s, int status, i
         status = EXIT_RUNTIME;
     }
     /* The log rank's output failure stops everyone together. */
-    return comm_max_int(status);
+    return comm_agree(status);
 }
 
 /* Collective over the workers: each worker's mean seconds per step since the previous row

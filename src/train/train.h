@@ -61,6 +61,9 @@ typedef struct trainer {
                                  many iterations */
     int sig;                  /* CKPT_SIG_* the ranks agreed on at the last agreement point */
     long n_checkpoints;       /* written by this run */
+    int lost;                 /* ranks this rank gave up on (silent for comm_timeout_s) and went on
+                                 without: the job then ends with MPI_Abort (comm_finish), as a
+                                 stopped process never exits */
 
     /* Progress-line state of the log rank (train_log_*). */
     long last_log_step;
