@@ -9,8 +9,8 @@ PNG and PDF; and a summary table (final top-1 error, time to a target error, img
     /usr/bin/python3 tools/plot_runs.py runs/*.h5 [--out plots/fig] [--target 0.15] [--title T]
 
 Writes OUT.png, OUT.pdf (the four curve panels) and OUT-steptime.png, OUT-steptime.pdf. Runs
-that are still going are read through HDF5's SWMR mode (a consistent snapshot at their last
-flush); their rows are marked "running" in the table. Runs of the same method and p (e.g. a
+that are still going are read like finished ones: dsgd-run replaces the file whole at each
+publication (docs/output.md), so an open sees the last one; their rows are marked "running" in the table. Runs of the same method and p (e.g. a
 requeued job's pieces, or repeats) get the same colour. An existing OUT.* is never replaced
 unless --overwrite. Needs h5py and matplotlib (Debian: python3-h5py, python3-matplotlib).
 """
@@ -43,25 +43,15 @@ def attr(f, name, default=None):
 
 
 def columns(group, names):
-    """The named datasets of group, cut to their common length (a killed or running run may have
-    one more row in some datasets than in others: docs/output.md)."""
+    """The named datasets of group, cut to their common length (files written in SWMR mode by
+    earlier dsgd-run versions may have one more row in some datasets than in others when killed)."""
     ds = [group[n] for n in names]
-    for d in ds:
-        if hasattr(d, "refresh"):
-            try:
-                d.refresh()
-            except Exception:  # not opened in SWMR mode
-                pass
     n = min(len(d) for d in ds)
     return [d[:n] for d in ds]
 
 
 def read_run(path):
-    try:
-        f = h5py.File(path, "r", swmr=True)
-    except OSError:
-        f = h5py.File(path, "r")  # a file not written in SWMR mode
-    with f:
+    with h5py.File(path, "r") as f:
         r = {"path": path, "method": attr(f, "method", "?"), "p": attr(f, "p", 0), "b": attr(f, "b", 0),
              "m": attr(f, "m", 0), "iterations": attr(f, "iterations", 0), "status": attr(f, "status", None),
              "images_per_s": attr(f, "images_per_s", None), "device": attr(f, "device", "")}
