@@ -1366,6 +1366,17 @@ START_TEST(test_resume_refused) {
     H5Fclose(pf);
     ck_assert(runlog_resume(other, &meta, &keep, NULL, err, sizeof err) == NULL);
     ck_assert_msg(strstr(err, "not a dsgd-run run file (no root attribute dsgd_version)") != NULL, "message: %s", err);
+    /* The HDF5 1.10 format (superblock version 3) of the earlier SWMR writer: refused by name. */
+    char v3[600];
+    snprintf(v3, sizeof v3, "%s/v3.h5", dir);
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST);
+    pf = H5Fcreate(v3, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    ck_assert(pf >= 0);
+    H5Fclose(pf);
+    H5Pclose(fapl);
+    ck_assert(runlog_resume(v3, &meta, &keep, NULL, err, sizeof err) == NULL);
+    ck_assert_msg(strstr(err, "superblock version 3") != NULL && strstr(err, "earlier dsgd-run") != NULL, "message: %s", err);
 
     /* Another experiment's layout: the message names the attribute and both values. */
     static const runlog_array_spec peers4[3] = {

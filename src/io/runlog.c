@@ -10,8 +10,9 @@
  * 1. The working file lives in memory: HDF5's core driver without a backing store
  *    (H5Pset_fapl_core(fapl, increment, 0)). Every append, array rewrite and attribute goes
  *    there; HDF5 itself never writes to disk, so an I/O error can never leave HDF5 with a
- *    half-written file or an open object whose close fails (at exit, HDF5's atexit handler only
- *    frees memory).
+ *    half-written file or an open object whose close fails. The in-memory file is the only HDF5
+ *    object held open between calls (datasets are opened by name, briefly); at exit, HDF5's
+ *    atexit handler only frees memory, whatever path the process takes out.
  * 2. Publishing: H5Fget_file_image (a documented call whose result is a valid HDF5 file, the
  *    file as a close would leave it) copies the in-memory file into a buffer; we write() it to a
  *    hidden temporary beside the output (.<name>.new.<pid>.<ns>), fsync() it and rename() it
@@ -28,14 +29,16 @@
  *    the wall clock. Everything happens on the calling (log) thread between training steps.
  *    Cost: the whole file is written each time (what any replace-by-rename scheme pays; writing
  *    a copy of the published file and appending to it costs the same copy, plus an HDF5 open).
- *    Measured on the 2-core development machine (ext4 on a virtual disk, fsync included): 8 ms
- *    for a 1.6 MB file, 16-40 ms for 4.6 MB (22 500 /train and /ranks rows, p = 4), 170-400 ms
- *    for 116 MB (22 500 rows, p = 128): docs/output.md, "When data reaches the file".
- * 4. Final attributes and resume are plain edits of the in-memory file before a publication:
- *    runlog_close writes the staged end-of-run attributes and publishes; runlog_resume opens the
- *    run file with the core driver (read into memory; the file on disk is never opened for
- *    writing), checks it, cuts every group back to the checkpoint's rows, updates resumes and
- *    resumed_at and publishes over the old file.
+ *    Measured on the 2-core development machine (ext4 on a virtual disk, fsync included), 22 500
+ *    /train and /ranks rows: 11-21 ms for p = 4 (4.6 MB), 230-770 ms for p = 128 (116 MB):
+ *    docs/output.md, "When data reaches the file".
+ * 4. End-of-run attributes and resume are plain edits of the in-memory file: runlog_set_attr_*
+ *    writes there at once, runlog_close adds final_attributes (their names) and publishes;
+ *    runlog_resume opens the run file with the core driver (read into memory; the file on disk
+ *    is never opened for writing), checks it, cuts every group back to the checkpoint's rows,
+ *    updates resumes and resumed_at and publishes over the old file. A descriptor kept open on
+ *    the file published last (so its inode number cannot be reused) tells whether another run
+ *    replaced it (overwrite = true on the same output): then nothing more is written.
  * 5. Status on a full disk. `status` is a fixed-size string attribute (STATUS_LEN bytes,
  *    created empty with the file, "" meaning running or killed). When a publication fails, the
  *    run is over for the run file (the caller stops every rank with exit 1); runlog_close then
@@ -45,14 +48,22 @@
  *    write error: <why>". This is the one write into a published file, on this failure path
  *    only, and only into the file this run published last (checked by inode).
  *
- * The file uses HDF5's default (earliest) format: readable by every HDF5 from 1.8 on. Datasets
+ * The file uses the 1.8 format (libver bounds earliest..v18: superblock version 0, version-1
+ * object headers), readable by every HDF5 from 1.8 on, and required here: HDF5 1.10.8's
+ * H5Fget_file_image clears the open-for-write flags of a version 2 or 3 superblock in the image
+ * without updating its checksum (a resumed file of the earlier SWMR writer, superblock 3, came
+ * out unreadable), whereas a version 0 superblock has no checksum. runlog_resume therefore
+ * refuses files with a newer superblock (only the earlier dsgd-run wrote those). Datasets
  * of /train, /eval, /eval_local, /ranks and the growing method arrays are chunked with
  * unlimited rows; fixed arrays are contiguous with a fill value (zero, NaN).
  *
- * HDF5 API used, checked against the 1.10, 1.12 and 1.14 public headers: H5Pset_fapl_core,
- * H5Fget_file_image (since 1.8.9), H5Fcreate/H5Fopen/H5Fflush/H5Fclose, H5G/H5D/H5S/H5T/H5A
- * calls that none of these versions removed or changed (no H5Literate, H5Oget_info, H5Fis_hdf5,
- * no file-driver or SWMR call); grep -n H5FD src/ finds only H5Pset_fapl_core's header.
+ * HDF5 API used, checked against Debian's 1.10.8 headers and the current reference manual
+ * (support.hdfgroup.org, 1.14 on): H5Pset_fapl_core (hbool_t became bool, same ABI),
+ * H5Pset_libver_bounds with H5F_LIBVER_V18 (1.10 on), H5Fget_info2 (1.10 on),
+ * H5Fget_file_image (1.8.9 on), H5Fcreate/H5Fopen/H5Fflush/H5Fclose, H5D/H5S/H5T/H5A/H5L
+ * calls and property lists that none of these versions removed or changed (no H5Literate,
+ * H5Oget_info, H5Fis_hdf5, no file-driver class, no SWMR call), so no H5_VERSION_GE guard is
+ * needed; a grep of src/ for the file-driver prefix (H5 + FD) finds nothing.
  *
  * Limits: the guarantee covers process death (SIGKILL, OOM killer, MPI abort). The temporary is
  * fsync'ed before the rename, so after a power loss the path names the old file or the new one
@@ -154,12 +165,6 @@ static const colspec ranks_cols[NRANKS] = {
                     "assembling it) over the steps since the previous row; NaN where not measured"},
 };
 
-typedef struct {
-    char *name;
-    char *s; /* NULL for a double */
-    double d;
-} staged_attr;
-
 /* Root attributes runlog writes itself: runlog_set_attr_* refuses them and runlog_resume never
  * removes them. final_attributes lists (one per line) the names runlog_close wrote from
  * runlog_set_attr_*, so that runlog_resume knows which attributes end a run. */
@@ -178,33 +183,29 @@ static int is_own_attr(const char *name) {
 
 /* One method array of meta.arrays: fixed shape, or growing rows (spec.grows). */
 typedef struct {
-    char *obj; /* "/" + spec name, for messages */
-    hid_t ds;
+    char *obj; /* "/" + spec name */
     int f64;   /* float64, NaN-filled (else int64, zero-filled) */
     int grows; /* unlimited rows: as many as the last write gave */
     long rows, cols;
 } method_array;
 
 struct runlog {
-    hid_t file;              /* the working file, in memory (core driver, no backing store) */
-    hid_t train[NTRAIN], eval[NEVAL];
+    hid_t file;              /* the working file, in memory (core driver, no backing store): the
+                                only HDF5 object held open; datasets are opened by name as needed */
     hsize_t n_train, n_eval; /* rows in the in-memory file */
     int nbuf;                /* rows waiting in the buffer */
     int64_t buf_step[TRAIN_BUF];
     double buf_time[TRAIN_BUF], buf_loss[TRAIN_BUF], buf_alpha[TRAIN_BUF];
-    hid_t eval_local[NEVAL]; /* all invalid without meta.eval_local */
     int has_eval_local;
     hsize_t n_eval_local;
     int ranks;               /* columns of /ranks; 0: no /ranks group */
-    hid_t ranks_step, ranks_ds[NRANKS];
     hsize_t n_ranks;         /* /ranks rows in the in-memory file */
     int nrbuf;               /* /ranks rows waiting in the buffers */
     int64_t rbuf_step[RANKS_BUF];
     double *rbuf[NRANKS];    /* [RANKS_BUF][ranks] each, row-major, in one allocation at create */
     method_array *arrays;
     int n_arrays;
-    staged_attr *attrs;
-    int nattrs, capattrs;
+    char *final_names;       /* names given to runlog_set_attr_*, one per line (final_attributes) */
     int failed;       /* a write or publication failed: the file is no longer extended */
     int fd;           /* -1, or open on the file this run published last: its identity, kept from
                          reuse while open, notices another run that replaced it (overwrite) */
@@ -255,51 +256,56 @@ static int attr_string(hid_t obj, const char *objname, const char *name, const c
     return rc;
 }
 
-/* A chunked extendible dataset of 0 rows with its units and description attributes: 1-D when
- * cols == 0, else 2-D [rows, cols] with cols fixed and chunks of chunk rows by all cols. */
-static hid_t make_column(hid_t group, const char *gname, const colspec *c, hid_t ftype, hsize_t chunk, hsize_t cols,
-                         const char *path, char *err, size_t errlen) {
+/* A chunked extendible dataset of 0 rows (parent groups created) with its units and description
+ * attributes: 1-D when cols == 0, else 2-D [rows, cols] with cols fixed, chunks of chunk rows by
+ * all cols and a `columns` attribute ("worker rank 0..cols-1"). */
+static int make_column(hid_t f, const char *gname, const colspec *c, hid_t ftype, hsize_t chunk, hsize_t cols,
+                       const char *path, char *err, size_t errlen) {
     char obj[64];
     snprintf(obj, sizeof obj, "%s/%s", gname, c->name);
     int rank = cols ? 2 : 1;
     hsize_t dims[2] = {0, cols}, maxdims[2] = {H5S_UNLIMITED, cols}, cdims[2] = {chunk, cols};
     hid_t space = H5Screate_simple(rank, dims, maxdims);
     if (space < 0) return h5fail(err, errlen, path, "H5Screate_simple", obj);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    if (dcpl < 0) { H5Sclose(space); return h5fail(err, errlen, path, "H5Pcreate", obj); }
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     hid_t ds = H5I_INVALID_HID;
-    if (H5Pset_chunk(dcpl, rank, cdims) < 0) h5fail(err, errlen, path, "H5Pset_chunk", obj);
+    if (dcpl < 0 || lcpl < 0) h5fail(err, errlen, path, "H5Pcreate", obj);
+    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
+    else if (H5Pset_chunk(dcpl, rank, cdims) < 0) h5fail(err, errlen, path, "H5Pset_chunk", obj);
     else if (H5Pset_obj_track_times(dcpl, 0) < 0) h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
-    else if ((ds = H5Dcreate2(group, c->name, ftype, space, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0)
+    else if ((ds = H5Dcreate2(f, obj, ftype, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
         h5fail(err, errlen, path, "H5Dcreate2", obj);
-    H5Pclose(dcpl);
+    if (lcpl >= 0) H5Pclose(lcpl);
+    if (dcpl >= 0) H5Pclose(dcpl);
     H5Sclose(space);
-    if (ds < 0) return H5I_INVALID_HID;
-    if (attr_string(ds, obj, "units", c->units, path, err, errlen) < 0 ||
-        attr_string(ds, obj, "description", c->description, path, err, errlen) < 0) {
-        H5Dclose(ds);
-        return H5I_INVALID_HID;
-    }
-    return ds;
+    if (ds < 0) return -1;
+    char columns[64];
+    snprintf(columns, sizeof columns, "worker rank 0..%llu", (unsigned long long)cols - 1);
+    int rc = attr_string(ds, obj, "units", c->units, path, err, errlen) < 0 ||
+             attr_string(ds, obj, "description", c->description, path, err, errlen) < 0 ||
+             (cols && attr_string(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
+    if (H5Dclose(ds) < 0 && rc == 0) rc = h5fail(err, errlen, path, "H5Dclose", obj);
+    return rc;
 }
 
-/* Append n rows from buf (memory type mtype, row-major) to ds, which holds n0 rows: a 1-D
- * dataset when cols == 0, else a 2-D one of cols columns. */
-static int append(runlog *r, hid_t ds, const char *obj, hid_t mtype, hsize_t n0, hsize_t n, hsize_t cols, const void *buf) {
+/* Append n rows from buf (memory type mtype, row-major) to dataset obj of the in-memory file,
+ * which holds n0 rows: a 1-D dataset when cols == 0, else a 2-D one of cols columns. */
+static int append(runlog *r, const char *obj, hid_t mtype, hsize_t n0, hsize_t n, hsize_t cols, const void *buf) {
     int rank = cols ? 2 : 1;
     hsize_t total[2] = {n0 + n, cols}, start[2] = {n0, 0}, count[2] = {n, cols};
-    if (H5Dset_extent(ds, total) < 0) return h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", obj);
-    hid_t fspace = H5Dget_space(ds);
-    if (fspace < 0) return h5fail(r->err, sizeof r->err, r->path, "H5Dget_space", obj);
-    hid_t mspace = H5Screate_simple(rank, count, NULL);
-    if (mspace < 0) { H5Sclose(fspace); return h5fail(r->err, sizeof r->err, r->path, "H5Screate_simple", obj); }
+    hid_t ds = H5Dopen2(r->file, obj, H5P_DEFAULT);
+    if (ds < 0) return h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", obj);
+    if (H5Dset_extent(ds, total) < 0) { H5Dclose(ds); return h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", obj); }
+    hid_t fspace = H5Dget_space(ds), mspace = H5Screate_simple(rank, count, NULL);
     int rc = 0;
-    if (H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
+    if (fspace < 0 || mspace < 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dget_space/H5Screate_simple", obj);
+    else if (H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
         rc = h5fail(r->err, sizeof r->err, r->path, "H5Sselect_hyperslab", obj);
     else if (H5Dwrite(ds, mtype, mspace, fspace, H5P_DEFAULT, buf) < 0)
         rc = h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", obj);
-    H5Sclose(mspace);
-    H5Sclose(fspace);
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    if (H5Dclose(ds) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", obj);
     return rc;
 }
 
@@ -311,7 +317,7 @@ static int write_train(runlog *r) {
         char obj[64];
         snprintf(obj, sizeof obj, "/train/%s", train_cols[i].name);
         hid_t mtype = i == T_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
-        if (append(r, r->train[i], obj, mtype, r->n_train, (hsize_t)r->nbuf, 0, cols[i]) < 0) return -1;
+        if (append(r, obj, mtype, r->n_train, (hsize_t)r->nbuf, 0, cols[i]) < 0) return -1;
     }
     r->n_train += (hsize_t)r->nbuf;
     r->nbuf = 0;
@@ -321,12 +327,12 @@ static int write_train(runlog *r) {
 /* Append the buffered /ranks rows. */
 static int write_ranks(runlog *r) {
     if (r->nrbuf == 0) return 0;
-    if (append(r, r->ranks_step, "/ranks/step", H5T_NATIVE_INT64, r->n_ranks, (hsize_t)r->nrbuf, 0, r->rbuf_step) < 0)
+    if (append(r, "/ranks/step", H5T_NATIVE_INT64, r->n_ranks, (hsize_t)r->nrbuf, 0, r->rbuf_step) < 0)
         return -1;
     for (int q = 0; q < NRANKS; q++) {
         char obj[64];
         snprintf(obj, sizeof obj, "/ranks/%s", ranks_cols[q].name);
-        if (append(r, r->ranks_ds[q], obj, H5T_NATIVE_DOUBLE, r->n_ranks, (hsize_t)r->nrbuf, (hsize_t)r->ranks, r->rbuf[q]) < 0)
+        if (append(r, obj, H5T_NATIVE_DOUBLE, r->n_ranks, (hsize_t)r->nrbuf, (hsize_t)r->ranks, r->rbuf[q]) < 0)
             return -1;
     }
     r->n_ranks += (hsize_t)r->nrbuf;
@@ -337,16 +343,15 @@ static int write_ranks(runlog *r) {
 /* Write the buffered /train and /ranks rows (at an evaluation, at close). */
 static int write_buffers(runlog *r) { return write_train(r) < 0 || write_ranks(r) < 0 ? -1 : 0; }
 
-/* Append one row to the NEVAL columns ds of group gname (/eval or /eval_local), which hold n rows. */
-static int append_eval_row(runlog *r, const hid_t *ds, const char *gname, hsize_t n, long step, double time_s, double epoch,
+/* Append one row to the NEVAL columns of group gname (/eval or /eval_local), which hold n rows. */
+static int append_eval_row(runlog *r, const char *gname, hsize_t n, long step, double time_s, double epoch,
                            double loss, double top1_error, double top5_error) {
     int64_t s = step;
     const double v[NEVAL] = {0, time_s, epoch, loss, top1_error, top5_error};
     for (int i = 0; i < NEVAL; i++) {
         char obj[64];
         snprintf(obj, sizeof obj, "%s/%s", gname, eval_cols[i].name);
-        int rc = i == E_STEP ? append(r, ds[i], obj, H5T_NATIVE_INT64, n, 1, 0, &s)
-                             : append(r, ds[i], obj, H5T_NATIVE_DOUBLE, n, 1, 0, &v[i]);
+        int rc = i == E_STEP ? append(r, obj, H5T_NATIVE_INT64, n, 1, 0, &s) : append(r, obj, H5T_NATIVE_DOUBLE, n, 1, 0, &v[i]);
         if (rc < 0) return -1;
     }
     return 0;
@@ -515,27 +520,11 @@ static int publish_if_due(runlog *r) {
     return mono_now() - r->last_publish >= every ? publish_all(r) : 0;
 }
 
-/* Close every open handle of r, the in-memory file last (errors ignored: nothing of it is on disk). */
-static void close_handles(runlog *r) {
-    for (int i = 0; i < NTRAIN; i++)
-        if (r->train[i] >= 0) H5Dclose(r->train[i]), r->train[i] = H5I_INVALID_HID;
-    for (int i = 0; i < NEVAL; i++)
-        if (r->eval[i] >= 0) H5Dclose(r->eval[i]), r->eval[i] = H5I_INVALID_HID;
-    for (int i = 0; i < NEVAL; i++)
-        if (r->eval_local[i] >= 0) H5Dclose(r->eval_local[i]), r->eval_local[i] = H5I_INVALID_HID;
-    if (r->ranks_step >= 0) H5Dclose(r->ranks_step), r->ranks_step = H5I_INVALID_HID;
-    for (int q = 0; q < NRANKS; q++)
-        if (r->ranks_ds[q] >= 0) H5Dclose(r->ranks_ds[q]), r->ranks_ds[q] = H5I_INVALID_HID;
-    for (int i = 0; i < r->n_arrays; i++)
-        if (r->arrays[i].ds >= 0) H5Dclose(r->arrays[i].ds), r->arrays[i].ds = H5I_INVALID_HID;
-    if (r->file >= 0) H5Fclose(r->file), r->file = H5I_INVALID_HID;
-    H5Eclear2(H5E_DEFAULT);
-}
-
+/* Free r, closing the in-memory file (nothing of it is on disk: errors do not matter). */
 static void free_runlog(runlog *r) {
-    close_handles(r);
-    for (int i = 0; i < r->nattrs; i++) free(r->attrs[i].name), free(r->attrs[i].s);
-    free(r->attrs);
+    if (r->file >= 0) H5Fclose(r->file);
+    H5Eclear2(H5E_DEFAULT);
+    free(r->final_names);
     for (int i = 0; i < r->n_arrays; i++) free(r->arrays[i].obj);
     free(r->arrays);
     free(r->rbuf[0]); /* the one allocation behind every rbuf[q] */
@@ -550,10 +539,6 @@ static runlog *new_runlog(const char *path, const runlog_meta *meta) {
     runlog *r = xcalloc(1, sizeof *r);
     r->file = H5I_INVALID_HID;
     r->fd = -1;
-    for (int i = 0; i < NTRAIN; i++) r->train[i] = H5I_INVALID_HID;
-    for (int i = 0; i < NEVAL; i++) r->eval[i] = r->eval_local[i] = H5I_INVALID_HID;
-    r->ranks_step = H5I_INVALID_HID;
-    for (int q = 0; q < NRANKS; q++) r->ranks_ds[q] = H5I_INVALID_HID;
     snprintf(r->path, sizeof r->path, "%s", path);
     r->has_eval_local = meta->eval_local != 0;
     r->ranks = meta->ranks;
@@ -569,7 +554,6 @@ static runlog *new_runlog(const char *path, const runlog_meta *meta) {
         for (int i = 0; i < r->n_arrays; i++) {
             const runlog_array_spec *a = &meta->arrays[i];
             method_array *m = &r->arrays[i];
-            m->ds = H5I_INVALID_HID;
             m->f64 = a->float64 != 0;
             m->grows = a->grows != 0;
             m->rows = a->rows;
@@ -611,7 +595,7 @@ static int check_meta(const runlog_meta *meta, const char *fn, const char *path,
 
 /* The dataset of method array a (parent groups created): fixed arrays contiguous of their shape,
  * read as the fill value (zero, NaN) until written; growing ones chunked, 0 rows, unlimited. */
-static hid_t make_array(hid_t f, const runlog_array_spec *a, const char *obj, const char *path, char *err, size_t errlen) {
+static int make_array(hid_t f, const runlog_array_spec *a, const char *obj, const char *path, char *err, size_t errlen) {
     int nd = a->cols ? 2 : 1;
     hsize_t dims[2] = {a->grows ? 0 : (hsize_t)a->rows, (hsize_t)a->cols}, maxd[2] = {H5S_UNLIMITED, (hsize_t)a->cols};
     hsize_t chunk[2] = {ARRAY_CHUNK, (hsize_t)a->cols};
@@ -633,13 +617,11 @@ static hid_t make_array(hid_t f, const runlog_array_spec *a, const char *obj, co
     if (lcpl >= 0) H5Pclose(lcpl);
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Sclose(space);
-    if (ds < 0) return H5I_INVALID_HID;
-    if (attr_string(ds, obj, "units", a->units, path, err, errlen) < 0 ||
-        attr_string(ds, obj, "description", a->description, path, err, errlen) < 0) {
-        H5Dclose(ds);
-        return H5I_INVALID_HID;
-    }
-    return ds;
+    if (ds < 0) return -1;
+    int rc = attr_string(ds, obj, "units", a->units, path, err, errlen) < 0 ||
+             attr_string(ds, obj, "description", a->description, path, err, errlen) < 0 ? -1 : 0;
+    if (H5Dclose(ds) < 0 && rc == 0) rc = h5fail(err, errlen, path, "H5Dclose", obj);
+    return rc;
 }
 
 /* The current UTC time, ISO-8601 ("2025-01-31T12:00:00Z"), into buf; -1 if it cannot be read. */
@@ -650,13 +632,16 @@ static int utc_now(char *buf, size_t n) {
     return 0;
 }
 
-/* A file access property list for the in-memory working file (part 1 of the header comment). */
-static hid_t memory_fapl(const char *path, char *err, size_t errlen) {
+/* A file access property list for the in-memory working file (part 1 of the header comment);
+ * for a new file (create), in the 1.8 file format (superblock version 0: see the header comment
+ * on the format; a file opened keeps its own and must be checked). */
+static hid_t memory_fapl(int create, const char *path, char *err, size_t errlen) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl < 0) return h5fail(err, errlen, path, "H5Pcreate", "file access properties");
-    if (H5Pset_fapl_core(fapl, MEM_INCREMENT, 0) < 0) {
+    if (H5Pset_fapl_core(fapl, MEM_INCREMENT, 0) < 0 ||
+        (create && H5Pset_libver_bounds(fapl, H5F_LIBVER_EARLIEST, H5F_LIBVER_V18) < 0)) {
         H5Pclose(fapl);
-        return h5fail(err, errlen, path, "H5Pset_fapl_core", "file access properties");
+        return h5fail(err, errlen, path, "H5Pset_fapl_core/H5Pset_libver_bounds", "file access properties");
     }
     return fapl;
 }
@@ -706,48 +691,22 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
             return -1;
     }
 
-    /* /train, /eval and, if asked for, /eval_local (the columns of /eval). */
+    /* /train, /eval and, if asked for, /eval_local (the columns of /eval; column 0 is step in all). */
     for (int g = 0; g < 3; g++) {
         if (g == 2 && !r->has_eval_local) break;
         const char *gname = g == 0 ? "/train" : g == 1 ? "/eval" : "/eval_local";
-        hid_t grp = H5Gcreate2(f, gname, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        if (grp < 0) return h5fail(err, errlen, path, "H5Gcreate2", gname);
-        int ncols = g == 0 ? NTRAIN : NEVAL;
-        for (int i = 0; i < ncols; i++) {
-            const colspec *c = g == 0 ? &train_cols[i] : &eval_cols[i];
-            hid_t ftype = i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE; /* column 0 is step in all */
-            hid_t ds = make_column(grp, gname, c, ftype, g == 0 ? TRAIN_CHUNK : EVAL_CHUNK, 0, path, err, errlen);
-            if (ds < 0) { H5Gclose(grp); return -1; }
-            if (g == 0) r->train[i] = ds;
-            else if (g == 1) r->eval[i] = ds;
-            else r->eval_local[i] = ds;
-        }
-        if (H5Gclose(grp) < 0) return h5fail(err, errlen, path, "H5Gclose", gname);
-    }
-
-    /* /ranks: step, and the 2-D [row, ranks] timing datasets with a `columns` attribute. */
-    if (r->ranks > 0) {
-        hid_t grp = H5Gcreate2(f, "/ranks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        if (grp < 0) return h5fail(err, errlen, path, "H5Gcreate2", "/ranks");
-        char columns[64];
-        snprintf(columns, sizeof columns, "worker rank 0..%d", r->ranks - 1);
-        r->ranks_step = make_column(grp, "/ranks", &ranks_step_col, H5T_STD_I64LE, RANKS_CHUNK, 0, path, err, errlen);
-        if (r->ranks_step < 0) { H5Gclose(grp); return -1; }
-        for (int q = 0; q < NRANKS; q++) {
-            char obj[64];
-            snprintf(obj, sizeof obj, "/ranks/%s", ranks_cols[q].name);
-            r->ranks_ds[q] = make_column(grp, "/ranks", &ranks_cols[q], H5T_IEEE_F64LE, RANKS_CHUNK, (hsize_t)r->ranks, path, err, errlen);
-            if (r->ranks_ds[q] < 0 || attr_string(r->ranks_ds[q], obj, "columns", columns, path, err, errlen) < 0) {
-                H5Gclose(grp);
+        for (int i = 0; i < (g == 0 ? NTRAIN : NEVAL); i++)
+            if (make_column(f, gname, g == 0 ? &train_cols[i] : &eval_cols[i], i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE,
+                            g == 0 ? TRAIN_CHUNK : EVAL_CHUNK, 0, path, err, errlen) < 0)
                 return -1;
-            }
-        }
-        if (H5Gclose(grp) < 0) return h5fail(err, errlen, path, "H5Gclose", "/ranks");
     }
-
+    /* /ranks: step, and the 2-D [row, ranks] timing datasets. */
+    if (r->ranks > 0 && make_column(f, "/ranks", &ranks_step_col, H5T_STD_I64LE, RANKS_CHUNK, 0, path, err, errlen) < 0) return -1;
+    for (int q = 0; q < NRANKS && r->ranks > 0; q++)
+        if (make_column(f, "/ranks", &ranks_cols[q], H5T_IEEE_F64LE, RANKS_CHUNK, (hsize_t)r->ranks, path, err, errlen) < 0) return -1;
     /* The method's arrays. */
     for (int i = 0; i < r->n_arrays; i++)
-        if ((r->arrays[i].ds = make_array(f, &meta->arrays[i], r->arrays[i].obj, path, err, errlen)) < 0) return -1;
+        if (make_array(f, &meta->arrays[i], r->arrays[i].obj, path, err, errlen) < 0) return -1;
     return 0;
 }
 
@@ -774,7 +733,7 @@ runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, 
     if (make_parents(path, err, errlen) < 0) return NULL;
 
     runlog *r = new_runlog(path, meta);
-    hid_t fapl = memory_fapl(path, err, errlen);
+    hid_t fapl = memory_fapl(1, path, err, errlen);
     if (fapl < 0) {
         free_runlog(r);
         return NULL;
@@ -809,7 +768,7 @@ int runlog_train(runlog *r, long step, double time_s, double loss, double alpha)
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                 double top5_error) {
     if (!r || r->failed) return -1;
-    if (append_eval_row(r, r->eval, "/eval", r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
+    if (append_eval_row(r, "/eval", r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
         r->failed = 1;
         return -1;
     }
@@ -838,7 +797,7 @@ int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double 
         seterr(r->err, sizeof r->err, "%s: runlog_eval_local: the file has no /eval_local (created without meta.eval_local)", r->path);
         return -1;
     }
-    if (append_eval_row(r, r->eval_local, "/eval_local", r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
+    if (append_eval_row(r, "/eval_local", r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
         r->failed = 1;
         return -1;
     }
@@ -894,16 +853,14 @@ static int array_write(runlog *r, int index, const void *data, long rows, int f6
         return -1;
     }
     hsize_t dims[2] = {(hsize_t)rows, (hsize_t)a->cols};
-    hid_t mtype = f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_LLONG;
-    if (a->grows && H5Dset_extent(a->ds, dims) < 0) {
-        r->failed = 1;
-        return h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", a->obj);
-    }
-    if (rows > 0 && H5Dwrite(a->ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
-        r->failed = 1;
-        return h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", a->obj);
-    }
-    return 0;
+    hid_t ds = H5Dopen2(r->file, a->obj, H5P_DEFAULT);
+    int rc = ds < 0 ? h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", a->obj) : 0;
+    if (rc == 0 && a->grows && H5Dset_extent(ds, dims) < 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", a->obj);
+    if (rc == 0 && rows > 0 && H5Dwrite(ds, f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+        rc = h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", a->obj);
+    if (ds >= 0 && H5Dclose(ds) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", a->obj);
+    if (rc != 0) r->failed = 1;
+    return rc;
 }
 
 static long spec_rows(const runlog *r, int index) { return r && index >= 0 && index < r->n_arrays ? r->arrays[index].rows : 0; }
@@ -912,68 +869,37 @@ int runlog_array_f64(runlog *r, int index, const double *data) { return array_wr
 int runlog_array_rows(runlog *r, int index, const long long *data, long rows) { return array_write(r, index, data, rows, 0); }
 int runlog_array_rows_f64(runlog *r, int index, const double *data, long rows) { return array_write(r, index, data, rows, 1); }
 
-/* Stage a root attribute (replacing an earlier value of the same name). */
-static int stage(runlog *r, const char *name, const char *s, double d) {
+/* A root attribute of the end of the run: into the in-memory file now (replacing an earlier
+ * value; status into its slot), its name into final_attributes at close. */
+static int set_attr(runlog *r, const char *name, const char *s, double d) {
     if (!r) return -1;
-    if (!name || !name[0]) {
-        seterr(r->err, sizeof r->err, "%s: root attribute with an empty name", r->path);
+    if (!name || !name[0] || strchr(name, '\n')) {
+        seterr(r->err, sizeof r->err, "%s: root attribute with an empty name (or a newline in it)", r->path);
         return -1;
     }
     if (is_own_attr(name)) {
         seterr(r->err, sizeof r->err, "%s: root attribute %s is written by runlog itself, not at the end of the run", r->path, name);
         return -1;
     }
-    staged_attr *a = NULL;
-    for (int i = 0; i < r->nattrs; i++)
-        if (strcmp(r->attrs[i].name, name) == 0) a = &r->attrs[i];
-    if (!a) {
-        if (r->nattrs == r->capattrs) {
-            int cap = r->capattrs ? 2 * r->capattrs : 8;
-            staged_attr *na = realloc(r->attrs, (size_t)cap * sizeof *na);
-            if (!na) DIE("out of memory staging attribute %s", name);
-            r->attrs = na;
-            r->capattrs = cap;
-        }
-        a = &r->attrs[r->nattrs++];
-        a->name = xmalloc(strlen(name) + 1);
-        strcpy(a->name, name);
-    } else {
-        free(a->s);
+    int rc = !s ? attr_write(r->file, "/", name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d, r->path, r->err, sizeof r->err)
+             : strcmp(name, "status") == 0 ? status_write(r->file, s, r->path, r->err, sizeof r->err)
+                                           : attr_string(r->file, "/", name, s, r->path, r->err, sizeof r->err);
+    size_t have = r->final_names ? strlen(r->final_names) : 0, len = strlen(name);
+    for (const char *p = r->final_names; rc == 0 && p && *p; p += strcspn(p, "\n"), p += *p == '\n')
+        if (strncmp(p, name, len) == 0 && (p[len] == '\n' || p[len] == '\0')) return 0; /* listed already */
+    if (rc == 0) {
+        r->final_names = realloc(r->final_names, have + len + 2);
+        if (!r->final_names) DIE("out of memory for attribute %s", name);
+        snprintf(r->final_names + have, len + 2, "%s%s", have ? "\n" : "", name);
     }
-    a->s = NULL;
-    a->d = d;
-    if (s) {
-        a->s = xmalloc(strlen(s) + 1);
-        strcpy(a->s, s);
-    }
-    return 0;
-}
-
-int runlog_set_attr_double(runlog *r, const char *name, double v) { return stage(r, name, NULL, v); }
-
-int runlog_set_attr_string(runlog *r, const char *name, const char *v) { return stage(r, name, v ? v : "", 0); }
-
-const char *runlog_error(const runlog *r) { return r ? r->err : "no run file"; }
-
-/* The staged attributes into the in-memory file (status into its slot), and their names, one
- * per line, into final_attributes: the attributes runlog_resume removes. */
-static int write_final_attrs(runlog *r) {
-    size_t listlen = 1;
-    for (int i = 0; i < r->nattrs; i++) {
-        const staged_attr *a = &r->attrs[i];
-        int rc = !a->s ? attr_write(r->file, "/", a->name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &a->d, r->path, r->err, sizeof r->err)
-                 : strcmp(a->name, "status") == 0 ? status_write(r->file, a->s, r->path, r->err, sizeof r->err)
-                                                  : attr_string(r->file, "/", a->name, a->s, r->path, r->err, sizeof r->err);
-        if (rc < 0) return -1;
-        listlen += strlen(a->name) + 1;
-    }
-    char *list = xmalloc(listlen), *end = list;
-    for (int i = 0; i < r->nattrs; i++) end += sprintf(end, "%s%s", i ? "\n" : "", r->attrs[i].name);
-    *end = '\0';
-    int rc = attr_string(r->file, "/", "final_attributes", list, r->path, r->err, sizeof r->err);
-    free(list);
     return rc;
 }
+
+int runlog_set_attr_double(runlog *r, const char *name, double v) { return set_attr(r, name, NULL, v); }
+
+int runlog_set_attr_string(runlog *r, const char *name, const char *v) { return set_attr(r, name, v ? v : "", 0); }
+
+const char *runlog_error(const runlog *r) { return r ? r->err : "no run file"; }
 
 /* The run could not publish its file: write "stopped: run-file write error: <why>" into the
  * status slot of the file it published last, in place (part 5 of the header comment). Returns 0
@@ -995,7 +921,9 @@ int runlog_close(runlog *r) {
     if (!r) return 0;
     int reported = r->failed; /* an earlier failure was already reported by its caller */
     int rc = r->failed ? -1 : 0;
-    if (rc == 0 && (write_buffers(r) < 0 || write_final_attrs(r) < 0 || publish(r, 0, r->err, sizeof r->err) < 0)) rc = -1;
+    if (rc == 0 && r->final_names &&
+        attr_string(r->file, "/", "final_attributes", r->final_names, r->path, r->err, sizeof r->err) < 0) rc = -1;
+    if (rc == 0 && (write_buffers(r) < 0 || publish(r, 0, r->err, sizeof r->err) < 0)) rc = -1;
     if (rc != 0) {
         /* r is freed below, so nobody could ask runlog_error: say it here. */
         if (!reported) fprintf(stderr, "dsgd-run: error closing the run file: %s\n", r->err);
@@ -1094,7 +1022,7 @@ static int root_integer(hid_t f, const char *name, hid_t mtype, void *out, const
 
 /* Open dataset obj of a run file: 1-D, or 2-D of cols columns (the /ranks timing datasets), with
  * unlimited rows. Its rows into *n. -1 with err filled if it is missing or shaped otherwise. */
-static hid_t open_column(hid_t f, const char *obj, int cols, hsize_t *n, const char *path, char *err, size_t errlen) {
+static int open_column(hid_t f, const char *obj, int cols, hsize_t *n, const char *path, char *err, size_t errlen) {
     htri_t e = obj_exists(f, obj);
     if (e < 0) return h5fail(err, errlen, path, "H5Lexists", obj);
     if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no dataset %s)", obj);
@@ -1106,19 +1034,16 @@ static hid_t open_column(hid_t f, const char *obj, int cols, hsize_t *n, const c
     int nd = H5Sget_simple_extent_ndims(space);
     int ok = nd == (cols ? 2 : 1) && H5Sget_simple_extent_dims(space, dims, maxd) >= 0 && maxd[0] == H5S_UNLIMITED;
     H5Sclose(space);
+    H5Dclose(ds);
     H5Eclear2(H5E_DEFAULT);
-    if (!ok) {
-        H5Dclose(ds);
+    if (!ok)
         return refuse(err, errlen, path, "it is not a dsgd-run run file (%s is not a %s dataset of unlimited rows)", obj,
                       cols ? "2-D" : "1-D");
-    }
-    if (cols && dims[1] != (hsize_t)cols) {
-        H5Dclose(ds);
+    if (cols && dims[1] != (hsize_t)cols)
         return refuse(err, errlen, path, "the run file has ranks = %llu (columns of %s), the experiment ranks = %d",
                       (unsigned long long)dims[1], obj, cols);
-    }
     *n = dims[0];
-    return ds;
+    return 0;
 }
 
 /* "[4, 4] int64" (or "[growing] float64") for a method array's shape and type. */
@@ -1132,7 +1057,7 @@ static void shape_text(char *buf, size_t n, int nd, const hsize_t *dims, int f64
 
 /* Method array i of meta in the run file: same name, type and shape (for a growing one: the
  * columns, unlimited rows), else -1 with err filled. */
-static hid_t open_array(hid_t f, const runlog_meta *meta, int i, const char *obj, const char *path, char *err, size_t errlen) {
+static int open_array(hid_t f, const runlog_meta *meta, int i, const char *obj, const char *path, char *err, size_t errlen) {
     const runlog_array_spec *a = &meta->arrays[i];
     hsize_t want[2] = {a->grows ? H5S_UNLIMITED : (hsize_t)a->rows, (hsize_t)a->cols};
     char wants[96];
@@ -1151,23 +1076,21 @@ static hid_t open_array(hid_t f, const runlog_meta *meta, int i, const char *obj
     if (space >= 0) H5Sclose(space);
     if (t >= 0) H5Tclose(t);
     H5Eclear2(H5E_DEFAULT);
+    H5Dclose(ds);
     int f64 = c == H5T_FLOAT;
-    if ((c != H5T_FLOAT && c != H5T_INTEGER) || size != 8 || (nd != 1 && nd != 2)) {
-        H5Dclose(ds);
+    if ((c != H5T_FLOAT && c != H5T_INTEGER) || size != 8 || (nd != 1 && nd != 2))
         return refuse(err, errlen, path, "it is not a dsgd-run run file (%s is not a 1-D or 2-D int64 or float64 dataset)", obj);
-    }
     if (maxd[0] == H5S_UNLIMITED) dims[0] = H5S_UNLIMITED;
     if (nd != (a->cols ? 2 : 1) || dims[0] != want[0] || (nd == 2 && dims[1] != want[1]) || f64 != (a->float64 != 0)) {
         char has[96];
         shape_text(has, sizeof has, nd, dims, f64);
-        H5Dclose(ds);
         return refuse(err, errlen, path, "the run file has fixed array %s of %s, the experiment %s", obj, has, wants);
     }
-    return ds;
+    return 0;
 }
 
 /* Check that r->file is a run file of meta's layout with at least keep complete rows in every
- * group, and open all its datasets into r. err: "cannot resume <path>: ..." for a file that is
+ * group. err: "cannot resume <path>: ..." for a file that is
  * not this experiment's, an HDF5 message for a failure. r->n_* are not touched. */
 static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *keep, char *err, size_t errlen) {
     hid_t f = r->file;
@@ -1215,31 +1138,28 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
     char obj[64];
     for (int i = 0; i < NTRAIN; i++) {
         snprintf(obj, sizeof obj, "/train/%s", train_cols[i].name);
-        if ((r->train[i] = open_column(f, obj, 0, &n, path, err, errlen)) < 0) return -1;
+        if (open_column(f, obj, 0, &n, path, err, errlen) < 0) return -1;
         if (n < rows[0]) rows[0] = n;
     }
     for (int g = 1; g <= 2; g++) {
         if (g == 2 && !r->has_eval_local) break;
         for (int i = 0; i < NEVAL; i++) {
             snprintf(obj, sizeof obj, "%s/%s", g == 1 ? "/eval" : "/eval_local", eval_cols[i].name);
-            hid_t ds = open_column(f, obj, 0, &n, path, err, errlen);
-            if (ds < 0) return -1;
-            if (g == 1) r->eval[i] = ds;
-            else r->eval_local[i] = ds;
+            if (open_column(f, obj, 0, &n, path, err, errlen) < 0) return -1;
             if (n < rows[g]) rows[g] = n;
         }
     }
     if (r->ranks > 0) {
-        if ((r->ranks_step = open_column(f, "/ranks/step", 0, &n, path, err, errlen)) < 0) return -1;
+        if (open_column(f, "/ranks/step", 0, &n, path, err, errlen) < 0) return -1;
         rows[3] = n;
         for (int q = 0; q < NRANKS; q++) {
             snprintf(obj, sizeof obj, "/ranks/%s", ranks_cols[q].name);
-            if ((r->ranks_ds[q] = open_column(f, obj, r->ranks, &n, path, err, errlen)) < 0) return -1;
+            if (open_column(f, obj, r->ranks, &n, path, err, errlen) < 0) return -1;
             if (n < rows[3]) rows[3] = n;
         }
     }
     for (int i = 0; i < r->n_arrays; i++)
-        if ((r->arrays[i].ds = open_array(f, meta, i, r->arrays[i].obj, path, err, errlen)) < 0) return -1;
+        if (open_array(f, meta, i, r->arrays[i].obj, path, err, errlen) < 0) return -1;
 
     /* The checkpoint's rows must all be there. */
     const long want_rows[4] = {keep->train, keep->eval, keep->eval_local, keep->ranks};
@@ -1253,44 +1173,46 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
     return 0;
 }
 
-/* Element i of the 1-D int64 dataset ds into *v. */
-static int read_step(runlog *r, hid_t ds, const char *obj, hsize_t i, int64_t *v, char *err, size_t errlen) {
-    hsize_t one = 1;
-    hid_t fspace = H5Dget_space(ds);
-    if (fspace < 0) return h5fail(err, errlen, r->path, "H5Dget_space", obj);
-    hid_t mspace = H5Screate_simple(1, &one, NULL);
+/* Cut dataset obj of r->file back to keep rows (width columns; 0: 1-D); for a step column (1-D
+ * int64) raise *last_step to its last kept element. */
+static int cut_column(runlog *r, const char *obj, hsize_t keep, hsize_t width, int is_step, int64_t *last_step, char *err,
+                      size_t errlen) {
+    hid_t ds = H5Dopen2(r->file, obj, H5P_DEFAULT);
+    if (ds < 0) return h5fail(err, errlen, r->path, "H5Dopen2", obj);
     int rc = 0;
-    if (mspace < 0) rc = h5fail(err, errlen, r->path, "H5Screate_simple", obj);
-    else if (H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &i, NULL, &one, NULL) < 0)
-        rc = h5fail(err, errlen, r->path, "H5Sselect_hyperslab", obj);
-    else if (H5Dread(ds, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, v) < 0)
-        rc = h5fail(err, errlen, r->path, "H5Dread", obj);
-    if (mspace >= 0) H5Sclose(mspace);
-    H5Sclose(fspace);
+    if (is_step && keep > 0) { /* element keep - 1 */
+        hsize_t one = 1, at = keep - 1;
+        int64_t v = 0;
+        hid_t fspace = H5Dget_space(ds), mspace = H5Screate_simple(1, &one, NULL);
+        if (fspace < 0 || mspace < 0 || H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &at, NULL, &one, NULL) < 0 ||
+            H5Dread(ds, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, &v) < 0)
+            rc = h5fail(err, errlen, r->path, "H5Dread", obj);
+        if (mspace >= 0) H5Sclose(mspace);
+        if (fspace >= 0) H5Sclose(fspace);
+        if (v > *last_step) *last_step = v;
+    }
+    hsize_t dims[2] = {keep, width};
+    if (rc == 0 && H5Dset_extent(ds, dims) < 0) rc = h5fail(err, errlen, r->path, "H5Dset_extent", obj);
+    H5Dclose(ds);
     return rc;
 }
 
 /* Cut every dataset of r->file back to keep rows, and find the largest step among the rows kept. */
 static int cut_rows(runlog *r, const runlog_rows *keep, int64_t *last_step, char *err, size_t errlen) {
     *last_step = 0;
-    struct { hid_t *ds; int n; const colspec *cols; const char *gname; long keep; hsize_t width; } groups[] = {
-        {r->train, NTRAIN, train_cols, "/train", keep->train, 0},
-        {r->eval, NEVAL, eval_cols, "/eval", keep->eval, 0},
-        {r->eval_local, r->has_eval_local ? NEVAL : 0, eval_cols, "/eval_local", keep->eval_local, 0},
-        {&r->ranks_step, r->ranks > 0 ? 1 : 0, &ranks_step_col, "/ranks", keep->ranks, 0},
-        {r->ranks_ds, r->ranks > 0 ? NRANKS : 0, ranks_cols, "/ranks", keep->ranks, (hsize_t)r->ranks},
+    struct { int n; const colspec *cols; const char *gname; long keep; hsize_t width; } groups[] = {
+        {NTRAIN, train_cols, "/train", keep->train, 0},
+        {NEVAL, eval_cols, "/eval", keep->eval, 0},
+        {r->has_eval_local ? NEVAL : 0, eval_cols, "/eval_local", keep->eval_local, 0},
+        {r->ranks > 0 ? 1 : 0, &ranks_step_col, "/ranks", keep->ranks, 0},
+        {r->ranks > 0 ? NRANKS : 0, ranks_cols, "/ranks", keep->ranks, (hsize_t)r->ranks},
     };
     for (size_t g = 0; g < sizeof groups / sizeof *groups; g++)
         for (int i = 0; i < groups[g].n; i++) {
             char obj[64];
             snprintf(obj, sizeof obj, "%s/%s", groups[g].gname, groups[g].cols[i].name);
-            if (i == 0 && groups[g].width == 0 && groups[g].keep > 0) { /* column 0 is step */
-                int64_t s;
-                if (read_step(r, groups[g].ds[0], obj, (hsize_t)groups[g].keep - 1, &s, err, errlen) < 0) return -1;
-                if (s > *last_step) *last_step = s;
-            }
-            hsize_t dims[2] = {(hsize_t)groups[g].keep, groups[g].width};
-            if (H5Dset_extent(groups[g].ds[i], dims) < 0) return h5fail(err, errlen, r->path, "H5Dset_extent", obj);
+            if (cut_column(r, obj, (hsize_t)groups[g].keep, groups[g].width, i == 0 && groups[g].width == 0, last_step, err, errlen) < 0)
+                return -1;
         }
     return 0;
 }
@@ -1388,7 +1310,7 @@ runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_ro
         free_runlog(r);
         return NULL;
     }
-    hid_t fapl = memory_fapl(path, err, errlen);
+    hid_t fapl = memory_fapl(0, path, err, errlen);
     if (fapl < 0) {
         free_runlog(r);
         return NULL;
@@ -1399,6 +1321,19 @@ runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_ro
         char why[ERRLEN];
         h5_message(why, sizeof why);
         refuse(err, errlen, path, "it is not a dsgd-run run file (HDF5 cannot open it: %s)", why);
+        free_runlog(r);
+        return NULL;
+    }
+    /* A file of the earlier SWMR writer (superblock version 3) would not survive its image. */
+    H5F_info2_t info;
+    if (H5Fget_info2(r->file, &info) < 0) {
+        h5fail(err, errlen, path, "H5Fget_info2", "/");
+        free_runlog(r);
+        return NULL;
+    }
+    if (info.super.version > 1) {
+        refuse(err, errlen, path, "it was written in the HDF5 1.10 format (superblock version %u) by an earlier dsgd-run, "
+               "which this one cannot continue: finish it with that version, or start afresh", info.super.version);
         free_runlog(r);
         return NULL;
     }

@@ -106,10 +106,12 @@ int runlog_array_f64(runlog *r, int index, const double *data);
 int runlog_array_rows(runlog *r, int index, const long long *data, long rows);
 int runlog_array_rows_f64(runlog *r, int index, const double *data, long rows);
 
-/* A root attribute written at the end of the run (e.g. "images_per_s", "status"), by
- * runlog_close ("status" goes into its fixed-size slot of 511 bytes, longer values are cut); its name is recorded in root attribute final_attributes so that runlog_resume
- * removes it. Returns -1 (message in runlog_error) for an empty name or one of the attributes
- * runlog writes itself (method, p, ..., created, resumes, resumed_at, final_attributes). */
+/* A root attribute of the end of the run (e.g. "images_per_s", "status"): written into the file
+ * at once, on disk with the next publication (normally runlog_close's); "status" goes into its
+ * fixed-size slot (at most 511 bytes; longer values are cut). Its name is recorded in root
+ * attribute final_attributes at close, so that runlog_resume removes it. Returns -1 (message in
+ * runlog_error) for an empty name, one with a newline, or one of the attributes runlog writes
+ * itself (method, p, ..., created, resumes, resumed_at, final_attributes). */
 int runlog_set_attr_double(runlog *r, const char *name, double v);
 int runlog_set_attr_string(runlog *r, const char *name, const char *v);
 
