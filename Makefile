@@ -216,6 +216,14 @@ check-slurm: deps
 	@$(MAKE) --no-print-directory build/bin/mpiexec
 	@PATH="$(CURDIR)/build/bin:$$PATH" timeout -k 10 900 sh test/slurm/run.sh
 
+# A small Figure 1 (Jin et al.) on the same local Slurm: tools/paper.py fig1 at p = 2, 4 on packed
+# Fashion-MNIST, then tools/report.py: plots/fig1-small.{md,png,pdf} (docs/reproduce.md §8).
+.PHONY: fig1-small
+fig1-small: deps
+	@$(MAKE) --no-print-directory $(BIN)
+	@$(MAKE) --no-print-directory build/bin/mpiexec
+	@PATH="$(CURDIR)/build/bin:$$PATH" timeout -k 10 900 sh test/slurm/run.sh --fig1-small plots/fig1-small
+
 clean:
 	rm -rf build $(BIN)
 

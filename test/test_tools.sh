@@ -88,4 +88,7 @@ rc=$?
 [ $rc = 2 ] && grep -q "exists" "$dir/plot2.log" && ok "existing plots are not replaced" || bad "plot again: exit $rc"
 wait $bg 2>/dev/null
 bg=
+
+# 4. configs/paper/, tools/paper.py and tools/report.py (test/test_paper.sh).
+sh test/test_paper.sh || fail=1
 exit $fail

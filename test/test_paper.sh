@@ -1,0 +1,143 @@
+#!/bin/sh
+# test_paper.sh — the experiment files of configs/paper/ (docs/reproduce.md): every one passes
+# `dsgd-run --check` against a small pack that this test makes with `dsgd-run --pack` (1000
+# classes of one tiny PNG each, so data.classes = 1000 holds, plus a few val images), and holds the
+# papers' numbers, read back from `dsgd-run --print-config` (Jin et al. 2016 §4.2, Figures 1 and 2;
+# Chen et al. 2016); tools/paper.py --dry-run shows every figure's jobs; tools/report.py reads a
+# sweep with a finished, a running and a failed run. Called by test/test_tools.sh (make check);
+# runs from the repository root with ./dsgd-run built.
+set -u
+PY=/usr/bin/python3
+T=${TEST_MPI_TIMEOUT:-120}
+dir=$(mktemp -d /tmp/dsgd-paper.XXXXXX)
+trap 'rm -rf "$dir"' EXIT INT TERM
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+# 1. a tiny ImageNet-like tree: 1000 class folders (n00000000 ...) of one 16x12 PNG each; 20 val.
+$PY - "$dir/src" <<'EOF' || { echo "FAIL: cannot write the tree"; exit 1; }
+import os, struct, sys, zlib
+def png(w, h, seed):
+    def chunk(k, b):
+        return struct.pack(">I", len(b)) + k + b + struct.pack(">I", zlib.crc32(k + b) & 0xFFFFFFFF)
+    raw = b"".join(b"\0" + bytes((seed * 7 + r * 13 + c * 3) % 256 for c in range(3 * w)) for r in range(h))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
+src = sys.argv[1]
+for k in range(1000):
+    for split, n in (("train", 1), ("val", 1 if k < 20 else 0)):
+        if n:
+            d = os.path.join(src, split, f"n{k:08d}")
+            os.makedirs(d)
+            open(os.path.join(d, "0.png"), "wb").write(png(16, 12, k))
+EOF
+./dsgd-run --pack "$dir/src" "$dir/pack" --threads 2 >"$dir/pack.log" 2>&1 \
+    && ok "a 1000-class pack of 1020 images: $(tail -n 1 "$dir/pack.log" | cut -c1-80)" || bad "--pack: $(tail -n 3 "$dir/pack.log")"
+
+# 2. every experiment file passes --check with data.dir at the pack (scaling.cfg: synthetic data).
+n=0
+for f in configs/paper/*.cfg; do
+    if ./dsgd-run --check --set "data.dir=\"$dir/pack\"" --set "output=\"$dir/out.h5\"" "$f" >"$dir/check.log" 2>&1; then
+        n=$((n + 1))
+    else
+        bad "$f: dsgd-run --check: $(tail -n 2 "$dir/check.log")"
+    fi
+done
+[ "$n" -ge 16 ] && ok "$n experiment files of configs/paper/ pass dsgd-run --check" || bad "only $n files passed --check"
+
+# 3. the papers' numbers, from the resolved experiments.
+$PY - <<'EOF' && ok "configs/paper/ holds the papers' numbers (p, b, m, alpha steps, mu, lambda, tau, beta, backups, ResNet-18/64, jpeg, 1000 classes)" || bad "the papers' numbers (above)"
+import glob, re, subprocess, sys
+def resolved(f):
+    t = subprocess.run(["./dsgd-run", "--print-config", f], capture_output=True, text=True, check=True).stdout
+    kv, grp = {}, []
+    for line in t.splitlines():
+        s = line.strip()
+        m = re.match(r"(\w+) = \{$", s)
+        if m: grp.append(m.group(1)); continue
+        if s == "};": grp.pop(); continue
+        m = re.match(r"(\w+) = (.*);$", s)
+        if m: kv[".".join(grp + [m.group(1)])] = m.group(2).strip('"')
+    return kv
+# (file, method, p, b, backups): Jin et al. Figure 1 (p = 8, b = 32; p = 16, b = 16), Figure 2
+# (p = 32, 64, 128 at m = 256), Chen et al. (N = 16 gradients per step, 0-2 backup workers).
+want = [("fig1-allreduce-p8", "allreduce", 8, 32, 0), ("fig1-easgd-p8", "easgd", 8, 32, 0), ("fig1-gossip_push-p8", "gossip_push", 8, 32, 0),
+        ("fig1-allreduce-p16", "allreduce", 16, 16, 0), ("fig1-easgd-p16", "easgd", 16, 16, 0), ("fig1-gossip_push-p16", "gossip_push", 16, 16, 0),
+        ("fig2-allreduce-p32", "allreduce", 32, 8, 0), ("fig2-allreduce-p64", "allreduce", 64, 4, 0), ("fig2-allreduce-p128", "allreduce", 128, 2, 0),
+        ("fig2-gossip_pull-p32", "gossip_pull", 32, 8, 0), ("fig2-gossip_pull-p64", "gossip_pull", 64, 4, 0), ("fig2-gossip_pull-p128", "gossip_pull", 128, 2, 0),
+        ("chen-backup-p16", "backup", 16, 16, 0), ("chen-backup-p17", "backup", 17, 16, 1), ("chen-backup-p18", "backup", 18, 16, 2)]
+files = sorted(glob.glob("configs/paper/*.cfg"))
+errs = []
+if sorted(f"configs/paper/{w[0]}.cfg" for w in want) + ["configs/paper/scaling.cfg"] != files:
+    errs.append(f"files: {files}")
+for name, method, p, b, backups in want:
+    kv = resolved(f"configs/paper/{name}.cfg")
+    exp = {"name": name, "method": method, "p": str(p), "b": str(b), "backups": str(backups), "iterations": "450000",
+           "alpha.base": "0.1", "alpha.schedule": "step", "alpha.steps": "[150000, 300000]", "alpha.factor": "0.1",
+           "alpha.warmup": "0", "momentum": "0.9", "nesterov": "true", "weight_decay": "0.0001",
+           "model.arch": "resnet18", "model.width": "64", "model.stem": "imagenet", "data.format": "jpeg",
+           "data.classes": "1000", "data.crop": "224", "data.scale": "[256, 480]", "eval.every": "2500", "precision": "fp32"}
+    if method == "easgd":
+        exp.update({"tau": "10", "beta": "0.8", "servers": "1", "synchronous": "false"})  # a = beta/p = 0.8/p
+    if method.startswith("gossip"):
+        exp["synchronous"] = "false"
+    for k, v in exp.items():
+        if kv.get(k) != v:
+            errs.append(f"{name}: {k} = {kv.get(k)!r}, expected {v!r}")
+    if (p - backups) * b != 256:
+        errs.append(f"{name}: (p - backups)·b = {(p - backups) * b}, expected m = 256")
+kv = resolved("configs/paper/scaling.cfg")
+for k, v in {"data.format": "synthetic", "model.width": "64", "model.stem": "imagenet", "b": "32", "data.shape": "[3, 224, 224]"}.items():
+    if kv.get(k) != v:
+        errs.append(f"scaling: {k} = {kv.get(k)!r}, expected {v!r}")
+if errs:
+    print("\n".join(errs))
+sys.exit(1 if errs else 0)
+EOF
+
+# 4. tools/paper.py --dry-run: every figure's jobs, CPU and GPU, Slurm and PBS.
+out=$($PY tools/paper.py fig1 --dir "$dir/sw" --dry-run 2>&1)
+echo "$out" | grep -q -- "--nodes=9 --ntasks=9 .*fig1-easgd-p8.cfg" && echo "$out" | grep -q -- "--array=0-1 .*ranks16.list" \
+    && ok "paper.py fig1 --dry-run: EASGD at p = 8 on 9 nodes (a server), allreduce + gossip_push at p = 16 as one array" \
+    || bad "paper.py fig1 --dry-run: $out"
+n=$(ls "$dir/sw/fig1"/*.cfg 2>/dev/null | wc -l)
+[ "$n" = 6 ] && grep -q '^b = 16;' "$dir/sw/fig1/fig1-gossip_push-p16.cfg" && ok "fig1: 6 points written, gossip_push p16 with b = 16" || bad "fig1: $n points"
+out=$($PY tools/paper.py fig2 --gpu 4 --dir "$dir/sw" --dry-run 2>&1)
+echo "$out" | grep -q -- "--nodes=32 --ntasks=128 --ntasks-per-node=4 --gpus-per-node=4 --array=0-1 .*ranks128.list" \
+    && echo "$out" | grep -q -- "device=cuda" && ok "paper.py fig2 --gpu 4: p = 128 on 32 GPU nodes, device=cuda" || bad "paper.py fig2 --gpu 4: $out"
+out=$($PY tools/paper.py backup --scheduler pbs --dir "$dir/sw" --dry-run 2>&1)
+echo "$out" | grep -q "qsub -l select=19:ncpus=1:mpiprocs=1 .*backup-p18.cfg" && ok "paper.py backup --scheduler pbs: p = 18 + 1 server" || bad "paper.py backup pbs: $out"
+out=$($PY tools/paper.py scaling --p 1,2 --dir "$dir/sw" --dry-run 2>&1)
+[ "$(ls "$dir/sw/scaling"/*.cfg | wc -l)" = 8 ] && ok "paper.py scaling --p 1,2: 4 methods x 2 node counts" || bad "paper.py scaling: $out"
+
+# 5. report.py on a sweep: two finished allreduce runs (a repeat: another seed), a gossip_pull run
+#    marked as stopped and a ps run whose status is removed (as a run still going, or killed, has
+#    none) — the report must read them as failed and running — and an easgd point without a run.
+mkdir -p "$dir/r/runs" "$dir/r/sweeps"
+(cd "$dir/r" && $PY "$OLDPWD/tools/sweep.py" "$OLDPWD/configs/linear.cfg" --vary method=allreduce,gossip_pull,ps,easgd --vary p=2 \
+    --dsgd "$OLDPWD/dsgd-run" --set iterations=200 --set eval.every=20 --name s --dry-run >/dev/null 2>&1) || bad "sweep for the report"
+for spec in "allreduce 1 2" "allreduce 2 2 --set seed=2" "gossip_pull 3 2" "ps 4 3"; do
+    set -- $spec
+    m=$1 id=$2 n=$3
+    shift 3
+    timeout -k 5 $T mpiexec -n "$n" ./dsgd-run "$@" --set "output=\"$dir/r/runs/s-$m-p2.$id.h5\"" "$dir/r/sweeps/s/s-$m-p2.cfg" \
+        >"$dir/run$id.log" 2>&1 || bad "run s-$m-p2.$id: $(tail -n 2 "$dir/run$id.log")"
+done
+$PY -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    f.attrs['status'] = 'stopped: communication timeout (comm_timeout_s)'
+with h5py.File(sys.argv[2], 'r+') as f:
+    del f.attrs['status']" "$dir/r/runs/s-gossip_pull-p2.3.h5" "$dir/r/runs/s-ps-p2.4.h5" || bad "cannot edit the run files"
+$PY tools/report.py "$dir/r/sweeps/s" --out "$dir/rep" --targets 0.3,0.2 >"$dir/rep.txt" 2>&1
+rc=$?
+[ $rc = 0 ] && [ -s "$dir/rep.png" ] && [ -s "$dir/rep.pdf" ] && [ -s "$dir/rep.md" ] && ok "report.py wrote rep.md, rep.png, rep.pdf" \
+    || bad "report.py: exit $rc: $(tail -n 3 "$dir/rep.txt")"
+grep -q "^| 2 | allreduce | 2 | 2 completed | 32 | " "$dir/rep.txt" && ok "report: the two allreduce runs combined (2 completed)" || bad "report: no combined allreduce row: $(cat "$dir/rep.txt")"
+grep -q "^| 2 | gossip_pull | 1 | failed | " "$dir/rep.txt" && ok "report: the stopped gossip_pull run shown failed" || bad "report: no failed row"
+grep -q "^| 2 | ps | 1 | running | " "$dir/rep.txt" && ok "report: the ps run without a status shown running" || bad "report: no running row"
+grep -q "Pending (no run file yet): s-easgd-p2" "$dir/rep.txt" && ok "report: easgd without a run file listed pending" || bad "report: pending point not listed"
+grep -q "^- p = 2: \*\*" "$dir/rep.txt" && ok "report: $(grep '^- p = 2' "$dir/rep.txt")" || bad "report: no winner line"
+$PY tools/report.py "$dir/r/sweeps/s" --out "$dir/rep" >/dev/null 2>&1
+[ $? = 2 ] && ok "report: an existing output is not replaced" || bad "report replaced its output"
+exit $fail

@@ -1,0 +1,138 @@
+#!/usr/bin/python3
+"""paper.py — submit one of the papers' experiments whole, as Slurm (or PBS) job arrays, through
+tools/sweep.py: the points are the experiment files of configs/paper/ (docs/reproduce.md).
+
+    tools/paper.py fig1    [--gpu G] [--scheduler slurm|pbs] [--data-dir DIR] [--dry-run] ...
+    tools/paper.py fig2    ...      # Jin et al. Figure 2: pull gossip vs all-reduce, p = 32, 64, 128
+    tools/paper.py backup  ...      # Chen et al.: N = 16 gradients per step + 0, 1, 2 backup workers
+    tools/paper.py scaling [--methods allreduce,easgd,...] [--p 1,2,4,8,16] [--m 256] ...
+
+| figure | files | points |
+|---|---|---|
+| fig1 | configs/paper/fig1-*.cfg | allreduce, easgd (τ = 10, β = 0.8), gossip_push at p = 8 (b = 32) and 16 (b = 16) |
+| fig2 | configs/paper/fig2-*.cfg | allreduce, gossip_pull at p = 32, 64, 128 (m = 256) |
+| backup | configs/paper/chen-*.cfg | backup at N = 16 (b = 16) with 0, 1, 2 backup workers (p = 16, 17, 18) |
+| scaling | configs/paper/scaling.cfg | synthetic data, 300 steps: --methods × --p (img/s against p) |
+
+- CPU cluster (default): one rank per node (`--ranks-per-node R`: R). `--gpu G`: G GPUs per node, one rank per GPU
+  (`device = "cuda"`; Slurm: --ntasks-per-node=G --gpus-per-node=G; PBS: one chunk of one rank
+  and one GPU per rank, chunks packed on the nodes by PBS, since a server rank makes the world
+  size p + 1 that G rarely divides).
+- `--data-dir DIR`: the ImageNet pack (`dsgd-run --pack`; default data/imagenet, relative to the
+  submission directory). `--set KEY=VALUE` (repeatable): more overrides for every point.
+- `--p LIST --m M`: the figure at other node counts (e.g. a small trial): one file per method
+  (its smallest p) is the template, p takes the listed values and b = M/p.
+- `--name` (default: the figure), `--dir`, `--array`/no: one job array per world size (default
+  on), `--job-args`, `--dsgd`, `--dry-run`: as tools/sweep.py, which this calls (and whose
+  sweeps/<name>/sweep.json tools/report.py reads).
+
+Report: /usr/bin/python3 tools/report.py sweeps/fig1 --out plots/fig1
+"""
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FIGURES = {"fig1": "fig1-*.cfg", "fig2": "fig2-*.cfg", "backup": "chen-*.cfg", "scaling": "scaling.cfg"}
+
+
+def die(msg):
+    print(f"paper.py: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def file_keys(path):
+    """method and p of a point file (its own `key = value;` lines; the common part sets neither)."""
+    keys = {}
+    for line in open(path):
+        m = re.match(r'\s*(method|p)\s*=\s*"?([A-Za-z0-9_]+)"?\s*;', line)
+        if m:
+            keys[m.group(1)] = m.group(2)
+    return keys.get("method", "allreduce"), int(keys.get("p", 1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("figure", choices=sorted(FIGURES))
+    ap.add_argument("--configs", default="configs/paper", help="where the experiment files are (default configs/paper)")
+    ap.add_argument("--gpu", type=int, default=0, metavar="G", help="GPU nodes with G GPUs, one rank per GPU (default: CPU nodes, one rank each)")
+    ap.add_argument("--ranks-per-node", type=int, default=0, metavar="R",
+                    help="CPU nodes: ranks per node (default 1; a workstation or a one-node test cluster: more)")
+    ap.add_argument("--cpus-per-rank", type=int, default=0, metavar="C", help="cores per rank to ask for (sweep.py)")
+    ap.add_argument("--scheduler", choices=("slurm", "pbs"), default="slurm")
+    ap.add_argument("--data-dir", metavar="DIR", help="the ImageNet pack (data.dir)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--p", metavar="LIST", help="node counts instead of the files' (with --m)")
+    ap.add_argument("--m", type=int, help="hold m = p*b (with --p; scaling: instead of the file's b)")
+    ap.add_argument("--methods", default="allreduce,easgd,gossip_pull,gossip_push",
+                    help="scaling: methods (default allreduce,easgd,gossip_pull,gossip_push)")
+    ap.add_argument("--name")
+    ap.add_argument("--dir", default="sweeps")
+    ap.add_argument("--no-array", action="store_true", help="one job per point instead of job arrays")
+    ap.add_argument("--job-args", default="", metavar="'OPTIONS'", help="more sbatch / qsub options (write --job-args='...')")
+    ap.add_argument("--dsgd", default="./dsgd-run")
+    ap.add_argument("--dry-run", action="store_true", help="write the sweep and print the jobs; submit nothing")
+    a = ap.parse_args()
+
+    files = sorted(glob.glob(os.path.join(a.configs, FIGURES[a.figure])))
+    if not files:
+        die(f"no {FIGURES[a.figure]} in {a.configs}/ (run from the repository root)")
+    cmd = [sys.executable, os.path.join(HERE, "sweep.py")]
+    vary = []
+    if a.figure == "scaling":
+        vary += ["--vary", f"method={a.methods}", "--vary", f"p={a.p or '1,2,4,8,16'}"]
+        if a.m:
+            vary += ["--m", str(a.m)]
+    elif a.p:
+        if not a.m:
+            die("--p needs --m (b = m/p at every point)")
+        first = {}
+        for f in files:  # the template of each method: its file of smallest p
+            method, p = file_keys(f)
+            if method not in first or p < first[method][1]:
+                first[method] = (f, p)
+        files = sorted(f for f, _ in first.values())
+        vary += ["--vary", f"p={a.p}", "--m", str(a.m)]
+    elif a.m:
+        die("--m goes with --p (the figure files hold m = 256 already)")
+    cmd += files + vary + ["--name", a.name or a.figure, "--dir", a.dir, "--scheduler", a.scheduler, "--dsgd", a.dsgd]
+    if not a.no_array:
+        cmd.append("--array")
+    sets = list(a.set)
+    if a.data_dir:
+        sets.insert(0, f'data.dir="{a.data_dir}"')
+    if a.gpu:
+        # A login node's dsgd-run may be built without CUDA: then the jobs get device=cuda
+        # (their binary checks it), the points are resolved on the CPU settings.
+        v = subprocess.run([a.dsgd, "--version"], capture_output=True, text=True).stdout
+        if "GPU backend not built" in v:
+            print(f"paper.py: {a.dsgd} has no GPU backend: device=cuda goes to the jobs' dsgd-run (--job-set)", file=sys.stderr)
+            cmd += ["--job-set", "device=cuda"]
+        else:
+            sets.insert(0, "device=cuda")
+        if a.scheduler == "slurm":
+            cmd += ["--ranks-per-node", str(a.gpu), "--gpus-per-node", str(a.gpu)]
+        else:
+            cmd += ["--ranks-per-node", "1", "--gpus-per-node", "1"]
+    if a.ranks_per_node and a.gpu:
+        die("--ranks-per-node is for CPU nodes; --gpu G puts G ranks on a node")
+    if a.ranks_per_node:
+        cmd += ["--ranks-per-node", str(a.ranks_per_node)]
+    if a.cpus_per_rank:
+        cmd += ["--cpus-per-rank", str(a.cpus_per_rank)]
+    for s in sets:
+        cmd += ["--set", s]
+    if a.job_args:
+        cmd.append(f"--job-args={a.job_args}")
+    if a.dry_run:
+        cmd.append("--dry-run")
+    print("paper.py: " + " ".join(cmd[1:]), file=sys.stderr)
+    return subprocess.run(cmd).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
