@@ -454,6 +454,9 @@ static int check_launcher_world(char *err, size_t errlen) {
 }
 
 int main(int argc, char **argv) {
+    /* A file-size limit (ulimit -f) makes a too-large write fail with EFBIG, reported like any
+     * other write error (exit 1 and a status in the run file), instead of killing the rank. */
+    signal(SIGXFSZ, SIG_IGN);
     /* The launcher's node-local rank picks this rank's GPU before MPI_Init, where a CUDA-aware MPI
      * creates its CUDA context (on the current device); gpu_select checks it later. */
     gpu_select_early();
@@ -805,16 +808,17 @@ int main(int argc, char **argv) {
         static runlog_array_spec arr, garr[2];
         if (e.method == METHOD_PS) {
             arr = (runlog_array_spec){"ps/staleness_histogram", 4L * e.p, 0, "gradients",
-                                      "gradients applied with staleness k (server updates between the worker's pull and its push) = row k; the last row counts k >= rows-1", 0};
+                                      "gradients applied with staleness k (server updates between the worker's pull and its push) = row k; the last row counts k >= rows-1", 0, 0};
             meta.arrays = &arr, meta.n_arrays = 1;
         } else if (e.method == METHOD_BACKUP) {
             arr = (runlog_array_spec){"backup/dropped", e.iterations, 0, "gradients",
-                                      "gradients dropped at step v (computed on the parameters of step v, arrived after the first N)", 0};
+                                      "gradients dropped at step v (computed on the parameters of step v, arrived after the first N); "
+                                      "one element per step completed", 0, 1};
             meta.arrays = &arr, meta.n_arrays = 1;
         } else if (e.method == METHOD_GOSSIP_PULL || e.method == METHOD_GOSSIP_PUSH) {
-            garr[0] = (runlog_array_spec){"gossip/peers", e.p, e.p, "times", "element [i, j]: steps at which node i chose peer j", 0};
+            garr[0] = (runlog_array_spec){"gossip/peers", e.p, e.p, "times", "element [i, j]: steps at which node i chose peer j", 0, 0};
             garr[1] = (runlog_array_spec){"gossip/potential", e.iterations / e.eval.every + 2, 0, "1",
-                                          "diffusion potential sum_i ||theta_i - mean theta||^2 at each evaluation, in /eval row order (NaN: unused)", 1};
+                                          "diffusion potential sum_i ||theta_i - mean theta||^2 at each evaluation, in /eval row order", 1, 1};
             meta.arrays = garr, meta.n_arrays = 2;
             meta.eval_local = 1;
         }
@@ -846,10 +850,10 @@ int main(int argc, char **argv) {
             attrs[nat++] = (runlog_attr){"data_threads", NULL, budget.data};
             all_arrays[na++] = (runlog_array_spec){"data/decode_warnings", e.p, 0, "warnings",
                                                    "libjpeg warnings (corrupt data recovered, premature end of data) of the samples each "
-                                                   "worker used, since the run (or its last resume) started", 0};
+                                                   "worker used, since the run (or its last resume) started", 0, 0};
             all_arrays[na++] = (runlog_array_spec){"data/decode_failures", e.p, 0, "samples",
                                                    "samples each worker drew that could not be decoded (each replaced by the next sample "
-                                                   "of the pack and named once on stderr), since the run (or its last resume) started", 0};
+                                                   "of the pack and named once on stderr), since the run (or its last resume) started", 0, 0};
         }
         meta.arrays = na ? all_arrays : NULL, meta.n_arrays = na;
         meta.attrs = attrs, meta.n_attrs = nat;

@@ -9,8 +9,8 @@ PNG and PDF; and a summary table (final top-1 error, time to a target error, img
     /usr/bin/python3 tools/plot_runs.py runs/*.h5 [--out plots/fig] [--target 0.15] [--title T]
 
 Writes OUT.png, OUT.pdf (the four curve panels) and OUT-steptime.png, OUT-steptime.pdf. Runs
-that are still going are read through HDF5's SWMR mode (a consistent snapshot at their last
-flush); their rows are marked "running" in the table. Runs of the same method and p (e.g. a
+that are still going are read like finished ones (dsgd-run replaces the file whole at each
+publication: docs/output.md); their rows are marked "running" in the table. Runs of the same method and p (e.g. a
 requeued job's pieces, or repeats) get the same colour. An existing OUT.* is never replaced
 unless --overwrite. Needs h5py and matplotlib (Debian: python3-h5py, python3-matplotlib).
 """

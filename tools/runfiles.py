@@ -1,6 +1,7 @@
 """runfiles.py — reading dsgd-run run files (HDF5, docs/output.md) for the tools that plot and
-report them (tools/plot_runs.py, tools/report.py): a run as a dict of its attributes and curves,
-read through HDF5's SWMR mode so that a run still going is read as it stands (its last flush).
+report them (tools/plot_runs.py, tools/report.py): a run as a dict of its attributes and curves.
+A run still going is read like a finished one: dsgd-run replaces the file whole at each
+publication, so an open sees the last one; its status is None (the status attribute is empty).
 Needs h5py and numpy (Debian: python3-h5py)."""
 import os
 import re
@@ -19,27 +20,17 @@ def attr(f, name, default=None):
 
 
 def columns(group, names):
-    """The named datasets of group, cut to their common length (a killed or running run may have
-    one more row in some datasets than in others: docs/output.md)."""
+    """The named datasets of group, cut to their common length (files written in SWMR mode by
+    earlier dsgd-run versions may have one more row in some datasets than in others when killed)."""
     ds = [group[n] for n in names]
-    for d in ds:
-        if hasattr(d, "refresh"):
-            try:
-                d.refresh()
-            except Exception:  # not opened in SWMR mode
-                pass
     n = min(len(d) for d in ds)
     return [d[:n] for d in ds]
 
 
 def read_run(path):
-    try:
-        f = h5py.File(path, "r", swmr=True)
-    except OSError:
-        f = h5py.File(path, "r")  # a file not written in SWMR mode
-    with f:
+    with h5py.File(path, "r") as f:
         r = {"path": path, "method": attr(f, "method", "?"), "p": attr(f, "p", 0), "b": attr(f, "b", 0),
-             "m": attr(f, "m", 0), "iterations": attr(f, "iterations", 0), "status": attr(f, "status", None),
+             "m": attr(f, "m", 0), "iterations": attr(f, "iterations", 0), "status": attr(f, "status", None) or None,
              "images_per_s": attr(f, "images_per_s", None), "device": attr(f, "device", "")}
         r["config"] = attr(f, "config", "") or ""
         r["synthetic"] = attr(f, "data_synthetic", None) is not None

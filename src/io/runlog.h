@@ -1,12 +1,13 @@
 /* runlog.h — the HDF5 run file (docs/output.md), written by rank 0 only.
  *
- * Layout: root attributes (method, p, b, m, seed, dsgd_version, config, ...); group /train with
- * 1-D datasets step, time_s, loss, alpha; group /eval with step, time_s, epoch, loss,
- * top1_error, top5_error. Datasets are chunked and extendible, each carries a `units`
- * attribute. /train rows are buffered in memory and appended at every evaluation (or when the
- * buffer fills); after every evaluation the file is flushed. The file is written in HDF5's
- * SWMR mode so that a process killed at any moment leaves a file h5dump can read, holding
- * every evaluation completed before the last flush.
+ * Layout: root attributes (method, p, b, m, seed, dsgd_version, config, status, ...); group
+ * /train with 1-D datasets step, time_s, loss, alpha; group /eval with step, time_s, epoch, loss,
+ * top1_error, top5_error; optional /eval_local, /ranks and method arrays. Datasets are chunked and
+ * extendible, each carries a `units` attribute. The file is built in memory and published whole:
+ * its image is written to a hidden temporary beside the output and renamed over it, at every
+ * evaluation, at runlog_flush, at close, and every few seconds for /train and /ranks rows. So a
+ * process killed at any moment leaves a complete, closed HDF5 file (the previous publication),
+ * holding every evaluation for which runlog_eval had returned.
  *
  * A run resumed from a checkpoint continues its file (runlog_resume): rows logged after the
  * checkpoint are dropped, the new rows follow, root attributes `resumes` and `resumed_at` say so.
@@ -14,7 +15,9 @@
  * Errors: runlog_create returns NULL with err filled (EXIT_BADINPUT class) when the file exists
  * and overwrite is 0, or cannot be created; runlog_resume likewise when the file is missing or
  * is not this experiment's; the append functions return 0 or -1 (I/O failure, message in the
- * runlog's last error, printed by the caller). */
+ * runlog's last error, printed by the caller). After a failure the file is no longer extended;
+ * runlog_close then records status "stopped: run-file write error: <why>" in the file last
+ * published, in place (this needs no free space: a full disk still gets its status). */
 #ifndef DSGD_RUNLOG_H
 #define DSGD_RUNLOG_H
 
@@ -22,15 +25,19 @@
 
 typedef struct runlog runlog;
 
-/* A fixed-size dataset created with the file and rewritten whole by runlog_array (int64,
- * zero-filled) or runlog_array_f64 (float64, NaN-filled), e.g. "ps/staleness_histogram"
- * (parent groups are created). cols == 0: 1-D of rows. */
+/* A method array created with the file, e.g. "ps/staleness_histogram" (parent groups are
+ * created): int64 (read as 0 until written) or float64 (NaN). cols == 0: 1-D. A fixed one has
+ * rows rows and is rewritten whole by runlog_array / runlog_array_f64. A growing one (grows = 1)
+ * starts with 0 rows and holds the rows the last runlog_array_rows / _rows_f64 gave (at most
+ * rows): sized by what is written, e.g. one element per step completed, not per iteration
+ * configured. */
 typedef struct {
     const char *name;   /* path below the root, no leading '/' */
-    long rows, cols;
+    long rows, cols;    /* rows: fixed shape, or the most a growing array may hold */
     const char *units;
     const char *description;
     int float64;        /* 1: float64 values, else int64 */
+    int grows;          /* 1: unlimited rows, as many as written */
 } runlog_array_spec;
 
 /* A root attribute written when the file is created (the data set's provenance: data_format,
@@ -60,21 +67,25 @@ typedef struct {
     const runlog_attr *attrs;         /* n_attrs root attributes (runlog_create only; a resumed
                                          file keeps those of its first run) */
     int n_attrs;
+    double publish_s;                 /* publish /train and /ranks rows at least every publish_s
+                                         seconds of wall clock (0: 5 s), stretched to 100 times the
+                                         cost of a publication */
 } runlog_meta;
 
 /* Create path (its parent directories too). An existing file is refused unless overwrite. */
 runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, char *err, size_t errlen);
 
 /* One /train row: global step (1-based, steps completed), seconds of training wall clock,
- * mean loss over the nodes' minibatches, α used at that step. Buffered. */
+ * mean loss over the nodes' minibatches, α used at that step. Buffered; published when
+ * meta.publish_s have passed since the last publication (then it takes the publication's time). */
 int runlog_train(runlog *r, long step, double time_s, double loss, double alpha);
 
-/* One /eval row (fractions in [0,1]); writes buffered /train rows and flushes the file. */
+/* One /eval row (fractions in [0,1]); publishes the file with everything logged so far. */
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                 double top5_error);
 
-/* One /eval_local row (same columns as /eval); needs meta.eval_local. Written with the next
- * flush (the next runlog_eval or runlog_close). */
+/* One /eval_local row (same columns as /eval); needs meta.eval_local. In the file from the
+ * next publication (the next runlog_eval, runlog_flush or runlog_close). */
 int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                       double top5_error);
 
@@ -85,16 +96,22 @@ int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double 
 int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *compute_s, const double *comm_s,
                  const double *wait_s, const double *data_s);
 
-/* Rewrite the whole fixed-size dataset meta.arrays[index] (rows·max(cols,1) int64, row-major).
- * Takes effect in the file at the next flush. */
+/* Rewrite the whole method array meta.arrays[index] (rows·max(cols,1) int64, row-major; a
+ * growing one then holds spec.rows rows). In the file from the next publication. */
 int runlog_array(runlog *r, int index, const long long *data);
 /* The same for a float64 array (spec.float64 = 1). */
 int runlog_array_f64(runlog *r, int index, const double *data);
+/* A growing array (spec.grows) now holds rows rows (0..spec.rows) from data; a fixed one
+ * accepts only rows = spec.rows. */
+int runlog_array_rows(runlog *r, int index, const long long *data, long rows);
+int runlog_array_rows_f64(runlog *r, int index, const double *data, long rows);
 
-/* A root attribute written at the end of the run (e.g. "images_per_s", "status"), by
- * runlog_close; its name is recorded in root attribute final_attributes so that runlog_resume
- * removes it. Returns -1 (message in runlog_error) for an empty name or one of the attributes
- * runlog writes itself (method, p, ..., created, resumes, resumed_at, final_attributes). */
+/* A root attribute of the end of the run (e.g. "images_per_s", "status"): written into the file
+ * at once, on disk with the next publication (normally runlog_close's); "status" goes into its
+ * fixed-size slot (at most 511 bytes; longer values are cut). Its name is recorded in root
+ * attribute final_attributes at close, so that runlog_resume removes it. Returns -1 (message in
+ * runlog_error) for an empty name, one with a newline, or one of the attributes runlog writes
+ * itself (method, p, ..., created, resumes, resumed_at, final_attributes). */
 int runlog_set_attr_double(runlog *r, const char *name, double v);
 int runlog_set_attr_string(runlog *r, const char *name, const char *v);
 
@@ -103,10 +120,9 @@ int runlog_set_attr_string(runlog *r, const char *name, const char *v);
  * and hands them back to runlog_resume. */
 typedef struct { long train, eval, eval_local, ranks; } runlog_rows;
 
-/* Write the buffered /train and /ranks rows and flush the file (as runlog_eval does after its
- * row), so that everything logged so far (an /eval_local row and fixed-array rewrites too) is
- * on disk: a kill after it returns loses none of it. Returns 0 or -1 (message in runlog_error;
- * the file is then no longer extended, as after a failed append). */
+/* Publish the file with everything logged so far (as runlog_eval does after its row): an
+ * /eval_local row and array rewrites too; a kill after it returns loses none of it. Returns 0
+ * or -1 (message in runlog_error; the file is then no longer extended, as after a failed append). */
 int runlog_flush(runlog *r);
 
 /* Rows in the file now, per group (0 for a group the file does not have; all 0 for r == NULL).
@@ -130,8 +146,8 @@ void runlog_rows_written(const runlog *r, runlog_rows *out);
  * separated by '\n', no trailing one; no " (...)" when resume_note is NULL or empty), where S is
  * the largest step among the kept rows of /train, /eval, /eval_local and /ranks (0 if none).
  *
- * The file at path is replaced atomically (copy, change the copy, rename over path): a kill at
- * any instant leaves either the old file or the resumed one. After this, runlog_train, _eval,
+ * The file at path is replaced atomically (read into memory, changed there, published over
+ * path): a kill at any instant leaves either the old file or the resumed one. After this, runlog_train, _eval,
  * _ranks, _array, _set_attr_* and _close work as on a new file, with the same crash safety.
  *
  * Errors (NULL returned, err filled, the file at path untouched): no file at path; not a
@@ -139,15 +155,16 @@ void runlog_rows_written(const runlog *r, runlog_rows *out);
  * method ps, the experiment method allreduce"); a group has fewer complete rows than keep (every
  * column must have at least keep rows: "... the run file has 12 /train rows but the checkpoint
  * was taken after 15: it is not the file this checkpoint belongs to"); keep negative; an I/O
- * failure while writing the copy. (A kill during runlog_resume may leave a hidden
- * .<name>.resume.<pid>.<ns> file beside path.) */
+ * failure while publishing. (A kill during runlog_resume may leave a hidden
+ * .<name>.new.<pid>.<ns> file beside path.) */
 runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_rows *keep, const char *resume_note,
                       char *err, size_t errlen);
 
 /* Last I/O error message of r. */
 const char *runlog_error(const runlog *r);
 
-/* Write buffered rows, flush and close. Returns 0 or -1. */
+/* Write the buffered rows and the end-of-run attributes, publish and free r. Returns 0 or -1
+ * (printed on stderr; status then recorded in place as in the header comment). */
 int runlog_close(runlog *r);
 
 /* "HDF5 x.y.z" — the HDF5 library the run file is written with, into buf. */

@@ -651,8 +651,7 @@ static int gossip_run(trainer *t) {
     comm_workers_barrier(); /* every node has finished: no pull or push is still on its way */
     if (t->log) {
         for (int k = 0; k < g->p * g->p; k++) g->peers[k] = (long long)all[k];
-        for (long k = g->n_evals; k < g->max_evals; k++) g->phi[k] = NAN;
-        if (runlog_array(t->log, 0, g->peers) != 0 || runlog_array_f64(t->log, 1, g->phi) != 0) status = EXIT_RUNTIME;
+        if (runlog_array(t->log, 0, g->peers) != 0 || runlog_array_rows_f64(t->log, 1, g->phi, g->n_evals) != 0) status = EXIT_RUNTIME;
         train_log_summary(t, status, nonfinite ? STOPPED_NONFINITE : ckfail ? STOPPED_CHECKPOINT : STOPPED_WRITE, train_s, (double)(t->step * m));
     }
     free(row), free(all);

@@ -1102,7 +1102,8 @@ static void server0_finish(server_ctx *c) {
 summary:
     keepalive(c, 1); /* the goodbye: the workers that have left go to the end-of-run agreement */
     if (e->method == METHOD_PS && runlog_array(t->log, 0, sv->hist) != 0) c->status = EXIT_RUNTIME;
-    if (e->method == METHOD_BACKUP && runlog_array(t->log, 0, sv->dropped) != 0) c->status = EXIT_RUNTIME;
+    if (e->method == METHOD_BACKUP && runlog_array_rows(t->log, 0, sv->dropped, it < e->iterations ? it : e->iterations) != 0)
+        c->status = EXIT_RUNTIME; /* one element per step completed (docs/output.md) */
     int why = c->nonfinite ? STOPPED_NONFINITE : c->stopped && c->status == EXIT_RUNTIME ? STOPPED_CHECKPOINT : STOPPED_WRITE;
     if (sv->diverged) why = STOPPED_NONFINITE, c->status = EXIT_RUNTIME;
     else if (sv->starved) why = STOPPED_WORKERS, c->status = EXIT_RUNTIME;
