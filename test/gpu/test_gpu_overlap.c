@@ -703,7 +703,9 @@ static void write_colour_tree(const char *root, const char *split, int per_class
  * losses must equal the cpu run's within TOL_BATCH (measured over the mock: 4e-6): a batch staged
  * for the wrong step, or labels shifted by a sample, moves them by 1e-2 or more. (At a learning
  * rate that trains, the two backends' rounding differences grow chaotically on this data: 4 %
- * apart after 12 steps at α = 0.002, against 0.1 % for Fashion-MNIST through "idx".) */
+ * apart after 12 steps at α = 0.002, against 0.1 % for Fashion-MNIST through "idx": the images
+ * are uniform colours, so batch normalisation divides by spatial variances near zero and
+ * magnifies rounding.) */
 #define TOL_BATCH 1e-4
 START_TEST(test_dsgd_run_jpeg) {
     if (!have_mpiexec()) {
