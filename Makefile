@@ -255,3 +255,10 @@ build/bench_data: tools/bench_data.c $(LIB) | build/.deps-ok
 
 bench-data: build/bench_data
 	/usr/bin/python3 tools/bench_data_torch.py
+
+# ---- bench-e2e-data (owner: src/data): ResNet-18 at 224² on the CPU, p = 2, default threads:
+# img/s through data.format = "jpeg" next to "synthetic" and the data wait as % of the step
+# (tools/bench_e2e_data.py; the JPEGs are bench-data's photos, packed with --pack).
+.PHONY: bench-e2e-data
+bench-e2e-data: $(BIN)
+	/usr/bin/python3 tools/bench_e2e_data.py

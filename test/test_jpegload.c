@@ -347,6 +347,23 @@ START_TEST(check_and_damaged_pack) {
     double v[2];
     ck_assert_int_eq(read_1d(h5, "/data/decode_failures", v, 2), 2);
     ck_assert_msg(v[0] + v[1] >= 3, "failures %g + %g: sample 0 is drawn in each of the 5.3 epochs", v[0], v[1]);
+    /* cut by SIGTERM at step 10 and resumed: the counters go on from the checkpoint (the same
+     * per-rank counts as the run above) and no rank names the sample a second time */
+    char c2[512], h2[512], out2[1 << 15];
+    write_cfg("chk_cut", NULL, c2, h2);
+    st = dsgd_env("DSGD_TEST_SIGNAL=TERM@10", 2, c2, set, out2, sizeof out2);
+    ck_assert_msg(st == 3, "exit %d, expected 3\n%s", st, tail(out2));
+    long named2 = count_str(out2, "cannot be decoded");
+    char set2[500];
+    snprintf(set2, sizeof set2, "--resume %s", set);
+    st = dsgd(2, c2, set2, out2, sizeof out2);
+    ck_assert_msg(st == 0, "resume: exit %d\n%s", st, tail(out2));
+    named2 += count_str(out2, "cannot be decoded");
+    ck_assert_msg(named2 == named, "named %ld times over the cut run and its resume, %ld times without the cut", named2, named);
+    double v2[2];
+    ck_assert_int_eq(read_1d(h2, "/data/decode_failures", v2, 2), 2);
+    ck_assert_msg(v2[0] == v[0] && v2[1] == v[1], "failures per rank %g, %g after the resume; %g, %g without the cut", v2[0],
+                  v2[1], v[0], v[1]);
 }
 END_TEST
 

@@ -32,6 +32,8 @@ typedef struct {
     int next, done;   /* positions claimed, finished */
     int inflight;     /* claimed and not finished */
     int held;         /* taken by the caller */
+    long long warnings, failures; /* of its samples so far: counted when the step is taken, so a
+                                   * step decoded ahead but never trained on counts nothing */
 } slot;
 
 typedef struct {
@@ -102,8 +104,8 @@ static void decoder_free(decoder *d) {
 /* Sample i of the training (val = 0) or validation split at epoch `epoch`, into out (3, crop,
  * crop) and *label; an undecodable sample is replaced by the next one in pack order. Called
  * without the lock. Returns 0, or EXIT_RUNTIME with err (a read error, MAX_REPLACE failures). */
-static int do_sample(jpegload *j, decoder *d, int val, int epoch, int64_t i, float *out, int *label, char *err,
-                     size_t errlen) {
+static int do_sample(jpegload *j, decoder *d, int val, int epoch, int64_t i, float *out, int *label, long long *warnings,
+                     long long *failures, char *err, size_t errlen) {
     const shards *s = val ? j->c.val : j->c.train;
     const aug_cfg *a = val ? &j->c.eval_aug : &j->c.train_aug;
     const int64_t n = shards_count(s);
@@ -117,11 +119,11 @@ static int do_sample(jpegload *j, decoder *d, int val, int epoch, int64_t i, flo
         if (aug_sample(d->dec, a, j->c.seed, (uint64_t)epoch, (uint64_t)q, d->buf, shards_nbytes(s, q), out, NULL, &w, e2,
                        sizeof e2) == 0) {
             *label = shards_label(s, q);
-            if (w) __atomic_add_fetch(&j->warnings, w, __ATOMIC_RELAXED);
+            if (w) __atomic_add_fetch(warnings, w, __ATOMIC_RELAXED);
             return 0;
         }
         pthread_mutex_lock(&j->mu);
-        j->failures++;
+        (*failures)++;
         const int first = !j->reported[val][q];
         if (first) j->reported[val][q] = 1, j->unique++;
         pthread_mutex_unlock(&j->mu);
@@ -160,10 +162,12 @@ static void work_one(jpegload *j, decoder *d, int sl, int pos) {
     int rc;
     pthread_mutex_unlock(&j->mu);
     if (sl < 0)
-        rc = do_sample(j, d, 1, 0, j->ev.begin + pos, j->ev.x + (size_t)pos * j->sample, &j->ev.y[pos], err, sizeof err);
+        rc = do_sample(j, d, 1, 0, j->ev.begin + pos, j->ev.x + (size_t)pos * j->sample, &j->ev.y[pos], &j->warnings, &j->failures,
+                       err, sizeof err);
     else {
         slot *s = &j->slots[sl];
-        rc = do_sample(j, d, 0, s->epoch, s->idx[pos], s->x + (size_t)pos * j->sample, &s->y[pos], err, sizeof err);
+        rc = do_sample(j, d, 0, s->epoch, s->idx[pos], s->x + (size_t)pos * j->sample, &s->y[pos], &s->warnings, &s->failures, err,
+                       sizeof err);
     }
     pthread_mutex_lock(&j->mu);
     if (rc && !j->fatal) j->fatal = 1, snprintf(j->fatal_msg, sizeof j->fatal_msg, "%s", err);
@@ -290,6 +294,7 @@ int jpegload_request(jpegload *j, long key, int epoch, const int *idx, long lo, 
     s->next = j->c.b; /* no more claims; wait for those in flight */
     if ((st = drain(j, &s->inflight, err, errlen))) goto out;
     s->key = key;
+    s->warnings = s->failures = 0;
     s->epoch = epoch;
     memcpy(s->idx, idx, (size_t)j->c.b * sizeof *idx);
     s->next = s->done = 0;
@@ -344,8 +349,12 @@ int jpegload_take(jpegload *j, long key, const float **x, const int **y, char *e
     int st, k = find_slot(j, key);
     if (k < 0) st = seterr(err, errlen, "rank %d: jpegload: step %ld was not requested", j->c.rank, key) ? EXIT_RUNTIME : 0;
     else if (!(st = finish(j, k, err, errlen))) {
-        j->slots[k].held = 1;
+        slot *s = &j->slots[k];
+        s->held = 1;
         j->held = k;
+        __atomic_add_fetch(&j->warnings, __atomic_exchange_n(&s->warnings, 0, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+        j->failures += s->failures;
+        s->failures = 0;
         *x = j->slots[k].x;
         *y = j->slots[k].y;
     }
@@ -379,4 +388,45 @@ void jpegload_get_stats(jpegload *j, jpegload_stats *s) {
     s->failures = j->failures;
     s->unique_failures = j->unique;
     pthread_mutex_unlock(&j->mu);
+}
+
+long jpegload_save_stats(jpegload *j, int64_t *v, long max) {
+    pthread_mutex_lock(&j->mu);
+    long n = 0;
+    const int64_t counts[2] = {__atomic_load_n(&j->warnings, __ATOMIC_RELAXED), j->failures};
+    for (int k = 0; k < 2; k++, n++)
+        if (n < max) v[n] = counts[k];
+    for (int val = 0; val < 2; val++) {
+        const shards *s = val ? j->c.val : j->c.train;
+        const int64_t ns = s ? shards_count(s) : 0;
+        for (int64_t i = 0; i < ns; i++)
+            if (j->reported[val][i]) {
+                if (n < max) v[n] = ((int64_t)val << 40) | i;
+                n++;
+            }
+    }
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+int jpegload_restore_stats(jpegload *j, const int64_t *v, long n, char *err, size_t errlen) {
+    if (n < 2) return seterr(err, errlen, "decode counters: %ld values, expected at least 2", n);
+    pthread_mutex_lock(&j->mu);
+    int st = 0;
+    for (long k = 2; k < n && !st; k++) {
+        const int val = (int)(v[k] >> 40);
+        const int64_t i = v[k] & ((INT64_C(1) << 40) - 1);
+        const shards *s = val == 0 ? j->c.train : val == 1 ? j->c.val : NULL;
+        if (!s || v[k] < 0 || i >= shards_count(s))
+            st = seterr(err, errlen, "decode counters: entry %lld names no sample of this pack", (long long)v[k]);
+        else
+            j->reported[val][i] = 1;
+    }
+    if (!st) {
+        __atomic_store_n(&j->warnings, v[0], __ATOMIC_RELAXED);
+        j->failures = v[1];
+        j->unique = n - 2;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st;
 }

@@ -69,11 +69,22 @@ void jpegload_release(jpegload *j);
  * and y (count), AUG_EVAL. Returns 0 or EXIT_RUNTIME. */
 int jpegload_eval(jpegload *j, int64_t begin, int count, float *x, int *y, char *err, size_t errlen);
 
-/* Counters since create: libjpeg warnings of the samples used; failures = samples that could
- * not be decoded each time one was drawn (replaced), unique = distinct such samples. */
+/* Counters since create (or jpegload_restore_stats): libjpeg warnings of the samples used;
+ * failures = samples that could not be decoded each time one was drawn (replaced), unique =
+ * distinct such samples. A training step's samples count when the step is taken (a step decoded
+ * ahead and never taken counts nothing), so the counts do not depend on timing. */
 typedef struct {
     long long warnings, failures, unique_failures;
 } jpegload_stats;
 void jpegload_get_stats(jpegload *j, jpegload_stats *s);
+
+/* The counters as a checkpoint keeps them, so that a resumed run counts on and names no damaged
+ * sample twice: v[0] warnings, v[1] failures, then one entry per sample named already,
+ * (split << 40) | index with split 0 train, 1 val. jpegload_save_stats writes at most max
+ * values into v (v may be NULL with max 0) and returns how many there are; jpegload_restore_stats
+ * takes n of them back (counters set, samples marked named, unique = their count). Returns 0,
+ * or EXIT_BADINPUT when an entry names no sample of this pack (err). */
+long jpegload_save_stats(jpegload *j, int64_t *v, long max);
+int jpegload_restore_stats(jpegload *j, const int64_t *v, long n, char *err, size_t errlen);
 
 #endif

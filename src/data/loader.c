@@ -141,6 +141,13 @@ void loader_stats(loader *l, jpegload_stats *s) {
     if (l->jl) jpegload_get_stats(l->jl, s);
 }
 
+long loader_save_stats(loader *l, int64_t *v, long max) { return l->jl ? jpegload_save_stats(l->jl, v, max) : 0; }
+
+int loader_restore_stats(loader *l, const int64_t *v, long n, char *err, size_t errlen) {
+    if (!l->jl) return n ? seterr(err, errlen, "decode counters in the checkpoint, but this run decodes no JPEG") : 0;
+    return jpegload_restore_stats(l->jl, v, n, err, errlen);
+}
+
 /* Durstenfeld's Fisher–Yates from the top: for i = n-1 .. 1 swap perm[i] with
  * perm[rng_below(i + 1)], the RNG seeded with seed_mix(seed, epoch). Any other implementation
  * (e.g. a GPU path) must follow this order exactly to see the same batches. */

@@ -100,6 +100,10 @@ const char *loader_error(const loader *l);
 
 /* JPEG decode counters (jpegload_stats); zeros for the other sources. */
 void loader_stats(loader *l, jpegload_stats *s);
+/* The same in checkpoint form (jpegload_save_stats / jpegload_restore_stats): 0 values and 0
+ * for the other sources and before loader_start. */
+long loader_save_stats(loader *l, int64_t *v, long max);
+int loader_restore_stats(loader *l, const int64_t *v, long n, char *err, size_t errlen);
 
 /* This rank's evaluation slice [*begin, *end) of n samples. */
 void eval_slice(int n, int p, int rank, int *begin, int *end);

@@ -313,6 +313,12 @@ int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls) {
     const int64_t step = t->step, threads = omp_get_max_threads();
     int rc = ckpt_put_i64(f, "step", &step, 1) | ckpt_put_f64(f, "times", (const double *)&t->times, 7) |
              ckpt_put_i64(f, "threads", &threads, 1) | ckpt_put_str(f, "isa", nn_isa_name());
+    /* the JPEG decode counters (warnings, failures, samples named), so that a resume counts on */
+    const int64_t nd = loader_save_stats(&t->train_loader, NULL, 0);
+    int64_t *dv = xmalloc((size_t)(nd ? nd : 1) * sizeof *dv);
+    loader_save_stats(&t->train_loader, dv, (long)nd);
+    rc |= ckpt_put_i64(f, "data_stats_n", &nd, 1) | ckpt_put_i64(f, "data_stats", dv, (size_t)nd);
+    free(dv);
     if (!t->log) return rc;
     static char text[CFG_TEXT_MAX];
     config_to_text(t->e, text, sizeof text);
@@ -335,6 +341,18 @@ int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls) {
     int64_t step = 0;
     int rc = ckpt_get_i64(f, "step", &step, 1) | ckpt_get_f64(f, "times", (double *)&t->times, 7);
     t->step = step;
+    int64_t nd = 0;
+    if (!rc && !(rc = ckpt_get_i64(f, "data_stats_n", &nd, 1))) {
+        if (nd < 0 || nd > ((int64_t)1 << 36)) return -1;
+        int64_t *dv = xmalloc((size_t)(nd ? nd : 1) * sizeof *dv);
+        char err[ERRLEN];
+        rc = ckpt_get_i64(f, "data_stats", dv, (size_t)nd);
+        if (!rc && loader_restore_stats(&t->train_loader, dv, (long)nd, err, sizeof err)) {
+            fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
+            rc = -1;
+        }
+        free(dv);
+    }
     if (!t->log) return rc;
     double loop[4] = {0}, prog[3] = {0};
     rc |= ckpt_get_f64(f, "loop", loop, 4) | ckpt_get_f64(f, "loop_prev_times", (double *)&ls->prev, 7) | ckpt_get_f64(f, "progress", prog, 3);

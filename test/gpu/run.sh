@@ -12,6 +12,9 @@
 #   d. throughput: build/bench_gpu and tools/bench_torch_gpu.py, ResNet-18 width 64, ImageNet
 #      stem, 3x224x224, 1000 classes, b = 32, 64, 128, fp32 / tf32 / bf16 (PyTorch's bf16 in NCHW
 #      as dsgd-run, and channels_last as a row of its own); the table goes into summary.md at once
+#   d2. a short JPEG run: a tiny ImageFolder tree (make_jpeg_tree.py: 2,000 + 500 Fashion-MNIST
+#      images as JPEGs of 40–64 px) packed with dsgd-run --pack, then test/gpu/jpeg_short.cfg
+#      (data.format = "jpeg", 100 steps of b = 64 at 32 px), device = cuda, p = 1: final top-1 < 0.35
 #   e. optional, as the budget allows: test_gpu_model (the GPU network against the CPU model),
 #      test_gpu_device (the same through model.h), test_gpu_comm (device vectors, the CUDA-aware
 #      path's scaling, a one-rank NCCL all-reduce), test_gpu_overlap (copies and all-reduce
@@ -557,6 +560,29 @@ else
     BENCH_MD="No throughput table: $( [ -n "$py_any" ] && echo 'no BENCH lines in bench.log' || echo 'no python3')."
 fi
 write_summary
+
+# ---- d2. a short JPEG run (data.format = "jpeg", docs/data.md): a tiny ImageFolder tree made from
+# the truncated Fashion-MNIST (make_jpeg_tree.py), packed with dsgd-run --pack, trained with the
+# decode threads feeding the GPU (the next minibatch staged during each step) -------------------------
+JT=$tmp/jpeg
+jextra=(--set "data.dir=\"$JT/pack\"")
+[ "$simulate" = 1 ] && jextra+=(--set iterations=30 --set eval.every=15 --set threads=1 --set data.threads=1)
+[ "$dev" = cuda ] && jextra+=(${cuda_prec[@]+"${cuda_prec[@]}"})
+if [ -z "$PY" ]; then
+    record "d2. jpeg: tree + pack" "FAIL" 0 "no python3 with numpy and Pillow (torch, torchvision, h5py)" "$RUNS_LOG"
+elif [ ! -x "$BIN" ]; then
+    record "d2. jpeg: tree + pack" "FAIL" 0 "no $BIN" "$RUNS_LOG"
+else
+    rm -rf "$JT"
+    if run_step "d2. jpeg: tree + pack" "$RUNS_LOG" 120 bash -c '"$1" "$2" "$3" "$4/tree" 2000 500 && shift 4 && "$@"' _ \
+        "$PY" "$here/make_jpeg_tree.py" "$DATA" "$JT" "${BENV[@]}" "$BIN" --pack "$JT/tree" "$JT/pack" --shard-images 1000; then
+        if run_step "d2. run jpeg $dev p=1" "$RUNS_LOG" 180 "${BENV[@]}" "${MPIEXEC[@]}" -n 1 "$BIN" --set p=1 \
+            --set "output=$R/jpeg_p1.h5" --set overwrite=true --set "device=$dev" "${jextra[@]}" "$here/jpeg_short.cfg"; then
+            RUN_OK[$R/jpeg_p1.h5]=1
+        fi
+        check_final "d2. check jpeg $dev p=1: top-1 < $max_top1" "$R/jpeg_p1.h5"
+    fi
+fi
 
 # ---- e. the optional checks, as time allows: the other tests, then more runs -------------------------
 gpu_test "e. test_gpu_model" "$TDIR/test_gpu_model" 180

@@ -33,6 +33,10 @@
  *   test_dsgd_run   dsgd-run itself, 2 ranks, device = "cuda", 12 steps of ResNet-18 width 4 on
  *                   Fashion-MNIST, with DSGD_OVERLAP=0 and without: /train/loss and /eval/loss
  *                   equal (skipped where the data set is not installed).
+ *   test_dsgd_run_jpeg the same through data.format = "jpeg" (a small pack made here): device
+ *                   "cuda" staged, "cuda" with DSGD_OVERLAP=0 and "cpu" take the same batches
+ *                   (bit for bit between the cuda runs over the mock; at α = 1e-6 every step's
+ *                   loss as the cpu run's within TOL_BATCH).
  *
  * "Equal" is bit for bit over the CPU stand-ins of test/gpu/mock (make check: build/mock/
  * test_gpu_overlap, where copy streams really run late and events answer "not ready"); on a GPU
@@ -51,6 +55,7 @@
 #include <cuda_runtime_api.h>
 
 #include "alloccount.h"
+#include "jpegutil.h"
 #include "comm/comm.h"
 #include "gpu.h"
 #include "mpiutil.h"
@@ -669,6 +674,107 @@ START_TEST(test_dsgd_run) {
 }
 END_TEST
 
+/* ---- test_dsgd_run_jpeg --------------------------------------------------------------------- */
+
+/* Class c of 3: red, green or blue JPEGs of 30–50 px (jpegutil.h), as test_jpegload's tree. */
+static void write_colour_tree(const char *root, const char *split, int per_class) {
+    static const char *const wnids[3] = {"n001", "n002", "n003"};
+    char path[600], cmd[700];
+    for (int c = 0; c < 3; c++) {
+        snprintf(path, sizeof path, "%s/%s/%s", root, split, wnids[c]);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s", path);
+        ck_assert_int_eq(system(cmd), 0);
+        for (int i = 0; i < per_class; i++) {
+            jpeg_spec s = {.w = 30 + (7 * i + 3 * c) % 21, .h = 30 + (11 * i + c) % 21, .comps = 3, .jpeg_cs = JCS_YCbCr,
+                           .quality = 90, .pattern = SRC_UNIFORM};
+            for (int k = 0; k < 3; k++) s.colour[k] = (uint8_t)(k == c ? 180 + i % 40 : 20 + (i * 13 + k * 7) % 50);
+            snprintf(path, sizeof path, "%s/%s/%s/%03d.jpg", root, split, wnids[c], i);
+            write_jpeg(path, &s);
+        }
+    }
+}
+
+/* The GPU backend takes the JPEG loader's batches (data.format = "jpeg"): dsgd-run p = 2 on a
+ * small pack with device = "cuda" (the next minibatch staged during each step: model_stage_*),
+ * device = "cuda" with DSGD_OVERLAP=0 (no staging: each batch uploaded at its step) and
+ * device = "cpu". The two cuda runs agree bit for bit over the mock (1e-3 on a GPU). Against the
+ * cpu run: with α = 1e-6 the parameters hardly move, so each step's training loss is a function
+ * of that step's minibatch alone (it varies by ~10 % from step to step here), and the cuda runs'
+ * losses must equal the cpu run's within TOL_BATCH (measured over the mock: 4e-6): a batch staged
+ * for the wrong step, or labels shifted by a sample, moves them by 1e-2 or more. (At a learning
+ * rate that trains, the two backends' rounding differences grow chaotically on this data: 4 %
+ * apart after 12 steps at α = 0.002, against 0.1 % for Fashion-MNIST through "idx": the images
+ * are uniform colours, so batch normalisation divides by spatial variances near zero and
+ * magnifies rounding.) */
+#define TOL_BATCH 1e-4
+START_TEST(test_dsgd_run_jpeg) {
+    if (!have_mpiexec()) {
+        printf("test_dsgd_run_jpeg: no mpiexec (%s): skipped\n", mpiexec_cmd());
+        return;
+    }
+    ck_assert_msg(access(dsgd_bin(), X_OK) == 0, "no %s", dsgd_bin());
+    char dir[] = "/tmp/dsgd_overlap_jpeg_XXXXXX";
+    ck_assert(mkdtemp(dir) != NULL);
+    char src[300], pack[300], cfg[300], cmd[2048], h5[3][300], text[2048];
+    static char out[1 << 16];
+    snprintf(src, sizeof src, "%s/src", dir);
+    snprintf(pack, sizeof pack, "%s/pack", dir);
+    write_colour_tree(src, "train", 16);
+    write_colour_tree(src, "val", 4);
+    snprintf(cmd, sizeof cmd, "timeout 120 %.600s --pack %s %s --shard-images 20", dsgd_bin(), src, pack);
+    int st = run(cmd, out, sizeof out);
+    ck_assert_msg(st == 0, "%s: exit %d\n%s", cmd, st, out);
+    snprintf(cfg, sizeof cfg, "%s/jpeg.cfg", dir);
+    snprintf(text, sizeof text,
+             "name = \"overlap_jpeg\";\nseed = 3;\np = 2;\nb = 8;\niterations = 12;\n"
+             "alpha = { base = 1e-6; schedule = \"constant\"; };\nmodel = { arch = \"resnet18\"; width = 4; stem = \"cifar\"; };\n"
+             "data = { format = \"jpeg\"; dir = \"%s\"; crop = 24; scale = [28, 36]; eval_resize = 28; threads = 1; };\n"
+             "eval = { every = 6; batch = 6; };\nlog_every = 1;\nthreads = 1;\n", pack);
+    write_file(cfg, text);
+    const char *const how[3] = {"device=cuda", "device=cuda", "device=cpu"};
+    const char *const env[3] = {"", "DSGD_OVERLAP=0", ""};
+    for (int v = 0; v < 3; v++) {
+        snprintf(h5[v], sizeof h5[v], "%.200s/j%d.h5", dir, v);
+        snprintf(cmd, sizeof cmd, "%s timeout -k 5 " MPI_TIMEOUT " %.600s -n 2 %.600s --set %s --set 'output=\"%.250s\"' %.250s",
+                 env[v], mpiexec_cmd(), dsgd_bin(), how[v], h5[v], cfg);
+        st = run(cmd, out, sizeof out);
+        ck_assert_msg(st == 0 && strstr(out, "data: jpeg from"), "%s: exit %d\n%s", cmd, st, out);
+    }
+    static double a[3][64];
+    const char *sets[] = {"/train/loss", "/eval/loss", "/data/decode_failures", "/eval/top1_error"};
+    for (int q = 0; q < 4; q++) {
+        long n[3];
+        for (int v = 0; v < 3; v++) n[v] = read_1d(h5[v], sets[q], a[v], 64);
+        ck_assert_msg(n[0] == n[1] && n[0] == n[2] && n[0] > 0, "%s: %ld, %ld, %ld values", sets[q], n[0], n[1], n[2]);
+        double worst = 0;
+        for (long i = 0; i < n[0]; i++) {
+            if (g_exact) ck_assert_msg(a[0][i] == a[1][i], "%s[%ld]: staged %.17g, DSGD_OVERLAP=0 %.17g", sets[q], i, a[0][i], a[1][i]);
+            else ck_assert_msg(fabs(a[0][i] - a[1][i]) <= 1e-3 * fabs(a[1][i]), "%s[%ld]: %.9g vs %.9g", sets[q], i, a[0][i], a[1][i]);
+            if (q == 3) continue; /* top-1 error: one of 12 samples flipping is 0.08; the losses say it all */
+            for (int v = 0; v < 2; v++) {
+                const double r = fabs(a[v][i] - a[2][i]) / (fabs(a[2][i]) > 1e-3 ? fabs(a[2][i]) : 1e-3);
+                worst = r > worst ? r : worst;
+                ck_assert_msg(r <= TOL_BATCH, "%s[%ld]: device cuda%s %.9g, cpu %.9g", sets[q], i, v ? " (DSGD_OVERLAP=0)" : "",
+                              a[v][i], a[2][i]);
+            }
+        }
+        char vs_cpu[64] = "";
+        if (q != 3) snprintf(vs_cpu, sizeof vs_cpu, ", against cpu within %.2g relative", worst);
+        printf("dsgd-run p = 2, jpeg: %s (%ld values): cuda staged and unstaged %s%s\n", sets[q], n[0],
+               g_exact ? "bitwise equal" : "equal within 1e-3", vs_cpu);
+    }
+    /* the losses move from step to step (so that equal losses mean equal batches) */
+    double tl[64];
+    const long nt = read_1d(h5[2], "/train/loss", tl, 64);
+    double lo = tl[0], hi = tl[0];
+    for (long i = 0; i < nt; i++) lo = tl[i] < lo ? tl[i] : lo, hi = tl[i] > hi ? tl[i] : hi;
+    ck_assert_msg(hi - lo > 100 * TOL_BATCH * hi, "training losses %g..%g: too alike to tell batches apart", lo, hi);
+    char rm[400];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    ck_assert(system(rm) == 0);
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "--mpi-child") == 0) {
         g_child = 1;
@@ -695,6 +801,7 @@ int main(int argc, char **argv) {
     tcase_add_loop_test(tc, test_trainer, 0, N_CASES);
     tcase_add_loop_test(tc, test_mpi, 0, 2);
     tcase_add_test(tc, test_dsgd_run);
+    tcase_add_test(tc, test_dsgd_run_jpeg);
     suite_add_tcase(s, tc);
     return run_suite_nofork(s);
 }
