@@ -53,7 +53,7 @@ static void backup_request(srv *sv, int i) {
         return;
     }
     /* Computed on older parameters: too late for its step. */
-    if (sv->k == 0 && v >= 0 && v < sv->t->e->iterations) sv->dropped[v]++, sv->n_dropped++;
+    if (sv->k == 0 && v >= 0 && v < sv->t->e->iterations) srv_count_dropped(sv, (long)v);
     srv_reply_center(sv, i, srv_stop(sv));
 }
 

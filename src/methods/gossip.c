@@ -71,7 +71,7 @@ typedef struct {
     /* records */
     long long *peers;         /* (p) this node's choices; (p·p) on rank 0 at the end */
     double *phi;              /* rank 0: Φ per evaluation */
-    long n_evals, max_evals;
+    long n_evals, max_evals;  /* Φ values logged, allocated (grows: evaluations are rare) */
     float *avg, *own, *avg_bn, *own_bn;
     double *gbuf, *rows;      /* /ranks gather */
     phase_times prev;
@@ -152,7 +152,7 @@ static int gossip_setup(trainer *t, char *err, size_t errlen) {
     g->avg_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float)), g->own_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float));
     g->peers = xcalloc((size_t)p * p, sizeof(long long));
     g->sent = xcalloc((size_t)p, sizeof(long long));
-    g->max_evals = e->iterations / e->eval.every + 2;
+    g->max_evals = 64; /* grows by doubling: not sized by iterations, which may be huge */
     g->phi = xcalloc((size_t)g->max_evals, sizeof(double));
     g->gbuf = xmalloc((size_t)p * 4 * sizeof(double)), g->rows = xmalloc((size_t)p * 4 * sizeof(double));
     g->m_ask = xmalloc((size_t)p * sizeof(int)), g->m_ans = xmalloc((size_t)p * sizeof(int)), g->m_get = xmalloc((size_t)p * sizeof(int));
@@ -410,6 +410,16 @@ static double gossip_step(trainer *t, long s, double alpha) {
 
 /* Collective over the workers: evaluate the nodes' average and rank 0's own model, log both,
  * Φ and a /ranks row. Returns the status every worker agrees on. */
+/* Room for n values of Φ. */
+static void phi_reserve(gossip *g, long n) {
+    if (n <= g->max_evals) return;
+    long cap = g->max_evals;
+    while (cap < n) cap *= 2;
+    double *d = realloc(g->phi, (size_t)cap * sizeof *d);
+    if (!d) DIE("out of memory for the diffusion potential of %ld evaluations", cap);
+    g->phi = d, g->max_evals = cap;
+}
+
 static int gossip_evaluate(trainer *t, long step, double train_s, int status, int *nonfinite) {
     gossip *g = &G;
     model *net = t->net;
@@ -465,7 +475,8 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
         if (step > 0 && runlog_ranks(t->log, step, g->rows, g->rows + p, g->rows + 2 * p, g->rows + 3 * p, NULL) != 0) status = EXIT_RUNTIME;
         if (train_log_eval(t, step, train_s, &rl, es, 1) != 0) status = EXIT_RUNTIME;
         if (train_log_eval(t, step, train_s, &r, es, 0) != 0) status = EXIT_RUNTIME;
-        if (g->n_evals < g->max_evals) g->phi[g->n_evals++] = d;
+        if (g->n_evals == g->max_evals) phi_reserve(g, g->n_evals + 1);
+        g->phi[g->n_evals++] = d;
     }
     if (!isfinite(r.loss)) {
         if (t->log) fprintf(stderr, "dsgd-run: non-finite validation loss at step %ld: the nodes diverged; stopping every rank\n", step);
@@ -512,7 +523,7 @@ static int gossip_save(trainer *t, ckpt_file *f) {
              ckpt_put_f64(f, "ranks_prev_times", (const double *)&g->prev, 7);
     if (t->log) {
         const int64_t ne = g->n_evals;
-        rc |= ckpt_put_i64(f, "n_evals", &ne, 1) | ckpt_put_f64(f, "potential", g->phi, (size_t)g->max_evals);
+        rc |= ckpt_put_i64(f, "n_evals", &ne, 1) | ckpt_put_f64(f, "potential", g->phi, (size_t)g->n_evals);
     }
     return rc;
 }
@@ -529,7 +540,10 @@ static int gossip_load(trainer *t, ckpt_file *f) {
     g->steps_done = counts[0], g->prev_done = counts[1], g->inbox_k = (int)counts[2], g->recv_n = counts[3];
     if (t->log) {
         int64_t ne = 0;
-        rc |= ckpt_get_i64(f, "n_evals", &ne, 1) | ckpt_get_f64(f, "potential", g->phi, (size_t)g->max_evals);
+        rc |= ckpt_get_i64(f, "n_evals", &ne, 1);
+        if (ne < 0 || ne > t->e->iterations / t->e->eval.every + 2) ne = 0, rc = -1;
+        phi_reserve(g, (long)ne);
+        rc |= ckpt_get_f64(f, "potential", g->phi, (size_t)ne);
         g->n_evals = (long)ne;
     }
     if (g->pub) memcpy(g->pub, model_params(net), g->n * sizeof(float)); /* what pulls see */

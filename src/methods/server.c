@@ -365,6 +365,25 @@ static void *eval_main(void *arg) {
     return NULL;
 }
 
+/* Make the per-step drop counts cover steps [0, n). */
+static void dropped_reserve(srv *sv, long n) {
+    if (n > sv->dropped_cap) {
+        long cap = sv->dropped_cap > 0 ? sv->dropped_cap : 1;
+        while (cap < n) cap *= 2;
+        long long *d = realloc(sv->dropped, (size_t)cap * sizeof *d);
+        if (!d) DIE("out of memory for the dropped-gradient counts of %ld steps", cap);
+        memset(d + sv->dropped_cap, 0, (size_t)(cap - sv->dropped_cap) * sizeof *d);
+        sv->dropped = d, sv->dropped_cap = cap;
+    }
+    if (n > sv->dropped_len) sv->dropped_len = n;
+}
+
+void srv_count_dropped(srv *sv, long v) {
+    dropped_reserve(sv, v + 1);
+    sv->dropped[v]++;
+    sv->n_dropped++;
+}
+
 /* Snapshots on server 0. One is assembled (its shards requested from the other servers) while
  * at most one other is evaluated; a count that passes eval.every while both are busy skips that
  * evaluation (printed) rather than evaluate a later center under an earlier time. */
@@ -468,7 +487,8 @@ static void server_setup(trainer *t, server_ctx *c) {
     if (sv->k == 0) {
         sv->hist_bins = HIST_BINS_PER_WORKER * p;
         sv->hist = xcalloc((size_t)sv->hist_bins, sizeof(long long));
-        sv->dropped = xcalloc((size_t)e->iterations, sizeof(long long));
+        sv->dropped_cap = e->iterations < 4096 ? (long)e->iterations : 4096;
+        sv->dropped = xcalloc((size_t)(sv->dropped_cap ? sv->dropped_cap : 1), sizeof(long long));
         c->snap = xmalloc(N * sizeof(float));
         c->sreq_out = xcalloc((size_t)S, sizeof(msg_hdr)), c->shdr_in = xcalloc((size_t)S, sizeof(msg_hdr));
         c->s_req = xmalloc((size_t)S * sizeof(int)), c->r_shdr = xmalloc((size_t)S * sizeof(int)), c->r_snap = xmalloc((size_t)S * sizeof(int));
@@ -784,7 +804,8 @@ static int server_save(server_ctx *c, long label) {
                  ckpt_put_i64(f, "last_steps", v, (size_t)p) || ckpt_put_i64(f, "left", v + p, (size_t)p);
         if (!rc && sv->k == 0) {
             const size_t nbn = model_n_bn(t->net);
-            const int64_t s0[9] = {sv->stale_sum, sv->n_dropped, c->next_log, c->next_eval, c->last_eval, c->next_ckpt, c->q.skipped, 0, 0};
+            const int64_t s0[9] = {sv->stale_sum, sv->n_dropped, c->next_log, c->next_eval, c->last_eval, c->next_ckpt, c->q.skipped,
+                                   sv->dropped_len, 0};
             double *hd = xmalloc((size_t)p * 10 * sizeof(double));
             for (int i = 0; i < p; i++) {
                 const msg_hdr *h[2] = {&c->last[i], &c->prev[i]};
@@ -806,7 +827,7 @@ static int server_save(server_ctx *c, long label) {
             rc = ckpt_put_i64(f, "failed", fl, (size_t)p) || ckpt_put_f32(f, "bn_average", avg, nbn);
             free(fl), free(avg);
             rc = ckpt_put_i64(f, "server0", s0, 9) || ckpt_put_i64(f, "staleness_histogram", (const int64_t *)sv->hist, (size_t)sv->hist_bins) ||
-                 ckpt_put_i64(f, "dropped", (const int64_t *)sv->dropped, (size_t)t->e->iterations) ||
+                 ckpt_put_i64(f, "dropped", (const int64_t *)sv->dropped, (size_t)sv->dropped_len) ||
                  ckpt_put_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_put_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
                  ckpt_put_i64(f, "seen_bn", v, (size_t)p) || rc;
             free(hd), free(bn);
@@ -840,8 +861,11 @@ static int server_load(server_ctx *c) {
             int64_t s0[9] = {0};
             double *hd = xcalloc((size_t)p * 10, sizeof(double));
             float *bn = xcalloc((size_t)p * (nbn ? nbn : 1), sizeof(float));
-            rc = ckpt_get_i64(f, "server0", s0, 9) || ckpt_get_i64(f, "staleness_histogram", (int64_t *)sv->hist, (size_t)sv->hist_bins) ||
-                 ckpt_get_i64(f, "dropped", (int64_t *)sv->dropped, (size_t)t->e->iterations) ||
+            rc = ckpt_get_i64(f, "server0", s0, 9);
+            if (!rc && (s0[7] < 0 || s0[7] > t->e->iterations)) rc = -1; /* a count of steps this run cannot have */
+            if (!rc) dropped_reserve(sv, (long)s0[7]);
+            rc = rc || ckpt_get_i64(f, "staleness_histogram", (int64_t *)sv->hist, (size_t)sv->hist_bins) ||
+                 ckpt_get_i64(f, "dropped", (int64_t *)sv->dropped, (size_t)sv->dropped_len) ||
                  ckpt_get_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_get_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
                  ckpt_get_i64(f, "seen_bn", v, (size_t)p);
             int64_t *fl = xcalloc((size_t)p, sizeof(int64_t));
@@ -864,7 +888,7 @@ static int server_load(server_ctx *c) {
             free(hd), free(bn);
         }
         free(v);
-        if (rc) snprintf(err, sizeof err, "%s", ckpt_error(f));
+        if (rc) snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "the checkpoint's server state is inconsistent");
         ckpt_free(f);
     }
     if (err[0]) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
@@ -1102,6 +1126,7 @@ static void server0_finish(server_ctx *c) {
 summary:
     keepalive(c, 1); /* the goodbye: the workers that have left go to the end-of-run agreement */
     if (e->method == METHOD_PS && runlog_array(t->log, 0, sv->hist) != 0) c->status = EXIT_RUNTIME;
+    if (e->method == METHOD_BACKUP) dropped_reserve(sv, it < e->iterations ? it : (long)e->iterations);
     if (e->method == METHOD_BACKUP && runlog_array_rows(t->log, 0, sv->dropped, it < e->iterations ? it : e->iterations) != 0)
         c->status = EXIT_RUNTIME; /* one element per step completed (docs/output.md) */
     int why = c->nonfinite ? STOPPED_NONFINITE : c->stopped && c->status == EXIT_RUNTIME ? STOPPED_CHECKPOINT : STOPPED_WRITE;

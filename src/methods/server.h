@@ -68,7 +68,8 @@ typedef struct srv {
     int count;               /* backup: gradients in acc; easgd synchronous: workers held */
     long long *hist;         /* ps: staleness histogram (server 0), hist_bins bins */
     int hist_bins;
-    long long *dropped;      /* backup: gradients dropped per step (server 0), iterations entries */
+    long long *dropped;      /* backup: gradients dropped per step v (server 0), dropped_len entries */
+    long dropped_len, dropped_cap; /* steps counted so far (v < dropped_len), allocated */
     long long n_dropped;
     long long stale_sum;     /* ps: sum of the staleness of every gradient applied (server 0) */
     int starved;             /* backup: fewer than N workers left, no step can complete */
@@ -112,6 +113,9 @@ void srv_reply_center(srv *sv, int i, int stop);
 /* Stop code for replies now: STOP_DIVERGED after a non-finite update, STOP_CKPT while pausing
  * for a checkpoint, else STOP_NO. */
 int srv_stop(const srv *sv);
+/* Backup: count a gradient of step v dropped (server 0). The per-step counts grow with the steps
+ * seen (doubling; not preallocated by `iterations`, which may be huge). */
+void srv_count_dropped(srv *sv, long v);
 
 /* method_ops.run of the server methods. */
 int server_run(trainer *t);

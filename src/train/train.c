@@ -400,7 +400,7 @@ int train_resume(trainer *t, loop_state *ls) {
     ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
     if (f) {
         if (train_ckpt_get_common(t, f, ls) || (t->method->load && t->method->load(t, f)))
-            snprintf(err, sizeof err, "%s", ckpt_error(f));
+            snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "the checkpoint's state is inconsistent with the experiment");
         ckpt_free(f);
     }
     int st = err[0] ? EXIT_BADINPUT : 0;
