@@ -232,12 +232,14 @@ START_TEST(test_gossip_push_async) {
     write_cfg("gp", "method = \"gossip_push\";\np = 3;\n", cfg, h5);
     int st = run_env("DSGD_TEST_SIGNAL=TERM@100@2", 3, cfg, NULL, out, sizeof out);
     ck_assert_msg(st == 3, "exit %d, expected 3\n%s", st, out);
-    /* acted on at once (announcements), not at the next meeting point (the evaluation at 120):
-     * each node stops at its own step, the checkpoint is labelled with the largest */
+    /* acted on at once (announcements): each node stops at its own step, the checkpoint is
+     * labelled with the largest — at the latest the next meeting point (the evaluation at 120),
+     * which a node far ahead on a loaded machine may reach before the announcement; the time
+     * bound with rare meeting points is test_faults' */
     const char *at = strstr(out, "checkpoint: step ");
     ck_assert_msg(at != NULL, "%s", out);
     long label = atol(at + strlen("checkpoint: step "));
-    ck_assert_msg(label >= 100 && label < 120, "checkpoint after step %ld; expected 100..119\n%s", label, out);
+    ck_assert_msg(label >= 100 && label <= 120, "checkpoint after step %ld; expected 100..120\n%s", label, out);
     st = run_env("", 3, cfg, "--resume", out, sizeof out);
     ck_assert_msg(st == 0, "--resume: exit %d\n%s", st, out);
     read_attr_string(h5, "status", status, sizeof status);
