@@ -576,6 +576,7 @@ int main(int argc, char **argv) {
         if (!st) st = shards_open(&pack_val, e.data.dir, "val", err, sizeof err);
         if (!st) st = shards_same_classes(pack_train, pack_val, err, sizeof err);
         if (st) blame_keys(&e, "key 'data.dir'", err, sizeof err);
+        if (!st) t.data_fp[0] = shards_fingerprint(pack_train), t.data_fp[1] = shards_fingerprint(pack_val);
         if (!st && e.data.classes && e.data.classes != shards_n_classes(pack_train))
             st = seterr(err, sizeof err, "%s: key 'data.classes': %d classes, but the pack %s has %d (%s/%s); set data.classes = %d "
                         "or 0 (the data's)", config_where("data.classes"), e.data.classes, e.data.dir, shards_n_classes(pack_train),
@@ -683,6 +684,10 @@ int main(int argc, char **argv) {
             not_bitwise |= differs;
         }
     }
+    /* The data must be the pack the checkpoint was written with (packed again: other samples). */
+    if (plan.label >= 0 && !st && ckpt_exists(ckdir, plan.label, rank) &&
+        ckpt_check_data(ckdir, plan.label, rank, t.data_fp, err, sizeof err))
+        st = EXIT_BADINPUT, blame_keys(&e, "key 'data.dir'", err, sizeof err);
     agree_or_exit(st, err);
     not_bitwise = comm_max_int(not_bitwise);
     if (args.check_only) {
@@ -692,7 +697,7 @@ int main(int argc, char **argv) {
                    e.p * e.b, train.n, train.c, train.h, train.w, train.n_classes, t.train_loader.steps_per_epoch, val.n, threads);
             print_budget(&budget, stdout);
             if (fmt_jpeg)
-                printf("data: %s: %d shard(s) of train, %d of val, %d classes; --check decoded %lld samples of every shard: OK\n", e.data.dir,
+                printf("data: %s: %d shard(s) of train, %d of val, %d classes; --check decoded %lld samples (up to 8 of each shard, first and last included): OK\n", e.data.dir,
                        shards_n_shards(pack_train), shards_n_shards(pack_val), shards_n_classes(pack_train), (long long)verified);
             if (fmt_syn) printf("data: synthetic (random inputs and labels): curves measure speed, not learning\n");
             if (world_unchecked) {
@@ -824,7 +829,7 @@ int main(int argc, char **argv) {
         }
         /* The data set's provenance, and per-worker decode counts (jpeg). */
         static runlog_array_spec all_arrays[4];
-        static runlog_attr attrs[16];
+        static runlog_attr attrs[24];
         static char interp_s[16];
         int na = 0, nat = 0;
         for (int i = 0; i < meta.n_arrays; i++) all_arrays[na++] = meta.arrays[i];
@@ -845,15 +850,18 @@ int main(int argc, char **argv) {
             attrs[nat++] = (runlog_attr){"data_pack_max_side", NULL, shards_max_side(pack_train)};
             attrs[nat++] = (runlog_attr){"data_pack_skipped", NULL, shards_skipped(pack_train) + shards_skipped(pack_val)};
             attrs[nat++] = (runlog_attr){"data_pack_shards", NULL, shards_n_shards(pack_train) + shards_n_shards(pack_val)};
+            static char fp_text[48];
+            snprintf(fp_text, sizeof fp_text, "%016llx/%016llx", (unsigned long long)t.data_fp[0], (unsigned long long)t.data_fp[1]);
+            attrs[nat++] = (runlog_attr){"data_pack_fingerprint", fp_text, 0};
             attrs[nat++] = (runlog_attr){"data_augment", e.data.augment, 0};
             attrs[nat++] = (runlog_attr){"data_interp", interp_s, 0};
             attrs[nat++] = (runlog_attr){"data_threads", NULL, budget.data};
             all_arrays[na++] = (runlog_array_spec){"data/decode_warnings", e.p, 0, "warnings",
                                                    "libjpeg warnings (corrupt data recovered, premature end of data) of the samples each "
-                                                   "worker used, since the run (or its last resume) started", 0, 0};
+                                                   "worker used, over the whole run (kept across resumes by the checkpoints)", 0, 0};
             all_arrays[na++] = (runlog_array_spec){"data/decode_failures", e.p, 0, "samples",
                                                    "samples each worker drew that could not be decoded (each replaced by the next sample "
-                                                   "of the pack and named once on stderr), since the run (or its last resume) started", 0, 0};
+                                                   "of the pack and named once on stderr), over the whole run (kept across resumes by the checkpoints)", 0, 0};
         }
         meta.arrays = na ? all_arrays : NULL, meta.n_arrays = na;
         meta.attrs = attrs, meta.n_attrs = nat;

@@ -319,6 +319,32 @@ START_TEST(threads_and_resume_bitwise) {
     ck_assert_msg(st == 0, "resume: exit %d\n%s", st, tail(out));
     assert_same(h1, hc, "/train/loss");
     assert_same(h1, hc, "/eval/loss");
+
+    /* A resume refuses a pack made again (another seed: the same images in another order) at
+     * the same data.dir, and goes on once it is the checkpoint's pack again (packing is
+     * reproducible, so seed 1 gives the same bytes). */
+    char copy[600], cmd[2000], cr[512], hr[512], set[700], sum1[128], sum2[128];
+    snprintf(copy, sizeof copy, "%s/pack-again", g_dir);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s", g_pack, copy);
+    ck_assert_int_eq(run(cmd, NULL, 0), 0);
+    snprintf(set, sizeof set, "--set data.threads=2 --set 'data.dir=\"%s\"'", copy);
+    write_cfg("repack", NULL, cr, hr);
+    st = dsgd_env("DSGD_TEST_SIGNAL=TERM@6", 2, cr, set, out, sizeof out);
+    ck_assert_msg(st == 3, "exit %d, expected 3\n%s", st, tail(out));
+    snprintf(cmd, sizeof cmd, "./dsgd-run --pack %s/src %s --shard-images 25 --overwrite --seed 2 >/dev/null && md5sum < %s", g_dir, copy, hr);
+    ck_assert_int_eq(run(cmd, sum1, sizeof sum1), 0);
+    char rset[800];
+    snprintf(rset, sizeof rset, "--resume %s", set);
+    st = dsgd(2, cr, rset, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'data.dir'") && strstr(out, "not the pack checkpoint"), "exit %d\n%s", st, tail(out));
+    snprintf(cmd, sizeof cmd, "md5sum < %s", hr);
+    ck_assert_int_eq(run(cmd, sum2, sizeof sum2), 0);
+    ck_assert_str_eq(sum1, sum2); /* the refusal touched nothing */
+    snprintf(cmd, sizeof cmd, "./dsgd-run --pack %s/src %s --shard-images 25 --overwrite --seed 1 >/dev/null", g_dir, copy);
+    ck_assert_int_eq(run(cmd, NULL, 0), 0);
+    st = dsgd(2, cr, rset, out, sizeof out);
+    ck_assert_msg(st == 0, "resume on the checkpoint's pack: exit %d\n%s", st, tail(out));
+    assert_same(h1, hr, "/train/loss");
 }
 END_TEST
 

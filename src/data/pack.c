@@ -622,17 +622,24 @@ static int list_flat_val(source_set *ss, const char *src, const char *dir, const
     split_list *sp = &ss->s[VAL];
     int64_t cap = 0;
     for (int64_t i = 0; i < files->n && !rc; i++) {
+        /* by the file name, or by the name without its extension; a file labelled both ways is
+         * labelled twice, as a file named twice in the same form is */
         label_entry key = {.key = files->v[i]};
-        label_entry *hit = bsearch(&key, e, (size_t)n, sizeof *e, cmp_entry);
-        if (!hit) {
-            char stem[PATH_MAX];
-            snprintf(stem, sizeof stem, "%s", files->v[i]);
-            char *dot = strrchr(stem, '.');
-            if (dot && dot != stem) *dot = '\0';
+        label_entry *full = bsearch(&key, e, (size_t)n, sizeof *e, cmp_entry), *by_stem = NULL;
+        char stem[PATH_MAX];
+        snprintf(stem, sizeof stem, "%s", files->v[i]);
+        char *dot = strrchr(stem, '.');
+        if (dot && dot != stem) {
+            *dot = '\0';
             key.key = stem;
-            hit = bsearch(&key, e, (size_t)n, sizeof *e, cmp_entry);
+            by_stem = bsearch(&key, e, (size_t)n, sizeof *e, cmp_entry);
         }
-        if (!hit) rc = seterr(err, errlen, "%s/%s: no label for it in %s", dir, files->v[i], path);
+        label_entry *hit = full ? full : by_stem;
+        if (full && by_stem)
+            rc = seterr(err, errlen, "%s:%d: '%s' is labelled twice (also as '%s' on line %d)", path,
+                        full->line > by_stem->line ? full->line : by_stem->line, files->v[i], stem,
+                        full->line < by_stem->line ? full->line : by_stem->line);
+        else if (!hit) rc = seterr(err, errlen, "%s/%s: no label for it in %s", dir, files->v[i], path);
         else hit->used++, split_push(sp, &cap, files->v[i], hit->label);
     }
     int64_t unused = 0;
@@ -776,9 +783,40 @@ static int path_within(const char *a, const char *b) {
     return !strncmp(a, b, l) && (a[l] == '\0' || a[l] == '/');
 }
 
+/* The real path a (possibly not yet existing) path will have: realpath of its nearest existing
+ * ancestor, with the missing components appended. 0, or -1 with errno. */
+static int future_realpath(const char *path, char *out) {
+    char head[PATH_MAX], tail[PATH_MAX] = "";
+    snprintf(head, sizeof head, "%s", path);
+    for (;;) {
+        if (realpath(head[0] ? head : ".", out)) break;
+        if (errno != ENOENT) return -1;
+        char *slash = strrchr(head, '/');
+        char t[PATH_MAX];
+        const int len = snprintf(t, sizeof t, "/%s%s", slash ? slash + 1 : head, tail);
+        if (len < 0 || (size_t)len >= sizeof t) return errno = ENAMETOOLONG, -1;
+        memcpy(tail, t, (size_t)len + 1);
+        if (!slash) head[0] = '\0';
+        else if (slash == head) snprintf(head, sizeof head, "/");
+        else *slash = '\0';
+    }
+    if (strlen(out) + strlen(tail) >= PATH_MAX) return errno = ENAMETOOLONG, -1;
+    if (!strcmp(out, "/") && tail[0]) out[0] = '\0';
+    strcat(out, tail);
+    return 0;
+}
+
 static int prepare_out(const pack_options *o, char *err, size_t errlen) {
     char rs[PATH_MAX], ro[PATH_MAX], sub[PATH_MAX + 8];
     if (!realpath(o->src, rs)) return seterr(err, errlen, "%s: %s", o->src, strerror(errno));
+    /* Never into the images (whether OUT exists yet or not). */
+    if (future_realpath(o->out, ro)) return seterr(err, errlen, "%s: %s", o->out, strerror(errno));
+    if (!strcmp(ro, rs)) return seterr(err, errlen, "OUT %s is SRC: choose another directory for the pack", o->out);
+    for (int k = 0; k < N_SPLITS; k++) {
+        snprintf(sub, sizeof sub, "%s/%s", rs, split_names[k]);
+        if (path_within(ro, sub))
+            return seterr(err, errlen, "OUT %s lies inside SRC's %s images (%s): choose a directory outside them", o->out, split_names[k], sub);
+    }
     struct stat sb;
     if (stat(o->out, &sb) != 0) {
         if (errno != ENOENT) return seterr(err, errlen, "%s: %s", o->out, strerror(errno));
@@ -786,13 +824,6 @@ static int prepare_out(const pack_options *o, char *err, size_t errlen) {
         return 0;
     }
     if (!S_ISDIR(sb.st_mode)) return seterr(err, errlen, "%s exists and is not a directory; OUT must be a directory for the pack", o->out);
-    if (!realpath(o->out, ro)) return seterr(err, errlen, "%s: %s", o->out, strerror(errno));
-    if (!strcmp(ro, rs)) return seterr(err, errlen, "OUT %s is SRC: choose another directory for the pack", o->out);
-    for (int k = 0; k < N_SPLITS; k++) {
-        snprintf(sub, sizeof sub, "%s/%s", rs, split_names[k]);
-        if (path_within(ro, sub))
-            return seterr(err, errlen, "OUT %s lies inside SRC's %s images (%s): choose a directory outside them", o->out, split_names[k], sub);
-    }
     if (access(o->out, W_OK | X_OK) != 0) return seterr(err, errlen, "%s: directory not writable", o->out);
     DIR *d = opendir(o->out);
     if (!d) return seterr(err, errlen, "%s: %s", o->out, strerror(errno));

@@ -680,3 +680,22 @@ int shards_verify(const shards *s, int per_shard, int64_t *checked, char *err, s
     image_dec_free(d);
     return rc;
 }
+
+uint64_t shards_fingerprint(const shards *s) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a, 64 bits */
+#define FNV(v)                                                                                     \
+    do {                                                                                           \
+        uint64_t x_ = (uint64_t)(v);                                                               \
+        for (int b_ = 0; b_ < 8; b_++) h = (h ^ (x_ >> (8 * b_) & 0xff)) * 1099511628211ULL;       \
+    } while (0)
+    FNV(s->n);
+    for (int64_t i = 0; i < s->n; i++) {
+        FNV(s->nbytes[i]);
+        FNV((uint16_t)s->label[i]);
+        FNV(s->height[i]);
+        FNV(s->width[i]);
+        FNV((uint32_t)s->source[i]);
+    }
+#undef FNV
+    return h;
+}

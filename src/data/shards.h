@@ -116,6 +116,11 @@ int shards_read(const shards *s, int64_t i, uint8_t *buf, char *err, size_t errl
  * wrong (a read error, not decodable, decoder warnings, another size). */
 int shards_verify(const shards *s, int per_shard, int64_t *checked, char *err, size_t errlen);
 
+/* A 64-bit fingerprint of what the set holds (FNV-1a over every sample's size in bytes, label,
+ * height, width and source index, in set order): packing again (another seed, quality or
+ * max_side, other images) changes it. For checkpoints: a resume must read the same pack. */
+uint64_t shards_fingerprint(const shards *s);
+
 /* Train and val must have the same class list (same count, same wnids in the same order):
  * 0 or EXIT_BADINPUT naming both sets' first differing class. */
 int shards_same_classes(const shards *train, const shards *val, char *err, size_t errlen);

@@ -427,6 +427,21 @@ int ckpt_close(ckpt_file *f) {
 
 const char *ckpt_error(const ckpt_file *f) { return f ? f->err : ""; }
 
+int ckpt_check_data(const char *dir, long label, int rank, const uint64_t fp[2], char *err, size_t errlen) {
+    ckpt_file *f = ckpt_open(dir, label, rank, err, errlen);
+    if (!f) return EXIT_BADINPUT;
+    uint64_t had[2] = {0, 0};
+    int st = 0;
+    if (ckpt_get_i64(f, "data_fingerprint", (int64_t *)had, 2)) st = seterr(err, errlen, "%s", ckpt_error(f));
+    else if (had[0] != fp[0] || had[1] != fp[1])
+        st = seterr(err, errlen, "the data is not the pack checkpoint %s/step-%ld was written with (fingerprints %016llx/%016llx then, "
+                    "%016llx/%016llx now: packed again, or another pack at that path); resume with the same pack, or start a new run",
+                    dir, label, (unsigned long long)had[0], (unsigned long long)had[1], (unsigned long long)fp[0],
+                    (unsigned long long)fp[1]);
+    ckpt_free(f);
+    return st;
+}
+
 int ckpt_check_machine(const char *dir, long label, int rank, int threads, const char *isa, int strict, int *differs,
                        char *err, size_t errlen) {
     *differs = 0;

@@ -150,6 +150,11 @@ int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char 
 int ckpt_check_machine(const char *dir, long label, int rank, int threads, const char *isa, int strict, int *differs,
                        char *err, size_t errlen);
 
+/* Was rank `rank`'s part of checkpoint `label` in dir written on the data whose fingerprints
+ * (train, val: shards_fingerprint; 0 for other formats) are fp? Returns 0, or EXIT_BADINPUT with
+ * err saying the pack differs from the checkpoint's (packed again or replaced). */
+int ckpt_check_data(const char *dir, long label, int rank, const uint64_t fp[2], char *err, size_t errlen);
+
 /* Compare the experiment a checkpoint was written with (config_to_text) to the current one,
  * ignoring the keys that may change between the parts of a run (resume, overwrite,
  * checkpoint.every, checkpoint.path, comm_timeout_s, threads, log_every). Returns 0, or -1 with

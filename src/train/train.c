@@ -312,7 +312,8 @@ void train_log_summary(trainer *t, int status, int why, double train_s, double i
 int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls) {
     const int64_t step = t->step, threads = omp_get_max_threads();
     int rc = ckpt_put_i64(f, "step", &step, 1) | ckpt_put_f64(f, "times", (const double *)&t->times, 7) |
-             ckpt_put_i64(f, "threads", &threads, 1) | ckpt_put_str(f, "isa", nn_isa_name());
+             ckpt_put_i64(f, "threads", &threads, 1) | ckpt_put_str(f, "isa", nn_isa_name()) |
+             ckpt_put_i64(f, "data_fingerprint", (const int64_t *)t->data_fp, 2);
     /* the JPEG decode counters (warnings, failures, samples named), so that a resume counts on */
     const int64_t nd = loader_save_stats(&t->train_loader, NULL, 0);
     int64_t *dv = xmalloc((size_t)(nd ? nd : 1) * sizeof *dv);

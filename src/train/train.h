@@ -65,6 +65,9 @@ typedef struct trainer {
                                  without: the job then ends with MPI_Abort (comm_finish), as a
                                  stopped process never exits */
 
+    uint64_t data_fp[2];      /* data.format = "jpeg": shards_fingerprint of train and val (0: other
+                                 formats), recorded in checkpoints and checked by a resume */
+
     /* Progress-line state of the log rank (train_log_*). */
     long last_log_step;
     double last_log_s, eval_s_total, at_start_eval_s;
