@@ -490,6 +490,14 @@ static void expect_bad(const char *src, const char *args, const char *needle) {
 START_TEST(test_bad_trees) {
     const char *src = dirp("src");
     char p[700];
+    /* OUT inside the images, whether it exists yet or not: refused before anything is created */
+    for (int k = 0; k < 2; k++) {
+        char out[800];
+        snprintf(out, sizeof out, "%s/%s/new-pack%s", src, k ? "val" : "train", k ? "/deeper" : "");
+        ck_assert_int_eq(pack("", src, out), 2);
+        ck_assert_msg(strstr(out_log, "lies inside SRC's") != NULL, "%s", out_log);
+        ck_assert_msg(access(out, F_OK) != 0, "%s was created", out);
+    }
     /* val class that is not a train class */
     snprintf(p, sizeof p, "%s/val/n99", src);
     mkdir(p, 0777);
@@ -560,6 +568,10 @@ START_TEST(test_flat_val) {
     /* a file without a label */
     write_file(p, "ILSVRC2012_val_00000001.JPEG n03\nILSVRC2012_val_00000002.JPEG n01\n");
     expect_bad(src, "", "ILSVRC2012_val_00000003.JPEG: no label for it");
+    /* one file labelled twice, once by its name and once by its stem, with different classes */
+    write_file(p, "ILSVRC2012_val_00000001.JPEG n03\nILSVRC2012_val_00000002.JPEG n01\nILSVRC2012_val_00000003.JPEG n03\n"
+                  "ILSVRC2012_val_00000001 n01\n");
+    expect_bad(src, "", "'ILSVRC2012_val_00000001.JPEG' is labelled twice (also as 'ILSVRC2012_val_00000001'");
     /* --val-labels FILE elsewhere */
     snprintf(cmd, sizeof cmd, "--val-labels %s/elsewhere.txt", g_dir);
     snprintf(p, sizeof p, "%s/elsewhere.txt", g_dir);
