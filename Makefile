@@ -224,6 +224,14 @@ fig1-small: deps
 	@$(MAKE) --no-print-directory build/bin/mpiexec
 	@PATH="$(CURDIR)/build/bin:$$PATH" timeout -k 10 900 sh test/slurm/run.sh --fig1-small plots/fig1-small
 
+# The scaling sweep (tools/paper.py scaling: img/s against p on synthetic data) at p = 1, 2, 4 on
+# the same local Slurm: plots/scaling-small.{md,png,pdf}.
+.PHONY: scaling-small
+scaling-small: deps
+	@$(MAKE) --no-print-directory $(BIN)
+	@$(MAKE) --no-print-directory build/bin/mpiexec
+	@PATH="$(CURDIR)/build/bin:$$PATH" timeout -k 10 900 sh test/slurm/run.sh --scaling-small plots/scaling-small
+
 clean:
 	rm -rf build $(BIN)
 

@@ -49,9 +49,10 @@
 # DSGD_SLURM_JOB_TIMEOUT (default 240) bounds the wait for the jobs, in seconds.
 set -u
 MODE=check
-if [ "${1:-}" = --fig1-small ]; then
-    [ -n "${2:-}" ] || { echo "usage: sh test/slurm/run.sh --fig1-small OUTDIR"; exit 2; }
+if [ "${1:-}" = --fig1-small ] || [ "${1:-}" = --scaling-small ]; then
+    [ -n "${2:-}" ] || { echo "usage: sh test/slurm/run.sh --fig1-small|--scaling-small OUTDIR"; exit 2; }
     MODE=fig1
+    [ "$1" = --scaling-small ] && MODE=scaling
     FIG1_OUT=$(mkdir -p "$2" && cd "$2" && pwd) || exit 2
 fi
 PY=/usr/bin/python3
@@ -652,6 +653,38 @@ grep -c "| completed |" "$FIG1_OUT/fig1-small.md" | grep -qx 6 && ok "report: 6 
 mkdir -p "$FIG1_OUT/runs" "$FIG1_OUT/sweeps" && cp "$W"/runs/fig1-small-*.h5 "$FIG1_OUT/runs/" && cp -r "$W/sweeps/fig1-small" "$FIG1_OUT/sweeps/" \
     && cp "$W"/dsgd-*.out "$FIG1_OUT/" 2>/dev/null
 fi  # MODE = fig1
+
+if [ "$MODE" = scaling ]; then
+# ---------------------------------------------------------------------------------------------
+# 7. a small scaling sweep: tools/paper.py scaling (synthetic data, img/s against p) at p = 1, 2, 4
+# ---------------------------------------------------------------------------------------------
+section "small scaling sweep: tools/paper.py scaling --p 1,2,4, submitted with sbatch"
+mkdir -p "$W/configs/paper" && cp configs/paper/* "$W/configs/paper/" || fatal "cannot copy configs/paper"
+# What 2 cores afford instead of ResNet-18 at 224²: ResNet-18 width 16 on 3x32x32 synthetic inputs
+# with 10 classes, 30 steps of b = 16 per worker (weak scaling: m grows with p), evaluation only
+# at the end; one job at a time (--exclusive), so the img/s compare.
+(cd "$W" && env "$MARK" timeout 300 $PY "$REPO/tools/paper.py" scaling --p 1,2,4 --methods allreduce,easgd,gossip_pull,gossip_push \
+    --set model.width=16 --set model.stem=cifar --set 'data.shape=[3,32,32]' --set data.classes=10 --set b=16 \
+    --set iterations=30 --set 'alpha.steps=[10,20]' --set eval.every=30 --set eval.at_start=false --set log_every=10 --set checkpoint.every=0 --set threads=1 \
+    --name scaling-small --ranks-per-node 8 --job-args='--time=10 --exclusive') >"$T/log/scaling.log" 2>&1
+rc=$?
+sed 's/^/   | /' "$T/log/scaling.log"
+[ $rc -eq 0 ] || fatal "tools/paper.py scaling: exit status $rc"
+ids=$($PY -c '
+import json, sys
+print(" ".join(j["job_id"] for j in json.load(open(sys.argv[1]))["jobs"]))' "$W/sweeps/scaling-small/sweep.json") || fatal "no job ids in sweep.json"
+ok "submitted: $ids"
+# shellcheck disable=SC2086
+wait_jobs $ids || bad "scaling jobs not ended within $JOB_TIMEOUT s"
+n=$(ls "$W"/runs/scaling-small-*.h5 2>/dev/null | wc -l)
+[ "$n" = 12 ] && ok "12 run files (4 methods x p = 1, 2, 4)" || bad "$n run files in runs/, expected 12"
+(cd "$W" && timeout 120 $PY "$REPO/tools/report.py" sweeps/scaling-small --out "$FIG1_OUT/scaling-small" \
+    --title "small scaling sweep: ResNet-18 w16, synthetic 3x32x32, local Slurm, 2 cores" --overwrite) >"$T/log/report.log" 2>&1
+rc=$?
+sed 's/^/   | /' "$T/log/report.log"
+[ $rc -eq 0 ] && [ -s "$FIG1_OUT/scaling-small.png" ] && ok "report: $FIG1_OUT/scaling-small.{md,png,pdf}" || bad "report.py: exit status $rc"
+mkdir -p "$FIG1_OUT/runs" && cp "$W"/runs/scaling-small-*.h5 "$FIG1_OUT/runs/" && cp "$W"/dsgd-*.out "$FIG1_OUT/" 2>/dev/null
+fi  # MODE = scaling
 
 echo "   (slurm test took $(($(date +%s) - t0)) s)"
 [ $fail -ne 0 ] && show_logs
