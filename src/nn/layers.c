@@ -553,18 +553,18 @@ void bn_backward(bn_layer *l, nn_ctx *c, float *dinp, float *dgamma, float *dbet
     mem_set(c, l->m_src, inp, l->name);
     mem_set(c, l->m_ddst, dout, l->name);
     mem_set(c, l->m_dsrc, dinp, l->name);
+    /* β is no input of the backward in oneDNN 3 (passing DNNL_ARG_SHIFT there is refused). */
     mem_set(c, l->m_scale, gamma, l->name);
-    mem_set(c, l->m_shift, beta, l->name);
     mem_set(c, l->m_dscale, dgamma, l->name);
     mem_set(c, l->m_dshift, dbeta, l->name);
     if (l->relu)
         EXEC(c, &l->bwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
+             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale},
              {DNNL_ARG_WORKSPACE, l->m_ws}, {DNNL_ARG_DIFF_SRC, l->m_dsrc}, {DNNL_ARG_DIFF_SCALE, l->m_dscale},
              {DNNL_ARG_DIFF_SHIFT, l->m_dshift});
     else
         EXEC(c, &l->bwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
+             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale},
              {DNNL_ARG_DIFF_SRC, l->m_dsrc}, {DNNL_ARG_DIFF_SCALE, l->m_dscale}, {DNNL_ARG_DIFF_SHIFT, l->m_dshift});
 }
 
