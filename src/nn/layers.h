@@ -28,16 +28,19 @@
  * oneDNN's status. Failures while executing are programming errors: DNNL_CHECK aborts with the
  * same information.
  *
- * oneDNN 2.6.3 (Debian 12) problems worked around here, each reproduced by test_layers.c (the
- * build now uses oneDNN 3.2; which of these 3.2 still has: docs/perf.md, "Known library defects"):
+ * oneDNN problems worked around here, each reproduced by test_layers.c (found on 2.6.3, Debian
+ * 12; rechecked on 3.2, the default build's: docs/perf.md, "Known library defects"):
  *   - jit_1x1 backward-weights of a strided 1x1 conv on nhwc with < 8 input channels: wrong dW
- *     and out-of-bounds writes (oneDNN issue #6035) -> conv_init picks another format;
- *   - binary add with a ReLU post-op on a channel-blocked format whose channel count is not a
- *     multiple of the ISA's vector length: wrong values and out-of-bounds writes (nChw8c on
- *     AVX-512, nChw16c on AVX2; in place with padded channels everywhere) -> add_relu_fusable
- *     (the ReLU then runs as its own primitive) and add_in_place_ok;
- *   - no jit backward-weights for a 1-channel nchw input (reference loops, ~100x slower) ->
- *     conv_init reorders into a format a jit implementation takes.
+ *     (oneDNN issue #6035; 2.6.3 everywhere, 3.2 still at ONEDNN_MAX_CPU_ISA=AVX2) -> conv_init
+ *     picks another format;
+ *   - 2.6.3 only (gone in 3.2, so applied below 3.2 only): binary add with a ReLU post-op on a
+ *     channel-blocked format whose channel count is not a multiple of the ISA's vector length:
+ *     wrong values and out-of-bounds writes (nChw8c on AVX-512, nChw16c on AVX2; in place with
+ *     padded channels everywhere) -> add_relu_fusable (the ReLU then runs as its own primitive)
+ *     and add_in_place_ok;
+ *   - no jit backward-weights for a 1-channel nchw input (reference loops, ~100x slower; 3.2
+ *     has a jit one on AVX-512, still none at AVX2) -> conv_init reorders into a format a jit
+ *     implementation takes.
  * Where oneDNN has only its reference convolution for the shapes (fewer than 8 channels with
  * padded blocks, 1x1 or 2x2 images in the last stage at tiny widths) the layers are correct but
  * slow; the widths and inputs of the experiments (w >= 16, 28x28 and up) get jit everywhere. */
@@ -157,8 +160,8 @@ typedef struct {
  * need_dinp = 0 skips backward-data (the network's first convolution). Where only oneDNN's
  * reference backward-weights accepts the activation formats (a 1-channel plain input), the layer
  * reorders its input and output gradient into the formats a jit implementation wants; likewise
- * where the jit one is oneDNN 2.6's jit_1x1 on a strided 1x1 nhwc input with fewer than 8
- * channels, which computes wrong weight gradients and writes out of bounds (oneDNN #6035). */
+ * where the jit one is oneDNN's jit_1x1 on a strided 1x1 nhwc input with fewer than 8
+ * channels, which computes wrong weight gradients (oneDNN #6035; 2.6.3, and 3.2 on AVX2). */
 int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
               int stride, int pad, const_dnnl_memory_desc_t src_md, const_dnnl_memory_desc_t dst_md,
               nn_mode mode, int need_dinp, char *err, size_t errlen);
@@ -238,11 +241,12 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t
              const_dnnl_memory_desc_t b_md, int relu, nn_mode mode, char *err, size_t errlen);
 /* out == a allowed if add_in_place_ok(l). */
 void add_forward(add_layer *l, nn_ctx *c, float *out, const float *a, const float *b);
-/* Whether add_forward may run in place (out == a). Not with the fused ReLU on a format with
- * padded channels (fewer channels than the block): oneDNN 2.6's jit:uni binary then leaves dst
- * unchanged (found by test_layers' add_relu_c4). */
+/* Whether add_forward may run in place (out == a). Always on oneDNN >= 3.2; before, not with
+ * the fused ReLU on a format with padded channels (fewer channels than the block): oneDNN 2.6's
+ * jit:uni binary then leaves dst unchanged (found by test_layers' add_relu_c4). */
 int add_in_place_ok(const add_layer *l);
-/* Whether add+ReLU on md may run as one binary primitive with a ReLU post-op: on plain formats
+/* Whether add+ReLU on md may run as one binary primitive with a ReLU post-op: always on oneDNN
+ * >= 3.2 (the defect below is gone there: docs/perf.md). Before 3.2: on plain formats
  * (nchw, nhwc) always; on channel-blocked ones (nChw8c, nChw16c) only when the channel count is
  * a multiple of the vector length of the ISA oneDNN runs (16 floats for AVX-512, 8 for AVX2,
  * 4 below; dnnl_get_effective_cpu_isa, so ONEDNN_MAX_CPU_ISA counts). Otherwise add_init builds
