@@ -266,13 +266,27 @@ static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t er
 
     /* Layers first. Formats: the stem convolution picks its input and output formats
      * (format_tag_any); that output format, e.g. nChw8c on AVX2, becomes the activation format
-     * of the whole network. Every later convolution takes its producer's format as input and is
+     * of the whole network (nhwc instead where it would pad the channels, below). Every later convolution takes its producer's format as input and is
      * asked for `any` output; should oneDNN choose another layout there (it picks nhwc for
      * fewer than 8 channels), the convolution is rebuilt with the activation format, so BN,
      * ReLU, add and pooling never mix layouts (and oneDNN issue #6035 cannot be hit). */
     TRY(conv_init(&t->conv1, c, "conv1", n, s->in_c, s->in_h, s->in_w, L->c0, L->stem_k, L->stem_stride,
                   L->stem_pad, NULL, NULL, mode, 0, err, errlen));
-    const dnnl_format_tag_t act = nn_md_tag(t->conv1.dst_md);
+    dnnl_format_tag_t act = nn_md_tag(t->conv1.dst_md);
+    /* oneDNN 3.2 has only its reference forward convolution (~1000x slower) for a channel-blocked
+     * input with padded channels (nChw16c with C = 4, 8; nChw8c with C = 4), and its stem picks
+     * nChw16c at widths 4 and 8 on AVX-512: at a width that is no multiple of the block the
+     * network runs channels-last (nhwc), which has jit / brgemm kernels for every channel count. */
+    const int block = act == dnnl_nChw16c ? 16 : act == dnnl_nChw8c ? 8 : 1;
+    if (L->c0 % block != 0) {
+        act = dnnl_nhwc;
+        dnnl_memory_desc_t want = nn_md4(n, L->c0, t->conv1.oh, t->conv1.ow, act);
+        conv_free(&t->conv1);
+        const int rc_stem = conv_init(&t->conv1, c, "conv1", n, s->in_c, s->in_h, s->in_w, L->c0, L->stem_k,
+                                      L->stem_stride, L->stem_pad, NULL, want, mode, 0, err, errlen);
+        dnnl_memory_desc_destroy(want);
+        TRY(rc_stem);
+    }
     dnnl_memory_desc_t user = nn_md4(n, s->in_c, s->in_h, s->in_w, dnnl_nchw);
     t->in_direct = dnnl_memory_desc_equal(user, t->conv1.src_md);
     const int rc_in = t->in_direct ? 0 : nn_reorder_init(&t->in, c, "input", user, t->conv1.src_md, err, errlen);
