@@ -404,7 +404,9 @@ START_TEST(test_add_relu_sweep) {
 END_TEST
 
 /* The format the model's activations take on this machine (the stem convolution's choice,
- * model.c net_build) is one the layer tests cover, at the widths of the experiments. */
+ * model.c net_build, or nhwc where that choice would pad the channels: oneDNN 3.2 has only a
+ * reference forward convolution there) is one the layer tests cover, at the widths of the
+ * experiments. */
 START_TEST(test_model_formats) {
     nn_ctx c;
     ctx(&c);
