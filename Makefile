@@ -11,6 +11,8 @@
 #                   `make CUDA=1 gpu-tests` builds them only
 #
 # Knobs: CC (an MPI compiler wrapper), OPT, NP (ranks for `make run`), CONFIG, RUN_ARGS;
+# ONEDNN_ROOT (a site's oneDNN >= 3.0 install, e.g. after `module load onednn`; default: oneDNN
+# 3.2 from PyPI unpacked into build/onednn by tools/get_onednn.py on the first build);
 # CUDA (0/1), CUDA_HOME, NVCC, CUDA_ARCH (compute capabilities to build for);
 # NCCL (auto/0/1: comm = "nccl"; auto = 1 when CUDA=1 and nccl.h is found).
 
@@ -32,8 +34,8 @@ MPI_IMPL := $(shell if $(CC) -show 2>/dev/null | grep -q mpich; then echo mpich;
 MPIEXEC ?= $(firstword $(shell command -v mpiexec.$(MPI_IMPL) 2>/dev/null) mpiexec)
 CUDA    ?= 0
 
-# pkg-config names and the Debian packages that provide them. oneDNN ships no .pc file in
-# Debian 12, so it is found by its header.
+# pkg-config names and the Debian packages that provide them. oneDNN is not among them: Debian 12
+# has only oneDNN 2.6 and src/nn/layers.c needs the 3.x C API (see ONEDNN_ROOT below).
 PKGS    := libconfig hdf5 zlib libjpeg
 # dsgd-run --pack: libpng decodes PNG sources (libjpeg above also encodes the shards' JPEGs).
 PKGS    += libpng
@@ -41,8 +43,25 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
-INCLUDES := -Isrc -Icuda
-LDLIBS   = $(PKG_LIBS) -ldnnl -lm
+# oneDNN 3.x: a site's install (make ONEDNN_ROOT=/path: include/ and lib/ or lib64/ below it),
+# or by default oneDNN 3.2 (PyPI onednn-cpu-gomp 2023.2.0, GNU OpenMP runtime) that
+# tools/get_onednn.py fetches with pip into build/onednn when it is missing (sha256-pinned).
+# The binaries find libdnnl.so.3 through their rpath.
+PYTHON  ?= /usr/bin/python3
+ONEDNN_ROOT ?=
+ifeq ($(ONEDNN_ROOT),)
+ONEDNN_PREFIX := $(CURDIR)/build/onednn
+ONEDNN_STAMP  := build/onednn/.version
+else
+ONEDNN_PREFIX := $(abspath $(ONEDNN_ROOT))
+ONEDNN_STAMP  :=
+endif
+ONEDNN_LIBDIR := $(firstword $(wildcard $(ONEDNN_PREFIX)/lib64/libdnnl.so) $(ONEDNN_PREFIX)/lib/libdnnl.so)
+ONEDNN_LIBDIR := $(patsubst %/,%,$(dir $(ONEDNN_LIBDIR)))
+ONEDNN_CFLAGS := -I$(ONEDNN_PREFIX)/include
+ONEDNN_LIBS   := -L$(ONEDNN_LIBDIR) -Wl,-rpath,$(ONEDNN_LIBDIR) -ldnnl
+INCLUDES := -Isrc -Icuda $(ONEDNN_CFLAGS)
+LDLIBS   = $(PKG_LIBS) $(ONEDNN_LIBS) -lm
 
 SRC  := $(wildcard src/*/*.c)
 OBJ  := $(SRC:%.c=build/%.o)
@@ -99,14 +118,18 @@ deps:
 	@sh tools/install-deps.sh
 
 # Stops the build with the Debian package to install when a library is missing.
-build/.deps-ok: tools/check-deps.sh
-	@sh tools/check-deps.sh
+build/.deps-ok: tools/check-deps.sh $(ONEDNN_STAMP)
+	@ONEDNN_CFLAGS="$(ONEDNN_CFLAGS)" sh tools/check-deps.sh
 	@mkdir -p build && touch $@
+
+build/onednn/.version: tools/get_onednn.py
+	@mkdir -p build
+	$(PYTHON) tools/get_onednn.py build/onednn
 
 # The compiler flags of the objects in build/: a change of CC, OPT or CFLAGS (e.g. the portable
 # OPT of test/gpu/bundle.sh) rebuilds every object instead of mixing flags in one binary.
 build/.cflags: FORCE | build/.deps-ok
-	@echo "$(CC) $(CFLAGS)" | cmp -s - $@ || echo "$(CC) $(CFLAGS)" > $@
+	@echo "$(CC) $(CFLAGS) $(ONEDNN_PREFIX)" | cmp -s - $@ || echo "$(CC) $(CFLAGS) $(ONEDNN_PREFIX)" > $@
 
 build/%.o: %.c build/.cflags | build/.deps-ok
 	@mkdir -p $(dir $@)
@@ -135,7 +158,7 @@ $(GPU_LIB): $(GPU_OBJ) build/.backend
 $(BIN): build/src/main.o $(LIB) $(GPU_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h test/jpegutil.h $(wildcard test/gpu/testgpu.h) $(LIB) $(GPU_LIB) | build/.deps-ok
+build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h test/jpegutil.h $(wildcard test/gpu/testgpu.h) $(LIB) $(GPU_LIB) build/.cflags | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(CHECK_LIBS) $(LDLIBS)
 
@@ -157,7 +180,7 @@ MOCK_NCCL_LIB := $(CURDIR)/build/mock/libnccl.so.2
 MOCK_NCCL := $(if $(MOCK_NCCL_HDR),-DDSGD_NCCL=1 -I$(dir $(MOCK_NCCL_HDR)))
 build/mock/model.o: cuda/model.cu cuda/gpu.h cuda/layers.h cuda/common.h cuda/internal.h src/nn/layout.h | build/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(MOCK_INC) -c $< -o $@
+	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(ONEDNN_CFLAGS) $(MOCK_INC) -c $< -o $@
 build/mock/gpucomm.o: cuda/gpucomm.cu cuda/gpucomm.h cuda/gpu.h cuda/common.h cuda/internal.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(MOCK_INC) $(MOCK_NCCL) -c $< -o $@
@@ -166,18 +189,18 @@ build/mock/libnccl.so.2: test/gpu/mock/mock_nccl.c | build/.deps-ok
 	$(CC) $(CFLAGS) -shared -fPIC $(MOCK_INC) $(if $(MOCK_NCCL_HDR),-I$(dir $(MOCK_NCCL_HDR))) -o $@ $<
 build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -Icuda $(MOCK_INC) -c $< -o $@
+	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) $(MOCK_INC) -c $< -o $@
 # The model.h-level test over the mock: src/nn/model.c's GPU dispatch (host mirrors, sync modes)
 # on cuda/model.cu over the CPU stand-ins.
 build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.deps-ok
-	$(CC) $(CFLAGS) -Isrc -Icuda -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) \
+	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) \
 	    $(if $(MOCK_NCCL_HDR),-DMOCK_NCCL_LIB='"$(MOCK_NCCL_LIB)"') -o $@ $< $(LIB) $(MOCK_OBJ) \
-	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) -ldnnl -lm -ldl
+	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) $(ONEDNN_LIBS) -lm -ldl
 
 # dsgd-run over the stand-ins (device = "cuda" without a GPU): test_gpu_overlap runs it under
 # mpiexec with and without the overlap of copies and communication.
 build/mock/dsgd-run: build/src/main.o $(LIB) $(MOCK_OBJ) | build/.deps-ok
-	$(CC) $(CFLAGS) -o $@ build/src/main.o $(LIB) $(MOCK_OBJ) -lstdc++ $(PKG_LIBS) -ldnnl -lm -ldl
+	$(CC) $(CFLAGS) -o $@ build/src/main.o $(LIB) $(MOCK_OBJ) -lstdc++ $(PKG_LIBS) $(ONEDNN_LIBS) -lm -ldl
 build/mock/test_gpu_overlap: build/mock/dsgd-run test/mpiutil.h test/alloccount.h
 build/mock/test_gpu_comm: $(if $(MOCK_NCCL_HDR),build/mock/libnccl.so.2)
 

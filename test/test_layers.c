@@ -6,7 +6,8 @@
  * machine is among them), with padded blocked cases of 4 channels. make check runs this file
  * under every ISA level the CPU offers (ONEDNN_MAX_CPU_ISA, test/isa-levels.sh), so one machine
  * checks what AVX2 and AVX-512 nodes run. test_add_relu_sweep checks add+ReLU exactly over
- * formats x channel counts x sizes, with guard bytes after dst (oneDNN 2.6.3 defects, layers.h).
+ * formats x channel counts x sizes, with guard bytes after dst (oneDNN 2.6.3's defect, layers.h;
+ * absent in 3.2, where every case runs fused).
  *
  * Tolerances (relative L2 error ||got − want|| / ||want|| per tensor): 1e-5 for forward
  * outputs, 1e-4 for gradients (fp32 with a different summation order than PyTorch's). */
@@ -42,23 +43,25 @@ static const char *in_fmt(const char *name, dnnl_format_tag_t tag, const char *q
 }
 
 /* Buffers in a layer format, filled from / copied to plain NCHW. */
-static float *import(nn_ctx *c, const dnnl_memory_desc_t *md, const float *plain) {
+static float *import(nn_ctx *c, const_dnnl_memory_desc_t md, const float *plain) {
     float *buf = nn_alloc(nn_md_nbytes(md));
-    dnnl_memory_desc_t p = nn_md4((int)md->dims[0], (int)md->dims[1], (int)md->dims[2], (int)md->dims[3], dnnl_nchw);
-    nn_convert(c, buf, md, plain, &p);
+    dnnl_memory_desc_t p = nn_md4((int)nn_md_dim(md, 0), (int)nn_md_dim(md, 1), (int)nn_md_dim(md, 2), (int)nn_md_dim(md, 3), dnnl_nchw);
+    nn_convert(c, buf, md, plain, p);
+    dnnl_memory_desc_destroy(p);
     return buf;
 }
 
-static float *export(nn_ctx *c, const dnnl_memory_desc_t *md, const float *buf) {
-    size_t n = (size_t)(md->dims[0] * md->dims[1] * md->dims[2] * md->dims[3]);
+static float *export(nn_ctx *c, const_dnnl_memory_desc_t md, const float *buf) {
+    size_t n = (size_t)(nn_md_dim(md, 0) * nn_md_dim(md, 1) * nn_md_dim(md, 2) * nn_md_dim(md, 3));
     float *plain = malloc(n * sizeof(float));
-    dnnl_memory_desc_t p = nn_md4((int)md->dims[0], (int)md->dims[1], (int)md->dims[2], (int)md->dims[3], dnnl_nchw);
-    nn_convert(c, plain, &p, buf, md);
+    dnnl_memory_desc_t p = nn_md4((int)nn_md_dim(md, 0), (int)nn_md_dim(md, 1), (int)nn_md_dim(md, 2), (int)nn_md_dim(md, 3), dnnl_nchw);
+    nn_convert(c, plain, p, buf, md);
+    dnnl_memory_desc_destroy(p);
     return plain;
 }
 
-static size_t md_count(const dnnl_memory_desc_t *md) {
-    return (size_t)(md->dims[0] * md->dims[1] * md->dims[2] * md->dims[3]);
+static size_t md_count(const_dnnl_memory_desc_t md) {
+    return (size_t)(nn_md_dim(md, 0) * nn_md_dim(md, 1) * nn_md_dim(md, 2) * nn_md_dim(md, 3));
 }
 
 static void ctx(nn_ctx *c) {
@@ -93,31 +96,31 @@ static void conv_case(const char *name, dnnl_format_tag_t force) {
     dnnl_memory_desc_t forced = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], force ? force : dnnl_nchw);
     conv_layer l;
     ck_assert_msg(conv_init(&l, &c, name, (int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], (int)wd[0], k, s, p,
-                            force ? &forced : NULL, NULL, NN_TRAIN, 1, err, sizeof err) == 0,
+                            force ? forced : NULL, NULL, NN_TRAIN, 1, err, sizeof err) == 0,
                   "%s", err);
-    ck_assert_uint_eq(md_count(&l.dst_md), ny);
-    float *xin = import(&c, &l.src_md, x);
-    float *out = nn_alloc(nn_md_nbytes(&l.dst_md));
+    ck_assert_uint_eq(md_count(l.dst_md), ny);
+    float *xin = import(&c, l.src_md, x);
+    float *out = nn_alloc(nn_md_nbytes(l.dst_md));
     conv_forward(&l, &c, out, xin, w);
-    float *yp = export(&c, &l.dst_md, out);
+    float *yp = export(&c, l.dst_md, out);
     CHECK_REL(what(name, force, "conv forward"), yp, y, ny, TOL_FWD);
 
-    float *dyin = import(&c, &l.dst_md, dy);
-    float *dxb = nn_alloc(nn_md_nbytes(&l.src_md));
+    float *dyin = import(&c, l.dst_md, dy);
+    float *dxb = nn_alloc(nn_md_nbytes(l.src_md));
     float *dwp = malloc(nw * sizeof(float));
     conv_backward(&l, &c, dxb, dwp, dyin, xin);
-    float *dxp = export(&c, &l.src_md, dxb);
-    CHECK_REL(what(name, force, "conv grad input"), dxp, dx, md_count(&l.src_md), TOL_BWD);
+    float *dxp = export(&c, l.src_md, dxb);
+    CHECK_REL(what(name, force, "conv grad input"), dxp, dx, md_count(l.src_md), TOL_BWD);
     CHECK_REL(what(name, force, "conv grad weight"), dwp, dw, nw, TOL_BWD);
 
     /* The inference primitive gives the same output. */
     conv_layer li;
     ck_assert_msg(conv_init(&li, &c, name, (int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], (int)wd[0], k, s, p,
-                            &l.src_md, &l.dst_md, NN_INFER, 0, err, sizeof err) == 0,
+                            l.src_md, l.dst_md, NN_INFER, 0, err, sizeof err) == 0,
                   "%s", err);
-    float *outi = nn_alloc(nn_md_nbytes(&li.dst_md));
+    float *outi = nn_alloc(nn_md_nbytes(li.dst_md));
     conv_forward(&li, &c, outi, xin, w);
-    float *yi = export(&c, &li.dst_md, outi);
+    float *yi = export(&c, li.dst_md, outi);
     CHECK_REL(what(name, force, "conv inference forward"), yi, y, ny, TOL_FWD);
 
     conv_free(&l);
@@ -150,7 +153,7 @@ START_TEST(test_conv_given_input) {
     conv_case("conv_3x3s1_c4", dnnl_nChw8c);
     conv_case("conv_1x1s2_c4", dnnl_nChw8c);
     conv_case("conv_3x3s1_c1", dnnl_nchw); /* backward-weights reorders into a jit format */
-    /* oneDNN 2.6's jit_1x1 backward-weights is wrong here (oneDNN #6035); conv_init must avoid it */
+    /* oneDNN 2.6.3 and 3.2 (at AVX2) jit_1x1 backward-weights is wrong here (oneDNN #6035); conv_init must avoid it */
     conv_case("conv_1x1s2_c4", dnnl_nhwc);
 }
 END_TEST
@@ -176,32 +179,32 @@ static void bn_case(const char *name, dnnl_format_tag_t tag) {
     char err[ERRLEN];
     dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     bn_layer l;
-    ck_assert_msg(bn_init(&l, &c, name, &md, relu, NN_TRAIN, err, sizeof err) == 0, "%s", err);
-    float *xin = import(&c, &md, x), *out = nn_alloc(nn_md_nbytes(&md));
+    ck_assert_msg(bn_init(&l, &c, name, md, relu, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    float *xin = import(&c, md, x), *out = nn_alloc(nn_md_nbytes(md));
     bn_forward(&l, &c, out, xin, gamma, beta, rm, rv);
-    float *yp = export(&c, &md, out);
+    float *yp = export(&c, md, out);
     CHECK_REL(in_fmt(name, tag, "bn forward"), yp, y, nx, TOL_FWD);
     CHECK_REL(in_fmt(name, tag, "bn running mean"), rm, rm1, nc, TOL_FWD);
     CHECK_REL(in_fmt(name, tag, "bn running var"), rv, rv1, nc, TOL_FWD);
 
-    float *dyin = import(&c, &md, dy), *dxb = nn_alloc(nn_md_nbytes(&md));
+    float *dyin = import(&c, md, dy), *dxb = nn_alloc(nn_md_nbytes(md));
     float *dg = malloc(nc * sizeof(float)), *db = malloc(nc * sizeof(float));
     bn_backward(&l, &c, dxb, dg, db, dyin, xin, gamma, beta);
-    float *dxp = export(&c, &md, dxb);
+    float *dxp = export(&c, md, dxb);
     CHECK_REL(in_fmt(name, tag, "bn grad input"), dxp, dx, nx, TOL_BWD);
     CHECK_REL(in_fmt(name, tag, "bn grad gamma"), dg, dgamma, nc, TOL_BWD);
     CHECK_REL(in_fmt(name, tag, "bn grad beta"), db, dbeta, nc, TOL_BWD);
 
     /* In place (dinp == dout), as the model runs the fused BN+ReLU backward. */
     bn_backward(&l, &c, dyin, dg, db, dyin, xin, gamma, beta);
-    float *dxp2 = export(&c, &md, dyin);
+    float *dxp2 = export(&c, md, dyin);
     CHECK_REL(in_fmt(name, tag, "bn grad input in place"), dxp2, dx, nx, TOL_BWD);
 
     /* Inference with the updated running statistics, in place, against the closed form. */
     bn_layer li;
-    ck_assert_msg(bn_init(&li, &c, name, &md, relu, NN_INFER, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(bn_init(&li, &c, name, md, relu, NN_INFER, err, sizeof err) == 0, "%s", err);
     bn_forward(&li, &c, xin, xin, gamma, beta, rm, rv);
-    float *yi = export(&c, &md, xin);
+    float *yi = export(&c, md, xin);
     float *want = malloc(nx * sizeof(float));
     size_t hw = (size_t)(xd[2] * xd[3]);
     for (size_t i = 0; i < nx; i++) {
@@ -248,17 +251,17 @@ static void relu_case(const char *name, dnnl_format_tag_t tag) {
     char err[ERRLEN];
     dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     relu_layer l;
-    ck_assert_msg(relu_init(&l, &c, "relu", &md, NN_TRAIN, err, sizeof err) == 0, "%s", err);
-    float *xin = import(&c, &md, x), *out = nn_alloc(nn_md_nbytes(&md));
+    ck_assert_msg(relu_init(&l, &c, "relu", md, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    float *xin = import(&c, md, x), *out = nn_alloc(nn_md_nbytes(md));
     relu_forward(&l, &c, out, xin);
-    float *yp = export(&c, &md, out);
+    float *yp = export(&c, md, out);
     CHECK_REL(in_fmt(name, tag, "relu forward"), yp, y, n, 0.0);
-    float *dyin = import(&c, &md, dy);
+    float *dyin = import(&c, md, dy);
     relu_backward(&l, &c, dyin, dyin, out);
-    float *dxp = export(&c, &md, dyin);
+    float *dxp = export(&c, md, dyin);
     CHECK_REL(in_fmt(name, tag, "relu backward"), dxp, dx, n, 0.0);
     relu_forward(&l, &c, xin, xin); /* in place */
-    float *yp2 = export(&c, &md, xin);
+    float *yp2 = export(&c, md, xin);
     CHECK_REL(in_fmt(name, tag, "relu forward in place"), yp2, y, n, 0.0);
     relu_free(&l);
     free(x), free(y), free(dy), free(dx), free(xin), free(out), free(yp), free(dyin), free(dxp), free(yp2);
@@ -287,33 +290,33 @@ static void add_case(const char *name, dnnl_format_tag_t tag) {
     char err[ERRLEN];
     dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     add_layer l, acc;
-    ck_assert_msg(add_init(&l, &c, "add_relu", &md, &md, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(add_init(&acc, &c, "add", &md, &md, 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
-    float *ain = import(&c, &md, a), *bin = import(&c, &md, b), *out = nn_alloc(nn_md_nbytes(&md));
+    ck_assert_msg(add_init(&l, &c, "add_relu", md, md, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(add_init(&acc, &c, "add", md, md, 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    float *ain = import(&c, md, a), *bin = import(&c, md, b), *out = nn_alloc(nn_md_nbytes(md));
     add_forward(&l, &c, out, ain, bin);
-    float *yp = export(&c, &md, out);
+    float *yp = export(&c, md, out);
     CHECK_REL(in_fmt(name, tag, "add+relu forward"), yp, y, n, TOL_FWD);
     if (add_in_place_ok(&l)) { /* in place, as the residual connection runs where it may */
         add_forward(&l, &c, ain, ain, bin);
-        float *yp2 = export(&c, &md, ain);
+        float *yp2 = export(&c, md, ain);
         CHECK_REL(in_fmt(name, tag, "add+relu forward in place"), yp2, y, n, TOL_FWD);
         free(yp2);
     } else {
-        ck_assert_msg(l.fused && md.padded_dims[1] != md.dims[1], "in place refused without fused ReLU and padding");
+        ck_assert_msg(l.fused && nn_md_padded_dim(md, 1) != nn_md_dim(md, 1), "in place refused without fused ReLU and padding");
     }
-    float *dyin = import(&c, &md, dy);
+    float *dyin = import(&c, md, dy);
     add_backward(&l, &c, dyin, dyin, out);
-    float *dp = export(&c, &md, dyin);
+    float *dp = export(&c, md, dyin);
     CHECK_REL(in_fmt(name, tag, "add+relu backward"), dp, dsum, n, 0.0);
     /* Plain add: (a + b) − b = a up to rounding. */
-    float *a2 = import(&c, &md, a), *nb = malloc(n * sizeof(float));
+    float *a2 = import(&c, md, a), *nb = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) nb[i] = a[i] + b[i];
-    float *sum = nn_alloc(nn_md_nbytes(&md));
+    float *sum = nn_alloc(nn_md_nbytes(md));
     add_forward(&acc, &c, sum, a2, bin);
-    float *sp = export(&c, &md, sum);
+    float *sp = export(&c, md, sum);
     CHECK_REL(in_fmt(name, tag, "add forward"), sp, nb, n, 1e-7);
     add_forward(&acc, &c, a2, a2, bin); /* in place: the model's gradient accumulation */
-    float *sp2 = export(&c, &md, a2);
+    float *sp2 = export(&c, md, a2);
     CHECK_REL(in_fmt(name, tag, "add forward in place"), sp2, nb, n, 1e-7);
     add_free(&l);
     add_free(&acc);
@@ -335,7 +338,8 @@ END_TEST
 /* add+ReLU is exact in fp32: every format x channel count x size against the closed form,
  * out of place and (where add_in_place_ok) in place, with 4 KiB of guard bytes after each
  * buffer that must stay untouched. Channel counts cover multiples and non-multiples of 8 and 16
- * (oneDNN 2.6.3's fused post-op fails on the latter, per ISA: layers.h, add_relu_fusable). */
+ * (oneDNN 2.6.3's fused post-op fails on the latter, per ISA: layers.h, add_relu_fusable; from
+ * oneDNN 3.2 on every case runs fused, and in place, and must be exact). */
 START_TEST(test_add_relu_sweep) {
     static const int chans[] = {1, 3, 4, 8, 12, 16, 20, 24, 32, 40, 64, 72};
     static const int sizes[] = {1, 3, 7};
@@ -349,9 +353,9 @@ START_TEST(test_add_relu_sweep) {
             for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
                 const int n = 2, ch = chans[ci], hw = sizes[si];
                 dnnl_memory_desc_t md = nn_md4(n, ch, hw, hw, ACT_TAGS[t]), plain = nn_md4(n, ch, hw, hw, dnnl_nchw);
-                const size_t cnt = (size_t)n * ch * hw * hw, nb = nn_md_nbytes(&md);
+                const size_t cnt = (size_t)n * ch * hw * hw, nb = nn_md_nbytes(md);
                 add_layer l;
-                ck_assert_msg(add_init(&l, &c, "sweep", &md, &md, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+                ck_assert_msg(add_init(&l, &c, "sweep", md, md, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
                 unfused += !l.fused;
                 float *a = malloc(cnt * sizeof(float)), *b = malloc(cnt * sizeof(float));
                 float *want = malloc(cnt * sizeof(float));
@@ -360,14 +364,14 @@ START_TEST(test_add_relu_sweep) {
                     b[i] = (float)((i * 104729u) % 997) / 498.5f - 1.0f;
                     want[i] = a[i] + b[i] > 0 ? a[i] + b[i] : 0.0f;
                 }
-                float *ain = import(&c, &md, a), *bin = import(&c, &md, b);
+                float *ain = import(&c, md, a), *bin = import(&c, md, b);
                 for (int inplace = 0; inplace <= add_in_place_ok(&l); inplace++) {
                     unsigned char *raw = nn_alloc(nb + GUARD);
                     memset(raw + nb, 0xA5, GUARD);
                     float *out = (float *)raw;
-                    if (inplace) nn_convert(&c, out, &md, a, &plain);
+                    if (inplace) nn_convert(&c, out, md, a, plain);
                     add_forward(&l, &c, out, inplace ? out : ain, bin);
-                    float *got = export(&c, &md, out);
+                    float *got = export(&c, md, out);
                     size_t bad = 0;
                     for (size_t i = 0; i < cnt; i++) bad += got[i] != want[i];
                     size_t touched = 0;
@@ -383,10 +387,16 @@ START_TEST(test_add_relu_sweep) {
                 }
                 free(a), free(b), free(want), free(ain), free(bin);
                 add_free(&l);
+                dnnl_memory_desc_destroy(md);
+                dnnl_memory_desc_destroy(plain);
             }
-    /* The blocked formats with a channel count that is no multiple of 16 are never fused on
-     * AVX-512 (nor of 8 on AVX2); plain formats always are. */
-    ck_assert_int_gt(unfused, 0);
+    /* Before oneDNN 3.2 the blocked formats with a channel count that is no multiple of 16 are
+     * never fused on AVX-512 (nor of 8 on AVX2); plain formats always are. From 3.2 on, all are. */
+    const dnnl_version_t *v = dnnl_version();
+    if (v->major > 3 || (v->major == 3 && v->minor >= 2))
+        ck_assert_int_eq(unfused, 0);
+    else
+        ck_assert_int_gt(unfused, 0);
     printf("add+ReLU sweep: %d cases exact, guard bytes intact; %d of %d layers with the ReLU unfused\n", cases,
            unfused, N_ACT_TAGS * 12 * 3);
     nn_ctx_free(&c);
@@ -394,7 +404,9 @@ START_TEST(test_add_relu_sweep) {
 END_TEST
 
 /* The format the model's activations take on this machine (the stem convolution's choice,
- * model.c net_build) is one the layer tests cover, at the widths of the experiments. */
+ * model.c net_build, or nhwc where that choice would pad the channels: oneDNN 3.2 has only a
+ * reference forward convolution there) is one the layer tests cover, at the widths of the
+ * experiments. */
 START_TEST(test_model_formats) {
     nn_ctx c;
     ctx(&c);
@@ -405,7 +417,7 @@ START_TEST(test_model_formats) {
         ck_assert_msg(conv_init(&l, &c, "stem", 8, 3, 32, 32, widths[i], 3, 1, 1, NULL, NULL, NN_TRAIN, 0, err,
                                 sizeof err) == 0,
                       "%s", err);
-        dnnl_format_tag_t tag = nn_md_tag(&l.dst_md);
+        dnnl_format_tag_t tag = nn_md_tag(l.dst_md);
         int covered = 0;
         for (int t = 0; t < N_ACT_TAGS; t++) covered |= tag == ACT_TAGS[t];
         ck_assert_msg(covered, "width %d: the stem convolution's output format is none of ACT_TAGS", widths[i]);
@@ -430,17 +442,17 @@ static void maxpool_case(const char *name, dnnl_format_tag_t tag) {
     char err[ERRLEN];
     dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     pool_layer l;
-    ck_assert_msg(pool_init(&l, &c, name, &md, 1, h5attr(g, "k"), h5attr(g, "stride"), h5attr(g, "pad"), NN_TRAIN,
+    ck_assert_msg(pool_init(&l, &c, name, md, 1, h5attr(g, "k"), h5attr(g, "stride"), h5attr(g, "pad"), NN_TRAIN,
                             err, sizeof err) == 0,
                   "%s", err);
-    ck_assert_uint_eq(md_count(&l.dst_md), ny);
-    float *xin = import(&c, &md, x), *out = nn_alloc(nn_md_nbytes(&l.dst_md));
+    ck_assert_uint_eq(md_count(l.dst_md), ny);
+    float *xin = import(&c, md, x), *out = nn_alloc(nn_md_nbytes(l.dst_md));
     pool_forward(&l, &c, out, xin);
-    float *yp = export(&c, &l.dst_md, out);
+    float *yp = export(&c, l.dst_md, out);
     CHECK_REL(in_fmt(name, tag, "maxpool forward"), yp, y, ny, 0.0);
-    float *dyin = import(&c, &l.dst_md, dy), *dxb = nn_alloc(nn_md_nbytes(&md));
+    float *dyin = import(&c, l.dst_md, dy), *dxb = nn_alloc(nn_md_nbytes(md));
     pool_backward(&l, &c, dxb, dyin);
-    float *dxp = export(&c, &md, dxb);
+    float *dxp = export(&c, md, dxb);
     CHECK_REL(in_fmt(name, tag, "maxpool backward"), dxp, dx, nx, TOL_FWD);
     pool_free(&l);
     free(x), free(y), free(dy), free(dx), free(xin), free(out), free(yp), free(dyin), free(dxb), free(dxp);
@@ -471,16 +483,16 @@ START_TEST(test_avgpool) {
     char err[ERRLEN];
     dnnl_memory_desc_t md = nn_md4((int)xd[0], (int)xd[1], (int)xd[2], (int)xd[3], tag);
     pool_layer l;
-    ck_assert_msg(pool_init(&l, &c, "avgpool", &md, 0, 0, 0, 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(pool_init(&l, &c, "avgpool", md, 0, 0, 0, 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(l.oh, 1);
-    ck_assert_uint_eq(md_count(&l.dst_md), ny);
-    float *xin = import(&c, &md, x), *out = nn_alloc(nn_md_nbytes(&l.dst_md));
+    ck_assert_uint_eq(md_count(l.dst_md), ny);
+    float *xin = import(&c, md, x), *out = nn_alloc(nn_md_nbytes(l.dst_md));
     pool_forward(&l, &c, out, xin);
-    float *yp = export(&c, &l.dst_md, out); /* (N, C, 1, 1) plain = (N, C) */
+    float *yp = export(&c, l.dst_md, out); /* (N, C, 1, 1) plain = (N, C) */
     CHECK_REL(in_fmt("avgpool", tag, "avgpool forward"), yp, y, ny, TOL_FWD);
-    float *dyin = import(&c, &l.dst_md, dy), *dxb = nn_alloc(nn_md_nbytes(&md));
+    float *dyin = import(&c, l.dst_md, dy), *dxb = nn_alloc(nn_md_nbytes(md));
     pool_backward(&l, &c, dxb, dyin);
-    float *dxp = export(&c, &md, dxb);
+    float *dxp = export(&c, md, dxb);
     CHECK_REL(in_fmt("avgpool", tag, "avgpool backward"), dxp, dx, nx, TOL_FWD);
     pool_free(&l);
     free(x), free(y), free(dy), free(dx), free(xin), free(out), free(yp), free(dyin), free(dxb), free(dxp);

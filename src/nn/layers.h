@@ -5,6 +5,11 @@
  * then run by *_forward / *_backward, which allocate nothing: they point the layer's memory
  * objects at the caller's buffers (dnnl_memory_set_data_handle) and execute.
  *
+ * Memory descriptors (oneDNN 3: opaque handles, dnnl_memory_desc_t is a pointer). Functions take
+ * const_dnnl_memory_desc_t and never keep the caller's handle: every *_md field of a layer is
+ * the layer's own clone (or a descriptor it created), destroyed by its *_free; handles from
+ * nn_md4 belong to the caller. Nothing is created or destroyed in *_forward / *_backward.
+ *
  * Memory formats. Activation buffers are in the format the layer reports in its *_md fields
  * (oneDNN's choice when a descriptor is created with dnnl_format_tag_any, e.g. nChw8c on AVX2;
  * see oneDNN "Memory Format Propagation"). Parameters are always in PyTorch's plain layouts:
@@ -23,15 +28,19 @@
  * oneDNN's status. Failures while executing are programming errors: DNNL_CHECK aborts with the
  * same information.
  *
- * oneDNN 2.6.3 (Debian 12) problems worked around here, each reproduced by test_layers.c:
+ * oneDNN problems worked around here, each reproduced by test_layers.c (found on 2.6.3, Debian
+ * 12; rechecked on 3.2, the default build's: docs/perf.md, "Known library defects"):
  *   - jit_1x1 backward-weights of a strided 1x1 conv on nhwc with < 8 input channels: wrong dW
- *     and out-of-bounds writes (oneDNN issue #6035) -> conv_init picks another format;
- *   - binary add with a ReLU post-op on a channel-blocked format whose channel count is not a
- *     multiple of the ISA's vector length: wrong values and out-of-bounds writes (nChw8c on
- *     AVX-512, nChw16c on AVX2; in place with padded channels everywhere) -> add_relu_fusable
- *     (the ReLU then runs as its own primitive) and add_in_place_ok;
- *   - no jit backward-weights for a 1-channel nchw input (reference loops, ~100x slower) ->
- *     conv_init reorders into a format a jit implementation takes.
+ *     (oneDNN issue #6035; 2.6.3 everywhere, 3.2 still at ONEDNN_MAX_CPU_ISA=AVX2) -> conv_init
+ *     picks another format;
+ *   - 2.6.3 only (gone in 3.2, so applied below 3.2 only): binary add with a ReLU post-op on a
+ *     channel-blocked format whose channel count is not a multiple of the ISA's vector length:
+ *     wrong values and out-of-bounds writes (nChw8c on AVX-512, nChw16c on AVX2; in place with
+ *     padded channels everywhere) -> add_relu_fusable (the ReLU then runs as its own primitive)
+ *     and add_in_place_ok;
+ *   - no jit backward-weights for a 1-channel nchw input (reference loops, ~100x slower; 3.2
+ *     has a jit one on AVX-512, still none at AVX2) -> conv_init reorders into a format a jit
+ *     implementation takes.
  * Where oneDNN has only its reference convolution for the shapes (fewer than 8 channels with
  * padded blocks, 1x1 or 2x2 images in the last stage at tiny widths) the layers are correct but
  * slow; the widths and inputs of the experiments (w >= 16, 28x28 and up) get jit everywhere. */
@@ -96,25 +105,30 @@ typedef struct {
 int nn_ctx_init(nn_ctx *c, char *err, size_t errlen);
 void nn_ctx_free(nn_ctx *c);
 
-/* Plain 4-D f32 descriptor (n, c, h, w) with the given tag (dnnl_nchw, dnnl_nChw8c, ...). */
+/* Plain 4-D f32 descriptor (n, c, h, w) with the given tag (dnnl_nchw, dnnl_nChw8c, ...): a new
+ * handle the caller owns (dnnl_memory_desc_destroy; dies on failure). */
 dnnl_memory_desc_t nn_md4(int n, int ch, int h, int w, dnnl_format_tag_t tag);
+/* Dimension i of md (logical, N C H W order whatever the format), and its padded size (the
+ * channel count rounded up to the block of nChw8c / nChw16c). */
+dnnl_dim_t nn_md_dim(const_dnnl_memory_desc_t md, int i);
+dnnl_dim_t nn_md_padded_dim(const_dnnl_memory_desc_t md, int i);
 /* The instruction set oneDNN's kernels use here (dnnl_get_effective_cpu_isa: the CPU's best,
  * or lower when capped by ONEDNN_MAX_CPU_ISA), e.g. "avx2", "avx512_core_bf16". */
 const char *nn_isa_name(void);
 /* The tag among nChw16c, nChw8c, nhwc, nchw that md is, or dnnl_format_tag_undef. */
-dnnl_format_tag_t nn_md_tag(const dnnl_memory_desc_t *md);
+dnnl_format_tag_t nn_md_tag(const_dnnl_memory_desc_t md);
 /* Bytes a buffer of this descriptor needs (padding of blocked formats included). */
-size_t nn_md_nbytes(const dnnl_memory_desc_t *md);
+size_t nn_md_nbytes(const_dnnl_memory_desc_t md);
 /* 64-byte aligned zeroed allocation of at least nbytes (dies on failure); free with free(). */
 void *nn_alloc(size_t nbytes);
 
 /* Copy src (in src_md) into dst (in dst_md) through a temporary reorder. Allocates; for tests
  * and set-up only. */
-void nn_convert(nn_ctx *c, void *dst, const dnnl_memory_desc_t *dst_md, const void *src,
-                const dnnl_memory_desc_t *src_md);
+void nn_convert(nn_ctx *c, void *dst, const_dnnl_memory_desc_t dst_md, const void *src,
+                const_dnnl_memory_desc_t src_md);
 
-int nn_reorder_init(nn_reorder *r, nn_ctx *c, const char *name, const dnnl_memory_desc_t *src_md,
-                    const dnnl_memory_desc_t *dst_md, char *err, size_t errlen);
+int nn_reorder_init(nn_reorder *r, nn_ctx *c, const char *name, const_dnnl_memory_desc_t src_md,
+                    const_dnnl_memory_desc_t dst_md, char *err, size_t errlen);
 /* dst (r's dst format) = src (r's src format). */
 void nn_reorder_run(nn_reorder *r, nn_ctx *c, void *dst, const void *src);
 void nn_reorder_free(nn_reorder *r);
@@ -146,10 +160,10 @@ typedef struct {
  * need_dinp = 0 skips backward-data (the network's first convolution). Where only oneDNN's
  * reference backward-weights accepts the activation formats (a 1-channel plain input), the layer
  * reorders its input and output gradient into the formats a jit implementation wants; likewise
- * where the jit one is oneDNN 2.6's jit_1x1 on a strided 1x1 nhwc input with fewer than 8
- * channels, which computes wrong weight gradients and writes out of bounds (oneDNN #6035). */
+ * where the jit one is oneDNN's jit_1x1 on a strided 1x1 nhwc input with fewer than 8
+ * channels, which computes wrong weight gradients (oneDNN #6035; 2.6.3, and 3.2 on AVX2). */
 int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
-              int stride, int pad, const dnnl_memory_desc_t *src_md, const dnnl_memory_desc_t *dst_md,
+              int stride, int pad, const_dnnl_memory_desc_t src_md, const_dnnl_memory_desc_t dst_md,
               nn_mode mode, int need_dinp, char *err, size_t errlen);
 /* out (n, oc, oh, ow) in dst_md = conv(inp (n, ic, ih, iw) in src_md, weight (oc, ic, k, k)
  * oihw). Reorders weight into the layer (kept for conv_backward). */
@@ -179,7 +193,7 @@ typedef struct {
 
 /* Build BN over a data_md tensor (src and dst both in data_md). NN_TRAIN: batch statistics
  * (and backward); NN_INFER: running statistics (dnnl_use_global_stats). */
-int bn_init(bn_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t *data_md, int relu,
+int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t data_md, int relu,
             nn_mode mode, char *err, size_t errlen);
 /* out = [relu](γ (inp − µ) / sqrt(σ² + eps) + β), in place allowed (out == inp) for NN_INFER.
  * NN_TRAIN: µ, σ² of the batch (biased), then running_mean = 0.9 running_mean + 0.1 µ and
@@ -202,7 +216,7 @@ typedef struct {
     dnnl_memory_t m_src, m_dst, m_ddst, m_dsrc;
 } relu_layer;
 
-int relu_init(relu_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t *data_md,
+int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t data_md,
               nn_mode mode, char *err, size_t errlen);
 /* out = max(inp, 0); out == inp allowed. */
 void relu_forward(relu_layer *l, nn_ctx *c, float *out, const float *inp);
@@ -223,15 +237,16 @@ typedef struct {
 
 /* out = [relu](a + b); a in a_md, b in b_md, out in a_md. The residual connection of a
  * BasicBlock and the sum of the two gradients reaching a block input. */
-int add_init(add_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t *a_md,
-             const dnnl_memory_desc_t *b_md, int relu, nn_mode mode, char *err, size_t errlen);
+int add_init(add_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t a_md,
+             const_dnnl_memory_desc_t b_md, int relu, nn_mode mode, char *err, size_t errlen);
 /* out == a allowed if add_in_place_ok(l). */
 void add_forward(add_layer *l, nn_ctx *c, float *out, const float *a, const float *b);
-/* Whether add_forward may run in place (out == a). Not with the fused ReLU on a format with
- * padded channels (fewer channels than the block): oneDNN 2.6's jit:uni binary then leaves dst
- * unchanged (found by test_layers' add_relu_c4). */
+/* Whether add_forward may run in place (out == a). Always on oneDNN >= 3.2; before, not with
+ * the fused ReLU on a format with padded channels (fewer channels than the block): oneDNN 2.6's
+ * jit:uni binary then leaves dst unchanged (found by test_layers' add_relu_c4). */
 int add_in_place_ok(const add_layer *l);
-/* Whether add+ReLU on md may run as one binary primitive with a ReLU post-op: on plain formats
+/* Whether add+ReLU on md may run as one binary primitive with a ReLU post-op: always on oneDNN
+ * >= 3.2 (the defect below is gone there: docs/perf.md). Before 3.2: on plain formats
  * (nchw, nhwc) always; on channel-blocked ones (nChw8c, nChw16c) only when the channel count is
  * a multiple of the vector length of the ISA oneDNN runs (16 floats for AVX-512, 8 for AVX2,
  * 4 below; dnnl_get_effective_cpu_isa, so ONEDNN_MAX_CPU_ISA counts). Otherwise add_init builds
@@ -239,7 +254,7 @@ int add_in_place_ok(const add_layer *l);
  * computes wrong values there and writes beyond dst (e.g. nChw8c on AVX-512 with C = 4 or 24;
  * nChw16c on AVX2 with C = 12; in place with padded channels on both) — docs/perf.md, "Known
  * library defects"; test_layers sweeps every such case. */
-int add_relu_fusable(const dnnl_memory_desc_t *md);
+int add_relu_fusable(const_dnnl_memory_desc_t md);
 /* With relu: dsum = dout · [out > 0] (dsum == dout allowed); the gradient of a and of b. */
 void add_backward(add_layer *l, nn_ctx *c, float *dsum, const float *dout, const float *out);
 void add_free(add_layer *l);
@@ -259,7 +274,7 @@ typedef struct {
 /* Max pooling (max = 1; k, stride, pad as torch.nn.MaxPool2d, floor mode) or global average
  * pooling (max = 0; k, stride, pad ignored: the window is the whole ih x iw, output 1 x 1,
  * torch.nn.AdaptiveAvgPool2d(1)). dst_md gets src_md's format. */
-int pool_init(pool_layer *l, nn_ctx *c, const char *name, const dnnl_memory_desc_t *src_md, int max,
+int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t src_md, int max,
               int k, int stride, int pad, nn_mode mode, char *err, size_t errlen);
 void pool_forward(pool_layer *l, nn_ctx *c, float *out, const float *inp);
 /* dinp (src_md) overwritten from dout (dst_md); uses the argmax of the last pool_forward. */

@@ -220,7 +220,7 @@ size_t model_spec_n_params(const model_spec *s, size_t *n_bn) {
 
 /* ---- network construction ----------------------------------------------------------------- */
 
-static float *net_alloc(net *t, const dnnl_memory_desc_t *md_or_null, size_t nbytes) {
+static float *net_alloc(net *t, const_dnnl_memory_desc_t md_or_null, size_t nbytes) {
     if (t->n_owned >= (int)(sizeof t->owned / sizeof t->owned[0])) DIE("too many network buffers");
     float *p = nn_alloc(md_or_null ? nn_md_nbytes(md_or_null) : nbytes);
     t->owned[t->n_owned++] = p;
@@ -232,7 +232,7 @@ static float *net_alloc(net *t, const dnnl_memory_desc_t *md_or_null, size_t nby
         if ((call) != 0) return -1;                                                               \
     } while (0)
 
-static size_t max_sz(size_t a, const dnnl_memory_desc_t *md) {
+static size_t max_sz(size_t a, const_dnnl_memory_desc_t md) {
     size_t b = nn_md_nbytes(md);
     return a > b ? a : b;
 }
@@ -240,14 +240,18 @@ static size_t max_sz(size_t a, const dnnl_memory_desc_t *md) {
 /* A block convolution: input in src_md, output in oneDNN's choice unless that differs from the
  * network's activation format act (then rebuilt with act). Needs the input gradient. */
 static int conv_make(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
-                     int stride, int pad, const dnnl_memory_desc_t *src_md, dnnl_format_tag_t act, nn_mode mode,
+                     int stride, int pad, const_dnnl_memory_desc_t src_md, dnnl_format_tag_t act, nn_mode mode,
                      char *err, size_t errlen) {
     TRY(conv_init(l, c, name, n, ic, ih, iw, oc, k, stride, pad, src_md, NULL, mode, 1, err, errlen));
     if (act == dnnl_format_tag_undef) return 0;
     dnnl_memory_desc_t want = nn_md4(n, oc, l->oh, l->ow, act);
-    if (dnnl_memory_desc_equal(&l->dst_md, &want)) return 0;
-    conv_free(l);
-    return conv_init(l, c, name, n, ic, ih, iw, oc, k, stride, pad, src_md, &want, mode, 1, err, errlen);
+    int rc = 0;
+    if (!dnnl_memory_desc_equal(l->dst_md, want)) {
+        conv_free(l);
+        rc = conv_init(l, c, name, n, ic, ih, iw, oc, k, stride, pad, src_md, want, mode, 1, err, errlen);
+    }
+    dnnl_memory_desc_destroy(want);
+    return rc;
 }
 
 /* Build every layer of one network (training or evaluation) for batch n. */
@@ -262,79 +266,97 @@ static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t er
 
     /* Layers first. Formats: the stem convolution picks its input and output formats
      * (format_tag_any); that output format, e.g. nChw8c on AVX2, becomes the activation format
-     * of the whole network. Every later convolution takes its producer's format as input and is
+     * of the whole network (nhwc instead where it would pad the channels, below). Every later convolution takes its producer's format as input and is
      * asked for `any` output; should oneDNN choose another layout there (it picks nhwc for
      * fewer than 8 channels), the convolution is rebuilt with the activation format, so BN,
      * ReLU, add and pooling never mix layouts (and oneDNN issue #6035 cannot be hit). */
     TRY(conv_init(&t->conv1, c, "conv1", n, s->in_c, s->in_h, s->in_w, L->c0, L->stem_k, L->stem_stride,
                   L->stem_pad, NULL, NULL, mode, 0, err, errlen));
-    const dnnl_format_tag_t act = nn_md_tag(&t->conv1.dst_md);
+    dnnl_format_tag_t act = nn_md_tag(t->conv1.dst_md);
+    /* oneDNN 3.2 has only its reference forward convolution (~1000x slower) for a channel-blocked
+     * input with padded channels (nChw16c with C = 4, 8; nChw8c with C = 4), and its stem picks
+     * nChw16c at widths 4 and 8 on AVX-512: at a width that is no multiple of the block the
+     * network runs channels-last (nhwc), which has jit / brgemm kernels for every channel count. */
+    const int block = act == dnnl_nChw16c ? 16 : act == dnnl_nChw8c ? 8 : 1;
+    if (L->c0 % block != 0) {
+        act = dnnl_nhwc;
+        dnnl_memory_desc_t want = nn_md4(n, L->c0, t->conv1.oh, t->conv1.ow, act);
+        conv_free(&t->conv1);
+        const int rc_stem = conv_init(&t->conv1, c, "conv1", n, s->in_c, s->in_h, s->in_w, L->c0, L->stem_k,
+                                      L->stem_stride, L->stem_pad, NULL, want, mode, 0, err, errlen);
+        dnnl_memory_desc_destroy(want);
+        TRY(rc_stem);
+    }
     dnnl_memory_desc_t user = nn_md4(n, s->in_c, s->in_h, s->in_w, dnnl_nchw);
-    t->in_direct = dnnl_memory_desc_equal(&user, &t->conv1.src_md);
-    if (!t->in_direct) TRY(nn_reorder_init(&t->in, c, "input", &user, &t->conv1.src_md, err, errlen));
-    TRY(bn_init(&t->bn1, c, "bn1", &t->conv1.dst_md, 1, mode, err, errlen));
-    const dnnl_memory_desc_t *h_md = &t->conv1.dst_md;
+    t->in_direct = dnnl_memory_desc_equal(user, t->conv1.src_md);
+    const int rc_in = t->in_direct ? 0 : nn_reorder_init(&t->in, c, "input", user, t->conv1.src_md, err, errlen);
+    dnnl_memory_desc_destroy(user);
+    TRY(rc_in);
+    TRY(bn_init(&t->bn1, c, "bn1", t->conv1.dst_md, 1, mode, err, errlen));
+    const_dnnl_memory_desc_t h_md = t->conv1.dst_md;
     if (s->stem == MODEL_STEM_IMAGENET) {
         TRY(pool_init(&t->maxpool, c, "maxpool", h_md, 1, 3, 2, 1, mode, err, errlen));
-        h_md = &t->maxpool.dst_md;
+        h_md = t->maxpool.dst_md;
     }
-    size_t big = max_sz(max_sz(0, &t->conv1.dst_md), h_md);
+    size_t big = max_sz(max_sz(0, t->conv1.dst_md), h_md);
     for (int i = 0; i < N_BLOCKS; i++) {
         const block_def *d = &L->blk[i];
         block_run *r = &t->b[i];
         TRY(conv_make(&r->conv1, c, d->lname[0], n, d->cin, d->ih, d->iw, d->cout, 3, d->stride, 1, h_md, act, mode,
                       err, errlen));
-        TRY(bn_init(&r->bn1, c, d->lname[1], &r->conv1.dst_md, 1, mode, err, errlen));
-        TRY(conv_make(&r->conv2, c, d->lname[2], n, d->cout, d->oh, d->ow, d->cout, 3, 1, 1, &r->conv1.dst_md, act,
+        TRY(bn_init(&r->bn1, c, d->lname[1], r->conv1.dst_md, 1, mode, err, errlen));
+        TRY(conv_make(&r->conv2, c, d->lname[2], n, d->cout, d->oh, d->ow, d->cout, 3, 1, 1, r->conv1.dst_md, act,
                       mode, err, errlen));
-        TRY(bn_init(&r->bn2, c, d->lname[3], &r->conv2.dst_md, 0, mode, err, errlen));
+        TRY(bn_init(&r->bn2, c, d->lname[3], r->conv2.dst_md, 0, mode, err, errlen));
         if (d->down) {
             /* Both paths of the block must produce the same layout for the add. */
             TRY(conv_init(&r->convd, c, d->lname[4], n, d->cin, d->ih, d->iw, d->cout, 1, d->stride, 0, h_md,
-                          &r->conv2.dst_md, mode, 1, err, errlen));
-            TRY(bn_init(&r->bnd, c, d->lname[5], &r->convd.dst_md, 0, mode, err, errlen));
+                          r->conv2.dst_md, mode, 1, err, errlen));
+            TRY(bn_init(&r->bnd, c, d->lname[5], r->convd.dst_md, 0, mode, err, errlen));
         }
-        TRY(add_init(&r->res, c, d->prefix, &r->conv2.dst_md, d->down ? &r->convd.dst_md : h_md, 1, mode, err, errlen));
-        if (train) TRY(add_init(&r->acc, c, d->prefix, h_md, d->down ? h_md : &r->conv2.dst_md, 0, mode, err, errlen));
-        big = max_sz(max_sz(big, &r->conv1.dst_md), &r->conv2.dst_md);
-        h_md = &r->conv2.dst_md;
+        TRY(add_init(&r->res, c, d->prefix, r->conv2.dst_md, d->down ? r->convd.dst_md : h_md, 1, mode, err, errlen));
+        if (train) TRY(add_init(&r->acc, c, d->prefix, h_md, d->down ? h_md : r->conv2.dst_md, 0, mode, err, errlen));
+        big = max_sz(max_sz(big, r->conv1.dst_md), r->conv2.dst_md);
+        h_md = r->conv2.dst_md;
     }
     TRY(pool_init(&t->gap, c, "avgpool", h_md, 0, 0, 0, 0, mode, err, errlen));
     dnnl_memory_desc_t feat_md = nn_md4(n, L->feat, 1, 1, dnnl_nchw);
-    TRY(nn_reorder_init(&t->gap_out, c, "avgpool", &t->gap.dst_md, &feat_md, err, errlen));
-    if (train) TRY(nn_reorder_init(&t->gap_in, c, "avgpool", &feat_md, &t->gap.dst_md, err, errlen));
+    int rc_gap = nn_reorder_init(&t->gap_out, c, "avgpool", t->gap.dst_md, feat_md, err, errlen);
+    if (!rc_gap && train) rc_gap = nn_reorder_init(&t->gap_in, c, "avgpool", feat_md, t->gap.dst_md, err, errlen);
+    dnnl_memory_desc_destroy(feat_md);
+    TRY(rc_gap);
 
     /* Buffers. */
     const size_t k = (size_t)s->n_classes;
-    t->gap_o = net_alloc(t, &t->gap.dst_md, 0);
+    t->gap_o = net_alloc(t, t->gap.dst_md, 0);
     t->feat = net_alloc(t, NULL, (size_t)n * L->feat * sizeof(float));
     t->logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
     t->probs = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
     t->losses = net_alloc(t, NULL, (size_t)n * sizeof(float));
     if (train) {
-        if (!t->in_direct) t->x = net_alloc(t, &t->conv1.src_md, 0);
-        t->c0 = net_alloc(t, &t->conv1.dst_md, 0);
-        t->a0 = net_alloc(t, &t->conv1.dst_md, 0);
-        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = net_alloc(t, &t->maxpool.dst_md, 0);
+        if (!t->in_direct) t->x = net_alloc(t, t->conv1.src_md, 0);
+        t->c0 = net_alloc(t, t->conv1.dst_md, 0);
+        t->a0 = net_alloc(t, t->conv1.dst_md, 0);
+        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = net_alloc(t, t->maxpool.dst_md, 0);
         for (int i = 0; i < N_BLOCKS; i++) {
             block_run *r = &t->b[i];
-            r->c1 = net_alloc(t, &r->conv1.dst_md, 0);
-            r->a1 = net_alloc(t, &r->conv1.dst_md, 0);
-            r->c2 = net_alloc(t, &r->conv2.dst_md, 0);
-            r->y = net_alloc(t, &r->conv2.dst_md, 0);
-            r->b2 = add_in_place_ok(&r->res) ? r->y : net_alloc(t, &r->conv2.dst_md, 0);
+            r->c1 = net_alloc(t, r->conv1.dst_md, 0);
+            r->a1 = net_alloc(t, r->conv1.dst_md, 0);
+            r->c2 = net_alloc(t, r->conv2.dst_md, 0);
+            r->y = net_alloc(t, r->conv2.dst_md, 0);
+            r->b2 = add_in_place_ok(&r->res) ? r->y : net_alloc(t, r->conv2.dst_md, 0);
             if (L->blk[i].down) {
-                r->cd = net_alloc(t, &r->convd.dst_md, 0);
-                r->sd = net_alloc(t, &r->convd.dst_md, 0);
+                r->cd = net_alloc(t, r->convd.dst_md, 0);
+                r->sd = net_alloc(t, r->convd.dst_md, 0);
             }
         }
         for (int i = 0; i < 2; i++) t->g[i] = net_alloc(t, NULL, big);
         for (int i = 0; i < 3; i++) t->t[i] = net_alloc(t, NULL, big);
-        t->d_gap_o = net_alloc(t, &t->gap.dst_md, 0);
+        t->d_gap_o = net_alloc(t, t->gap.dst_md, 0);
         t->d_feat = net_alloc(t, NULL, (size_t)n * L->feat * sizeof(float));
         t->d_logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
     } else {
-        if (!t->in_direct) big = max_sz(big, &t->conv1.src_md);
+        if (!t->in_direct) big = max_sz(big, t->conv1.src_md);
         int in_place = 1;
         for (int i = 0; i < N_BLOCKS; i++) in_place &= add_in_place_ok(&t->b[i].res);
         const int ne = in_place ? 4 : 5;

@@ -212,7 +212,7 @@ static void conv_case(const char *name, gpu_precision prec, int n, int ic, int i
     cctx(&cc);
     dnnl_memory_desc_t xmd = nn_md4(n, ic, ih, iw, dnnl_nchw), ymd = nn_md4(n, oc, oh, ow, dnnl_nchw);
     conv_layer cl;
-    ck_assert_msg(conv_init(&cl, &cc, name, n, ic, ih, iw, oc, k, stride, pad, &xmd, &ymd, NN_TRAIN, 1, err, sizeof err) == 0,
+    ck_assert_msg(conv_init(&cl, &cc, name, n, ic, ih, iw, oc, k, stride, pad, xmd, ymd, NN_TRAIN, 1, err, sizeof err) == 0,
                   "%s", err);
     float *y_ref = nn_alloc(ny * sizeof(float)), *dx_ref = nn_alloc(nx * sizeof(float)), *dw_ref = nn_alloc(nw * sizeof(float));
     conv_forward(&cl, &cc, y_ref, x, w);
@@ -332,8 +332,8 @@ static void bn_case(const char *name, gpu_precision prec, int relu, int n, int c
     cctx(&cc);
     dnnl_memory_desc_t md = nn_md4(n, ch, h, w, dnnl_nchw);
     bn_layer cb, cbi;
-    ck_assert_msg(bn_init(&cb, &cc, name, &md, relu, NN_TRAIN, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(bn_init(&cbi, &cc, name, &md, relu, NN_INFER, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(bn_init(&cb, &cc, name, md, relu, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(bn_init(&cbi, &cc, name, md, relu, NN_INFER, err, sizeof err) == 0, "%s", err);
     float *y_ref = nn_alloc(nx * sizeof(float)), *dx_ref = nn_alloc(nx * sizeof(float)), *yi_ref = nn_alloc(nx * sizeof(float));
     float *dg_ref = nn_alloc((size_t)ch * sizeof(float)), *db_ref = nn_alloc((size_t)ch * sizeof(float));
     bn_forward(&cb, &cc, y_ref, x, gamma, beta, rm_ref, rv_ref);
@@ -416,9 +416,9 @@ static void elementwise_case(gpu_precision prec, int n, int ch, int h, int w, in
     dnnl_memory_desc_t md = nn_md4(n, ch, h, w, dnnl_nchw);
     relu_layer cr;
     add_layer ca, cacc;
-    ck_assert_msg(relu_init(&cr, &cc, "relu", &md, NN_TRAIN, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(add_init(&ca, &cc, "add_relu", &md, &md, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(add_init(&cacc, &cc, "add", &md, &md, 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(relu_init(&cr, &cc, "relu", md, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(add_init(&ca, &cc, "add_relu", md, md, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(add_init(&cacc, &cc, "add", md, md, 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
     float *relu_ref = nn_alloc(cnt * 4), *drelu_ref = nn_alloc(cnt * 4), *add_ref = nn_alloc(cnt * 4);
     float *dadd_ref = nn_alloc(cnt * 4), *acc_ref = nn_alloc(cnt * 4);
     const float *ah = a + off, *bh = b + off, *dyh = dy + off;
@@ -525,7 +525,7 @@ static void pool_case(const char *name, gpu_precision prec, int max, int n, int 
     cctx(&cc);
     dnnl_memory_desc_t md = nn_md4(n, ch, h, w, dnnl_nchw);
     pool_layer cp;
-    ck_assert_msg(pool_init(&cp, &cc, name, &md, max, 3, 2, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(pool_init(&cp, &cc, name, md, max, 3, 2, 1, NN_TRAIN, err, sizeof err) == 0, "%s", err);
     const size_t nx = (size_t)n * ch * h * w, ny = (size_t)n * ch * cp.oh * cp.ow;
     float *x = rnd(&r, nx, 1.0, 0.0), *dy = rnd(&r, ny, 1.0, 0.0);
     if (b16 && max) distinct_bf16(&r, x, (size_t)n * ch, (size_t)h * w);

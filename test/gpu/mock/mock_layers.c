@@ -185,7 +185,7 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
     if (l->oh < 1 || l->ow < 1) return seterr(err, errlen, "%s: input too small", l->what), -1;
     mock_conv *m = calloc(1, sizeof *m);
     dnnl_memory_desc_t xmd = nn_md4(n, ic, ih, iw, dnnl_nchw), ymd = nn_md4(n, oc, l->oh, l->ow, dnnl_nchw);
-    if (conv_init(&m->cl, cpu(), name, n, ic, ih, iw, oc, k, stride, pad, &xmd, &ymd,
+    if (conv_init(&m->cl, cpu(), name, n, ic, ih, iw, oc, k, stride, pad, xmd, ymd,
                   mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, need_dinp, err, errlen))
         return free(m), -1;
     tab_put(l, m);
@@ -325,7 +325,7 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     mock_bn *m = calloc(1, sizeof *m);
     m->beta0 = calloc((size_t)ch, sizeof(float));
     dnnl_memory_desc_t md = nn_md4(n, ch, h, w, dnnl_nchw);
-    if (bn_init(&m->cl, cpu(), name, &md, 0, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
+    if (bn_init(&m->cl, cpu(), name, md, 0, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
         return free(m->beta0), free(m), -1;
     tab_put(l, m);
     return 0;
@@ -482,7 +482,7 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
     l->io32 = mock_io32(c, "pool");
     mock_pool *m = calloc(1, sizeof *m);
     dnnl_memory_desc_t md = nn_md4(n, ch, ih, iw, dnnl_nchw);
-    if (pool_init(&m->cl, cpu(), name, &md, 1, k, stride, pad, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
+    if (pool_init(&m->cl, cpu(), name, md, 1, k, stride, pad, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
         return free(m), -1;
     tab_put(l, m);
     return 0;
