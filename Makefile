@@ -272,8 +272,17 @@ build/bench_gpu: tools/bench_gpu.c $(LIB) $(GPU_LIB) | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(LDLIBS)
 
+# BENCH: bench_model's options, e.g. make bench BENCH="--shape imagenet --precision fp32,bf16".
+BENCH ?=
 bench: build/bench_model
-	./build/bench_model
+	./build/bench_model $(BENCH)
+
+# ---- bench-paper: img/s at the papers' shape (ResNet-18 w64, ImageNet stem, 224², b = 16, 32,
+# 2 threads), dsgd-run fp32 and bf16 next to PyTorch fp32 and bf16 autocast, alternating rounds
+# (tools/bench_cpu.py; --other LABEL=PATH adds another bench_model build, e.g. another oneDNN).
+.PHONY: bench-paper
+bench-paper: build/bench_model
+	/usr/bin/python3 tools/bench_cpu.py $(BENCH)
 
 # ---- bench-data (owner: src/data): decode + augment images/s on one core, build/bench_data
 # (tools/bench_data.c) against torchvision (tools/bench_data_torch.py makes the JPEGs from

@@ -756,7 +756,7 @@ int main(int argc, char **argv) {
     st = t.net ? 0 : EXIT_BADINPUT;
     if (st)
         blame_keys(&e, on_gpu ? "keys 'model.arch', 'model.width', 'model.stem', 'b', 'device', 'precision' (with the images' size)"
-                              : "keys 'model.arch', 'model.width', 'model.stem', 'b' (with the images' size)",
+                              : "keys 'model.arch', 'model.width', 'model.stem', 'b', 'precision' (with the images' size)",
                    err, sizeof err);
     agree_or_exit(st, err);
     model_init(t.net, e.seed);
@@ -788,6 +788,7 @@ int main(int argc, char **argv) {
 
     /* 5. The run file (log rank), created exclusively. */
     int data_array = 0; /* index of data/decode_warnings among the run file's fixed arrays (jpeg) */
+    static char device_desc[512]; /* the run file's /device, and the start-up line on the CPU with bf16 */
     if (rank == log_rank) {
         static char cfg_text[1 << 16], cmdline[4096];
         /* Stored with overwrite = false: re-running the experiment from the file it produced must
@@ -797,12 +798,19 @@ int main(int argc, char **argv) {
         stored.overwrite = 0;
         config_to_text(&stored, cfg_text, sizeof cfg_text);
         join_args(argc, argv, cmdline, sizeof cmdline);
-        static char device_desc[512];
         if (on_gpu) snprintf(device_desc, sizeof device_desc, "cuda %s: %s%s", e.precision, gpu_desc, comm_desc);
         else {
             char v[256];
             model_backend_version(v, sizeof v);
-            snprintf(device_desc, sizeof device_desc, "cpu: %.*s, %d thread(s) per rank", (int)strcspn(v + 5, ";"), v + 5, threads);
+            char lp[256] = "";
+            int n_conv = 0, n_lp = model_bf16_convs(t.net, &n_conv, NULL, 0);
+            if (n_lp || strcmp(e.precision, "bf16") == 0) {
+                char names[128];
+                model_bf16_convs(t.net, &n_conv, names, sizeof names);
+                snprintf(lp, sizeof lp, " (%d of %d convolutions in bf16%s%s)", n_lp, n_conv, *names ? "; fp32: " : "", names);
+            }
+            snprintf(device_desc, sizeof device_desc, "cpu %s%s: %.*s, %d thread(s) per rank", e.precision, lp,
+                     (int)strcspn(v + 5, ";"), v + 5, threads);
         }
         runlog_meta meta = {
             .method = method_name(e.method), .p = e.p, .b = e.b, .m = e.p * e.b, .seed = e.seed,
@@ -834,6 +842,14 @@ int main(int argc, char **argv) {
         int na = 0, nat = 0;
         for (int i = 0; i < meta.n_arrays; i++) all_arrays[na++] = meta.arrays[i];
         data_array = na;
+        /* The libraries this process runs on (the versions loaded, not those built against). */
+        static char lib_mpi[256], lib_dnn[256], lib_h5[64], lib_nccl[ERRLEN + 64], libraries[2048];
+        comm_library_version(lib_mpi, sizeof lib_mpi);
+        model_backend_version(lib_dnn, sizeof lib_dnn);
+        runlog_library_version(lib_h5, sizeof lib_h5);
+        gpucomm_version(lib_nccl, sizeof lib_nccl);
+        snprintf(libraries, sizeof libraries, "%s; %s; MPI: %s; nccl: %s", lib_dnn, lib_h5, lib_mpi, lib_nccl);
+        attrs[nat++] = (runlog_attr){"libraries", libraries, 0};
         attrs[nat++] = (runlog_attr){"data_format", e.data.format, 0};
         attrs[nat++] = (runlog_attr){"data_classes", NULL, train.n_classes};
         attrs[nat++] = (runlog_attr){"data_train_n", NULL, train.n};
@@ -916,6 +932,7 @@ int main(int argc, char **argv) {
                             train.c, train.h, train.w, train.n_classes);
         print_budget(&budget, stdout);
         if (on_gpu) printf("device cuda (%s): rank %d on %s%s\n", e.precision, rank, gpu_desc, comm_desc);
+        else if (strcmp(e.precision, "fp32") != 0) printf("device %s\n", device_desc);
         fflush(stdout);
     }
 

@@ -500,10 +500,15 @@ START_TEST(test_enums_and_unbuilt) {
     ck_assert_msg(load_text("device = \"cuda\";\nprecision = \"tf32\";\n", NULL, 0) == 0, "%s", err);
     ck_assert_str_eq(e.device, "cuda");
     ck_assert_str_eq(e.precision, "tf32");
-    EXPECT_ERROR("precision = \"tf32\";\n", ":1: key 'precision': \"tf32\" is for device = \"cuda\"; device = \"cpu\" computes in fp32");
+    EXPECT_ERROR("precision = \"tf32\";\n", ":1: key 'precision': \"tf32\" is for device = \"cuda\" (tensor cores); device = \"cpu\" computes in \"fp32\" or \"bf16\"");
     ck_assert_msg(load_text("device = \"cuda\";\nprecision = \"bf16\";\n", NULL, 0) == 0, "%s", err);
     ck_assert_str_eq(e.precision, "bf16");
-    EXPECT_ERROR("precision = \"bf16\";\n", ":1: key 'precision': \"bf16\" is for device = \"cuda\"; device = \"cpu\" computes in fp32");
+    /* bf16 on the CPU: ResNet-18 only (the CPU's bf16 support is checked at start, model_create). */
+    ck_assert_msg(load_text("precision = \"bf16\";\n", NULL, 0) == 0, "%s", err);
+    ck_assert_str_eq(e.precision, "bf16");
+    EXPECT_ERROR("model = { arch = \"linear\"; };\nprecision = \"bf16\";\n",
+                 ":2: key 'precision': \"bf16\" on device = \"cpu\" is for model.arch = \"resnet18\" (its convolutions); "
+                 "model.arch = \"linear\" computes in \"fp32\"");
     EXPECT_ERROR("precision = \"fp16\";\n", ":1: key 'precision': expected one of \"fp32\", \"tf32\", \"bf16\", got a string \"fp16\"");
     EXPECT_ERROR("device = \"tpu\";\n", ":1: key 'device': expected one of \"cpu\", \"cuda\", got a string \"tpu\"");
     EXPECT_ERROR("model = { arch = \"resnet50\"; };\n", "key 'model.arch': expected one of \"resnet18\", \"linear\"");

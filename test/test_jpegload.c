@@ -258,7 +258,7 @@ static void write_cfg(const char *tag, const char *extra, char *cfg, char *h5) {
     char text[4096];
     snprintf(text, sizeof text,
              "name = \"%s\";\np = 2;\nb = 8;\niterations = 24;\nalpha = { base = 0.1; };\n"
-             "model = { width = 4; stem = \"cifar\"; };\n"
+             "model = { width = 8; stem = \"cifar\"; };\n"
              "data = { format = \"jpeg\"; dir = \"%s\"; crop = 24; scale = [28, 36]; eval_resize = 28; };\n"
              "eval = { every = 12; batch = 16; };\nlog_every = 4;\noutput = \"%s\";\nthreads = 1;\n%s",
              tag, g_pack, h5, extra ? extra : "");
@@ -290,10 +290,12 @@ START_TEST(threads_and_resume_bitwise) {
     assert_same(h1, h3, "/train/loss");
     assert_same(h1, h3, "/eval/loss");
     assert_same(h1, h3, "/eval/top1_error");
-    /* it learns the three colours: chance is 2/3 error */
+    /* it learns the three colours: chance is 2/3 error (width 8: at width 4 it passed on oneDNN
+     * 2.6.3 and ended at 0.42 on 3.2 — too few channels to be robust to summation order) */
     double top1[8];
     long ne = read_1d(h1, "/eval/top1_error", top1, 8);
     ck_assert_int_eq(ne, 3);
+    printf("three colours, width 8, 24 steps: top-1 error %g at start, %g, %g\n", top1[0], top1[1], top1[2]);
     ck_assert_msg(top1[0] > 0.3 && top1[2] < 0.2, "top-1 error %g at start, %g at the end", top1[0], top1[2]);
     /* provenance and per-rank data time */
     char s[256];

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <strings.h>
 
 #include <hdf5.h>
@@ -158,6 +159,129 @@ START_TEST(test_conv_given_input) {
 }
 END_TEST
 
+
+/* ---- bf16 convolution (nn_ctx.conv_bf16) ---- */
+
+/* f32 -> bf16 -> f32, round to nearest even (what oneDNN's f32->bf16 reorder and vcvtneps2bf16
+ * do; finite inputs only). */
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* Direct convolution in double, NCHW / OIHW, no bias: y = conv(x, w); dx, dw from dy (scatter
+ * form: every output position adds its products to the inputs and weights it read). */
+static void conv_ref(double *y, double *dx, double *dw, const float *x, const float *w, const float *dy, int n, int ic,
+                     int ih, int iw, int oc, int k, int s, int p) {
+    const int oh = (ih + 2 * p - k) / s + 1, ow = (iw + 2 * p - k) / s + 1;
+    memset(dx, 0, (size_t)n * ic * ih * iw * sizeof *dx);
+    memset(dw, 0, (size_t)oc * ic * k * k * sizeof *dw);
+    for (int b = 0; b < n; b++)
+        for (int o = 0; o < oc; o++)
+            for (int i = 0; i < oh; i++)
+                for (int j = 0; j < ow; j++) {
+                    const size_t yi = (((size_t)b * oc + o) * oh + i) * ow + j;
+                    double acc = 0;
+                    for (int c = 0; c < ic; c++)
+                        for (int u = 0; u < k; u++)
+                            for (int v = 0; v < k; v++) {
+                                const int hh = i * s - p + u, ww = j * s - p + v;
+                                if (hh < 0 || hh >= ih || ww < 0 || ww >= iw) continue;
+                                const size_t xi = (((size_t)b * ic + c) * ih + hh) * iw + ww;
+                                const size_t wi = (((size_t)o * ic + c) * k + u) * k + v;
+                                acc += (double)x[xi] * w[wi];
+                                dx[xi] += (double)dy[yi] * w[wi];
+                                dw[wi] += (double)dy[yi] * x[xi];
+                            }
+                    y[yi] = acc;
+                }
+}
+
+static double rel_l2_d(const float *got, const double *want, size_t n) {
+    double e = 0, r = 0;
+    for (size_t i = 0; i < n; i++) e += (got[i] - want[i]) * (got[i] - want[i]), r += want[i] * want[i];
+    return sqrt(e / (r > 0 ? r : 1));
+}
+
+/* One bf16 case: the layer's forward output, input gradient and weight gradient against the
+ * double reference computed from the bf16-rounded input, weight and output gradient (so only
+ * f32 accumulation differs: 1e-5 / 1e-4 as the fp32 tests), and against the reference from the
+ * unrounded f32 values, which bf16 must miss by more than f32 accumulation would (the rounding
+ * happened: > 1e-4) and by less than bf16's precision allows (< 1e-2, 8 significand bits over
+ * sums of ~ic*k*k products). Returns l.lp (1: the layer ran bf16). */
+static int conv_bf16_case(int n, int ic, int hw, int oc, int k, int s, int p, dnnl_format_tag_t force) {
+    nn_ctx c;
+    ctx(&c);
+    c.conv_bf16 = 1;
+    char err[ERRLEN], name[96];
+    snprintf(name, sizeof name, "bf16 %dx%d/%d ic %d oc %d %dx%d", k, k, s, ic, oc, hw, hw);
+    dnnl_memory_desc_t forced = force ? nn_md4(n, ic, hw, hw, force) : NULL;
+    conv_layer l;
+    ck_assert_msg(conv_init(&l, &c, name, n, ic, hw, hw, oc, k, s, p, forced, NULL, NN_TRAIN, 1, err, sizeof err) == 0,
+                  "%s", err);
+    const size_t nx = (size_t)n * ic * hw * hw, nw = (size_t)oc * ic * k * k, ny = md_count(l.dst_md);
+    float *x = malloc(nx * sizeof *x), *w = malloc(nw * sizeof *w), *dy = malloc(ny * sizeof *dy);
+    float *xr = malloc(nx * sizeof *x), *wr = malloc(nw * sizeof *w), *dyr = malloc(ny * sizeof *dy);
+    rng_t r;
+    rng_seed(&r, (uint64_t)(ic * 1000 + oc * 10 + k));
+    for (size_t i = 0; i < nx; i++) xr[i] = bf16_round(x[i] = (float)rng_normal(&r));
+    for (size_t i = 0; i < nw; i++) wr[i] = bf16_round(w[i] = (float)(rng_normal(&r) / sqrt(ic * k * k)));
+    for (size_t i = 0; i < ny; i++) dyr[i] = bf16_round(dy[i] = (float)rng_normal(&r));
+    double *y16 = malloc(ny * sizeof(double)), *dx16 = malloc(nx * sizeof(double)), *dw16 = malloc(nw * sizeof(double));
+    double *y32 = malloc(ny * sizeof(double)), *dx32 = malloc(nx * sizeof(double)), *dw32 = malloc(nw * sizeof(double));
+    conv_ref(y16, dx16, dw16, xr, wr, dyr, n, ic, hw, hw, oc, k, s, p);
+    conv_ref(y32, dx32, dw32, x, w, dy, n, ic, hw, hw, oc, k, s, p);
+
+    float *xin = import(&c, l.src_md, x), *out = nn_alloc(nn_md_nbytes(l.dst_md));
+    conv_forward(&l, &c, out, xin, w);
+    float *dyin = import(&c, l.dst_md, dy), *dxb = nn_alloc(nn_md_nbytes(l.src_md)), *dwp = malloc(nw * sizeof(float));
+    conv_backward(&l, &c, dxb, dwp, dyin, xin);
+    float *yp = export(&c, l.dst_md, out), *dxp = export(&c, l.src_md, dxb);
+    const double e[3] = {rel_l2_d(yp, l.lp ? y16 : y32, ny), rel_l2_d(dxp, l.lp ? dx16 : dx32, nx),
+                         rel_l2_d(dwp, l.lp ? dw16 : dw32, nw)};
+    const double f[3] = {rel_l2_d(yp, y32, ny), rel_l2_d(dxp, dx32, nx), rel_l2_d(dwp, dw32, nw)};
+    static const char *q[3] = {"forward", "grad input", "grad weight"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(e[i] <= (i ? TOL_BWD : TOL_FWD), "%s (input %s, %s): %s vs the reference of %s inputs: relative L2 error %.3g",
+                      name, dnnl_fmt_tag2str(nn_md_tag(l.src_md)), l.lp ? "bf16" : "stayed f32", q[i],
+                      l.lp ? "bf16-rounded" : "f32", e[i]);
+        if (l.lp)
+            ck_assert_msg(f[i] > 1e-4 && f[i] < 1e-2, "%s: %s vs the f32 reference: relative L2 error %.3g, expected bf16's (1e-4, 1e-2)",
+                          name, q[i], f[i]);
+    }
+    printf("%-40s input %-7s %s: error vs f32 %.2e %.2e %.2e\n", name, dnnl_fmt_tag2str(nn_md_tag(l.src_md)),
+           l.lp ? "bf16" : "f32 ", f[0], f[1], f[2]);
+    const int lp = l.lp;
+    conv_free(&l);
+    if (forced) dnnl_memory_desc_destroy(forced);
+    free(x), free(w), free(dy), free(xr), free(wr), free(dyr), free(y16), free(dx16), free(dw16), free(y32), free(dx32);
+    free(dw32), free(xin), free(out), free(dyin), free(dxb), free(dwp), free(yp), free(dxp);
+    nn_ctx_free(&c);
+    return lp;
+}
+
+/* bf16 convolutions at ResNet-18's block shapes (scaled down): where oneDNN runs native bf16
+ * (nn_bf16_native) the block convolutions must run bf16 in the model's formats (nChw16c, nhwc
+ * and oneDNN's choice); a layer that stays f32 (the 3-channel stem) must be exactly as good as
+ * the fp32 layer. Elsewhere model_create refuses bf16 (test_model) and this test only checks
+ * that layers stay f32. */
+START_TEST(test_conv_bf16) {
+    const int native = nn_bf16_native();
+    if (!native) printf("no native bf16 here (oneDNN ISA %s): bf16 layers must stay f32\n", nn_isa_name());
+    static const dnnl_format_tag_t fmts[] = {0, dnnl_nChw16c, dnnl_nhwc};
+    for (size_t t = 0; t < sizeof fmts / sizeof fmts[0]; t++) {
+        ck_assert_int_eq(conv_bf16_case(2, 32, 10, 32, 3, 1, 1, fmts[t]), native); /* layerN.M.conv */
+        ck_assert_int_eq(conv_bf16_case(2, 32, 10, 64, 3, 2, 1, fmts[t]), native); /* first conv of a stage */
+        ck_assert_int_eq(conv_bf16_case(2, 32, 10, 64, 1, 2, 0, fmts[t]), native); /* downsample */
+    }
+    conv_bf16_case(2, 3, 16, 16, 7, 2, 3, dnnl_nchw); /* the ImageNet stem: either way, checked */
+    conv_bf16_case(2, 1, 12, 16, 3, 1, 1, dnnl_nchw); /* the Fashion-MNIST stem */
+}
+END_TEST
 
 /* ---- batch normalisation ---- */
 
@@ -574,6 +698,7 @@ static Suite *layers_suite(void) {
     tcase_add_test(tc, test_conv_1x1s2_c4);
     tcase_add_test(tc, test_conv_3x3s1_c1);
     tcase_add_test(tc, test_conv_given_input);
+    tcase_add_test(tc, test_conv_bf16);
     tcase_add_test(tc, test_bn);
     tcase_add_test(tc, test_bn_relu);
     tcase_add_test(tc, test_bn_c4);

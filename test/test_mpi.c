@@ -4,6 +4,7 @@
  * (make check) with ./dsgd-run built and Fashion-MNIST installed. */
 #define _GNU_SOURCE
 #include <hdf5.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -161,6 +162,18 @@ START_TEST(test_linear_converges) {
     ck_assert(n >= 2);
     ck_assert_msg(top1[0] > 0.8, "initial top-1 error %g", top1[0]);
     ck_assert_msg(top1[n - 1] < 0.17, "final top-1 error %g", top1[n - 1]);
+    /* Provenance: the libraries loaded at run time (this test links the same ones). */
+    char libs[1024], want[128];
+    read_attr_string(h5, "libraries", libs, sizeof libs);
+    const dnnl_version_t *v = dnnl_version();
+    snprintf(want, sizeof want, "cpu: oneDNN %d.%d.%d (", v->major, v->minor, v->patch);
+    ck_assert_msg(strncmp(libs, want, strlen(want)) == 0, "libraries '%s', expected it to start with '%s'", libs, want);
+    unsigned maj, min, rel;
+    H5get_libversion(&maj, &min, &rel);
+    snprintf(want, sizeof want, "; HDF5 %u.%u.%u; MPI: ", maj, min, rel);
+    ck_assert_msg(strstr(libs, want) != NULL, "libraries '%s' lacks '%s'", libs, want);
+    ck_assert_msg(strstr(libs, "MPI: MPICH") || strstr(libs, "MPI: Open MPI"), "libraries '%s': which MPI?", libs);
+    ck_assert_msg(strstr(libs, "; nccl: ") != NULL, "libraries '%s'", libs);
 }
 END_TEST
 

@@ -6,6 +6,7 @@ Run with the Debian interpreter (it has python3-torch and python3-h5py; the pyen
 PATH has no torch):
 
     /usr/bin/python3 tools/make_reference.py [outdir]      # default: test/data
+    /usr/bin/python3 tools/make_reference.py --bf16-only [outdir]   # only the *_bf16 datasets
 
 Files (float32 unless noted, tensors in PyTorch's layouts: activations (N, C, H, W), conv weights
 (O, I, kh, kw), fc weight (out, in)):
@@ -27,7 +28,11 @@ Files (float32 unless noted, tensors in PyTorch's layouts: activations (N, C, H,
                      order, trainable tensors concatenated), bn0 (running mean/var of every BN,
                      state_dict order), x, y (int32), loss, logits, grads (same layout as params),
                      bn1 (running stats after the step), x_eval, y_eval, eval_logits, eval_loss
-                     (mean; model.eval() with bn1).
+                     (mean; model.eval() with bn1). The same step and evaluation with every
+                     convolution in dsgd-run's CPU bf16 (src/nn/layers.h, conv_init): loss_bf16,
+                     logits_bf16, grads_bf16, bn1_bf16, eval_logits_bf16, eval_loss_bf16 (Bf16Conv
+                     below: input, weight and output gradient rounded to bf16, products summed in
+                     fp32, fp32 outputs).
 
 The network is torchvision's own ResNet class and BasicBlock (torchvision/models/resnet.py),
 only with the stage widths w, 2w, 4w, 8w, the input channels and the stem made parameters, so
@@ -48,6 +53,35 @@ import torchvision
 from torchvision.models.resnet import BasicBlock, ResNet
 
 SEED = 20160604
+
+
+def bf16(t):
+    """Round to bf16 (nearest even) and back to fp32, as oneDNN's f32 -> bf16 reorder does."""
+    return t.to(torch.bfloat16).float()
+
+
+class Bf16ConvFn(torch.autograd.Function):
+    """conv2d on bf16-rounded input and weight; backward from the bf16-rounded output gradient."""
+
+    @staticmethod
+    def forward(ctx, x, w, stride, padding):
+        xr, wr = bf16(x), bf16(w)
+        ctx.save_for_backward(xr, wr)
+        ctx.stride, ctx.padding = stride, padding
+        return F.conv2d(xr, wr, None, stride, padding)
+
+    @staticmethod
+    def backward(ctx, g):
+        xr, wr = ctx.saved_tensors
+        gr = bf16(g)
+        gx = torch.nn.grad.conv2d_input(xr.shape, wr, gr, ctx.stride, ctx.padding)
+        gw = torch.nn.grad.conv2d_weight(xr, wr.shape, gr, ctx.stride, ctx.padding)
+        return gx, gw, None, None
+
+
+class Bf16Conv(nn.Conv2d):
+    def forward(self, x):
+        return Bf16ConvFn.apply(x, self.weight, self.stride, self.padding)
 
 
 class ResNetW(ResNet):
@@ -248,12 +282,59 @@ def model_case(path, stem, width=4, in_c=1, classes=10, hw=12, batch=4):
             x_eval=x_eval, y_eval=y_eval.numpy().astype(np.int32), eval_logits=eval_logits,
             eval_loss=np.array([eval_loss.item()], np.float32))
     print(f"{path}: {len(train_names)} tensors, {params.size} params, {bn0.size} bn, loss {loss.item():.6f}")
+    model_case_bf16(path)
+
+
+def model_case_bf16(path):
+    """Add the *_bf16 datasets to a model_*.h5 file: its network (params, bn0), training step on
+    x, y and evaluation on x_eval, y_eval again with every convolution a Bf16Conv."""
+    with h5py.File(path, "r+") as f:
+        a = f.attrs
+        net = ResNetW(int(a["width"]), int(a["in_c"]), int(a["classes"]), str(a["stem"]))
+        names = [n.decode() for n in f["names"][()]]
+        bn_names = [n.decode() for n in f["bn_names"][()]]
+        sd = net.state_dict()
+        for key, flat in ((names, f["params"][()]), (bn_names, f["bn0"][()])):
+            off = 0
+            for k in key:
+                n = sd[k].numel()
+                sd[k] = torch.from_numpy(flat[off:off + n].copy()).reshape(sd[k].shape)
+                off += n
+            assert off == flat.size
+        net.load_state_dict(sd)
+        for m in net.modules():
+            if isinstance(m, nn.Conv2d):
+                m.__class__ = Bf16Conv
+        x, y = torch.from_numpy(f["x"][()]), torch.from_numpy(f["y"][()]).long()
+        net.train()
+        logits = net(x)
+        loss = F.cross_entropy(logits, y)
+        net.zero_grad()
+        loss.backward()
+        grads = np.concatenate([f32(p.grad).ravel() for _, p in net.named_parameters()])
+        sd1 = net.state_dict()
+        bn1 = np.concatenate([f32(sd1[k]).ravel() for k in bn_names])
+        net.eval()
+        with torch.no_grad():
+            eval_logits = net(torch.from_numpy(f["x_eval"][()]))
+            eval_loss = F.cross_entropy(eval_logits, torch.from_numpy(f["y_eval"][()]).long())
+        for k in ("loss_bf16", "logits_bf16", "grads_bf16", "bn1_bf16", "eval_logits_bf16", "eval_loss_bf16"):
+            if k in f:
+                del f[k]
+        put(f, loss_bf16=np.array([loss.item()], np.float32), logits_bf16=logits, grads_bf16=grads, bn1_bf16=bn1,
+            eval_logits_bf16=eval_logits, eval_loss_bf16=np.array([eval_loss.item()], np.float32))
+    print(f"{path}: bf16 convolutions: loss {loss.item():.6f}")
 
 
 def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "test", "data")
+    args = [a for a in sys.argv[1:] if a != "--bf16-only"]
+    out = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "test", "data")
     os.makedirs(out, exist_ok=True)
     torch.set_num_threads(1)
+    if "--bf16-only" in sys.argv:  # add the bf16 datasets to the existing model files only
+        model_case_bf16(os.path.join(out, "model_cifar.h5"))
+        model_case_bf16(os.path.join(out, "model_imagenet.h5"))
+        return
     check_torchvision_equal()
     layer_cases(os.path.join(out, "layers.h5"))
     model_case(os.path.join(out, "model_cifar.h5"), "cifar")

@@ -272,9 +272,11 @@ static const key_def keys[] = {
     K_CHOICE("device", device, "cpu", device_names, 0x3u, NULL, "devices",
              "compute device: cpu (oneDNN) or cuda (cuDNN, cuBLAS; one GPU per rank, a `make CUDA=1` build)"),
     K_CHOICE("precision", precision, "fp32", precision_names, 0x7u, NULL, "precisions",
-             "arithmetic of convolutions and matrix products on device cuda: fp32 (IEEE, the papers), tf32 "
-             "(tensor cores, fp32 storage), bf16 (mixed precision: bf16 activations and weight copies, fp32 "
-             "master weights, gradients and BN; compute capability 8.0 or later); the CPU computes in fp32"),
+             "arithmetic of convolutions and matrix products: fp32 (IEEE, the papers); tf32 (device cuda: "
+             "tensor cores, fp32 storage); bf16 (mixed precision, fp32 master weights. Device cuda: bf16 "
+             "activations and weight copies, fp32 gradients and BN, compute capability 8.0 or later. Device "
+             "cpu: ResNet-18's convolutions on bf16-rounded inputs and weights with fp32 accumulation and "
+             "outputs, everything else fp32; needs AVX512_BF16 or AMX, checked at start)"),
 };
 #define N_KEYS ((int)(sizeof(keys) / sizeof(keys[0])))
 
@@ -1111,9 +1113,14 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
      * slow ranks or random_slow > 0 is allowed: nothing is delayed. */
     for (int i = 0; !st && i < N_KEYS; i++) st = validate_key(e, &keys[i], &origins[i], err, errlen);
     /* A failed worker needs another one to go on without it. */
-    if (!st && strcmp(e->precision, "fp32") != 0 && strcmp(e->device, "cuda") != 0)
+    if (!st && strcmp(e->precision, "tf32") == 0 && strcmp(e->device, "cuda") != 0)
         st = oerr(err, errlen, &origins[key_find("precision") - keys],
-                  "key 'precision': \"%s\" is for device = \"cuda\"; device = \"%s\" computes in fp32", e->precision, e->device);
+                  "key 'precision': \"tf32\" is for device = \"cuda\" (tensor cores); device = \"%s\" computes in "
+                  "\"fp32\" or \"bf16\"", e->device);
+    if (!st && strcmp(e->precision, "bf16") == 0 && strcmp(e->device, "cuda") != 0 && e->model.arch != ARCH_RESNET18)
+        st = oerr(err, errlen, &origins[key_find("precision") - keys],
+                  "key 'precision': \"bf16\" on device = \"%s\" is for model.arch = \"resnet18\" (its convolutions); "
+                  "model.arch = \"%s\" computes in \"fp32\"", e->device, arch_name(e->model.arch));
     if (!st && e->inject.fail_rank >= 0 && e->p < 2)
         st = oerr(err, errlen, &origins[key_find("inject.fail_rank") - keys],
                   "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);

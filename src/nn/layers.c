@@ -39,12 +39,14 @@ void nn_ctx_free(nn_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-dnnl_memory_desc_t nn_md4(int n, int ch, int h, int w, dnnl_format_tag_t tag) {
+static dnnl_memory_desc_t md4(int n, int ch, int h, int w, dnnl_data_type_t dt, dnnl_format_tag_t tag) {
     dnnl_memory_desc_t md;
     dnnl_dims_t dims = {n, ch, h, w};
-    DNNL_CHECK(dnnl_memory_desc_create_with_tag(&md, 4, dims, dnnl_f32, tag), "descriptor");
+    DNNL_CHECK(dnnl_memory_desc_create_with_tag(&md, 4, dims, dt, tag), "descriptor");
     return md;
 }
+
+dnnl_memory_desc_t nn_md4(int n, int ch, int h, int w, dnnl_format_tag_t tag) { return md4(n, ch, h, w, dnnl_f32, tag); }
 
 static dnnl_memory_desc_t md1(int n) {
     dnnl_memory_desc_t md;
@@ -346,6 +348,59 @@ static int conv_build(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md,
     return rc;
 }
 
+/* The bf16 variant of l's primitives (layers.h, conv_init): the same f32 activation formats as
+ * conv_build chose (l->src_md, l->dst_md), bf16 copies of the input and output gradient in the
+ * same layout, bf16 weights in oneDNN's choice, f32 output, input gradient and weight gradient.
+ * Replaces conv_build's primitives and sets l->lp when every one of them has a jit kernel;
+ * otherwise leaves the f32 layer as it is. -1 only on an error. */
+static int conv_lp_build(conv_layer *l, nn_ctx *c, char *err, size_t errlen) {
+    const dnnl_format_tag_t ts = nn_md_tag(l->src_md), td = nn_md_tag(l->dst_md);
+    if (ts == dnnl_format_tag_undef || td == dnnl_format_tag_undef) return 0;
+    const int train = l->mode == NN_TRAIN;
+    dnnl_dims_t strides = {l->stride, l->stride}, dil = {0, 0}, pl = {l->pad, l->pad}, pr = {l->pad, l->pad};
+    dnnl_memory_desc_t s16 = md4(l->n, l->ic, l->ih, l->iw, dnnl_bf16, ts);
+    dnnl_memory_desc_t d16 = md4(l->n, l->oc, l->oh, l->ow, dnnl_bf16, td);
+    dnnl_memory_desc_t w16 = md4(l->oc, l->ic, l->k, l->k, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_t w32 = md4(l->oc, l->ic, l->k, l->k, dnnl_f32, dnnl_format_tag_any);
+    dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
+    int ok = dnnl_convolution_forward_primitive_desc_create(
+                 &fpd, c->engine, train ? dnnl_forward_training : dnnl_forward_inference, dnnl_convolution_direct,
+                 s16, w16, NULL, l->dst_md, strides, dil, pl, pr, c->attr) == dnnl_success &&
+             is_fast(fpd);
+    if (ok && l->need_dinp)
+        ok = dnnl_convolution_backward_data_primitive_desc_create(&dpd, c->engine, dnnl_convolution_direct, l->src_md,
+                                                                  w16, d16, strides, dil, pl, pr, fpd,
+                                                                  c->attr) == dnnl_success &&
+             is_fast(dpd);
+    if (ok && train)
+        ok = dnnl_convolution_backward_weights_primitive_desc_create(&wpd, c->engine, dnnl_convolution_direct, s16,
+                                                                     w32, NULL, d16, strides, dil, pl, pr, fpd,
+                                                                     c->attr) == dnnl_success &&
+             is_fast(wpd) && !onednn_6035(wpd, l);
+    int rc = 0;
+    if (ok) {
+        prim_free(&l->fwd), prim_free(&l->bwd_data), prim_free(&l->bwd_weights);
+        md_free(&l->w_md), md_free(&l->wb_md), md_free(&l->dw_md), md_free(&l->bw_src_md), md_free(&l->bw_ddst_md);
+        l->lp = 1;
+        l->w_md = pd_md(fpd, dnnl_query_weights_md);
+        l->bw_src_md = md_clone(s16);
+        l->wb_md = dpd ? pd_md(dpd, dnnl_query_weights_md) : md_clone(l->w_md);
+        l->wb_is_w = dnnl_memory_desc_equal(l->wb_md, l->w_md);
+        if (wpd) {
+            l->dw_md = pd_md(wpd, dnnl_query_diff_weights_md);
+            l->bw_ddst_md = md_clone(d16);
+        }
+        rc = prim_make(&l->fwd, c, fpd, l->name, err, errlen);
+        if (!rc && dpd) rc = prim_make(&l->bwd_data, c, dpd, l->name, err, errlen);
+        if (!rc && wpd) rc = prim_make(&l->bwd_weights, c, wpd, l->name, err, errlen);
+    }
+    if (fpd) dnnl_primitive_desc_destroy(fpd);
+    if (dpd) dnnl_primitive_desc_destroy(dpd);
+    if (wpd) dnnl_primitive_desc_destroy(wpd);
+    md_free(&s16), md_free(&d16), md_free(&w16), md_free(&w32);
+    return rc;
+}
+
 int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
               int stride, int pad, const_dnnl_memory_desc_t src_md, const_dnnl_memory_desc_t dst_md,
               nn_mode mode, int need_dinp, char *err, size_t errlen) {
@@ -368,22 +423,23 @@ int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih,
     dnnl_memory_desc_destroy(dst_any);
     dnnl_memory_desc_destroy(w_any);
     if (rc) return rc;
+    if (c->conv_bf16 && conv_lp_build(l, c, err, errlen)) return -1;
 
     l->w = nn_alloc(nn_md_nbytes(l->w_md));
     if (nn_reorder_init(&l->w_in, c, name, l->w_user_md, l->w_md, err, errlen)) return -1;
     if (mem_make(&l->m_src, c, l->src_md, NULL, name, err, errlen)) return -1;
     if (mem_make(&l->m_dst, c, l->dst_md, NULL, name, err, errlen)) return -1;
     if (mem_make(&l->m_w, c, l->w_md, l->w, name, err, errlen)) return -1;
+    if (l->bw_src_md && !dnnl_memory_desc_equal(l->bw_src_md, l->src_md)) {
+        l->bw_src = nn_alloc(nn_md_nbytes(l->bw_src_md));
+        if (nn_reorder_init(&l->bw_src_in, c, name, l->src_md, l->bw_src_md, err, errlen)) return -1;
+        if (mem_make(&l->m_bw_src, c, l->bw_src_md, l->bw_src, name, err, errlen)) return -1;
+    }
     if (mode == NN_TRAIN) {
         l->dw = nn_alloc(nn_md_nbytes(l->dw_md));
         if (nn_reorder_init(&l->dw_out, c, name, l->dw_md, l->w_user_md, err, errlen)) return -1;
         if (mem_make(&l->m_dw, c, l->dw_md, l->dw, name, err, errlen)) return -1;
         if (mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-        if (!dnnl_memory_desc_equal(l->bw_src_md, l->src_md)) {
-            l->bw_src = nn_alloc(nn_md_nbytes(l->bw_src_md));
-            if (nn_reorder_init(&l->bw_src_in, c, name, l->src_md, l->bw_src_md, err, errlen)) return -1;
-            if (mem_make(&l->m_bw_src, c, l->bw_src_md, l->bw_src, name, err, errlen)) return -1;
-        }
         if (!dnnl_memory_desc_equal(l->bw_ddst_md, l->dst_md)) {
             l->bw_ddst = nn_alloc(nn_md_nbytes(l->bw_ddst_md));
             if (nn_reorder_init(&l->bw_ddst_in, c, name, l->dst_md, l->bw_ddst_md, err, errlen)) return -1;
@@ -404,8 +460,10 @@ int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih,
 void conv_forward(conv_layer *l, nn_ctx *c, float *out, const float *inp, const float *weight) {
     nn_reorder_run(&l->w_in, c, l->w, weight);
     mem_set(c, l->m_src, inp, l->name);
+    if (l->lp) nn_reorder_run(&l->bw_src_in, c, l->bw_src, inp); /* kept for backward-weights */
     mem_set(c, l->m_dst, out, l->name);
-    EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_WEIGHTS, l->m_w}, {DNNL_ARG_DST, l->m_dst});
+    EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->lp ? l->m_bw_src : l->m_src}, {DNNL_ARG_WEIGHTS, l->m_w},
+         {DNNL_ARG_DST, l->m_dst});
 }
 
 void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const float *dout,
@@ -413,7 +471,7 @@ void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const 
     if (l->mode != NN_TRAIN) DIE("conv_backward on inference layer %s", l->name);
     mem_set(c, l->m_src, inp, l->name);
     mem_set(c, l->m_ddst, dout, l->name);
-    if (l->m_bw_src) nn_reorder_run(&l->bw_src_in, c, l->bw_src, inp);
+    if (l->m_bw_src && !l->lp) nn_reorder_run(&l->bw_src_in, c, l->bw_src, inp); /* lp: conv_forward did */
     if (l->m_bw_ddst) nn_reorder_run(&l->bw_ddst_in, c, l->bw_ddst, dout);
     EXEC(c, &l->bwd_weights, {DNNL_ARG_SRC, l->m_bw_src ? l->m_bw_src : l->m_src},
          {DNNL_ARG_DIFF_DST, l->m_bw_ddst ? l->m_bw_ddst : l->m_ddst}, {DNNL_ARG_DIFF_WEIGHTS, l->m_dw});
@@ -421,7 +479,8 @@ void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const 
     if (l->need_dinp && dinp) {
         if (!l->wb_is_w) nn_reorder_run(&l->wb_in, c, l->wb, l->w);
         mem_set(c, l->m_dsrc, dinp, l->name);
-        EXEC(c, &l->bwd_data, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_WEIGHTS, l->wb_is_w ? l->m_w : l->m_wb},
+        EXEC(c, &l->bwd_data, {DNNL_ARG_DIFF_DST, l->lp ? l->m_bw_ddst : l->m_ddst},
+             {DNNL_ARG_WEIGHTS, l->wb_is_w ? l->m_w : l->m_wb},
              {DNNL_ARG_DIFF_SRC, l->m_dsrc});
     }
 }
@@ -646,6 +705,11 @@ void relu_free(relu_layer *l) {
 }
 
 /* ---- add [+ ReLU] ------------------------------------------------------------------------- */
+
+int nn_bf16_native(void) {
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
 
 const char *nn_isa_name(void) {
     switch (dnnl_get_effective_cpu_isa()) {

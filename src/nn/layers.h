@@ -86,6 +86,7 @@ typedef struct {
     dnnl_primitive_attr_t attr;  /* user scratchpad; used for every primitive without post-ops */
     void *scratch;               /* 64-byte aligned, scratch_nbytes long */
     size_t scratch_nbytes;
+    int conv_bf16;               /* set before conv_init: convolutions compute on bf16 (conv_layer.lp) */
 } nn_ctx;
 
 /* One primitive with its scratchpad memory (NULL when the primitive needs none). */
@@ -115,6 +116,9 @@ dnnl_dim_t nn_md_padded_dim(const_dnnl_memory_desc_t md, int i);
 /* The instruction set oneDNN's kernels use here (dnnl_get_effective_cpu_isa: the CPU's best,
  * or lower when capped by ONEDNN_MAX_CPU_ISA), e.g. "avx2", "avx512_core_bf16". */
 const char *nn_isa_name(void);
+/* Whether oneDNN runs bf16 convolutions natively here: the effective ISA has AVX512_BF16
+ * (vdpbf16ps; AVX-512 BF16, AVX512_CORE_FP16 and AMX CPUs), not emulated with f32 arithmetic. */
+int nn_bf16_native(void);
 /* The tag among nChw16c, nChw8c, nhwc, nchw that md is, or dnnl_format_tag_undef. */
 dnnl_format_tag_t nn_md_tag(const_dnnl_memory_desc_t md);
 /* Bytes a buffer of this descriptor needs (padding of blocked formats included). */
@@ -150,6 +154,9 @@ typedef struct {
     nn_reorder bw_src_in, bw_ddst_in; /* src_md -> bw_src_md, dst_md -> bw_ddst_md (when they differ) */
     float *w, *wb, *dw;             /* internal: reordered weight, its backward-data copy, dW */
     float *bw_src, *bw_ddst;        /* internal: reordered input / output gradient for backward-weights */
+    int lp;                         /* bf16 convolution (nn_ctx.conv_bf16 and a jit kernel for it):
+                                     * bw_src_md, bw_ddst_md, w_md, wb_md are bf16; bw_src holds the
+                                     * forward input for forward and backward-weights */
     dnnl_memory_t m_src, m_dst, m_w, m_wb, m_dsrc, m_ddst, m_dw, m_bw_src, m_bw_ddst;
 } conv_layer;
 
@@ -161,7 +168,16 @@ typedef struct {
  * reference backward-weights accepts the activation formats (a 1-channel plain input), the layer
  * reorders its input and output gradient into the formats a jit implementation wants; likewise
  * where the jit one is oneDNN's jit_1x1 on a strided 1x1 nhwc input with fewer than 8
- * channels, which computes wrong weight gradients (oneDNN #6035; 2.6.3, and 3.2 on AVX2). */
+ * channels, which computes wrong weight gradients (oneDNN #6035; 2.6.3, and 3.2 on AVX2).
+ *
+ * bf16 (c->conv_bf16 set): the layer's activations and parameters stay f32 in the formats above,
+ * but the convolution computes on bf16 copies: conv_forward rounds its input (round to nearest
+ * even, oneDNN's reorder) into l->bw_src and the weight into l->w, and conv_backward rounds the
+ * output gradient into l->bw_ddst; products are accumulated in f32 and the output, input gradient
+ * and weight gradient are f32 (oneDNN "Data Types: bf16", "Convolution" data type support). This
+ * is the mixed precision of Micikevicius et al. (2018) and of PyTorch's CPU autocast for
+ * convolutions, with f32 master weights. A layer whose formats have no jit bf16 kernel
+ * (oneDNN's reference loops would be far slower than f32) stays f32: l->lp tells which. */
 int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
               int stride, int pad, const_dnnl_memory_desc_t src_md, const_dnnl_memory_desc_t dst_md,
               nn_mode mode, int need_dinp, char *err, size_t errlen);

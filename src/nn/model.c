@@ -451,9 +451,17 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
         model_init(m, 0);
         return m;
     }
-    if (s->precision != MODEL_FP32) {
-        seterr(err, errlen, "model: precision %s is for device cuda; the CPU backend computes in fp32",
-               s->precision == MODEL_TF32 ? "tf32" : "bf16");
+    if (s->precision == MODEL_TF32) {
+        seterr(err, errlen, "model: precision tf32 is for device cuda (tensor cores); the CPU backend computes in fp32 or bf16");
+        goto fail;
+    }
+    if (s->precision == MODEL_BF16 && (s->arch != MODEL_RESNET18 || !nn_bf16_native())) {
+        seterr(err, errlen,
+               s->arch != MODEL_RESNET18
+                   ? "model: precision bf16 on the CPU is for model.arch resnet18 (its convolutions); the linear model computes in fp32"
+                   : "model: precision bf16 on the CPU needs AVX512_BF16 (or AMX) instructions, and oneDNN runs %s here "
+                     "(ONEDNN_MAX_CPU_ISA may cap it); use precision fp32 on this node",
+               nn_isa_name());
         goto fail;
     }
     if (s->arch == MODEL_LINEAR) {
@@ -469,6 +477,7 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
     }
     if (s->threads > 0) omp_set_num_threads(s->threads);
     if (nn_ctx_init(&m->ctx, err, errlen)) goto fail;
+    m->ctx.conv_bf16 = s->precision == MODEL_BF16;
     m->params = nn_alloc(m->L.n_params * sizeof(float));
     m->grads = nn_alloc(m->L.n_params * sizeof(float));
     m->bn = nn_alloc(m->L.n_bn * sizeof(float));
@@ -720,6 +729,31 @@ const char *model_arch_name(model_arch a) {
     case MODEL_LINEAR: return "linear";
     }
     return "?";
+}
+
+int model_bf16_convs(const model *m, int *total, char *fp32_names, size_t n) {
+    int lp = 0, all = 0;
+    if (fp32_names && n) fp32_names[0] = '\0';
+    if (m->gpu || m->L.s.arch != MODEL_RESNET18) {
+        if (total) *total = 0;
+        return 0;
+    }
+    const net *t = &m->train;
+    const conv_layer *ls[1 + 3 * N_BLOCKS];
+    ls[all++] = &t->conv1;
+    for (int i = 0; i < N_BLOCKS; i++) {
+        ls[all++] = &t->b[i].conv1, ls[all++] = &t->b[i].conv2;
+        if (m->L.blk[i].down) ls[all++] = &t->b[i].convd;
+    }
+    for (int i = 0; i < all; i++) {
+        if (ls[i]->lp) lp++;
+        else if (fp32_names && n) {
+            const size_t used = strlen(fp32_names);
+            snprintf(fp32_names + used, n - used, "%s%s", used ? ", " : "", ls[i]->name);
+        }
+    }
+    if (total) *total = all;
+    return lp;
 }
 
 void model_backend_version(char *buf, size_t n) {

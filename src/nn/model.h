@@ -34,7 +34,10 @@ typedef enum { MODEL_RESNET18 = 0, MODEL_LINEAR = 1 } model_arch;
  * first; model_create says so otherwise. */
 typedef enum { MODEL_CPU = 0, MODEL_CUDA = 1 } model_device;
 
-/* Arithmetic on MODEL_CUDA (cuda/gpu.h gpu_precision); the CPU always computes in fp32. */
+/* Arithmetic. MODEL_CUDA: cuda/gpu.h gpu_precision. MODEL_CPU: MODEL_FP32, or MODEL_BF16 for
+ * ResNet-18 on a CPU with AVX512_BF16 / AMX (nn_bf16_native; model_create refuses it elsewhere):
+ * convolutions on bf16-rounded inputs, weights and output gradients with f32 accumulation, all
+ * else f32 (src/nn/layers.h, conv_init); MODEL_TF32 is refused on the CPU. */
 typedef enum { MODEL_FP32 = 0, MODEL_TF32 = 1, MODEL_BF16 = 2 } model_precision;
 
 typedef struct {
@@ -47,7 +50,7 @@ typedef struct {
     int eval_batch;     /* evaluation minibatch */
     int threads;        /* compute threads (OpenMP) */
     model_device device;       /* MODEL_CPU (oneDNN, default) or MODEL_CUDA (cuda/, cuDNN) */
-    model_precision precision; /* MODEL_CUDA only: MODEL_FP32 (default), MODEL_TF32, MODEL_BF16 */
+    model_precision precision; /* MODEL_FP32 (default); MODEL_TF32 (CUDA only), MODEL_BF16 */
 } model_spec;
 
 typedef struct {
@@ -115,6 +118,12 @@ const char *model_arch_name(model_arch a);
 
 /* "oneDNN x.y.z" — the backend library the model runs on, into buf. */
 void model_backend_version(char *buf, size_t n);
+/* CPU ResNet-18: how many of the training network's convolutions compute in bf16 (precision
+ * bf16, layers.h conv_init; 0 with fp32), *total their number (20: stem, 16 block, 3 downsample),
+ * and fp32_names (n bytes, may be NULL) the comma-separated names of those that stay fp32 (e.g.
+ * "conv1": oneDNN has no jit bf16 kernel for a 1- or 3-channel nchw input). 0 and *total = 0 on
+ * the GPU and for the linear model. */
+int model_bf16_convs(const model *m, int *total, char *fp32_names, size_t n);
 
 /* ---- devices: the flat vectors on a GPU (model_spec.device = MODEL_CUDA) -------------------
  *
