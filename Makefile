@@ -212,7 +212,7 @@ gpu-tests-need-cuda:
 
 run: deps
 	@$(MAKE) --no-print-directory $(BIN)
-	$(MPIEXEC) -n $(NP) ./$(BIN) $(RUN_ARGS) $(CONFIG)
+	$(if $(MPIEXEC_ENV),env $(strip $(MPIEXEC_ENV)) )$(MPIEXEC) -n $(NP) ./$(BIN) $(RUN_ARGS) $(CONFIG)
 
 # Every test binary runs under a timeout so that a hang fails instead of stalling CI. The layer
 # and model tests run again under each lower ISA level the CPU offers (test/run-isa.sh).
@@ -220,16 +220,30 @@ check: deps
 	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST) build/bin/mpiexec
 	@$(if $(MOCK_TEST),,echo "SKIPPED: test/gpu/mock (no CUDA / cuDNN headers under $(CUDA_HOME)/include)")
 	@echo "MPI launcher for the tests: $(MPIEXEC) (the MPI of CC = $(CC): $(or $(MPI_IMPL),unknown))"
-	@PATH="$(CURDIR)/build/bin:$$PATH" sh test/run-tests.sh $(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/test_tools.sh
+	@PATH="$(CURDIR)/build/bin:$$PATH" CC="$(CC)" ONEDNN_CFLAGS="$(ONEDNN_CFLAGS)" sh test/run-tests.sh $(TESTS) $(GPU_TESTS) \
+	    $(MOCK_TEST) test/gpu/nogpu.sh test/test_tools.sh test/hdf5-api.sh
 	@PATH="$(CURDIR)/build/bin:$$PATH" sh test/run-isa.sh build/test/test_layers build/test/test_model
 
 # `mpiexec` for the tests: the launcher of the MPI dsgd-run is built with (MPIEXEC); a script,
-# not a link, as Hydra finds its proxy next to the path it was started as.
+# not a link, as Hydra finds its proxy next to the path it was started as. For Open MPI it also
+# sets what Open MPI needs on a test machine (MPIEXEC_ENV): more ranks than cores
+# (rmaps_base_oversubscribe; MPICH's Hydra allows that by default), running as root (CI), and
+# no cross-memory-attach single copy (containers forbid the ptrace it needs).
+ifeq ($(MPI_IMPL),openmpi)
+MPIEXEC_ENV ?= OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none \
+               $(if $(filter 0,$(shell id -u)),OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1)
+endif
 build/bin/mpiexec: FORCE | build/.deps-ok
 	@mkdir -p $(dir $@)
 	@target=$$(command -v $(MPIEXEC)) || { echo "make: no $(MPIEXEC) on PATH" >&2; exit 1; }; \
-	    printf '#!/bin/sh\nexec %s "$$@"\n' "$$target" > $@.tmp && chmod +x $@.tmp && \
-	    { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
+	    printf '#!/bin/sh\n%sexec %s "$$@"\n' "$(if $(MPIEXEC_ENV),export $(strip $(MPIEXEC_ENV)); )" "$$target" > $@.tmp && \
+	    chmod +x $@.tmp && { cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@; }
+
+# The MPI integration tests again with dsgd-run built against Open MPI (installed beside MPICH
+# if missing, the mpicc/mpiexec alternatives put back): test/openmpi.sh. CI runs it after check.
+.PHONY: check-openmpi
+check-openmpi: deps
+	@ONEDNN_PREFIX="$(ONEDNN_PREFIX)" sh test/openmpi.sh
 
 # A one-node Slurm cluster on localhost (slurm-wlm, munge: installed if missing, as root), the
 # sweep -> sbatch -> run files -> plot loop through it (test/slurm/run.sh). CI runs it after check.

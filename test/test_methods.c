@@ -155,6 +155,20 @@ START_TEST(test_method_records) {
      * for several steps on a loaded machine (149 of 300 measured under a concurrent benchmark). */
     ck_assert_msg(dropped >= 75, "only %.0f dropped gradients in 300 steps of N = 2 of 3", dropped);
     ck_assert_int_eq((long)last_of(h5, "/eval/step"), 300);
+
+    /* A straggler's gradient that arrives after the last step is dropped too, and counted:
+     * worker 2 sleeps 500 ms before its first gradient (on step 0's parameters) while workers 0
+     * and 1 do all 20 steps; that one gradient is the only one it sends. */
+    st = run_lin("late_backup", 4,
+                 "method = \"backup\";\np = 3;\nbackups = 1;\niterations = 20;\n"
+                 "inject = { slow_ranks = [2]; delay_ms = 500.0; };\n",
+                 h5, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%s", st, out);
+    n = read_1d(h5, "/backup/dropped", g_a, MAXR);
+    dropped = 0;
+    for (long i = 0; i < n; i++) dropped += g_a[i];
+    ck_assert_msg(n >= 1 && g_a[0] == 1 && dropped == 1, "%ld rows, step 0: %g, total %g dropped; expected worker 2's one", n,
+                  n ? g_a[0] : -1, dropped);
 }
 END_TEST
 

@@ -36,6 +36,9 @@ static void backup_apply(srv *sv) {
 static void backup_request(srv *sv, int i) {
     const long v = sv->in[i].version;
     if (finished(sv) || sv->diverged) {
+        /* The last steps' stragglers: a gradient of a step that completed without it. */
+        if (sv->k == 0 && !sv->diverged && v >= 0 && v < sv->version && v < sv->t->e->iterations)
+            srv_count_dropped(sv, v);
         srv_reply_center(sv, i, sv->diverged ? STOP_DIVERGED : STOP_DONE);
         return;
     }
