@@ -755,8 +755,9 @@ int main(int argc, char **argv) {
     t.net = model_create(&spec, err, sizeof err);
     st = t.net ? 0 : EXIT_BADINPUT;
     if (st)
-        blame_keys(&e, on_gpu ? "keys 'model.arch', 'model.width', 'model.stem', 'b', 'device', 'precision' (with the images' size)"
-                              : "keys 'model.arch', 'model.width', 'model.stem', 'b', 'precision' (with the images' size)",
+        blame_keys(&e, strncmp(err, "model: precision", 16) == 0 ? "key 'precision'"
+                       : on_gpu ? "keys 'model.arch', 'model.width', 'model.stem', 'b', 'device', 'precision' (with the images' size)"
+                                : "keys 'model.arch', 'model.width', 'model.stem', 'b' (with the images' size)",
                    err, sizeof err);
     agree_or_exit(st, err);
     model_init(t.net, e.seed);

@@ -146,6 +146,12 @@ int main(int argc, char **argv) {
                     continue;
                 }
                 model_init(m, 1);
+                if (precs[pi] == MODEL_BF16 && ti == 0 && bi == 0) {
+                    int total = 0;
+                    char fp32_names[256];
+                    const int lp = model_bf16_convs(m, &total, fp32_names, sizeof fp32_names);
+                    printf("# bf16: %d of %d convolutions in bf16%s%s\n", lp, total, *fp32_names ? "; fp32: " : "", fp32_names);
+                }
                 rng_t r;
                 rng_seed(&r, 2);
                 const size_t nx = (size_t)b * in_c * hw * hw, np = model_n_params(m);
