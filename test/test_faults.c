@@ -29,6 +29,7 @@
 
 static char g_dir[256];
 #define TMO 4.0 /* comm_timeout_s of these runs */
+static int g_open_mpi; /* dsgd-run is built on Open MPI (make check-openmpi) */
 
 /* Steps of ~5 ms (an injected delay on every worker), so that a run lasts long enough to be hit. */
 static const char *BASE = "name = \"lin\";\nseed = 3;\nmodel = { arch = \"linear\"; };\nb = 32;\nlog_every = 50;\n"
@@ -64,15 +65,16 @@ static int file_has(const char *path, const char *text) {
     return r;
 }
 
-/* The pid of world rank `rank` of the run whose command line names cfg (Hydra gives each
- * process PMI_RANK), or -1. */
+/* The pid of world rank `rank` of the run whose command line names cfg (MPICH's Hydra gives
+ * each process PMI_RANK, Open MPI OMPI_COMM_WORLD_RANK), or -1. */
 static int rank_pid(const char *cfg, int rank) {
     DIR *d = opendir("/proc");
     if (!d) return -1;
     struct dirent *de;
     int found = -1;
-    char want[32];
-    snprintf(want, sizeof want, "PMI_RANK=%d", rank);
+    char want[32], want_ompi[48];
+    snprintf(want, sizeof want, "PMI_RANK=%d", rank);                  /* MPICH's Hydra */
+    snprintf(want_ompi, sizeof want_ompi, "OMPI_COMM_WORLD_RANK=%d", rank); /* Open MPI */
     while ((de = readdir(d)) && found < 0) {
         int pid = atoi(de->d_name);
         if (pid <= 0) continue;
@@ -97,7 +99,7 @@ static int rank_pid(const char *cfg, int rank) {
         fclose(f);
         buf[n] = '\0';
         for (size_t i = 0; i < n; i += strlen(buf + i) + 1)
-            if (!strcmp(buf + i, want)) found = pid;
+            if (!strcmp(buf + i, want) || !strcmp(buf + i, want_ompi)) found = pid;
     }
     closedir(d);
     return found;
@@ -302,7 +304,11 @@ START_TEST(test_stop_server) {
         if (m[k].writer) { /* the writer is stopped: nobody can write; the fixed-size status stays empty */
             s[0] = '\0';
             if (has_attr(j.h5, "status") == 1) read_attr_string(j.h5, "status", s, sizeof s);
-            ck_assert_msg(s[0] == '\0', "%s: status '%s' although the writer was stopped", m[k].name, s);
+            /* Open MPI's launcher ends a job by SIGCONT, SIGTERM, SIGKILL to each process: the
+             * writer wakes up, finds its own wait timed out (or the SIGTERM) and records it. */
+            const int woken = g_open_mpi && (!strcmp(s, "stopped: communication timeout (comm_timeout_s)") ||
+                                             !strncmp(s, "stopped: SIGTERM or SIGINT while waiting", 40));
+            ck_assert_msg(s[0] == '\0' || woken, "%s: status '%s' although the writer was stopped", m[k].name, s);
         }
         else {
             read_attr_string(j.h5, "status", s, sizeof s);
@@ -312,7 +318,10 @@ START_TEST(test_stop_server) {
             ck_assert_msg(strstr(s, "waited for a parameter server") || strstr(s, "waited for worker"), "stop_detail '%s'", s);
         }
         snprintf(fault, sizeof fault, "SIGSTOP %s rank %d", m[k].writer ? "writer," : "server,", m[k].rank);
-        table_row(m[k].name, fault, m[k].writer ? "exit 1, no status possible" : "every rank stops, exit 1", -1, t1 - t0);
+        table_row(m[k].name, fault,
+                  m[k].writer ? (s[0] ? "exit 1, status by the writer once woken (Open MPI)" : "exit 1, no status possible")
+                              : "every rank stops, exit 1",
+                  -1, t1 - t0);
         free(log);
     }
 }
@@ -343,7 +352,10 @@ START_TEST(test_sigterm_bound) {
         int rc = job_wait(&j, &t1, NULL, NULL);
         char *log = slurp(j.log);
         ck_assert_msg(rc == 3, "%s: exit %d, expected 3\n%s", m[k].name, rc, log);
-        ck_assert_msg(t1 - t0 <= 2.0, "%s: %.2f s from SIGTERM to the exit", m[k].name, t1 - t0);
+        /* Open MPI's mpiexec takes 1.0-1.4 s here to end a job one of whose processes exited
+         * non-zero (exit 3): its teardown is added to the bound. */
+        const double bound = 2.0 + (g_open_mpi ? 2.0 : 0.0);
+        ck_assert_msg(t1 - t0 <= bound, "%s: %.2f s from SIGTERM to the exit (bound %.0f s)", m[k].name, t1 - t0, bound);
         ck_assert_msg(strstr(log, "checkpoint: step "), "%s: no checkpoint:\n%s", m[k].name, log);
         read_attr_string(j.h5, "status", s, sizeof s);
         ck_assert_msg(!strncmp(s, "interrupted: ", 13), "%s: status '%s'", m[k].name, s);
@@ -450,6 +462,7 @@ int main(void) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", g_dir, g_dir);
     if (system(cmd) != 0) return 1;
+    g_open_mpi = system("./dsgd-run --version | grep -q 'MPI: Open MPI'") == 0;
     Suite *s = suite_create("faults");
     TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 900);
