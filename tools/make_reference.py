@@ -233,6 +233,25 @@ def check_torchvision_equal():
     assert n == 11689512, n
 
 
+def step_and_eval(net, x, y, x_eval, y_eval, bn_names):
+    """One training-mode forward/backward on (x, y), then an evaluation on (x_eval, y_eval) with
+    the running statistics it left: logits, loss, grads (named_parameters order), bn1 (running
+    statistics of bn_names after the step), eval_logits, eval_loss."""
+    net.train()
+    logits = net(x)
+    loss = F.cross_entropy(logits, y)
+    net.zero_grad()
+    loss.backward()
+    grads = np.concatenate([f32(p.grad).ravel() for _, p in net.named_parameters()])
+    sd1 = net.state_dict()
+    bn1 = np.concatenate([f32(sd1[k]).ravel() for k in bn_names])
+    net.eval()
+    with torch.no_grad():
+        eval_logits = net(x_eval)
+        eval_loss = F.cross_entropy(eval_logits, y_eval)
+    return logits, loss, grads, bn1, eval_logits, eval_loss
+
+
 def model_case(path, stem, width=4, in_c=1, classes=10, hw=12, batch=4):
     torch.manual_seed(SEED + (1 if stem == "imagenet" else 0))
     net = ResNetW(width, in_c, classes, stem)
@@ -256,21 +275,9 @@ def model_case(path, stem, width=4, in_c=1, classes=10, hw=12, batch=4):
 
     x = torch.randn(batch, in_c, hw, hw)
     y = torch.randint(0, classes, (batch,))
-    net.train()
-    logits = net(x)
-    loss = F.cross_entropy(logits, y)
-    net.zero_grad()
-    loss.backward()
-    grads = np.concatenate([f32(p.grad).ravel() for _, p in net.named_parameters()])
-    sd1 = net.state_dict()
-    bn1 = np.concatenate([f32(sd1[k]).ravel() for k in bn_names])
-
-    net.eval()
-    x_eval = torch.randn(batch, in_c, hw, hw)
+    x_eval = torch.randn(batch, in_c, hw, hw)  # (the training step draws no random numbers)
     y_eval = torch.randint(0, classes, (batch,))
-    with torch.no_grad():
-        eval_logits = net(x_eval)
-        eval_loss = F.cross_entropy(eval_logits, y_eval)
+    logits, loss, grads, bn1, eval_logits, eval_loss = step_and_eval(net, x, y, x_eval, y_eval, bn_names)
 
     with h5py.File(path, "w") as f:
         f.attrs.update(torch=str(torch.__version__), torchvision=str(torchvision.__version__), width=width,
@@ -306,18 +313,8 @@ def model_case_bf16(path):
             if isinstance(m, nn.Conv2d):
                 m.__class__ = Bf16Conv
         x, y = torch.from_numpy(f["x"][()]), torch.from_numpy(f["y"][()]).long()
-        net.train()
-        logits = net(x)
-        loss = F.cross_entropy(logits, y)
-        net.zero_grad()
-        loss.backward()
-        grads = np.concatenate([f32(p.grad).ravel() for _, p in net.named_parameters()])
-        sd1 = net.state_dict()
-        bn1 = np.concatenate([f32(sd1[k]).ravel() for k in bn_names])
-        net.eval()
-        with torch.no_grad():
-            eval_logits = net(torch.from_numpy(f["x_eval"][()]))
-            eval_loss = F.cross_entropy(eval_logits, torch.from_numpy(f["y_eval"][()]).long())
+        x_eval, y_eval = torch.from_numpy(f["x_eval"][()]), torch.from_numpy(f["y_eval"][()]).long()
+        logits, loss, grads, bn1, eval_logits, eval_loss = step_and_eval(net, x, y, x_eval, y_eval, bn_names)
         for k in ("loss_bf16", "logits_bf16", "grads_bf16", "bn1_bf16", "eval_logits_bf16", "eval_loss_bf16"):
             if k in f:
                 del f[k]
