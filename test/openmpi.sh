@@ -5,6 +5,7 @@
 #   test_methods     the six methods, p = 1, 2, 4 ranks (+ servers), BN averaging
 #   test_checkpoint  SIGTERM -> checkpoint -> --resume bitwise, checkpoint refusals
 #   test_faults      hung workers and servers (SIGSTOP), comm_timeout_s, signals per method
+# and then each MPI's build started by the other MPI's real mpiexec (refused: exit 2).
 #
 # Open MPI is Debian's libopenmpi-dev (4.1), installed beside MPICH when missing (as root; as
 # another user this step says SKIPPED and exits 0). Installing it switches Debian's `mpi` and
@@ -49,4 +50,28 @@ make --no-print-directory CC=mpicc.openmpi ONEDNN_ROOT="${ONEDNN_PREFIX:-$root/b
 ./dsgd-run --version | sed -n '1p;/MPI:/p'
 ./dsgd-run --version | grep -q "MPI: Open MPI" || { echo "openmpi.sh: dsgd-run is not on Open MPI" >&2; exit 1; }
 echo "MPI launcher for the tests: $(tail -1 build/bin/mpiexec)"
-PATH="$dest/build/bin:$PATH" sh test/run-tests.sh $tests
+status=0
+PATH="$dest/build/bin:$PATH" sh test/run-tests.sh $tests || status=1
+
+# A foreign launcher, both ways, with the real launchers (test_mpi fakes their environment): the
+# MPICH build started by Open MPI's mpiexec, and this Open MPI build by MPICH's, must each stop
+# with exit status 2 and the launcher named, writing nothing.
+foreign() { # label, directory of the binary, launcher command, expected words
+    out="$dest/foreign.h5"
+    rm -f "$out"
+    log=$(cd "$2" && eval "timeout -k 5 60 $3 -n 2 ./dsgd-run --set 'output=\"$out\"' configs/linear.cfg" 2>&1)
+    rc=$?
+    if [ $rc -eq 2 ] && printf '%s' "$log" | grep -q "$4" && printf '%s' "$log" | grep -q "sees a world of 1 rank" && [ ! -e "$out" ]; then
+        echo "ok: $1: exit 2, '$4', no run file"
+    else
+        echo "FAILED: $1: exit $rc (expected 2 with '$4' and no run file):"; printf '%s\n' "$log" | tail -5; status=1
+    fi
+}
+if [ -x "$root/dsgd-run" ] && "$root/dsgd-run" --version | grep -q "MPI: MPICH" && command -v mpiexec.mpich >/dev/null; then
+    foreign "the MPICH build under Open MPI's mpiexec" "$root" "$(sed -n 's/^export \(.*\); exec .*/env \1/p' build/bin/mpiexec) mpiexec.openmpi" \
+        "Open MPI's mpiexec/mpirun started 2 processes"
+    foreign "the Open MPI build under MPICH's mpiexec" "$dest" mpiexec.mpich "a PMI launcher"
+else
+    echo "SKIPPED: the foreign-launcher check (no MPICH build of dsgd-run at $root)"
+fi
+exit $status
