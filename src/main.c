@@ -127,7 +127,7 @@ static thread_budget choose_threads(const experiment *e, int ranks_on_node) {
     if (sched_getaffinity(0, sizeof set, &set) == 0) ncpu = CPU_COUNT(&set);
     thread_budget b = {.cores = ncpu / ranks_on_node};
     if (b.cores < 1) b.cores = 1;
-    if (strcmp(e->data.format, "jpeg") == 0) b.data = e->data.threads > 0 ? e->data.threads : (b.cores / 4 > 1 ? b.cores / 4 : 1);
+    if (e->data.format == FORMAT_JPEG) b.data = e->data.threads > 0 ? e->data.threads : (b.cores / 4 > 1 ? b.cores / 4 : 1);
     b.compute = e->threads > 0 ? e->threads : (b.cores - b.data > 1 ? b.cores - b.data : 1);
     b.comm = e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH;
     return b;
@@ -300,7 +300,7 @@ typedef struct {
 static int plan_resume(const experiment *e, int cli_resume, const char *dir, int log_rank, resume_plan *pl, char *err,
                        size_t errlen) {
     *pl = (resume_plan){.label = -1};
-    const int wants = cli_resume || strcmp(e->resume, "auto") == 0;
+    const int wants = cli_resume || e->resume == RESUME_AUTO;
     const char *how = cli_resume ? "--resume" : "resume = \"auto\"";
     char m[ERRLEN];
     long l = -1;
@@ -534,10 +534,10 @@ int main(int argc, char **argv) {
     }
     /* What this binary cannot do is bad input already here, so that --check (and tools/sweep.py
      * through --print-config) refuses it on a login node without a GPU too. */
-    if (!st && strcmp(e.device, "cuda") == 0 && !gpu_built())
+    if (!st && e.device == DEVICE_CUDA && !gpu_built())
         st = seterr(err, sizeof err, "%s: key 'device': device = \"cuda\" needs the GPU backend: this dsgd-run was built without "
                     "it; rebuild with `make CUDA=1` (CUDA toolkit, cuDNN and cuBLAS)", config_where("device"));
-    if (!st && strcmp(e.comm, "nccl") == 0 && gpu_built() && !gpucomm_nccl_built())
+    if (!st && e.comm == COMM_NCCL && gpu_built() && !gpucomm_nccl_built())
         st = seterr(err, sizeof err, "%s: key 'comm': comm = \"nccl\" needs NCCL support: this dsgd-run was built without "
                     "it; rebuild with `make CUDA=1` where nccl.h is found (NCCL=auto or NCCL=1)", config_where("comm"));
     if (!st && args.print_config) {
@@ -570,7 +570,7 @@ int main(int argc, char **argv) {
                  .server = worker < 0 ? rank - e.p : -1, .log_rank = log_rank, .resume_label = -1};
     inject_init(&t.inj, &e, worker >= 0 ? worker : 0);
     const int lrank = worker >= 0 ? worker : 0;
-    const int fmt_jpeg = strcmp(e.data.format, "jpeg") == 0, fmt_syn = strcmp(e.data.format, "synthetic") == 0;
+    const int fmt_jpeg = e.data.format == FORMAT_JPEG, fmt_syn = e.data.format == FORMAT_SYNTHETIC;
     if (fmt_jpeg) {
         st = shards_open(&pack_train, e.data.dir, "train", err, sizeof err);
         if (!st) st = shards_open(&pack_val, e.data.dir, "val", err, sizeof err);
@@ -585,13 +585,13 @@ int main(int argc, char **argv) {
             const int crop = e.data.crop;
             train = (dataset){.n = (int)shards_count(pack_train), .c = 3, .h = crop, .w = crop, .n_classes = shards_n_classes(pack_train)};
             val = (dataset){.n = (int)shards_count(pack_val), .c = 3, .h = crop, .w = crop, .n_classes = train.n_classes};
-            const int kind = !strcmp(e.data.augment, "rrc") ? AUG_RRC : !strcmp(e.data.augment, "none") ? AUG_NONE : AUG_SCALE;
+            const int kind = e.data.augment == AUGMENT_RRC ? AUG_RRC : e.data.augment == AUGMENT_NONE ? AUG_NONE : AUG_SCALE;
             jpegload_cfg jc = {.train = pack_train, .val = pack_val, .seed = e.seed, .b = e.b, .slots = 3,
                                .timeout_s = e.comm_timeout_s, .rank = rank, .threads = 1, .eval_max = 1};
             aug_default(&jc.train_aug, kind);
             aug_default(&jc.eval_aug, AUG_EVAL);
             /* auto: bicubic (fb.resnet.torch, the paper's recipe) except bilinear for rrc (torchvision) */
-            const int interp = !strcmp(e.data.interp, "bicubic") ? IMAGE_BICUBIC : !strcmp(e.data.interp, "bilinear") ? IMAGE_BILINEAR
+            const int interp = e.data.interp == INTERP_BICUBIC ? IMAGE_BICUBIC : e.data.interp == INTERP_BILINEAR ? IMAGE_BILINEAR
                              : kind == AUG_RRC ? IMAGE_BILINEAR : IMAGE_BICUBIC;
             for (aug_cfg *a = &jc.train_aug; a; a = a == &jc.train_aug ? &jc.eval_aug : NULL) {
                 a->crop = crop, a->scale_min = e.data.scale[0], a->scale_max = e.data.scale[1];
@@ -676,7 +676,7 @@ int main(int argc, char **argv) {
      * refused here, before anything (the run file) is touched, unless checkpoint.bitwise = false
      * (then recorded with the resume). `--check` without mpiexec checks every rank's part. */
     int not_bitwise = 0;
-    if (plan.label >= 0 && strcmp(e.device, "cuda") != 0) {
+    if (plan.label >= 0 && e.device != DEVICE_CUDA) {
         const int first = world_unchecked ? 0 : rank, last = world_unchecked ? config_world_size(&e) - 1 : rank;
         for (int r = first; r <= last && !st; r++) {
             int differs = 0;
@@ -732,7 +732,7 @@ int main(int argc, char **argv) {
     }
     agree_or_exit(st, err);
     /* One GPU per rank, chosen from the rank's index on its node (cuda/gpu.h gpu_select). */
-    const int on_gpu = strcmp(e.device, "cuda") == 0;
+    const int on_gpu = e.device == DEVICE_CUDA;
     char gpu_desc[256] = "";
     if (on_gpu && (st = gpu_select(comm_local_rank(), comm_local_size(), gpu_desc, sizeof gpu_desc, err, sizeof err))) {
         char msg[ERRLEN];
@@ -750,7 +750,7 @@ int main(int argc, char **argv) {
         .eval_batch = t.eval_batch,
         .threads = threads,
         .device = on_gpu ? MODEL_CUDA : MODEL_CPU,
-        .precision = strcmp(e.precision, "tf32") == 0 ? MODEL_TF32 : strcmp(e.precision, "bf16") == 0 ? MODEL_BF16 : MODEL_FP32,
+        .precision = e.precision == PRECISION_TF32 ? MODEL_TF32 : e.precision == PRECISION_BF16 ? MODEL_BF16 : MODEL_FP32,
     };
     t.net = model_create(&spec, err, sizeof err);
     st = t.net ? 0 : EXIT_BADINPUT;
@@ -770,7 +770,7 @@ int main(int argc, char **argv) {
     t.velocity = xcalloc(model_n_params(t.net), sizeof(float));
     /* How allreduce moves the gradients on a GPU (train_allreduce_mean): NCCL, MPI on device
      * memory, or MPI through the host. */
-    if (on_gpu && strcmp(e.comm, "nccl") == 0) t.gcomm = nccl_setup(&e, t.net, worker);
+    if (on_gpu && e.comm == COMM_NCCL) t.gcomm = nccl_setup(&e, t.net, worker);
     t.gpu_aware = on_gpu && comm_gpu_aware();
     char comm_desc[160] = "";
     if (on_gpu && e.method == METHOD_ALLREDUCE) {
@@ -798,18 +798,18 @@ int main(int argc, char **argv) {
         stored.overwrite = 0;
         config_to_text(&stored, cfg_text, sizeof cfg_text);
         join_args(argc, argv, cmdline, sizeof cmdline);
-        if (on_gpu) snprintf(device_desc, sizeof device_desc, "cuda %s: %s%s", e.precision, gpu_desc, comm_desc);
+        if (on_gpu) snprintf(device_desc, sizeof device_desc, "cuda %s: %s%s", precision_name(e.precision), gpu_desc, comm_desc);
         else {
             char v[256];
             model_backend_version(v, sizeof v);
             char lp[256] = "";
             int n_conv = 0, n_lp = model_bf16_convs(t.net, &n_conv, NULL, 0);
-            if (n_lp || strcmp(e.precision, "bf16") == 0) {
+            if (n_lp || e.precision == PRECISION_BF16) {
                 char names[128];
                 model_bf16_convs(t.net, &n_conv, names, sizeof names);
                 snprintf(lp, sizeof lp, " (%d of %d convolutions in bf16%s%s)", n_lp, n_conv, *names ? "; fp32: " : "", names);
             }
-            snprintf(device_desc, sizeof device_desc, "cpu %s%s: %.*s, %d thread(s) per rank", e.precision, lp,
+            snprintf(device_desc, sizeof device_desc, "cpu %s%s: %.*s, %d thread(s) per rank", precision_name(e.precision), lp,
                      (int)strcspn(v + 5, ";"), v + 5, threads);
         }
         runlog_meta meta = {
@@ -850,7 +850,7 @@ int main(int argc, char **argv) {
         gpucomm_version(lib_nccl, sizeof lib_nccl);
         snprintf(libraries, sizeof libraries, "%s; %s; MPI: %s; nccl: %s", lib_dnn, lib_h5, lib_mpi, lib_nccl);
         attrs[nat++] = (runlog_attr){"libraries", libraries, 0};
-        attrs[nat++] = (runlog_attr){"data_format", e.data.format, 0};
+        attrs[nat++] = (runlog_attr){"data_format", data_format_name(e.data.format), 0};
         attrs[nat++] = (runlog_attr){"data_classes", NULL, train.n_classes};
         attrs[nat++] = (runlog_attr){"data_train_n", NULL, train.n};
         attrs[nat++] = (runlog_attr){"data_val_n", NULL, val.n};
@@ -869,7 +869,7 @@ int main(int argc, char **argv) {
             static char fp_text[48];
             snprintf(fp_text, sizeof fp_text, "%016llx/%016llx", (unsigned long long)t.data_fp[0], (unsigned long long)t.data_fp[1]);
             attrs[nat++] = (runlog_attr){"data_pack_fingerprint", fp_text, 0};
-            attrs[nat++] = (runlog_attr){"data_augment", e.data.augment, 0};
+            attrs[nat++] = (runlog_attr){"data_augment", augment_name(e.data.augment), 0};
             attrs[nat++] = (runlog_attr){"data_interp", interp_s, 0};
             attrs[nat++] = (runlog_attr){"data_threads", NULL, budget.data};
             all_arrays[na++] = (runlog_array_spec){"data/decode_warnings", e.p, 0, "warnings",
@@ -927,12 +927,12 @@ int main(int argc, char **argv) {
                model_n_params(t.net), train.n, val.n, threads, e.output);
         if (fmt_jpeg)
             printf("data: jpeg from %s (%d classes), augment %s, crop %d, %d decode thread(s) per rank\n", e.data.dir, train.n_classes,
-                   e.data.augment, e.data.crop, budget.data);
+                   augment_name(e.data.augment), e.data.crop, budget.data);
         if (fmt_syn) printf("data: synthetic (random inputs and labels, %dx%dx%d, %d classes): curves measure speed, not learning\n",
                             train.c, train.h, train.w, train.n_classes);
         print_budget(&budget, stdout);
-        if (on_gpu) printf("device cuda (%s): rank %d on %s%s\n", e.precision, rank, gpu_desc, comm_desc);
-        else if (strcmp(e.precision, "fp32") != 0) printf("device %s\n", device_desc);
+        if (on_gpu) printf("device cuda (%s): rank %d on %s%s\n", precision_name(e.precision), rank, gpu_desc, comm_desc);
+        else if (e.precision != PRECISION_FP32) printf("device %s\n", device_desc);
         fflush(stdout);
     }
 
