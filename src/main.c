@@ -817,30 +817,14 @@ int main(int argc, char **argv) {
             .iterations = e.iterations, .config_text = cfg_text, .command_line = cmdline, .hostname = comm_host(),
             .servers = has_servers ? e.servers : 0, .ranks = e.p, .device = device_desc,
         };
-        /* Method-specific fixed-size arrays (docs/output.md). */
-        static runlog_array_spec arr, garr[2];
-        if (e.method == METHOD_PS) {
-            arr = (runlog_array_spec){"ps/staleness_histogram", 4L * e.p, 0, "gradients",
-                                      "gradients applied with staleness k (server updates between the worker's pull and its push) = row k; the last row counts k >= rows-1", 0, 0};
-            meta.arrays = &arr, meta.n_arrays = 1;
-        } else if (e.method == METHOD_BACKUP) {
-            arr = (runlog_array_spec){"backup/dropped", e.iterations, 0, "gradients",
-                                      "gradients dropped at step v (computed on the parameters of step v, arrived after the first N); "
-                                      "one element per step completed", 0, 1};
-            meta.arrays = &arr, meta.n_arrays = 1;
-        } else if (e.method == METHOD_GOSSIP_PULL || e.method == METHOD_GOSSIP_PUSH) {
-            garr[0] = (runlog_array_spec){"gossip/peers", e.p, e.p, "times", "element [i, j]: steps at which node i chose peer j", 0, 0};
-            garr[1] = (runlog_array_spec){"gossip/potential", e.iterations / e.eval.every + 2, 0, "1",
-                                          "diffusion potential sum_i ||theta_i - mean theta||^2 at each evaluation, in /eval row order", 1, 1};
-            meta.arrays = garr, meta.n_arrays = 2;
-            meta.eval_local = 1;
-        }
+        /* The method's own arrays first, at the indices it writes them by (docs/output.md). */
+        static runlog_array_spec all_arrays[METHOD_MAX_ARRAYS + 2];
+        int na = method->runlog_arrays ? method->runlog_arrays(&e, all_arrays) : 0;
+        meta.eval_local = method->eval_local;
         /* The data set's provenance, and per-worker decode counts (jpeg). */
-        static runlog_array_spec all_arrays[4];
         static runlog_attr attrs[24];
         static char interp_s[16];
-        int na = 0, nat = 0;
-        for (int i = 0; i < meta.n_arrays; i++) all_arrays[na++] = meta.arrays[i];
+        int nat = 0;
         data_array = na;
         /* The libraries this process runs on (the versions loaded, not those built against). */
         static char lib_mpi[256], lib_dnn[256], lib_h5[64], lib_nccl[ERRLEN + 64], libraries[2048];
