@@ -9,7 +9,7 @@
  *   finalize  once at the end
  *   run       optional: replaces the whole synchronous loop of train_run (methods whose ranks
  *             do not move in lock-step: ps, easgd, backup; src/methods/server.c)
- *   runlog_arrays  optional, before any of the above (main.c's run-file phase, log rank): the
+ *   runlog_arrays  optional, before any of the above (setup_runlog, on the log rank): the
  *             method's own run-file arrays, which it then writes by their index (runlog.h)
  *
  * Methods touch parameters only through the flat vectors of src/nn/model.h and communicate
