@@ -164,7 +164,6 @@ const char *delay_dist_name(delay_dist_kind d);
 const char *data_format_name(data_format_kind f);
 const char *augment_name(augment_kind a);
 const char *interp_name(interp_kind i);
-const char *resume_name(resume_kind r);
 const char *comm_name(comm_kind c);
 const char *device_name(device_kind d);
 const char *precision_name(precision_kind p);
