@@ -43,7 +43,7 @@ typedef struct trainer {
                                  made by setup_model; NULL otherwise */
     int gpu_aware;            /* MPI takes CUDA device memory (comm_gpu_aware(), set by setup_model) */
 
-    /* Buffers allocated once (train_init), reused every step. */
+    /* Buffers allocated once (setup_model, src/train/setup.c), reused every step. */
     float *x;                 /* (b, c, h, w) training minibatch */
     int *y;                   /* (b) */
     int eval_batch;           /* eval.batch, capped at the most samples one rank evaluates */
