@@ -5,7 +5,7 @@
  *     model's stream, so gradients never leave the GPU;
  *   - the division by p after a CUDA-aware MPI sum on device memory (gpucomm_scale).
  *
- * Plain C without CUDA or NCCL types: src/main.c and src/train/train.c include it in every build.
+ * Plain C without CUDA or NCCL types: src/main.c, src/train/setup.c and src/train/train.c include it in every build.
  * Implemented by cuda/gpucomm.cu in a `make CUDA=1` build — its NCCL part only with NCCL=1
  * (nccl.h found; otherwise those entry points say NCCL is not built) — and by cuda/nogpucomm.c
  * in a CPU-only build.

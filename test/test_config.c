@@ -94,7 +94,7 @@ START_TEST(test_defaults_are_the_papers) {
     ck_assert_int_eq(e.model.arch, ARCH_RESNET18);
     ck_assert_int_eq(e.model.width, 64);
     ck_assert_int_eq(e.model.stem, STEM_IMAGENET);
-    ck_assert_str_eq(e.data.format, "idx");
+    ck_assert_str_eq(data_format_name(e.data.format), "idx");
     ck_assert_str_eq(e.data.train_images, "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
     ck_assert_str_eq(e.data.train_labels, "/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz");
     ck_assert_str_eq(e.data.val_images, "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz");
@@ -104,7 +104,7 @@ START_TEST(test_defaults_are_the_papers) {
     ck_assert_int_eq(e.log_every, 20);
     ck_assert_int_eq(e.threads, 0);
     ck_assert_int_eq(e.overwrite, 0);
-    ck_assert_str_eq(e.device, "cpu");
+    ck_assert_str_eq(device_name(e.device), "cpu");
 }
 END_TEST
 
@@ -210,7 +210,7 @@ START_TEST(test_full_file) {
     ck_assert_int_eq(e.threads, 3);
     ck_assert_str_eq(e.output, "out/full.h5");
     ck_assert_int_eq(e.overwrite, 1);
-    ck_assert_str_eq(e.device, "cpu");
+    ck_assert_str_eq(device_name(e.device), "cpu");
 }
 END_TEST
 
@@ -498,14 +498,14 @@ START_TEST(test_enums_and_unbuilt) {
     ck_assert_int_eq(e.gossip_order, GOSSIP_FRESH);
     EXPECT_ERROR("method = \"sgd\";\n", ":1: key 'method': expected one of \"allreduce\", \"ps\", \"easgd\", \"gossip_pull\", \"gossip_push\", \"backup\", got a string \"sgd\"");
     ck_assert_msg(load_text("device = \"cuda\";\nprecision = \"tf32\";\n", NULL, 0) == 0, "%s", err);
-    ck_assert_str_eq(e.device, "cuda");
-    ck_assert_str_eq(e.precision, "tf32");
+    ck_assert_str_eq(device_name(e.device), "cuda");
+    ck_assert_str_eq(precision_name(e.precision), "tf32");
     EXPECT_ERROR("precision = \"tf32\";\n", ":1: key 'precision': \"tf32\" is for device = \"cuda\" (tensor cores); device = \"cpu\" computes in \"fp32\" or \"bf16\"");
     ck_assert_msg(load_text("device = \"cuda\";\nprecision = \"bf16\";\n", NULL, 0) == 0, "%s", err);
-    ck_assert_str_eq(e.precision, "bf16");
+    ck_assert_str_eq(precision_name(e.precision), "bf16");
     /* bf16 on the CPU: ResNet-18 only (the CPU's bf16 support is checked at start, model_create). */
     ck_assert_msg(load_text("precision = \"bf16\";\n", NULL, 0) == 0, "%s", err);
-    ck_assert_str_eq(e.precision, "bf16");
+    ck_assert_str_eq(precision_name(e.precision), "bf16");
     EXPECT_ERROR("model = { arch = \"linear\"; };\nprecision = \"bf16\";\n",
                  ":2: key 'precision': \"bf16\" on device = \"cpu\" is for model.arch = \"resnet18\" (its convolutions); "
                  "model.arch = \"linear\" computes in \"fp32\"");
@@ -593,9 +593,9 @@ END_TEST
 /* comm: NCCL needs the GPU backend's device and the method that all-reduces its gradients. */
 START_TEST(test_comm_key) {
     config_defaults(&e);
-    ck_assert_str_eq(e.comm, "mpi");
+    ck_assert_str_eq(comm_name(e.comm), "mpi");
     ck_assert_msg(load_text("device = \"cuda\";\ncomm = \"nccl\";\n", NULL, 0) == 0, "%s", err);
-    ck_assert_str_eq(e.comm, "nccl");
+    ck_assert_str_eq(comm_name(e.comm), "nccl");
     static char buf[CFG_TEXT_MAX];
     config_to_text(&e, buf, sizeof buf);
     ck_assert_msg(strstr(buf, "comm = \"nccl\";"), "%s", buf);
@@ -784,7 +784,7 @@ START_TEST(test_data_keys) {
     ck_assert_int_eq(e.data.shape[0], 3);
     ck_assert_int_eq(e.data.shape[2], 224);
     ck_assert_int_eq(e.data.crop, 224);
-    ck_assert_str_eq(e.data.interp, "auto");
+    ck_assert_str_eq(interp_name(e.data.interp), "auto");
     /* set in the file and by --set; a fixed scale [S, S] is a range too */
     char *sets[] = {"data.scale=[300, 300]", "data.format=jpeg", "data.dir=/x"};
     ck_assert_int_eq(load_text("data = { shape = [1, 28, 30]; classes = 10; };\n", sets, 3), 0);
@@ -792,7 +792,7 @@ START_TEST(test_data_keys) {
     ck_assert_int_eq(e.data.scale[1], 300);
     ck_assert_int_eq(e.data.shape[1], 28);
     ck_assert_int_eq(e.data.shape[2], 30);
-    ck_assert_str_eq(e.data.format, "jpeg");
+    ck_assert_str_eq(data_format_name(e.data.format), "jpeg");
     /* round trip through the stored text */
     static char text[CFG_TEXT_MAX];
     config_to_text(&e, text, sizeof text);

@@ -37,7 +37,6 @@ typedef enum {
     KT_BOOL,   /* int field (0/1), libconfig true/false */
     KT_STRING, /* char[] field, libconfig string */
     KT_ENUM,   /* enum field (int), libconfig string naming one of names[] (index = enum value) */
-    KT_CHOICE, /* char[] field, libconfig string naming one of names[] */
     KT_LIST,   /* long[] or int[] (elem_int) + int count, libconfig array or list of integers,
                   strictly increasing, each in [ilo, hi_key) */
     KT_INTS,   /* int[n_max], exactly n_max integers each in [ilo, ihi], default dflt_ints;
@@ -69,7 +68,7 @@ typedef struct {
     /* Default: numbers (and enum index) in dflt, strings in dflt_s. */
     double dflt;
     const char *dflt_s;
-    /* KT_ENUM / KT_CHOICE: the known names, the bit mask of those that are built, what the
+    /* KT_ENUM: the known names, the bit mask of those that are built, what the
      * others are waiting for, and the plural noun for "built methods: ...". */
     const char *const *names;
     int n_names;
@@ -83,19 +82,20 @@ typedef struct {
     const char *doc;  /* one line */
 } key_def;
 
+/* The names of each enum's values, in the order of its enum (config.h). */
 static const char *const method_names[] = {"allreduce", "ps", "easgd", "gossip_pull", "gossip_push", "backup"};
 static const char *const schedule_names[] = {"step", "constant", "cosine"};
-static const char *const stem_names[] = {"cifar", "imagenet"}; /* order of stem_kind */
-static const char *const arch_names[] = {"resnet18", "linear"}; /* order of arch_kind */
+static const char *const stem_names[] = {"cifar", "imagenet"};
+static const char *const arch_names[] = {"resnet18", "linear"};
 static const char *const format_names[] = {"idx", "jpeg", "synthetic"};
 static const char *const augment_names[] = {"scale", "rrc", "none"};
 static const char *const interp_names[] = {"auto", "bicubic", "bilinear"};
 static const char *const comm_names[] = {"mpi", "nccl"};
 static const char *const resume_names[] = {"never", "auto"};
 static const char *const device_names[] = {"cpu", "cuda"};
-static const char *const precision_names[] = {"fp32", "tf32", "bf16"}; /* order of precision_kind */
-static const char *const gossip_order_names[] = {"stale", "fresh"};                  /* order of gossip_order_kind */
-static const char *const delay_dist_names[] = {"fixed", "exponential", "lognormal"}; /* order of delay_dist_kind */
+static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
+static const char *const gossip_order_names[] = {"stale", "fresh"};
+static const char *const delay_dist_names[] = {"fixed", "exponential", "lognormal"};
 
 #define NNAMES(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define FSIZE(f) sizeof(((experiment *)0)->f)
@@ -119,10 +119,6 @@ static const char *const delay_dist_names[] = {"fixed", "exponential", "lognorma
     { .key = k, .type = KT_ENUM, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d,  \
       .names = nm, .n_names = NNAMES(nm), .built = blt, .planned = pl, .noun = nn, .unit = "", \
       .doc = doc_ }
-#define K_CHOICE(k, f, d, nm, blt, pl, nn, doc_)                                                \
-    { .key = k, .type = KT_CHOICE, .off = offsetof(experiment, f), .size = FSIZE(f),           \
-      .dflt_s = d, .names = nm, .n_names = NNAMES(nm), .built = blt, .planned = pl,            \
-      .noun = nn, .unit = "", .doc = doc_ }
 
 /* A strictly increasing list of integers, each in [l, hk) (hk: another integer key). */
 #define K_LIST(k, f, fn, ei, l, hk, el, els, vals, note, u, doc_)                               \
@@ -209,10 +205,10 @@ static const key_def keys[] = {
           "channels of the first stage (64 in the paper; doubled at each stage); linear ignores it"),
     K_ENUM("model.stem", model.stem, STEM_IMAGENET, stem_names, 0x3u, NULL, "stems",
            "imagenet: 7x7/2 conv + 3x3/2 max-pool; cifar: 3x3/1 conv, no pool; linear ignores it"),
-    K_CHOICE("data.format", data.format, "idx", format_names, 0x7u, NULL, "formats",
-             "idx: IDX files (MNIST / Fashion-MNIST; .gz read directly); jpeg: a pack of JPEG shards (dsgd-run "
-             "--pack, data.dir; docs/data.md); synthetic: random inputs of data.shape, labels in [0, data.classes), "
-             "made once (throughput and scaling studies; the run file says so)"),
+    K_ENUM("data.format", data.format, FORMAT_IDX, format_names, 0x7u, NULL, "formats",
+           "idx: IDX files (MNIST / Fashion-MNIST; .gz read directly); jpeg: a pack of JPEG shards (dsgd-run "
+           "--pack, data.dir; docs/data.md); synthetic: random inputs of data.shape, labels in [0, data.classes), "
+           "made once (throughput and scaling studies; the run file says so)"),
     K_STRING("data.train_images", data.train_images, FASHION "train-images-idx3-ubyte.gz",
              S_NONEMPTY, "path", "training images (relative paths: to the current directory)"),
     K_STRING("data.train_labels", data.train_labels, FASHION "train-labels-idx1-ubyte.gz",
@@ -226,17 +222,17 @@ static const key_def keys[] = {
     K_INT("data.threads", data.threads, 0, 0, 1024, "threads",
           "jpeg: decode threads per rank, working ahead of training; 0: a quarter of the rank's cores, at least 1 "
           "(docs/data.md, Loading)"),
-    K_CHOICE("data.augment", data.augment, "scale", augment_names, 0x7u, NULL, "augmentations",
-             "jpeg training transform: scale (He et al. 2015 §3.4: shorter side in data.scale, random crop, flip, PCA "
-             "lighting), rrc (torchvision RandomResizedCrop + flip), none (shorter side to data.crop, centre crop)"),
+    K_ENUM("data.augment", data.augment, AUGMENT_SCALE, augment_names, 0x7u, NULL, "augmentations",
+           "jpeg training transform: scale (He et al. 2015 §3.4: shorter side in data.scale, random crop, flip, PCA "
+           "lighting), rrc (torchvision RandomResizedCrop + flip), none (shorter side to data.crop, centre crop)"),
     K_INT("data.crop", data.crop, 224, 1, 4096, "pixels", "jpeg: side of the square network input (training and evaluation)"),
     K_INTS("data.scale", data.scale, dflt_scale, 1, 65535, 1, "pixels",
            "jpeg, augment scale: [min, max] of the shorter side S, drawn uniformly in the integers; min >= data.crop"),
     K_INT("data.eval_resize", data.eval_resize, 256, 1, 65535, "pixels",
           "jpeg evaluation: shorter side resized to this, then the centre data.crop square; >= data.crop"),
-    K_CHOICE("data.interp", data.interp, "auto", interp_names, 0x7u, NULL, "interpolations",
-             "jpeg resampling (Pillow's, antialiased): auto = bicubic for scale and none (fb.resnet.torch's image.scale, "
-             "the recipe the paper follows), bilinear for rrc (torchvision's default); evaluation uses the same"),
+    K_ENUM("data.interp", data.interp, INTERP_AUTO, interp_names, 0x7u, NULL, "interpolations",
+           "jpeg resampling (Pillow's, antialiased): auto = bicubic for scale and none (fb.resnet.torch's image.scale, "
+           "the recipe the paper follows), bilinear for rrc (torchvision's default); evaluation uses the same"),
     K_INTS("data.shape", data.shape, dflt_shape, 1, 4096, 0, "",
            "synthetic: [channels, height, width] of an input"),
     K_INT("data.classes", data.classes, 0, 0, 32767, "classes",
@@ -254,9 +250,9 @@ static const key_def keys[] = {
              "HDF5 run file; \"\" means runs/<name>.h5; never an input of the run (experiment file, data files), "
              "whatever overwrite says"),
     K_BOOL("overwrite", overwrite, 0, "replace an existing output file instead of refusing"),
-    K_CHOICE("resume", resume, "never", resume_names, 0x3u, NULL, "resume modes",
-             "never: start afresh (an existing output is refused); auto: continue from the checkpoint and run file "
-             "of an earlier run of this experiment if there is a checkpoint, else start afresh (--resume: must continue)"),
+    K_ENUM("resume", resume, RESUME_NEVER, resume_names, 0x3u, NULL, "resume modes",
+           "never: start afresh (an existing output is refused); auto: continue from the checkpoint and run file "
+           "of an earlier run of this experiment if there is a checkpoint, else start afresh (--resume: must continue)"),
     K_INT64("checkpoint.every", checkpoint.every, 0, 0, "iterations",
             "write a checkpoint every this many iterations (0: only on SIGTERM / SIGUSR1); see docs/checkpoint.md"),
     K_STRING("checkpoint.path", checkpoint.path, "", S_ANY, "path",
@@ -266,17 +262,17 @@ static const key_def keys[] = {
            "a resume on device cpu must run each rank with the compute threads and the oneDNN ISA its checkpoint part "
            "was written with (the order of oneDNN's sums depends on them, so only then does the run continue bitwise); "
            "false: continue with others, recorded in the run file"),
-    K_CHOICE("comm", comm, "mpi", comm_names, 0x3u, NULL, "communication libraries",
-             "how allreduce averages gradients: mpi (MPI_Allreduce; on device cuda through host memory unless "
-             "MPI is CUDA-aware) or nccl (NCCL on the GPUs; device cuda, one GPU per worker)"),
-    K_CHOICE("device", device, "cpu", device_names, 0x3u, NULL, "devices",
-             "compute device: cpu (oneDNN) or cuda (cuDNN, cuBLAS; one GPU per rank, a `make CUDA=1` build)"),
-    K_CHOICE("precision", precision, "fp32", precision_names, 0x7u, NULL, "precisions",
-             "arithmetic of convolutions and matrix products: fp32 (IEEE, the papers); tf32 (device cuda: "
-             "tensor cores, fp32 storage); bf16 (mixed precision, fp32 master weights. Device cuda: bf16 "
-             "activations and weight copies, fp32 gradients and BN, compute capability 8.0 or later. Device "
-             "cpu: ResNet-18's convolutions on bf16-rounded inputs and weights with fp32 accumulation and "
-             "outputs, everything else fp32; needs AVX512_BF16 or AMX, checked at start)"),
+    K_ENUM("comm", comm, COMM_MPI, comm_names, 0x3u, NULL, "communication libraries",
+           "how allreduce averages gradients: mpi (MPI_Allreduce; on device cuda through host memory unless "
+           "MPI is CUDA-aware) or nccl (NCCL on the GPUs; device cuda, one GPU per worker)"),
+    K_ENUM("device", device, DEVICE_CPU, device_names, 0x3u, NULL, "devices",
+           "compute device: cpu (oneDNN) or cuda (cuDNN, cuBLAS; one GPU per rank, a `make CUDA=1` build)"),
+    K_ENUM("precision", precision, PRECISION_FP32, precision_names, 0x7u, NULL, "precisions",
+           "arithmetic of convolutions and matrix products: fp32 (IEEE, the papers); tf32 (device cuda: "
+           "tensor cores, fp32 storage); bf16 (mixed precision, fp32 master weights. Device cuda: bf16 "
+           "activations and weight copies, fp32 gradients and BN, compute capability 8.0 or later. Device "
+           "cpu: ResNet-18's convolutions on bf16-rounded inputs and weights with fp32 accumulation and "
+           "outputs, everything else fp32; needs AVX512_BF16 or AMX, checked at start)"),
 };
 #define N_KEYS ((int)(sizeof(keys) / sizeof(keys[0])))
 
@@ -397,8 +393,7 @@ static void value_text(const key_def *d, const experiment *e, char *buf, size_t 
         break;
     case KT_FLOAT: fmt_double(buf, n, *CFIELD(e, d, double)); break;
     case KT_BOOL: snprintf(buf, n, "%s", *CFIELD(e, d, int) ? "true" : "false"); break;
-    case KT_STRING:
-    case KT_CHOICE: put_quoted(buf, n, &len, CFIELD(e, d, char)); break;
+    case KT_STRING: put_quoted(buf, n, &len, CFIELD(e, d, char)); break;
     case KT_ENUM: {
         int v = *CFIELD(e, d, int);
         put_quoted(buf, n, &len, v >= 0 && v < d->n_names ? d->names[v] : "?");
@@ -473,7 +468,6 @@ static void expect_text(const key_def *d, const experiment *e, char *buf, size_t
         else put(buf, n, &len, "a %sstring of at most %zu characters", d->str_check == S_NONEMPTY ? "non-empty " : "", d->size - 1);
         break;
     case KT_ENUM:
-    case KT_CHOICE:
         put(buf, n, &len, "one of ");
         for (int i = 0; i < d->n_names; i++) put(buf, n, &len, "%s\"%s\"", i ? ", " : "", d->names[i]);
         break;
@@ -775,7 +769,6 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
         *FIELD(e, d, int) = config_setting_get_bool(s) ? 1 : 0;
         return 0;
     case KT_STRING:
-    case KT_CHOICE:
     case KT_ENUM: {
         if (t != CONFIG_TYPE_STRING)
             return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, d->type == KT_STRING ? "a string" : want, got);
@@ -788,8 +781,7 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
         }
         for (int i = 0; i < d->n_names; i++)
             if (!strcmp(v, d->names[i])) {
-                if (d->type == KT_ENUM) *FIELD(e, d, int) = i;
-                else set_string(d, e, v); /* every name fits: fields are sized for them */
+                *FIELD(e, d, int) = i;
                 return 0;
             }
         return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
@@ -898,7 +890,7 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
     config_t cfg;
     config_init(&cfg);
     int st = 0;
-    if (d && (d->type == KT_STRING || d->type == KT_ENUM || d->type == KT_CHOICE) && val[0] != '"') {
+    if (d && (d->type == KT_STRING || d->type == KT_ENUM) && val[0] != '"') {
         /* bare word: the text itself is the string (output=runs/x.h5, method=allreduce) */
         char *word = xmalloc(vlen + 1);
         memcpy(word, val, vlen);
@@ -972,13 +964,8 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         }
         return 0;
     }
-    case KT_ENUM:
-    case KT_CHOICE: {
-        int idx = -1;
-        if (d->type == KT_ENUM) idx = *CFIELD(e, d, int);
-        else
-            for (int i = 0; i < d->n_names; i++)
-                if (!strcmp(CFIELD(e, d, char), d->names[i])) idx = i;
+    case KT_ENUM: {
+        const int idx = *CFIELD(e, d, int);
         if (idx < 0 || idx >= d->n_names) DIE("key %s holds no known name", d->key);
         if (d->built & (1u << idx)) return 0;
         char built[256];
@@ -1034,8 +1021,7 @@ void config_defaults(experiment *e) {
         case KT_BOOL:
         case KT_ENUM: set_int(d, e, (long long)d->dflt); break;
         case KT_FLOAT: *FIELD(e, d, double) = d->dflt; break;
-        case KT_STRING:
-        case KT_CHOICE: set_string(d, e, d->dflt_s); break;
+        case KT_STRING: set_string(d, e, d->dflt_s); break;
         case KT_LIST: *list_n(d, e) = 0; break;
         case KT_INTS: memcpy(FIELD(e, d, int), d->dflt_ints, (size_t)d->n_max * sizeof(int)); break;
         }
@@ -1113,32 +1099,32 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
      * slow ranks or random_slow > 0 is allowed: nothing is delayed. */
     for (int i = 0; !st && i < N_KEYS; i++) st = validate_key(e, &keys[i], &origins[i], err, errlen);
     /* A failed worker needs another one to go on without it. */
-    if (!st && strcmp(e->precision, "tf32") == 0 && strcmp(e->device, "cuda") != 0)
+    if (!st && e->precision == PRECISION_TF32 && e->device != DEVICE_CUDA)
         st = oerr(err, errlen, &origins[key_find("precision") - keys],
                   "key 'precision': \"tf32\" is for device = \"cuda\" (tensor cores); device = \"%s\" computes in "
-                  "\"fp32\" or \"bf16\"", e->device);
-    if (!st && strcmp(e->precision, "bf16") == 0 && strcmp(e->device, "cuda") != 0 && e->model.arch != ARCH_RESNET18)
+                  "\"fp32\" or \"bf16\"", device_name(e->device));
+    if (!st && e->precision == PRECISION_BF16 && e->device != DEVICE_CUDA && e->model.arch != ARCH_RESNET18)
         st = oerr(err, errlen, &origins[key_find("precision") - keys],
                   "key 'precision': \"bf16\" on device = \"%s\" is for model.arch = \"resnet18\" (its convolutions); "
-                  "model.arch = \"%s\" computes in \"fp32\"", e->device, arch_name(e->model.arch));
+                  "model.arch = \"%s\" computes in \"fp32\"", device_name(e->device), arch_name(e->model.arch));
     if (!st && e->inject.fail_rank >= 0 && e->p < 2)
         st = oerr(err, errlen, &origins[key_find("inject.fail_rank") - keys],
                   "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);
     /* NCCL all-reduces GPU memory, and only allreduce uses an all-reduce for its gradients. */
-    if (!st && strcmp(e->comm, "nccl") == 0 && strcmp(e->device, "cuda") != 0)
+    if (!st && e->comm == COMM_NCCL && e->device != DEVICE_CUDA)
         st = oerr(err, errlen, &origins[key_find("comm") - keys],
                   "key 'comm': \"nccl\" is for device = \"cuda\" (NCCL all-reduces GPU memory); device = \"%s\" uses "
-                  "comm = \"mpi\"", e->device);
-    if (!st && strcmp(e->comm, "nccl") == 0 && e->method != METHOD_ALLREDUCE)
+                  "comm = \"mpi\"", device_name(e->device));
+    if (!st && e->comm == COMM_NCCL && e->method != METHOD_ALLREDUCE)
         st = oerr(err, errlen, &origins[key_find("comm") - keys],
                   "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
                   "through MPI (use comm = \"mpi\")", method_name(e->method));
     /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
-    const int jpeg = !strcmp(e->data.format, "jpeg");
+    const int jpeg = e->data.format == FORMAT_JPEG;
     if (!st && jpeg && !e->data.dir[0])
         st = oerr(err, errlen, &origins[key_find("data.dir") - keys],
                   "key 'data.dir': data.format = \"jpeg\" needs the pack directory (the OUT of dsgd-run --pack SRC OUT)");
-    if (!st && jpeg && !strcmp(e->data.augment, "scale") && e->data.crop > e->data.scale[0])
+    if (!st && jpeg && e->data.augment == AUGMENT_SCALE && e->data.crop > e->data.scale[0])
         st = oerr(err, errlen, &origins[key_find("data.crop") - keys],
                   "key 'data.crop': a %d-pixel crop does not fit the smallest shorter side of data.scale = [%d, %d] (%s); "
                   "need data.crop <= data.scale[0]", e->data.crop, e->data.scale[0], e->data.scale[1],
@@ -1239,8 +1225,7 @@ static const char *type_name(const key_def *d) {
     case KT_FLOAT: return "float";
     case KT_BOOL: return "bool";
     case KT_STRING: return "string";
-    case KT_ENUM:
-    case KT_CHOICE: return "enum";
+    case KT_ENUM: return "enum";
     case KT_LIST: return d->elem_int ? "int list" : "int64 list";
     case KT_INTS: return d->n_max == 2 ? "int[2]" : d->n_max == 3 ? "int[3]" : "int[]";
     }
@@ -1271,8 +1256,7 @@ static void range_text(const key_def *d, char *buf, size_t n) {
         if (d->str_check == S_RUNNAME) put(buf, n, &len, "letters, digits, ._+-; 1..%zu chars", d->size - 1);
         else put(buf, n, &len, "%s..%zu chars", d->str_check == S_NONEMPTY ? "1" : "0", d->size - 1);
         break;
-    case KT_ENUM:
-    case KT_CHOICE: {
+    case KT_ENUM: {
         int any_planned = 0;
         for (int i = 0; i < d->n_names; i++)
             if (d->built & (1u << i)) put(buf, n, &len, "%s%s", len ? ", " : "", d->names[i]);
@@ -1336,26 +1320,18 @@ void config_print_markdown(FILE *f) {
     }
 }
 
-const char *method_name(method_kind m) {
-    return (int)m >= 0 && (int)m < NNAMES(method_names) ? method_names[m] : "?";
-}
-
-const char *schedule_name(schedule_kind s) {
-    return (int)s >= 0 && (int)s < NNAMES(schedule_names) ? schedule_names[s] : "?";
-}
-
-const char *stem_name(stem_kind s) {
-    return (int)s >= 0 && (int)s < NNAMES(stem_names) ? stem_names[s] : "?";
-}
-
-const char *arch_name(arch_kind a) {
-    return (int)a >= 0 && (int)a < NNAMES(arch_names) ? arch_names[a] : "?";
-}
-
-const char *gossip_order_name(gossip_order_kind g) {
-    return (int)g >= 0 && (int)g < NNAMES(gossip_order_names) ? gossip_order_names[g] : "?";
-}
-
-const char *delay_dist_name(delay_dist_kind d) {
-    return (int)d >= 0 && (int)d < NNAMES(delay_dist_names) ? delay_dist_names[d] : "?";
-}
+/* The name of an enum value ("?" for none). */
+#define NAME_OF(fn, kind, names) \
+    const char *fn(kind v) { return (int)v >= 0 && (int)v < NNAMES(names) ? names[v] : "?"; }
+NAME_OF(method_name, method_kind, method_names)
+NAME_OF(schedule_name, schedule_kind, schedule_names)
+NAME_OF(stem_name, stem_kind, stem_names)
+NAME_OF(arch_name, arch_kind, arch_names)
+NAME_OF(gossip_order_name, gossip_order_kind, gossip_order_names)
+NAME_OF(delay_dist_name, delay_dist_kind, delay_dist_names)
+NAME_OF(data_format_name, data_format_kind, format_names)
+NAME_OF(augment_name, augment_kind, augment_names)
+NAME_OF(interp_name, interp_kind, interp_names)
+NAME_OF(comm_name, comm_kind, comm_names)
+NAME_OF(device_name, device_kind, device_names)
+NAME_OF(precision_name, precision_kind, precision_names)

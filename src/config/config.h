@@ -24,6 +24,13 @@ typedef enum { STEM_CIFAR, STEM_IMAGENET } stem_kind;
 typedef enum { ARCH_RESNET18, ARCH_LINEAR } arch_kind; /* model.arch: "resnet18", "linear" */
 typedef enum { GOSSIP_STALE, GOSSIP_FRESH } gossip_order_kind; /* gossip_order (Jin et al. §6.2) */
 typedef enum { DELAY_FIXED, DELAY_EXPONENTIAL, DELAY_LOGNORMAL } delay_dist_kind; /* inject.delay_dist */
+typedef enum { FORMAT_IDX, FORMAT_JPEG, FORMAT_SYNTHETIC } data_format_kind;       /* data.format */
+typedef enum { AUGMENT_SCALE, AUGMENT_RRC, AUGMENT_NONE } augment_kind;            /* data.augment */
+typedef enum { INTERP_AUTO, INTERP_BICUBIC, INTERP_BILINEAR } interp_kind;         /* data.interp */
+typedef enum { RESUME_NEVER, RESUME_AUTO } resume_kind;                            /* resume */
+typedef enum { COMM_MPI, COMM_NCCL } comm_kind;                                    /* comm */
+typedef enum { DEVICE_CPU, DEVICE_CUDA } device_kind;                              /* device */
+typedef enum { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 } precision_kind;    /* precision */
 
 /* Most entries of inject.slow_ranks. */
 #define CFG_MAX_SLOW 256
@@ -68,16 +75,16 @@ typedef struct {
         stem_kind stem;     /* resnet18 only */
     } model;
     struct {
-        char format[16];    /* "idx", "jpeg" or "synthetic" */
+        data_format_kind format; /* idx, jpeg or synthetic */
         char train_images[CFG_PATH_MAX], train_labels[CFG_PATH_MAX];
         char val_images[CFG_PATH_MAX], val_labels[CFG_PATH_MAX];
         char dir[CFG_PATH_MAX]; /* jpeg: the pack directory */
         int threads;        /* jpeg: decode threads per rank; 0 = a quarter of the rank's cores */
-        char augment[8];    /* "scale", "rrc", "none" */
+        augment_kind augment; /* jpeg: scale, rrc, none */
         int crop;           /* network input side, pixels */
         int scale[2];       /* augment scale: [min, max] shorter side */
         int eval_resize;    /* evaluation: shorter side before the centre crop */
-        char interp[16];    /* "auto", "bicubic", "bilinear" */
+        interp_kind interp; /* jpeg: auto, bicubic, bilinear */
         int shape[3];       /* synthetic: c, h, w */
         int classes;        /* synthetic: classes (0 = 1000); idx/jpeg: 0 = the data's, else checked */
     } data;
@@ -90,15 +97,15 @@ typedef struct {
     int threads;            /* compute threads per rank; 0 = cores / ranks on this node */
     char output[CFG_PATH_MAX];
     int overwrite;          /* allow replacing an existing output file */
-    char resume[8];         /* "never" or "auto": continue from the checkpoint if there is one */
+    resume_kind resume;     /* never, or auto: continue from the checkpoint if there is one */
     struct {
         long every;         /* write a checkpoint every this many iterations; 0: only on signals */
         char path[CFG_PATH_MAX]; /* checkpoint directory; "": <output without .h5>.ckpt */
         int bitwise;        /* a CPU resume must have the checkpoint's compute threads and ISA per rank */
     } checkpoint;
-    char comm[8];           /* "mpi" or "nccl" (allreduce on device cuda) */
-    char device[16];        /* "cpu" or "cuda" */
-    char precision[8];      /* "fp32", "tf32", "bf16" (device cuda) */
+    comm_kind comm;         /* mpi, or nccl (allreduce on device cuda) */
+    device_kind device;     /* cpu or cuda */
+    precision_kind precision; /* fp32, tf32 (device cuda), bf16 */
     char source[CFG_PATH_MAX]; /* the experiment file this was read from (not a key) */
 } experiment;
 
@@ -154,5 +161,11 @@ const char *stem_name(stem_kind s);
 const char *arch_name(arch_kind a);
 const char *gossip_order_name(gossip_order_kind g);
 const char *delay_dist_name(delay_dist_kind d);
+const char *data_format_name(data_format_kind f);
+const char *augment_name(augment_kind a);
+const char *interp_name(interp_kind i);
+const char *comm_name(comm_kind c);
+const char *device_name(device_kind d);
+const char *precision_name(precision_kind p);
 
 #endif

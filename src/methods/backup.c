@@ -82,7 +82,14 @@ static const server_rules backup_rules = {
     .iteration = backup_iteration,
 };
 
+static int backup_runlog_arrays(const experiment *e, runlog_array_spec *a) {
+    a[0] = (runlog_array_spec){"backup/dropped", e->iterations, 0, "gradients",
+                               "gradients dropped at step v (computed on the parameters of step v, arrived after the first N); "
+                               "one element per step completed", 0, 1};
+    return 1;
+}
+
 const method_ops method_backup = {
     .name = "backup", .init = server_init, .step = server_nostep, .eval_prepare = server_noop, .finalize = server_noop,
-    .run = server_run, .rules = &backup_rules,
+    .run = server_run, .runlog_arrays = backup_runlog_arrays, .rules = &backup_rules,
 };

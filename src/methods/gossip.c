@@ -408,8 +408,10 @@ static double gossip_step(trainer *t, long s, double alpha) {
     return finite ? loss : NAN;
 }
 
-/* Collective over the workers: evaluate the nodes' average and rank 0's own model, log both,
- * Φ and a /ranks row. Returns the status every worker agrees on. */
+/* The most evaluations a run makes (at the start, every eval.every steps, at the end): the rows of
+ * /gossip/potential. */
+static long potential_rows(const experiment *e) { return e->iterations / e->eval.every + 2; }
+
 /* Room for n values of Φ. */
 static void phi_reserve(gossip *g, long n) {
     if (n <= g->max_evals) return;
@@ -420,6 +422,8 @@ static void phi_reserve(gossip *g, long n) {
     g->phi = d, g->max_evals = cap;
 }
 
+/* Collective over the workers: evaluate the nodes' average and rank 0's own model, log both,
+ * Φ and a /ranks row. Returns the status every worker agrees on. */
 static int gossip_evaluate(trainer *t, long step, double train_s, int status, int *nonfinite) {
     gossip *g = &G;
     model *net = t->net;
@@ -541,7 +545,7 @@ static int gossip_load(trainer *t, ckpt_file *f) {
     if (t->log) {
         int64_t ne = 0;
         rc |= ckpt_get_i64(f, "n_evals", &ne, 1);
-        if (ne < 0 || ne > t->e->iterations / t->e->eval.every + 2) ne = 0, rc = -1;
+        if (ne < 0 || ne > potential_rows(t->e)) ne = 0, rc = -1;
         phi_reserve(g, (long)ne);
         rc |= ckpt_get_f64(f, "potential", g->phi, (size_t)ne);
         g->n_evals = (long)ne;
@@ -682,11 +686,18 @@ static int gossip_init(trainer *t, char *err, size_t errlen) {
 static void gossip_noop(trainer *t) { (void)t; }
 static double gossip_nostep(trainer *t, long s, double a) { (void)t, (void)s, (void)a; return NAN; }
 
+static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
+    a[0] = (runlog_array_spec){"gossip/peers", e->p, e->p, "times", "element [i, j]: steps at which node i chose peer j", 0, 0};
+    a[1] = (runlog_array_spec){"gossip/potential", potential_rows(e), 0, "1",
+                               "diffusion potential sum_i ||theta_i - mean theta||^2 at each evaluation, in /eval row order", 1, 1};
+    return 2;
+}
+
 const method_ops method_gossip_pull = {
     .name = "gossip_pull", .init = gossip_init, .step = gossip_nostep, .eval_prepare = gossip_noop, .finalize = gossip_noop, .run = gossip_run,
-    .save = gossip_save, .load = gossip_load,
+    .save = gossip_save, .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1,
 };
 const method_ops method_gossip_push = {
     .name = "gossip_push", .init = gossip_init, .step = gossip_nostep, .eval_prepare = gossip_noop, .finalize = gossip_noop, .run = gossip_run,
-    .save = gossip_save, .load = gossip_load,
+    .save = gossip_save, .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1,
 };

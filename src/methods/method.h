@@ -9,6 +9,8 @@
  *   finalize  once at the end
  *   run       optional: replaces the whole synchronous loop of train_run (methods whose ranks
  *             do not move in lock-step: ps, easgd, backup; src/methods/server.c)
+ *   runlog_arrays  optional, before any of the above (setup_runlog, on the log rank): the
+ *             method's own run-file arrays, which it then writes by their index (runlog.h)
  *
  * Methods touch parameters only through the flat vectors of src/nn/model.h and communicate
  * only through src/comm/comm.h. */
@@ -31,8 +33,14 @@ struct method_ops {
      * whose ranks hold no state of their own beyond the model's may leave them NULL. */
     int (*save)(trainer *t, ckpt_file *f);
     int (*load)(trainer *t, ckpt_file *f);
+    /* The method's run-file arrays (docs/output.md): fills arrays[0..n), n <= METHOD_MAX_ARRAYS,
+     * and returns n; the method writes array i as runlog index i. NULL: none. */
+    int (*runlog_arrays)(const experiment *e, runlog_array_spec *arrays);
+    int eval_local;                   /* 1: the run file also holds /eval_local (runlog_meta) */
     const struct server_rules *rules; /* methods with servers (src/methods/server.h) */
 };
+
+#define METHOD_MAX_ARRAYS 2
 
 extern const method_ops method_allreduce, method_ps, method_easgd, method_backup, method_gossip_pull, method_gossip_push;
 

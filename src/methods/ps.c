@@ -44,7 +44,14 @@ static const server_rules ps_rules = {
     .iteration = ps_iteration,
 };
 
+static int ps_runlog_arrays(const experiment *e, runlog_array_spec *a) {
+    a[0] = (runlog_array_spec){"ps/staleness_histogram", (long)HIST_BINS_PER_WORKER * e->p, 0, "gradients",
+                               "gradients applied with staleness k (server updates between the worker's pull and its push) = row k; "
+                               "the last row counts k >= rows-1", 0, 0};
+    return 1;
+}
+
 const method_ops method_ps = {
     .name = "ps", .init = server_init, .step = server_nostep, .eval_prepare = server_noop, .finalize = server_noop,
-    .run = server_run, .rules = &ps_rules,
+    .run = server_run, .runlog_arrays = ps_runlog_arrays, .rules = &ps_rules,
 };

@@ -41,7 +41,6 @@ enum {
  * rank (checkpoints), a few more. */
 #define SET_CAP(p, S) (8 * (p) + 6 * (S) + 8)
 #define SNAP_CKPT (-3L) /* server 0 → server k: write the checkpoint of label sreq.steps */
-#define HIST_BINS_PER_WORKER 4
 /* Server 0 sends a keep-alive header this often to the workers that have left and wait for the
  * end of the run (worker_bye), so that their wait is bounded by comm_timeout_s. */
 #define KEEPALIVE_S 1.0

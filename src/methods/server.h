@@ -20,6 +20,9 @@
 #include "comm/comm.h"
 #include "train/train.h"
 
+/* Rows of server 0's staleness histogram (ps): this many per worker. */
+#define HIST_BINS_PER_WORKER 4
+
 /* Header of every message between a worker and a server (either direction). */
 typedef struct {
     int32_t kind;       /* MSG_* (worker to server) */

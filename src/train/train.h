@@ -40,10 +40,10 @@ typedef struct trainer {
                                  the first server (rank p) for methods with servers */
     injector inj;             /* straggler/failure injection of this worker */
     struct gpucomm *gcomm;    /* comm = "nccl": the workers' NCCL communicator (cuda/gpucomm.h),
-                                 made by main.c; NULL otherwise */
-    int gpu_aware;            /* MPI takes CUDA device memory (comm_gpu_aware(), set by main.c) */
+                                 made by setup_model; NULL otherwise */
+    int gpu_aware;            /* MPI takes CUDA device memory (comm_gpu_aware(), set by setup_model) */
 
-    /* Buffers allocated once (train_init), reused every step. */
+    /* Buffers allocated once (setup_model, src/train/setup.c), reused every step. */
     float *x;                 /* (b, c, h, w) training minibatch */
     int *y;                   /* (b) */
     int eval_batch;           /* eval.batch, capped at the most samples one rank evaluates */
@@ -55,7 +55,7 @@ typedef struct trainer {
     phase_times times;
     long step;                /* steps completed (server methods: iterations, see methods.md) */
 
-    /* Checkpoints (src/train/checkpoint.h; set by main.c). */
+    /* Checkpoints (src/train/checkpoint.h; set by resume_prepare). */
     char ckpt_dir[CFG_PATH_MAX + 16]; /* checkpoint directory */
     long resume_label;        /* -1: a fresh run; else continue from the checkpoint after this
                                  many iterations */

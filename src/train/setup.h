@@ -1,0 +1,74 @@
+/* setup.h — the phases of one rank's run, in the order main() (src/main.c) calls them:
+ *   1. main.c: the experiment, read and checked against the MPI world by every rank
+ *   2. setup_data      the training and validation sets, the loader
+ *   3. resume_prepare  the earlier run this one continues; the output and checkpoint directory
+ *      (--check: main.c reports and stops here)
+ *   4. setup_model     threads, GPU, model, buffers, NCCL, the method's init
+ *   5. setup_runlog    the run file (log rank), the start-up lines
+ *   6. train_run       (train.h)
+ *   7. setup_close     the run file closed, the exit status agreed, everything freed
+ * Each phase is collective over the world and ends every rank's run (setup_agree: exit 2 on bad
+ * input) when any rank fails, with the failing rank's message. docs/architecture.md. */
+#ifndef DSGD_SETUP_H
+#define DSGD_SETUP_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config/config.h"
+#include "data/shards.h"
+#include "train/train.h"
+
+/* The threads of one rank (docs/data.md, "Loading"): cores = the CPUs this process may run on
+ * divided by the ranks sharing the node (at least 1); data = data.threads, or for data.format =
+ * "jpeg" a quarter of the cores (at least 1), else none; compute (oneDNN) = `threads`, or the
+ * cores left to it (at least 1); comm = the gossip methods' communication thread (it naps, so it
+ * takes no core from the others but is counted). */
+typedef struct { int cores, compute, data, comm; } thread_budget;
+
+/* What rank 0 decides about an earlier run of the experiment (resume_prepare), for every rank. */
+typedef struct {
+    long label;      /* checkpoint to continue from; -1: start afresh */
+    long finished;   /* the run file says the run completed: nothing to do */
+    long had_ckpt;   /* a checkpoint exists (starting afresh with overwrite = true removes it) */
+    long move_aside; /* resume = "auto", an unfinished run file without a checkpoint: keep it under
+                        another name and start afresh */
+    uint64_t run_id; /* the run's id (checkpoint.h): the checkpoint's when resuming, else new */
+} resume_plan;
+
+/* One rank's run, filled phase by phase. */
+typedef struct {
+    experiment e;                  /* 1 */
+    int check_only;                /* 1: --check (no output is touched) */
+    int world_unchecked;           /* 1: --check without mpiexec: the world size is not known */
+    trainer t;                     /* 1: the rank's role, then every phase; t.e = &e */
+    dataset train, val;            /* 2: JPEG and synthetic sets without pixels (n, c, h, w, classes) */
+    shards *pack_train, *pack_val; /* 2: data.format = "jpeg" */
+    int64_t verified;              /* 2: --check, jpeg: samples decoded */
+    thread_budget budget;          /* 2 */
+    resume_plan plan;              /* 3 */
+    int not_bitwise;               /* 3: a CPU resume with other threads or ISA (checkpoint.bitwise) */
+    char gpu_desc[256], comm_desc[160]; /* 4: "GPU 0 of 1: ...", "; all-reduce: ..." */
+    char device_desc[512];         /* 5: the run file's `device` */
+    int data_array;                /* 5: index of data/decode_warnings (jpeg) */
+} run_setup;
+
+/* Collective: if any rank's status is non-zero, stop every rank (exit with the worst status).
+ * Rank 0 prints its message if it failed; otherwise each failing rank prints its own. */
+void setup_agree(int status, const char *err);
+
+void setup_data(run_setup *r);
+/* Rank 0: continue (--resume: cli_resume, or resume = "auto") or start afresh; the output and the
+ * checkpoint directory are never an input (config_path, the data); then every rank checks its part
+ * of the checkpoint (its threads, ISA, data). A finished run says so and exits 0. */
+void resume_prepare(run_setup *r, const char *config_path, int cli_resume);
+void setup_model(run_setup *r);
+/* argv: the command line the run file records. */
+void setup_runlog(run_setup *r, int argc, char **argv);
+/* Returns the exit status for train_run's status st. */
+int setup_close(run_setup *r, int st);
+
+/* "threads per rank: ..." and a warning line when they are more than the cores. */
+void setup_print_threads(const thread_budget *b, FILE *f);
+
+#endif
