@@ -293,10 +293,12 @@ bench: build/bench_model
 
 # ---- bench-paper: img/s at the papers' shape (ResNet-18 w64, ImageNet stem, 224², b = 16, 32,
 # 2 threads), dsgd-run fp32 and bf16 next to PyTorch fp32 and bf16 autocast, alternating rounds
-# (tools/bench_cpu.py; --other LABEL=PATH adds another bench_model build, e.g. another oneDNN).
+# (tools/bench_cpu.py; its options in BENCH_PAPER, e.g. BENCH_PAPER="--rounds 3 --other
+# 'oneDNN 2.6.3=PATH'": --other adds another bench_model build, e.g. on another oneDNN).
+BENCH_PAPER ?=
 .PHONY: bench-paper
 bench-paper: build/bench_model
-	/usr/bin/python3 tools/bench_cpu.py $(BENCH)
+	/usr/bin/python3 tools/bench_cpu.py $(BENCH_PAPER)
 
 # ---- bench-data (owner: src/data): decode + augment images/s on one core, build/bench_data
 # (tools/bench_data.c) against torchvision (tools/bench_data_torch.py makes the JPEGs from

@@ -216,6 +216,17 @@ static void load_experiment(run_setup *r, cli_args *a) {
         comm_finalize();
         exit(0);
     }
+    /* bf16 on the CPU: refused before anything is written where this node cannot run it.
+     * --check and --print-config may run on a login node of another CPU: a note there. */
+    if (!st && e->precision == PRECISION_BF16 && e->device == DEVICE_CPU && e->model.arch == ARCH_RESNET18 &&
+        !model_cpu_bf16_native()) {
+        seterr(err, sizeof err, "%s: key 'precision': precision = \"bf16\" on the CPU needs AVX512_BF16 (or AMX) instructions, "
+               "and oneDNN runs %s on %s (ONEDNN_MAX_CPU_ISA may cap it); use precision = \"fp32\" there",
+               config_where("precision"), model_cpu_isa(), comm_host());
+        if (!a->check_only) st = EXIT_BADINPUT;
+        else if (comm_rank() == 0) printf("note: %s\n(--check ran on %s; the ranks refuse bf16 at start on a node like it)\n\n", err, comm_host());
+        if (!st) err[0] = '\0';
+    }
     /* `dsgd-run --check` without mpiexec checks everything but the world size. */
     r->check_only = a->check_only;
     r->world_unchecked = a->check_only && comm_size() == 1 && config_world_size(e) != 1;

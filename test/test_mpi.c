@@ -117,6 +117,16 @@ START_TEST(test_bad_input_every_rank) {
     /* Out of range. */
     make_cfg("badrange", "", cfg, h5);
     expect_bad(2, cfg, "--set b=0", "key 'b'", ">= 1");
+    /* bf16 on a CPU without AVX512_BF16 (oneDNN capped at AVX2 here): refused at start with the
+     * key's line, nothing written, not even the checkpoint directory's lock. */
+    make_cfg("bf16cap", "precision = \"bf16\";", cfg, h5);
+    setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);
+    expect_bad(2, cfg, NULL, "bf16cap.cfg:11: key 'precision': precision = \"bf16\" on the CPU needs AVX512_BF16", "runs avx2 on");
+    unsetenv("ONEDNN_MAX_CPU_ISA");
+    char ckpt[600];
+    snprintf(ckpt, sizeof ckpt, "%s/bf16cap.ckpt", g_dir);
+    struct stat sb0;
+    ck_assert_msg(stat(ckpt, &sb0) != 0 && stat(h5, &sb0) != 0, "the refused bf16 run wrote %s or %s", h5, ckpt);
     /* p different from the number of ranks: both numbers named. */
     make_cfg("badp", "", cfg, h5);
     expect_bad(3, cfg, NULL, "p = 2", "started 3");

@@ -18,8 +18,10 @@
  *   make bench                      (builds build/bench_model and runs it, fmnist shape)
  *   build/bench_model [--shape fmnist|imagenet] [--precision fp32,bf16] [--batch 16,32]
  *                     [--threads 1,2] [--reps N] [--steps N] [--width W] [--hw HW]
- * A precision this CPU cannot run (bf16 without AVX512_BF16) prints model_create's message as
- * its row and the others go on. Exit 2 on bad arguments. */
+ * A configuration that cannot be built (bf16 without AVX512_BF16) prints model_create's message
+ * as its row and the others go on; the exit status is then 1. Exit 2 on bad arguments (naming
+ * the argument), 0 for --help. */
+#include <errno.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,12 +52,22 @@ static int parse_list(const char *s, int *out, int max) {
     return *s ? 0 : n;
 }
 
-static int usage(const char *argv0) {
-    fprintf(stderr,
-            "usage: %s [--shape fmnist|imagenet] [--precision fp32,bf16] [--batch B[,B..]] [--threads T[,T..]]\n"
-            "          [--reps 1..100] [--steps N] [--width W] [--hw HW]\n",
+/* The usage, after what was wrong (bad: NULL for --help, which exits 0). */
+static int usage(const char *argv0, const char *bad) {
+    if (bad) fprintf(stderr, "bench_model: %s\n", bad);
+    fprintf(bad ? stderr : stdout,
+            "usage: %s [--shape fmnist|imagenet] [--precision fp32,bf16] [--batch B[,B..] (1..4096)]\n"
+            "          [--threads T[,T..] (1..4096)] [--reps 1..100] [--steps 1..100000] [--width 1..1024] [--hw 8..1024]\n",
             argv0);
-    return EXIT_BADINPUT;
+    return bad ? EXIT_BADINPUT : 0;
+}
+
+/* An integer option in [lo, hi], or -1 (the whole string must be the number). */
+static int int_arg(const char *v, long lo, long hi) {
+    char *end;
+    errno = 0;
+    const long x = strtol(v, &end, 10);
+    return errno || end == v || *end || x < lo || x > hi ? -1 : (int)x;
 }
 
 /* Multiply-accumulates of one forward pass of one image (convolutions and the fc layer). */
@@ -83,34 +95,45 @@ static double forward_macs(const model_spec *s) {
 
 int main(int argc, char **argv) {
     int reps = -1, steps = -1, width = -1, hw = -1, imagenet = 0;
-    int batches[8], nb = 0, threads[8], nt = 0, nprec = 1;
+    int batches[8], nb = 0, threads[8], nt = 0, nprec = 1, failed = 0;
     model_precision precs[2] = {MODEL_FP32, MODEL_BF16};
+    char bad[256];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) return usage(argv[0]);
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(argv[0], NULL);
+        snprintf(bad, sizeof bad, "%s %s: %s", a, v ? v : "", v ? "not a valid value" : "needs a value");
+        if (!v) return usage(argv[0], bad);
         i++;
         if (!strcmp(a, "--shape")) {
-            if (strcmp(v, "fmnist") && strcmp(v, "imagenet")) return usage(argv[0]);
+            if (strcmp(v, "fmnist") && strcmp(v, "imagenet")) return usage(argv[0], bad);
             imagenet = !strcmp(v, "imagenet");
         } else if (!strcmp(a, "--precision")) {
             nprec = 0;
-            for (const char *p = v; *p && nprec < 2;) {
+            for (const char *p = v; *p;) {
                 const size_t len = strcspn(p, ",");
+                if (nprec == 2) return usage(argv[0], bad);
                 if (len == 4 && !strncmp(p, "fp32", 4)) precs[nprec++] = MODEL_FP32;
                 else if (len == 4 && !strncmp(p, "bf16", 4)) precs[nprec++] = MODEL_BF16;
-                else return usage(argv[0]);
+                else return usage(argv[0], bad);
                 p += len + (p[len] == ',');
             }
-            if (!nprec) return usage(argv[0]);
+            if (!nprec) return usage(argv[0], bad);
         } else if (!strcmp(a, "--batch")) {
-            if (!(nb = parse_list(v, batches, 8))) return usage(argv[0]);
+            if (!(nb = parse_list(v, batches, 8))) return usage(argv[0], bad);
         } else if (!strcmp(a, "--threads")) {
-            if (!(nt = parse_list(v, threads, 8))) return usage(argv[0]);
-        } else if (!strcmp(a, "--reps")) reps = atoi(v);
-        else if (!strcmp(a, "--steps")) steps = atoi(v);
-        else if (!strcmp(a, "--width")) width = atoi(v);
-        else if (!strcmp(a, "--hw")) hw = atoi(v);
-        else return usage(argv[0]);
+            if (!(nt = parse_list(v, threads, 8))) return usage(argv[0], bad);
+        } else if (!strcmp(a, "--reps")) {
+            if ((reps = int_arg(v, 1, 100)) < 0) return usage(argv[0], bad);
+        } else if (!strcmp(a, "--steps")) {
+            if ((steps = int_arg(v, 1, 100000)) < 0) return usage(argv[0], bad);
+        } else if (!strcmp(a, "--width")) {
+            if ((width = int_arg(v, 1, 1024)) < 0) return usage(argv[0], bad);
+        } else if (!strcmp(a, "--hw")) {
+            if ((hw = int_arg(v, 8, 1024)) < 0) return usage(argv[0], bad);
+        } else {
+            snprintf(bad, sizeof bad, "unknown option %s", a);
+            return usage(argv[0], bad);
+        }
     }
     if (reps < 0) reps = imagenet ? 5 : 7;
     if (steps < 0) steps = imagenet ? 2 : 5;
@@ -121,7 +144,6 @@ int main(int argc, char **argv) {
         if (imagenet) nt = 1, threads[0] = 2;
         else nt = 2, threads[0] = 1, threads[1] = 2;
     }
-    if (reps < 1 || reps > 100 || steps < 1 || width < 1 || hw < 8) return usage(argv[0]);
     const int in_c = imagenet ? 3 : 1, classes = imagenet ? 1000 : 10, warmup = imagenet ? 2 : 3;
 
     printf("bench_model: ResNet-18 width %d, %s stem, %dx%dx%d input, %d classes; model_train_step\n", width,
@@ -143,6 +165,7 @@ int main(int argc, char **argv) {
                 model *m = model_create(&s, err, sizeof err);
                 if (!m) {
                     printf("%9s %8d %8d  %s\n", pname, n_thr, b, err);
+                    failed = 1;
                     continue;
                 }
                 model_init(m, 1);
@@ -185,5 +208,5 @@ int main(int argc, char **argv) {
                 free(x), free(v), free(y);
                 model_free(m);
             }
-    return 0;
+    return failed ? EXIT_RUNTIME : 0;
 }

@@ -9,8 +9,8 @@
  *   finalize  once at the end
  *   run       optional: replaces the whole synchronous loop of train_run (methods whose ranks
  *             do not move in lock-step: ps, easgd, backup; src/methods/server.c)
- *   runlog_arrays  optional, before any of the above (setup_runlog, on the log rank): the
- *             method's own run-file arrays, which it then writes by their index (runlog.h)
+ *   runlog_arrays  optional, after init and before training (setup_runlog, on the log rank):
+ *             the method's own run-file arrays, which it then writes by their index (runlog.h)
  *
  * Methods touch parameters only through the flat vectors of src/nn/model.h and communicate
  * only through src/comm/comm.h. */

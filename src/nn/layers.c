@@ -354,6 +354,9 @@ static int conv_build(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md,
  * Replaces conv_build's primitives and sets l->lp when every one of them has a jit kernel;
  * otherwise leaves the f32 layer as it is. -1 only on an error. */
 static int conv_lp_build(conv_layer *l, nn_ctx *c, char *err, size_t errlen) {
+    /* Without AVX512_BF16 oneDNN still offers jit bf16 convolutions on AVX-512, emulating the
+     * bf16 products with fp32 arithmetic: slower than fp32 itself, so the layer stays fp32. */
+    if (!nn_bf16_native()) return 0;
     const dnnl_format_tag_t ts = nn_md_tag(l->src_md), td = nn_md_tag(l->dst_md);
     if (ts == dnnl_format_tag_undef || td == dnnl_format_tag_undef) return 0;
     const int train = l->mode == NN_TRAIN;

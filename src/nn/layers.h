@@ -177,7 +177,9 @@ typedef struct {
  * and weight gradient are f32 (oneDNN "Data Types: bf16", "Convolution" data type support). This
  * is the mixed precision of Micikevicius et al. (2018) and of PyTorch's CPU autocast for
  * convolutions, with f32 master weights. A layer whose formats have no jit bf16 kernel
- * (oneDNN's reference loops would be far slower than f32) stays f32: l->lp tells which. */
+ * (oneDNN's reference loops would be far slower than f32) stays f32, and so does every layer
+ * where the CPU lacks AVX512_BF16 (nn_bf16_native: oneDNN would emulate bf16 there): l->lp
+ * tells which. */
 int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
               int stride, int pad, const_dnnl_memory_desc_t src_md, const_dnnl_memory_desc_t dst_md,
               nn_mode mode, int need_dinp, char *err, size_t errlen);

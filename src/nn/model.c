@@ -756,6 +756,9 @@ int model_bf16_convs(const model *m, int *total, char *fp32_names, size_t n) {
     return lp;
 }
 
+int model_cpu_bf16_native(void) { return nn_bf16_native(); }
+const char *model_cpu_isa(void) { return nn_isa_name(); }
+
 void model_backend_version(char *buf, size_t n) {
     const dnnl_version_t *v = dnnl_version();
     char g[256];

@@ -124,6 +124,10 @@ void model_backend_version(char *buf, size_t n);
  * "conv1": oneDNN has no jit bf16 kernel for a 1- or 3-channel nchw input). 0 and *total = 0 on
  * the GPU and for the linear model. */
 int model_bf16_convs(const model *m, int *total, char *fp32_names, size_t n);
+/* Whether this CPU runs bf16 convolutions natively (AVX512_BF16 or AMX, as oneDNN sees it after
+ * ONEDNN_MAX_CPU_ISA; layers.h nn_bf16_native), and the ISA oneDNN runs ("avx2", ...). */
+int model_cpu_bf16_native(void);
+const char *model_cpu_isa(void);
 
 /* ---- devices: the flat vectors on a GPU (model_spec.device = MODEL_CUDA) -------------------
  *

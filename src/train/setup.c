@@ -643,7 +643,7 @@ static void print_start(const run_setup *r) {
     setup_print_threads(&r->budget, stdout);
     if (e->device == DEVICE_CUDA)
         printf("device cuda (%s): rank %d on %s%s\n", precision_name(e->precision), t->rank, r->gpu_desc, r->comm_desc);
-    else if (e->precision != PRECISION_FP32) printf("device %s\n", r->device_desc);
+    else printf("device %s\n", r->device_desc);
     fflush(stdout);
 }
 
