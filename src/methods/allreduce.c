@@ -70,8 +70,6 @@ static double allreduce_step(trainer *t, long step, double alpha) {
 
 static void allreduce_eval_prepare(trainer *t) { train_allreduce_mean(t, MODEL_BN, NULL); }
 
-static void allreduce_finalize(trainer *t) { (void)t; }
-
 /* Checkpoint: θ and v are identical on every rank (rank 0 writes them); BN running statistics
  * are each rank's own. */
 static int allreduce_save(trainer *t, ckpt_file *f) {
@@ -101,7 +99,6 @@ const method_ops method_allreduce = {
     .init = allreduce_init,
     .step = allreduce_step,
     .eval_prepare = allreduce_eval_prepare,
-    .finalize = allreduce_finalize,
     .save = allreduce_save,
     .load = allreduce_load,
 };

@@ -78,6 +78,5 @@ static const server_rules easgd_rules = {
 };
 
 const method_ops method_easgd = {
-    .name = "easgd", .init = server_init, .step = server_nostep, .eval_prepare = server_noop, .finalize = server_noop,
-    .run = server_run, .rules = &easgd_rules,
+    .name = "easgd", .init = server_init, .run = server_run, .rules = &easgd_rules,
 };

@@ -38,6 +38,7 @@
 #include "comm/comm.h"
 #include "methods/method.h"
 #include "optim/sgd.h"
+#include "train/cadence.h"
 #include "train/checkpoint.h"
 #include "util/util.h"
 
@@ -154,7 +155,7 @@ static int gossip_setup(trainer *t, char *err, size_t errlen) {
     g->sent = xcalloc((size_t)p, sizeof(long long));
     g->max_evals = 64; /* grows by doubling: not sized by iterations, which may be huge */
     g->phi = xcalloc((size_t)g->max_evals, sizeof(double));
-    g->gbuf = xmalloc((size_t)p * 4 * sizeof(double)), g->rows = xmalloc((size_t)p * 4 * sizeof(double));
+    g->gbuf = xmalloc((size_t)p * 5 * sizeof(double)), g->rows = xmalloc((size_t)p * 5 * sizeof(double));
     g->m_ask = xmalloc((size_t)p * sizeof(int)), g->m_ans = xmalloc((size_t)p * sizeof(int)), g->m_get = xmalloc((size_t)p * sizeof(int));
     g->m_send = xmalloc((size_t)p * sizeof(int)), g->m_recv = xmalloc((size_t)p * sizeof(int));
     g->last_push = -1, g->last_rep = -1, g->b_req = -1, g->b_push = -1, g->b_quit = -1;
@@ -236,9 +237,7 @@ static void gossip_teardown(void) {
  * lock-step nodes at the largest step announced (they cannot leave a step half done). Every wait
  * of the main thread takes announcements (comm_on_wait), so a node blocked in an exchange or at a
  * meeting still answers. Bound: about two steps of the slowest node after the signal. */
-static int meeting_point(const experiment *e, long c) {
-    return c % e->eval.every == 0 || c == e->iterations || (e->checkpoint.every && c % e->checkpoint.every == 0);
-}
+static int meeting_point(const experiment *e, long c) { return cadence_eval_due(e, c) || cadence_ckpt_due(e, c); }
 
 static void sig_announce(long step) {
     gossip *g = &G;
@@ -424,7 +423,7 @@ static void phi_reserve(gossip *g, long n) {
 
 /* Collective over the workers: evaluate the nodes' average and rank 0's own model, log both,
  * Φ and a /ranks row. Returns the status every worker agrees on. */
-static int gossip_evaluate(trainer *t, long step, double train_s, int status, int *nonfinite) {
+static int gossip_evaluate(trainer *t, long step, double train_s, int status, int *why) {
     gossip *g = &G;
     model *net = t->net;
     float *th = model_params(net), *bn = model_bn(net);
@@ -461,19 +460,11 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
     memcpy(th, g->own, n * sizeof(float));
     if (nbn) memcpy(bn, g->own_bn, nbn * sizeof(float));
 
-    /* /ranks row: each worker's mean times per step since the previous row */
-    /* (NaN for a node with no step since the previous row: a failed node) */
-    const phase_times *c = &t->times;
-    double ns = (double)(g->steps_done - g->prev_done);
-    double mine[4] = {(c->step_s - g->prev.step_s) / ns, (c->compute_s - g->prev.compute_s) / ns, (c->comm_s - g->prev.comm_s) / ns,
-                      (c->wait_s - g->prev.wait_s) / ns};
-    if (ns == 0) mine[0] = mine[1] = mine[2] = mine[3] = NAN;
-    g->prev = *c, g->prev_done = g->steps_done;
-    comm_workers_gather_f64(mine, 4, g->gbuf);
+    /* /ranks row (NaN for a node with no step since the previous row: a failed node) */
+    train_gather_rank_times(t, &g->prev, g->steps_done - g->prev_done, g->gbuf, g->rows);
+    g->prev_done = g->steps_done;
     if (t->log) {
         const int p = g->p;
-        for (int rr = 0; rr < p; rr++)
-            for (int k = 0; k < 4; k++) g->rows[k * p + rr] = g->gbuf[rr * 4 + k];
         double es = wall_time() - ev0;
         printf("gossip step %ld: diffusion potential Φ = Σ‖θ_i − θ̄‖² = %.6g\n", step, d);
         if (step > 0 && runlog_ranks(t->log, step, g->rows, g->rows + p, g->rows + 2 * p, g->rows + 3 * p, NULL) != 0) status = EXIT_RUNTIME;
@@ -482,11 +473,7 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
         if (g->n_evals == g->max_evals) phi_reserve(g, g->n_evals + 1);
         g->phi[g->n_evals++] = d;
     }
-    if (!isfinite(r.loss)) {
-        if (t->log) fprintf(stderr, "dsgd-run: non-finite validation loss at step %ld: the nodes diverged; stopping every rank\n", step);
-        *nonfinite = 1;
-        status = EXIT_RUNTIME;
-    }
+    if (!isfinite(r.loss)) cadence_nonfinite_eval(t, why, step, "the nodes"), status = EXIT_RUNTIME;
     return comm_agree(status);
 }
 
@@ -557,8 +544,9 @@ static int gossip_load(trainer *t, ckpt_file *f) {
 static int gossip_run(trainer *t) {
     gossip *g = &G;
     const experiment *e = t->e;
-    const long total = e->iterations, m = (long)e->p * e->b;
-    int status = EXIT_OK, nonfinite = 0, ckfail = 0;
+    const long total = e->iterations;
+    int status = EXIT_OK;
+    int why = STOPPED_WRITE;
     char err[ERRLEN];
     int st = gossip_setup(t, err, sizeof err);
     st = comm_max_int(st);
@@ -574,7 +562,7 @@ static int gossip_run(trainer *t) {
         /* The communication thread already runs; nobody pulls before the barrier below. */
         status = train_resume(t, &ls);
         s0 = t->step; /* this node's own step: a checkpoint after a signal is a cut at each node's step */
-    } else if (e->eval.at_start) status = gossip_evaluate(t, 0, 0.0, EXIT_OK, &nonfinite);
+    } else if (e->eval.at_start) status = gossip_evaluate(t, 0, 0.0, EXIT_OK, &why);
     g->pos = s0;
     if (g->sig) comm_on_wait(sig_hook); /* every wait of this thread takes announcements */
     comm_workers_barrier();
@@ -600,16 +588,14 @@ static int gossip_run(trainer *t) {
         if (!failed) {
             g->steps_done++;
             double loss = gossip_step(t, s, alpha);
-            if (!isfinite(loss) && !nonfinite) {
-                fprintf(stderr, "dsgd-run: rank %d: non-finite loss or gradient at its step %ld: every rank stops at the next evaluation\n",
-                        t->rank, s + 1);
-                local = EXIT_RUNTIME, nonfinite = 1;
+            if (!isfinite(loss) && why != STOPPED_NONFINITE) {
+                cadence_nonfinite_loss(t, &why, 1, s + 1, alpha, "every rank stops at the next evaluation");
+                local = EXIT_RUNTIME;
             }
             loss_acc += loss, loss_n++;
         }
         t->step = s + 1;
-        const int last = s + 1 == total;
-        if (t->log && ((s + 1) % e->log_every == 0 || last) && loss_n) {
+        if (t->log && cadence_log_due(e, s + 1) && loss_n) {
             if (train_log_train(t, s + 1, train_s + wall_time() - seg, loss_acc / (double)loss_n, alpha, NULL, NULL, NULL, NULL, NULL) != 0)
                 local = EXIT_RUNTIME;
             loss_acc = 0.0, loss_n = 0;
@@ -620,18 +606,18 @@ static int gossip_run(trainer *t) {
             sig_wait_all();
             sigmeet = s + 1 >= sig_target() && !meeting_point(e, s + 1);
         }
-        if ((s + 1) % e->eval.every == 0 || last) {
+        const int eval = cadence_eval_due(e, s + 1), periodic = cadence_ckpt_due(e, s + 1);
+        if (eval) {
             /* The nodes meet: waiting here for slower nodes is training time (the averaged
              * model exists only once every node has done s + 1 steps); the evaluation is not. */
             comm_workers_barrier();
             train_s += wall_time() - seg;
-            status = gossip_evaluate(t, s + 1, train_s, local, &nonfinite);
+            status = gossip_evaluate(t, s + 1, train_s, local, &why);
             seg = wall_time();
         }
         /* Meeting points (evaluations, every checkpoint.every steps) are where the nodes agree
          * on signals and write checkpoints: no extra synchronisation between them. */
-        const int periodic = e->checkpoint.every && (s + 1) % e->checkpoint.every == 0;
-        if (status == EXIT_OK && (periodic || (s + 1) % e->eval.every == 0 || last || sigmeet)) {
+        if (status == EXIT_OK && (periodic || eval || sigmeet)) {
             sig_poll(s + 1);
             const int mine = ckpt_signal_pending() > g->ep_kind ? ckpt_signal_pending() : g->ep_kind;
             t->sig = comm_agree(mine);
@@ -647,15 +633,7 @@ static int gossip_run(trainer *t) {
                 ls = (loop_state){.train_s = train_s, .loss_acc = loss_acc, .loss_n = loss_n, .last_row = t->step};
                 /* after a signal between meeting points each node is at its own step: the
                  * checkpoint's label is the largest */
-                const long label = sigmeet ? comm_max_long(s + 1) : s + 1;
-                status = train_checkpoint(t, label, &ls);
-                ckfail = status != EXIT_OK;
-                if (status == EXIT_OK && t->sig == CKPT_SIG_STOP) {
-                    status = EXIT_INTERRUPTED;
-                    if (t->log) printf("stopped by %s after step %ld; continue with --resume (or resume = \"auto\")\n",
-                                       ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", s + 1);
-                }
-                if (t->sig == CKPT_SIG_SAVE) ckpt_signal_clear_save(), t->sig = CKPT_SIG_NONE;
+                status = cadence_checkpoint(t, &why, sigmeet ? comm_max_long(s + 1) : s + 1, &ls);
                 seg = wall_time();
             }
             if (g->ann) sig_reset();
@@ -670,7 +648,7 @@ static int gossip_run(trainer *t) {
     if (t->log) {
         for (int k = 0; k < g->p * g->p; k++) g->peers[k] = (long long)all[k];
         if (runlog_array(t->log, 0, g->peers) != 0 || runlog_array_rows_f64(t->log, 1, g->phi, g->n_evals) != 0) status = EXIT_RUNTIME;
-        train_log_summary(t, status, nonfinite ? STOPPED_NONFINITE : ckfail ? STOPPED_CHECKPOINT : STOPPED_WRITE, train_s, (double)(t->step * m));
+        train_log_summary(t, status, why, train_s);
     }
     free(row), free(all);
     gossip_teardown();
@@ -683,8 +661,6 @@ static int gossip_init(trainer *t, char *err, size_t errlen) {
     comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
     return 0;
 }
-static void gossip_noop(trainer *t) { (void)t; }
-static double gossip_nostep(trainer *t, long s, double a) { (void)t, (void)s, (void)a; return NAN; }
 
 static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
     a[0] = (runlog_array_spec){"gossip/peers", e->p, e->p, "times", "element [i, j]: steps at which node i chose peer j", 0, 0};
@@ -694,10 +670,10 @@ static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
 }
 
 const method_ops method_gossip_pull = {
-    .name = "gossip_pull", .init = gossip_init, .step = gossip_nostep, .eval_prepare = gossip_noop, .finalize = gossip_noop, .run = gossip_run,
+    .name = "gossip_pull", .init = gossip_init, .run = gossip_run,
     .save = gossip_save, .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1,
 };
 const method_ops method_gossip_push = {
-    .name = "gossip_push", .init = gossip_init, .step = gossip_nostep, .eval_prepare = gossip_noop, .finalize = gossip_noop, .run = gossip_run,
+    .name = "gossip_push", .init = gossip_init, .run = gossip_run,
     .save = gossip_save, .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1,
 };

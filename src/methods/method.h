@@ -1,14 +1,17 @@
 /* method.h — one distributed SGD method = one file in src/methods/ exporting a method_ops table
- * (as nccl-tests has one file per collective). The training loop (src/train/) calls
+ * (as nccl-tests has one file per collective). A method either moves its ranks in lock-step and
+ * gives the synchronous loop of train_run (src/train/train.c) its step, or brings its own loop
+ * (`run`: gossip, whose nodes meet only at evaluations; ps, easgd, backup, which have server
+ * ranks); every loop takes its cadence — when to log, evaluate, checkpoint, stop — from
+ * src/train/cadence.h. Entries:
  *
  *   init      once, after the model is built and initialised identically on every rank
- *   step      once per iteration t (0-based) with the step size α_t; returns the mean loss over
- *             the nodes' minibatches of this step (identical on every rank)
- *   eval_prepare  before each evaluation: make the model each rank evaluates the one the
- *             method's paper evaluates (e.g. average BN statistics across ranks)
- *   finalize  once at the end
- *   run       optional: replaces the whole synchronous loop of train_run (methods whose ranks
- *             do not move in lock-step: ps, easgd, backup; src/methods/server.c)
+ *   step      lock-step methods: once per iteration t (0-based) with the step size α_t; returns
+ *             the mean loss over the nodes' minibatches of this step (identical on every rank;
+ *             NaN: non-finite) and agrees on t->sig
+ *   eval_prepare  lock-step methods, before each evaluation: make the model each rank evaluates
+ *             the one the method's paper evaluates (e.g. average BN statistics across ranks)
+ *   run       the other methods: the whole loop (NULL: train_run's, with step and eval_prepare)
  *   runlog_arrays  optional, after init and before training (setup_runlog, on the log rank):
  *             the method's own run-file arrays, which it then writes by their index (runlog.h)
  *
@@ -26,7 +29,6 @@ struct method_ops {
     int (*init)(trainer *t, char *err, size_t errlen);
     double (*step)(trainer *t, long step, double alpha);
     void (*eval_prepare)(trainer *t);
-    void (*finalize)(trainer *t);
     int (*run)(trainer *t);
     /* Checkpoints (src/train/checkpoint.h): write this rank's method state into f / read it back
      * (after init; f is this rank's file). Return 0 or -1 (message in ckpt_error(f)). Methods

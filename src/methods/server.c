@@ -26,6 +26,7 @@
 
 #include "methods/method.h"
 #include "optim/sgd.h"
+#include "train/cadence.h"
 #include "train/checkpoint.h"
 #include "util/util.h"
 
@@ -296,7 +297,8 @@ static int worker_run(trainer *t) {
             t->times.update_s += wall_time() - u0;
         }
         if (!finite) {
-            fprintf(stderr, "dsgd-run: rank %d: non-finite loss or gradient at its step %ld: stopping every rank\n", t->rank, s + 1);
+            int why = STOPPED_WRITE;
+            cadence_nonfinite_loss(t, &why, 1, s + 1, alpha_at(e, s), "stopping every rank");
             worker_exchange(t, &w, MSG_DIVERGED, s + 1);
             worker_bye(t, &w);
             status = EXIT_RUNTIME;
@@ -420,7 +422,8 @@ typedef struct {
     msg_hdr *prev;                    /* (p) header at the previous /ranks row */
     double *rows;                     /* (4p) */
     double t_start;
-    int status, nonfinite;
+    int status;
+    int why;                          /* STOPPED_* (cadence.h) */
     /* checkpoints */
     long next_ckpt;                   /* server 0: iteration of the next periodic checkpoint */
     long go;                          /* server k > 0: label server 0 asked to write (-1: none) */
@@ -572,7 +575,7 @@ static void maybe_log(server_ctx *c, int force) {
     const experiment *e = t->e;
     long it = srv_iteration(sv);
     if (!force && it < c->next_log) return;
-    while (c->next_log <= it) c->next_log += e->log_every;
+    c->next_log = cadence_next(it, e->log_every);
     if (c->n_loss == 0 || it <= c->last_row) return; /* one row per iteration count, from 1 */
     c->last_row = it;
     const int p = sv->p;
@@ -660,10 +663,8 @@ static void eval_collect(server_ctx *c, int wait) {
     c->last_eval = c->q.eval_label;
     if (train_log_eval(t, c->q.eval_label, c->q.eval_time, &c->ev.r, c->ev.seconds, 0) != 0) c->status = EXIT_RUNTIME;
     if (!isfinite(c->ev.r.loss)) {
-        fprintf(stderr, "dsgd-run: non-finite validation loss at iteration %ld: the center diverged; stopping every rank\n",
-                c->q.eval_label);
+        cadence_nonfinite_eval(t, &c->why, c->q.eval_label, "the center");
         c->sv.diverged = 1;
-        c->nonfinite = 1;
         c->status = EXIT_RUNTIME;
     }
 }
@@ -683,7 +684,7 @@ static void server0_progress(server_ctx *c) {
     long it = srv_iteration(sv);
     if (c->next_ckpt > 0 && it >= c->next_ckpt && it < e->iterations) {
         srv_pause(sv, CKPT_SIG_SAVE);
-        while (c->next_ckpt <= it) c->next_ckpt += e->checkpoint.every;
+        c->next_ckpt = cadence_next(it, e->checkpoint.every);
     }
     while (c->next_eval <= it && c->next_eval < e->iterations) {
         if (!c->q.asked && !c->q.ready) snapshot_begin(c, c->next_eval);
@@ -942,10 +943,10 @@ static int ckpt_round(server_ctx *c) {
     if (!worst) {
         t->n_checkpoints++;
         printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0);
-        if (stop) printf("stopped by %s after iteration %ld; continue with --resume (or resume = \"auto\")\n",
-                         ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", label);
         fflush(stdout);
+        if (stop) cadence_say_stopped(label);
     }
+    if (worst) c->why = STOPPED_CHECKPOINT;
     srv_unpause(sv);
     c->t_start += wall_time() - t0; /* a checkpoint is not training time */
     return worst ? EXIT_RUNTIME : stop ? EXIT_INTERRUPTED : 0;
@@ -1128,10 +1129,10 @@ summary:
     if (e->method == METHOD_BACKUP) dropped_reserve(sv, it < e->iterations ? it : (long)e->iterations);
     if (e->method == METHOD_BACKUP && runlog_array_rows(t->log, 0, sv->dropped, it < e->iterations ? it : e->iterations) != 0)
         c->status = EXIT_RUNTIME; /* one element per step completed (docs/output.md) */
-    int why = c->nonfinite ? STOPPED_NONFINITE : c->stopped && c->status == EXIT_RUNTIME ? STOPPED_CHECKPOINT : STOPPED_WRITE;
+    int why = c->why;
     if (sv->diverged) why = STOPPED_NONFINITE, c->status = EXIT_RUNTIME;
     else if (sv->starved) why = STOPPED_WORKERS, c->status = EXIT_RUNTIME;
-    train_log_summary(t, c->status, why, train_s, (double)it * (double)e->p * (double)e->b);
+    train_log_summary(t, c->status, why, train_s);
     if (c->q.skipped) printf("%ld evaluation(s) skipped: evaluating the center took longer than eval.every iterations\n", c->q.skipped);
     if (e->method == METHOD_BACKUP)
         printf("backup: %lld gradients dropped (arrived after the first N = %d of their step)\n", sv->n_dropped, e->p - e->backups);
@@ -1175,5 +1176,3 @@ int server_init(trainer *t, char *err, size_t errlen) {
     comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
     return 0;
 }
-void server_noop(trainer *t) { (void)t; }
-double server_nostep(trainer *t, long step, double alpha) { (void)t, (void)step, (void)alpha; return NAN; }

@@ -123,7 +123,5 @@ void srv_count_dropped(srv *sv, long v);
 /* method_ops.run of the server methods. */
 int server_run(trainer *t);
 int server_init(trainer *t, char *err, size_t errlen);
-void server_noop(trainer *t);
-double server_nostep(trainer *t, long step, double alpha);
 
 #endif

@@ -1,7 +1,7 @@
-/* train.c — the training loop (see train.h): α schedule, the method's step, progress lines,
- * /train and /ranks rows, evaluation every eval.every steps and at the end, and the
- * non-finite stop. Methods with servers (ps, easgd, backup) bring their own loop
- * (method_ops.run, src/methods/server.c) and use the logging functions here.
+/* train.c — the training loop of the lock-step methods (see train.h): α schedule, the method's
+ * step, progress lines, /train and /ranks rows, evaluation, checkpoints and the non-finite stop
+ * when src/train/cadence.h says they are due. Gossip and the methods with servers bring their
+ * own loop (method_ops.run) and use the same cadence and the logging functions here.
  *
  * Time axis of the synchronous loop: time_s is the wall clock since training began with
  * evaluation time excluded, so curves of different methods compare training speed only
@@ -19,6 +19,7 @@
 #include "methods/method.h"
 #include "nn/layers.h"
 #include "optim/sgd.h"
+#include "train/cadence.h"
 #include "train/checkpoint.h"
 #include "util/util.h"
 
@@ -288,9 +289,9 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
     return 0;
 }
 
-void train_log_summary(trainer *t, int status, int why, double train_s, double images) {
+void train_log_summary(trainer *t, int status, int why, double train_s) {
     const long m = (long)t->e->p * t->e->b;
-    double ips = train_s > 0 ? images / train_s : 0.0;
+    double ips = train_s > 0 ? (double)(t->step * m) / train_s : 0.0;
     printf("%s: %ld steps, %.1f s training%s, %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : status == EXIT_INTERRUPTED ? "interrupted" : "stopped", t->step, train_s,
            t->e->method == METHOD_ALLREDUCE ? " (evaluation excluded)" : "", ips, m);
     runlog_set_attr_double(t->log, "train_time_s", train_s);
@@ -412,32 +413,24 @@ int train_resume(trainer *t, loop_state *ls) {
 /* Evaluate the model the method designates (collective over the workers) after `step` steps
  * and `train_s` seconds of training; the log rank prints and appends the /eval row. Returns the
  * status all ranks agree on: the worst of every rank's `status` and the log rank's writes. */
-static int evaluate_and_log(trainer *t, long step, double train_s, int status, int *nonfinite) {
+static int evaluate_and_log(trainer *t, long step, double train_s, int status, int *why) {
     t->method->eval_prepare(t);
     double ev0 = wall_time();
     eval_result r = train_evaluate(t);
     if (t->log && train_log_eval(t, step, train_s, &r, wall_time() - ev0, 0) != 0) status = EXIT_RUNTIME;
     /* A diverged model (e.g. BN running statistics overflowed) can train on finite losses yet
      * evaluate to NaN; the reduced loss is the same on every rank, so all stop together. */
-    if (!isfinite(r.loss)) {
-        if (t->log)
-            fprintf(stderr, "dsgd-run: non-finite validation loss at step %ld: the model diverged; stopping every rank; "
-                            "%s keeps what was logged. Try a smaller alpha.base or a warm-up.\n",
-                    step, t->e->output);
-        *nonfinite = 1;
-        status = EXIT_RUNTIME;
-    }
+    if (!isfinite(r.loss)) cadence_nonfinite_eval(t, why, step, "the model"), status = EXIT_RUNTIME;
     /* The log rank's output failure stops everyone together. */
     return comm_agree(status);
 }
 
-/* Collective over the workers: each worker's mean seconds per step since the previous row
- * (step, compute, comm, wait, data), gathered on worker 0 into out (5 arrays of p). */
-static void gather_rank_times(trainer *t, phase_times *prev, long steps, double *buf, double *out) {
+void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *buf, double *out) {
     const phase_times *c = &t->times;
-    double n = steps > 0 ? (double)steps : 1.0;
+    const double n = (double)steps;
     double mine[5] = {(c->step_s - prev->step_s) / n, (c->compute_s - prev->compute_s) / n, (c->comm_s - prev->comm_s) / n,
                       (c->wait_s - prev->wait_s) / n, (c->data_s - prev->data_s) / n};
+    if (steps == 0) mine[0] = mine[1] = mine[2] = mine[3] = mine[4] = NAN;
     *prev = *c;
     comm_workers_gather_f64(mine, 5, buf);
     if (t->worker == 0)
@@ -449,8 +442,8 @@ int train_run(trainer *t) {
     if (t->method->run) return t->method->run(t);
     const experiment *e = t->e;
     const long total = e->iterations;
-    const long m = (long)e->p * e->b;
-    int status = EXIT_OK, nonfinite = 0, ckfail = 0;
+    int status = EXIT_OK;
+    int why = STOPPED_WRITE;
 
     loop_state ls = {.prev = t->times};
     double train_s = 0.0;       /* training wall clock, evaluation excluded */
@@ -462,7 +455,7 @@ int train_run(trainer *t) {
         status = train_resume(t, &ls);
         s0 = t->resume_label;
         train_s = ls.train_s, loss_acc = ls.loss_acc, loss_n = ls.loss_n, last_row = ls.last_row;
-    } else if (e->eval.at_start) status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &nonfinite);
+    } else if (e->eval.at_start) status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &why);
     phase_times prev = ls.prev;
 
     comm_barrier();
@@ -471,25 +464,19 @@ int train_run(trainer *t) {
         const double alpha = alpha_at(e, s);
         ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
         const double loss = t->method->step(t, s, alpha);
-        if (!isfinite(loss)) {
+        if (!isfinite(loss)) { /* the same mean loss on every rank: all stop here */
             train_s += wall_time() - seg_start;
-            if (t->log)
-                fprintf(stderr,
-                        "dsgd-run: non-finite loss or gradient at step %ld (α = %.4g): stopping every rank; "
-                        "%s keeps what was logged. Try a smaller alpha.base or a warm-up.\n",
-                        s + 1, alpha, e->output);
+            cadence_nonfinite_loss(t, &why, 0, s + 1, alpha, "stopping every rank");
             status = EXIT_RUNTIME;
-            nonfinite = 1;
             break;
         }
         t->step = s + 1;
         loss_acc += loss;
         loss_n++;
 
-        const int last = (s + 1 == total);
-        if ((s + 1) % e->log_every == 0 || last) {
+        if (cadence_log_due(e, s + 1)) {
             double now = train_s + (wall_time() - seg_start);
-            gather_rank_times(t, &prev, s + 1 - last_row, gbuf, rows);
+            train_gather_rank_times(t, &prev, s + 1 - last_row, gbuf, rows);
             last_row = s + 1;
             if (t->log && train_log_train(t, s + 1, now, loss_acc / (double)loss_n, alpha, rows, rows + t->p, rows + 2 * t->p,
                                           rows + 3 * t->p, rows + 4 * t->p) != 0)
@@ -498,9 +485,9 @@ int train_run(trainer *t) {
             loss_n = 0;
         }
 
-        if ((s + 1) % e->eval.every == 0 || last) {
+        if (cadence_eval_due(e, s + 1)) {
             train_s += wall_time() - seg_start;
-            status = evaluate_and_log(t, s + 1, train_s, status, &nonfinite);
+            status = evaluate_and_log(t, s + 1, train_s, status, &why);
             if (status != EXIT_OK) break;
             seg_start = wall_time();
         }
@@ -508,27 +495,19 @@ int train_run(trainer *t) {
         /* A checkpoint every checkpoint.every steps, and when a signal asked for one (the
          * method's step agreed on t->sig, so every rank decides alike); its time is excluded
          * from the time axis like evaluation. */
-        if ((e->checkpoint.every && (s + 1) % e->checkpoint.every == 0) || t->sig) {
+        if (cadence_ckpt_due(e, s + 1) || t->sig) {
             train_s += wall_time() - seg_start;
             ls = (loop_state){.train_s = train_s, .loss_acc = loss_acc, .loss_n = loss_n, .last_row = last_row, .prev = prev};
-            status = train_checkpoint(t, s + 1, &ls);
-            ckfail = status != EXIT_OK;
-            if (status == EXIT_OK && t->sig == CKPT_SIG_STOP) {
-                status = EXIT_INTERRUPTED;
-                if (t->log) printf("stopped by %s after step %ld; continue with --resume (or resume = \"auto\")\n", ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", s + 1);
-                break;
-            }
-            if (t->sig == CKPT_SIG_SAVE) ckpt_signal_clear_save(), t->sig = CKPT_SIG_NONE;
+            if ((status = cadence_checkpoint(t, &why, s + 1, &ls)) != EXIT_OK) break;
             seg_start = wall_time();
         }
     }
-    t->method->finalize(t);
     free(gbuf), free(rows);
 
     if (t->log) {
         const double steps = t->step > 0 ? (double)t->step : 1.0;
         const phase_times *ph = &t->times;
-        train_log_summary(t, status, nonfinite ? STOPPED_NONFINITE : ckfail ? STOPPED_CHECKPOINT : STOPPED_WRITE, train_s, (double)(t->step * m));
+        train_log_summary(t, status, why, train_s);
         printf("rank 0 time per step: data %.2f ms, compute %.2f ms, communication %.2f ms (waiting %.2f ms), update %.2f ms\n",
                1e3 * ph->data_s / steps, 1e3 * ph->compute_s / steps, 1e3 * ph->comm_s / steps, 1e3 * ph->wait_s / steps,
                1e3 * ph->update_s / steps);

@@ -146,6 +146,11 @@ int train_log_train(trainer *t, long step, double time_s, double loss, double al
  * evaluation took (for the ETA). Returns 0 or EXIT_RUNTIME after a write error (printed). */
 int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, double eval_s, int local);
 
+/* Collective over the workers: each worker's mean seconds per step over the `steps` since the
+ * times in *prev (then updated): step, compute, comm, wait, data (NaN after no step), gathered
+ * on worker 0 into out (5 arrays of p; buf: 5·p scratch). The /ranks rows. */
+void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *buf, double *out);
+
 /* Why a run stopped early (the run file's `status`): a run-file write error, a non-finite
  * loss or gradient, or too few workers left to complete a step (backup); a status of
  * EXIT_INTERRUPTED needs no reason. */
@@ -153,9 +158,8 @@ enum { STOPPED_WRITE = 0, STOPPED_NONFINITE = 1, STOPPED_WORKERS = 2, STOPPED_CH
 /* status EXIT_INTERRUPTED (checkpoint.h): "stopped: <signal> after step N; checkpoint written". */
 
 /* Log rank: the end-of-run summary lines and run-file attributes. why: STOPPED_* (used when
- * status != EXIT_OK); images: training images processed by all workers; train_s: training
- * wall clock. */
-void train_log_summary(trainer *t, int status, int why, double train_s, double images);
+ * status != EXIT_OK); train_s: training wall clock; t->step steps of m = p·b images done. */
+void train_log_summary(trainer *t, int status, int why, double train_s);
 
 /* The training-loop state a checkpoint carries besides the model and the method's state: kept
  * by the log rank (loss_acc.. prev) and by every rank (times). */
