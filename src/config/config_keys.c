@@ -1,0 +1,326 @@
+/* config_keys.c — the key table: every key of the experiment file with its type, field, range,
+ * default, unit and one line of documentation (keys[]), from which config.c loads and validates
+ * and config_print.c prints; the names of the enums' values; finding a key, and "did you mean";
+ * reading and writing the field a key describes. */
+#include "config_internal.h"
+
+#include "util/util.h"
+
+#include <limits.h>
+#include <string.h>
+/* The names of each enum's values, in the order of its enum (config.h). */
+static const char *const method_names[] = {"allreduce", "ps", "easgd", "gossip_pull", "gossip_push", "backup"};
+static const char *const schedule_names[] = {"step", "constant", "cosine"};
+static const char *const stem_names[] = {"cifar", "imagenet"};
+static const char *const arch_names[] = {"resnet18", "linear"};
+static const char *const format_names[] = {"idx", "jpeg", "synthetic"};
+static const char *const augment_names[] = {"scale", "rrc", "none"};
+static const char *const interp_names[] = {"auto", "bicubic", "bilinear"};
+static const char *const comm_names[] = {"mpi", "nccl"};
+static const char *const resume_names[] = {"never", "auto"};
+static const char *const device_names[] = {"cpu", "cuda"};
+static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
+static const char *const gossip_order_names[] = {"stale", "fresh"};
+static const char *const delay_dist_names[] = {"fixed", "exponential", "lognormal"};
+
+#define NNAMES(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define FSIZE(f) sizeof(((experiment *)0)->f)
+#define K_INT(k, f, d, l, h, u, doc_)                                                           \
+    { .key = k, .type = KT_INT, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d,   \
+      .ilo = l, .ihi = h, .unit = u, .doc = doc_ }
+#define K_INT64(k, f, d, l, u, doc_)                                                            \
+    { .key = k, .type = KT_INT64, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d, \
+      .ilo = l, .ihi = LLONG_MAX, .unit = u, .doc = doc_ }
+#define K_FLOAT(k, f, d, hl, lopen, l, hh, hopen, h, u, doc_)                                   \
+    { .key = k, .type = KT_FLOAT, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d, \
+      .has_lo = hl, .lo_open = lopen, .lo = l, .has_hi = hh, .hi_open = hopen, .hi = h,        \
+      .unit = u, .doc = doc_ }
+#define K_BOOL(k, f, d, doc_)                                                                   \
+    { .key = k, .type = KT_BOOL, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d,  \
+      .unit = "", .doc = doc_ }
+#define K_STRING(k, f, d, chk, u, doc_)                                                         \
+    { .key = k, .type = KT_STRING, .off = offsetof(experiment, f), .size = FSIZE(f),           \
+      .dflt_s = d, .str_check = chk, .unit = u, .doc = doc_ }
+#define K_ENUM(k, f, d, nm, blt, pl, nn, doc_)                                                  \
+    { .key = k, .type = KT_ENUM, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d,  \
+      .names = nm, .n_names = NNAMES(nm), .built = blt, .planned = pl, .noun = nn, .unit = "", \
+      .doc = doc_ }
+
+/* A strictly increasing list of integers, each in [l, hk) (hk: another integer key). */
+#define K_LIST(k, f, fn, ei, l, hk, el, els, vals, note, u, doc_)                               \
+    { .key = k, .type = KT_LIST, .off = offsetof(experiment, f), .size = FSIZE(f),             \
+      .off_n = offsetof(experiment, fn), .elem_int = ei, .n_max = (int)(FSIZE(f) / FSIZE(f[0])), \
+      .ilo = l, .ihi = LLONG_MAX, .hi_key = hk, .hi_open = 1, .elem = el, .elems = els,        \
+      .values = vals, .hi_note = note, .unit = u, .doc = doc_ }
+
+/* A fixed-size int array (KT_INTS): each element in [l, h], default dv (n_max values). */
+#define K_INTS(k, f, dv, l, h, nd, u, doc_)                                                      \
+    { .key = k, .type = KT_INTS, .off = offsetof(experiment, f), .size = FSIZE(f),             \
+      .n_max = (int)(FSIZE(f) / FSIZE(f[0])), .ilo = l, .ihi = h, .dflt_ints = dv, .nondecr = nd, \
+      .unit = u, .doc = doc_ }
+
+#define FASHION "/usr/share/datasets/fashion-mnist/"
+static const int dflt_scale[2] = {256, 480}, dflt_shape[3] = {3, 224, 224};
+
+/* Defaults are the paper's (Jin et al. 2016 §4.2): α = 0.1, Nesterov µ = 0.9, λ = 1e-4,
+ * EASGD τ = 10, β = 0.8. Groups must be contiguous (config_to_text relies on it). */
+const key_def keys[] = {
+    K_STRING("name", name, "dsgd", S_RUNNAME, "",
+             "run name: progress lines, provenance, default output runs/<name>.h5"),
+    { .key = "seed", .type = KT_INT64, .off = offsetof(experiment, seed), .size = FSIZE(seed), .u64 = 1,
+      .dflt = 1, .ilo = 0, .ihi = LLONG_MAX, .unit = "",
+      .doc = "seeds the initialisation and the per-epoch permutation of the training set" },
+    K_ENUM("method", method, METHOD_ALLREDUCE, method_names,
+           0x3fu, "planned",
+           "methods", "distributed SGD method (Jin et al. 2016 §3; backup: Chen et al. 2016)"),
+    K_INT("p", p, 1, 1, INT_MAX, "ranks",
+          "worker ranks; the MPI world is p ranks, p + servers for ps, easgd and backup"),
+    K_INT("b", b, 32, 1, INT_MAX, "samples",
+          "per-node minibatch; the aggregate minibatch is m = p*b"),
+    K_INT64("iterations", iterations, 1000, 1, "iterations", "SGD steps per node"),
+    K_FLOAT("alpha.base", alpha.base, 0.1, 1, 1, 0, 0, 0, 0, "",
+            "base learning rate α_0 (after warm-up, before the schedule)"),
+    K_ENUM("alpha.schedule", alpha.schedule, SCHED_STEP, schedule_names, 0x7u, NULL, "schedules",
+           "learning-rate schedule: step (×factor at each of steps), constant, cosine (decay to 0)"),
+    K_LIST("alpha.steps", alpha.steps, alpha.n_steps, 0, 1, "iterations", "step", "steps", "iterations",
+           " (a step at the last iteration would never take effect)", "iterations",
+           "the step schedule multiplies α by factor once this many iterations are done"),
+    K_FLOAT("alpha.factor", alpha.factor, 0.1, 1, 0, 0, 1, 0, 1, "",
+            "multiplier of α at each step of the step schedule"),
+    { .key = "alpha.warmup", .type = KT_INT64, .off = offsetof(experiment, alpha.warmup),
+      .size = FSIZE(alpha.warmup), .dflt = 0, .ilo = 0, .ihi = LLONG_MAX, .hi_key = "iterations",
+      .hi_open = 1, .unit = "iterations",
+      .doc = "linear warm-up from α_0/warmup to α_0 over this many iterations (0: none)" },
+    K_FLOAT("momentum", momentum, 0.9, 1, 0, 0, 1, 1, 1, "", "momentum µ"),
+    K_BOOL("nesterov", nesterov, 1, "Nesterov momentum (the paper) if true, heavy ball if false"),
+    K_FLOAT("weight_decay", weight_decay, 1e-4, 1, 0, 0, 0, 0, 0, "",
+            "L2 weight decay λ (added to the gradient as λ·w)"),
+    K_INT("tau", tau, 10, 1, INT_MAX, "iterations", "EASGD communication period τ (used by easgd)"),
+    K_FLOAT("beta", beta, 0.8, 1, 1, 0, 1, 0, 1, "", "EASGD moving rate β = p·a (used by easgd)"),
+    K_INT("servers", servers, 1, 1, 64, "ranks",
+          "parameter-server ranks (ps, easgd, backup), started after the p workers; parameters are sharded over them"),
+    { .key = "backups", .type = KT_INT, .off = offsetof(experiment, backups), .size = FSIZE(backups),
+      .dflt = 0, .ilo = 0, .ihi = INT_MAX, .hi_key = "p", .hi_open = 1, .unit = "ranks",
+      .doc = "backup workers (backup, Chen et al. 2016): each step aggregates the first N = p - backups gradients" },
+    K_BOOL("synchronous", synchronous, 0,
+           "easgd, gossip_pull, gossip_push: the synchronous form (all nodes exchange in lock-step)"),
+    K_ENUM("gossip_order", gossip_order, GOSSIP_STALE, gossip_order_names, 0x3u, NULL, "orders",
+           "gossip (Jin et al. §6.2): stale = gradient step and gossip from the same θ; fresh = gradient step first, then gossip"),
+    K_FLOAT("comm_timeout_s", comm_timeout_s, 300, 1, 1, 0, 0, 0, 0, "s",
+            "no rank waits longer for another: a synchronous wait stops every rank (exit 1), a silent worker is given up on (docs/reliability.md)"),
+    K_LIST("inject.slow_ranks", inject.slow_ranks, inject.n_slow_ranks, 1, 0, "p", "worker rank", "worker ranks",
+           "worker ranks", " (workers are numbered 0 to p-1)", "ranks",
+           "workers delayed on every step (by a delay drawn from delay_dist with mean delay_ms)"),
+    K_FLOAT("inject.delay_ms", inject.delay_ms, 0, 1, 0, 0, 1, 0, 3.6e6, "ms",
+            "mean extra time of a delayed step (slept, not computed; a SIGTERM ends the sleep); 0: no delays; at most "
+            "an hour"),
+    K_ENUM("inject.delay_dist", inject.delay_dist, DELAY_FIXED, delay_dist_names, 0x7u, NULL, "distributions",
+           "distribution of each delay: fixed (delay_ms), exponential (mean delay_ms), lognormal (σ = 1, mean delay_ms)"),
+    K_FLOAT("inject.random_slow", inject.random_slow, 0, 1, 0, 0, 1, 0, 1, "",
+            "probability that, on each step, one worker drawn uniformly (the same on every rank) is delayed"),
+    { .key = "inject.fail_rank", .type = KT_INT, .off = offsetof(experiment, inject.fail_rank),
+      .size = FSIZE(inject.fail_rank), .dflt = -1, .ilo = -1, .ihi = INT_MAX, .hi_key = "p", .hi_open = 1,
+      .unit = "", .doc = "worker that stops for good at fail_step (a simulated failure); -1: none" },
+    { .key = "inject.fail_step", .type = KT_INT64, .off = offsetof(experiment, inject.fail_step),
+      .size = FSIZE(inject.fail_step), .dflt = 0, .ilo = 0, .ihi = LLONG_MAX, .hi_key = "iterations",
+      .hi_open = 1, .unit = "iterations",
+      .doc = "0-based step at which fail_rank stops (it completes fail_step steps)" },
+    K_ENUM("model.arch", model.arch, ARCH_RESNET18, arch_names, 0x3u, NULL, "architectures",
+           "network: resnet18, or linear (multinomial logistic regression, for fast tests)"),
+    K_INT("model.width", model.width, 64, 1, 1024, "channels",
+          "channels of the first stage (64 in the paper; doubled at each stage); linear ignores it"),
+    K_ENUM("model.stem", model.stem, STEM_IMAGENET, stem_names, 0x3u, NULL, "stems",
+           "imagenet: 7x7/2 conv + 3x3/2 max-pool; cifar: 3x3/1 conv, no pool; linear ignores it"),
+    K_ENUM("data.format", data.format, FORMAT_IDX, format_names, 0x7u, NULL, "formats",
+           "idx: IDX files (MNIST / Fashion-MNIST; .gz read directly); jpeg: a pack of JPEG shards (dsgd-run "
+           "--pack, data.dir; docs/data.md); synthetic: random inputs of data.shape, labels in [0, data.classes), "
+           "made once (throughput and scaling studies; the run file says so)"),
+    K_STRING("data.train_images", data.train_images, FASHION "train-images-idx3-ubyte.gz",
+             S_NONEMPTY, "path", "training images (relative paths: to the current directory)"),
+    K_STRING("data.train_labels", data.train_labels, FASHION "train-labels-idx1-ubyte.gz",
+             S_NONEMPTY, "path", "training labels"),
+    K_STRING("data.val_images", data.val_images, FASHION "t10k-images-idx3-ubyte.gz",
+             S_NONEMPTY, "path", "validation images"),
+    K_STRING("data.val_labels", data.val_labels, FASHION "t10k-labels-idx1-ubyte.gz",
+             S_NONEMPTY, "path", "validation labels"),
+    K_STRING("data.dir", data.dir, "", S_ANY, "path",
+             "jpeg: the pack directory written by dsgd-run --pack (index.h5 and the train/val shards)"),
+    K_INT("data.threads", data.threads, 0, 0, 1024, "threads",
+          "jpeg: decode threads per rank, working ahead of training; 0: a quarter of the rank's cores, at least 1 "
+          "(docs/data.md, Loading)"),
+    K_ENUM("data.augment", data.augment, AUGMENT_SCALE, augment_names, 0x7u, NULL, "augmentations",
+           "jpeg training transform: scale (He et al. 2015 §3.4: shorter side in data.scale, random crop, flip, PCA "
+           "lighting), rrc (torchvision RandomResizedCrop + flip), none (shorter side to data.crop, centre crop)"),
+    K_INT("data.crop", data.crop, 224, 1, 4096, "pixels", "jpeg: side of the square network input (training and evaluation)"),
+    K_INTS("data.scale", data.scale, dflt_scale, 1, 65535, 1, "pixels",
+           "jpeg, augment scale: [min, max] of the shorter side S, drawn uniformly in the integers; min >= data.crop"),
+    K_INT("data.eval_resize", data.eval_resize, 256, 1, 65535, "pixels",
+          "jpeg evaluation: shorter side resized to this, then the centre data.crop square; >= data.crop"),
+    K_ENUM("data.interp", data.interp, INTERP_AUTO, interp_names, 0x7u, NULL, "interpolations",
+           "jpeg resampling (Pillow's, antialiased): auto = bicubic for scale and none (fb.resnet.torch's image.scale, "
+           "the recipe the paper follows), bilinear for rrc (torchvision's default); evaluation uses the same"),
+    K_INTS("data.shape", data.shape, dflt_shape, 1, 4096, 0, "",
+           "synthetic: [channels, height, width] of an input"),
+    K_INT("data.classes", data.classes, 0, 0, 32767, "classes",
+          "synthetic: number of classes (0: 1000, ImageNet's); idx, jpeg: 0 = the data's, else must equal the data's"),
+    K_INT64("eval.every", eval.every, 500, 1, "iterations",
+            "evaluate on the validation set every this many iterations, and at the end"),
+    K_INT("eval.batch", eval.batch, 250, 1, INT_MAX, "samples", "evaluation minibatch per rank"),
+    K_BOOL("eval.at_start", eval.at_start, 1,
+           "also evaluate the initial model (step 0), so curves start at iteration 0"),
+    K_INT64("log_every", log_every, 20, 1, "iterations",
+            "progress line and /train row every this many iterations"),
+    K_INT("threads", threads, 0, 0, 1024, "threads",
+          "compute threads per rank; 0: the node's cores / the ranks on the node"),
+    K_STRING("output", output, "", S_ANY, "path",
+             "HDF5 run file; \"\" means runs/<name>.h5; never an input of the run (experiment file, data files), "
+             "whatever overwrite says"),
+    K_BOOL("overwrite", overwrite, 0, "replace an existing output file instead of refusing"),
+    K_ENUM("resume", resume, RESUME_NEVER, resume_names, 0x3u, NULL, "resume modes",
+           "never: start afresh (an existing output is refused); auto: continue from the checkpoint and run file "
+           "of an earlier run of this experiment if there is a checkpoint, else start afresh (--resume: must continue)"),
+    K_INT64("checkpoint.every", checkpoint.every, 0, 0, "iterations",
+            "write a checkpoint every this many iterations (0: only on SIGTERM / SIGUSR1); see docs/checkpoint.md"),
+    K_STRING("checkpoint.path", checkpoint.path, "", S_ANY, "path",
+             "checkpoint directory; \"\" means the output without .h5, plus .ckpt (runs/<name>.ckpt); must not hold an "
+             "input of the run"),
+    K_BOOL("checkpoint.bitwise", checkpoint.bitwise, 1,
+           "a resume on device cpu must run each rank with the compute threads and the oneDNN ISA its checkpoint part "
+           "was written with (the order of oneDNN's sums depends on them, so only then does the run continue bitwise); "
+           "false: continue with others, recorded in the run file"),
+    K_ENUM("comm", comm, COMM_MPI, comm_names, 0x3u, NULL, "communication libraries",
+           "how allreduce averages gradients: mpi (MPI_Allreduce; on device cuda through host memory unless "
+           "MPI is CUDA-aware) or nccl (NCCL on the GPUs; device cuda, one GPU per worker)"),
+    K_ENUM("device", device, DEVICE_CPU, device_names, 0x3u, NULL, "devices",
+           "compute device: cpu (oneDNN) or cuda (cuDNN, cuBLAS; one GPU per rank, a `make CUDA=1` build)"),
+    K_ENUM("precision", precision, PRECISION_FP32, precision_names, 0x7u, NULL, "precisions",
+           "arithmetic of convolutions and matrix products: fp32 (IEEE, the papers); tf32 (device cuda: "
+           "tensor cores, fp32 storage); bf16 (mixed precision, fp32 master weights. Device cuda: bf16 "
+           "activations and weight copies, fp32 gradients and BN, compute capability 8.0 or later. Device "
+           "cpu: ResNet-18's convolutions on bf16-rounded inputs and weights with fp32 accumulation and "
+           "outputs, everything else fp32; needs AVX512_BF16 or AMX, checked at start)"),
+};
+#define N_KEYS ((int)(sizeof(keys) / sizeof(keys[0])))
+const int n_keys = N_KEYS;
+_Static_assert(N_KEYS <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS (config_internal.h)");
+
+/* Common misnomers of the keys (other frameworks' names), offered as "did you mean". */
+static const struct { const char *alias, *key; } aliases[] = {
+    {"lr", "alpha.base"},       {"learning_rate", "alpha.base"}, {"mu", "momentum"},
+    {"lambda", "weight_decay"}, {"wd", "weight_decay"},          {"batch_size", "b"},
+    {"minibatch", "b"},         {"workers", "p"},                {"ranks", "p"},
+    {"np", "p"},                {"world_size", "p"},             {"gamma", "alpha.factor"},
+    {"lr_steps", "alpha.steps"}, {"milestones", "alpha.steps"},  {"iters", "iterations"},
+    {"num_servers", "servers"}, {"backup_workers", "backups"},
+};
+
+const key_def *key_find(const char *key) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (!strcmp(keys[i].key, key)) return &keys[i];
+    return NULL;
+}
+
+/* 1 if path names a group of keys ("alpha" for "alpha.base"). */
+int key_is_group(const char *path) {
+    size_t n = strlen(path);
+    for (int i = 0; i < N_KEYS; i++)
+        if (!strncmp(keys[i].key, path, n) && keys[i].key[n] == '.') return 1;
+    return 0;
+}
+
+/* Integer fields are read and written through these so that the table can treat int, long and
+ * uint64_t alike. */
+long long get_int(const key_def *d, const experiment *e) {
+    if (d->type == KT_INT || d->type == KT_BOOL || d->type == KT_ENUM) return *CFIELD(e, d, int);
+    if (d->u64) return (long long)*CFIELD(e, d, uint64_t); /* validated to be >= 0 */
+    return *CFIELD(e, d, long);
+}
+
+void set_int(const key_def *d, experiment *e, long long v) {
+    if (d->type == KT_INT || d->type == KT_BOOL || d->type == KT_ENUM) *FIELD(e, d, int) = (int)v;
+    else if (d->u64) *FIELD(e, d, uint64_t) = (uint64_t)v;
+    else *FIELD(e, d, long) = (long)v;
+}
+
+/* KT_LIST: the element count, and element i (int or long) as a long long. */
+int *list_n(const key_def *d, experiment *e) { return (int *)((char *)e + d->off_n); }
+int list_len(const key_def *d, const experiment *e) { return *(const int *)((const char *)e + d->off_n); }
+long long list_get(const key_def *d, const experiment *e, int i) {
+    return d->elem_int ? (long long)CFIELD(e, d, int)[i] : (long long)CFIELD(e, d, long)[i];
+}
+void list_set(const key_def *d, experiment *e, int i, long long v) {
+    if (d->elem_int) FIELD(e, d, int)[i] = (int)v;
+    else FIELD(e, d, long)[i] = (long)v;
+}
+
+void set_string(const key_def *d, experiment *e, const char *s) {
+    char *f = FIELD(e, d, char);
+    memset(f, 0, d->size); /* zero the tail so that whole structs compare with memcmp */
+    memcpy(f, s, strlen(s) < d->size ? strlen(s) : d->size - 1);
+}
+
+/* Levenshtein edit distance (insert, delete, substitute), for "did you mean". */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 200 || lb > 200) return 1000;
+    int row[201];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int sub = diag + (a[i - 1] != b[j - 1]);
+            int del = row[j] + 1, ins = row[j - 1] + 1;
+            row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/* The known key (or group) closest to an unknown one, or NULL: the only key with the same last
+ * component ("base" -> "alpha.base"), else the nearest by edit distance when it is small
+ * (≤ 3 and ≤ half the length), else a known alias ("lr" -> "alpha.base"). */
+const char *key_suggest(const char *unknown) {
+    static const char *const groups[] = {"alpha", "inject", "model", "data", "eval", "checkpoint"};
+    /* the right name in the wrong group (or at the top level) first: an exact hit */
+    const char *last = strrchr(unknown, '.');
+    last = last ? last + 1 : unknown;
+    const char *match = NULL;
+    int n_match = 0;
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *kl = strrchr(keys[i].key, '.');
+        kl = kl ? kl + 1 : keys[i].key;
+        if (!strcmp(kl, last) && strcmp(keys[i].key, unknown)) { match = keys[i].key; n_match++; }
+    }
+    if (n_match == 1) return match;
+    const char *best = NULL;
+    int bestd = 1000;
+    for (int i = 0; i < N_KEYS + NNAMES(groups); i++) {
+        const char *k = i < N_KEYS ? keys[i].key : groups[i - N_KEYS];
+        int dist = edit_distance(unknown, k);
+        if (dist < bestd) { bestd = dist; best = k; }
+    }
+    int len = (int)strlen(unknown);
+    if (best && bestd <= 3 && 2 * bestd <= len) return best;
+    for (int i = 0; i < NNAMES(aliases); i++)
+        if (!strcmp(aliases[i].alias, last)) return aliases[i].key;
+    return NULL;
+}
+
+/* The name of an enum value ("?" for none). */
+#define NAME_OF(fn, kind, names) \
+    const char *fn(kind v) { return (int)v >= 0 && (int)v < NNAMES(names) ? names[v] : "?"; }
+NAME_OF(method_name, method_kind, method_names)
+NAME_OF(schedule_name, schedule_kind, schedule_names)
+NAME_OF(stem_name, stem_kind, stem_names)
+NAME_OF(arch_name, arch_kind, arch_names)
+NAME_OF(gossip_order_name, gossip_order_kind, gossip_order_names)
+NAME_OF(delay_dist_name, delay_dist_kind, delay_dist_names)
+NAME_OF(data_format_name, data_format_kind, format_names)
+NAME_OF(augment_name, augment_kind, augment_names)
+NAME_OF(interp_name, interp_kind, interp_names)
+NAME_OF(comm_name, comm_kind, comm_names)
+NAME_OF(device_name, device_kind, device_names)
+NAME_OF(precision_name, precision_kind, precision_names)

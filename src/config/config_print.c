@@ -1,0 +1,306 @@
+/* config_print.c — the experiment as text, from the key table: values as libconfig text and what
+ * a key expects (for messages), the provenance text stored in the run file (config_to_text),
+ * `--check`'s table (config_print_table), `--help` (config_print_keys) and the reference table of
+ * docs/config.md (config_print_markdown). */
+#include "config_internal.h"
+
+#include "util/util.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+/* Shortest "%.*g" that reads back to exactly x (whole numbers below 1e15 without an exponent),
+ * always with a '.' or an exponent so libconfig reads it as a float. */
+void fmt_double(char *buf, size_t n, double x) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    if (strchr(buf, 'e') && x == floor(x) && fabs(x) < 1e15) snprintf(buf, n, "%.0f", x); /* 300, not 3e+02 */
+    if (!strpbrk(buf, ".eEni")) { /* "1" -> "1.0"; leave inf/nan alone */
+        size_t l = strlen(buf);
+        if (l + 3 <= n) memcpy(buf + l, ".0", 3);
+    }
+}
+
+/* An integer as libconfig text: an L suffix where it does not fit in 32 bits. */
+void fmt_int(char *buf, size_t n, long long v) {
+    snprintf(buf, n, "%lld%s", v, (v > INT_MAX || v < INT_MIN) ? "L" : "");
+}
+
+/* Append s as a libconfig string literal (escaped) to buf at *len, snprintf-style: *len keeps
+ * counting past n so the caller can tell the full length. */
+void put_quoted(char *buf, size_t n, size_t *len, const char *s) {
+    char tmp[8];
+    if (*len + 1 < n) buf[*len] = '"';
+    (*len)++;
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        const char *piece = tmp;
+        if (*c == '"') piece = "\\\"";
+        else if (*c == '\\') piece = "\\\\";
+        else if (*c == '\n') piece = "\\n";
+        else if (*c == '\t') piece = "\\t";
+        else if (*c == '\r') piece = "\\r";
+        else if (*c < 0x20 || *c == 0x7f) snprintf(tmp, sizeof tmp, "\\x%02x", *c);
+        else { tmp[0] = (char)*c; tmp[1] = 0; }
+        for (const char *p = piece; *p; p++) { if (*len + 1 < n) buf[*len] = *p; (*len)++; }
+    }
+    if (*len + 1 < n) buf[*len] = '"';
+    (*len)++;
+    if (n) buf[*len < n ? *len : n - 1] = 0;
+}
+
+/* printf-append to buf at *len, snprintf-style (see put_quoted). */
+void put(char *buf, size_t n, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(*len < n ? buf + *len : NULL, *len < n ? n - *len : 0, fmt, ap);
+    va_end(ap);
+    if (w > 0) *len += (size_t)w;
+}
+
+/* The value of key d in e as libconfig text ("0.1", "\"dsgd\"", "[100, 200]", "true"). */
+void value_text(const key_def *d, const experiment *e, char *buf, size_t n) {
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    switch (d->type) {
+    case KT_INT: fmt_int(buf, n, *CFIELD(e, d, int)); break;
+    case KT_INT64:
+        fmt_int(buf, n, get_int(d, e));
+        break;
+    case KT_FLOAT: fmt_double(buf, n, *CFIELD(e, d, double)); break;
+    case KT_BOOL: snprintf(buf, n, "%s", *CFIELD(e, d, int) ? "true" : "false"); break;
+    case KT_STRING: put_quoted(buf, n, &len, CFIELD(e, d, char)); break;
+    case KT_ENUM: {
+        int v = *CFIELD(e, d, int);
+        put_quoted(buf, n, &len, v >= 0 && v < d->n_names ? d->names[v] : "?");
+        break;
+    }
+    case KT_LIST: {
+        int ns = list_len(d, e), wide = 0;
+        for (int i = 0; i < ns; i++) wide |= list_get(d, e, i) > INT_MAX || list_get(d, e, i) < INT_MIN;
+        put(buf, n, &len, "[");
+        /* libconfig arrays are homogeneous: all with L or none */
+        for (int i = 0; i < ns; i++) put(buf, n, &len, "%s%lld%s", i ? ", " : "", list_get(d, e, i), wide ? "L" : "");
+        put(buf, n, &len, "]");
+        break;
+    }
+    case KT_INTS:
+        put(buf, n, &len, "[");
+        for (int i = 0; i < d->n_max; i++) put(buf, n, &len, "%s%d", i ? ", " : "", CFIELD(e, d, int)[i]);
+        put(buf, n, &len, "]");
+        break;
+    }
+}
+
+/* What is expected of key d, for messages: "an integer >= 1", "a number in [0, 1)". */
+void expect_text(const key_def *d, const experiment *e, char *buf, size_t n) {
+    size_t len = 0;
+    if (n) buf[0] = 0;
+    switch (d->type) {
+    case KT_INT:
+    case KT_INT64:
+    case KT_LIST: {
+        long long hi = d->ihi;
+        const char *what = d->type == KT_LIST ? "a strictly increasing list of integers, each" : "an integer";
+        if (d->hi_key) {
+            const key_def *h = key_find(d->hi_key);
+            if (e) put(buf, n, &len, "%s >= %lld and %s %s (%lld)", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key, get_int(h, e));
+            else put(buf, n, &len, "%s >= %lld and %s %s", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key);
+        } else if ((d->type == KT_INT && hi == INT_MAX) || hi == LLONG_MAX)
+            put(buf, n, &len, "%s >= %lld", what, d->ilo);
+        else put(buf, n, &len, "%s in [%lld, %lld]", what, d->ilo, hi);
+        break;
+    }
+    case KT_FLOAT: {
+        char lo[40], hi[40];
+        fmt_double(lo, sizeof lo, d->lo);
+        fmt_double(hi, sizeof hi, d->hi);
+        /* show bounds as written in the docs: 0 and 1, not 0.0 and 1.0 */
+        for (char *s = lo; s; s = s == lo ? hi : NULL) {
+            size_t l = strlen(s);
+            if (l > 2 && !strcmp(s + l - 2, ".0")) s[l - 2] = 0;
+        }
+        if (d->has_lo && d->has_hi)
+            put(buf, n, &len, "a number in %c%s, %s%c", d->lo_open ? '(' : '[', lo, hi, d->hi_open ? ')' : ']');
+        else if (d->has_lo) put(buf, n, &len, "a number %s %s", d->lo_open ? ">" : ">=", lo);
+        else if (d->has_hi) put(buf, n, &len, "a number %s %s", d->hi_open ? "<" : "<=", hi);
+        else put(buf, n, &len, "a number");
+        break;
+    }
+    case KT_INTS:
+        if (d->nondecr) put(buf, n, &len, "[min, max]: %d integers in [%lld, %lld] with min <= max", d->n_max, d->ilo, d->ihi);
+        else put(buf, n, &len, "a list of %d integers, each in [%lld, %lld]", d->n_max, d->ilo, d->ihi);
+        break;
+    case KT_BOOL: put(buf, n, &len, "a boolean (true or false)"); break;
+    case KT_STRING:
+        if (d->str_check == S_RUNNAME)
+            put(buf, n, &len, "a non-empty string of letters, digits and ._+- (at most %zu characters)", d->size - 1);
+        else put(buf, n, &len, "a %sstring of at most %zu characters", d->str_check == S_NONEMPTY ? "non-empty " : "", d->size - 1);
+        break;
+    case KT_ENUM:
+        put(buf, n, &len, "one of ");
+        for (int i = 0; i < d->n_names; i++) put(buf, n, &len, "%s\"%s\"", i ? ", " : "", d->names[i]);
+        break;
+    }
+}
+
+int config_to_text(const experiment *e, char *buf, size_t n) {
+    size_t len = 0;
+    char v[4 * CFG_PATH_MAX + 8], src[CFG_PATH_MAX];
+    if (n) buf[0] = 0;
+    /* the source path in a comment: no newlines or control characters that would end it */
+    snprintf(src, sizeof src, "%s", e->source);
+    for (char *c = src; *c; c++) if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    put(buf, n, &len, "# dsgd-run %s experiment, resolved (every key, defaults included)%s%s\n", DSGD_VERSION,
+        src[0] ? "; read from " : "", src);
+    const char *group = NULL;
+    size_t glen = 0;
+    for (int i = 0; i < n_keys; i++) {
+        const key_def *d = &keys[i];
+        const char *dot = strchr(d->key, '.');
+        size_t kg = dot ? (size_t)(dot - d->key) : 0;
+        if (group && (kg != glen || strncmp(group, d->key, glen))) { put(buf, n, &len, "};\n"); group = NULL; }
+        if (dot && !group) { group = d->key; glen = kg; put(buf, n, &len, "%.*s = {\n", (int)kg, d->key); }
+        value_text(d, e, v, sizeof v);
+        put(buf, n, &len, "%s%s = %s;\n", group ? "  " : "", dot ? dot + 1 : d->key, v);
+    }
+    if (group) put(buf, n, &len, "};\n");
+    if (!n) return 0;
+    return (int)(len < n ? len : n - 1);
+}
+
+/* The default value of key d as text, with output's default resolved for e's name. */
+static void default_text(const key_def *d, const experiment *e, char *buf, size_t n) {
+    static experiment dflt; /* large: keep it off the stack */
+    config_defaults(&dflt);
+    if (e && d->type == KT_STRING && !strcmp(d->key, "output"))
+        snprintf(dflt.output, sizeof dflt.output, "runs/%s.h5", e->name);
+    value_text(d, &dflt, buf, n);
+}
+
+void config_print_table(const experiment *e, FILE *f) {
+    char v[4 * CFG_PATH_MAX + 8], dv[4 * CFG_PATH_MAX + 8];
+    int kw = 3, vw = 5;
+    for (int i = 0; i < n_keys; i++) {
+        value_text(&keys[i], e, v, sizeof v);
+        if ((int)strlen(keys[i].key) > kw) kw = (int)strlen(keys[i].key);
+        if ((int)strlen(v) > vw) vw = (int)strlen(v);
+    }
+    if (vw > 64) vw = 64; /* longer paths overflow rather than widen every row */
+    fprintf(f, "experiment %s (* = differs from the default)\n", e->source);
+    fprintf(f, "  %-*s  %-*s  %s\n", kw, "key", vw, "value", "unit");
+    for (int i = 0; i < n_keys; i++) {
+        const key_def *d = &keys[i];
+        value_text(d, e, v, sizeof v);
+        default_text(d, e, dv, sizeof dv);
+        int same = !strcmp(v, dv);
+        fprintf(f, "%c %-*s  %-*s  %-10s  %s%s%s\n", same ? ' ' : '*', kw, d->key, vw, v, d->unit[0] ? d->unit : "-",
+                same ? "(default)" : "(default ", same ? "" : dv, same ? "" : ")");
+    }
+}
+
+static const char *type_name(const key_def *d) {
+    switch (d->type) {
+    case KT_INT: return "int";
+    case KT_INT64: return "int64";
+    case KT_FLOAT: return "float";
+    case KT_BOOL: return "bool";
+    case KT_STRING: return "string";
+    case KT_ENUM: return "enum";
+    case KT_LIST: return d->elem_int ? "int list" : "int64 list";
+    case KT_INTS: return d->n_max == 2 ? "int[2]" : d->n_max == 3 ? "int[3]" : "int[]";
+    }
+    return "?";
+}
+
+/* The allowed values of key d, short form for --help and the docs ("> 0", "in [0, 1)"). */
+static void range_text(const key_def *d, char *buf, size_t n) {
+    size_t len = 0;
+    char want[512];
+    if (n) buf[0] = 0;
+    switch (d->type) {
+    case KT_INT:
+    case KT_INT64:
+    case KT_FLOAT:
+        expect_text(d, NULL, want, sizeof want);
+        put(buf, n, &len, "%s", strncmp(want, "an integer ", 11) ? want + 9 /* "a number " */ : want + 11);
+        break;
+    case KT_LIST:
+        put(buf, n, &len, "strictly increasing, each in [%lld, %s%c, at most %d", d->ilo, d->hi_key, d->hi_open ? ')' : ']', d->n_max);
+        break;
+    case KT_INTS:
+        if (d->nondecr) put(buf, n, &len, "[min, max], min <= max, each in [%lld, %lld]", d->ilo, d->ihi);
+        else put(buf, n, &len, "%d integers, each in [%lld, %lld]", d->n_max, d->ilo, d->ihi);
+        break;
+    case KT_BOOL: put(buf, n, &len, "true, false"); break;
+    case KT_STRING:
+        if (d->str_check == S_RUNNAME) put(buf, n, &len, "letters, digits, ._+-; 1..%zu chars", d->size - 1);
+        else put(buf, n, &len, "%s..%zu chars", d->str_check == S_NONEMPTY ? "1" : "0", d->size - 1);
+        break;
+    case KT_ENUM: {
+        int any_planned = 0;
+        for (int i = 0; i < d->n_names; i++)
+            if (d->built & (1u << i)) put(buf, n, &len, "%s%s", len ? ", " : "", d->names[i]);
+            else any_planned = 1;
+        if (any_planned) {
+            put(buf, n, &len, " (planned:");
+            int first = 1;
+            for (int i = 0; i < d->n_names; i++)
+                if (!(d->built & (1u << i))) { put(buf, n, &len, "%s %s", first ? "" : ",", d->names[i]); first = 0; }
+            put(buf, n, &len, ")");
+        }
+        break;
+    }
+    }
+}
+
+void config_print_keys(FILE *f) {
+    char dv[4 * CFG_PATH_MAX + 8], r[512];
+    fprintf(f, "  %-18s %-10s %-10s %-12s %s\n", "key", "type", "unit", "default", "allowed");
+    for (int i = 0; i < n_keys; i++) {
+        const key_def *d = &keys[i];
+        default_text(d, NULL, dv, sizeof dv);
+        range_text(d, r, sizeof r);
+        int long_dflt = strlen(dv) > 12; /* the data paths: default on a line of its own */
+        fprintf(f, "  %-18s %-10s %-10s %-12s %s\n      %s\n", d->key, type_name(d), d->unit[0] ? d->unit : "-",
+                long_dflt ? "(below)" : dv, r, d->doc);
+        if (long_dflt) fprintf(f, "      default %s\n", dv);
+    }
+}
+
+/* Markdown-escape a table cell: '|' breaks the row; outside code, '<' would start an HTML tag
+ * and '*' emphasis. */
+static void md_cell(FILE *f, const char *s, int code) {
+    if (code) fputc('`', f);
+    for (; *s; s++) {
+        if (*s == '|') fputs("\\|", f);
+        else if (!code && *s == '<') fputs("&lt;", f);
+        else if (!code && *s == '*') fputs("\\*", f);
+        else fputc(*s, f);
+    }
+    if (code) fputc('`', f);
+}
+
+void config_print_markdown(FILE *f) {
+    char dv[4 * CFG_PATH_MAX + 8], r[512];
+    fprintf(f, "| key | type | default | allowed | unit | meaning |\n");
+    fprintf(f, "|---|---|---|---|---|---|\n");
+    for (int i = 0; i < n_keys; i++) {
+        const key_def *d = &keys[i];
+        default_text(d, NULL, dv, sizeof dv);
+        range_text(d, r, sizeof r);
+        fputs("| ", f);
+        md_cell(f, d->key, 1);
+        fprintf(f, " | %s | ", type_name(d));
+        md_cell(f, dv, 1);
+        fputs(" | ", f);
+        md_cell(f, r, 0);
+        fprintf(f, " | %s | ", d->unit[0] ? d->unit : "-");
+        md_cell(f, d->doc, 0);
+        fputs(" |\n", f);
+    }
+}
+

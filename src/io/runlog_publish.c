@@ -1,0 +1,187 @@
+/* runlog_publish.c — publishing the run file (parts 2, 3 and 5 of runlog.c's header comment):
+ * the in-memory file's image written to a hidden temporary, fsync'ed and renamed over the output
+ * (link() the first time), on the wall-clock bound; and the fixed-size status slot, written in
+ * place into the published file when a publication fails. */
+#include "runlog_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+/* The type of the status attribute: a fixed-size UTF-8 string of STATUS_LEN bytes, NUL-terminated. */
+static hid_t status_type(void) {
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t >= 0 && (H5Tset_size(t, STATUS_LEN) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) H5Tclose(t), t = H5I_INVALID_HID;
+    return t;
+}
+
+/* Write v (cut to STATUS_LEN - 1 bytes at a UTF-8 character boundary) into root attribute
+ * status of f: overwritten in place when it is already the fixed-size slot, else (a file of an
+ * earlier dsgd-run, or a new file) created as one. */
+int status_write(hid_t f, const char *v, const char *path, char *err, size_t errlen) {
+    char buf[STATUS_LEN] = {0};
+    size_t n = strlen(v);
+    if (n > STATUS_LEN - 1) {
+        n = STATUS_LEN - 1;
+        while (n > 0 && ((unsigned char)v[n] & 0xC0) == 0x80) n--; /* v[n] continues a character */
+    }
+    memcpy(buf, v, n);
+    hid_t t = status_type();
+    if (t < 0) return h5fail(err, errlen, path, "H5Tcopy/H5Tset_size", "attribute status of /");
+    int rc = 0;
+    hid_t a = H5I_INVALID_HID;
+    htri_t e = H5Aexists(f, "status");
+    if (e > 0) { /* the slot, or something else to replace */
+        a = H5Aopen(f, "status", H5P_DEFAULT);
+        hid_t ft = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+        htri_t same = ft >= 0 ? H5Tequal(ft, t) : -1;
+        if (ft >= 0) H5Tclose(ft);
+        if (same <= 0) {
+            if (a >= 0) H5Aclose(a), a = H5I_INVALID_HID;
+            if (H5Adelete(f, "status") < 0) rc = h5fail(err, errlen, path, "H5Adelete", "attribute status of /");
+            e = 0;
+        }
+    } else if (e < 0) rc = h5fail(err, errlen, path, "H5Aexists", "attribute status of /");
+    if (rc == 0 && e == 0) {
+        hid_t space = H5Screate(H5S_SCALAR);
+        if (space < 0) rc = h5fail(err, errlen, path, "H5Screate", "attribute status of /");
+        else if ((a = H5Acreate2(f, "status", t, space, H5P_DEFAULT, H5P_DEFAULT)) < 0)
+            rc = h5fail(err, errlen, path, "H5Acreate2", "attribute status of /");
+        if (space >= 0) H5Sclose(space);
+    }
+    if (rc == 0 && H5Awrite(a, t, buf) < 0) rc = h5fail(err, errlen, path, "H5Awrite", "attribute status of /");
+    if (a >= 0 && H5Aclose(a) < 0 && rc == 0) rc = h5fail(err, errlen, path, "H5Aclose", "attribute status of /");
+    H5Tclose(t);
+    return rc;
+}
+
+/* A hidden name next to path, unique to this process and moment: <dir>/.<base>.<tag>.<pid>.<ns>. */
+int temp_name(char *out, size_t outlen, const char *path, const char *tag) {
+    const char *slash = strrchr(path, '/');
+    int dirlen = slash ? (int)(slash - path + 1) : 0;
+    const char *base = slash ? slash + 1 : path;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int n = snprintf(out, outlen, "%.*s.%s.%s.%ld.%09ld", dirlen, path, base, tag, (long)getpid(), (long)ts.tv_nsec);
+    return n < 0 || (size_t)n >= outlen ? -1 : 0;
+}
+
+const char *already_exists_fmt = "%s already exists; use --set overwrite=true to replace it or choose another output";
+
+/* Is the file at r->path still the one this run published last? 1 yes, 0 no (err filled). */
+static int still_ours(const runlog *r, char *err, size_t errlen) {
+    struct stat sb, mine;
+    if (r->fd >= 0 && stat(r->path, &sb) == 0 && fstat(r->fd, &mine) == 0 && sb.st_dev == mine.st_dev && sb.st_ino == mine.st_ino)
+        return 1;
+    seterr(err, errlen, "%s was replaced by another run while this one was writing it "
+           "(two runs with the same output and overwrite = true?): this run's results are lost", r->path);
+    return 0;
+}
+
+/* Write n bytes of buf to a new file tmp and fsync it. Returns its descriptor, or -1. */
+static int write_new_file(const char *tmp, const void *buf, size_t n, char *err, size_t errlen) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0) return syserr(err, errlen, tmp, "cannot create the new run file");
+    const unsigned char *p = buf;
+    int rc = 0;
+    for (size_t off = 0; off < n && rc == 0;) {
+        ssize_t w = write(fd, p + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) rc = syserr(err, errlen, tmp, "cannot write the new run file");
+        else off += (size_t)w;
+    }
+    if (rc == 0 && fsync(fd) != 0) rc = syserr(err, errlen, tmp, "cannot fsync the new run file");
+    if (rc != 0) close(fd);
+    return rc == 0 ? fd : -1;
+}
+
+/* Give tmp the name path for the first time: atomically replace with overwrite, else link()
+ * (fails if path exists, so an earlier run is never replaced), else, where the file system has
+ * no hard links, check-then-rename. */
+static int first_name(const char *tmp, const char *path, int overwrite, char *err, size_t errlen) {
+    if (overwrite) return rename(tmp, path) == 0 ? 0 : syserr(err, errlen, path, "cannot rename the new run file into place");
+    if (link(tmp, path) == 0) {
+        unlink(tmp); /* published; a leftover hidden name would be harmless */
+        return 0;
+    }
+    if (errno == EEXIST) return seterr(err, errlen, already_exists_fmt, path), -1;
+    if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP && errno != ENOSYS && errno != EMLINK)
+        return syserr(err, errlen, path, "cannot link the new run file into place");
+    struct stat st;
+    if (lstat(path, &st) == 0) return seterr(err, errlen, already_exists_fmt, path), -1;
+    return rename(tmp, path) == 0 ? 0 : syserr(err, errlen, path, "cannot rename the new run file into place");
+}
+
+/* Publish the in-memory file at r->path (part 2 of the header comment): its image into a hidden
+ * temporary beside it, fsync, then rename() over the file this run published last (checked to be
+ * still ours), or first_name() for the first publication. */
+int publish(runlog *r, int overwrite, char *err, size_t errlen) {
+    double t0 = mono_now();
+    if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) return h5fail(err, errlen, r->path, "H5Fflush", "the in-memory file");
+    ssize_t n = H5Fget_file_image(r->file, NULL, 0);
+    if (n <= 0) return h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
+    if ((size_t)n > r->image_cap) {
+        free(r->image);
+        r->image_cap = (size_t)n + (size_t)n / 4;
+        r->image = xmalloc(r->image_cap);
+    }
+    if (H5Fget_file_image(r->file, r->image, (size_t)n) != n) return h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
+    char tmp[PATHLEN];
+    if (temp_name(tmp, sizeof tmp, r->path, "new") < 0) return seterr(err, errlen, "output path too long: %s", r->path), -1;
+    int fd = write_new_file(tmp, r->image, (size_t)n, err, errlen), rc = fd < 0 ? -1 : 0;
+    if (rc == 0 && r->fd < 0) rc = first_name(tmp, r->path, overwrite, err, errlen);
+    else if (rc == 0 && !still_ours(r, err, errlen)) rc = -1;
+    else if (rc == 0 && rename(tmp, r->path) != 0) rc = syserr(err, errlen, r->path, "cannot rename the new run file into place");
+    if (rc != 0) {
+        if (fd >= 0) close(fd);
+        unlink(tmp); /* frees its space too (a full disk) */
+        return -1;
+    }
+    if (r->fd >= 0) close(r->fd); /* the file just replaced */
+    r->fd = fd;
+    r->last_publish = mono_now();
+    r->publish_cost = r->last_publish - t0;
+    return 0;
+}
+
+/* Write the buffered rows into the in-memory file and publish it; on failure the file is no
+ * longer extended (r->failed). */
+int publish_all(runlog *r) {
+    if (r->failed) return -1;
+    if (write_buffers(r) < 0 || publish(r, 0, r->err, sizeof r->err) < 0) {
+        r->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* Publish if the wall-clock bound has passed (part 3 of the header comment). */
+int publish_if_due(runlog *r) {
+    double every = r->publish_s > PUBLISH_SHARE * r->publish_cost ? r->publish_s : PUBLISH_SHARE * r->publish_cost;
+    return mono_now() - r->last_publish >= every ? publish_all(r) : 0;
+}
+
+/* The run could not publish its file: write "stopped: run-file write error: <why>" into the
+ * status slot of the file it published last, in place (part 5 of the header comment). Returns 0
+ * or -1 (the reason on stderr). */
+int status_in_place(runlog *r) {
+    char msg[ERRLEN + 64], err[ERRLEN];
+    snprintf(msg, sizeof msg, "stopped: run-file write error: %s", r->err);
+    if (!still_ours(r, err, sizeof err)) return -1;
+    hid_t f = H5Fopen(r->path, H5F_ACC_RDWR, H5P_DEFAULT);
+    int rc = f < 0 ? h5fail(err, sizeof err, r->path, "H5Fopen", "the published run file") : 0;
+    if (rc == 0) rc = status_write(f, msg, r->path, err, sizeof err);
+    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) rc = h5fail(err, sizeof err, r->path, "H5Fclose", "the published run file");
+    H5Eclear2(H5E_DEFAULT);
+    if (rc != 0) fprintf(stderr, "dsgd-run: cannot record the status in %s either: %s\n", r->path, err);
+    return rc;
+}

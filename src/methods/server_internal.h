@@ -1,0 +1,111 @@
+/* server_internal.h — what the files of the server methods' runtime share, for src/methods/
+ * only: message tags, the server's state (server_ctx) and the helpers used across files.
+ * server.c is the servers' loop (and server 0's evaluation thread), server_worker.c the
+ * workers' side, server_pause.c the checkpoint pause protocol. */
+#ifndef DSGD_SERVER_INTERNAL_H
+#define DSGD_SERVER_INTERNAL_H
+
+#include "methods/server.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+enum {
+    TAG_HDR = 100, TAG_DATA, TAG_BN,      /* worker → server */
+    TAG_RHDR = 110, TAG_RDATA,            /* server → worker */
+    TAG_SNAPREQ = 120, TAG_SNAPHDR, TAG_SNAP, /* server 0 ↔ server k */
+    TAG_CKGO = 130, TAG_CKACK, TAG_CKFIN     /* checkpoint: server 0 ↔ paused workers, servers */
+};
+#define SNAP_FINAL (-1L)
+#define SNAP_QUIT (-2L)
+/* Requests of a server's comm_set: 5 per worker, 3 per other server (snapshots), 3 per world
+ * rank (checkpoints), a few more. */
+#define SET_CAP(p, S) (8 * (p) + 6 * (S) + 8)
+#define SNAP_CKPT (-3L) /* server 0 → server k: write the checkpoint of label sreq.steps */
+/* Server 0 sends a keep-alive header this often to the workers that have left and wait for the
+ * end of the run (worker_bye), so that their wait is bounded by comm_timeout_s. */
+#define KEEPALIVE_S 1.0
+
+static inline size_t shard_lo(size_t n, int k, int S) { return (size_t)((unsigned long long)n * (unsigned)k / (unsigned)S); }
+/* Server 0's evaluation thread. */
+typedef struct {
+    trainer *t;
+    pthread_t th;
+    atomic_int running, finished;
+    int threads;
+    eval_result r;
+    double seconds;
+} evaluator;
+
+/* Snapshots on server 0. One is assembled (its shards requested from the other servers) while
+ * at most one other is evaluated; a count that passes eval.every while both are busy skips that
+ * evaluation (printed) rather than evaluate a later center under an earlier time. */
+typedef struct {
+    int asked;         /* a snapshot is being assembled (shards requested) */
+    int got;           /* shards of it received (server 0's own counts) */
+    int ready;         /* an assembled snapshot waits for the evaluator */
+    long label;        /* iteration of the snapshot being assembled / ready */
+    double time_s;     /* wall clock of it */
+    long eval_label;   /* the one the thread evaluates */
+    double eval_time;
+    long skipped;
+} snapq;
+
+typedef struct {
+    srv sv;
+    /* server 0 */
+    evaluator ev;
+    snapq q;
+    msg_hdr *sreq_out, *shdr_in;      /* (S) snapshot requests / headers from server k */
+    float *snap;                      /* (n_params) assembled center (shards of every server) */
+    int *s_req, *r_shdr, *r_snap;     /* request indices per server */
+    /* server k > 0 */
+    msg_hdr sreq_in, shdr_out;
+    float *snapbuf;                   /* (n) */
+    int r_req, s_shdr, s_snap;
+    int quit;
+    /* logging (server 0) */
+    long next_log, next_eval;
+    long last_row;                    /* iteration of the last /train row */
+    long last_eval;                   /* iteration of the last evaluation (-1: none) */
+    double loss_sum;
+    long n_loss;
+    msg_hdr *last;                    /* (p) latest header of each worker */
+    msg_hdr *prev;                    /* (p) header at the previous /ranks row */
+    double *rows;                     /* (4p) */
+    double t_start;
+    int status;
+    int why;                          /* STOPPED_* (cadence.h) */
+    /* checkpoints */
+    long next_ckpt;                   /* server 0: iteration of the next periodic checkpoint */
+    long go;                          /* server k > 0: label server 0 asked to write (-1: none) */
+    int go_ok;
+    int stopped;                      /* a checkpoint stopped the run (SIGTERM) or failed */
+    int64_t ck_go[2], ck_ack, ck_fin[2]; /* messages of the checkpoint protocol (see ckpt_round) */
+    int64_t *acks;                    /* server 0: (world) acks */
+    int *s_go, *r_ack, *s_fin;        /* server 0: per world rank (-1: none) */
+    int s_ack, r_fin;                 /* server k > 0 */
+    /* faults (docs/reliability.md) */
+    char *bye;                        /* server 0: (p) worker i left by a message and waits for the goodbye */
+    int n_done;                       /* workers that left by a message (not given up on) */
+    double last_beat;                 /* server 0: last keep-alive */
+    char lost_desc[1024];             /* server 0: the run file's `workers_lost` */
+} server_ctx;
+
+static inline long srv_iteration(const srv *sv) { return sv->rules->iteration(sv); }
+
+/* server_worker.c */
+int worker_run(trainer *t);
+void wait_or_die(comm_set *set, int i, double timeout, const char *what);
+
+/* server.c */
+void dropped_reserve(srv *sv, long n);
+void bn_average(const srv *sv, float *bn, size_t nbn);
+
+/* server_pause.c */
+void srv_void_round(server_ctx *c);
+int server_load(server_ctx *c);
+int ckpt_round(server_ctx *c);
+int ckpt_participate(server_ctx *c);
+
+#endif
