@@ -35,7 +35,7 @@ MPIEXEC ?= $(firstword $(shell command -v mpiexec.$(MPI_IMPL) 2>/dev/null) mpiex
 CUDA    ?= 0
 
 # pkg-config names and the Debian packages that provide them. oneDNN is not among them: Debian 12
-# has only oneDNN 2.6 and src/nn/layers.c needs the 3.x C API (see ONEDNN_ROOT below).
+# has only oneDNN 2.6 and src/nn/layers*.c need the 3.x C API (see ONEDNN_ROOT below).
 PKGS    := libconfig hdf5 zlib libjpeg
 # dsgd-run --pack: libpng decodes PNG sources (libjpeg above also encodes the shards' JPEGs).
 PKGS    += libpng
