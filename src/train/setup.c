@@ -448,9 +448,8 @@ void setup_model(run_setup *r) {
     t->net = model_create(&spec, err, sizeof err);
     st = t->net ? 0 : EXIT_BADINPUT;
     if (st)
-        setup_blame(e, strncmp(err, "model: precision", 16) == 0 ? "key 'precision'"
-                       : on_gpu ? "keys 'model.arch', 'model.width', 'model.stem', 'b', 'device', 'precision' (with the images' size)"
-                                : "keys 'model.arch', 'model.width', 'model.stem', 'b' (with the images' size)",
+        setup_blame(e, on_gpu ? "keys 'model.arch', 'model.width', 'model.stem', 'b', 'device', 'precision' (with the images' size)"
+                              : "keys 'model.arch', 'model.width', 'model.stem', 'b' (with the images' size)",
                     err, sizeof err);
     setup_agree(st, err);
     model_init(t->net, e->seed);
@@ -503,12 +502,11 @@ static void describe_device(run_setup *r) {
     }
     char v[256], lp[256] = "";
     model_backend_version(v, sizeof v);
-    int n_conv = 0, n_lp = model_bf16_convs(r->t.net, &n_conv, NULL, 0);
-    if (n_lp || r->e.precision == PRECISION_BF16) {
-        char names[128];
-        model_bf16_convs(r->t.net, &n_conv, names, sizeof names);
+    char names[128];
+    int n_conv = 0;
+    const int n_lp = model_bf16_convs(r->t.net, &n_conv, names, sizeof names);
+    if (n_lp || r->e.precision == PRECISION_BF16)
         snprintf(lp, sizeof lp, " (%d of %d convolutions in bf16%s%s)", n_lp, n_conv, *names ? "; fp32: " : "", names);
-    }
     snprintf(r->device_desc, sizeof r->device_desc, "cpu %s%s: %.*s, %d thread(s) per rank", prec, lp, (int)strcspn(v + 5, ";"),
              v + 5, r->budget.compute);
 }
