@@ -166,7 +166,7 @@ int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int 
 
 /* The device vector `which` (exactly one of GPU_PARAMS, GPU_GRADS, GPU_BN): n_params, n_params or
  * n_bn fp32 values in device memory of g's GPU, for communication that reads and writes them in
- * place (NCCL, CUDA-aware MPI: cuda/gpucomm.h, src/train train_allreduce_mean). The pointer is
+ * place (NCCL, CUDA-aware MPI: cuda/gpucomm.h, src/comm/reduce.h). The pointer is
  * valid until gpu_model_free. Work on it belongs on g's stream or after it is synchronised (every
  * entry point above returns with the stream idle, except gpu_model_train_begin, gpu_model_grads_*
  * and the staging ones: the step is done at gpu_model_train_end). Dies on another `which`. */

@@ -1,11 +1,12 @@
 /* gpucomm.h — communication on the GPU for the all-reduce of src/methods/allreduce.c (Jin et al.
- * 2016 §2.1), reached only through src/train train_allreduce_mean:
+ * 2016 §2.1), reached only through the reducer of src/comm/reduce.h:
  *
  *   - NCCL (comm = "nccl"): ncclAllReduce(ncclAvg) in place on the model's device vectors, on the
  *     model's stream, so gradients never leave the GPU;
  *   - the division by p after a CUDA-aware MPI sum on device memory (gpucomm_scale).
  *
- * Plain C without CUDA or NCCL types: src/main.c, src/train/setup.c and src/train/train.c include it in every build.
+ * Plain C without CUDA or NCCL types: src/comm/reduce.c includes it in every build (and src/main.c,
+ * src/train/setup.c for the version lines).
  * Implemented by cuda/gpucomm.cu in a `make CUDA=1` build — its NCCL part only with NCCL=1
  * (nccl.h found; otherwise those entry points say NCCL is not built) — and by cuda/nogpucomm.c
  * in a CPU-only build.

@@ -9,10 +9,10 @@
  * evaluation.
  *
  * The model runs in device mode (model.h "devices"): parameters and momentum stay where the
- * network computes and the update is model_sgd_update. The all-reduce is train_allreduce_mean
- * (src/train), which picks how the gradient travels on a GPU: NCCL on the device (comm = "nccl"),
- * MPI on device memory (CUDA-aware MPI), or through the host (Debian's MPICH); this file never
- * touches CUDA. With p = 1 nothing leaves the GPU. */
+ * network computes and the update is model_sgd_update. The all-reduce is the trainer's reducer
+ * (src/comm/reduce.h), whose path was chosen once at set-up; on a GPU: NCCL on the device
+ * (comm = "nccl"), MPI on device memory (CUDA-aware MPI), or through the host (Debian's MPICH);
+ * this file never touches CUDA. With p = 1 nothing leaves the GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +31,7 @@ static int allreduce_init(trainer *t, char *err, size_t errlen) {
     return 0;
 }
 
-static double allreduce_step(trainer *t, long step, double alpha) {
+static int allreduce_step(trainer *t, long step, double alpha, double *mean_loss) {
     const experiment *e = t->e;
     model *net = t->net;
 
@@ -63,12 +63,17 @@ static double allreduce_step(trainer *t, long step, double alpha) {
     t->times.comm_s += t3 - t2;
     t->times.update_s += t4 - t3;
     t->times.step_s += t4 - t0;
-    loss /= (double)t->p;
     /* The averaged gradient is identical on every rank, so every rank sees the same verdict. */
-    return finite ? loss : NAN;
+    *mean_loss = finite ? loss / (double)t->p : NAN;
+    return 1;
 }
 
-static void allreduce_eval_prepare(trainer *t) { train_allreduce_mean(t, MODEL_BN, NULL); }
+/* Before each evaluation the nodes' BN running statistics are averaged, so that every rank
+ * evaluates the one model of synchronous SGD. */
+static int allreduce_evaluate(trainer *t, long done, double train_s, int status, int *why) {
+    reducer_mean(&t->red, MODEL_BN, NULL);
+    return train_evaluate_and_log(t, done, train_s, status, why);
+}
 
 /* Checkpoint: θ and v are identical on every rank (rank 0 writes them); BN running statistics
  * are each rank's own. */
@@ -98,7 +103,7 @@ const method_ops method_allreduce = {
     .name = "allreduce",
     .init = allreduce_init,
     .step = allreduce_step,
-    .eval_prepare = allreduce_eval_prepare,
+    .evaluate = allreduce_evaluate,
     .save = allreduce_save,
     .load = allreduce_load,
 };

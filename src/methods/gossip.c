@@ -85,7 +85,9 @@ typedef struct {
     int n_ann;                /* announcements received in it (p − 1 complete it) */
     int ep_kind, ep_meet;     /* strongest kind announced; some node announced a meeting point */
     long ep_max, my_ann;      /* largest step announced; this node's */
-    long pos;                 /* what this node announces from a wait: steps it will have completed */
+    long pos;                 /* what this node announces from a wait: steps it will have completed
+                                 (-1: before the first step, nothing) */
+    int closing;              /* the last meeting point closed an epoch: reset at the next step */
 } gossip;
 
 static gossip G;
@@ -271,7 +273,9 @@ static int sig_poll(long step) {
     return g->ann;
 }
 
-static void sig_hook(void) { sig_poll(G.pos); }
+static void sig_hook(void) {
+    if (G.pos >= 0) sig_poll(G.pos);
+}
 
 /* Wait (bounded) until every other node's announcement of this epoch is in. */
 static void sig_wait_all(void) {
@@ -541,106 +545,72 @@ static int gossip_load(trainer *t, ckpt_file *f) {
     return rc;
 }
 
-static int gossip_run(trainer *t) {
-    gossip *g = &G;
-    const experiment *e = t->e;
-    const long total = e->iterations;
-    int status = EXIT_OK;
-    int why = STOPPED_WRITE;
+/* method_ops.begin: the buffers, the persistent requests and (asynchronous) the communication
+ * thread; every wait of this thread takes announcements from then on (comm_on_wait). */
+static int gossip_begin(trainer *t) {
     char err[ERRLEN];
-    int st = gossip_setup(t, err, sizeof err);
-    st = comm_max_int(st);
+    const int st = comm_max_int(gossip_setup(t, err, sizeof err));
     if (st) {
         if (t->log) fprintf(stderr, "dsgd-run: %s\n", err);
         gossip_teardown();
         return st;
     }
-    g->prev = t->times;
-    loop_state ls = {0};
-    long s0 = 0;
-    if (t->resume_label >= 0) {
-        /* The communication thread already runs; nobody pulls before the barrier below. */
-        status = train_resume(t, &ls);
-        s0 = t->step; /* this node's own step: a checkpoint after a signal is a cut at each node's step */
-    } else if (e->eval.at_start) status = gossip_evaluate(t, 0, 0.0, EXIT_OK, &why);
-    g->pos = s0;
-    if (g->sig) comm_on_wait(sig_hook); /* every wait of this thread takes announcements */
-    comm_workers_barrier();
-    double train_s = ls.train_s, seg = wall_time(), loss_acc = ls.loss_acc;
-    long loss_n = ls.loss_n;
-    /* `status` is agreed at evaluations only: every node leaves the loop at the same step, so
-     * the collectives stay matched. A local problem (non-finite loss, a run-file write error)
-     * is carried in `local` until then; a diverged node keeps stepping (in lock-step its peers
-     * need it) and the evaluation of the NaN average stops everyone. */
-    int local = EXIT_OK;
-    for (long s = s0; status == EXIT_OK && s < total; s++) {
-        const double alpha = alpha_at(e, s);
-        ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
-        g->pos = s + 1; /* a node announcing from a wait in this step will complete it */
-        int failed = node_failed(e, g->me, s);
-        if (failed && g->has_thread && !g->gone) {
-            pthread_mutex_lock(&g->mu);
-            g->gone = 1;
-            pthread_mutex_unlock(&g->mu);
-        }
-        if (failed && s == e->inject.fail_step)
-            fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other nodes go on\n", t->rank, s);
-        if (!failed) {
-            g->steps_done++;
-            double loss = gossip_step(t, s, alpha);
-            if (!isfinite(loss) && why != STOPPED_NONFINITE) {
-                cadence_nonfinite_loss(t, &why, 1, s + 1, alpha, "every rank stops at the next evaluation");
-                local = EXIT_RUNTIME;
-            }
-            loss_acc += loss, loss_n++;
-        }
-        t->step = s + 1;
-        if (t->log && cadence_log_due(e, s + 1) && loss_n) {
-            if (train_log_train(t, s + 1, train_s + wall_time() - seg, loss_acc / (double)loss_n, alpha, NULL, NULL, NULL, NULL, NULL) != 0)
-                local = EXIT_RUNTIME;
-            loss_acc = 0.0, loss_n = 0;
-        }
-        /* A signal here or on another node (announcements): meet at the target step. */
-        int sigmeet = 0;
-        if (sig_poll(s + 1)) {
-            sig_wait_all();
-            sigmeet = s + 1 >= sig_target() && !meeting_point(e, s + 1);
-        }
-        const int eval = cadence_eval_due(e, s + 1), periodic = cadence_ckpt_due(e, s + 1);
-        if (eval) {
-            /* The nodes meet: waiting here for slower nodes is training time (the averaged
-             * model exists only once every node has done s + 1 steps); the evaluation is not. */
-            comm_workers_barrier();
-            train_s += wall_time() - seg;
-            status = gossip_evaluate(t, s + 1, train_s, local, &why);
-            seg = wall_time();
-        }
-        /* Meeting points (evaluations, every checkpoint.every steps) are where the nodes agree
-         * on signals and write checkpoints: no extra synchronisation between them. */
-        if (status == EXIT_OK && (periodic || eval || sigmeet)) {
-            sig_poll(s + 1);
-            const int mine = ckpt_signal_pending() > g->ep_kind ? ckpt_signal_pending() : g->ep_kind;
-            t->sig = comm_agree(mine);
-            /* at a meeting point every node closes the epoch: all announcements in */
-            if (t->sig && g->sig) {
-                if (!g->ann) sig_announce(s + 1);
-                sig_wait_all();
-            }
-            if (periodic || t->sig) {
-                comm_workers_barrier();
-                train_s += wall_time() - seg;
-                gossip_quiesce(t);
-                ls = (loop_state){.train_s = train_s, .loss_acc = loss_acc, .loss_n = loss_n, .last_row = t->step};
-                /* after a signal between meeting points each node is at its own step: the
-                 * checkpoint's label is the largest */
-                status = cadence_checkpoint(t, &why, sigmeet ? comm_max_long(s + 1) : s + 1, &ls);
-                seg = wall_time();
-            }
-            if (g->ann) sig_reset();
-        }
+    G.prev = t->times;
+    G.pos = -1; /* no announcement before the first step */
+    if (G.sig) comm_on_wait(sig_hook);
+    return 0;
+}
+
+/* method_ops.step: node i's step s, or none once it has failed (inject.fail_rank). */
+static int gossip_node_step(trainer *t, long s, double alpha, double *loss) {
+    gossip *g = &G;
+    const experiment *e = t->e;
+    if (g->closing) sig_reset(), g->closing = 0; /* the epoch the last meeting point closed */
+    g->pos = s + 1; /* a node announcing from a wait in this step will complete it */
+    const int failed = node_failed(e, g->me, s);
+    if (failed && g->has_thread && !g->gone) {
+        pthread_mutex_lock(&g->mu);
+        g->gone = 1;
+        pthread_mutex_unlock(&g->mu);
     }
+    if (failed && s == e->inject.fail_step)
+        fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other nodes go on\n", t->rank, s);
+    if (failed) return 0;
+    g->steps_done++;
+    *loss = gossip_step(t, s, alpha);
+    return 1;
+}
+
+/* method_ops.signal: a signal here or on another node (announcements) makes the target step this
+ * node's meeting point. */
+static int gossip_signal(trainer *t, long done) {
+    if (!sig_poll(done)) return 0;
+    sig_wait_all();
+    return done >= sig_target() && !meeting_point(t->e, done);
+}
+
+/* method_ops.meet: meeting points (evaluations, every checkpoint.every steps, a signal's meeting)
+ * are where the nodes agree on signals and write checkpoints: no extra synchronisation between
+ * them. After a signal between meeting points each node is at its own step: a checkpoint's label
+ * is then the largest. */
+static long gossip_meet(trainer *t, long done, int sigmeet) {
+    gossip *g = &G;
+    sig_poll(done);
+    const int mine = ckpt_signal_pending() > g->ep_kind ? ckpt_signal_pending() : g->ep_kind;
+    t->sig = comm_agree(mine);
+    /* at a meeting point every node closes the epoch: all announcements in */
+    if (t->sig && g->sig) {
+        if (!g->ann) sig_announce(done);
+        sig_wait_all();
+    }
+    g->closing = g->ann;
+    return sigmeet && (t->sig || cadence_ckpt_due(t->e, done)) ? comm_max_long(done) : done;
+}
+
+/* method_ops.end: rank 0 collects every node's row of peers chosen; the run-file arrays. */
+static int gossip_end(trainer *t, int status) {
+    gossip *g = &G;
     comm_on_wait(NULL);
-    /* peers chosen: rank 0 collects every node's row */
     double *row = xmalloc((size_t)g->p * sizeof(double)), *all = xmalloc((size_t)g->p * g->p * sizeof(double));
     for (int k = 0; k < g->p; k++) row[k] = (double)g->peers[k];
     comm_workers_gather_f64(row, g->p, all);
@@ -648,7 +618,6 @@ static int gossip_run(trainer *t) {
     if (t->log) {
         for (int k = 0; k < g->p * g->p; k++) g->peers[k] = (long long)all[k];
         if (runlog_array(t->log, 0, g->peers) != 0 || runlog_array_rows_f64(t->log, 1, g->phi, g->n_evals) != 0) status = EXIT_RUNTIME;
-        train_log_summary(t, status, why, train_s);
     }
     free(row), free(all);
     gossip_teardown();
@@ -669,11 +638,9 @@ static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
     return 2;
 }
 
-const method_ops method_gossip_pull = {
-    .name = "gossip_pull", .init = gossip_init, .run = gossip_run,
-    .save = gossip_save, .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1,
-};
-const method_ops method_gossip_push = {
-    .name = "gossip_push", .init = gossip_init, .run = gossip_run,
-    .save = gossip_save, .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1,
-};
+#define GOSSIP_OPS(kind)                                                                                                  \
+    {.name = kind, .init = gossip_init, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
+     .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_save,     \
+     .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = 1}
+const method_ops method_gossip_pull = GOSSIP_OPS("gossip_pull");
+const method_ops method_gossip_push = GOSSIP_OPS("gossip_push");

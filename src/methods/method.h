@@ -1,22 +1,39 @@
 /* method.h — one distributed SGD method = one file in src/methods/ exporting a method_ops table
- * (as nccl-tests has one file per collective). A method either moves its ranks in lock-step and
- * gives the synchronous loop of train_run (src/train/train.c) its step, or brings its own loop
- * (`run`: gossip, whose nodes meet only at evaluations; ps, easgd, backup, which have server
- * ranks); every loop takes its cadence — when to log, evaluate, checkpoint, stop — from
- * src/train/cadence.h. Entries:
+ * (as nccl-tests has one file per collective). allreduce and gossip are clients of the one
+ * training loop, train_run (src/train/train.c), which owns the cadence — when to log, evaluate,
+ * checkpoint and stop (src/train/cadence.h) — and calls the entries below; the methods with
+ * server ranks (ps, easgd, backup) bring the server/worker pair of loops of src/methods/server*.c
+ * (`run`), which take their cadence from the same cadence.h. Entries (NULL: not needed):
  *
  *   init      once, after the model is built and initialised identically on every rank
- *   step      lock-step methods: once per iteration t (0-based) with the step size α_t; returns
- *             the mean loss over the nodes' minibatches of this step (identical on every rank;
- *             NaN: non-finite) and agrees on t->sig
- *   eval_prepare  lock-step methods, before each evaluation: make the model each rank evaluates
- *             the one the method's paper evaluates (e.g. average BN statistics across ranks)
- *   run       the other methods: the whole loop (NULL: train_run's, with step and eval_prepare)
+ *   begin     train_run, before a resume and the first evaluation (collective): start what lives
+ *             as long as the loop (gossip's communication thread); returns the status every rank
+ *             agrees on, having released what it set up when that is not 0 (message printed)
+ *   step      every iteration s (0-based) with the step size α_s: this rank's step; returns 1 with
+ *             *loss (NaN: non-finite), or 0 when the rank took no step (a failed gossip node).
+ *             Lock-step methods (meets = 0) return the mean over the nodes, the same on every
+ *             rank, and agree on t->sig inside the step
+ *   signal    meets = 1, after each step: pass on signals between meeting points; returns 1 when
+ *             a signal makes step `done` this node's meeting point for a checkpoint
+ *   meet      meets = 1, at meeting points (evaluations, periodic checkpoints, signal meetings),
+ *             collective: agree on t->sig; returns the label of a checkpoint held there
+ *   quiesce   before a checkpoint's files are written (train_checkpoint, collective): finish
+ *             what is in flight so that the files hold a consistent cut
+ *   evaluate  collective over the workers, after `done` steps: evaluate the model the method's
+ *             paper evaluates, log it, and return the status every rank agrees on (the worst of
+ *             `status` and the log rank's writes; a non-finite loss sets *why). NULL:
+ *             train_evaluate_and_log
+ *   end       after the loop (collective): the method's last records and release; returns status
+ *   run       the methods with server ranks: the whole run, in place of train_run's loop
  *   runlog_arrays  optional, after init and before training (setup_runlog, on the log rank):
  *             the method's own run-file arrays, which it then writes by their index (runlog.h)
+ *   meets     0: lock-step — every step is collective, a non-finite loss and a run-file write
+ *             error stop every rank at that step, /ranks rows come with /train rows. 1: the nodes
+ *             run on their own and meet (a barrier) at evaluations and checkpoints, where errors
+ *             are agreed; /ranks rows are the method's (at evaluations)
  *
  * Methods touch parameters only through the flat vectors of src/nn/model.h and communicate
- * only through src/comm/comm.h. */
+ * only through src/comm/comm.h. docs/architecture.md has a worked example. */
 #ifndef DSGD_METHOD_H
 #define DSGD_METHOD_H
 
@@ -27,8 +44,13 @@
 struct method_ops {
     const char *name;
     int (*init)(trainer *t, char *err, size_t errlen);
-    double (*step)(trainer *t, long step, double alpha);
-    void (*eval_prepare)(trainer *t);
+    int (*begin)(trainer *t);
+    int (*step)(trainer *t, long s, double alpha, double *loss);
+    int (*signal)(trainer *t, long done);
+    long (*meet)(trainer *t, long done, int sigmeet);
+    void (*quiesce)(trainer *t);
+    int (*evaluate)(trainer *t, long done, double train_s, int status, int *why);
+    int (*end)(trainer *t, int status);
     int (*run)(trainer *t);
     /* Checkpoints (src/train/checkpoint.h): write this rank's method state into f / read it back
      * (after init; f is this rank's file). Return 0 or -1 (message in ckpt_error(f)). Methods
@@ -39,6 +61,7 @@ struct method_ops {
      * and returns n; the method writes array i as runlog index i. NULL: none. */
     int (*runlog_arrays)(const experiment *e, runlog_array_spec *arrays);
     int eval_local;                   /* 1: the run file also holds /eval_local (runlog_meta) */
+    int meets;                        /* see above */
     const struct server_rules *rules; /* methods with servers (src/methods/server.h) */
 };
 

@@ -184,7 +184,7 @@ void model_host_free(const model *m, void *p);
 /* The vector `which` (exactly one of MODEL_PARAMS, MODEL_GRADS, MODEL_BN) where the network
  * computes with it: device memory on a GPU (cuda/gpu.h gpu_model_vector; never dereference it
  * on the host), the host vector itself (model_params, ...) on the CPU. For communication in place
- * on the device in device mode (NCCL, CUDA-aware MPI: train_allreduce_mean, src/train). */
+ * on the device in device mode (NCCL, CUDA-aware MPI: reducer_mean, src/comm/reduce.h). */
 float *model_device_vector(model *m, int which);
 
 /* ---- The training step in parts: overlap on a GPU (train_compute_allreduce, src/train) -------

@@ -1,6 +1,6 @@
 /* cadence.h — the one place that decides when a training loop logs, evaluates, checkpoints and
- * stops, and that says why it stopped. Its clients are the loops of src/train/train.c (allreduce),
- * src/methods/gossip.c, and the worker and server loops of src/methods/server.c. `done` counts
+ * stops, and that says why it stopped. Its clients are the one loop of src/train/train.c (allreduce,
+ * gossip) and the worker and server loops of the methods with servers (src/methods/server*.c). `done` counts
  * the steps (server: iterations) completed, from 1; `why` is the STOPPED_* of the summary. */
 #ifndef DSGD_CADENCE_H
 #define DSGD_CADENCE_H

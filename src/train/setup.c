@@ -380,40 +380,6 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
 
 /* ---- model and method ------------------------------------------------------------------- */
 
-/* comm = "nccl" (collective over the workers, which are the world for allreduce): check that no
- * two workers share a GPU (NCCL refuses it: cuda/gpucomm.h), load NCCL, broadcast worker 0's
- * NCCL id over MPI and build the communicator on the model's GPU. Every failure stops every rank
- * with the message naming key 'comm': exit 2 for workers sharing a GPU (the experiment does not
- * fit the machine, as a wrong world size), 1 for a missing NCCL or a failed initialisation. */
-static gpucomm *nccl_setup(const experiment *e, model *net, int worker) {
-    char msg[ERRLEN];
-    /* "host GPU-bus-id" of every worker: two equal ones share a GPU. First, as it does not
-     * depend on NCCL being installed. */
-    enum { ID = 320 };
-    char mine[ID] = "", *all = xcalloc((size_t)e->p, ID), bus[64] = "";
-    int st = gpucomm_gpu_id(model_gpu(net), bus, sizeof bus, msg, sizeof msg);
-    snprintf(mine, sizeof mine, "%.250s %.60s", comm_host(), bus);
-    comm_workers_allgather(mine, ID, all);
-    for (int i = 0; !st && i < e->p; i++)
-        for (int j = i + 1; !st && j < e->p; j++) {
-            const char *a = all + (size_t)i * ID, *sp = strchr(a, ' ');
-            if (strcmp(a, all + (size_t)j * ID) == 0 && sp)
-                st = seterr(msg, sizeof msg,
-                            "comm = \"nccl\" needs one GPU per worker, but workers %d and %d share GPU %s on %.*s (NCCL refuses "
-                            "two ranks on one GPU: \"Duplicate GPU detected\"); give each worker its own GPU, or use comm = "
-                            "\"mpi\", which lets workers share GPUs", i, j, sp + 1, (int)(sp - a), a);
-        }
-    free(all);
-    agree_key(st, "comm", msg);
-    agree_key(gpucomm_load(msg, sizeof msg), "comm", msg);
-    char id[GPUCOMM_ID_BYTES] = {0};
-    agree_key(worker == 0 ? gpucomm_unique_id(id, msg, sizeof msg) : 0, "comm", msg);
-    comm_workers_bcast(id, sizeof id, 0);
-    gpucomm *c = gpucomm_create(model_gpu(net), e->p, worker, id, e->comm_timeout_s, msg, sizeof msg);
-    agree_key(c ? 0 : EXIT_RUNTIME, "comm", msg);
-    return c;
-}
-
 void setup_model(run_setup *r) {
     const experiment *e = &r->e;
     trainer *t = &r->t;
@@ -461,18 +427,9 @@ void setup_model(run_setup *r) {
     t->eval_y = model_host_alloc(t->net, (size_t)t->eval_batch * sizeof(int));
     t->eval_idx = xmalloc((size_t)t->eval_batch * sizeof(int));
     t->velocity = xcalloc(model_n_params(t->net), sizeof(float));
-    /* How allreduce moves the gradients on a GPU (train_allreduce_mean): NCCL, MPI on device
-     * memory, or MPI through the host. */
-    if (on_gpu && e->comm == COMM_NCCL) t->gcomm = nccl_setup(e, t->net, t->worker);
-    t->gpu_aware = on_gpu && comm_gpu_aware();
-    if (on_gpu && e->method == METHOD_ALLREDUCE && t->gcomm) {
-        char v[ERRLEN + 64];
-        gpucomm_version(v, sizeof v); /* "NCCL 2.28.9 (path; ...)" */
-        int len = (int)strcspn(v, "(");
-        while (len > 0 && v[len - 1] == ' ') len--;
-        snprintf(r->comm_desc, sizeof r->comm_desc, "; all-reduce: %.*s on the GPUs", len < 40 ? len : 40, v);
-    } else if (on_gpu && e->method == METHOD_ALLREDUCE)
-        snprintf(r->comm_desc, sizeof r->comm_desc, "; all-reduce: MPI %s", t->gpu_aware ? "on device memory (CUDA-aware)" : "through host memory");
+    /* How allreduce moves the gradients (comm/reduce.h): chosen and built once. */
+    reducer_init(&t->red, e, t->net, t->worker, t->rank, agree_key);
+    if (e->method == METHOD_ALLREDUCE) reducer_describe(&t->red, r->comm_desc, sizeof r->comm_desc);
     st = t->method->init(t, err, sizeof err);
     setup_agree(st, err);
 }
@@ -714,7 +671,7 @@ int setup_close(run_setup *r, int st) {
     st = comm_finish(st, log_rank); /* bounded: a rank stopped at the very end does not hold the job */
     model_host_free(t->net, t->x), model_host_free(t->net, t->y), model_host_free(t->net, t->eval_x), model_host_free(t->net, t->eval_y);
     free(t->eval_idx), free(t->velocity);
-    gpucomm_free(t->gcomm);
+    reducer_free(&t->red);
     model_free(t->net);
     loader_free(&t->train_loader);
     shards_close(r->pack_train), shards_close(r->pack_val);

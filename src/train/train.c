@@ -1,10 +1,12 @@
-/* train.c — the training loop of the lock-step methods (see train.h): α schedule, the method's
- * step, progress lines, /train and /ranks rows, evaluation, checkpoints and the non-finite stop
- * when src/train/cadence.h says they are due. Gossip and the methods with servers bring their
- * own loop (method_ops.run) and use the same cadence and the logging functions here.
+/* train.c — the one training loop of allreduce and gossip (train_run; method.h says which entries
+ * of a method it calls): α schedule, the method's step, progress lines, /train and /ranks rows,
+ * evaluation, checkpoints and the non-finite stop when src/train/cadence.h says they are due; and
+ * the helpers every method uses (the local computation, evaluation, logging, checkpoint files).
+ * The methods with servers bring the server/worker loops of src/methods/server*.c (method_ops.run)
+ * and use the same cadence and logging functions.
  *
- * Time axis of the synchronous loop: time_s is the wall clock since training began with
- * evaluation time excluded, so curves of different methods compare training speed only
+ * Time axis: time_s is the wall clock since training began with evaluation and checkpoint time
+ * excluded, so curves of different methods compare training speed only
  * (Jin et al. 2016 Fig. 1/2 plot validation metrics against training wall-clock). */
 #include "train/train.h"
 
@@ -15,7 +17,6 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "gpucomm.h"
 #include "methods/method.h"
 #include "nn/layers.h"
 #include "optim/sgd.h"
@@ -99,48 +100,6 @@ double train_compute(trainer *t, long data_step, long step) {
     return loss;
 }
 
-void train_allreduce_mean(trainer *t, int which, double *wait_s) {
-    model *net = t->net;
-    const size_t n = which == MODEL_BN ? model_n_bn(net) : model_n_params(net);
-    float *dev = model_device_vector(net, which); /* dies on a `which` other than one vector */
-    if (model_get_device(net) == MODEL_CPU) { /* (a) the device vector is the host vector */
-        comm_allreduce_mean_f32(dev, n, wait_s);
-        return;
-    }
-    if (t->gcomm) { /* (b) NCCL on the GPU */
-        if (wait_s) comm_workers_wait(wait_s);
-        char err[ERRLEN];
-        const int st = gpucomm_allreduce_mean(t->gcomm, dev, n, err, sizeof err);
-        if (st == GPUCOMM_OK) return;
-        fprintf(stderr, "dsgd-run: rank %d on %s: %s\n", t->rank, comm_host(), err);
-        if (st == GPUCOMM_TIMEOUT) comm_timeout_abort("the other workers (NCCL all-reduce)");
-        comm_abort(EXIT_RUNTIME);
-    }
-    if (t->p == 1) return;
-    if (t->gpu_aware) { /* (c) MPI on device memory; the mean's division on the device */
-        if (wait_s) comm_workers_wait(wait_s);
-        comm_workers_sum_f32(dev, n);
-        gpucomm_scale(model_gpu(net), dev, n, 1.0f / (float)t->p);
-        return;
-    }
-    /* (d) through the page-locked host mirror */
-    float *host = which == MODEL_PARAMS ? model_params(net) : which == MODEL_GRADS ? model_grads(net) : model_bn(net);
-    model_download(net, which);
-    comm_allreduce_mean_f32(host, n, wait_s);
-    model_upload(net, which);
-}
-
-/* DSGD_OVERLAP=0 in the environment: no overlap (train_compute_allreduce as train_compute and
- * train_allreduce_mean), to compare or to rule it out. Read once. */
-static int overlap_on(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("DSGD_OVERLAP");
-        on = !(v && strcmp(v, "0") == 0);
-    }
-    return on;
-}
-
 /* The minibatch of data step ds into t->x, t->y, or nothing if it is staged on the device; then
  * the step begins on it. Returns the seconds spent assembling it. */
 static double begin_step(trainer *t, long ds, int flags) {
@@ -170,64 +129,31 @@ static double stage_next(trainer *t, long ds) {
 
 double train_compute_allreduce(trainer *t, long data_step, long step, long next_data_step, double *wait_s) {
     model *net = t->net;
-    if (model_get_device(net) == MODEL_CPU || !overlap_on()) {
+    reducer *red = &t->red;
+    if (!red->stage) {
         const double loss = train_compute(t, data_step, step);
         const double t0 = wall_time();
-        train_allreduce_mean(t, MODEL_GRADS, wait_s);
+        reducer_mean(red, MODEL_GRADS, wait_s);
         t->times.comm_s += wall_time() - t0;
         return loss;
     }
-    const size_t n = model_n_params(net);
-    const int nc = comm_mean_chunks(n);
-    /* Path (d) of train_allreduce_mean, chunk by chunk. */
-    const int overlap = t->p > 1 && !t->gcomm && !t->gpu_aware && nc > 0 && nc <= COMM_MAX_CHUNKS;
     const double delay = inject_delay_s(&t->inj, step);
     inject_sleep(delay);
     t->times.delay_s += delay;
     const double t0 = wall_time();
-    double data = begin_step(t, data_step, overlap ? MODEL_STAGE_GRADS : 0);
+    double data = begin_step(t, data_step, red->overlap ? MODEL_STAGE_GRADS : 0);
     data += stage_next(t, next_data_step);
     t->times.data_s += data;
-    if (!overlap) {
+    if (!red->overlap) {
         const double loss = model_train_end(net);
         const double t1 = wall_time();
-        train_allreduce_mean(t, MODEL_GRADS, wait_s);
+        reducer_mean(red, MODEL_GRADS, wait_s);
         t->times.compute_s += t1 - t0 - data;
         t->times.comm_s += wall_time() - t1;
         return loss;
     }
-
-    float *host = model_grads(net);
-    int done[COMM_MAX_CHUNKS];
-    int next = nc - 1;          /* the next chunk to start: they start from the end down */
-    int n_done = 0, barrier = wait_s == NULL;
-    double waited = 0.0, t_computed = -1.0, idle0 = wall_time();
-    while (n_done < nc) {
-        int progress = 0;
-        const size_t ready = model_grads_host_ready(net); /* host [ready, n) is this step's gradient */
-        if (ready < n && !barrier) {
-            /* The agreement point of every path of train_allreduce_mean, at the first group. */
-            comm_workers_wait(&waited);
-            barrier = 1;
-        }
-        if (ready == 0 && t_computed < 0) t_computed = wall_time();
-        for (; next >= 0; next--) {
-            size_t lo, hi;
-            comm_mean_chunk_range(n, next, &lo, &hi);
-            if (lo < ready) break;
-            comm_mean_chunk_start(host, n, next);
-            progress = 1;
-        }
-        const int k = comm_mean_chunks_test(done);
-        for (int i = 0; i < k; i++) {
-            size_t lo, hi;
-            comm_mean_chunk_range(n, done[i], &lo, &hi);
-            model_grads_upload_range(net, lo, hi);
-        }
-        n_done += k;
-        if (progress || k > 0) idle0 = wall_time();
-        else comm_pause(wall_time() - idle0);
-    }
+    double waited = 0.0, t_computed;
+    reducer_grads_overlapped(red, wait_s ? &waited : NULL, &t_computed);
     const double loss = model_train_end(net);
     const double t_end = wall_time();
     if (t_computed < 0) t_computed = t_end;
@@ -368,6 +294,7 @@ int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls) {
 int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     char err[ERRLEN] = "";
     const double t0 = wall_time();
+    if (t->method->quiesce) t->method->quiesce(t);
     int st = 0;
     if (t->rank == 0) st = ckpt_prepare(t->ckpt_dir, label, err, sizeof err) ? EXIT_RUNTIME : 0;
     if (comm_agree(st)) {
@@ -410,11 +337,7 @@ int train_resume(trainer *t, loop_state *ls) {
     return comm_max_int(st);
 }
 
-/* Evaluate the model the method designates (collective over the workers) after `step` steps
- * and `train_s` seconds of training; the log rank prints and appends the /eval row. Returns the
- * status all ranks agree on: the worst of every rank's `status` and the log rank's writes. */
-static int evaluate_and_log(trainer *t, long step, double train_s, int status, int *why) {
-    t->method->eval_prepare(t);
+int train_evaluate_and_log(trainer *t, long step, double train_s, int status, int *why) {
     double ev0 = wall_time();
     eval_result r = train_evaluate(t);
     if (t->log && train_log_eval(t, step, train_s, &r, wall_time() - ev0, 0) != 0) status = EXIT_RUNTIME;
@@ -438,76 +361,93 @@ void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *
             for (int k = 0; k < 5; k++) out[k * t->p + r] = buf[r * 5 + k];
 }
 
-int train_run(trainer *t) {
-    if (t->method->run) return t->method->run(t);
-    const experiment *e = t->e;
-    const long total = e->iterations;
-    int status = EXIT_OK;
-    int why = STOPPED_WRITE;
+/* Log rank: the /train row (and, lock-step, the /ranks row in rows: 5 arrays of p, or NULL). */
+static int log_train(trainer *t, long done, double time_s, double loss, double alpha, const double *rows) {
+    const int p = t->p;
+    if (!rows) return train_log_train(t, done, time_s, loss, alpha, NULL, NULL, NULL, NULL, NULL);
+    return train_log_train(t, done, time_s, loss, alpha, rows, rows + p, rows + 2 * p, rows + 3 * p, rows + 4 * p);
+}
 
+int train_run(trainer *t) {
+    const method_ops *M = t->method;
+    if (M->run) return M->run(t);
+    if (M->begin) {
+        const int st = M->begin(t);
+        if (st) return st;
+    }
+    int (*evaluate)(trainer *, long, double, int, int *) = M->evaluate ? M->evaluate : train_evaluate_and_log;
+    const experiment *e = t->e;
+    int status = EXIT_OK;
+    int local = EXIT_OK;        /* meets = 1: a problem of this rank, agreed at the next evaluation */
+    int why = STOPPED_WRITE;
     loop_state ls = {.prev = t->times};
-    double train_s = 0.0;       /* training wall clock, evaluation excluded */
-    double loss_acc = 0.0;      /* mean loss over the steps since the last /train row */
-    long loss_n = 0, last_row = 0, s0 = 0;
     double *gbuf = xmalloc((size_t)t->p * 5 * sizeof(double)), *rows = xmalloc((size_t)t->p * 5 * sizeof(double));
 
+    long s0 = 0;
     if (t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
         status = train_resume(t, &ls);
-        s0 = t->resume_label;
-        train_s = ls.train_s, loss_acc = ls.loss_acc, loss_n = ls.loss_n, last_row = ls.last_row;
-    } else if (e->eval.at_start) status = evaluate_and_log(t, 0, 0.0, EXIT_OK, &why);
-    phase_times prev = ls.prev;
-
-    comm_barrier();
-    double seg_start = wall_time();
-    for (long s = s0; status == EXIT_OK && s < total; s++) {
+        s0 = t->step; /* gossip: this node's own step (a checkpoint after a signal cuts each node at its own) */
+    } else if (e->eval.at_start) status = evaluate(t, 0, 0.0, EXIT_OK, &why);
+    if (M->meets) comm_workers_barrier();
+    else comm_barrier();
+    double seg = wall_time(); /* the time axis: training wall clock, evaluations and checkpoints excluded */
+    for (long s = s0; status == EXIT_OK && s < e->iterations; s++) {
         const double alpha = alpha_at(e, s);
         ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
-        const double loss = t->method->step(t, s, alpha);
-        if (!isfinite(loss)) { /* the same mean loss on every rank: all stop here */
-            train_s += wall_time() - seg_start;
+        double loss = 0.0;
+        const int took = M->step(t, s, alpha, &loss);
+        if (took && !isfinite(loss) && !M->meets) { /* the same mean loss on every rank: all stop here */
+            ls.train_s += wall_time() - seg;
             cadence_nonfinite_loss(t, &why, 0, s + 1, alpha, "stopping every rank");
             status = EXIT_RUNTIME;
             break;
         }
+        if (took && !isfinite(loss)) { /* a diverged node keeps stepping (in lock-step its peers need
+                                           it); the evaluation of the NaN average stops everyone */
+            if (why != STOPPED_NONFINITE) cadence_nonfinite_loss(t, &why, 1, s + 1, alpha, "every rank stops at the next evaluation");
+            local = EXIT_RUNTIME;
+        }
         t->step = s + 1;
-        loss_acc += loss;
-        loss_n++;
+        if (took) ls.loss_acc += loss, ls.loss_n++;
 
         if (cadence_log_due(e, s + 1)) {
-            double now = train_s + (wall_time() - seg_start);
-            train_gather_rank_times(t, &prev, s + 1 - last_row, gbuf, rows);
-            last_row = s + 1;
-            if (t->log && train_log_train(t, s + 1, now, loss_acc / (double)loss_n, alpha, rows, rows + t->p, rows + 2 * t->p,
-                                          rows + 3 * t->p, rows + 4 * t->p) != 0)
-                status = EXIT_RUNTIME; /* every rank stops together at the next evaluation */
-            loss_acc = 0.0;
-            loss_n = 0;
+            const double now = ls.train_s + (wall_time() - seg);
+            if (!M->meets) train_gather_rank_times(t, &ls.prev, s + 1 - ls.last_row, gbuf, rows), ls.last_row = s + 1;
+            if (t->log && ls.loss_n && log_train(t, s + 1, now, ls.loss_acc / (double)ls.loss_n, alpha, M->meets ? NULL : rows) != 0)
+                local = EXIT_RUNTIME;
+            if (ls.loss_n) ls.loss_acc = 0.0, ls.loss_n = 0;
+            if (!M->meets && (status = comm_agree(local)) != EXIT_OK) break; /* lock-step: a write error stops every rank now */
         }
 
-        if (cadence_eval_due(e, s + 1)) {
-            train_s += wall_time() - seg_start;
-            status = evaluate_and_log(t, s + 1, train_s, status, &why);
+        /* A signal here or on another node: meet at the step the method names. */
+        const int sigmeet = M->signal ? M->signal(t, s + 1) : 0;
+        const int eval = cadence_eval_due(e, s + 1), periodic = cadence_ckpt_due(e, s + 1);
+        if (eval) {
+            /* The nodes meet: waiting here for slower nodes is training time (an average over the
+             * nodes exists only once every node has done s + 1 steps); the evaluation is not. */
+            if (M->meets) comm_workers_barrier();
+            ls.train_s += wall_time() - seg;
+            status = evaluate(t, s + 1, ls.train_s, local, &why);
+            seg = wall_time();
             if (status != EXIT_OK) break;
-            seg_start = wall_time();
         }
-
-        /* A checkpoint every checkpoint.every steps, and when a signal asked for one (the
-         * method's step agreed on t->sig, so every rank decides alike); its time is excluded
-         * from the time axis like evaluation. */
-        if (cadence_ckpt_due(e, s + 1) || t->sig) {
-            train_s += wall_time() - seg_start;
-            ls = (loop_state){.train_s = train_s, .loss_acc = loss_acc, .loss_n = loss_n, .last_row = last_row, .prev = prev};
-            if ((status = cadence_checkpoint(t, &why, s + 1, &ls)) != EXIT_OK) break;
-            seg_start = wall_time();
+        /* A checkpoint every checkpoint.every steps, and when a signal asked for one (lock-step:
+         * the step agreed on t->sig; meets: the meeting point did), so every rank decides alike. */
+        long label = s + 1;
+        if (M->meet && (eval || periodic || sigmeet)) label = M->meet(t, s + 1, sigmeet);
+        if (periodic || t->sig) {
+            if (M->meets) comm_workers_barrier();
+            ls.train_s += wall_time() - seg;
+            if ((status = cadence_checkpoint(t, &why, label, &ls)) != EXIT_OK) break;
+            seg = wall_time();
         }
     }
     free(gbuf), free(rows);
-
+    if (M->end) status = M->end(t, status);
     if (t->log) {
         const double steps = t->step > 0 ? (double)t->step : 1.0;
         const phase_times *ph = &t->times;
-        train_log_summary(t, status, why, train_s);
+        train_log_summary(t, status, why, ls.train_s);
         printf("rank 0 time per step: data %.2f ms, compute %.2f ms, communication %.2f ms (waiting %.2f ms), update %.2f ms\n",
                1e3 * ph->data_s / steps, 1e3 * ph->compute_s / steps, 1e3 * ph->comm_s / steps, 1e3 * ph->wait_s / steps,
                1e3 * ph->update_s / steps);

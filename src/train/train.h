@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "data/idx.h"
 #include "data/loader.h"
+#include "comm/reduce.h"
 #include "io/runlog.h"
 #include "nn/model.h"
 #include "train/inject.h"
@@ -39,9 +40,8 @@ typedef struct trainer {
     int log_rank;             /* world rank writing the run file and printing progress: 0, or
                                  the first server (rank p) for methods with servers */
     injector inj;             /* straggler/failure injection of this worker */
-    struct gpucomm *gcomm;    /* comm = "nccl": the workers' NCCL communicator (cuda/gpucomm.h),
-                                 made by setup_model; NULL otherwise */
-    int gpu_aware;            /* MPI takes CUDA device memory (comm_gpu_aware(), set by setup_model) */
+    reducer red;              /* the workers' all-reduce, its path chosen once (comm/reduce.h; set by
+                                 setup_model) */
 
     /* Buffers allocated once (setup_model, src/train/setup.c), reused every step. */
     float *x;                 /* (b, c, h, w) training minibatch */
@@ -96,44 +96,25 @@ eval_result train_evaluate_all(trainer *t, model *net);
  * compute_s and delay_s. Returns the mean loss of the minibatch. No allocation. */
 double train_compute(trainer *t, long data_step, long step);
 
-/* Collective over the workers: the vector `which` of t->net (MODEL_GRADS: n_params, MODEL_BN:
- * n_bn; MODEL_PARAMS also works) := its mean over the p workers, in place where the network
- * computes — the all-reduce of Jin et al. §2.1, in device mode (model.h "devices"). The one place
- * that chooses how the data travels:
- *   (a) CPU model: comm_allreduce_mean_f32 on the vector;
- *   (b) GPU model, comm = "nccl" (t->gcomm): ncclAllReduce(ncclAvg) on the device vector, on the
- *       model's stream — also at p = 1, where it changes nothing, so that one GPU exercises it;
- *   (c) GPU model, CUDA-aware MPI (t->gpu_aware): comm_workers_sum_f32 on the device vector, then
- *       the division by p on the device;
- *   (d) otherwise: model_download, comm_allreduce_mean_f32 on the host mirror, model_upload.
- * Nothing happens at p = 1 except in (b). If wait_s is not NULL, every path first waits at the
- * worker barrier of comm_allreduce_mean_f32 and adds the seconds spent there to *wait_s, so
- * /ranks wait_s means the same on every path. Waits longer than comm_timeout_s stop every rank
- * (comm_timeout_abort); an NCCL failure prints NCCL's message and stops every rank (exit 1). */
-void train_allreduce_mean(trainer *t, int which, double *wait_s);
-
 /* One worker's step of synchronous all-reduce SGD up to the update: train_compute(t, data_step,
- * step) then train_allreduce_mean(t, MODEL_GRADS, wait_s), with the same result bit for bit, but
- * on a GPU overlapped where it can be (docs/gpu.md, "Overlap"):
+ * step) then reducer_mean(&t->red, MODEL_GRADS, wait_s), with the same result bit for bit, but
+ * on a GPU overlapped where it can be (docs/gpu.md, "Overlap"; t->red.stage, t->red.overlap):
  *   - next_data_step >= 0 (the data step of this worker's next call; -1: unknown, or none):
  *     while the GPU computes, the host assembles that minibatch (loader_batch) in page-locked
  *     memory and a copy stream puts it on the device (model_stage_batch), so the next call, if
  *     its data_step is that one, starts on data already there; any other data_step is loaded as
  *     train_compute does and the staged one is dropped;
- *   - path (d) of train_allreduce_mean (GPU model, p > 1, MPI without CUDA support): the gradient
- *     reaches the host group by group while the backward pass runs (MODEL_STAGE_GRADS); each
- *     4 MB chunk of comm_allreduce_mean_f32 starts (comm_mean_chunk_start, the chunks from the
- *     end of the vector down) as soon as its floats are on the host, and each reduced chunk goes
- *     back to the device while later chunks are still reduced; the worker barrier is taken when
- *     the first group arrives.
- * A CPU model, or DSGD_OVERLAP=0 in the environment, takes train_compute and train_allreduce_mean
+ *   - REDUCE_STAGED (GPU model, p > 1, MPI without CUDA support): the gradient reaches the host
+ *     group by group while the backward pass runs (MODEL_STAGE_GRADS) and is reduced chunk by
+ *     chunk meanwhile (reducer_grads_overlapped).
+ * A CPU model, or DSGD_OVERLAP=0 in the environment, takes train_compute and reducer_mean
  * as they are. The injected straggler delay is slept before the step's computation starts on a
  * GPU (after it on the CPU), so that it is never hidden behind the GPU's work.
  * Adds to t->times data_s (minibatches assembled, this one's and the next's), compute_s (until the
  * whole gradient is computed: on the overlapped path until its last group is on the host), delay_s,
  * comm_s (the all-reduce: on the overlapped path what is left of it once the gradient is computed,
  * plus the barrier) and, through wait_s, the barrier. Returns this worker's mean loss. No
- * allocation. Collective over the workers, as train_allreduce_mean. */
+ * allocation. Collective over the workers, as reducer_mean. */
 double train_compute_allreduce(trainer *t, long data_step, long step, long next_data_step, double *wait_s);
 
 /* Log rank: the progress line and /train row after `step` iterations at `time_s` seconds of
@@ -172,7 +153,7 @@ typedef struct {
 } loop_state;
 
 /* Collective over the world: write the checkpoint after `label` iterations into t->ckpt_dir
- * (checkpoint.h): every rank that holds state writes its file (common state: t->times, step;
+ * (checkpoint.h): the method's quiesce first; then every rank that holds state writes its file (common state: t->times, step;
  * log rank: *ls, the run file's rows — flushed first — and the experiment; then the method's
  * save callback), worker 0 / the log rank commits once all succeeded. Prints one line on the log
  * rank. Returns 0, or EXIT_RUNTIME on every rank when any rank failed (printed; the previous
@@ -188,9 +169,18 @@ int train_resume(trainer *t, loop_state *ls);
 int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls);
 int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls);
 
-/* Run the whole experiment (collective). Returns EXIT_OK, EXIT_INTERRUPTED after a SIGTERM /
- * SIGINT and its checkpoint, or EXIT_RUNTIME after a non-finite loss or gradient (all ranks
- * agree) or an output error on rank 0. */
+/* Collective over the workers: evaluate the model each rank holds (train_evaluate) after `step`
+ * steps and `train_s` seconds of training; the log rank prints and appends the /eval row. Returns
+ * the status every rank agrees on: the worst of every rank's `status` and the log rank's writes;
+ * a non-finite validation loss stops every rank (*why = STOPPED_NONFINITE). The default
+ * method_ops.evaluate. */
+int train_evaluate_and_log(trainer *t, long step, double train_s, int status, int *why);
+
+/* Run the whole experiment (collective): the one training loop (method.h says which entries of
+ * the method it calls), or the method's own `run` (methods with servers). Returns EXIT_OK,
+ * EXIT_INTERRUPTED after a SIGTERM / SIGINT and its checkpoint, EXIT_BADINPUT when a checkpoint
+ * could not be read, or EXIT_RUNTIME after a non-finite loss or gradient, a run-file write error
+ * or a checkpoint that could not be written (all ranks agree). */
 int train_run(trainer *t);
 
 #endif

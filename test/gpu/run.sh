@@ -643,7 +643,7 @@ else
             ${cuda_prec[@]+"${cuda_prec[@]}"} --set comm=nccl --set "output=$R/nccl_p2_refused.h5" "$CFG"
         rm -f "$R/nccl_p2_refused.h5.log"
     fi
-    # A CUDA-aware MPI moves the gradients on device memory (train_allreduce_mean); DSGD_CUDA_AWARE=0
+    # A CUDA-aware MPI moves the gradients on device memory (reducer_mean, src/comm/reduce.h); DSGD_CUDA_AWARE=0
     # forces the host path, which must train the same.
     if [ -x "$BIN" ] && "${BENV[@]}" "$BIN" --version 2>/dev/null | grep -q 'CUDA-aware: yes'; then
         benv_saved=("${BENV[@]}")

@@ -1,4 +1,4 @@
-/* test_gpu_comm.c — the device side of the all-reduce (src/train train_allreduce_mean, cuda/gpucomm.h)
+/* test_gpu_comm.c — the device side of the all-reduce (src/comm/reduce.h reducer_mean, cuda/gpucomm.h)
  * on one GPU, in one process without mpiexec (MPI is never initialised: src/comm's worker
  * collectives return at once with one worker). A linear model (1x28x28, 10 classes, b = 8) and a
  * ResNet-18 (width 4, CIFAR stem, 1x8x8, b = 4: BN statistics to reduce), both MODEL_CUDA:
@@ -7,11 +7,11 @@
  *                     model_upload put there reads back through cudaMemcpy bit for bit, for
  *                     params, grads and bn; a CPU model's is the host vector itself;
  *   test_scale        gpucomm_scale(x, 1/p) equals the host's x·(1/p) bit for bit (the float
- *                     comm_allreduce_mean_f32 multiplies by); and train_allreduce_mean's CUDA-aware
- *                     path (t.gpu_aware, t.p = 2 with one MPI worker, so the MPI sum is the identity)
+ *                     comm_allreduce_mean_f32 multiplies by); and reducer_mean's CUDA-aware
+ *                     path (REDUCE_DEVICE, p = 2 with one MPI worker, so the MPI sum is the identity)
  *                     leaves exactly grads·0.5 on the device and the host mirror untouched;
  *   test_nccl_one_rank  gpucomm_load, a one-rank communicator (gpucomm_unique_id, gpucomm_create
- *                     with nranks 1), then train_allreduce_mean with t.gcomm on the gradients of a
+ *                     with nranks 1), then reducer_mean on REDUCE_NCCL on the gradients of a
  *                     real training step and on the BN statistics, 20 times: a one-rank ncclAvg
  *                     multiplies by 1.0f, so the vectors stay the same bit for bit (time per
  *                     call printed); gpucomm_free; a second communicator made and freed;
@@ -158,15 +158,16 @@ START_TEST(test_scale) {
         }
         free(got);
     }
-    /* train_allreduce_mean, path (c): MPI sum (the identity with one MPI worker), then 1/p on the
+    /* reducer_mean, REDUCE_DEVICE: MPI sum (the identity with one MPI worker), then 1/p on the
      * device, the host mirror untouched. */
     train_once(g, &r);
     model_download(g, MODEL_GRADS);
     float *before = xmalloc(n * sizeof(float));
     memcpy(before, model_grads(g), n * sizeof(float));
-    trainer t = {.net = g, .p = 2, .gpu_aware = 1};
+    reducer red;
+    reducer_with(&red, REDUCE_DEVICE, g, 2, 0, NULL);
     double wait = 0;
-    train_allreduce_mean(&t, MODEL_GRADS, &wait);
+    reducer_mean(&red, MODEL_GRADS, &wait);
     float *got = from_device(model_device_vector(g, MODEL_GRADS), n);
     for (size_t i = 0; i < n; i++) {
         const float want = before[i] * 0.5f;
@@ -206,7 +207,8 @@ START_TEST(test_nccl_one_rank) {
         ck_assert_msg(gpucomm_unique_id(id, err, sizeof err) == 0, "%s", err);
         gpucomm *c = gpucomm_create(model_gpu(g), 1, 0, id, 60.0, err, sizeof err);
         ck_assert_msg(c != NULL, "%s: gpucomm_create: %s", k->name, err);
-        trainer t = {.net = g, .p = 1, .gcomm = c};
+        reducer red;
+        reducer_with(&red, REDUCE_NCCL, g, 1, 0, c);
         const int which[2] = {MODEL_GRADS, MODEL_BN};
         for (int v = 0; v < 2; v++) {
             const size_t n = which[v] == MODEL_BN ? model_n_bn(g) : model_n_params(g);
@@ -215,7 +217,7 @@ START_TEST(test_nccl_one_rank) {
             double wait = 0;
             const double t0 = wall_time();
             const int reps = 20;
-            for (int i = 0; i < reps; i++) train_allreduce_mean(&t, which[v], &wait);
+            for (int i = 0; i < reps; i++) reducer_mean(&red, which[v], &wait);
             const double dt = (wall_time() - t0) / reps;
             float *after = from_device(model_device_vector(g, which[v]), n);
             ck_assert_msg(memcmp(before, after, n * sizeof(float)) == 0, "%s: one-rank NCCL all-reduce of %s changed it", k->name,
@@ -243,7 +245,8 @@ START_TEST(test_nccl_then_sgd) {
     ck_assert_msg(gpucomm_unique_id(id, err, sizeof err) == 0, "%s", err);
     gpucomm *c = gpucomm_create(model_gpu(g), 1, 0, id, 60.0, err, sizeof err);
     ck_assert_msg(c != NULL, "%s: gpucomm_create: %s", k->name, err);
-    trainer t = {.net = g, .p = 1, .gcomm = c};
+    reducer red;
+    reducer_with(&red, REDUCE_NCCL, g, 1, 0, c);
     float *theta = xmalloc(n * sizeof(float)), *v = xcalloc(n, sizeof(float)), *grad = xmalloc(n * sizeof(float));
     fill(model_params(g), n, &r);
     model_upload(g, MODEL_PARAMS);
@@ -254,7 +257,7 @@ START_TEST(test_nccl_then_sgd) {
         model_upload(g, MODEL_GRADS);
         memcpy(grad, model_grads(g), n * sizeof(float));
         double wait = 0;
-        train_allreduce_mean(&t, MODEL_GRADS, &wait); /* ncclAvg over one rank: ×1.0f */
+        reducer_mean(&red, MODEL_GRADS, &wait); /* ncclAvg over one rank: ×1.0f */
         ck_assert_msg(model_sgd_update(g, alpha, mu, lambda, 1), "%s: step %d: non-finite update", k->name, step);
         ck_assert(sgd_update(theta, grad, v, n, alpha, mu, lambda, 1));
         float *got = from_device(model_device_vector(g, MODEL_PARAMS), n);

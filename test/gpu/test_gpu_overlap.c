@@ -28,7 +28,7 @@
  *                   on model_train_step (the stand-ins' oneDNN memory objects).
  *   test_mpi        under `mpiexec -n 2` and `-n 3` (this program re-run with --mpi-child):
  *                   per rank, one model through train_compute_allreduce (overlapped) and one
- *                   through train_compute + train_allreduce_mean (host path (d)), 5 SGD steps:
+ *                   through train_compute + reducer_mean (REDUCE_STAGED), 5 SGD steps:
  *                   losses, gradients, parameters equal; parameters equal across ranks.
  *   test_dsgd_run   dsgd-run itself, 2 ranks, device = "cuda", 12 steps of ResNet-18 width 4 on
  *                   Fashion-MNIST, with DSGD_OVERLAP=0 and without: /train/loss and /eval/loss
@@ -410,6 +410,7 @@ static void trainer_init(trainer *t, model *net, const dataset *d, int p_loader,
     t->worker = worker;
     t->rank = worker;
     inject_init(&t->inj, &g_e, worker);
+    reducer_with(&t->red, REDUCE_STAGED, net, p_trainer, worker, NULL); /* MPI through the host */
     char err[ERRLEN];
     const model_spec *s = model_get_spec(net);
     REQUIRE(loader_init(&t->train_loader, d, p_loader, worker, s->batch, 17, err, sizeof err) == 0, "%s", err);
@@ -515,7 +516,7 @@ static uint64_t fnv(const void *p, size_t nbytes) {
     return h;
 }
 
-/* One rank: the overlapped path against host path (d) on case k. Returns the number of failures. */
+/* One rank: the overlapped path against REDUCE_STAGED unoverlapped on case k. Returns the number of failures. */
 static int mpi_child_case(const ov_case *k, int rank, int p) {
     const model_spec *s = &k->s;
     dataset d = synth(s, 200, 29);
@@ -530,7 +531,7 @@ static int mpi_child_case(const ov_case *k, int rank, int p) {
     for (int step = 0; step < MPI_STEPS; step++) {
         const double la = train_compute_allreduce(&ta, step, step, step + 1 < MPI_STEPS ? step + 1 : -1, &wa);
         const double lb = train_compute(&tb, step, step);
-        train_allreduce_mean(&tb, MODEL_GRADS, &wb);
+        reducer_mean(&tb.red, MODEL_GRADS, &wb);
         grads_of(a, ga);
         grads_of(b, gb);
         size_t i = 0;
@@ -560,7 +561,7 @@ static int mpi_child_case(const ov_case *k, int rank, int p) {
             fprintf(stderr, "rank %d %s: rank %d's parameters differ from rank 0's\n", rank, k->name, q);
             bad++;
         }
-    printf("rank %d of %d, %s (%zu parameters, %d chunks): %d steps overlapped = host path (d)%s; barrier waits %.3g / %.3g s\n",
+    printf("rank %d of %d, %s (%zu parameters, %d chunks): %d steps overlapped = unoverlapped%s; barrier waits %.3g / %.3g s\n",
            rank, p, k->name, n, comm_mean_chunks(n), MPI_STEPS, bad ? ": FAILED" : "", wa, wb);
     free(all), free(ga), free(gb);
     trainer_free(&ta), trainer_free(&tb);

@@ -1,0 +1,151 @@
+/* reduce.c — the all-reduce object of reduce.h: its paths, chosen once. */
+#include "comm/reduce.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "gpucomm.h"
+#include "util/util.h"
+
+/* DSGD_OVERLAP=0 in the environment: no overlap of copies and communication with computation
+ * (to compare, or to rule it out). */
+static int overlap_env(void) {
+    const char *v = getenv("DSGD_OVERLAP");
+    return !(v && strcmp(v, "0") == 0);
+}
+
+/* comm = "nccl": check that no two workers share a GPU (NCCL refuses it: cuda/gpucomm.h), load
+ * NCCL, broadcast worker 0's NCCL id over MPI and build the communicator on the model's GPU. */
+static gpucomm *nccl_setup(const experiment *e, model *net, int worker, reduce_agree_fn agree) {
+    char msg[ERRLEN];
+    /* "host GPU-bus-id" of every worker: two equal ones share a GPU. First, as it does not
+     * depend on NCCL being installed. */
+    enum { ID = 320 };
+    char mine[ID] = "", *all = xcalloc((size_t)e->p, ID), bus[64] = "";
+    int st = gpucomm_gpu_id(model_gpu(net), bus, sizeof bus, msg, sizeof msg);
+    snprintf(mine, sizeof mine, "%.250s %.60s", comm_host(), bus);
+    comm_workers_allgather(mine, ID, all);
+    for (int i = 0; !st && i < e->p; i++)
+        for (int j = i + 1; !st && j < e->p; j++) {
+            const char *a = all + (size_t)i * ID, *sp = strchr(a, ' ');
+            if (strcmp(a, all + (size_t)j * ID) == 0 && sp)
+                st = seterr(msg, sizeof msg,
+                            "comm = \"nccl\" needs one GPU per worker, but workers %d and %d share GPU %s on %.*s (NCCL refuses "
+                            "two ranks on one GPU: \"Duplicate GPU detected\"); give each worker its own GPU, or use comm = "
+                            "\"mpi\", which lets workers share GPUs", i, j, sp + 1, (int)(sp - a), a);
+        }
+    free(all);
+    agree(st, "comm", msg);
+    agree(gpucomm_load(msg, sizeof msg), "comm", msg);
+    char id[GPUCOMM_ID_BYTES] = {0};
+    agree(worker == 0 ? gpucomm_unique_id(id, msg, sizeof msg) : 0, "comm", msg);
+    comm_workers_bcast(id, sizeof id, 0);
+    gpucomm *c = gpucomm_create(model_gpu(net), e->p, worker, id, e->comm_timeout_s, msg, sizeof msg);
+    agree(c ? 0 : EXIT_RUNTIME, "comm", msg);
+    return c;
+}
+
+void reducer_with(reducer *r, reduce_path path, model *net, int p, int rank, struct gpucomm *nccl) {
+    *r = (reducer){.path = path, .net = net, .p = p, .rank = rank, .nccl = nccl};
+    r->stage = path != REDUCE_HOST && overlap_env();
+    const int nc = comm_mean_chunks(model_n_params(net));
+    r->overlap = path == REDUCE_STAGED && r->stage && p > 1 && nc > 0 && nc <= COMM_MAX_CHUNKS;
+}
+
+void reducer_init(reducer *r, const experiment *e, model *net, int worker, int rank, reduce_agree_fn agree) {
+    if (model_get_device(net) == MODEL_CPU) reducer_with(r, REDUCE_HOST, net, e->p, rank, NULL);
+    else if (e->comm == COMM_NCCL) reducer_with(r, REDUCE_NCCL, net, e->p, rank, nccl_setup(e, net, worker, agree));
+    else reducer_with(r, comm_gpu_aware() ? REDUCE_DEVICE : REDUCE_STAGED, net, e->p, rank, NULL);
+}
+
+void reducer_describe(const reducer *r, char *buf, size_t n) {
+    if (r->path == REDUCE_NCCL) {
+        char v[ERRLEN + 64];
+        gpucomm_version(v, sizeof v); /* "NCCL 2.28.9 (path; ...)" */
+        int len = (int)strcspn(v, "(");
+        while (len > 0 && v[len - 1] == ' ') len--;
+        snprintf(buf, n, "; all-reduce: %.*s on the GPUs", len < 40 ? len : 40, v);
+    } else if (r->path != REDUCE_HOST)
+        snprintf(buf, n, "; all-reduce: MPI %s", r->path == REDUCE_DEVICE ? "on device memory (CUDA-aware)" : "through host memory");
+    else if (n) buf[0] = '\0';
+}
+
+void reducer_mean(reducer *r, int which, double *wait_s) {
+    model *net = r->net;
+    const size_t n = which == MODEL_BN ? model_n_bn(net) : model_n_params(net);
+    float *dev = model_device_vector(net, which); /* dies on a `which` other than one vector */
+    switch (r->path) {
+    case REDUCE_HOST: /* the device vector is the host vector */
+        comm_allreduce_mean_f32(dev, n, wait_s);
+        return;
+    case REDUCE_NCCL: {
+        if (wait_s) comm_workers_wait(wait_s);
+        char err[ERRLEN];
+        const int st = gpucomm_allreduce_mean(r->nccl, dev, n, err, sizeof err);
+        if (st == GPUCOMM_OK) return;
+        fprintf(stderr, "dsgd-run: rank %d on %s: %s\n", r->rank, comm_host(), err);
+        if (st == GPUCOMM_TIMEOUT) comm_timeout_abort("the other workers (NCCL all-reduce)");
+        comm_abort(EXIT_RUNTIME);
+        return;
+    }
+    case REDUCE_DEVICE: /* MPI on device memory; the mean's division on the device */
+        if (r->p == 1) return;
+        if (wait_s) comm_workers_wait(wait_s);
+        comm_workers_sum_f32(dev, n);
+        gpucomm_scale(model_gpu(net), dev, n, 1.0f / (float)r->p);
+        return;
+    case REDUCE_STAGED: { /* through the page-locked host mirror */
+        if (r->p == 1) return;
+        float *host = which == MODEL_PARAMS ? model_params(net) : which == MODEL_GRADS ? model_grads(net) : model_bn(net);
+        model_download(net, which);
+        comm_allreduce_mean_f32(host, n, wait_s);
+        model_upload(net, which);
+        return;
+    }
+    }
+}
+
+void reducer_grads_overlapped(reducer *r, double *waited, double *t_computed) {
+    model *net = r->net;
+    const size_t n = model_n_params(net);
+    const int nc = comm_mean_chunks(n);
+    float *host = model_grads(net);
+    int done[COMM_MAX_CHUNKS];
+    int next = nc - 1;          /* the next chunk to start: they start from the end down */
+    int n_done = 0, barrier = waited == NULL;
+    double idle0 = wall_time();
+    *t_computed = -1.0;
+    while (n_done < nc) {
+        int progress = 0;
+        const size_t ready = model_grads_host_ready(net); /* host [ready, n) is this step's gradient */
+        if (ready < n && !barrier) {
+            /* The agreement point of every path of reducer_mean, at the first group. */
+            comm_workers_wait(waited);
+            barrier = 1;
+        }
+        if (ready == 0 && *t_computed < 0) *t_computed = wall_time();
+        for (; next >= 0; next--) {
+            size_t lo, hi;
+            comm_mean_chunk_range(n, next, &lo, &hi);
+            if (lo < ready) break;
+            comm_mean_chunk_start(host, n, next);
+            progress = 1;
+        }
+        const int k = comm_mean_chunks_test(done);
+        for (int i = 0; i < k; i++) {
+            size_t lo, hi;
+            comm_mean_chunk_range(n, done[i], &lo, &hi);
+            model_grads_upload_range(net, lo, hi);
+        }
+        n_done += k;
+        if (progress || k > 0) idle0 = wall_time();
+        else comm_pause(wall_time() - idle0);
+    }
+}
+
+void reducer_free(reducer *r) {
+    gpucomm_free(r->nccl);
+    r->nccl = NULL;
+}

@@ -1,0 +1,77 @@
+/* reduce.h — the all-reduce of synchronous SGD (Jin et al. 2016 §2.1) as one object: how a model
+ * vector travels is chosen once, when the reducer is built (setup_model), and every call then
+ * takes that path. The one place where the transports meet: MPI through src/comm/comm.h, NCCL
+ * and the device-side scaling through cuda/gpucomm.h; the loop and the methods call only this.
+ *
+ *   REDUCE_HOST     CPU model: comm_allreduce_mean_f32 on the vector (host memory)
+ *   REDUCE_NCCL     GPU model, comm = "nccl": ncclAllReduce(ncclAvg) on the device vector, on the
+ *                   model's stream — also at p = 1, where it changes nothing, so that one GPU
+ *                   exercises it
+ *   REDUCE_DEVICE   GPU model, CUDA-aware MPI (comm_gpu_aware): comm_workers_sum_f32 on the
+ *                   device vector, then the division by p on the device
+ *   REDUCE_STAGED   GPU model, other MPI: model_download, comm_allreduce_mean_f32 on the page-
+ *                   locked host mirror, model_upload; for the gradient, overlapped with the
+ *                   backward pass chunk by chunk (reducer_grads_overlapped) unless DSGD_OVERLAP=0
+ *
+ * Every path gives the same bits as REDUCE_HOST's sum-then-scale (NCCL's ncclAvg: when p is a
+ * power of two, cuda/gpucomm.h). A wait longer than comm_timeout_s stops every rank
+ * (comm_timeout_abort); an NCCL failure prints NCCL's message and stops every rank (exit 1).
+ * No call allocates. */
+#ifndef DSGD_REDUCE_H
+#define DSGD_REDUCE_H
+
+#include <stddef.h>
+
+#include "config/config.h"
+#include "nn/model.h"
+
+typedef enum { REDUCE_HOST, REDUCE_NCCL, REDUCE_DEVICE, REDUCE_STAGED } reduce_path;
+
+typedef struct reducer {
+    reduce_path path;
+    int overlap;              /* REDUCE_STAGED, p > 1, DSGD_OVERLAP not 0: reducer_grads_overlapped */
+    int stage;                /* GPU model and DSGD_OVERLAP not 0: the next minibatch is staged on
+                                 the device while a step computes (train_compute_allreduce) */
+    model *net;
+    int p, rank;
+    struct gpucomm *nccl;     /* REDUCE_NCCL: the workers' communicator (cuda/gpucomm.h) */
+} reducer;
+
+/* The agreement point of the set-up phase (src/train/setup.c agree_key): status 0 on a rank that
+ * is fine; if any rank's is not, every rank stops, the failing ranks' msg blamed on key. */
+typedef void (*reduce_agree_fn)(int status, const char *key, const char *msg);
+
+/* Collective over the workers (p of them; this one is `worker`, world rank `rank`): choose the
+ * path for net (above) and build it; comm = "nccl" also checks that no two workers share a GPU,
+ * loads NCCL and builds the communicator, each step agreed through agree (exit 2 for workers
+ * sharing a GPU, 1 for a missing NCCL or a failed initialisation: the key 'comm'). */
+void reducer_init(reducer *r, const experiment *e, model *net, int worker, int rank, reduce_agree_fn agree);
+
+/* The reducer of a given path, without set-up or checks (reducer_init uses it; the GPU tests
+ * build each path with it): p workers, this one world rank `rank`; nccl: REDUCE_NCCL's
+ * communicator. r->stage and r->overlap follow DSGD_OVERLAP, the path and p. */
+void reducer_with(reducer *r, reduce_path path, model *net, int p, int rank, struct gpucomm *nccl);
+
+/* The path in the start-up line: "" on a CPU model, else "; all-reduce: NCCL 2.x on the GPUs",
+ * "; all-reduce: MPI on device memory (CUDA-aware)" or "; all-reduce: MPI through host memory". */
+void reducer_describe(const reducer *r, char *buf, size_t n);
+
+/* Collective over the workers: the vector `which` of r's model (MODEL_GRADS: n_params, MODEL_BN:
+ * n_bn; MODEL_PARAMS also works) := its mean over the p workers, in place where the network
+ * computes. Nothing happens at p = 1 except on REDUCE_NCCL. If wait_s is not NULL, every path
+ * first waits at the worker barrier and adds the seconds spent there to *wait_s, so /ranks
+ * wait_s means the same on every path. */
+void reducer_mean(reducer *r, int which, double *wait_s);
+
+/* r->overlap only, while a step started with MODEL_STAGE_GRADS runs (model_train_begin): the
+ * gradient's mean, each 4 MB chunk of comm_allreduce_mean_f32 started as soon as its floats are
+ * on the host (the chunks from the end of the vector down) and uploaded to the device once
+ * reduced; the worker barrier is taken when the first group arrives (its seconds added to *waited).
+ * Returns when every chunk is back on the device; *t_computed: the wall time at which the whole
+ * gradient was on the host. The same bits as reducer_mean(r, MODEL_GRADS, ...). */
+void reducer_grads_overlapped(reducer *r, double *waited, double *t_computed);
+
+/* Release (every rank; NCCL: gpucomm_free's bounded finalize). */
+void reducer_free(reducer *r);
+
+#endif
