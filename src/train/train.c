@@ -387,6 +387,9 @@ int train_run(trainer *t) {
     if (t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
         status = train_resume(t, &ls);
         s0 = t->step; /* gossip: this node's own step (a checkpoint after a signal cuts each node at its own) */
+        /* The first /ranks row covers the steps since the resume, on every rank (only the log
+         * rank's file holds where the last row stood). */
+        ls.prev = t->times, ls.last_row = s0;
     } else if (e->eval.at_start) status = evaluate(t, 0, 0.0, EXIT_OK, &why);
     if (M->meets) comm_workers_barrier();
     else comm_barrier();
