@@ -162,14 +162,15 @@ build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiut
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(CHECK_LIBS) $(LDLIBS)
 
-# test/gpu/mock: cuda/model.cu (host code) compiled by g++ over CPU stand-ins of the GPU layers
-# and CUDA calls, checked against src/nn/model.c by test/gpu/test_gpu_model.c: the GPU model's
-# wiring, tested by `make check` on machines without a GPU. Needs only the CUDA and cuDNN
-# headers; skipped (with a line saying so) where they are absent.
+# test/gpu/mock: cuda/model*.cu and device.cu (host code) compiled by g++ over CPU stand-ins of
+# the GPU layers and CUDA calls, checked against src/nn/model.c by test/gpu/test_gpu_model.c: the
+# GPU model's wiring, tested by `make check` on machines without a GPU. Needs only the CUDA and
+# cuDNN headers; skipped (with a line saying so) where they are absent.
 CUDA_HDRS := $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h)
 CUDNN_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
 MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap build/mock/test_gpu_comm)
-MOCK_OBJ  := build/mock/model.o build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/gpucomm.o
+MOCK_MODEL := build/mock/model.o build/mock/model_build.o build/mock/model_overlap.o build/mock/device.o
+MOCK_OBJ  := $(MOCK_MODEL) build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/gpucomm.o
 MOCK_INC  := -I$(CUDA_HOME)/include $(if $(CUDNN_HDR),-I$(dir $(CUDNN_HDR)))
 CXX_MOCK  ?= g++
 # cuda/gpucomm.cu over the mock too, with NCCL where nccl.h is found: libnccl.so.2 is then the
@@ -178,7 +179,7 @@ CXX_MOCK  ?= g++
 MOCK_NCCL_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
 MOCK_NCCL_LIB := $(CURDIR)/build/mock/libnccl.so.2
 MOCK_NCCL := $(if $(MOCK_NCCL_HDR),-DDSGD_NCCL=1 -I$(dir $(MOCK_NCCL_HDR)))
-build/mock/model.o: cuda/model.cu cuda/gpu.h cuda/layers.h cuda/common.h cuda/internal.h src/nn/layout.h | build/.deps-ok
+$(MOCK_MODEL): build/mock/%.o: cuda/%.cu cuda/gpu.h cuda/layers.h cuda/common.h cuda/internal.h cuda/model_internal.h src/nn/layout.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(ONEDNN_CFLAGS) $(MOCK_INC) -c $< -o $@
 build/mock/gpucomm.o: cuda/gpucomm.cu cuda/gpucomm.h cuda/gpu.h cuda/common.h cuda/internal.h | build/.deps-ok
@@ -191,7 +192,7 @@ build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) $(MOCK_INC) -c $< -o $@
 # The model.h-level test over the mock: src/nn/model.c's GPU dispatch (host mirrors, sync modes)
-# on cuda/model.cu over the CPU stand-ins.
+# on cuda/model*.cu over the CPU stand-ins.
 build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.deps-ok
 	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) \
 	    $(if $(MOCK_NCCL_HDR),-DMOCK_NCCL_LIB='"$(MOCK_NCCL_LIB)"') -o $@ $< $(LIB) $(MOCK_OBJ) \

@@ -1,7 +1,7 @@
-/* config.c — the experiment file: one table of keys (keys[] in config_keys.c) drives the libconfig
- * parser, the `--set KEY=VALUE` overrides, validation, `--help` (config_print_keys), `--check`
- * (config_print_table), the provenance text stored in the run file (config_to_text) and the
- * reference table in docs/config.md (config_print_markdown), so none of them can drift apart.
+/* config.c — the experiment file: one table of keys (config_keys[] in config_keys.c) drives the
+ * libconfig parser, the `--set KEY=VALUE` overrides, validation, `--help` (config_print_keys),
+ * `--check` (config_print_table), the provenance text stored in the run file (config_to_text) and
+ * the reference table in docs/config.md (config_print_markdown), so none of them can drift apart.
  *
  * Loading happens in three passes so that an override can repair a bad file value:
  *   1. parse the file with libconfig and store every key (type errors and unknown keys stop here),
@@ -41,22 +41,22 @@ static void found_text(const config_setting_t *s, char *buf, size_t n) {
     switch (config_setting_type(s)) {
     case CONFIG_TYPE_INT:
     case CONFIG_TYPE_INT64:
-        fmt_int(num, sizeof num, config_setting_get_int64(s));
-        put(buf, n, &len, "an integer %s", num);
+        config_fmt_int(num, sizeof num, config_setting_get_int64(s));
+        config_put(buf, n, &len, "an integer %s", num);
         break;
     case CONFIG_TYPE_FLOAT:
-        fmt_double(num, sizeof num, config_setting_get_float(s));
-        put(buf, n, &len, "a float %s", num);
+        config_fmt_double(num, sizeof num, config_setting_get_float(s));
+        config_put(buf, n, &len, "a float %s", num);
         break;
-    case CONFIG_TYPE_BOOL: put(buf, n, &len, "a boolean %s", config_setting_get_bool(s) ? "true" : "false"); break;
+    case CONFIG_TYPE_BOOL: config_put(buf, n, &len, "a boolean %s", config_setting_get_bool(s) ? "true" : "false"); break;
     case CONFIG_TYPE_STRING:
-        put(buf, n, &len, "a string ");
-        put_quoted(buf, n, &len, config_setting_get_string(s));
+        config_put(buf, n, &len, "a string ");
+        config_put_quoted(buf, n, &len, config_setting_get_string(s));
         break;
-    case CONFIG_TYPE_GROUP: put(buf, n, &len, "a group { ... }"); break;
-    case CONFIG_TYPE_ARRAY: put(buf, n, &len, "an array [ ... ]"); break;
-    case CONFIG_TYPE_LIST: put(buf, n, &len, "a list ( ... )"); break;
-    default: put(buf, n, &len, "an empty value"); break;
+    case CONFIG_TYPE_GROUP: config_put(buf, n, &len, "a group { ... }"); break;
+    case CONFIG_TYPE_ARRAY: config_put(buf, n, &len, "an array [ ... ]"); break;
+    case CONFIG_TYPE_LIST: config_put(buf, n, &len, "a list ( ... )"); break;
+    default: config_put(buf, n, &len, "an empty value"); break;
     }
 }
 
@@ -91,7 +91,7 @@ static int oerr(char *err, size_t errlen, const origin *o, const char *fmt, ...)
 }
 
 static int unknown_key(char *err, size_t errlen, const origin *o, const char *path) {
-    const char *s = key_suggest(path);
+    const char *s = config_key_suggest(path);
     if (s) return oerr(err, errlen, o, "unknown key '%s'; did you mean '%s'?", path, s);
     return oerr(err, errlen, o, "unknown key '%s' (dsgd-run --help lists the keys)", path);
 }
@@ -250,7 +250,7 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
     char want[512], got[512];
     int t = config_setting_type(s);
     int is_int = t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64;
-    expect_text(d, NULL, want, sizeof want);
+    config_expect_text(d, NULL, want, sizeof want);
     found_text(s, got, sizeof got);
     switch (d->type) {
     case KT_INT:
@@ -262,7 +262,7 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
         long long v = config_setting_get_int64(s);
         if (d->type == KT_INT && (v < INT_MIN || v > INT_MAX))
             return oerr(err, errlen, o, "key '%s': expected %s, got %lld", d->key, want, v);
-        set_int(d, e, v);
+        config_set_int(d, e, v);
         return 0;
     }
     case KT_FLOAT: {
@@ -285,7 +285,7 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
         if (d->type == KT_STRING) {
             if (strlen(v) >= d->size)
                 return oerr(err, errlen, o, "key '%s': expected a string of at most %zu characters, got one of %zu", d->key, d->size - 1, strlen(v));
-            set_string(d, e, v);
+            config_set_string(d, e, v);
             return 0;
         }
         for (int i = 0; i < d->n_names; i++)
@@ -312,10 +312,10 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
             long long v = config_setting_get_int64(el);
             if (d->elem_int && (v < INT_MIN || v > INT_MAX))
                 return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %lld", d->key, want, d->key, i, v);
-            list_set(d, e, i, v);
+            config_list_set(d, e, i, v);
         }
-        for (int i = ns; i < d->n_max; i++) list_set(d, e, i, 0);
-        *list_n(d, e) = ns;
+        for (int i = ns; i < d->n_max; i++) config_list_set(d, e, i, 0);
+        *config_list_n(d, e) = ns;
         return 0;
     }
     case KT_INTS: {
@@ -351,13 +351,13 @@ static int apply_setting(experiment *e, origin *origins, const char *path, const
         const char *f = config_setting_source_file(s);
         if (f) o.file = f;
     }
-    const key_def *d = key_find(path);
+    const key_def *d = config_key_find(path);
     if (d) {
         int st = store_value(e, d, s, &o, err, errlen);
-        if (!st) origins[d - keys] = o;
+        if (!st) origins[d - config_keys] = o;
         return st;
     }
-    if (!key_is_group(path)) return unknown_key(err, errlen, &o, path);
+    if (!config_key_is_group(path)) return unknown_key(err, errlen, &o, path);
     if (config_setting_type(s) != CONFIG_TYPE_GROUP) {
         char got[512];
         found_text(s, got, sizeof got);
@@ -393,8 +393,8 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
     size_t vlen = strlen(val);
     while (vlen && isspace((unsigned char)val[vlen - 1])) vlen--;
 
-    const key_def *d = key_find(key);
-    if (!d && !key_is_group(key)) return unknown_key(err, errlen, &o, key);
+    const key_def *d = config_key_find(key);
+    if (!d && !config_key_is_group(key)) return unknown_key(err, errlen, &o, key);
 
     config_t cfg;
     config_init(&cfg);
@@ -415,7 +415,7 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
         st = scan_int_literals(text, &so, 0, err, errlen);
         if (!st && (!config_read_string(&cfg, text) || config_setting_length(config_root_setting(&cfg)) != 1)) {
             char want[512];
-            if (d) expect_text(d, NULL, want, sizeof want);
+            if (d) config_expect_text(d, NULL, want, sizeof want);
             else snprintf(want, sizeof want, "a group { ... }");
             st = oerr(err, errlen, &o, "key '%s': cannot read '%.*s' as a libconfig value (%s); expected %s",
                       key, (int)vlen, val, config_error_text(&cfg) ? config_error_text(&cfg) : "more than one value",
@@ -436,13 +436,13 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
     switch (d->type) {
     case KT_INT:
     case KT_INT64: {
-        long long x = get_int(d, e), hi = d->ihi;
+        long long x = config_get_int(d, e), hi = d->ihi;
         if (d->hi_key) {
-            long long h = get_int(key_find(d->hi_key), e) - (d->hi_open ? 1 : 0);
+            long long h = config_get_int(config_key_find(d->hi_key), e) - (d->hi_open ? 1 : 0);
             if (h < hi) hi = h;
         }
         if (x < d->ilo || x > hi) {
-            expect_text(d, e, want, sizeof want);
+            config_expect_text(d, e, want, sizeof want);
             return oerr(err, errlen, o, "key '%s': expected %s, got %lld", d->key, want, x);
         }
         return 0;
@@ -452,8 +452,8 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         int bad = (d->has_lo && (d->lo_open ? !(x > d->lo) : !(x >= d->lo))) ||
                   (d->has_hi && (d->hi_open ? !(x < d->hi) : !(x <= d->hi)));
         if (bad) {
-            expect_text(d, e, want, sizeof want);
-            fmt_double(v, sizeof v, x);
+            config_expect_text(d, e, want, sizeof want);
+            config_fmt_double(v, sizeof v, x);
             return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, v);
         }
         return 0;
@@ -467,8 +467,8 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         if (bad) {
             char got[2 * CFG_PATH_MAX];
             size_t len = 0;
-            put_quoted(got, sizeof got, &len, s);
-            expect_text(d, e, want, sizeof want);
+            config_put_quoted(got, sizeof got, &len, s);
+            config_expect_text(d, e, want, sizeof want);
             return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
         }
         return 0;
@@ -481,15 +481,15 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         size_t len = 0;
         built[0] = 0;
         for (int i = 0; i < d->n_names; i++)
-            if (d->built & (1u << i)) put(built, sizeof built, &len, "%s%s", len ? ", " : "", d->names[i]);
+            if (d->built & (1u << i)) config_put(built, sizeof built, &len, "%s%s", len ? ", " : "", d->names[i]);
         return oerr(err, errlen, o, "%s = \"%s\" is not built yet (%s); built %s: %s", d->key,
                     d->names[idx], d->planned ? d->planned : "planned", d->noun, built);
     }
     case KT_LIST: {
-        int ns = list_len(d, e);
-        long long hi = get_int(key_find(d->hi_key), e);
+        int ns = config_list_len(d, e);
+        long long hi = config_get_int(config_key_find(d->hi_key), e);
         for (int i = 0; i < ns; i++) {
-            long long x = list_get(d, e, i), prev = i > 0 ? list_get(d, e, i - 1) : 0;
+            long long x = config_list_get(d, e, i), prev = i > 0 ? config_list_get(d, e, i - 1) : 0;
             if (i > 0 && x <= prev)
                 return oerr(err, errlen, o, "key '%s': expected strictly increasing %s, got %s[%d] = %lld %s %s[%d] = %lld",
                             d->key, d->values, d->key, i, x, x == prev ? "repeating" : "after", d->key, i - 1, prev);
@@ -502,7 +502,7 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
     }
     case KT_INTS: {
         const int *x = CFIELD(e, d, int);
-        expect_text(d, e, want, sizeof want);
+        config_expect_text(d, e, want, sizeof want);
         for (int i = 0; i < d->n_max; i++)
             if (x[i] < d->ilo || x[i] > d->ihi)
                 return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %d", d->key, want, d->key, i, x[i]);
@@ -522,16 +522,16 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
 
 void config_defaults(experiment *e) {
     memset(e, 0, sizeof *e);
-    for (int i = 0; i < n_keys; i++) {
-        const key_def *d = &keys[i];
+    for (int i = 0; i < config_n_keys; i++) {
+        const key_def *d = &config_keys[i];
         switch (d->type) {
         case KT_INT:
         case KT_INT64:
         case KT_BOOL:
-        case KT_ENUM: set_int(d, e, (long long)d->dflt); break;
+        case KT_ENUM: config_set_int(d, e, (long long)d->dflt); break;
         case KT_FLOAT: *FIELD(e, d, double) = d->dflt; break;
-        case KT_STRING: set_string(d, e, d->dflt_s); break;
-        case KT_LIST: *list_n(d, e) = 0; break;
+        case KT_STRING: config_set_string(d, e, d->dflt_s); break;
+        case KT_LIST: *config_list_n(d, e) = 0; break;
         case KT_INTS: memcpy(FIELD(e, d, int), d->dflt_ints, (size_t)d->n_max * sizeof(int)); break;
         }
     }
@@ -549,7 +549,7 @@ static int resolve_output(experiment *e, const origin *o, char *err, size_t errl
 /* Where key's value came from, as text, during config_load (for messages naming a second key). */
 static const char *g_where_tmp(const origin *origins, const char *key) {
     static char buf[CFG_PATH_MAX + 64];
-    origin_text(&origins[key_find(key) - keys], buf, sizeof buf);
+    origin_text(&origins[config_key_find(key) - config_keys], buf, sizeof buf);
     return buf;
 }
 
@@ -563,7 +563,7 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
     if (n_sets > 0 && !sets) return seterr(err, errlen, "%s: %d overrides announced but none given", path, n_sets);
 
     origin origins[CONFIG_MAX_KEYS];
-    for (int i = 0; i < n_keys; i++) origins[i] = (origin){e->source, 0, NULL};
+    for (int i = 0; i < config_n_keys; i++) origins[i] = (origin){e->source, 0, NULL};
 
     /* Pass 1: the file. Read it ourselves first for a precise I/O message and the integer guard. */
     char *text;
@@ -606,52 +606,52 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
      * N = p - backups >= 1), inject.fail_rank < p, inject.slow_ranks[i] < p, inject.fail_step <
      * iterations, alpha.steps < iterations, alpha.warmup < iterations. inject.delay_ms = 0 with
      * slow ranks or random_slow > 0 is allowed: nothing is delayed. */
-    for (int i = 0; !st && i < n_keys; i++) st = validate_key(e, &keys[i], &origins[i], err, errlen);
+    for (int i = 0; !st && i < config_n_keys; i++) st = validate_key(e, &config_keys[i], &origins[i], err, errlen);
     /* A failed worker needs another one to go on without it. */
     if (!st && e->precision == PRECISION_TF32 && e->device != DEVICE_CUDA)
-        st = oerr(err, errlen, &origins[key_find("precision") - keys],
+        st = oerr(err, errlen, &origins[config_key_find("precision") - config_keys],
                   "key 'precision': \"tf32\" is for device = \"cuda\" (tensor cores); device = \"%s\" computes in "
                   "\"fp32\" or \"bf16\"", device_name(e->device));
     if (!st && e->precision == PRECISION_BF16 && e->device != DEVICE_CUDA && e->model.arch != ARCH_RESNET18)
-        st = oerr(err, errlen, &origins[key_find("precision") - keys],
+        st = oerr(err, errlen, &origins[config_key_find("precision") - config_keys],
                   "key 'precision': \"bf16\" on device = \"%s\" is for model.arch = \"resnet18\" (its convolutions); "
                   "model.arch = \"%s\" computes in \"fp32\"", device_name(e->device), arch_name(e->model.arch));
     if (!st && e->inject.fail_rank >= 0 && e->p < 2)
-        st = oerr(err, errlen, &origins[key_find("inject.fail_rank") - keys],
+        st = oerr(err, errlen, &origins[config_key_find("inject.fail_rank") - config_keys],
                   "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);
     /* NCCL all-reduces GPU memory, and only allreduce uses an all-reduce for its gradients. */
     if (!st && e->comm == COMM_NCCL && e->device != DEVICE_CUDA)
-        st = oerr(err, errlen, &origins[key_find("comm") - keys],
+        st = oerr(err, errlen, &origins[config_key_find("comm") - config_keys],
                   "key 'comm': \"nccl\" is for device = \"cuda\" (NCCL all-reduces GPU memory); device = \"%s\" uses "
                   "comm = \"mpi\"", device_name(e->device));
     if (!st && e->comm == COMM_NCCL && e->method != METHOD_ALLREDUCE)
-        st = oerr(err, errlen, &origins[key_find("comm") - keys],
+        st = oerr(err, errlen, &origins[config_key_find("comm") - config_keys],
                   "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
                   "through MPI (use comm = \"mpi\")", method_name(e->method));
     /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
     const int jpeg = e->data.format == FORMAT_JPEG;
     if (!st && jpeg && !e->data.dir[0])
-        st = oerr(err, errlen, &origins[key_find("data.dir") - keys],
+        st = oerr(err, errlen, &origins[config_key_find("data.dir") - config_keys],
                   "key 'data.dir': data.format = \"jpeg\" needs the pack directory (the OUT of dsgd-run --pack SRC OUT)");
     if (!st && jpeg && e->data.augment == AUGMENT_SCALE && e->data.crop > e->data.scale[0])
-        st = oerr(err, errlen, &origins[key_find("data.crop") - keys],
+        st = oerr(err, errlen, &origins[config_key_find("data.crop") - config_keys],
                   "key 'data.crop': a %d-pixel crop does not fit the smallest shorter side of data.scale = [%d, %d] (%s); "
                   "need data.crop <= data.scale[0]", e->data.crop, e->data.scale[0], e->data.scale[1],
                   g_where_tmp(origins, "data.scale"));
     if (!st && jpeg && e->data.eval_resize < e->data.crop)
-        st = oerr(err, errlen, &origins[key_find("data.eval_resize") - keys],
+        st = oerr(err, errlen, &origins[config_key_find("data.eval_resize") - config_keys],
                   "key 'data.eval_resize': %d is smaller than data.crop = %d (%s); the centre crop must fit: need "
                   "data.eval_resize >= data.crop", e->data.eval_resize, e->data.crop, g_where_tmp(origins, "data.crop"));
-    if (!st) st = resolve_output(e, &origins[key_find("output") - keys], err, errlen);
+    if (!st) st = resolve_output(e, &origins[config_key_find("output") - config_keys], err, errlen);
     /* Keep where each value came from for the checks made after loading (config_where). */
-    for (int i = 0; !st && i < n_keys; i++) origin_text(&origins[i], g_where[i], sizeof g_where[i]);
+    for (int i = 0; !st && i < config_n_keys; i++) origin_text(&origins[i], g_where[i], sizeof g_where[i]);
     config_destroy(&cfg);
     return st;
 }
 
 const char *config_where(const char *key) {
-    const key_def *d = key_find(key);
-    return d && g_where[d - keys][0] ? g_where[d - keys] : "";
+    const key_def *d = config_key_find(key);
+    return d && g_where[d - config_keys][0] ? g_where[d - config_keys] : "";
 }
 
 int method_has_servers(method_kind m) { return m == METHOD_PS || m == METHOD_EASGD || m == METHOD_BACKUP; }

@@ -64,27 +64,26 @@ typedef struct {
 
 /* Most keys the table may have (config.c sizes its per-key arrays by it; config_keys.c checks). */
 enum { CONFIG_MAX_KEYS = 128 };
-extern const key_def keys[];
-extern const int n_keys;
+extern const key_def config_keys[];
+extern const int config_n_keys;
 
 /* config_keys.c */
-const key_def *key_find(const char *key);
-int key_is_group(const char *path);
-const char *key_suggest(const char *unknown);
-long long get_int(const key_def *d, const experiment *e);
-void set_int(const key_def *d, experiment *e, long long v);
-int *list_n(const key_def *d, experiment *e);
-int list_len(const key_def *d, const experiment *e);
-long long list_get(const key_def *d, const experiment *e, int i);
-void list_set(const key_def *d, experiment *e, int i, long long v);
-void set_string(const key_def *d, experiment *e, const char *s);
+const key_def *config_key_find(const char *key);
+int config_key_is_group(const char *path);
+const char *config_key_suggest(const char *unknown);
+long long config_get_int(const key_def *d, const experiment *e);
+void config_set_int(const key_def *d, experiment *e, long long v);
+int *config_list_n(const key_def *d, experiment *e);
+int config_list_len(const key_def *d, const experiment *e);
+long long config_list_get(const key_def *d, const experiment *e, int i);
+void config_list_set(const key_def *d, experiment *e, int i, long long v);
+void config_set_string(const key_def *d, experiment *e, const char *s);
 
 /* config_print.c */
-void fmt_double(char *buf, size_t n, double x);
-void fmt_int(char *buf, size_t n, long long v);
-void put_quoted(char *buf, size_t n, size_t *len, const char *s);
-void put(char *buf, size_t n, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-void value_text(const key_def *d, const experiment *e, char *buf, size_t n);
-void expect_text(const key_def *d, const experiment *e, char *buf, size_t n);
+void config_fmt_double(char *buf, size_t n, double x);
+void config_fmt_int(char *buf, size_t n, long long v);
+void config_put_quoted(char *buf, size_t n, size_t *len, const char *s);
+void config_put(char *buf, size_t n, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void config_expect_text(const key_def *d, const experiment *e, char *buf, size_t n);
 
 #endif

@@ -1,7 +1,7 @@
 /* config_keys.c — the key table: every key of the experiment file with its type, field, range,
- * default, unit and one line of documentation (keys[]), from which config.c loads and validates
- * and config_print.c prints; the names of the enums' values; finding a key, and "did you mean";
- * reading and writing the field a key describes. */
+ * default, unit and one line of documentation (config_keys[]), from which config.c loads and
+ * validates and config_print.c prints; the names of the enums' values; finding a key, and "did you
+ * mean"; reading and writing the field a key describes. */
 #include "config_internal.h"
 
 #include "util/util.h"
@@ -64,7 +64,7 @@ static const int dflt_scale[2] = {256, 480}, dflt_shape[3] = {3, 224, 224};
 
 /* Defaults are the paper's (Jin et al. 2016 §4.2): α = 0.1, Nesterov µ = 0.9, λ = 1e-4,
  * EASGD τ = 10, β = 0.8. Groups must be contiguous (config_to_text relies on it). */
-const key_def keys[] = {
+const key_def config_keys[] = {
     K_STRING("name", name, "dsgd", S_RUNNAME, "",
              "run name: progress lines, provenance, default output runs/<name>.h5"),
     { .key = "seed", .type = KT_INT64, .off = offsetof(experiment, seed), .size = FSIZE(seed), .u64 = 1,
@@ -200,8 +200,8 @@ const key_def keys[] = {
            "cpu: ResNet-18's convolutions on bf16-rounded inputs and weights with fp32 accumulation and "
            "outputs, everything else fp32; needs AVX512_BF16 or AMX, checked at start)"),
 };
-#define N_KEYS ((int)(sizeof(keys) / sizeof(keys[0])))
-const int n_keys = N_KEYS;
+#define N_KEYS ((int)(sizeof(config_keys) / sizeof(config_keys[0])))
+const int config_n_keys = N_KEYS;
 _Static_assert(N_KEYS <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS (config_internal.h)");
 
 /* Common misnomers of the keys (other frameworks' names), offered as "did you mean". */
@@ -214,46 +214,46 @@ static const struct { const char *alias, *key; } aliases[] = {
     {"num_servers", "servers"}, {"backup_workers", "backups"},
 };
 
-const key_def *key_find(const char *key) {
+const key_def *config_key_find(const char *key) {
     for (int i = 0; i < N_KEYS; i++)
-        if (!strcmp(keys[i].key, key)) return &keys[i];
+        if (!strcmp(config_keys[i].key, key)) return &config_keys[i];
     return NULL;
 }
 
 /* 1 if path names a group of keys ("alpha" for "alpha.base"). */
-int key_is_group(const char *path) {
+int config_key_is_group(const char *path) {
     size_t n = strlen(path);
     for (int i = 0; i < N_KEYS; i++)
-        if (!strncmp(keys[i].key, path, n) && keys[i].key[n] == '.') return 1;
+        if (!strncmp(config_keys[i].key, path, n) && config_keys[i].key[n] == '.') return 1;
     return 0;
 }
 
 /* Integer fields are read and written through these so that the table can treat int, long and
  * uint64_t alike. */
-long long get_int(const key_def *d, const experiment *e) {
+long long config_get_int(const key_def *d, const experiment *e) {
     if (d->type == KT_INT || d->type == KT_BOOL || d->type == KT_ENUM) return *CFIELD(e, d, int);
     if (d->u64) return (long long)*CFIELD(e, d, uint64_t); /* validated to be >= 0 */
     return *CFIELD(e, d, long);
 }
 
-void set_int(const key_def *d, experiment *e, long long v) {
+void config_set_int(const key_def *d, experiment *e, long long v) {
     if (d->type == KT_INT || d->type == KT_BOOL || d->type == KT_ENUM) *FIELD(e, d, int) = (int)v;
     else if (d->u64) *FIELD(e, d, uint64_t) = (uint64_t)v;
     else *FIELD(e, d, long) = (long)v;
 }
 
 /* KT_LIST: the element count, and element i (int or long) as a long long. */
-int *list_n(const key_def *d, experiment *e) { return (int *)((char *)e + d->off_n); }
-int list_len(const key_def *d, const experiment *e) { return *(const int *)((const char *)e + d->off_n); }
-long long list_get(const key_def *d, const experiment *e, int i) {
+int *config_list_n(const key_def *d, experiment *e) { return (int *)((char *)e + d->off_n); }
+int config_list_len(const key_def *d, const experiment *e) { return *(const int *)((const char *)e + d->off_n); }
+long long config_list_get(const key_def *d, const experiment *e, int i) {
     return d->elem_int ? (long long)CFIELD(e, d, int)[i] : (long long)CFIELD(e, d, long)[i];
 }
-void list_set(const key_def *d, experiment *e, int i, long long v) {
+void config_list_set(const key_def *d, experiment *e, int i, long long v) {
     if (d->elem_int) FIELD(e, d, int)[i] = (int)v;
     else FIELD(e, d, long)[i] = (long)v;
 }
 
-void set_string(const key_def *d, experiment *e, const char *s) {
+void config_set_string(const key_def *d, experiment *e, const char *s) {
     char *f = FIELD(e, d, char);
     memset(f, 0, d->size); /* zero the tail so that whole structs compare with memcmp */
     memcpy(f, s, strlen(s) < d->size ? strlen(s) : d->size - 1);
@@ -282,7 +282,7 @@ static int edit_distance(const char *a, const char *b) {
 /* The known key (or group) closest to an unknown one, or NULL: the only key with the same last
  * component ("base" -> "alpha.base"), else the nearest by edit distance when it is small
  * (≤ 3 and ≤ half the length), else a known alias ("lr" -> "alpha.base"). */
-const char *key_suggest(const char *unknown) {
+const char *config_key_suggest(const char *unknown) {
     static const char *const groups[] = {"alpha", "inject", "model", "data", "eval", "checkpoint"};
     /* the right name in the wrong group (or at the top level) first: an exact hit */
     const char *last = strrchr(unknown, '.');
@@ -290,15 +290,15 @@ const char *key_suggest(const char *unknown) {
     const char *match = NULL;
     int n_match = 0;
     for (int i = 0; i < N_KEYS; i++) {
-        const char *kl = strrchr(keys[i].key, '.');
-        kl = kl ? kl + 1 : keys[i].key;
-        if (!strcmp(kl, last) && strcmp(keys[i].key, unknown)) { match = keys[i].key; n_match++; }
+        const char *kl = strrchr(config_keys[i].key, '.');
+        kl = kl ? kl + 1 : config_keys[i].key;
+        if (!strcmp(kl, last) && strcmp(config_keys[i].key, unknown)) { match = config_keys[i].key; n_match++; }
     }
     if (n_match == 1) return match;
     const char *best = NULL;
     int bestd = 1000;
     for (int i = 0; i < N_KEYS + NNAMES(groups); i++) {
-        const char *k = i < N_KEYS ? keys[i].key : groups[i - N_KEYS];
+        const char *k = i < N_KEYS ? config_keys[i].key : groups[i - N_KEYS];
         int dist = edit_distance(unknown, k);
         if (dist < bestd) { bestd = dist; best = k; }
     }

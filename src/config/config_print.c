@@ -13,7 +13,7 @@
 #include <string.h>
 /* Shortest "%.*g" that reads back to exactly x (whole numbers below 1e15 without an exponent),
  * always with a '.' or an exponent so libconfig reads it as a float. */
-void fmt_double(char *buf, size_t n, double x) {
+void config_fmt_double(char *buf, size_t n, double x) {
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, n, "%.*g", prec, x);
         if (strtod(buf, NULL) == x) break;
@@ -26,13 +26,13 @@ void fmt_double(char *buf, size_t n, double x) {
 }
 
 /* An integer as libconfig text: an L suffix where it does not fit in 32 bits. */
-void fmt_int(char *buf, size_t n, long long v) {
+void config_fmt_int(char *buf, size_t n, long long v) {
     snprintf(buf, n, "%lld%s", v, (v > INT_MAX || v < INT_MIN) ? "L" : "");
 }
 
 /* Append s as a libconfig string literal (escaped) to buf at *len, snprintf-style: *len keeps
  * counting past n so the caller can tell the full length. */
-void put_quoted(char *buf, size_t n, size_t *len, const char *s) {
+void config_put_quoted(char *buf, size_t n, size_t *len, const char *s) {
     char tmp[8];
     if (*len + 1 < n) buf[*len] = '"';
     (*len)++;
@@ -52,8 +52,8 @@ void put_quoted(char *buf, size_t n, size_t *len, const char *s) {
     if (n) buf[*len < n ? *len : n - 1] = 0;
 }
 
-/* printf-append to buf at *len, snprintf-style (see put_quoted). */
-void put(char *buf, size_t n, size_t *len, const char *fmt, ...) {
+/* printf-append to buf at *len, snprintf-style (see config_put_quoted). */
+void config_put(char *buf, size_t n, size_t *len, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int w = vsnprintf(*len < n ? buf + *len : NULL, *len < n ? n - *len : 0, fmt, ap);
@@ -62,41 +62,41 @@ void put(char *buf, size_t n, size_t *len, const char *fmt, ...) {
 }
 
 /* The value of key d in e as libconfig text ("0.1", "\"dsgd\"", "[100, 200]", "true"). */
-void value_text(const key_def *d, const experiment *e, char *buf, size_t n) {
+static void value_text(const key_def *d, const experiment *e, char *buf, size_t n) {
     size_t len = 0;
     if (n) buf[0] = 0;
     switch (d->type) {
-    case KT_INT: fmt_int(buf, n, *CFIELD(e, d, int)); break;
+    case KT_INT: config_fmt_int(buf, n, *CFIELD(e, d, int)); break;
     case KT_INT64:
-        fmt_int(buf, n, get_int(d, e));
+        config_fmt_int(buf, n, config_get_int(d, e));
         break;
-    case KT_FLOAT: fmt_double(buf, n, *CFIELD(e, d, double)); break;
+    case KT_FLOAT: config_fmt_double(buf, n, *CFIELD(e, d, double)); break;
     case KT_BOOL: snprintf(buf, n, "%s", *CFIELD(e, d, int) ? "true" : "false"); break;
-    case KT_STRING: put_quoted(buf, n, &len, CFIELD(e, d, char)); break;
+    case KT_STRING: config_put_quoted(buf, n, &len, CFIELD(e, d, char)); break;
     case KT_ENUM: {
         int v = *CFIELD(e, d, int);
-        put_quoted(buf, n, &len, v >= 0 && v < d->n_names ? d->names[v] : "?");
+        config_put_quoted(buf, n, &len, v >= 0 && v < d->n_names ? d->names[v] : "?");
         break;
     }
     case KT_LIST: {
-        int ns = list_len(d, e), wide = 0;
-        for (int i = 0; i < ns; i++) wide |= list_get(d, e, i) > INT_MAX || list_get(d, e, i) < INT_MIN;
-        put(buf, n, &len, "[");
+        int ns = config_list_len(d, e), wide = 0;
+        for (int i = 0; i < ns; i++) wide |= config_list_get(d, e, i) > INT_MAX || config_list_get(d, e, i) < INT_MIN;
+        config_put(buf, n, &len, "[");
         /* libconfig arrays are homogeneous: all with L or none */
-        for (int i = 0; i < ns; i++) put(buf, n, &len, "%s%lld%s", i ? ", " : "", list_get(d, e, i), wide ? "L" : "");
-        put(buf, n, &len, "]");
+        for (int i = 0; i < ns; i++) config_put(buf, n, &len, "%s%lld%s", i ? ", " : "", config_list_get(d, e, i), wide ? "L" : "");
+        config_put(buf, n, &len, "]");
         break;
     }
     case KT_INTS:
-        put(buf, n, &len, "[");
-        for (int i = 0; i < d->n_max; i++) put(buf, n, &len, "%s%d", i ? ", " : "", CFIELD(e, d, int)[i]);
-        put(buf, n, &len, "]");
+        config_put(buf, n, &len, "[");
+        for (int i = 0; i < d->n_max; i++) config_put(buf, n, &len, "%s%d", i ? ", " : "", CFIELD(e, d, int)[i]);
+        config_put(buf, n, &len, "]");
         break;
     }
 }
 
 /* What is expected of key d, for messages: "an integer >= 1", "a number in [0, 1)". */
-void expect_text(const key_def *d, const experiment *e, char *buf, size_t n) {
+void config_expect_text(const key_def *d, const experiment *e, char *buf, size_t n) {
     size_t len = 0;
     if (n) buf[0] = 0;
     switch (d->type) {
@@ -106,43 +106,45 @@ void expect_text(const key_def *d, const experiment *e, char *buf, size_t n) {
         long long hi = d->ihi;
         const char *what = d->type == KT_LIST ? "a strictly increasing list of integers, each" : "an integer";
         if (d->hi_key) {
-            const key_def *h = key_find(d->hi_key);
-            if (e) put(buf, n, &len, "%s >= %lld and %s %s (%lld)", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key, get_int(h, e));
-            else put(buf, n, &len, "%s >= %lld and %s %s", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key);
+            const key_def *h = config_key_find(d->hi_key);
+            if (e) config_put(buf, n, &len, "%s >= %lld and %s %s (%lld)", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key,
+                              config_get_int(h, e));
+            else config_put(buf, n, &len, "%s >= %lld and %s %s", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key);
         } else if ((d->type == KT_INT && hi == INT_MAX) || hi == LLONG_MAX)
-            put(buf, n, &len, "%s >= %lld", what, d->ilo);
-        else put(buf, n, &len, "%s in [%lld, %lld]", what, d->ilo, hi);
+            config_put(buf, n, &len, "%s >= %lld", what, d->ilo);
+        else config_put(buf, n, &len, "%s in [%lld, %lld]", what, d->ilo, hi);
         break;
     }
     case KT_FLOAT: {
         char lo[40], hi[40];
-        fmt_double(lo, sizeof lo, d->lo);
-        fmt_double(hi, sizeof hi, d->hi);
+        config_fmt_double(lo, sizeof lo, d->lo);
+        config_fmt_double(hi, sizeof hi, d->hi);
         /* show bounds as written in the docs: 0 and 1, not 0.0 and 1.0 */
         for (char *s = lo; s; s = s == lo ? hi : NULL) {
             size_t l = strlen(s);
             if (l > 2 && !strcmp(s + l - 2, ".0")) s[l - 2] = 0;
         }
         if (d->has_lo && d->has_hi)
-            put(buf, n, &len, "a number in %c%s, %s%c", d->lo_open ? '(' : '[', lo, hi, d->hi_open ? ')' : ']');
-        else if (d->has_lo) put(buf, n, &len, "a number %s %s", d->lo_open ? ">" : ">=", lo);
-        else if (d->has_hi) put(buf, n, &len, "a number %s %s", d->hi_open ? "<" : "<=", hi);
-        else put(buf, n, &len, "a number");
+            config_put(buf, n, &len, "a number in %c%s, %s%c", d->lo_open ? '(' : '[', lo, hi, d->hi_open ? ')' : ']');
+        else if (d->has_lo) config_put(buf, n, &len, "a number %s %s", d->lo_open ? ">" : ">=", lo);
+        else if (d->has_hi) config_put(buf, n, &len, "a number %s %s", d->hi_open ? "<" : "<=", hi);
+        else config_put(buf, n, &len, "a number");
         break;
     }
     case KT_INTS:
-        if (d->nondecr) put(buf, n, &len, "[min, max]: %d integers in [%lld, %lld] with min <= max", d->n_max, d->ilo, d->ihi);
-        else put(buf, n, &len, "a list of %d integers, each in [%lld, %lld]", d->n_max, d->ilo, d->ihi);
+        if (d->nondecr) config_put(buf, n, &len, "[min, max]: %d integers in [%lld, %lld] with min <= max", d->n_max, d->ilo, d->ihi);
+        else config_put(buf, n, &len, "a list of %d integers, each in [%lld, %lld]", d->n_max, d->ilo, d->ihi);
         break;
-    case KT_BOOL: put(buf, n, &len, "a boolean (true or false)"); break;
+    case KT_BOOL: config_put(buf, n, &len, "a boolean (true or false)"); break;
     case KT_STRING:
         if (d->str_check == S_RUNNAME)
-            put(buf, n, &len, "a non-empty string of letters, digits and ._+- (at most %zu characters)", d->size - 1);
-        else put(buf, n, &len, "a %sstring of at most %zu characters", d->str_check == S_NONEMPTY ? "non-empty " : "", d->size - 1);
+            config_put(buf, n, &len, "a non-empty string of letters, digits and ._+- (at most %zu characters)", d->size - 1);
+        else config_put(buf, n, &len, "a %sstring of at most %zu characters", d->str_check == S_NONEMPTY ? "non-empty " : "",
+                        d->size - 1);
         break;
     case KT_ENUM:
-        put(buf, n, &len, "one of ");
-        for (int i = 0; i < d->n_names; i++) put(buf, n, &len, "%s\"%s\"", i ? ", " : "", d->names[i]);
+        config_put(buf, n, &len, "one of ");
+        for (int i = 0; i < d->n_names; i++) config_put(buf, n, &len, "%s\"%s\"", i ? ", " : "", d->names[i]);
         break;
     }
 }
@@ -154,20 +156,20 @@ int config_to_text(const experiment *e, char *buf, size_t n) {
     /* the source path in a comment: no newlines or control characters that would end it */
     snprintf(src, sizeof src, "%s", e->source);
     for (char *c = src; *c; c++) if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
-    put(buf, n, &len, "# dsgd-run %s experiment, resolved (every key, defaults included)%s%s\n", DSGD_VERSION,
+    config_put(buf, n, &len, "# dsgd-run %s experiment, resolved (every key, defaults included)%s%s\n", DSGD_VERSION,
         src[0] ? "; read from " : "", src);
     const char *group = NULL;
     size_t glen = 0;
-    for (int i = 0; i < n_keys; i++) {
-        const key_def *d = &keys[i];
+    for (int i = 0; i < config_n_keys; i++) {
+        const key_def *d = &config_keys[i];
         const char *dot = strchr(d->key, '.');
         size_t kg = dot ? (size_t)(dot - d->key) : 0;
-        if (group && (kg != glen || strncmp(group, d->key, glen))) { put(buf, n, &len, "};\n"); group = NULL; }
-        if (dot && !group) { group = d->key; glen = kg; put(buf, n, &len, "%.*s = {\n", (int)kg, d->key); }
+        if (group && (kg != glen || strncmp(group, d->key, glen))) { config_put(buf, n, &len, "};\n"); group = NULL; }
+        if (dot && !group) { group = d->key; glen = kg; config_put(buf, n, &len, "%.*s = {\n", (int)kg, d->key); }
         value_text(d, e, v, sizeof v);
-        put(buf, n, &len, "%s%s = %s;\n", group ? "  " : "", dot ? dot + 1 : d->key, v);
+        config_put(buf, n, &len, "%s%s = %s;\n", group ? "  " : "", dot ? dot + 1 : d->key, v);
     }
-    if (group) put(buf, n, &len, "};\n");
+    if (group) config_put(buf, n, &len, "};\n");
     if (!n) return 0;
     return (int)(len < n ? len : n - 1);
 }
@@ -184,16 +186,16 @@ static void default_text(const key_def *d, const experiment *e, char *buf, size_
 void config_print_table(const experiment *e, FILE *f) {
     char v[4 * CFG_PATH_MAX + 8], dv[4 * CFG_PATH_MAX + 8];
     int kw = 3, vw = 5;
-    for (int i = 0; i < n_keys; i++) {
-        value_text(&keys[i], e, v, sizeof v);
-        if ((int)strlen(keys[i].key) > kw) kw = (int)strlen(keys[i].key);
+    for (int i = 0; i < config_n_keys; i++) {
+        value_text(&config_keys[i], e, v, sizeof v);
+        if ((int)strlen(config_keys[i].key) > kw) kw = (int)strlen(config_keys[i].key);
         if ((int)strlen(v) > vw) vw = (int)strlen(v);
     }
     if (vw > 64) vw = 64; /* longer paths overflow rather than widen every row */
     fprintf(f, "experiment %s (* = differs from the default)\n", e->source);
     fprintf(f, "  %-*s  %-*s  %s\n", kw, "key", vw, "value", "unit");
-    for (int i = 0; i < n_keys; i++) {
-        const key_def *d = &keys[i];
+    for (int i = 0; i < config_n_keys; i++) {
+        const key_def *d = &config_keys[i];
         value_text(d, e, v, sizeof v);
         default_text(d, e, dv, sizeof dv);
         int same = !strcmp(v, dv);
@@ -225,32 +227,33 @@ static void range_text(const key_def *d, char *buf, size_t n) {
     case KT_INT:
     case KT_INT64:
     case KT_FLOAT:
-        expect_text(d, NULL, want, sizeof want);
-        put(buf, n, &len, "%s", strncmp(want, "an integer ", 11) ? want + 9 /* "a number " */ : want + 11);
+        config_expect_text(d, NULL, want, sizeof want);
+        config_put(buf, n, &len, "%s", strncmp(want, "an integer ", 11) ? want + 9 /* "a number " */ : want + 11);
         break;
     case KT_LIST:
-        put(buf, n, &len, "strictly increasing, each in [%lld, %s%c, at most %d", d->ilo, d->hi_key, d->hi_open ? ')' : ']', d->n_max);
+        config_put(buf, n, &len, "strictly increasing, each in [%lld, %s%c, at most %d", d->ilo, d->hi_key, d->hi_open ? ')' : ']',
+                   d->n_max);
         break;
     case KT_INTS:
-        if (d->nondecr) put(buf, n, &len, "[min, max], min <= max, each in [%lld, %lld]", d->ilo, d->ihi);
-        else put(buf, n, &len, "%d integers, each in [%lld, %lld]", d->n_max, d->ilo, d->ihi);
+        if (d->nondecr) config_put(buf, n, &len, "[min, max], min <= max, each in [%lld, %lld]", d->ilo, d->ihi);
+        else config_put(buf, n, &len, "%d integers, each in [%lld, %lld]", d->n_max, d->ilo, d->ihi);
         break;
-    case KT_BOOL: put(buf, n, &len, "true, false"); break;
+    case KT_BOOL: config_put(buf, n, &len, "true, false"); break;
     case KT_STRING:
-        if (d->str_check == S_RUNNAME) put(buf, n, &len, "letters, digits, ._+-; 1..%zu chars", d->size - 1);
-        else put(buf, n, &len, "%s..%zu chars", d->str_check == S_NONEMPTY ? "1" : "0", d->size - 1);
+        if (d->str_check == S_RUNNAME) config_put(buf, n, &len, "letters, digits, ._+-; 1..%zu chars", d->size - 1);
+        else config_put(buf, n, &len, "%s..%zu chars", d->str_check == S_NONEMPTY ? "1" : "0", d->size - 1);
         break;
     case KT_ENUM: {
         int any_planned = 0;
         for (int i = 0; i < d->n_names; i++)
-            if (d->built & (1u << i)) put(buf, n, &len, "%s%s", len ? ", " : "", d->names[i]);
+            if (d->built & (1u << i)) config_put(buf, n, &len, "%s%s", len ? ", " : "", d->names[i]);
             else any_planned = 1;
         if (any_planned) {
-            put(buf, n, &len, " (planned:");
+            config_put(buf, n, &len, " (planned:");
             int first = 1;
             for (int i = 0; i < d->n_names; i++)
-                if (!(d->built & (1u << i))) { put(buf, n, &len, "%s %s", first ? "" : ",", d->names[i]); first = 0; }
-            put(buf, n, &len, ")");
+                if (!(d->built & (1u << i))) { config_put(buf, n, &len, "%s %s", first ? "" : ",", d->names[i]); first = 0; }
+            config_put(buf, n, &len, ")");
         }
         break;
     }
@@ -260,8 +263,8 @@ static void range_text(const key_def *d, char *buf, size_t n) {
 void config_print_keys(FILE *f) {
     char dv[4 * CFG_PATH_MAX + 8], r[512];
     fprintf(f, "  %-18s %-10s %-10s %-12s %s\n", "key", "type", "unit", "default", "allowed");
-    for (int i = 0; i < n_keys; i++) {
-        const key_def *d = &keys[i];
+    for (int i = 0; i < config_n_keys; i++) {
+        const key_def *d = &config_keys[i];
         default_text(d, NULL, dv, sizeof dv);
         range_text(d, r, sizeof r);
         int long_dflt = strlen(dv) > 12; /* the data paths: default on a line of its own */
@@ -288,8 +291,8 @@ void config_print_markdown(FILE *f) {
     char dv[4 * CFG_PATH_MAX + 8], r[512];
     fprintf(f, "| key | type | default | allowed | unit | meaning |\n");
     fprintf(f, "|---|---|---|---|---|---|\n");
-    for (int i = 0; i < n_keys; i++) {
-        const key_def *d = &keys[i];
+    for (int i = 0; i < config_n_keys; i++) {
+        const key_def *d = &config_keys[i];
         default_text(d, NULL, dv, sizeof dv);
         range_text(d, r, sizeof r);
         fputs("| ", f);

@@ -42,7 +42,7 @@
 #define PACK_INTERP "bicubic"
 
 /* Grow *p (elem-byte elements, *cap of them) to hold need (the packing threads' buffers). */
-void grow_buf(void *p, size_t *cap, size_t need, size_t elem) {
+void pack_grow_buf(void *p, size_t *cap, size_t need, size_t elem) {
     void **pp = p;
     if (need <= *cap) return;
     size_t n = *cap ? *cap : 4096;
@@ -230,7 +230,7 @@ static int prepare_out(const pack_options *o, char *err, size_t errlen) {
         else if (!is_pack_file(e->d_name))
             rc = seterr(err, errlen, "%s/%s is not a file of a dsgd-run pack: --overwrite replaces only a pack's own files; remove it or "
                         "choose another OUT", o->out, e->d_name);
-        else strvec_push(&ours, e->d_name);
+        else pack_strvec_push(&ours, e->d_name);
     }
     closedir(d);
     if (!rc && any) { /* the index first: from then on the old pack is visibly incomplete */
@@ -243,7 +243,7 @@ static int prepare_out(const pack_options *o, char *err, size_t errlen) {
         }
         if (!rc) printf("dsgd-run --pack: --overwrite: removed the %lld file(s) of the earlier pack in %s\n", (long long)ours.n, o->out);
     }
-    strvec_free(&ours);
+    pack_strvec_free(&ours);
     return rc;
 }
 
@@ -348,7 +348,7 @@ static int read_whole(const char *path, uint8_t **buf, size_t *cap, size_t *n, c
         rc = (snprintf(why, whylen, "%lld bytes: larger than the %zu MiB an image may have", (long long)sb.st_size, PACK_MAX_FILE >> 20), 1);
     size_t got = 0;
     if (!rc) {
-        grow_buf(buf, cap, (size_t)sb.st_size + 1, 1);
+        pack_grow_buf(buf, cap, (size_t)sb.st_size + 1, 1);
         while (got < (size_t)sb.st_size) {
             ssize_t r = read(fd, *buf + got, (size_t)sb.st_size - got);
             if (r < 0 && errno == EINTR) continue;
@@ -386,7 +386,7 @@ static void *worker_main(void *arg) {
             pack_convert(c, fbuf, fn, p->o->max_side, p->o->quality, &jpeg, &jn, &s->h, &s->w, &s->warnings, s->why, sizeof s->why))
             s->skipped = 1;
         else {
-            grow_buf(&s->jpeg, &s->cap, jn, 1);
+            pack_grow_buf(&s->jpeg, &s->cap, jn, 1);
             memcpy(s->jpeg, jpeg, jn);
             s->n = jn;
         }
@@ -585,12 +585,12 @@ int pack_main(int argc, char **argv) {
     memset(&ss, 0, sizeof ss);
     blob b = {0};
     if (r0) {
-        st = list_sources(&ss, &o, err, sizeof err);
+        st = pack_list_sources(&ss, &o, err, sizeof err);
         if (!st) st = prepare_out(&o, err, sizeof err);
-        if (!st) sources_to_blob(&ss, &b);
+        if (!st) pack_sources_to_blob(&ss, &b);
     }
     if ((st = agree(st, err))) {
-        sources_free(&ss), free(b.p);
+        pack_sources_free(&ss), free(b.p);
         return st;
     }
     uint64_t blen = b.n;
@@ -598,7 +598,7 @@ int pack_main(int argc, char **argv) {
     if (!r0) b.p = xmalloc(blen);
     for (uint64_t at = 0; at < blen; at += COMM_CHUNK_BYTES)
         comm_bcast(b.p + at, blen - at < COMM_CHUNK_BYTES ? blen - at : COMM_CHUNK_BYTES, 0);
-    if (!r0) sources_from_blob(&ss, b.p);
+    if (!r0) pack_sources_from_blob(&ss, b.p);
     free(b.p);
 
     /* 2. Shards, threads. */
@@ -675,6 +675,6 @@ int pack_main(int argc, char **argv) {
 out:
     for (int k = 0; k < N_SPLITS; k++) free(plans[k].perm), free(plans[k].start);
     free(sv);
-    sources_free(&ss);
+    pack_sources_free(&ss);
     return st;
 }

@@ -45,14 +45,14 @@ typedef struct {
 } blob;
 
 /* Grow *p (an array of elem-byte elements with *cap of them) to hold need; dies when out of memory. */
-void grow_buf(void *p, size_t *cap, size_t need, size_t elem);
+void pack_grow_buf(void *p, size_t *cap, size_t need, size_t elem);
 
 /* pack_sources.c */
-void sources_free(source_set *ss);
-void strvec_push(strvec *s, const char *x);
-void strvec_free(strvec *s);
-int list_sources(source_set *ss, const pack_options *o, char *err, size_t errlen);
-void sources_to_blob(const source_set *ss, blob *b);
-void sources_from_blob(source_set *ss, const char *p);
+void pack_sources_free(source_set *ss);
+void pack_strvec_push(strvec *s, const char *x);
+void pack_strvec_free(strvec *s);
+int pack_list_sources(source_set *ss, const pack_options *o, char *err, size_t errlen);
+void pack_sources_to_blob(const source_set *ss, blob *b);
+void pack_sources_from_blob(source_set *ss, const char *p);
 
 #endif

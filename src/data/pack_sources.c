@@ -15,7 +15,7 @@
 
 #include "data/shards.h"
 #include "util/util.h"
-void sources_free(source_set *ss) {
+void pack_sources_free(source_set *ss) {
     for (int c = 0; c < ss->n_classes; c++) free(ss->classes[c]);
     free(ss->classes);
     for (int k = 0; k < N_SPLITS; k++) {
@@ -27,7 +27,7 @@ void sources_free(source_set *ss) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-void strvec_push(strvec *s, const char *x) {
+void pack_strvec_push(strvec *s, const char *x) {
     if (s->n == s->cap) {
         s->cap = s->cap ? 2 * s->cap : 64;
         s->v = realloc(s->v, (size_t)s->cap * sizeof *s->v);
@@ -36,7 +36,7 @@ void strvec_push(strvec *s, const char *x) {
     s->v[s->n++] = strdup(x);
 }
 
-void strvec_free(strvec *s) {
+void pack_strvec_free(strvec *s) {
     for (int64_t i = 0; i < s->n; i++) free(s->v[i]);
     free(s->v);
     memset(s, 0, sizeof *s);
@@ -64,8 +64,8 @@ static int list_dir(const char *dir, strvec *dirs, strvec *files, char *err, siz
         else if (e->d_type == DT_DIR) sb.st_mode = S_IFDIR;
         else st = stat(path, &sb);
         if (st != 0) fprintf(stderr, "dsgd-run: ignored %s: %s\n", path, strerror(errno));
-        else if (S_ISDIR(sb.st_mode)) { if (dirs) strvec_push(dirs, e->d_name); else fprintf(stderr, "dsgd-run: ignored %s: a directory (not looked into)\n", path); }
-        else if (S_ISREG(sb.st_mode)) { if (files) strvec_push(files, e->d_name); else fprintf(stderr, "dsgd-run: ignored %s: a file where class folders are expected\n", path); }
+        else if (S_ISDIR(sb.st_mode)) { if (dirs) pack_strvec_push(dirs, e->d_name); else fprintf(stderr, "dsgd-run: ignored %s: a directory (not looked into)\n", path); }
+        else if (S_ISREG(sb.st_mode)) { if (files) pack_strvec_push(files, e->d_name); else fprintf(stderr, "dsgd-run: ignored %s: a file where class folders are expected\n", path); }
         else fprintf(stderr, "dsgd-run: ignored %s: not a regular file or directory\n", path);
     }
     const int rerr = errno;
@@ -111,7 +111,7 @@ static int list_folders(source_set *ss, int k, const char *dir, const strvec *cl
             snprintf(rel, sizeof rel, "%s/%s", classes->v[c], files.v[i]);
             split_push(sp, &cap, rel, label);
         }
-        strvec_free(&files);
+        pack_strvec_free(&files);
         if (rc) return rc;
     }
     return 0;
@@ -252,7 +252,7 @@ static int list_flat_val(source_set *ss, const char *src, const char *dir, const
 }
 
 /* Rank 0: list SRC into ss. */
-int list_sources(source_set *ss, const pack_options *o, char *err, size_t errlen) {
+int pack_list_sources(source_set *ss, const pack_options *o, char *err, size_t errlen) {
     memset(ss, 0, sizeof *ss);
     char dir[PATH_MAX];
     struct stat sb;
@@ -269,13 +269,13 @@ int list_sources(source_set *ss, const pack_options *o, char *err, size_t errlen
     if (!rc && classes.n > SHARDS_MAX_CLASSES) rc = seterr(err, errlen, "%s: %lld class folders; at most %d are packed", dir, (long long)classes.n, SHARDS_MAX_CLASSES);
     for (int64_t c = 0; !rc && c < classes.n; c++)
         if (strlen(classes.v[c]) > SHARDS_WNID_MAX) rc = seterr(err, errlen, "%s/%s: a class name longer than %d bytes", dir, classes.v[c], SHARDS_WNID_MAX);
-    if (rc) { strvec_free(&classes); return rc; }
+    if (rc) { pack_strvec_free(&classes); return rc; }
     ss->n_classes = (int)classes.n;
     ss->classes = xcalloc((size_t)classes.n, sizeof *ss->classes);
     for (int64_t c = 0; c < classes.n; c++) ss->classes[c] = strdup(classes.v[c]);
     ss->s[TRAIN].present = 1;
     rc = list_folders(ss, TRAIN, dir, &classes, err, errlen);
-    strvec_free(&classes);
+    pack_strvec_free(&classes);
     if (!rc && ss->s[TRAIN].n == 0) rc = seterr(err, errlen, "%s: no images in its %d class folders", dir, ss->n_classes);
     if (rc) return rc;
 
@@ -295,7 +295,7 @@ int list_sources(source_set *ss, const pack_options *o, char *err, size_t errlen
     if (!rc && vdirs.n) rc = list_folders(ss, VAL, dir, &vdirs, err, errlen);
     else if (!rc) rc = list_flat_val(ss, o->src, dir, &vfiles, o->val_labels, err, errlen);
     if (!rc && ss->s[VAL].n == 0) rc = seterr(err, errlen, "%s: no images", dir);
-    strvec_free(&vdirs), strvec_free(&vfiles);
+    pack_strvec_free(&vdirs), pack_strvec_free(&vfiles);
     return rc;
 }
 
@@ -316,7 +316,7 @@ static void blob_put_i(blob *b, long long v) {
     blob_put(b, t);
 }
 
-void sources_to_blob(const source_set *ss, blob *b) {
+void pack_sources_to_blob(const source_set *ss, blob *b) {
     blob_put_i(b, ss->n_classes);
     for (int c = 0; c < ss->n_classes; c++) blob_put(b, ss->classes[c]);
     for (int k = 0; k < N_SPLITS; k++) {
@@ -332,7 +332,7 @@ static const char *blob_next(const char **at) {
     return s;
 }
 
-void sources_from_blob(source_set *ss, const char *p) {
+void pack_sources_from_blob(source_set *ss, const char *p) {
     memset(ss, 0, sizeof *ss);
     ss->n_classes = atoi(blob_next(&p));
     ss->classes = xcalloc((size_t)ss->n_classes, sizeof *ss->classes);

@@ -96,7 +96,7 @@
 /* Errors.                                                                                     */
 
 /* Fill err with "<path>: HDF5 <call> failed for <object>: <HDF5's messages>"; returns -1. */
-int h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object) {
+int runlog_h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object) {
     char detail[800];
     h5_message(detail, sizeof detail);
     seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
@@ -104,7 +104,7 @@ int h5fail(char *err, size_t errlen, const char *path, const char *call, const c
 }
 
 /* Fill err with "<path>: <what>: <strerror(errno)>"; returns -1. */
-int syserr(char *err, size_t errlen, const char *path, const char *what) {
+int runlog_syserr(char *err, size_t errlen, const char *path, const char *what) {
     seterr(err, errlen, "%s: %s: %s", path, what, strerror(errno));
     return -1;
 }
@@ -112,41 +112,41 @@ int syserr(char *err, size_t errlen, const char *path, const char *what) {
 /* ------------------------------------------------------------------------------------------ */
 /* The run file.                                                                               */
 
-int is_own_attr(const char *name) {
+int runlog_is_own_attr(const char *name) {
     for (size_t i = 0; i < sizeof own_attrs / sizeof *own_attrs; i++)
         if (strcmp(name, own_attrs[i]) == 0) return 1;
     return 0;
 }
 
 /* Write a scalar attribute of file type ftype from buf (memory type mtype) on obj. */
-int attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype,
+int runlog_attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype,
                       const void *buf, const char *path, char *err, size_t errlen) {
     char what[300];
     snprintf(what, sizeof what, "attribute %s of %s", name, objname);
     hid_t space = H5Screate(H5S_SCALAR);
-    if (space < 0) return h5fail(err, errlen, path, "H5Screate", what);
+    if (space < 0) return runlog_h5fail(err, errlen, path, "H5Screate", what);
     htri_t exists = H5Aexists(obj, name);
-    if (exists < 0) { H5Sclose(space); return h5fail(err, errlen, path, "H5Aexists", what); }
-    if (exists > 0 && H5Adelete(obj, name) < 0) { H5Sclose(space); return h5fail(err, errlen, path, "H5Adelete", what); }
+    if (exists < 0) { H5Sclose(space); return runlog_h5fail(err, errlen, path, "H5Aexists", what); }
+    if (exists > 0 && H5Adelete(obj, name) < 0) { H5Sclose(space); return runlog_h5fail(err, errlen, path, "H5Adelete", what); }
     hid_t a = H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
     H5Sclose(space);
-    if (a < 0) return h5fail(err, errlen, path, "H5Acreate2", what);
-    if (H5Awrite(a, mtype, buf) < 0) { H5Aclose(a); return h5fail(err, errlen, path, "H5Awrite", what); }
-    if (H5Aclose(a) < 0) return h5fail(err, errlen, path, "H5Aclose", what);
+    if (a < 0) return runlog_h5fail(err, errlen, path, "H5Acreate2", what);
+    if (H5Awrite(a, mtype, buf) < 0) { H5Aclose(a); return runlog_h5fail(err, errlen, path, "H5Awrite", what); }
+    if (H5Aclose(a) < 0) return runlog_h5fail(err, errlen, path, "H5Aclose", what);
     return 0;
 }
 
 /* Variable-length UTF-8 string attribute (h5py reads it as str). NULL is written as "". */
-int attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path,
+int runlog_attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path,
                        char *err, size_t errlen) {
     hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0) return h5fail(err, errlen, path, "H5Tcopy", "string type");
+    if (t < 0) return runlog_h5fail(err, errlen, path, "H5Tcopy", "string type");
     if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
         H5Tclose(t);
-        return h5fail(err, errlen, path, "H5Tset_size/H5Tset_cset", "string type");
+        return runlog_h5fail(err, errlen, path, "H5Tset_size/H5Tset_cset", "string type");
     }
     const char *s = v ? v : "";
-    int rc = attr_write(obj, objname, name, t, t, &s, path, err, errlen);
+    int rc = runlog_attr_write(obj, objname, name, t, t, &s, path, err, errlen);
     H5Tclose(t);
     return rc;
 }
@@ -161,25 +161,25 @@ static int make_column(hid_t f, const char *gname, const colspec *c, hid_t ftype
     int rank = cols ? 2 : 1;
     hsize_t dims[2] = {0, cols}, maxdims[2] = {H5S_UNLIMITED, cols}, cdims[2] = {chunk, cols};
     hid_t space = H5Screate_simple(rank, dims, maxdims);
-    if (space < 0) return h5fail(err, errlen, path, "H5Screate_simple", obj);
+    if (space < 0) return runlog_h5fail(err, errlen, path, "H5Screate_simple", obj);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     hid_t ds = H5I_INVALID_HID;
-    if (dcpl < 0 || lcpl < 0) h5fail(err, errlen, path, "H5Pcreate", obj);
-    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
-    else if (H5Pset_chunk(dcpl, rank, cdims) < 0) h5fail(err, errlen, path, "H5Pset_chunk", obj);
-    else if (H5Pset_obj_track_times(dcpl, 0) < 0) h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
+    if (dcpl < 0 || lcpl < 0) runlog_h5fail(err, errlen, path, "H5Pcreate", obj);
+    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) runlog_h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
+    else if (H5Pset_chunk(dcpl, rank, cdims) < 0) runlog_h5fail(err, errlen, path, "H5Pset_chunk", obj);
+    else if (H5Pset_obj_track_times(dcpl, 0) < 0) runlog_h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
     else if ((ds = H5Dcreate2(f, obj, ftype, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
-        h5fail(err, errlen, path, "H5Dcreate2", obj);
+        runlog_h5fail(err, errlen, path, "H5Dcreate2", obj);
     if (lcpl >= 0) H5Pclose(lcpl);
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Sclose(space);
     if (ds < 0) return -1;
     char columns[64];
     snprintf(columns, sizeof columns, "worker rank 0..%llu", (unsigned long long)cols - 1);
-    int rc = attr_string(ds, obj, "units", c->units, path, err, errlen) < 0 ||
-             attr_string(ds, obj, "description", c->description, path, err, errlen) < 0 ||
-             (cols && attr_string(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
-    if (H5Dclose(ds) < 0 && rc == 0) rc = h5fail(err, errlen, path, "H5Dclose", obj);
+    int rc = runlog_attr_string(ds, obj, "units", c->units, path, err, errlen) < 0 ||
+             runlog_attr_string(ds, obj, "description", c->description, path, err, errlen) < 0 ||
+             (cols && runlog_attr_string(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
+    if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Dclose", obj);
     return rc;
 }
 
@@ -189,18 +189,18 @@ static int append(runlog *r, const char *obj, hid_t mtype, hsize_t n0, hsize_t n
     int rank = cols ? 2 : 1;
     hsize_t total[2] = {n0 + n, cols}, start[2] = {n0, 0}, count[2] = {n, cols};
     hid_t ds = H5Dopen2(r->file, obj, H5P_DEFAULT);
-    if (ds < 0) return h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", obj);
-    if (H5Dset_extent(ds, total) < 0) { H5Dclose(ds); return h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", obj); }
+    if (ds < 0) return runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", obj);
+    if (H5Dset_extent(ds, total) < 0) { H5Dclose(ds); return runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", obj); }
     hid_t fspace = H5Dget_space(ds), mspace = H5Screate_simple(rank, count, NULL);
     int rc = 0;
-    if (fspace < 0 || mspace < 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dget_space/H5Screate_simple", obj);
+    if (fspace < 0 || mspace < 0) rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dget_space/H5Screate_simple", obj);
     else if (H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
-        rc = h5fail(r->err, sizeof r->err, r->path, "H5Sselect_hyperslab", obj);
+        rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Sselect_hyperslab", obj);
     else if (H5Dwrite(ds, mtype, mspace, fspace, H5P_DEFAULT, buf) < 0)
-        rc = h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", obj);
+        rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", obj);
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
-    if (H5Dclose(ds) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", obj);
+    if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dclose", obj);
     return rc;
 }
 
@@ -236,7 +236,7 @@ static int write_ranks(runlog *r) {
 }
 
 /* Write the buffered /train and /ranks rows (at an evaluation, at close). */
-int write_buffers(runlog *r) { return write_train(r) < 0 || write_ranks(r) < 0 ? -1 : 0; }
+int runlog_write_buffers(runlog *r) { return write_train(r) < 0 || write_ranks(r) < 0 ? -1 : 0; }
 
 /* Append one row to the NEVAL columns of group gname (/eval or /eval_local), which hold n rows. */
 static int append_eval_row(runlog *r, const char *gname, hsize_t n, long step, double time_s, double epoch,
@@ -263,7 +263,7 @@ static int make_parents(const char *path, char *err, size_t errlen) {
 }
 
 /* Free r, closing the in-memory file (nothing of it is on disk: errors do not matter). */
-void free_runlog(runlog *r) {
+void runlog_free(runlog *r) {
     if (r->file >= 0) H5Fclose(r->file);
     H5Eclear2(H5E_DEFAULT);
     free(r->final_names);
@@ -276,8 +276,8 @@ void free_runlog(runlog *r) {
 }
 
 /* A new runlog with every handle invalid: the /ranks buffers and the method-array table are
- * allocated here, once (meta already checked by check_meta). */
-runlog *new_runlog(const char *path, const runlog_meta *meta) {
+ * allocated here, once (meta already checked by runlog_check_meta). */
+runlog *runlog_new(const char *path, const runlog_meta *meta) {
     runlog *r = xcalloc(1, sizeof *r);
     r->file = H5I_INVALID_HID;
     r->fd = -1;
@@ -309,7 +309,7 @@ runlog *new_runlog(const char *path, const runlog_meta *meta) {
 }
 
 /* Check the parts of meta that shape the layout; err filled and -1 if one is unusable. */
-int check_meta(const runlog_meta *meta, const char *fn, const char *path, char *err, size_t errlen) {
+int runlog_check_meta(const runlog_meta *meta, const char *fn, const char *path, char *err, size_t errlen) {
     if (meta->servers < 0) return seterr(err, errlen, "%s: %s: servers = %d is negative", path, fn, meta->servers), -1;
     if (meta->ranks < 0 || meta->ranks > MAX_RANKS)
         return seterr(err, errlen, "%s: %s: ranks = %d is not in 0..%d", path, fn, meta->ranks, MAX_RANKS), -1;
@@ -342,32 +342,32 @@ static int make_array(hid_t f, const runlog_array_spec *a, const char *obj, cons
     hsize_t dims[2] = {a->grows ? 0 : (hsize_t)a->rows, (hsize_t)a->cols}, maxd[2] = {H5S_UNLIMITED, (hsize_t)a->cols};
     hsize_t chunk[2] = {ARRAY_CHUNK, (hsize_t)a->cols};
     hid_t space = H5Screate_simple(nd, dims, a->grows ? maxd : NULL);
-    if (space < 0) return h5fail(err, errlen, path, "H5Screate_simple", obj);
+    if (space < 0) return runlog_h5fail(err, errlen, path, "H5Screate_simple", obj);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     hid_t ds = H5I_INVALID_HID;
     const int64_t zero = 0;
     const double nan_fill = NAN;
-    if (dcpl < 0 || lcpl < 0) h5fail(err, errlen, path, "H5Pcreate", obj);
-    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
+    if (dcpl < 0 || lcpl < 0) runlog_h5fail(err, errlen, path, "H5Pcreate", obj);
+    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) runlog_h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
     else if (a->grows ? H5Pset_chunk(dcpl, nd, chunk) < 0 : H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0)
-        h5fail(err, errlen, path, a->grows ? "H5Pset_chunk" : "H5Pset_layout", obj);
+        runlog_h5fail(err, errlen, path, a->grows ? "H5Pset_chunk" : "H5Pset_layout", obj);
     else if (H5Pset_fill_value(dcpl, a->float64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, a->float64 ? (const void *)&nan_fill : (const void *)&zero) < 0)
-        h5fail(err, errlen, path, "H5Pset_fill_value", obj);
-    else if (H5Pset_obj_track_times(dcpl, 0) < 0) h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
+        runlog_h5fail(err, errlen, path, "H5Pset_fill_value", obj);
+    else if (H5Pset_obj_track_times(dcpl, 0) < 0) runlog_h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
     else if ((ds = H5Dcreate2(f, a->name, a->float64 ? H5T_IEEE_F64LE : H5T_STD_I64LE, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
-        h5fail(err, errlen, path, "H5Dcreate2", obj);
+        runlog_h5fail(err, errlen, path, "H5Dcreate2", obj);
     if (lcpl >= 0) H5Pclose(lcpl);
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Sclose(space);
     if (ds < 0) return -1;
-    int rc = attr_string(ds, obj, "units", a->units, path, err, errlen) < 0 ||
-             attr_string(ds, obj, "description", a->description, path, err, errlen) < 0 ? -1 : 0;
-    if (H5Dclose(ds) < 0 && rc == 0) rc = h5fail(err, errlen, path, "H5Dclose", obj);
+    int rc = runlog_attr_string(ds, obj, "units", a->units, path, err, errlen) < 0 ||
+             runlog_attr_string(ds, obj, "description", a->description, path, err, errlen) < 0 ? -1 : 0;
+    if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Dclose", obj);
     return rc;
 }
 
 /* The current UTC time, ISO-8601 ("2025-01-31T12:00:00Z"), into buf; -1 if it cannot be read. */
-int utc_now(char *buf, size_t n) {
+int runlog_utc_now(char *buf, size_t n) {
     time_t now = time(NULL);
     struct tm tm;
     if (now == (time_t)-1 || !gmtime_r(&now, &tm) || strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0) return -1;
@@ -377,13 +377,13 @@ int utc_now(char *buf, size_t n) {
 /* A file access property list for the in-memory working file (part 1 of the header comment);
  * for a new file (create), in the 1.8 file format (superblock version 0: see the header comment
  * on the format; a file opened keeps its own and must be checked). */
-hid_t memory_fapl(int create, const char *path, char *err, size_t errlen) {
+hid_t runlog_memory_fapl(int create, const char *path, char *err, size_t errlen) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl < 0) return h5fail(err, errlen, path, "H5Pcreate", "file access properties");
+    if (fapl < 0) return runlog_h5fail(err, errlen, path, "H5Pcreate", "file access properties");
     if (H5Pset_fapl_core(fapl, MEM_INCREMENT, 0) < 0 ||
         (create && H5Pset_libver_bounds(fapl, H5F_LIBVER_EARLIEST, H5F_LIBVER_V18) < 0)) {
         H5Pclose(fapl);
-        return h5fail(err, errlen, path, "H5Pset_fapl_core/H5Pset_libver_bounds", "file access properties");
+        return runlog_h5fail(err, errlen, path, "H5Pset_fapl_core/H5Pset_libver_bounds", "file access properties");
     }
     return fapl;
 }
@@ -391,13 +391,13 @@ hid_t memory_fapl(int create, const char *path, char *err, size_t errlen) {
 /* Root attributes (status as its empty fixed-size slot), groups and empty datasets of a new file. */
 static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char *path, char *err, size_t errlen) {
     unsigned maj, min, rel;
-    if (H5get_libversion(&maj, &min, &rel) < 0) return h5fail(err, errlen, path, "H5get_libversion", "/");
+    if (H5get_libversion(&maj, &min, &rel) < 0) return runlog_h5fail(err, errlen, path, "H5get_libversion", "/");
     char h5ver[32], created[32], host[256];
     snprintf(h5ver, sizeof h5ver, "%u.%u.%u", maj, min, rel);
-    if (utc_now(created, sizeof created) < 0) return syserr(err, errlen, path, "cannot read the UTC time");
+    if (runlog_utc_now(created, sizeof created) < 0) return runlog_syserr(err, errlen, path, "cannot read the UTC time");
     const char *hostname = meta->hostname;
     if (!hostname) {
-        if (gethostname(host, sizeof host) != 0) return syserr(err, errlen, path, "gethostname");
+        if (gethostname(host, sizeof host) != 0) return runlog_syserr(err, errlen, path, "gethostname");
         host[sizeof host - 1] = '\0';
         hostname = host;
     }
@@ -405,31 +405,31 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     uint64_t seed = meta->seed;
     int64_t iterations = meta->iterations;
     int32_t servers = meta->servers;
-    if (attr_string(f, "/", "method", meta->method, path, err, errlen) < 0 ||
-        attr_write(f, "/", "p", H5T_STD_I32LE, H5T_NATIVE_INT32, &p, path, err, errlen) < 0 ||
-        attr_write(f, "/", "b", H5T_STD_I32LE, H5T_NATIVE_INT32, &b, path, err, errlen) < 0 ||
-        attr_write(f, "/", "m", H5T_STD_I32LE, H5T_NATIVE_INT32, &m, path, err, errlen) < 0 ||
-        attr_write(f, "/", "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0 ||
-        attr_write(f, "/", "iterations", H5T_STD_I64LE, H5T_NATIVE_INT64, &iterations, path, err, errlen) < 0 ||
-        attr_write(f, "/", "servers", H5T_STD_I32LE, H5T_NATIVE_INT32, &servers, path, err, errlen) < 0 ||
-        attr_string(f, "/", "dsgd_version", DSGD_VERSION, path, err, errlen) < 0 ||
-        attr_string(f, "/", "hdf5_version", h5ver, path, err, errlen) < 0 ||
-        attr_string(f, "/", "config", meta->config_text, path, err, errlen) < 0 ||
-        attr_string(f, "/", "command_line", meta->command_line, path, err, errlen) < 0 ||
-        attr_string(f, "/", "hostname", hostname, path, err, errlen) < 0 ||
-        attr_string(f, "/", "created", created, path, err, errlen) < 0 || status_write(f, "", path, err, errlen) < 0)
+    if (runlog_attr_string(f, "/", "method", meta->method, path, err, errlen) < 0 ||
+        runlog_attr_write(f, "/", "p", H5T_STD_I32LE, H5T_NATIVE_INT32, &p, path, err, errlen) < 0 ||
+        runlog_attr_write(f, "/", "b", H5T_STD_I32LE, H5T_NATIVE_INT32, &b, path, err, errlen) < 0 ||
+        runlog_attr_write(f, "/", "m", H5T_STD_I32LE, H5T_NATIVE_INT32, &m, path, err, errlen) < 0 ||
+        runlog_attr_write(f, "/", "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0 ||
+        runlog_attr_write(f, "/", "iterations", H5T_STD_I64LE, H5T_NATIVE_INT64, &iterations, path, err, errlen) < 0 ||
+        runlog_attr_write(f, "/", "servers", H5T_STD_I32LE, H5T_NATIVE_INT32, &servers, path, err, errlen) < 0 ||
+        runlog_attr_string(f, "/", "dsgd_version", DSGD_VERSION, path, err, errlen) < 0 ||
+        runlog_attr_string(f, "/", "hdf5_version", h5ver, path, err, errlen) < 0 ||
+        runlog_attr_string(f, "/", "config", meta->config_text, path, err, errlen) < 0 ||
+        runlog_attr_string(f, "/", "command_line", meta->command_line, path, err, errlen) < 0 ||
+        runlog_attr_string(f, "/", "hostname", hostname, path, err, errlen) < 0 ||
+        runlog_attr_string(f, "/", "created", created, path, err, errlen) < 0 || runlog_status_write(f, "", path, err, errlen) < 0)
         return -1;
     /* Relative paths in config and command_line are relative to this directory. */
     char cwd[PATHLEN];
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
-    if (attr_string(f, "/", "working_directory", cwd, path, err, errlen) < 0) return -1;
-    if (meta->device && attr_string(f, "/", "device", meta->device, path, err, errlen) < 0) return -1;
+    if (runlog_attr_string(f, "/", "working_directory", cwd, path, err, errlen) < 0) return -1;
+    if (meta->device && runlog_attr_string(f, "/", "device", meta->device, path, err, errlen) < 0) return -1;
     for (int i = 0; i < meta->n_attrs; i++) {
         const runlog_attr *a = &meta->attrs[i];
-        if (is_own_attr(a->name) || strcmp(a->name, "status") == 0)
+        if (runlog_is_own_attr(a->name) || strcmp(a->name, "status") == 0)
             return seterr(err, errlen, "%s: attribute %s is one runlog writes itself", path, a->name), -1;
-        if (a->s ? attr_string(f, "/", a->name, a->s, path, err, errlen) < 0
-                 : attr_write(f, "/", a->name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &a->i, path, err, errlen) < 0)
+        if (a->s ? runlog_attr_string(f, "/", a->name, a->s, path, err, errlen) < 0
+                 : runlog_attr_write(f, "/", a->name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &a->i, path, err, errlen) < 0)
             return -1;
     }
 
@@ -468,26 +468,26 @@ runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, 
     }
     struct stat st;
     if (!overwrite && lstat(path, &st) == 0) {
-        seterr(err, errlen, already_exists_fmt, path);
+        seterr(err, errlen, runlog_already_exists_fmt, path);
         return NULL;
     }
-    if (check_meta(meta, "runlog_create", path, err, errlen) < 0) return NULL;
+    if (runlog_check_meta(meta, "runlog_create", path, err, errlen) < 0) return NULL;
     if (make_parents(path, err, errlen) < 0) return NULL;
 
-    runlog *r = new_runlog(path, meta);
-    hid_t fapl = memory_fapl(1, path, err, errlen);
+    runlog *r = runlog_new(path, meta);
+    hid_t fapl = runlog_memory_fapl(1, path, err, errlen);
     if (fapl < 0) {
-        free_runlog(r);
+        runlog_free(r);
         return NULL;
     }
     /* In memory only: HDF5 never creates this name (no backing store); unique, as two runlogs
      * of one process may share an output (overwrite = true). */
     char name[PATHLEN];
-    if (temp_name(name, sizeof name, path, "mem") == 0) r->file = H5Fcreate(name, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    if (runlog_temp_name(name, sizeof name, path, "mem") == 0) r->file = H5Fcreate(name, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    if (r->file < 0) h5fail(err, errlen, path, "H5Fcreate", "the in-memory file");
-    if (r->file < 0 || build_layout(r, r->file, meta, path, err, errlen) < 0 || publish(r, overwrite, err, errlen) < 0) {
-        free_runlog(r);
+    if (r->file < 0) runlog_h5fail(err, errlen, path, "H5Fcreate", "the in-memory file");
+    if (r->file < 0 || build_layout(r, r->file, meta, path, err, errlen) < 0 || runlog_publish(r, overwrite, err, errlen) < 0) {
+        runlog_free(r);
         return NULL;
     }
     return r;
@@ -504,7 +504,7 @@ int runlog_train(runlog *r, long step, double time_s, double loss, double alpha)
         r->failed = 1;
         return -1;
     }
-    return publish_if_due(r);
+    return runlog_publish_if_due(r);
 }
 
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
@@ -515,10 +515,10 @@ int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, 
         return -1;
     }
     r->n_eval++;
-    return publish_all(r);
+    return runlog_publish_all(r);
 }
 
-int runlog_flush(runlog *r) { return r ? publish_all(r) : -1; }
+int runlog_flush(runlog *r) { return r ? runlog_publish_all(r) : -1; }
 
 void runlog_rows_written(const runlog *r, runlog_rows *out) {
     if (!out) return;
@@ -569,7 +569,7 @@ int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *
         r->failed = 1;
         return -1;
     }
-    return publish_if_due(r);
+    return runlog_publish_if_due(r);
 }
 
 /* Rows [0, rows) of method array index into the in-memory file (a growing one takes rows rows),
@@ -596,11 +596,11 @@ static int array_write(runlog *r, int index, const void *data, long rows, int f6
     }
     hsize_t dims[2] = {(hsize_t)rows, (hsize_t)a->cols};
     hid_t ds = H5Dopen2(r->file, a->obj, H5P_DEFAULT);
-    int rc = ds < 0 ? h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", a->obj) : 0;
-    if (rc == 0 && a->grows && H5Dset_extent(ds, dims) < 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", a->obj);
+    int rc = ds < 0 ? runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", a->obj) : 0;
+    if (rc == 0 && a->grows && H5Dset_extent(ds, dims) < 0) rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", a->obj);
     if (rc == 0 && rows > 0 && H5Dwrite(ds, f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-        rc = h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", a->obj);
-    if (ds >= 0 && H5Dclose(ds) < 0 && rc == 0) rc = h5fail(r->err, sizeof r->err, r->path, "H5Dclose", a->obj);
+        rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", a->obj);
+    if (ds >= 0 && H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dclose", a->obj);
     if (rc != 0) r->failed = 1;
     return rc;
 }
@@ -619,13 +619,13 @@ static int set_attr(runlog *r, const char *name, const char *s, double d) {
         seterr(r->err, sizeof r->err, "%s: root attribute with an empty name (or a newline in it)", r->path);
         return -1;
     }
-    if (is_own_attr(name)) {
+    if (runlog_is_own_attr(name)) {
         seterr(r->err, sizeof r->err, "%s: root attribute %s is written by runlog itself, not at the end of the run", r->path, name);
         return -1;
     }
-    int rc = !s ? attr_write(r->file, "/", name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d, r->path, r->err, sizeof r->err)
-             : strcmp(name, "status") == 0 ? status_write(r->file, s, r->path, r->err, sizeof r->err)
-                                           : attr_string(r->file, "/", name, s, r->path, r->err, sizeof r->err);
+    int rc = !s ? runlog_attr_write(r->file, "/", name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d, r->path, r->err, sizeof r->err)
+             : strcmp(name, "status") == 0 ? runlog_status_write(r->file, s, r->path, r->err, sizeof r->err)
+                                           : runlog_attr_string(r->file, "/", name, s, r->path, r->err, sizeof r->err);
     size_t have = r->final_names ? strlen(r->final_names) : 0, len = strlen(name);
     for (const char *p = r->final_names; rc == 0 && p && *p; p += strcspn(p, "\n"), p += *p == '\n')
         if (strncmp(p, name, len) == 0 && (p[len] == '\n' || p[len] == '\0')) return 0; /* listed already */
@@ -648,14 +648,14 @@ int runlog_close(runlog *r) {
     int reported = r->failed; /* an earlier failure was already reported by its caller */
     int rc = r->failed ? -1 : 0;
     if (rc == 0 && r->final_names &&
-        attr_string(r->file, "/", "final_attributes", r->final_names, r->path, r->err, sizeof r->err) < 0) rc = -1;
-    if (rc == 0 && (write_buffers(r) < 0 || publish(r, 0, r->err, sizeof r->err) < 0)) rc = -1;
+        runlog_attr_string(r->file, "/", "final_attributes", r->final_names, r->path, r->err, sizeof r->err) < 0) rc = -1;
+    if (rc == 0 && (runlog_write_buffers(r) < 0 || runlog_publish(r, 0, r->err, sizeof r->err) < 0)) rc = -1;
     if (rc != 0) {
         /* r is freed below, so nobody could ask runlog_error: say it here. */
         if (!reported) fprintf(stderr, "dsgd-run: error closing the run file: %s\n", r->err);
-        status_in_place(r);
+        runlog_status_in_place(r);
     }
-    free_runlog(r);
+    runlog_free(r);
     return rc;
 }
 

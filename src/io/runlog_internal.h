@@ -111,27 +111,27 @@ struct runlog {
 };
 
 /* runlog.c */
-int h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object);
-int syserr(char *err, size_t errlen, const char *path, const char *what);
-int is_own_attr(const char *name);
-int attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype, const void *buf,
+int runlog_h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object);
+int runlog_syserr(char *err, size_t errlen, const char *path, const char *what);
+int runlog_is_own_attr(const char *name);
+int runlog_attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype, const void *buf,
                const char *path, char *err, size_t errlen);
-int attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path, char *err,
+int runlog_attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path, char *err,
                 size_t errlen);
-int write_buffers(runlog *r);
-void free_runlog(runlog *r);
-runlog *new_runlog(const char *path, const runlog_meta *meta);
-int check_meta(const runlog_meta *meta, const char *fn, const char *path, char *err, size_t errlen);
-int utc_now(char *buf, size_t n);
-hid_t memory_fapl(int create, const char *path, char *err, size_t errlen);
+int runlog_write_buffers(runlog *r);
+void runlog_free(runlog *r);
+runlog *runlog_new(const char *path, const runlog_meta *meta);
+int runlog_check_meta(const runlog_meta *meta, const char *fn, const char *path, char *err, size_t errlen);
+int runlog_utc_now(char *buf, size_t n);
+hid_t runlog_memory_fapl(int create, const char *path, char *err, size_t errlen);
 
 /* runlog_publish.c */
-extern const char *already_exists_fmt;
-int status_write(hid_t f, const char *v, const char *path, char *err, size_t errlen);
-int temp_name(char *out, size_t outlen, const char *path, const char *tag);
-int publish(runlog *r, int overwrite, char *err, size_t errlen);
-int publish_all(runlog *r);
-int publish_if_due(runlog *r);
-int status_in_place(runlog *r);
+extern const char *runlog_already_exists_fmt;
+int runlog_status_write(hid_t f, const char *v, const char *path, char *err, size_t errlen);
+int runlog_temp_name(char *out, size_t outlen, const char *path, const char *tag);
+int runlog_publish(runlog *r, int overwrite, char *err, size_t errlen);
+int runlog_publish_all(runlog *r);
+int runlog_publish_if_due(runlog *r);
+int runlog_status_in_place(runlog *r);
 
 #endif

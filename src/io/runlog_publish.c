@@ -27,7 +27,7 @@ static hid_t status_type(void) {
 /* Write v (cut to STATUS_LEN - 1 bytes at a UTF-8 character boundary) into root attribute
  * status of f: overwritten in place when it is already the fixed-size slot, else (a file of an
  * earlier dsgd-run, or a new file) created as one. */
-int status_write(hid_t f, const char *v, const char *path, char *err, size_t errlen) {
+int runlog_status_write(hid_t f, const char *v, const char *path, char *err, size_t errlen) {
     char buf[STATUS_LEN] = {0};
     size_t n = strlen(v);
     if (n > STATUS_LEN - 1) {
@@ -36,7 +36,7 @@ int status_write(hid_t f, const char *v, const char *path, char *err, size_t err
     }
     memcpy(buf, v, n);
     hid_t t = status_type();
-    if (t < 0) return h5fail(err, errlen, path, "H5Tcopy/H5Tset_size", "attribute status of /");
+    if (t < 0) return runlog_h5fail(err, errlen, path, "H5Tcopy/H5Tset_size", "attribute status of /");
     int rc = 0;
     hid_t a = H5I_INVALID_HID;
     htri_t e = H5Aexists(f, "status");
@@ -47,25 +47,25 @@ int status_write(hid_t f, const char *v, const char *path, char *err, size_t err
         if (ft >= 0) H5Tclose(ft);
         if (same <= 0) {
             if (a >= 0) H5Aclose(a), a = H5I_INVALID_HID;
-            if (H5Adelete(f, "status") < 0) rc = h5fail(err, errlen, path, "H5Adelete", "attribute status of /");
+            if (H5Adelete(f, "status") < 0) rc = runlog_h5fail(err, errlen, path, "H5Adelete", "attribute status of /");
             e = 0;
         }
-    } else if (e < 0) rc = h5fail(err, errlen, path, "H5Aexists", "attribute status of /");
+    } else if (e < 0) rc = runlog_h5fail(err, errlen, path, "H5Aexists", "attribute status of /");
     if (rc == 0 && e == 0) {
         hid_t space = H5Screate(H5S_SCALAR);
-        if (space < 0) rc = h5fail(err, errlen, path, "H5Screate", "attribute status of /");
+        if (space < 0) rc = runlog_h5fail(err, errlen, path, "H5Screate", "attribute status of /");
         else if ((a = H5Acreate2(f, "status", t, space, H5P_DEFAULT, H5P_DEFAULT)) < 0)
-            rc = h5fail(err, errlen, path, "H5Acreate2", "attribute status of /");
+            rc = runlog_h5fail(err, errlen, path, "H5Acreate2", "attribute status of /");
         if (space >= 0) H5Sclose(space);
     }
-    if (rc == 0 && H5Awrite(a, t, buf) < 0) rc = h5fail(err, errlen, path, "H5Awrite", "attribute status of /");
-    if (a >= 0 && H5Aclose(a) < 0 && rc == 0) rc = h5fail(err, errlen, path, "H5Aclose", "attribute status of /");
+    if (rc == 0 && H5Awrite(a, t, buf) < 0) rc = runlog_h5fail(err, errlen, path, "H5Awrite", "attribute status of /");
+    if (a >= 0 && H5Aclose(a) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Aclose", "attribute status of /");
     H5Tclose(t);
     return rc;
 }
 
 /* A hidden name next to path, unique to this process and moment: <dir>/.<base>.<tag>.<pid>.<ns>. */
-int temp_name(char *out, size_t outlen, const char *path, const char *tag) {
+int runlog_temp_name(char *out, size_t outlen, const char *path, const char *tag) {
     const char *slash = strrchr(path, '/');
     int dirlen = slash ? (int)(slash - path + 1) : 0;
     const char *base = slash ? slash + 1 : path;
@@ -75,7 +75,7 @@ int temp_name(char *out, size_t outlen, const char *path, const char *tag) {
     return n < 0 || (size_t)n >= outlen ? -1 : 0;
 }
 
-const char *already_exists_fmt = "%s already exists; use --set overwrite=true to replace it or choose another output";
+const char *runlog_already_exists_fmt = "%s already exists; use --set overwrite=true to replace it or choose another output";
 
 /* Is the file at r->path still the one this run published last? 1 yes, 0 no (err filled). */
 static int still_ours(const runlog *r, char *err, size_t errlen) {
@@ -90,16 +90,16 @@ static int still_ours(const runlog *r, char *err, size_t errlen) {
 /* Write n bytes of buf to a new file tmp and fsync it. Returns its descriptor, or -1. */
 static int write_new_file(const char *tmp, const void *buf, size_t n, char *err, size_t errlen) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0) return syserr(err, errlen, tmp, "cannot create the new run file");
+    if (fd < 0) return runlog_syserr(err, errlen, tmp, "cannot create the new run file");
     const unsigned char *p = buf;
     int rc = 0;
     for (size_t off = 0; off < n && rc == 0;) {
         ssize_t w = write(fd, p + off, n - off);
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0) rc = syserr(err, errlen, tmp, "cannot write the new run file");
+        if (w < 0) rc = runlog_syserr(err, errlen, tmp, "cannot write the new run file");
         else off += (size_t)w;
     }
-    if (rc == 0 && fsync(fd) != 0) rc = syserr(err, errlen, tmp, "cannot fsync the new run file");
+    if (rc == 0 && fsync(fd) != 0) rc = runlog_syserr(err, errlen, tmp, "cannot fsync the new run file");
     if (rc != 0) close(fd);
     return rc == 0 ? fd : -1;
 }
@@ -108,39 +108,41 @@ static int write_new_file(const char *tmp, const void *buf, size_t n, char *err,
  * (fails if path exists, so an earlier run is never replaced), else, where the file system has
  * no hard links, check-then-rename. */
 static int first_name(const char *tmp, const char *path, int overwrite, char *err, size_t errlen) {
-    if (overwrite) return rename(tmp, path) == 0 ? 0 : syserr(err, errlen, path, "cannot rename the new run file into place");
+    if (overwrite) return rename(tmp, path) == 0 ? 0 : runlog_syserr(err, errlen, path, "cannot rename the new run file into place");
     if (link(tmp, path) == 0) {
         unlink(tmp); /* published; a leftover hidden name would be harmless */
         return 0;
     }
-    if (errno == EEXIST) return seterr(err, errlen, already_exists_fmt, path), -1;
+    if (errno == EEXIST) return seterr(err, errlen, runlog_already_exists_fmt, path), -1;
     if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP && errno != ENOSYS && errno != EMLINK)
-        return syserr(err, errlen, path, "cannot link the new run file into place");
+        return runlog_syserr(err, errlen, path, "cannot link the new run file into place");
     struct stat st;
-    if (lstat(path, &st) == 0) return seterr(err, errlen, already_exists_fmt, path), -1;
-    return rename(tmp, path) == 0 ? 0 : syserr(err, errlen, path, "cannot rename the new run file into place");
+    if (lstat(path, &st) == 0) return seterr(err, errlen, runlog_already_exists_fmt, path), -1;
+    return rename(tmp, path) == 0 ? 0 : runlog_syserr(err, errlen, path, "cannot rename the new run file into place");
 }
 
 /* Publish the in-memory file at r->path (part 2 of the header comment): its image into a hidden
  * temporary beside it, fsync, then rename() over the file this run published last (checked to be
  * still ours), or first_name() for the first publication. */
-int publish(runlog *r, int overwrite, char *err, size_t errlen) {
+int runlog_publish(runlog *r, int overwrite, char *err, size_t errlen) {
     double t0 = mono_now();
-    if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) return h5fail(err, errlen, r->path, "H5Fflush", "the in-memory file");
+    if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) return runlog_h5fail(err, errlen, r->path, "H5Fflush", "the in-memory file");
     ssize_t n = H5Fget_file_image(r->file, NULL, 0);
-    if (n <= 0) return h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
+    if (n <= 0) return runlog_h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
     if ((size_t)n > r->image_cap) {
         free(r->image);
         r->image_cap = (size_t)n + (size_t)n / 4;
         r->image = xmalloc(r->image_cap);
     }
-    if (H5Fget_file_image(r->file, r->image, (size_t)n) != n) return h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
+    if (H5Fget_file_image(r->file, r->image, (size_t)n) != n)
+        return runlog_h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
     char tmp[PATHLEN];
-    if (temp_name(tmp, sizeof tmp, r->path, "new") < 0) return seterr(err, errlen, "output path too long: %s", r->path), -1;
+    if (runlog_temp_name(tmp, sizeof tmp, r->path, "new") < 0) return seterr(err, errlen, "output path too long: %s", r->path), -1;
     int fd = write_new_file(tmp, r->image, (size_t)n, err, errlen), rc = fd < 0 ? -1 : 0;
     if (rc == 0 && r->fd < 0) rc = first_name(tmp, r->path, overwrite, err, errlen);
     else if (rc == 0 && !still_ours(r, err, errlen)) rc = -1;
-    else if (rc == 0 && rename(tmp, r->path) != 0) rc = syserr(err, errlen, r->path, "cannot rename the new run file into place");
+    else if (rc == 0 && rename(tmp, r->path) != 0)
+        rc = runlog_syserr(err, errlen, r->path, "cannot rename the new run file into place");
     if (rc != 0) {
         if (fd >= 0) close(fd);
         unlink(tmp); /* frees its space too (a full disk) */
@@ -155,9 +157,9 @@ int publish(runlog *r, int overwrite, char *err, size_t errlen) {
 
 /* Write the buffered rows into the in-memory file and publish it; on failure the file is no
  * longer extended (r->failed). */
-int publish_all(runlog *r) {
+int runlog_publish_all(runlog *r) {
     if (r->failed) return -1;
-    if (write_buffers(r) < 0 || publish(r, 0, r->err, sizeof r->err) < 0) {
+    if (runlog_write_buffers(r) < 0 || runlog_publish(r, 0, r->err, sizeof r->err) < 0) {
         r->failed = 1;
         return -1;
     }
@@ -165,22 +167,22 @@ int publish_all(runlog *r) {
 }
 
 /* Publish if the wall-clock bound has passed (part 3 of the header comment). */
-int publish_if_due(runlog *r) {
+int runlog_publish_if_due(runlog *r) {
     double every = r->publish_s > PUBLISH_SHARE * r->publish_cost ? r->publish_s : PUBLISH_SHARE * r->publish_cost;
-    return mono_now() - r->last_publish >= every ? publish_all(r) : 0;
+    return mono_now() - r->last_publish >= every ? runlog_publish_all(r) : 0;
 }
 
 /* The run could not publish its file: write "stopped: run-file write error: <why>" into the
  * status slot of the file it published last, in place (part 5 of the header comment). Returns 0
  * or -1 (the reason on stderr). */
-int status_in_place(runlog *r) {
+int runlog_status_in_place(runlog *r) {
     char msg[ERRLEN + 64], err[ERRLEN];
     snprintf(msg, sizeof msg, "stopped: run-file write error: %s", r->err);
     if (!still_ours(r, err, sizeof err)) return -1;
     hid_t f = H5Fopen(r->path, H5F_ACC_RDWR, H5P_DEFAULT);
-    int rc = f < 0 ? h5fail(err, sizeof err, r->path, "H5Fopen", "the published run file") : 0;
-    if (rc == 0) rc = status_write(f, msg, r->path, err, sizeof err);
-    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) rc = h5fail(err, sizeof err, r->path, "H5Fclose", "the published run file");
+    int rc = f < 0 ? runlog_h5fail(err, sizeof err, r->path, "H5Fopen", "the published run file") : 0;
+    if (rc == 0) rc = runlog_status_write(f, msg, r->path, err, sizeof err);
+    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) rc = runlog_h5fail(err, sizeof err, r->path, "H5Fclose", "the published run file");
     H5Eclear2(H5E_DEFAULT);
     if (rc != 0) fprintf(stderr, "dsgd-run: cannot record the status in %s either: %s\n", r->path, err);
     return rc;

@@ -48,10 +48,10 @@ static hid_t open_root_attr(hid_t f, const char *name, H5T_class_t cls, const ch
     char what[300];
     snprintf(what, sizeof what, "attribute %s of /", name);
     htri_t e = H5Aexists(f, name);
-    if (e < 0) return h5fail(err, errlen, path, "H5Aexists", what);
+    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", what);
     if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no root attribute %s)", name);
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    if (a < 0) return h5fail(err, errlen, path, "H5Aopen", what);
+    if (a < 0) return runlog_h5fail(err, errlen, path, "H5Aopen", what);
     hid_t t = H5Aget_type(a);
     H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
     if (t >= 0) H5Tclose(t);
@@ -74,9 +74,9 @@ static int root_string(hid_t f, const char *name, char **out, const char *path, 
     char *s = NULL;
     int rc = 0;
     if (t < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
-        rc = h5fail(err, errlen, path, "H5Tcopy/H5Tset_size/H5Tset_cset", "string type");
+        rc = runlog_h5fail(err, errlen, path, "H5Tcopy/H5Tset_size/H5Tset_cset", "string type");
     else if (H5Aread(a, t, &s) < 0)
-        rc = h5fail(err, errlen, path, "H5Aread", what);
+        rc = runlog_h5fail(err, errlen, path, "H5Aread", what);
     if (rc == 0) {
         size_t n = s ? strlen(s) : 0;
         *out = xmalloc(n + 1);
@@ -94,7 +94,7 @@ static int root_integer(hid_t f, const char *name, hid_t mtype, void *out, const
     if (a < 0) return -1;
     char what[300];
     snprintf(what, sizeof what, "attribute %s of /", name);
-    int rc = H5Aread(a, mtype, out) < 0 ? h5fail(err, errlen, path, "H5Aread", what) : 0;
+    int rc = H5Aread(a, mtype, out) < 0 ? runlog_h5fail(err, errlen, path, "H5Aread", what) : 0;
     H5Aclose(a);
     return rc;
 }
@@ -103,12 +103,12 @@ static int root_integer(hid_t f, const char *name, hid_t mtype, void *out, const
  * unlimited rows. Its rows into *n. -1 with err filled if it is missing or shaped otherwise. */
 static int open_column(hid_t f, const char *obj, int cols, hsize_t *n, const char *path, char *err, size_t errlen) {
     htri_t e = obj_exists(f, obj);
-    if (e < 0) return h5fail(err, errlen, path, "H5Lexists", obj);
+    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Lexists", obj);
     if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no dataset %s)", obj);
     hid_t ds = H5Dopen2(f, obj, H5P_DEFAULT);
-    if (ds < 0) return h5fail(err, errlen, path, "H5Dopen2", obj);
+    if (ds < 0) return runlog_h5fail(err, errlen, path, "H5Dopen2", obj);
     hid_t space = H5Dget_space(ds);
-    if (space < 0) { H5Dclose(ds); return h5fail(err, errlen, path, "H5Dget_space", obj); }
+    if (space < 0) { H5Dclose(ds); return runlog_h5fail(err, errlen, path, "H5Dget_space", obj); }
     hsize_t dims[2] = {0, 0}, maxd[2] = {0, 0};
     int nd = H5Sget_simple_extent_ndims(space);
     int ok = nd == (cols ? 2 : 1) && H5Sget_simple_extent_dims(space, dims, maxd) >= 0 && maxd[0] == H5S_UNLIMITED;
@@ -142,10 +142,10 @@ static int open_array(hid_t f, const runlog_meta *meta, int i, const char *obj, 
     char wants[96];
     shape_text(wants, sizeof wants, a->cols ? 2 : 1, want, a->float64);
     htri_t e = obj_exists(f, obj);
-    if (e < 0) return h5fail(err, errlen, path, "H5Lexists", obj);
+    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Lexists", obj);
     if (e == 0) return refuse(err, errlen, path, "the run file has no fixed array %s, the experiment has one (%s)", obj, wants);
     hid_t ds = H5Dopen2(f, obj, H5P_DEFAULT);
-    if (ds < 0) return h5fail(err, errlen, path, "H5Dopen2", obj);
+    if (ds < 0) return runlog_h5fail(err, errlen, path, "H5Dopen2", obj);
     hid_t space = H5Dget_space(ds), t = H5Dget_type(ds);
     hsize_t dims[2] = {0, 0}, maxd[2] = {0, 0};
     int nd = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
@@ -204,7 +204,7 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
 
     /* The optional groups: present exactly when meta asks for them. */
     htri_t has_el = obj_exists(f, "/eval_local"), has_ranks = obj_exists(f, "/ranks");
-    if (has_el < 0 || has_ranks < 0) return h5fail(err, errlen, path, "H5Lexists", has_el < 0 ? "/eval_local" : "/ranks");
+    if (has_el < 0 || has_ranks < 0) return runlog_h5fail(err, errlen, path, "H5Lexists", has_el < 0 ? "/eval_local" : "/ranks");
     if ((has_el > 0) != r->has_eval_local)
         return refuse(err, errlen, path, has_el ? "the run file has /eval_local, the experiment none (eval_local = 0)"
                                                 : "the run file has no /eval_local, the experiment eval_local = 1");
@@ -257,7 +257,7 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
 static int cut_column(runlog *r, const char *obj, hsize_t keep, hsize_t width, int is_step, int64_t *last_step, char *err,
                       size_t errlen) {
     hid_t ds = H5Dopen2(r->file, obj, H5P_DEFAULT);
-    if (ds < 0) return h5fail(err, errlen, r->path, "H5Dopen2", obj);
+    if (ds < 0) return runlog_h5fail(err, errlen, r->path, "H5Dopen2", obj);
     int rc = 0;
     if (is_step && keep > 0) { /* element keep - 1 */
         hsize_t one = 1, at = keep - 1;
@@ -265,13 +265,13 @@ static int cut_column(runlog *r, const char *obj, hsize_t keep, hsize_t width, i
         hid_t fspace = H5Dget_space(ds), mspace = H5Screate_simple(1, &one, NULL);
         if (fspace < 0 || mspace < 0 || H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &at, NULL, &one, NULL) < 0 ||
             H5Dread(ds, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, &v) < 0)
-            rc = h5fail(err, errlen, r->path, "H5Dread", obj);
+            rc = runlog_h5fail(err, errlen, r->path, "H5Dread", obj);
         if (mspace >= 0) H5Sclose(mspace);
         if (fspace >= 0) H5Sclose(fspace);
         if (v > *last_step) *last_step = v;
     }
     hsize_t dims[2] = {keep, width};
-    if (rc == 0 && H5Dset_extent(ds, dims) < 0) rc = h5fail(err, errlen, r->path, "H5Dset_extent", obj);
+    if (rc == 0 && H5Dset_extent(ds, dims) < 0) rc = runlog_h5fail(err, errlen, r->path, "H5Dset_extent", obj);
     H5Dclose(ds);
     return rc;
 }
@@ -301,8 +301,8 @@ static int drop_root_attr(hid_t f, const char *name, const char *path, char *err
     char what[300];
     snprintf(what, sizeof what, "attribute %s of /", name);
     htri_t e = H5Aexists(f, name);
-    if (e < 0) return h5fail(err, errlen, path, "H5Aexists", what);
-    if (e > 0 && H5Adelete(f, name) < 0) return h5fail(err, errlen, path, "H5Adelete", what);
+    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", what);
+    if (e > 0 && H5Adelete(f, name) < 0) return runlog_h5fail(err, errlen, path, "H5Adelete", what);
     return 0;
 }
 
@@ -314,29 +314,29 @@ static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *er
     const char *path = r->path;
     for (size_t i = 0; i < sizeof usual_final_attrs / sizeof *usual_final_attrs; i++)
         if (strcmp(usual_final_attrs[i], "status") != 0 && drop_root_attr(f, usual_final_attrs[i], path, err, errlen) < 0) return -1;
-    if (status_write(f, "", path, err, errlen) < 0) return -1; /* the slot, empty again */
+    if (runlog_status_write(f, "", path, err, errlen) < 0) return -1; /* the slot, empty again */
     htri_t e = H5Aexists(f, "final_attributes");
-    if (e < 0) return h5fail(err, errlen, path, "H5Aexists", "attribute final_attributes of /");
+    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", "attribute final_attributes of /");
     if (e > 0) {
         char *list;
         if (root_string(f, "final_attributes", &list, path, err, errlen) < 0) return -1;
         int rc = 0;
         for (char *name = strtok(list, "\n"); name && rc == 0; name = strtok(NULL, "\n"))
-            if (!is_own_attr(name) && strcmp(name, "status") != 0) rc = drop_root_attr(f, name, path, err, errlen);
+            if (!runlog_is_own_attr(name) && strcmp(name, "status") != 0) rc = drop_root_attr(f, name, path, err, errlen);
         free(list);
         if (rc < 0 || drop_root_attr(f, "final_attributes", path, err, errlen) < 0) return -1;
     }
 
     int64_t resumes = 0;
-    if ((e = H5Aexists(f, "resumes")) < 0) return h5fail(err, errlen, path, "H5Aexists", "attribute resumes of /");
+    if ((e = H5Aexists(f, "resumes")) < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", "attribute resumes of /");
     if (e > 0 && root_integer(f, "resumes", H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
     resumes++;
-    if (attr_write(f, "/", "resumes", H5T_STD_I64LE, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
+    if (runlog_attr_write(f, "/", "resumes", H5T_STD_I64LE, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
 
     char when[32];
-    if (utc_now(when, sizeof when) < 0) return syserr(err, errlen, path, "cannot read the UTC time");
+    if (runlog_utc_now(when, sizeof when) < 0) return runlog_syserr(err, errlen, path, "cannot read the UTC time");
     char *old = NULL;
-    if ((e = H5Aexists(f, "resumed_at")) < 0) return h5fail(err, errlen, path, "H5Aexists", "attribute resumed_at of /");
+    if ((e = H5Aexists(f, "resumed_at")) < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", "attribute resumed_at of /");
     if (e > 0 && root_string(f, "resumed_at", &old, path, err, errlen) < 0) return -1;
     int has_note = note && note[0];
     size_t len = (old ? strlen(old) + 1 : 0) + 64 + (has_note ? strlen(note) + 3 : 0) + 1;
@@ -344,7 +344,7 @@ static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *er
     snprintf(lines, len, "%s%sstep %lld at %s%s%s%s", old ? old : "", old && old[0] ? "\n" : "", (long long)last_step, when,
              has_note ? " (" : "", has_note ? note : "", has_note ? ")" : "");
     free(old);
-    int rc = attr_string(f, "/", "resumed_at", lines, path, err, errlen);
+    int rc = runlog_attr_string(f, "/", "resumed_at", lines, path, err, errlen);
     free(lines);
     return rc;
 }
@@ -377,21 +377,21 @@ runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_ro
         refuse(err, errlen, path, "it is not a regular file");
         return NULL;
     }
-    if (check_meta(meta, "runlog_resume", path, err, errlen) < 0) return NULL;
+    if (runlog_check_meta(meta, "runlog_resume", path, err, errlen) < 0) return NULL;
 
     /* Read into memory (part 4 of the header comment): the file on disk is only read, so a
      * refusal leaves it untouched; checked, cut back to the checkpoint, root attributes updated,
      * published over the old file. */
-    runlog *r = new_runlog(path, meta);
-    r->fd = open(path, O_RDONLY | O_CLOEXEC); /* publish() replaces this file, if still the one read */
+    runlog *r = runlog_new(path, meta);
+    r->fd = open(path, O_RDONLY | O_CLOEXEC); /* runlog_publish() replaces this file, if still the one read */
     if (r->fd < 0) {
         refuse(err, errlen, path, "%s", strerror(errno));
-        free_runlog(r);
+        runlog_free(r);
         return NULL;
     }
-    hid_t fapl = memory_fapl(0, path, err, errlen);
+    hid_t fapl = runlog_memory_fapl(0, path, err, errlen);
     if (fapl < 0) {
-        free_runlog(r);
+        runlog_free(r);
         return NULL;
     }
     r->file = H5Fopen(path, H5F_ACC_RDWR, fapl);
@@ -400,26 +400,26 @@ runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_ro
         char why[ERRLEN];
         h5_message(why, sizeof why);
         refuse(err, errlen, path, "it is not a dsgd-run run file (HDF5 cannot open it: %s)", why);
-        free_runlog(r);
+        runlog_free(r);
         return NULL;
     }
     /* A file of the earlier SWMR writer (superblock version 3) would not survive its image. */
     H5F_info2_t info;
     if (H5Fget_info2(r->file, &info) < 0) {
-        h5fail(err, errlen, path, "H5Fget_info2", "/");
-        free_runlog(r);
+        runlog_h5fail(err, errlen, path, "H5Fget_info2", "/");
+        runlog_free(r);
         return NULL;
     }
     if (info.super.version > 1) {
         refuse(err, errlen, path, "it was written in the HDF5 1.10 format (superblock version %u) by an earlier dsgd-run, "
                "which this one cannot continue: finish it with that version, or start afresh", info.super.version);
-        free_runlog(r);
+        runlog_free(r);
         return NULL;
     }
     int64_t last_step;
     if (open_layout(r, meta, keep, err, errlen) < 0 || cut_rows(r, keep, &last_step, err, errlen) < 0 ||
-        resume_attrs(r, last_step, resume_note, err, errlen) < 0 || publish(r, 0, err, errlen) < 0) {
-        free_runlog(r);
+        resume_attrs(r, last_step, resume_note, err, errlen) < 0 || runlog_publish(r, 0, err, errlen) < 0) {
+        runlog_free(r);
         return NULL;
     }
     r->n_train = (hsize_t)keep->train;

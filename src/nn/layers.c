@@ -42,14 +42,14 @@ void nn_ctx_free(nn_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-dnnl_memory_desc_t md4(int n, int ch, int h, int w, dnnl_data_type_t dt, dnnl_format_tag_t tag) {
+dnnl_memory_desc_t layers_md4(int n, int ch, int h, int w, dnnl_data_type_t dt, dnnl_format_tag_t tag) {
     dnnl_memory_desc_t md;
     dnnl_dims_t dims = {n, ch, h, w};
     DNNL_CHECK(dnnl_memory_desc_create_with_tag(&md, 4, dims, dt, tag), "descriptor");
     return md;
 }
 
-dnnl_memory_desc_t nn_md4(int n, int ch, int h, int w, dnnl_format_tag_t tag) { return md4(n, ch, h, w, dnnl_f32, tag); }
+dnnl_memory_desc_t nn_md4(int n, int ch, int h, int w, dnnl_format_tag_t tag) { return layers_md4(n, ch, h, w, dnnl_f32, tag); }
 
 static dnnl_memory_desc_t md1(int n) {
     dnnl_memory_desc_t md;
@@ -58,14 +58,14 @@ static dnnl_memory_desc_t md1(int n) {
     return md;
 }
 
-/* A clone of md that the caller owns (md_free); NULL for NULL. */
-dnnl_memory_desc_t md_clone(const_dnnl_memory_desc_t md) {
+/* A clone of md that the caller owns (layers_md_free); NULL for NULL. */
+dnnl_memory_desc_t layers_md_clone(const_dnnl_memory_desc_t md) {
     dnnl_memory_desc_t c = NULL;
     if (md) DNNL_CHECK(dnnl_memory_desc_clone(&c, md), "descriptor");
     return c;
 }
 
-void md_free(dnnl_memory_desc_t *md) {
+void layers_md_free(dnnl_memory_desc_t *md) {
     if (*md) dnnl_memory_desc_destroy(*md);
     *md = NULL;
 }
@@ -112,7 +112,7 @@ void *nn_alloc(size_t nbytes) {
 
 /* Create the primitive of pd (kept in p) and its scratchpad memory; grow the shared scratchpad
  * to what this primitive asks for. */
-int prim_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, const char *layer, char *err,
+int layers_prim_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, const char *layer, char *err,
                      size_t errlen) {
     p->layer = layer;
     DNNL_TRY(dnnl_primitive_create(&p->prim, pd), layer);
@@ -129,7 +129,7 @@ int prim_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, const char *layer
     return 0;
 }
 
-void prim_free(nn_prim *p) {
+void layers_prim_free(nn_prim *p) {
     if (p->prim) dnnl_primitive_destroy(p->prim);
     if (p->scratch) dnnl_memory_destroy(p->scratch);
     memset(p, 0, sizeof *p);
@@ -138,9 +138,9 @@ void prim_free(nn_prim *p) {
 /* The primitive of pd (made by a dnnl_*_primitive_desc_create, which oneDNN 3 takes the
  * shapes by directly: no operation descriptors); pd is destroyed after the primitive exists
  * unless keep is given (a forward pd is needed as the hint of its backward). */
-int pd_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, dnnl_primitive_desc_t *keep, const char *layer,
+int layers_pd_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, dnnl_primitive_desc_t *keep, const char *layer,
                    char *err, size_t errlen) {
-    if (prim_make(p, c, pd, layer, err, errlen)) {
+    if (layers_prim_make(p, c, pd, layer, err, errlen)) {
         dnnl_primitive_desc_destroy(pd);
         return -1;
     }
@@ -150,30 +150,30 @@ int pd_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, dnnl_primitive_desc
 }
 
 /* A clone (owned by the caller) of pd's memory descriptor for what; pd keeps its own. */
-dnnl_memory_desc_t pd_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what) {
+dnnl_memory_desc_t layers_pd_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what) {
     const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, what, 0);
     if (!md) DIE("oneDNN primitive descriptor has no memory descriptor for query %d", (int)what);
-    return md_clone(md);
+    return layers_md_clone(md);
 }
 
-int mem_make(dnnl_memory_t *m, nn_ctx *c, const_dnnl_memory_desc_t md, void *handle,
+int layers_mem_make(dnnl_memory_t *m, nn_ctx *c, const_dnnl_memory_desc_t md, void *handle,
                     const char *layer, char *err, size_t errlen) {
     DNNL_TRY(dnnl_memory_create(m, md, c->engine, handle ? handle : DNNL_MEMORY_NONE), layer);
     return 0;
 }
 
-void mem_free(dnnl_memory_t *m) {
+void layers_mem_free(dnnl_memory_t *m) {
     if (*m) dnnl_memory_destroy(*m);
     *m = NULL;
 }
 
 /* Execute p with args plus its scratchpad. */
-void prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_arg_t *args) {
+void layers_prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_arg_t *args) {
     dnnl_exec_arg_t a[MAX_ARGS];
     if (nargs + 1 > MAX_ARGS) DIE("too many arguments for layer %s", p->layer);
     memcpy(a, args, (size_t)nargs * sizeof *a);
     if (p->scratch) {
-        mem_set(c, p->scratch, c->scratch, p->layer);
+        layers_mem_set(c, p->scratch, c->scratch, p->layer);
         a[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
     }
     DNNL_CHECK(dnnl_primitive_execute(p->prim, c->stream, nargs, a), p->layer);
@@ -188,24 +188,24 @@ int nn_reorder_init(nn_reorder *r, nn_ctx *c, const char *name, const_dnnl_memor
     r->name = name;
     dnnl_primitive_desc_t pd;
     DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, src_md, c->engine, dst_md, c->engine, c->attr), name);
-    int rc = prim_make(&r->p, c, pd, name, err, errlen);
+    int rc = layers_prim_make(&r->p, c, pd, name, err, errlen);
     dnnl_primitive_desc_destroy(pd);
     if (rc) return rc;
-    if (mem_make(&r->src, c, src_md, NULL, name, err, errlen)) return -1;
-    if (mem_make(&r->dst, c, dst_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&r->src, c, src_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&r->dst, c, dst_md, NULL, name, err, errlen)) return -1;
     return 0;
 }
 
 void nn_reorder_run(nn_reorder *r, nn_ctx *c, void *dst, const void *src) {
-    mem_set(c, r->src, src, r->name);
-    mem_set(c, r->dst, dst, r->name);
+    layers_mem_set(c, r->src, src, r->name);
+    layers_mem_set(c, r->dst, dst, r->name);
     EXEC(c, &r->p, {DNNL_ARG_FROM, r->src}, {DNNL_ARG_TO, r->dst});
 }
 
 void nn_reorder_free(nn_reorder *r) {
-    prim_free(&r->p);
-    mem_free(&r->src);
-    mem_free(&r->dst);
+    layers_prim_free(&r->p);
+    layers_mem_free(&r->src);
+    layers_mem_free(&r->dst);
 }
 
 void nn_convert(nn_ctx *c, void *dst, const_dnnl_memory_desc_t dst_md, const void *src,
@@ -236,7 +236,7 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
     l->name = name;
     l->mode = mode;
     l->relu = relu;
-    l->data_md = md_clone(data_md);
+    l->data_md = layers_md_clone(data_md);
     l->c = (int)nn_md_dim(data_md, 1);
     l->count = (long)(nn_md_dim(data_md, 0) * nn_md_dim(data_md, 2) * nn_md_dim(data_md, 3));
     l->eps = 1e-5f;
@@ -248,13 +248,13 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
                  &fwd_pd, c->engine, mode == NN_TRAIN ? dnnl_forward_training : dnnl_forward_inference, data_md,
                  data_md, l->eps, flags | (mode == NN_TRAIN ? 0u : dnnl_use_global_stats), c->attr),
              name);
-    if (pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
+    if (layers_pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
     int rc = 0;
     if (mode == NN_TRAIN) {
         if (relu) {
-            dnnl_memory_desc_t ws_md = pd_md(fwd_pd, dnnl_query_workspace_md);
+            dnnl_memory_desc_t ws_md = layers_pd_md(fwd_pd, dnnl_query_workspace_md);
             l->ws = nn_alloc(nn_md_nbytes(ws_md));
-            rc = mem_make(&l->m_ws, c, ws_md, l->ws, name, err, errlen);
+            rc = layers_mem_make(&l->m_ws, c, ws_md, l->ws, name, err, errlen);
             dnnl_memory_desc_destroy(ws_md);
         }
         dnnl_status_t st = rc ? dnnl_success
@@ -264,7 +264,7 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
         if (st != dnnl_success)
             seterr(err, errlen, "%s:%d: oneDNN backward batch normalisation failed in layer %s: %s", __FILE__,
                    __LINE__, name, dnnl_status2str(st)), rc = -1;
-        else if (!rc) rc = pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
+        else if (!rc) rc = layers_pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
@@ -278,35 +278,35 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
 static int bn_mems(bn_layer *l, nn_ctx *c, const_dnnl_memory_desc_t stat, char *err, size_t errlen) {
     const char *name = l->name;
     const_dnnl_memory_desc_t data_md = l->data_md;
-    if (mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
-    if (mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
-    if (mem_make(&l->m_scale, c, stat, NULL, name, err, errlen)) return -1;
-    if (mem_make(&l->m_shift, c, stat, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_scale, c, stat, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_shift, c, stat, NULL, name, err, errlen)) return -1;
     if (l->mode == NN_TRAIN) {
         l->mean = nn_alloc((size_t)l->c * sizeof(float));
         l->var = nn_alloc((size_t)l->c * sizeof(float));
-        if (mem_make(&l->m_mean, c, stat, l->mean, name, err, errlen)) return -1;
-        if (mem_make(&l->m_var, c, stat, l->var, name, err, errlen)) return -1;
-        if (mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
-        if (mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
-        if (mem_make(&l->m_dscale, c, stat, NULL, name, err, errlen)) return -1;
-        if (mem_make(&l->m_dshift, c, stat, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_mean, c, stat, l->mean, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_var, c, stat, l->var, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_dscale, c, stat, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_dshift, c, stat, NULL, name, err, errlen)) return -1;
     } else {
-        if (mem_make(&l->m_mean, c, stat, NULL, name, err, errlen)) return -1;
-        if (mem_make(&l->m_var, c, stat, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_mean, c, stat, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_var, c, stat, NULL, name, err, errlen)) return -1;
     }
     return 0;
 }
 
 void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const float *gamma,
                 const float *beta, float *running_mean, float *running_var) {
-    mem_set(c, l->m_src, inp, l->name);
-    mem_set(c, l->m_dst, out, l->name);
-    mem_set(c, l->m_scale, gamma, l->name);
-    mem_set(c, l->m_shift, beta, l->name);
+    layers_mem_set(c, l->m_src, inp, l->name);
+    layers_mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(c, l->m_scale, gamma, l->name);
+    layers_mem_set(c, l->m_shift, beta, l->name);
     if (l->mode == NN_INFER) {
-        mem_set(c, l->m_mean, running_mean, l->name);
-        mem_set(c, l->m_var, running_var, l->name);
+        layers_mem_set(c, l->m_mean, running_mean, l->name);
+        layers_mem_set(c, l->m_var, running_var, l->name);
         EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
              {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift}, {DNNL_ARG_DST, l->m_dst});
         return;
@@ -330,13 +330,13 @@ void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const floa
 void bn_backward(bn_layer *l, nn_ctx *c, float *dinp, float *dgamma, float *dbeta, const float *dout,
                  const float *inp, const float *gamma, const float *beta) {
     if (l->mode != NN_TRAIN) DIE("bn_backward on inference layer %s", l->name);
-    mem_set(c, l->m_src, inp, l->name);
-    mem_set(c, l->m_ddst, dout, l->name);
-    mem_set(c, l->m_dsrc, dinp, l->name);
+    layers_mem_set(c, l->m_src, inp, l->name);
+    layers_mem_set(c, l->m_ddst, dout, l->name);
+    layers_mem_set(c, l->m_dsrc, dinp, l->name);
     /* β is no input of the backward in oneDNN 3 (passing DNNL_ARG_SHIFT there is refused). */
-    mem_set(c, l->m_scale, gamma, l->name);
-    mem_set(c, l->m_dscale, dgamma, l->name);
-    mem_set(c, l->m_dshift, dbeta, l->name);
+    layers_mem_set(c, l->m_scale, gamma, l->name);
+    layers_mem_set(c, l->m_dscale, dgamma, l->name);
+    layers_mem_set(c, l->m_dshift, dbeta, l->name);
     if (l->relu)
         EXEC(c, &l->bwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
              {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale},
@@ -349,15 +349,15 @@ void bn_backward(bn_layer *l, nn_ctx *c, float *dinp, float *dgamma, float *dbet
 }
 
 void bn_free(bn_layer *l) {
-    prim_free(&l->fwd);
-    prim_free(&l->bwd);
+    layers_prim_free(&l->fwd);
+    layers_prim_free(&l->bwd);
     dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_scale, &l->m_shift, &l->m_mean, &l->m_var,
                            &l->m_ws, &l->m_dsrc, &l->m_ddst, &l->m_dscale, &l->m_dshift};
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) mem_free(ms[i]);
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) layers_mem_free(ms[i]);
     free(l->mean);
     free(l->var);
     free(l->ws);
-    md_free(&l->data_md);
+    layers_md_free(&l->data_md);
     memset(l, 0, sizeof *l);
 }
 
@@ -368,7 +368,7 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
-    l->data_md = md_clone(data_md);
+    l->data_md = layers_md_clone(data_md);
     /* The backward reads the output, so the forward hint must use the same algorithm. */
     dnnl_alg_kind_t alg = mode == NN_TRAIN ? dnnl_eltwise_relu_use_dst_for_bwd : dnnl_eltwise_relu;
     dnnl_primitive_desc_t fwd_pd, bwd_pd;
@@ -376,7 +376,7 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
                  &fwd_pd, c->engine, mode == NN_TRAIN ? dnnl_forward_training : dnnl_forward_inference, alg, data_md,
                  data_md, 0.0f, 0.0f, c->attr),
              name);
-    if (pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
+    if (layers_pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
     int rc = 0;
     if (mode == NN_TRAIN) {
         /* diff_src, diff_dst, and the data the backward reads (dst, for relu_use_dst_for_bwd). */
@@ -386,41 +386,41 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
             seterr(err, errlen, "%s:%d: oneDNN backward eltwise failed in layer %s: %s", __FILE__, __LINE__, name,
                    dnnl_status2str(st)), rc = -1;
         else
-            rc = pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
+            rc = layers_pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
-    if (mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
-    if (mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
     if (mode == NN_TRAIN) {
-        if (mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
-        if (mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
     }
     return 0;
 }
 
 void relu_forward(relu_layer *l, nn_ctx *c, float *out, const float *inp) {
-    mem_set(c, l->m_src, inp, l->name);
-    mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(c, l->m_src, inp, l->name);
+    layers_mem_set(c, l->m_dst, out, l->name);
     EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst});
 }
 
 void relu_backward(relu_layer *l, nn_ctx *c, float *dinp, const float *dout, const float *out) {
     if (l->mode != NN_TRAIN) DIE("relu_backward on inference layer %s", l->name);
-    mem_set(c, l->m_dst, out, l->name);
-    mem_set(c, l->m_ddst, dout, l->name);
-    mem_set(c, l->m_dsrc, dinp, l->name);
+    layers_mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(c, l->m_ddst, dout, l->name);
+    layers_mem_set(c, l->m_dsrc, dinp, l->name);
     EXEC(c, &l->bwd, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
 }
 
 void relu_free(relu_layer *l) {
-    prim_free(&l->fwd);
-    prim_free(&l->bwd);
-    mem_free(&l->m_src);
-    mem_free(&l->m_dst);
-    mem_free(&l->m_ddst);
-    mem_free(&l->m_dsrc);
-    md_free(&l->data_md);
+    layers_prim_free(&l->fwd);
+    layers_prim_free(&l->bwd);
+    layers_mem_free(&l->m_src);
+    layers_mem_free(&l->m_dst);
+    layers_mem_free(&l->m_ddst);
+    layers_mem_free(&l->m_dsrc);
+    layers_md_free(&l->data_md);
     memset(l, 0, sizeof *l);
 }
 
@@ -480,8 +480,8 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t
     l->name = name;
     l->relu = relu;
     l->fused = relu && add_relu_fusable(a_md);
-    l->a_md = md_clone(a_md);
-    l->b_md = md_clone(b_md);
+    l->a_md = layers_md_clone(a_md);
+    l->b_md = layers_md_clone(b_md);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     DNNL_TRY(dnnl_primitive_attr_create(&attr), name);
@@ -505,16 +505,16 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t
                __LINE__, name, dnnl_status2str(st));
         goto done;
     }
-    rc = pd_make(&l->fwd, c, pd, NULL, name, err, errlen);
+    rc = layers_pd_make(&l->fwd, c, pd, NULL, name, err, errlen);
 done:
     if (po) dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
     if (rc) return rc;
     /* The ReLU layer: backward of the fused ReLU in training, and the forward where not fused. */
     if (relu && (mode == NN_TRAIN || !l->fused) && relu_init(&l->r, c, name, a_md, mode, err, errlen)) return -1;
-    if (mem_make(&l->m_a, c, a_md, NULL, name, err, errlen)) return -1;
-    if (mem_make(&l->m_b, c, b_md, NULL, name, err, errlen)) return -1;
-    if (mem_make(&l->m_dst, c, a_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_a, c, a_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_b, c, b_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_dst, c, a_md, NULL, name, err, errlen)) return -1;
     return 0;
 }
 
@@ -524,9 +524,9 @@ int add_in_place_ok(const add_layer *l) {
 
 void add_forward(add_layer *l, nn_ctx *c, float *out, const float *a, const float *b) {
     if (out == a && !add_in_place_ok(l)) DIE("layer %s: in-place add+ReLU on a padded format", l->name);
-    mem_set(c, l->m_a, a, l->name);
-    mem_set(c, l->m_b, b, l->name);
-    mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(c, l->m_a, a, l->name);
+    layers_mem_set(c, l->m_b, b, l->name);
+    layers_mem_set(c, l->m_dst, out, l->name);
     EXEC(c, &l->fwd, {DNNL_ARG_SRC_0, l->m_a}, {DNNL_ARG_SRC_1, l->m_b}, {DNNL_ARG_DST, l->m_dst});
     if (l->relu && !l->fused) relu_forward(&l->r, c, out, out);
 }
@@ -537,13 +537,13 @@ void add_backward(add_layer *l, nn_ctx *c, float *dsum, const float *dout, const
 }
 
 void add_free(add_layer *l) {
-    prim_free(&l->fwd);
+    layers_prim_free(&l->fwd);
     relu_free(&l->r);
-    mem_free(&l->m_a);
-    mem_free(&l->m_b);
-    mem_free(&l->m_dst);
-    md_free(&l->a_md);
-    md_free(&l->b_md);
+    layers_mem_free(&l->m_a);
+    layers_mem_free(&l->m_b);
+    layers_mem_free(&l->m_dst);
+    layers_md_free(&l->a_md);
+    layers_md_free(&l->b_md);
     memset(l, 0, sizeof *l);
 }
 
@@ -555,7 +555,7 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     l->name = name;
     l->mode = mode;
     l->max = max;
-    l->src_md = md_clone(src_md);
+    l->src_md = layers_md_clone(src_md);
     int n = (int)nn_md_dim(src_md, 0), ch = (int)nn_md_dim(src_md, 1), ih = (int)nn_md_dim(src_md, 2),
         iw = (int)nn_md_dim(src_md, 3);
     dnnl_dims_t kernel, strides, pl, pr, dil = {0, 0};
@@ -581,14 +581,14 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
         strides, kernel, dil, pl, pr, c->attr);
     dnnl_memory_desc_destroy(dst_any);
     DNNL_TRY(st, name);
-    if (pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
-    l->dst_md = pd_md(fwd_pd, dnnl_query_dst_md);
+    if (layers_pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
+    l->dst_md = layers_pd_md(fwd_pd, dnnl_query_dst_md);
     int rc = 0;
     if (mode == NN_TRAIN) {
         if (max) {
-            dnnl_memory_desc_t ws_md = pd_md(fwd_pd, dnnl_query_workspace_md);
+            dnnl_memory_desc_t ws_md = layers_pd_md(fwd_pd, dnnl_query_workspace_md);
             l->ws = nn_alloc(nn_md_nbytes(ws_md));
-            rc = mem_make(&l->m_ws, c, ws_md, l->ws, name, err, errlen);
+            rc = layers_mem_make(&l->m_ws, c, ws_md, l->ws, name, err, errlen);
             dnnl_memory_desc_destroy(ws_md);
         }
         st = rc ? dnnl_success
@@ -597,22 +597,22 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
         if (st != dnnl_success)
             seterr(err, errlen, "%s:%d: oneDNN backward pooling failed in layer %s: %s", __FILE__, __LINE__, name,
                    dnnl_status2str(st)), rc = -1;
-        else if (!rc) rc = pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
+        else if (!rc) rc = layers_pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
-    if (mem_make(&l->m_src, c, src_md, NULL, name, err, errlen)) return -1;
-    if (mem_make(&l->m_dst, c, l->dst_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_src, c, src_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_dst, c, l->dst_md, NULL, name, err, errlen)) return -1;
     if (mode == NN_TRAIN) {
-        if (mem_make(&l->m_dsrc, c, src_md, NULL, name, err, errlen)) return -1;
-        if (mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_dsrc, c, src_md, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
     }
     return 0;
 }
 
 void pool_forward(pool_layer *l, nn_ctx *c, float *out, const float *inp) {
-    mem_set(c, l->m_src, inp, l->name);
-    mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(c, l->m_src, inp, l->name);
+    layers_mem_set(c, l->m_dst, out, l->name);
     if (l->m_ws)
         EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_WORKSPACE, l->m_ws});
     else
@@ -621,8 +621,8 @@ void pool_forward(pool_layer *l, nn_ctx *c, float *out, const float *inp) {
 
 void pool_backward(pool_layer *l, nn_ctx *c, float *dinp, const float *dout) {
     if (l->mode != NN_TRAIN) DIE("pool_backward on inference layer %s", l->name);
-    mem_set(c, l->m_ddst, dout, l->name);
-    mem_set(c, l->m_dsrc, dinp, l->name);
+    layers_mem_set(c, l->m_ddst, dout, l->name);
+    layers_mem_set(c, l->m_dsrc, dinp, l->name);
     if (l->m_ws)
         EXEC(c, &l->bwd, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_WORKSPACE, l->m_ws}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
     else
@@ -630,13 +630,13 @@ void pool_backward(pool_layer *l, nn_ctx *c, float *dinp, const float *dout) {
 }
 
 void pool_free(pool_layer *l) {
-    prim_free(&l->fwd);
-    prim_free(&l->bwd);
+    layers_prim_free(&l->fwd);
+    layers_prim_free(&l->bwd);
     dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_ws, &l->m_dsrc, &l->m_ddst};
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) mem_free(ms[i]);
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) layers_mem_free(ms[i]);
     free(l->ws);
-    md_free(&l->src_md);
-    md_free(&l->dst_md);
+    layers_md_free(&l->src_md);
+    layers_md_free(&l->dst_md);
     memset(l, 0, sizeof *l);
 }
 

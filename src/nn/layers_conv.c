@@ -59,10 +59,10 @@ static int conv_bww_make(conv_layer *l, nn_ctx *c, const_dnnl_primitive_desc_t f
         return seterr(err, errlen, "%s:%d: layer %s: oneDNN has no usable backward-weights convolution", __FILE__,
                       __LINE__, name),
                -1;
-    l->dw_md = pd_md(pd, dnnl_query_diff_weights_md);
-    l->bw_src_md = pd_md(pd, dnnl_query_src_md);
-    l->bw_ddst_md = pd_md(pd, dnnl_query_diff_dst_md);
-    return pd_make(&l->bwd_weights, c, pd, NULL, name, err, errlen);
+    l->dw_md = layers_pd_md(pd, dnnl_query_diff_weights_md);
+    l->bw_src_md = layers_pd_md(pd, dnnl_query_src_md);
+    l->bw_ddst_md = layers_pd_md(pd, dnnl_query_diff_dst_md);
+    return layers_pd_make(&l->bwd_weights, c, pd, NULL, name, err, errlen);
 }
 
 /* conv_init's primitives, given the `any` descriptors it owns. */
@@ -78,11 +78,11 @@ static int conv_build(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md,
                  dnnl_convolution_direct, src_md ? src_md : src_any, w_any, NULL, dst_md ? dst_md : dst_any, strides,
                  dil, pl, pr, c->attr),
              name);
-    if (pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
-    l->src_md = pd_md(fwd_pd, dnnl_query_src_md);
-    l->dst_md = pd_md(fwd_pd, dnnl_query_dst_md);
-    l->w_md = pd_md(fwd_pd, dnnl_query_weights_md);
-    l->wb_md = md_clone(l->w_md);
+    if (layers_pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
+    l->src_md = layers_pd_md(fwd_pd, dnnl_query_src_md);
+    l->dst_md = layers_pd_md(fwd_pd, dnnl_query_dst_md);
+    l->w_md = layers_pd_md(fwd_pd, dnnl_query_weights_md);
+    l->wb_md = layers_md_clone(l->w_md);
     l->wb_is_w = 1;
 
     int rc = 0;
@@ -97,11 +97,11 @@ static int conv_build(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md,
                        __LINE__, name, dnnl_status2str(st));
                 rc = -1;
             } else {
-                rc = pd_make(&l->bwd_data, c, pd, &pd, name, err, errlen);
+                rc = layers_pd_make(&l->bwd_data, c, pd, &pd, name, err, errlen);
             }
             if (!rc) {
-                md_free(&l->wb_md);
-                l->wb_md = pd_md(pd, dnnl_query_weights_md);
+                layers_md_free(&l->wb_md);
+                l->wb_md = layers_pd_md(pd, dnnl_query_weights_md);
                 l->wb_is_w = dnnl_memory_desc_equal(l->wb_md, l->w_md);
                 dnnl_primitive_desc_destroy(pd);
             }
@@ -125,10 +125,10 @@ static int conv_lp_build(conv_layer *l, nn_ctx *c, char *err, size_t errlen) {
     if (ts == dnnl_format_tag_undef || td == dnnl_format_tag_undef) return 0;
     const int train = l->mode == NN_TRAIN;
     dnnl_dims_t strides = {l->stride, l->stride}, dil = {0, 0}, pl = {l->pad, l->pad}, pr = {l->pad, l->pad};
-    dnnl_memory_desc_t s16 = md4(l->n, l->ic, l->ih, l->iw, dnnl_bf16, ts);
-    dnnl_memory_desc_t d16 = md4(l->n, l->oc, l->oh, l->ow, dnnl_bf16, td);
-    dnnl_memory_desc_t w16 = md4(l->oc, l->ic, l->k, l->k, dnnl_bf16, dnnl_format_tag_any);
-    dnnl_memory_desc_t w32 = md4(l->oc, l->ic, l->k, l->k, dnnl_f32, dnnl_format_tag_any);
+    dnnl_memory_desc_t s16 = layers_md4(l->n, l->ic, l->ih, l->iw, dnnl_bf16, ts);
+    dnnl_memory_desc_t d16 = layers_md4(l->n, l->oc, l->oh, l->ow, dnnl_bf16, td);
+    dnnl_memory_desc_t w16 = layers_md4(l->oc, l->ic, l->k, l->k, dnnl_bf16, dnnl_format_tag_any);
+    dnnl_memory_desc_t w32 = layers_md4(l->oc, l->ic, l->k, l->k, dnnl_f32, dnnl_format_tag_any);
     dnnl_primitive_desc_t fpd = NULL, dpd = NULL, wpd = NULL;
     int ok = dnnl_convolution_forward_primitive_desc_create(
                  &fpd, c->engine, train ? dnnl_forward_training : dnnl_forward_inference, dnnl_convolution_direct,
@@ -146,25 +146,26 @@ static int conv_lp_build(conv_layer *l, nn_ctx *c, char *err, size_t errlen) {
              is_fast(wpd) && !onednn_6035(wpd, l);
     int rc = 0;
     if (ok) {
-        prim_free(&l->fwd), prim_free(&l->bwd_data), prim_free(&l->bwd_weights);
-        md_free(&l->w_md), md_free(&l->wb_md), md_free(&l->dw_md), md_free(&l->bw_src_md), md_free(&l->bw_ddst_md);
+        layers_prim_free(&l->fwd), layers_prim_free(&l->bwd_data), layers_prim_free(&l->bwd_weights);
+        layers_md_free(&l->w_md), layers_md_free(&l->wb_md), layers_md_free(&l->dw_md), layers_md_free(&l->bw_src_md),
+            layers_md_free(&l->bw_ddst_md);
         l->lp = 1;
-        l->w_md = pd_md(fpd, dnnl_query_weights_md);
-        l->bw_src_md = md_clone(s16);
-        l->wb_md = dpd ? pd_md(dpd, dnnl_query_weights_md) : md_clone(l->w_md);
+        l->w_md = layers_pd_md(fpd, dnnl_query_weights_md);
+        l->bw_src_md = layers_md_clone(s16);
+        l->wb_md = dpd ? layers_pd_md(dpd, dnnl_query_weights_md) : layers_md_clone(l->w_md);
         l->wb_is_w = dnnl_memory_desc_equal(l->wb_md, l->w_md);
         if (wpd) {
-            l->dw_md = pd_md(wpd, dnnl_query_diff_weights_md);
-            l->bw_ddst_md = md_clone(d16);
+            l->dw_md = layers_pd_md(wpd, dnnl_query_diff_weights_md);
+            l->bw_ddst_md = layers_md_clone(d16);
         }
-        rc = prim_make(&l->fwd, c, fpd, l->name, err, errlen);
-        if (!rc && dpd) rc = prim_make(&l->bwd_data, c, dpd, l->name, err, errlen);
-        if (!rc && wpd) rc = prim_make(&l->bwd_weights, c, wpd, l->name, err, errlen);
+        rc = layers_prim_make(&l->fwd, c, fpd, l->name, err, errlen);
+        if (!rc && dpd) rc = layers_prim_make(&l->bwd_data, c, dpd, l->name, err, errlen);
+        if (!rc && wpd) rc = layers_prim_make(&l->bwd_weights, c, wpd, l->name, err, errlen);
     }
     if (fpd) dnnl_primitive_desc_destroy(fpd);
     if (dpd) dnnl_primitive_desc_destroy(dpd);
     if (wpd) dnnl_primitive_desc_destroy(wpd);
-    md_free(&s16), md_free(&d16), md_free(&w16), md_free(&w32);
+    layers_md_free(&s16), layers_md_free(&d16), layers_md_free(&w16), layers_md_free(&w32);
     return rc;
 }
 
@@ -194,30 +195,30 @@ int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih,
 
     l->w = nn_alloc(nn_md_nbytes(l->w_md));
     if (nn_reorder_init(&l->w_in, c, name, l->w_user_md, l->w_md, err, errlen)) return -1;
-    if (mem_make(&l->m_src, c, l->src_md, NULL, name, err, errlen)) return -1;
-    if (mem_make(&l->m_dst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-    if (mem_make(&l->m_w, c, l->w_md, l->w, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_src, c, l->src_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_dst, c, l->dst_md, NULL, name, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_w, c, l->w_md, l->w, name, err, errlen)) return -1;
     if (l->bw_src_md && !dnnl_memory_desc_equal(l->bw_src_md, l->src_md)) {
         l->bw_src = nn_alloc(nn_md_nbytes(l->bw_src_md));
         if (nn_reorder_init(&l->bw_src_in, c, name, l->src_md, l->bw_src_md, err, errlen)) return -1;
-        if (mem_make(&l->m_bw_src, c, l->bw_src_md, l->bw_src, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_bw_src, c, l->bw_src_md, l->bw_src, name, err, errlen)) return -1;
     }
     if (mode == NN_TRAIN) {
         l->dw = nn_alloc(nn_md_nbytes(l->dw_md));
         if (nn_reorder_init(&l->dw_out, c, name, l->dw_md, l->w_user_md, err, errlen)) return -1;
-        if (mem_make(&l->m_dw, c, l->dw_md, l->dw, name, err, errlen)) return -1;
-        if (mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_dw, c, l->dw_md, l->dw, name, err, errlen)) return -1;
+        if (layers_mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
         if (!dnnl_memory_desc_equal(l->bw_ddst_md, l->dst_md)) {
             l->bw_ddst = nn_alloc(nn_md_nbytes(l->bw_ddst_md));
             if (nn_reorder_init(&l->bw_ddst_in, c, name, l->dst_md, l->bw_ddst_md, err, errlen)) return -1;
-            if (mem_make(&l->m_bw_ddst, c, l->bw_ddst_md, l->bw_ddst, name, err, errlen)) return -1;
+            if (layers_mem_make(&l->m_bw_ddst, c, l->bw_ddst_md, l->bw_ddst, name, err, errlen)) return -1;
         }
         if (l->need_dinp) {
-            if (mem_make(&l->m_dsrc, c, l->src_md, NULL, name, err, errlen)) return -1;
+            if (layers_mem_make(&l->m_dsrc, c, l->src_md, NULL, name, err, errlen)) return -1;
             if (!l->wb_is_w) {
                 l->wb = nn_alloc(nn_md_nbytes(l->wb_md));
                 if (nn_reorder_init(&l->wb_in, c, name, l->w_md, l->wb_md, err, errlen)) return -1;
-                if (mem_make(&l->m_wb, c, l->wb_md, l->wb, name, err, errlen)) return -1;
+                if (layers_mem_make(&l->m_wb, c, l->wb_md, l->wb, name, err, errlen)) return -1;
             }
         }
     }
@@ -226,9 +227,9 @@ int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih,
 
 void conv_forward(conv_layer *l, nn_ctx *c, float *out, const float *inp, const float *weight) {
     nn_reorder_run(&l->w_in, c, l->w, weight);
-    mem_set(c, l->m_src, inp, l->name);
+    layers_mem_set(c, l->m_src, inp, l->name);
     if (l->lp) nn_reorder_run(&l->bw_src_in, c, l->bw_src, inp); /* kept for backward-weights */
-    mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(c, l->m_dst, out, l->name);
     EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->lp ? l->m_bw_src : l->m_src}, {DNNL_ARG_WEIGHTS, l->m_w},
          {DNNL_ARG_DST, l->m_dst});
 }
@@ -236,8 +237,8 @@ void conv_forward(conv_layer *l, nn_ctx *c, float *out, const float *inp, const 
 void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const float *dout,
                    const float *inp) {
     if (l->mode != NN_TRAIN) DIE("conv_backward on inference layer %s", l->name);
-    mem_set(c, l->m_src, inp, l->name);
-    mem_set(c, l->m_ddst, dout, l->name);
+    layers_mem_set(c, l->m_src, inp, l->name);
+    layers_mem_set(c, l->m_ddst, dout, l->name);
     if (l->m_bw_src && !l->lp) nn_reorder_run(&l->bw_src_in, c, l->bw_src, inp); /* lp: conv_forward did */
     if (l->m_bw_ddst) nn_reorder_run(&l->bw_ddst_in, c, l->bw_ddst, dout);
     EXEC(c, &l->bwd_weights, {DNNL_ARG_SRC, l->m_bw_src ? l->m_bw_src : l->m_src},
@@ -245,7 +246,7 @@ void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const 
     nn_reorder_run(&l->dw_out, c, dweight, l->dw);
     if (l->need_dinp && dinp) {
         if (!l->wb_is_w) nn_reorder_run(&l->wb_in, c, l->wb, l->w);
-        mem_set(c, l->m_dsrc, dinp, l->name);
+        layers_mem_set(c, l->m_dsrc, dinp, l->name);
         EXEC(c, &l->bwd_data, {DNNL_ARG_DIFF_DST, l->lp ? l->m_bw_ddst : l->m_ddst},
              {DNNL_ARG_WEIGHTS, l->wb_is_w ? l->m_w : l->m_wb},
              {DNNL_ARG_DIFF_SRC, l->m_dsrc});
@@ -253,23 +254,23 @@ void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const 
 }
 
 void conv_free(conv_layer *l) {
-    prim_free(&l->fwd);
-    prim_free(&l->bwd_data);
-    prim_free(&l->bwd_weights);
+    layers_prim_free(&l->fwd);
+    layers_prim_free(&l->bwd_data);
+    layers_prim_free(&l->bwd_weights);
     nn_reorder_free(&l->w_in);
     nn_reorder_free(&l->wb_in);
     nn_reorder_free(&l->dw_out);
     nn_reorder_free(&l->bw_src_in);
     nn_reorder_free(&l->bw_ddst_in);
     dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_w, &l->m_wb, &l->m_dsrc, &l->m_ddst, &l->m_dw, &l->m_bw_src, &l->m_bw_ddst};
-    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) mem_free(ms[i]);
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) layers_mem_free(ms[i]);
     free(l->w);
     free(l->wb);
     free(l->dw);
     free(l->bw_src);
     free(l->bw_ddst);
     dnnl_memory_desc_t *mds[] = {&l->src_md, &l->dst_md, &l->w_user_md, &l->w_md, &l->wb_md, &l->dw_md, &l->bw_src_md, &l->bw_ddst_md};
-    for (size_t i = 0; i < sizeof mds / sizeof mds[0]; i++) md_free(mds[i]);
+    for (size_t i = 0; i < sizeof mds / sizeof mds[0]; i++) layers_md_free(mds[i]);
     memset(l, 0, sizeof *l);
 }
 

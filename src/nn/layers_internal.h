@@ -6,22 +6,22 @@
 
 #include "nn/layers.h"
 
-dnnl_memory_desc_t md4(int n, int ch, int h, int w, dnnl_data_type_t dt, dnnl_format_tag_t tag);
-dnnl_memory_desc_t md_clone(const_dnnl_memory_desc_t md);
-void md_free(dnnl_memory_desc_t *md);
-int prim_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, const char *layer, char *err, size_t errlen);
-void prim_free(nn_prim *p);
-int pd_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, dnnl_primitive_desc_t *keep, const char *layer,
+dnnl_memory_desc_t layers_md4(int n, int ch, int h, int w, dnnl_data_type_t dt, dnnl_format_tag_t tag);
+dnnl_memory_desc_t layers_md_clone(const_dnnl_memory_desc_t md);
+void layers_md_free(dnnl_memory_desc_t *md);
+int layers_prim_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, const char *layer, char *err, size_t errlen);
+void layers_prim_free(nn_prim *p);
+int layers_pd_make(nn_prim *p, nn_ctx *c, dnnl_primitive_desc_t pd, dnnl_primitive_desc_t *keep, const char *layer,
             char *err, size_t errlen);
-dnnl_memory_desc_t pd_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what);
-int mem_make(dnnl_memory_t *m, nn_ctx *c, const_dnnl_memory_desc_t md, void *handle, const char *layer, char *err,
+dnnl_memory_desc_t layers_pd_md(const_dnnl_primitive_desc_t pd, dnnl_query_t what);
+int layers_mem_make(dnnl_memory_t *m, nn_ctx *c, const_dnnl_memory_desc_t md, void *handle, const char *layer, char *err,
              size_t errlen);
-void mem_free(dnnl_memory_t *m);
+void layers_mem_free(dnnl_memory_t *m);
 /* Point m at p (const only as far as the caller is concerned: oneDNN does not write through a
  * source). oneDNN 3's dnnl_memory_set_data_handle no longer zeroes the padding of blocked
  * formats (2.x's _v2 did); every buffer this module hands out is zeroed at allocation
  * (nn_alloc) and primitives keep the padding of their outputs zero. */
-static inline void mem_set(nn_ctx *c, dnnl_memory_t m, const void *p, const char *layer) {
+static inline void layers_mem_set(nn_ctx *c, dnnl_memory_t m, const void *p, const char *layer) {
     (void)c;
     DNNL_CHECK(dnnl_memory_set_data_handle(m, (void *)p), layer);
 }
@@ -29,11 +29,11 @@ static inline void mem_set(nn_ctx *c, dnnl_memory_t m, const void *p, const char
 #define MAX_ARGS 16
 
 /* Execute p with args plus its scratchpad. */
-void prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_arg_t *args);
+void layers_prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_arg_t *args);
 #define EXEC(c, p, ...)                                                                           \
     do {                                                                                          \
         const dnnl_exec_arg_t args_[] = {__VA_ARGS__};                                            \
-        prim_exec((c), (p), (int)(sizeof args_ / sizeof args_[0]), args_);                        \
+        layers_prim_exec((c), (p), (int)(sizeof args_ / sizeof args_[0]), args_);                        \
     } while (0)
 
 #endif

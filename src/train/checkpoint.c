@@ -1,7 +1,6 @@
-/* checkpoint.c — checkpoint files, the commit protocol's file operations and the signal flags
- * (see checkpoint.h). One HDF5 file per rank that holds state: a plain file of 1-D datasets
- * (h5dump shows every value); written only under the step-<label>.tmp directory, so a
- * half-written file is never named by `latest`. */
+/* checkpoint.c — the checkpoint directory (see checkpoint.h): its name, its lock, `latest`, and
+ * the commit protocol's file operations; and what a resume reads of the run file and compares of
+ * the experiment. One rank's file is checkpoint_file.c's, the signal flags checkpoint_signal.c's. */
 #define _GNU_SOURCE
 #include "train/checkpoint.h"
 
@@ -10,101 +9,14 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <hdf5.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/file.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "util/util.h"
-
-/* ---- signals ------------------------------------------------------------------------------ */
-
-static volatile sig_atomic_t g_sig = CKPT_SIG_NONE, g_signo = 0;
-static struct timespec g_stop_at; /* when the first stop request arrived */
-static int g_test_sig = 0, g_test_rank = 0, g_test_eval = 0;
-static long g_test_step = -1;
-
-static void on_signal(int signo) {
-    const int want = signo == SIGUSR1 ? CKPT_SIG_SAVE : CKPT_SIG_STOP;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
-    if (want == CKPT_SIG_STOP && g_sig == CKPT_SIG_STOP) {
-        /* A second stop request kills at once, unless it is the same request arriving twice:
-         * Slurm signals every process of a job, and mpiexec passes its own SIGTERM on as well. */
-        if (now.tv_sec - g_stop_at.tv_sec >= CKPT_SECOND_SIGNAL_S) {
-            signal(signo, SIG_DFL);
-            raise(signo);
-        }
-        return;
-    }
-    if (want == CKPT_SIG_STOP) g_stop_at = now;
-    if (want > g_sig) g_sig = want, g_signo = signo;
-}
-
-void ckpt_install_signals(void) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-    const char *t = getenv("DSGD_TEST_SIGNAL");
-    if (t && *t) {
-        char name[16] = "", where[8] = "";
-        long step = -1;
-        int rank = 0;
-        int n = sscanf(t, "%15[A-Z0-9]@%ld@%d@%7s", name, &step, &rank, where);
-        if (n >= 2 && step >= 0 && (n < 4 || !strcmp(where, "eval"))) {
-            g_test_sig = !strcmp(name, "USR1") ? SIGUSR1 : !strcmp(name, "INT") ? SIGINT : !strcmp(name, "TERM") ? SIGTERM : 0;
-            g_test_step = step, g_test_rank = n >= 3 ? rank : 0, g_test_eval = n == 4;
-        }
-        if (!g_test_sig) DIE("DSGD_TEST_SIGNAL='%s': expected TERM|INT|USR1@<step>[@<rank>[@eval]]", t);
-    }
-}
-
-int ckpt_signal_pending(void) { return g_sig; }
-
-double ckpt_stop_age(void) {
-    if (g_sig != CKPT_SIG_STOP) return -1.0;
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - g_stop_at.tv_sec) + 1e-9 * (double)(now.tv_nsec - g_stop_at.tv_nsec);
-}
-
-const char *ckpt_signal_name(void) {
-    switch (g_signo) {
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGUSR1: return "SIGUSR1";
-    default: return "";
-    }
-}
-
-void ckpt_signal_clear_save(void) {
-    if (g_sig == CKPT_SIG_SAVE) g_sig = CKPT_SIG_NONE, g_signo = 0;
-}
-
-void ckpt_poll_test(long steps, int world_rank) {
-    if (g_test_sig && !g_test_eval && steps >= g_test_step && world_rank == g_test_rank) {
-        const int sig = g_test_sig;
-        g_test_sig = 0; /* once */
-        raise(sig);
-    }
-}
-
-void ckpt_poll_test_eval(long steps, int world_rank) {
-    if (g_test_sig && g_test_eval && steps >= g_test_step && world_rank == g_test_rank) {
-        const int sig = g_test_sig;
-        g_test_sig = 0;
-        raise(sig);
-    }
-}
 
 /* ---- directories -------------------------------------------------------------------------- */
 
@@ -233,108 +145,6 @@ int ckpt_remove_all(const char *dir, char *err, size_t errlen) {
     return rc;
 }
 
-/* ---- rank files --------------------------------------------------------------------------- */
-
-static uint64_t g_run_id; /* ckpt_set_run_id */
-
-void ckpt_set_run_id(uint64_t id) { g_run_id = id; }
-
-uint64_t ckpt_new_run_id(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    char host[256] = "";
-    gethostname(host, sizeof host - 1);
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a of the host name */
-    for (const char *p = host; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-    uint64_t id = seed_mix(seed_mix((uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec, (uint64_t)getpid()), h);
-    return id ? id : 1;
-}
-
-struct ckpt_file {
-    hid_t file;
-    int writing;
-    char path[4200];
-    char err[ERRLEN];
-};
-
-static int ferr(ckpt_file *f, const char *call, const char *name) {
-    if (!f->err[0]) seterr(f->err, sizeof f->err, "%s: HDF5 %s failed for %s", f->path, call, name);
-    return -1;
-}
-
-static void rank_path(char *out, size_t n, const char *dir, long label, int rank, int tmp) {
-    snprintf(out, n, "%s/step-%ld%s/rank-%d.h5", dir, label, tmp ? ".tmp" : "", rank);
-}
-
-ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t errlen) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    ckpt_file *f = xcalloc(1, sizeof *f);
-    rank_path(f->path, sizeof f->path, dir, label, rank, 1);
-    f->writing = 1;
-    f->file = H5Fcreate(f->path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
-    if (f->file < 0) {
-        seterr(err, errlen, "%s: cannot create the checkpoint file (HDF5 H5Fcreate failed)", f->path);
-        free(f);
-        return NULL;
-    }
-    /* Every file names its checkpoint, so a file moved between checkpoints is noticed. */
-    const int64_t l[3] = {label, rank, (int64_t)g_run_id};
-    if (ckpt_put_i64(f, "label_rank_run", l, 3)) {
-        seterr(err, errlen, "%s", f->err);
-        ckpt_free(f);
-        return NULL;
-    }
-    return f;
-}
-
-uint64_t ckpt_file_run_id(ckpt_file *f) {
-    int64_t l[3] = {0};
-    return ckpt_get_i64(f, "label_rank_run", l, 3) ? 0 : (uint64_t)l[2];
-}
-
-int ckpt_exists(const char *dir, long label, int rank) {
-    char p[4200];
-    rank_path(p, sizeof p, dir, label, rank, 0);
-    return access(p, R_OK) == 0;
-}
-
-ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t errlen) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    ckpt_file *f = xcalloc(1, sizeof *f);
-    rank_path(f->path, sizeof f->path, dir, label, rank, 0);
-    if (access(f->path, R_OK) != 0) {
-        seterr(err, errlen, "%s: %s (the checkpoint has no state for rank %d: was it written with another p or method?)", f->path,
-               strerror(errno), rank);
-        free(f);
-        return NULL;
-    }
-    f->file = H5Fopen(f->path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f->file < 0) {
-        seterr(err, errlen, "%s: cannot open the checkpoint file (HDF5 H5Fopen failed: not an HDF5 file, or truncated?)", f->path);
-        free(f);
-        return NULL;
-    }
-    int64_t l[3] = {-1, -1, 0};
-    if (ckpt_get_i64(f, "label_rank_run", l, 3)) {
-        seterr(err, errlen, "%s", f->err);
-        ckpt_free(f);
-        return NULL;
-    }
-    if (g_run_id && (uint64_t)l[2] != g_run_id) {
-        seterr(err, errlen, "%s was written by another run (run id %016llx, this run's checkpoint is %016llx): the checkpoint "
-               "directory was changed by hand", f->path, (unsigned long long)l[2], (unsigned long long)g_run_id);
-        ckpt_free(f);
-        return NULL;
-    }
-    if (l[0] != label || l[1] != rank) {
-        seterr(err, errlen, "%s holds the state of rank %lld after %lld iterations, not of rank %d after %ld: the checkpoint directory "
-               "was changed by hand", f->path, (long long)l[1], (long long)l[0], rank, label);
-        ckpt_free(f);
-        return NULL;
-    }
-    return f;
-}
-
 int ckpt_claim(const char *dir, char *err, size_t errlen) {
     if (mkdirs(dir, "the checkpoints", err, errlen) < 0) return -1;
     if (access(dir, W_OK | X_OK) != 0) return syserr(err, errlen, dir, "the checkpoint directory is not writable");
@@ -351,129 +161,6 @@ int ckpt_claim(const char *dir, char *err, size_t errlen) {
         /* file systems without locks: go on unlocked */
     }
     return fd;
-}
-
-static int put(ckpt_file *f, const char *name, hid_t ftype, hid_t mtype, const void *v, size_t n) {
-    if (f->err[0]) return -1;
-    hsize_t dims[1] = {(hsize_t)n};
-    hid_t sp = H5Screate_simple(1, dims, NULL);
-    if (sp < 0) return ferr(f, "H5Screate_simple", name);
-    hid_t ds = H5Dcreate2(f->file, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Sclose(sp);
-    if (ds < 0) return ferr(f, "H5Dcreate2", name);
-    int rc = n && H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0 ? ferr(f, "H5Dwrite", name) : 0;
-    if (H5Dclose(ds) < 0 && !rc) rc = ferr(f, "H5Dclose", name);
-    return rc;
-}
-
-/* Open dataset name of a reader: its id and number of values; -1 with f->err filled. */
-static hid_t open_1d(ckpt_file *f, const char *name, hssize_t *len) {
-    if (f->err[0]) return -1;
-    if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0) {
-        seterr(f->err, sizeof f->err, "%s: no dataset '%s' (a checkpoint of another method or version?)", f->path, name);
-        return -1;
-    }
-    hid_t ds = H5Dopen2(f->file, name, H5P_DEFAULT);
-    if (ds < 0) return ferr(f, "H5Dopen2", name);
-    hid_t sp = H5Dget_space(ds);
-    *len = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-    if (sp >= 0) H5Sclose(sp);
-    return ds;
-}
-
-static int get(ckpt_file *f, const char *name, hid_t mtype, void *v, size_t n, const char *tname) {
-    hssize_t have = -1;
-    hid_t ds = open_1d(f, name, &have);
-    if (ds < 0) return -1;
-    int rc = 0;
-    if (have != (hssize_t)n)
-        rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' has %lld %s values, expected %zu (a checkpoint of another model, p or method?)",
-                        f->path, name, (long long)have, tname, n);
-    else if (n && H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0)
-        rc = ferr(f, "H5Dread", name);
-    H5Dclose(ds);
-    return rc;
-}
-
-int ckpt_put_f32(ckpt_file *f, const char *name, const float *v, size_t n) { return put(f, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, v, n); }
-int ckpt_put_f64(ckpt_file *f, const char *name, const double *v, size_t n) { return put(f, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v, n); }
-int ckpt_put_i64(ckpt_file *f, const char *name, const int64_t *v, size_t n) { return put(f, name, H5T_STD_I64LE, H5T_NATIVE_INT64, v, n); }
-int ckpt_get_f32(ckpt_file *f, const char *name, float *v, size_t n) { return get(f, name, H5T_NATIVE_FLOAT, v, n, "float32"); }
-int ckpt_get_f64(ckpt_file *f, const char *name, double *v, size_t n) { return get(f, name, H5T_NATIVE_DOUBLE, v, n, "float64"); }
-int ckpt_get_i64(ckpt_file *f, const char *name, int64_t *v, size_t n) { return get(f, name, H5T_NATIVE_INT64, v, n, "int64"); }
-
-/* Strings are uint8 datasets of their bytes (no NUL): exact, and readable by any HDF5 tool. */
-int ckpt_put_str(ckpt_file *f, const char *name, const char *s) { return put(f, name, H5T_STD_U8LE, H5T_NATIVE_UCHAR, s, strlen(s)); }
-
-int ckpt_get_str(ckpt_file *f, const char *name, char *s, size_t n) {
-    hssize_t len = -1;
-    hid_t ds = open_1d(f, name, &len);
-    if (ds < 0) return -1;
-    int rc = 0;
-    if (len < 0 || (size_t)len >= n) rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' is too long (%lld bytes)", f->path, name, (long long)len);
-    else if (len && H5Dread(ds, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) < 0) rc = ferr(f, "H5Dread", name);
-    else s[len] = '\0';
-    H5Dclose(ds);
-    return rc;
-}
-
-int ckpt_close(ckpt_file *f) {
-    if (!f || f->file < 0) return f && f->err[0] ? -1 : 0;
-    if (f->writing && H5Fflush(f->file, H5F_SCOPE_LOCAL) < 0) ferr(f, "H5Fflush", "the file");
-    if (H5Fclose(f->file) < 0) ferr(f, "H5Fclose", "the file");
-    f->file = H5I_INVALID_HID;
-    return f->err[0] ? -1 : 0;
-}
-
-const char *ckpt_error(const ckpt_file *f) { return f ? f->err : ""; }
-
-int ckpt_check_data(const char *dir, long label, int rank, const uint64_t fp[2], char *err, size_t errlen) {
-    ckpt_file *f = ckpt_open(dir, label, rank, err, errlen);
-    if (!f) return EXIT_BADINPUT;
-    uint64_t had[2] = {0, 0};
-    int st = 0;
-    if (ckpt_get_i64(f, "data_fingerprint", (int64_t *)had, 2)) st = seterr(err, errlen, "%s", ckpt_error(f));
-    else if (had[0] != fp[0] || had[1] != fp[1])
-        st = seterr(err, errlen, "the data is not the pack checkpoint %s/step-%ld was written with (fingerprints %016llx/%016llx then, "
-                    "%016llx/%016llx now: packed again, or another pack at that path); resume with the same pack, or start a new run",
-                    dir, label, (unsigned long long)had[0], (unsigned long long)had[1], (unsigned long long)fp[0],
-                    (unsigned long long)fp[1]);
-    ckpt_free(f);
-    return st;
-}
-
-int ckpt_check_machine(const char *dir, long label, int rank, int threads, const char *isa, int strict, int *differs,
-                       char *err, size_t errlen) {
-    *differs = 0;
-    if (!ckpt_exists(dir, label, rank)) return 0; /* a rank without a part (a worker that had left) */
-    ckpt_file *f = ckpt_open(dir, label, rank, err, errlen);
-    if (!f) return EXIT_BADINPUT;
-    int64_t had = 0;
-    char had_isa[64] = "";
-    int st = 0;
-    if (ckpt_get_i64(f, "threads", &had, 1) || ckpt_get_str(f, "isa", had_isa, sizeof had_isa))
-        st = seterr(err, errlen, "%s", ckpt_error(f));
-    else if (had != threads || strcmp(had_isa, isa) != 0) {
-        *differs = 1;
-        if (strict && had != threads)
-            st = seterr(err, errlen, "%s: key 'threads': rank %d's checkpoint (%s/step-%ld) was written with %lld compute "
-                        "thread(s), this run has %d; with other threads oneDNN sums in another order and the run would not "
-                        "continue bitwise: set threads = %lld, or --set checkpoint.bitwise=false to continue anyway",
-                        config_where("threads"), rank, dir, label, (long long)had, threads, (long long)had);
-        else if (strict)
-            st = seterr(err, errlen, "rank %d's checkpoint (%s/step-%ld) was written where oneDNN ran %s code, this run has "
-                        "%s (another CPU, or ONEDNN_MAX_CPU_ISA); the run would not continue bitwise: resume on a node of the "
-                        "first kind, set ONEDNN_MAX_CPU_ISA to match, or --set checkpoint.bitwise=false to continue anyway",
-                        rank, dir, label, had_isa, isa);
-    }
-    ckpt_free(f);
-    return st;
-}
-
-void ckpt_free(ckpt_file *f) {
-    if (!f) return;
-    if (f->file >= 0) H5Fclose(f->file);
-    free(f);
 }
 
 /* ---- the run file and the experiment ------------------------------------------------------ */

@@ -1,4 +1,4 @@
-/* test_gpu_model.c — the whole network of cuda/model.cu (cuda/gpu.h) against src/nn/model.c on
+/* test_gpu_model.c — the whole network of cuda/model*.cu (cuda/gpu.h) against src/nn/model.c on
  * the CPU (itself held to torchvision by test_model.c), from the same parameters, BN statistics
  * and minibatches: ResNet-18 with the CIFAR stem (fp32, tf32, bf16) and the ImageNet stem (7x7/2
  * conv + max pool; fp32, bf16), and the linear model (fp32, bf16). For three steps: the training loss, the training

@@ -1,7 +1,7 @@
-/* mock_cuda.c — the few CUDA runtime, cuDNN and cuBLAS entry points cuda/model.cu and the GPU
- * tests call directly, on host memory, so that cuda/model.cu (host code only: every kernel and
- * library call is behind cuda/layers.h) runs on a machine without a GPU, over the CPU layers of
- * mock_layers.c. A wiring test of model.cu, not of the GPU: see test/gpu/mock/README.md.
+/* mock_cuda.c — the few CUDA runtime, cuDNN and cuBLAS entry points cuda/model*.cu, device.cu and
+ * the GPU tests call directly, on host memory, so that those files (host code only: every kernel
+ * and library call is behind cuda/layers.h) run on a machine without a GPU, over the CPU layers of
+ * mock_layers.c. A wiring test of model*.cu, not of the GPU: see test/gpu/mock/README.md.
  *
  * "Device" memory is host memory the mock knows about: cudaMalloc fills it with NaN bytes (as
  * uninitialised device memory is garbage), cudaMemcpy* checks that each side of a copy is the

@@ -1,7 +1,7 @@
 /* mock_layers.c — cuda/layers.h on the CPU: every gpu_* function computed by the oneDNN layers of
- * src/nn/layers.h on plain nchw buffers (or by plain loops), for the mock build of cuda/model.cu
+ * src/nn/layers.h on plain nchw buffers (or by plain loops), for the mock build of cuda/model*.cu
  * (test/gpu/mock/README.md). Besides computing, each function enforces the contract the real
- * GPU layers rely on, so a wiring mistake in model.cu fails here instead of on the GPU:
+ * GPU layers rely on, so a wiring mistake in model*.cu fails here instead of on the GPU:
  *   - every pointer lies inside one device allocation of the right size (mock_cuda.c);
  *   - the aliasing rules of layers.h (no BN or convolution in place);
  *   - a convolution's backward gets the weight, a max pool's backward the input and output, of
@@ -30,7 +30,7 @@
 #include "util/util.h"
 
 void mock_check_dev(const void *p, size_t nbytes, const char *what);
-/* A kernel launch's check, CUDA_CHECK(cudaGetLastError(), what) in layers.cu: dies if the runtime's
+/* A kernel launch's check, CUDA_CHECK(cudaGetLastError(), what) in layers*.cu: dies if the runtime's
  * last error (mock_cuda.c) is set. Called by every stand-in whose real twin launches a kernel of
  * ours, so an error some poll left behind stops the step here as on a GPU. */
 void mock_launch_check(const char *what);

@@ -1,0 +1,142 @@
+/* device.cu — cuda/gpu.h's devices: whether the backend is built, the library versions, the
+ * choice of this rank's GPU (the launcher's local rank before MPI_Init, checked against the
+ * node-local MPI rank) and page-locked host memory. */
+#include "gpu.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+/* ---- devices, versions, host memory ------------------------------------------------------- */
+
+int gpu_built(void) { return 1; }
+
+void gpu_version(char *buf, size_t n) {
+    int rt = 0, drv = 0, bmaj = 0, bmin = 0, bpat = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv); /* 0 when no driver is installed */
+    cudaGetLastError();
+    const size_t dnn = cudnnGetVersion(); /* major*10000 + minor*100 + patch since cuDNN 9 */
+    cublasGetProperty(MAJOR_VERSION, &bmaj);
+    cublasGetProperty(MINOR_VERSION, &bmin);
+    cublasGetProperty(PATCH_LEVEL, &bpat);
+    char d[32];
+    if (drv > 0) snprintf(d, sizeof d, "%d.%d", drv / 1000, (drv % 1000) / 10);
+    else snprintf(d, sizeof d, "none");
+    snprintf(buf, n, "CUDA runtime %d.%d, driver %s, cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d", rt / 1000, (rt % 1000) / 10, d,
+             dnn / 10000, (dnn % 10000) / 100, dnn % 100, bmaj, bmin, bpat);
+}
+
+/* The launchers' node-local rank variables, those of MPI launchers before Slurm's: under mpiexec
+ * inside a Slurm job every rank inherits the batch step's SLURM_LOCALID (0), and the MPI
+ * launcher's own variable is the right one. */
+static const char *const local_rank_vars[] = {
+    "OMPI_COMM_WORLD_LOCAL_RANK", /* Open MPI (mpirun, and srun with PMIx) */
+    "MPI_LOCALRANKID",            /* MPICH / Intel MPI (Hydra) */
+    "PMI_LOCAL_RANK",             /* PMI (MPICH's PMI, Cray PALS) */
+    "MV2_COMM_WORLD_LOCAL_RANK",  /* MVAPICH2 */
+    "SLURM_LOCALID",              /* srun */
+};
+
+/* What gpu_select_early chose (dev -1: nothing). */
+static struct {
+    int dev, local_rank, count;
+    const char *var;
+} early = {-1, -1, 0, NULL};
+
+int gpu_launcher_local_rank(const char **var) {
+    for (size_t i = 0; i < sizeof local_rank_vars / sizeof local_rank_vars[0]; i++) {
+        const char *v = getenv(local_rank_vars[i]);
+        char *end;
+        if (!v || !*v) continue;
+        const long r = strtol(v, &end, 10);
+        if (*end || r < 0 || r > 1 << 20) continue;
+        if (var) *var = local_rank_vars[i];
+        return (int)r;
+    }
+    return -1;
+}
+
+int gpu_select_early(void) {
+    early.dev = -1, early.local_rank = -1, early.count = 0, early.var = NULL;
+    const char *off = getenv("DSGD_GPU_EARLY");
+    if (off && strcmp(off, "0") == 0) return -1;
+    const char *var = NULL;
+    const int lr = gpu_launcher_local_rank(&var);
+    if (lr < 0) return -1;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) { /* no GPU: gpu_select says so if asked */
+        cudaGetLastError();
+        return -1;
+    }
+    const int dev = lr % count;
+    if (cudaSetDevice(dev) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    early.dev = dev, early.local_rank = lr, early.count = count, early.var = var;
+    return dev;
+}
+
+int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char *err, size_t errlen) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count < 1) {
+        cudaGetLastError();
+        seterr(err, errlen, "no CUDA GPU visible: cudaGetDeviceCount: %s",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices (CUDA_VISIBLE_DEVICES?)");
+        return EXIT_RUNTIME;
+    }
+    const int split_dev = (local_rank < 0 ? 0 : local_rank) % count;
+    /* The launcher's choice, made before MPI_Init, stands (a CUDA-aware MPI made its context
+     * there); the node-local split checks it. */
+    const int dev = early.dev >= 0 && early.dev < count ? early.dev : split_dev;
+    char note[200] = "";
+    if (early.dev >= 0 && early.dev != split_dev)
+        snprintf(note, sizeof note, "; the launcher's %s=%d chose it, the node-local MPI rank %d would choose GPU %d", early.var,
+                 early.local_rank, local_rank, split_dev);
+    else if (early.dev >= 0)
+        snprintf(note, sizeof note, " (%s=%d, as the node-local MPI rank)", early.var, early.local_rank);
+    e = cudaSetDevice(dev);
+    if (e == cudaSuccess) e = cudaFree(NULL); /* create the context now: driver problems show here */
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        seterr(err, errlen, "GPU %d of %d: cudaSetDevice: %s", dev, count, cudaGetErrorString(e));
+        return EXIT_RUNTIME;
+    }
+    cudaDeviceProp p;
+    e = cudaGetDeviceProperties(&p, dev);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        seterr(err, errlen, "GPU %d of %d: cudaGetDeviceProperties: %s", dev, count, cudaGetErrorString(e));
+        return EXIT_RUNTIME;
+    }
+    int len = snprintf(desc, desclen, "GPU %d of %d: %s (sm_%d%d, %.1f GiB)", dev, count, p.name, p.major, p.minor,
+                       (double)p.totalGlobalMem / (1 << 30));
+    int sharing = 0; /* ranks of this node on this device: local ranks r with r mod count = dev */
+    for (int r = 0; r < local_size; r++) sharing += r % count == dev;
+    if (sharing > 1 && len >= 0 && (size_t)len < desclen)
+        len += snprintf(desc + len, desclen - (size_t)len, ", shared by %d ranks", sharing);
+    if (note[0] && len >= 0 && (size_t)len < desclen) snprintf(desc + len, desclen - (size_t)len, "%s", note);
+    if (early.dev >= 0 && early.dev != split_dev)
+        fprintf(stderr,
+                "dsgd-run: warning: GPU choice: the launcher's %s=%d picked GPU %d of %d before MPI_Init, but this rank is "
+                "node-local MPI rank %d of %d (GPU %d): kept GPU %d; two ranks may share a GPU (DSGD_GPU_EARLY=0 uses the "
+                "MPI ranks)\n",
+                early.var, early.local_rank, early.dev, count, local_rank, local_size, split_dev, dev);
+    return 0;
+}
+
+void *gpu_host_alloc(size_t nbytes) {
+    void *p = NULL;
+    cudaError_t e = cudaHostAlloc(&p, nbytes ? nbytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) DIE("cudaHostAlloc of %zu bytes of page-locked host memory: %s", nbytes, cudaGetErrorString(e));
+    memset(p, 0, nbytes);
+    return p;
+}
+
+void gpu_host_free(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p), "gpu_host_free");
+}

@@ -1,0 +1,240 @@
+/* layers_norm.cu — batch normalisation on cuDNN with our fused ReLU, ReLU and the residual add
+ * (layers.h: gpu_bn_*, gpu_relu_*, gpu_add_*), and the elementwise kernels they run. */
+#include "layers_internal.h"
+
+#include <string.h>
+
+/* ---- elementwise kernels ------------------------------------------------------------------ */
+
+/* max(x, 0) with NaN kept (as oneDNN's and PyTorch's ReLU), so divergence stays visible. */
+__device__ __forceinline__ float relu1(float x) { return x > 0.0f ? x : (x != x ? x : 0.0f); }
+
+/* dout where out > 0, else 0. */
+__device__ __forceinline__ float mask1(float d, float o) { return o > 0.0f ? d : 0.0f; }
+
+/* out = relu(inp); out may alias inp (hence no __restrict__). vec: all pointers 16-byte aligned. */
+template <typename S> static __global__ void relu_forward_kernel(S *out, const S *inp, size_t n, int vec) {
+    constexpr int V = 16 / sizeof(S);
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / V;
+        for (size_t i = i0; i < nv; i += stride) {
+            pack16<S> p = reinterpret_cast<const pack16<S> *>(inp)[i];
+#pragma unroll
+            for (int j = 0; j < V; j++) stf(p.v[j], relu1(ldf(p.v[j])));
+            reinterpret_cast<pack16<S> *>(out)[i] = p;
+        }
+        done = nv * V;
+    }
+    for (size_t i = done + i0; i < n; i += stride) stf(out[i], relu1(ldf(inp[i])));
+}
+
+/* dinp = dout · [out > 0]; dinp may alias dout. */
+template <typename S>
+static __global__ void relu_backward_kernel(S *dinp, const S *dout, const S *out, size_t n, int vec) {
+    constexpr int V = 16 / sizeof(S);
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / V;
+        for (size_t i = i0; i < nv; i += stride) {
+            pack16<S> d = reinterpret_cast<const pack16<S> *>(dout)[i];
+            const pack16<S> o = reinterpret_cast<const pack16<S> *>(out)[i];
+#pragma unroll
+            for (int j = 0; j < V; j++) stf(d.v[j], mask1(ldf(d.v[j]), ldf(o.v[j])));
+            reinterpret_cast<pack16<S> *>(dinp)[i] = d;
+        }
+        done = nv * V;
+    }
+    for (size_t i = done + i0; i < n; i += stride) stf(dinp[i], mask1(ldf(dout[i]), ldf(out[i])));
+}
+
+/* out = [relu](a + b), the sum in fp32; out may alias a or b. */
+template <typename S>
+static __global__ void add_kernel(S *out, const S *a, const S *b, size_t n, int relu, int vec) {
+    constexpr int V = 16 / sizeof(S);
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / V;
+        for (size_t i = i0; i < nv; i += stride) {
+            pack16<S> x = reinterpret_cast<const pack16<S> *>(a)[i];
+            const pack16<S> y = reinterpret_cast<const pack16<S> *>(b)[i];
+#pragma unroll
+            for (int j = 0; j < V; j++) {
+                const float s = ldf(x.v[j]) + ldf(y.v[j]);
+                stf(x.v[j], relu ? relu1(s) : s);
+            }
+            reinterpret_cast<pack16<S> *>(out)[i] = x;
+        }
+        done = nv * V;
+    }
+    for (size_t i = done + i0; i < n; i += stride) {
+        const float s = ldf(a[i]) + ldf(b[i]);
+        stf(out[i], relu ? relu1(s) : s);
+    }
+}
+
+/* Elements per thread of a kernel call on S: 16 / sizeof(S) when vectorised, else 1. */
+static size_t work_items(size_t n, int vec, size_t act_bytes) { return vec ? n / (16 / act_bytes) : n; }
+
+/* bf: the buffers hold bf16 (the context's activation type), else fp32 (a BN layer's io32). */
+static void launch_relu_forward(gpu_ctx *c, void *out, const void *inp, size_t n, const char *what, int bf) {
+    const int vec = aligned16(out) && aligned16(inp);
+    const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
+    if (bf)
+        relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)inp, n, vec);
+    else
+        relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)inp, n, vec);
+    CUDA_CHECK(cudaGetLastError(), what);
+}
+
+static void launch_relu_backward(gpu_ctx *c, void *dinp, const void *dout, const void *out, size_t n,
+                                 const char *what, int bf) {
+    const int vec = aligned16(dinp) && aligned16(dout) && aligned16(out);
+    const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
+    if (bf)
+        relu_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)dinp, (const uint16_t *)dout,
+                                                                (const uint16_t *)out, n, vec);
+    else
+        relu_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)dinp, (const float *)dout,
+                                                                (const float *)out, n, vec);
+    CUDA_CHECK(cudaGetLastError(), what);
+}
+
+/* ---- batch normalisation ------------------------------------------------------------------ */
+
+int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
+                char *err, size_t errlen) {
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->mode = mode;
+    l->relu = relu;
+    l->n = n, l->c = ch, l->h = h, l->w = w;
+    l->count = (size_t)n * ch * h * w;
+    l->eps = 1e-5;
+    l->momentum = 0.1;
+    snprintf(l->what, sizeof l->what, "layer %s (batchnorm%s, (%d, %d, %d, %d))", name, relu ? "+relu" : "", n, ch, h, w);
+    if (n < 1 || ch < 1 || h < 1 || w < 1) return seterr(err, errlen, "%s: invalid shape", l->what), -1;
+    /* The running variance uses count/(count − 1): BN in training needs two values per channel. */
+    if (mode == GPU_TRAIN && (long)n * h * w < 2)
+        return seterr(err, errlen, "%s: one value per channel in training", l->what), -1;
+    l->io32 = gpu_use_io32(c, "bn");
+    CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, l->io32 ? CUDNN_DATA_FLOAT : act_dnn_type(c), n, ch, h,
+                                         w),
+              l->what);
+    /* (1, c, 1, 1) float for fp32 and bf16 x alike (cudnn_ops.h: "type = (typeOf(x) == double) ?
+     * double : float"); checked, since γ, β and the statistics are fp32 buffers. */
+    CUDNN_TRY(cudnnCreateTensorDescriptor(&l->stat_desc), l->what);
+    CUDNN_TRY(cudnnDeriveBNTensorDescriptor(l->stat_desc, l->x_desc, CUDNN_BATCHNORM_SPATIAL), l->what);
+    {
+        cudnnDataType_t st;
+        int sn, sc, sh, sw, s0, s1, s2, s3;
+        CUDNN_TRY(cudnnGetTensor4dDescriptor(l->stat_desc, &st, &sn, &sc, &sh, &sw, &s0, &s1, &s2, &s3), l->what);
+        if (st != CUDNN_DATA_FLOAT || sn != 1 || sc != ch || sh != 1 || sw != 1)
+            return seterr(err, errlen,
+                          "%s: cuDNN derives BN statistics of type %d and shape (%d, %d, %d, %d), not float (1, %d, 1, 1)",
+                          l->what, (int)st, sn, sc, sh, sw, ch),
+                   -1;
+    }
+    if (mode == GPU_TRAIN) {
+        if (gpu_malloc((void **)&l->save_mean, (size_t)ch * sizeof(float), l->what, err, errlen)) return -1;
+        if (gpu_malloc((void **)&l->save_inv_var, (size_t)ch * sizeof(float), l->what, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const float *gamma,
+                    const float *beta, float *running_mean, float *running_var) {
+    const float one = 1.0f, zero = 0.0f;
+    if (l->mode == GPU_TRAIN)
+        CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, l->x_desc, inp,
+                                                           l->x_desc, out, l->stat_desc, gamma, beta, l->momentum,
+                                                           running_mean, running_var, l->eps, l->save_mean,
+                                                           l->save_inv_var),
+                    l->what);
+    else
+        CUDNN_CHECK(cudnnBatchNormalizationForwardInference(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, l->x_desc, inp,
+                                                            l->x_desc, out, l->stat_desc, gamma, beta, running_mean,
+                                                            running_var, l->eps),
+                    l->what);
+    if (l->relu) launch_relu_forward(c, out, out, l->count, l->what, is_bf16(c) && !l->io32);
+}
+
+void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
+                     const void *inp, const void *out, const float *gamma) {
+    if (l->mode != GPU_TRAIN) DIE("gpu_bn_backward on inference %s", l->what);
+    if (dinp == dout || dinp == inp) DIE("gpu_bn_backward: %s in place", l->what);
+    if (l->relu) launch_relu_backward(c, dout, dout, out, l->count, l->what, is_bf16(c) && !l->io32);
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnBatchNormalizationBackward(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, l->x_desc,
+                                                inp, l->x_desc, dout, l->x_desc, dinp, l->stat_desc, gamma, dgamma,
+                                                dbeta, l->eps, l->save_mean, l->save_inv_var),
+                l->what);
+}
+
+void gpu_bn_free(gpu_bn_layer *l) {
+    if (l->x_desc) cudnnDestroyTensorDescriptor(l->x_desc);
+    if (l->stat_desc) cudnnDestroyTensorDescriptor(l->stat_desc);
+    cudaFree(l->save_mean);
+    cudaFree(l->save_inv_var);
+    memset(l, 0, sizeof *l);
+}
+
+/* ---- ReLU, add ---------------------------------------------------------------------------- */
+
+int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, gpu_mode mode,
+                  char *err, size_t errlen) {
+    (void)c;
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->mode = mode;
+    l->count = (size_t)n * ch * h * w;
+    snprintf(l->what, sizeof l->what, "layer %s (relu, (%d, %d, %d, %d))", name, n, ch, h, w);
+    if (n < 1 || ch < 1 || h < 1 || w < 1) return seterr(err, errlen, "%s: invalid shape", l->what), -1;
+    return 0;
+}
+
+void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp) {
+    launch_relu_forward(c, out, inp, l->count, l->what, is_bf16(c));
+}
+
+void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *out) {
+    if (l->mode != GPU_TRAIN) DIE("gpu_relu_backward on inference %s", l->what);
+    launch_relu_backward(c, dinp, dout, out, l->count, l->what, is_bf16(c));
+}
+
+int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu,
+                 gpu_mode mode, char *err, size_t errlen) {
+    (void)c;
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->mode = mode;
+    l->relu = relu;
+    l->count = (size_t)n * ch * h * w;
+    snprintf(l->what, sizeof l->what, "layer %s (add%s, (%d, %d, %d, %d))", name, relu ? "+relu" : "", n, ch, h, w);
+    if (n < 1 || ch < 1 || h < 1 || w < 1) return seterr(err, errlen, "%s: invalid shape", l->what), -1;
+    return 0;
+}
+
+void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, const void *b) {
+    const int vec = aligned16(out) && aligned16(a) && aligned16(b);
+    const int blocks = grid_for(c, work_items(l->count, vec, c->act_bytes));
+    if (is_bf16(c))
+        add_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)a, (const uint16_t *)b,
+                                                      l->count, l->relu, vec);
+    else
+        add_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)a, (const float *)b, l->count,
+                                                      l->relu, vec);
+    CUDA_CHECK(cudaGetLastError(), l->what);
+}
+
+void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout, const void *out) {
+    if (!l->relu || l->mode != GPU_TRAIN) DIE("gpu_add_backward on %s without a trained ReLU", l->what);
+    launch_relu_backward(c, dsum, dout, out, l->count, l->what, is_bf16(c));
+}

@@ -1,0 +1,128 @@
+/* model_internal.h — what the files of the GPU model share (model.cu, model_build.cu,
+ * model_overlap.cu): its structures, the views into them, and the overlap's entry points for
+ * creation and the backward pass. Not part of gpu.h, which stays plain C without CUDA types. */
+#ifndef DSGD_CUDA_MODEL_INTERNAL_H
+#define DSGD_CUDA_MODEL_INTERNAL_H
+
+#include "gpu.h"
+
+#include <stdint.h>
+
+#include "common.h"
+#include "layers.h"
+
+typedef struct {
+    gpu_conv_layer conv1, conv2, convd;
+    gpu_bn_layer bn1, bn2, bnd;
+    gpu_add_layer res;              /* y = relu(bn2 + shortcut), in place in y */
+    gpu_add_layer acc;              /* dx += gradient through the shortcut (training) */
+    void *c1, *a1, *c2, *y, *cd, *sd; /* activation type */
+} gpu_block;
+
+typedef struct {
+    gpu_mode mode;
+    int n;
+    int built;
+    gpu_conv_layer conv1;
+    gpu_bn_layer bn1;
+    gpu_pool_layer maxpool, gap;
+    gpu_block b[N_BLOCKS];
+    float *x;                       /* input (n, c, h, w) copied from the host (fp32): xs[slot] */
+    void *xa;                       /* the input in the activation type: x itself, or its bf16 copy */
+    int *y;                         /* labels (n) (training): ys[slot] */
+    float *xs[2];                   /* training: two input slots, so that the next minibatch can be */
+    int *ys[2];                     /*   copied in (gpu_model_stage) while a step reads the other */
+    int slot;                       /* the slot x and y point at */
+    void *c0, *a0, *p0;             /* stem: conv, bn1+ReLU, max pool (ImageNet stem) */
+    void *feat;                     /* (n, 8w) */
+    float *logits;                  /* (n, classes), fp32 in every precision */
+    float *probs, *losses, *loss;   /* training: (n, classes), (n), the mean loss (1) */
+    void *d_feat, *d_logits;        /* training, activation type */
+    void *g[2], *t[3];              /* training gradient buffers, `big` values each */
+    int io32;                       /* a BN or max-pool layer runs on fp32 tensors (bf16 fallback) */
+    float *s32[4];                  /* then: fp32 scratch for its casts, `big` floats each (eval: 2) */
+    void *arena;
+    size_t arena_nbytes;
+} gpu_net;
+
+/* Page-locked staging of the scalars read back every step. */
+typedef struct {
+    float loss;
+    int bad;
+} host_stage;
+
+/* The overlap of copies with computation (docs/gpu.md, "Overlap"): two copy streams beside the
+ * compute stream (ctx.stream), the gradient in groups that become final one after the other in
+ * the backward pass, and the events that order them. Everything is made by gpu_model_create.
+ *
+ * Gradient groups, in the order the backward pass finishes them: group j holds the flat grads
+ * [glo[j], j ? glo[j-1] : n_params): the fc layer, layer4.1, layer4.0, ..., layer1.0, then the
+ * stem (conv1, bn1) — torchvision's state_dict order puts the last layers at the end of the
+ * vector, so the final part grows from the end down to 0. The linear model has one group. */
+#define GPU_MAX_GROUPS (N_BLOCKS + 2)
+
+typedef struct {
+    cudaStream_t d2h, h2d;                       /* non-blocking copy streams, one per direction */
+    int n_groups;
+    size_t glo[GPU_MAX_GROUPS];
+    cudaEvent_t computed[GPU_MAX_GROUPS];        /* compute stream: group j final on the device */
+    cudaEvent_t on_host[GPU_MAX_GROUPS];         /* d2h: group j copied to the host */
+    cudaEvent_t uploaded;                        /* h2d: the step's gradient uploads are done */
+    cudaEvent_t staged;                          /* h2d: the staged minibatch is on the device */
+    cudaEvent_t slot_free[2];                    /* compute stream: the last step reading slot s is done */
+    float *stage_x;                              /* pinned host minibatch (batch, c, h, w) to stage */
+    int *stage_y;                                /* pinned host labels (batch) */
+    long staged_tag;                             /* tag of the minibatch staged in slot 1 − slot, or -1 */
+    /* The step between gpu_model_train_begin and gpu_model_train_end: */
+    int in_step;
+    float *grads_host;                           /* where the groups go (NULL: not staged) */
+    int n_marked;                                /* groups the backward pass has marked */
+    int n_ready;                                 /* groups seen on the host */
+    int n_uploads;                               /* gpu_model_grads_upload calls */
+} gpu_overlap;
+
+/* One conv or fc weight of the flat params (offset off, n values) and its bf16 copy (at off16). */
+typedef struct {
+    size_t off, n, off16;
+} weight16;
+
+struct gpu_model {
+    nn_layout L;
+    char fallback[400];                /* gpu_model_bf16_fallback */
+    int dev;
+    gpu_ctx ctx;
+    float *params, *grads, *vel, *bn; /* device, n_params (n_bn) floats */
+    int *bad;                          /* device flag of gpu_sgd_update */
+    void *w16;                         /* GPU_BF16: bf16 copies of the conv and fc weights (wmap) */
+    weight16 wmap[MAX_TENSORS];
+    int n_wmap;
+    gpu_net train, eval;
+    host_stage *host;                  /* pinned */
+    gpu_overlap ov;
+};
+
+/* The weight at flat offset off in the activation type: the fp32 params, or its bf16 copy. */
+static inline const void *wview(const gpu_model *g, size_t off) {
+    if (!g->w16) return g->params + off;
+    for (int i = 0; i < g->n_wmap; i++)
+        if (g->wmap[i].off == off) return (const uint16_t *)g->w16 + g->wmap[i].off16;
+    DIE("GPU model: no bf16 copy of the weight at offset %zu", off);
+}
+
+static inline void set_dev(const gpu_model *g) { CUDA_CHECK(cudaSetDevice(g->dev), "the GPU model (cudaSetDevice)"); }
+
+static inline void check_labels(const nn_layout *L, const int *y, int n) {
+    for (int i = 0; i < n; i++)
+        if (y[i] < 0 || y[i] >= L->s.n_classes) DIE("label %d of sample %d outside [0, %d)", y[i], i, L->s.n_classes);
+}
+
+static inline size_t input_count(const nn_layout *L, int rows) { return (size_t)rows * L->s.in_c * L->s.in_h * L->s.in_w; }
+
+/* model_overlap.cu: the overlap's groups, streams, events and pinned staging minibatch
+ * (gpu_model_create), their release, and the backward pass's mark that grads [lo, n_params) are
+ * final. */
+int gpu_overlap_init(gpu_model *g, char *err, size_t errlen);
+void gpu_overlap_free(gpu_overlap *o);
+void gpu_overlap_mark_final(gpu_model *g, size_t lo);
+
+#endif

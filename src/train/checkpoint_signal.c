@@ -1,0 +1,98 @@
+/* checkpoint_signal.c — the signal flags of checkpoint.h: the handlers of SIGTERM, SIGINT and
+ * SIGUSR1, what the signals received so far ask for, and the DSGD_TEST_SIGNAL test hook. The
+ * checkpoint directory is checkpoint.c's, the rank files checkpoint_file.c's. */
+#define _GNU_SOURCE
+#include "train/checkpoint.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/util.h"
+
+/* ---- signals ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_sig = CKPT_SIG_NONE, g_signo = 0;
+static struct timespec g_stop_at; /* when the first stop request arrived */
+static int g_test_sig = 0, g_test_rank = 0, g_test_eval = 0;
+static long g_test_step = -1;
+
+static void on_signal(int signo) {
+    const int want = signo == SIGUSR1 ? CKPT_SIG_SAVE : CKPT_SIG_STOP;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* async-signal-safe */
+    if (want == CKPT_SIG_STOP && g_sig == CKPT_SIG_STOP) {
+        /* A second stop request kills at once, unless it is the same request arriving twice:
+         * Slurm signals every process of a job, and mpiexec passes its own SIGTERM on as well. */
+        if (now.tv_sec - g_stop_at.tv_sec >= CKPT_SECOND_SIGNAL_S) {
+            signal(signo, SIG_DFL);
+            raise(signo);
+        }
+        return;
+    }
+    if (want == CKPT_SIG_STOP) g_stop_at = now;
+    if (want > g_sig) g_sig = want, g_signo = signo;
+}
+
+void ckpt_install_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    const char *t = getenv("DSGD_TEST_SIGNAL");
+    if (t && *t) {
+        char name[16] = "", where[8] = "";
+        long step = -1;
+        int rank = 0;
+        int n = sscanf(t, "%15[A-Z0-9]@%ld@%d@%7s", name, &step, &rank, where);
+        if (n >= 2 && step >= 0 && (n < 4 || !strcmp(where, "eval"))) {
+            g_test_sig = !strcmp(name, "USR1") ? SIGUSR1 : !strcmp(name, "INT") ? SIGINT : !strcmp(name, "TERM") ? SIGTERM : 0;
+            g_test_step = step, g_test_rank = n >= 3 ? rank : 0, g_test_eval = n == 4;
+        }
+        if (!g_test_sig) DIE("DSGD_TEST_SIGNAL='%s': expected TERM|INT|USR1@<step>[@<rank>[@eval]]", t);
+    }
+}
+
+int ckpt_signal_pending(void) { return g_sig; }
+
+double ckpt_stop_age(void) {
+    if (g_sig != CKPT_SIG_STOP) return -1.0;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - g_stop_at.tv_sec) + 1e-9 * (double)(now.tv_nsec - g_stop_at.tv_nsec);
+}
+
+const char *ckpt_signal_name(void) {
+    switch (g_signo) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "";
+    }
+}
+
+void ckpt_signal_clear_save(void) {
+    if (g_sig == CKPT_SIG_SAVE) g_sig = CKPT_SIG_NONE, g_signo = 0;
+}
+
+void ckpt_poll_test(long steps, int world_rank) {
+    if (g_test_sig && !g_test_eval && steps >= g_test_step && world_rank == g_test_rank) {
+        const int sig = g_test_sig;
+        g_test_sig = 0; /* once */
+        raise(sig);
+    }
+}
+
+void ckpt_poll_test_eval(long steps, int world_rank) {
+    if (g_test_sig && g_test_eval && steps >= g_test_step && world_rank == g_test_rank) {
+        const int sig = g_test_sig;
+        g_test_sig = 0;
+        raise(sig);
+    }
+}
