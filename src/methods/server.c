@@ -37,8 +37,8 @@
 void srv_reply(srv *sv, int i, int stop) {
     /* The previous reply to i completed before i could send this request; collect it before
      * its buffers are written again. */
-    wait_or_die(sv->set, sv->s_hdr[i], sv->t->e->comm_timeout_s, "a worker (reply)");
-    wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
+    srv_wait_or_die(sv->set, sv->s_hdr[i], sv->t->e->comm_timeout_s, "a worker (reply)");
+    srv_wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
     sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop, .sig = sv->want};
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
@@ -46,7 +46,7 @@ void srv_reply(srv *sv, int i, int stop) {
 }
 
 void srv_reply_center(srv *sv, int i, int stop) {
-    wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
+    srv_wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
     memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
     srv_reply(sv, i, stop);
 }
@@ -64,7 +64,7 @@ static void *eval_main(void *arg) {
 }
 
 /* Make the per-step drop counts cover steps [0, n). */
-void dropped_reserve(srv *sv, long n) {
+void srv_dropped_reserve(srv *sv, long n) {
     if (n > sv->dropped_cap) {
         long cap = sv->dropped_cap > 0 ? sv->dropped_cap : 1;
         while (cap < n) cap *= 2;
@@ -77,7 +77,7 @@ void dropped_reserve(srv *sv, long n) {
 }
 
 void srv_count_dropped(srv *sv, long v) {
-    dropped_reserve(sv, v + 1);
+    srv_dropped_reserve(sv, v + 1);
     sv->dropped[v]++;
     sv->n_dropped++;
 }
@@ -242,7 +242,7 @@ static void snapshot_begin(server_ctx *c, long label) {
     c->q.time_s = wall_time() - c->t_start;
     memcpy(c->snap + sv->lo, sv->center, sv->n * sizeof(float));
     for (int k = 1; k < sv->S; k++) {
-        wait_or_die(sv->set, c->s_req[k], sv->t->e->comm_timeout_s, "a parameter server (snapshot)");
+        srv_wait_or_die(sv->set, c->s_req[k], sv->t->e->comm_timeout_s, "a parameter server (snapshot)");
         c->sreq_out[k] = (msg_hdr){.version = label};
         comm_set_start(sv->set, c->r_shdr[k]);
         comm_set_start(sv->set, c->r_snap[k]);
@@ -262,7 +262,7 @@ static void snapshot_shard(server_ctx *c) {
  * have not failed (inject.fail_rank, or given up on), summed in worker order as Σ_i (x_i / cnt) in
  * float; unchanged when there is no such worker. Reads only the stable copies (bnlast), never a
  * buffer with a receive posted. */
-void bn_average(const srv *sv, float *bn, size_t nbn) {
+void srv_bn_average(const srv *sv, float *bn, size_t nbn) {
     int cnt = 0;
     for (int i = 0; i < sv->p; i++) cnt += sv->seen_bn[i] && !sv->failed[i];
     if (!cnt) return;
@@ -280,7 +280,7 @@ static void snapshot_launch(server_ctx *c) {
     if (!c->q.ready || atomic_load(&c->ev.running)) return;
     const size_t nbn = model_n_bn(t->net);
     memcpy(model_params(t->net), c->snap, model_n_params(t->net) * sizeof(float));
-    if (nbn) bn_average(sv, model_bn(t->net), nbn);
+    if (nbn) srv_bn_average(sv, model_bn(t->net), nbn);
     c->q.eval_label = c->q.label;
     c->q.eval_time = c->q.time_s;
     c->q.ready = 0;
@@ -473,11 +473,11 @@ static int server_loop(server_ctx *c) {
             eval_collect(c, 1);
             snapshot_launch(c);
             eval_collect(c, 1);
-            int st = ckpt_round(c);
+            int st = srv_ckpt_round(c);
             if (st) { c->stopped = 1, c->status = st; break; }
         }
         if (sv->k > 0 && c->go >= 0 && sv->n_paused == sv->live) {
-            int st = ckpt_participate(c);
+            int st = srv_ckpt_participate(c);
             if (st) { c->stopped = 1, c->status = st; break; }
         }
         if (sv->k == 0) {
@@ -505,8 +505,8 @@ static int server_loop(server_ctx *c) {
                     srv_pause(sv, CKPT_SIG_SAVE);
                     comm_set_start(sv->set, c->r_req);
                 } else {
-                    wait_or_die(sv->set, c->s_snap, t->e->comm_timeout_s, "the first parameter server (snapshot)");
-                    wait_or_die(sv->set, c->s_shdr, t->e->comm_timeout_s, "the first parameter server (snapshot)");
+                    srv_wait_or_die(sv->set, c->s_snap, t->e->comm_timeout_s, "the first parameter server (snapshot)");
+                    srv_wait_or_die(sv->set, c->s_shdr, t->e->comm_timeout_s, "the first parameter server (snapshot)");
                     memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
                     c->shdr_out = (msg_hdr){.version = label};
                     comm_set_start(sv->set, c->s_shdr);
@@ -553,15 +553,15 @@ static void server0_finish(server_ctx *c) {
     snapshot_launch(c);
     eval_collect(c, 1);
     for (int k = 1; k < sv->S; k++) {
-        wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
+        srv_wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
         c->sreq_out[k] = (msg_hdr){.version = SNAP_QUIT};
         comm_set_start(sv->set, c->s_req[k]);
-        wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
+        srv_wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
     }
 summary:
     keepalive(c, 1); /* the goodbye: the workers that have left go to the end-of-run agreement */
     if (e->method == METHOD_PS && runlog_array(t->log, 0, sv->hist) != 0) c->status = EXIT_RUNTIME;
-    if (e->method == METHOD_BACKUP) dropped_reserve(sv, it < e->iterations ? it : (long)e->iterations);
+    if (e->method == METHOD_BACKUP) srv_dropped_reserve(sv, it < e->iterations ? it : (long)e->iterations);
     if (e->method == METHOD_BACKUP && runlog_array_rows(t->log, 0, sv->dropped, it < e->iterations ? it : e->iterations) != 0)
         c->status = EXIT_RUNTIME; /* one element per step completed (docs/output.md) */
     int why = c->why;
@@ -581,7 +581,7 @@ summary:
 int server_run(trainer *t) {
     int status = EXIT_OK;
     if (t->worker >= 0) {
-        status = worker_run(t);
+        status = srv_worker_run(t);
     } else {
         server_ctx c = {0};
         c.last_eval = -1;

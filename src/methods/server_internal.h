@@ -81,7 +81,7 @@ typedef struct {
     long go;                          /* server k > 0: label server 0 asked to write (-1: none) */
     int go_ok;
     int stopped;                      /* a checkpoint stopped the run (SIGTERM) or failed */
-    int64_t ck_go[2], ck_ack, ck_fin[2]; /* messages of the checkpoint protocol (see ckpt_round) */
+    int64_t ck_go[2], ck_ack, ck_fin[2]; /* messages of the checkpoint protocol (see srv_ckpt_round) */
     int64_t *acks;                    /* server 0: (world) acks */
     int *s_go, *r_ack, *s_fin;        /* server 0: per world rank (-1: none) */
     int s_ack, r_fin;                 /* server k > 0 */
@@ -95,17 +95,17 @@ typedef struct {
 static inline long srv_iteration(const srv *sv) { return sv->rules->iteration(sv); }
 
 /* server_worker.c */
-int worker_run(trainer *t);
-void wait_or_die(comm_set *set, int i, double timeout, const char *what);
+int srv_worker_run(trainer *t);
+void srv_wait_or_die(comm_set *set, int i, double timeout, const char *what);
 
 /* server.c */
-void dropped_reserve(srv *sv, long n);
-void bn_average(const srv *sv, float *bn, size_t nbn);
+void srv_dropped_reserve(srv *sv, long n);
+void srv_bn_average(const srv *sv, float *bn, size_t nbn);
 
 /* server_pause.c */
 void srv_void_round(server_ctx *c);
 int server_load(server_ctx *c);
-int ckpt_round(server_ctx *c);
-int ckpt_participate(server_ctx *c);
+int srv_ckpt_round(server_ctx *c);
+int srv_ckpt_participate(server_ctx *c);
 
 #endif

@@ -70,7 +70,7 @@ static int server_save(server_ctx *c, long label) {
             int64_t *fl = xmalloc((size_t)p * sizeof(int64_t));
             for (int i = 0; i < p; i++) fl[i] = sv->failed[i];
             float *avg = xcalloc(nbn ? nbn : 1, sizeof(float));
-            bn_average(sv, avg, nbn);
+            srv_bn_average(sv, avg, nbn);
             rc = ckpt_put_i64(f, "failed", fl, (size_t)p) || ckpt_put_f32(f, "bn_average", avg, nbn);
             free(fl), free(avg);
             rc = ckpt_put_i64(f, "server0", s0, 9) || ckpt_put_i64(f, "staleness_histogram", (const int64_t *)sv->hist, (size_t)sv->hist_bins) ||
@@ -110,7 +110,7 @@ int server_load(server_ctx *c) {
             float *bn = xcalloc((size_t)p * (nbn ? nbn : 1), sizeof(float));
             rc = ckpt_get_i64(f, "server0", s0, 9);
             if (!rc && (s0[7] < 0 || s0[7] > t->e->iterations)) rc = -1; /* a count of steps this run cannot have */
-            if (!rc) dropped_reserve(sv, (long)s0[7]);
+            if (!rc) srv_dropped_reserve(sv, (long)s0[7]);
             rc = rc || ckpt_get_i64(f, "staleness_histogram", (int64_t *)sv->hist, (size_t)sv->hist_bins) ||
                  ckpt_get_i64(f, "dropped", (int64_t *)sv->dropped, (size_t)sv->dropped_len) ||
                  ckpt_get_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_get_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
@@ -151,7 +151,7 @@ static void srv_unpause(srv *sv) {
 
 /* Server 0, every live worker paused and no evaluation pending: the checkpoint round. Returns 0
  * (go on), EXIT_INTERRUPTED (stop after a SIGTERM) or EXIT_RUNTIME (a rank could not write). */
-int ckpt_round(server_ctx *c) {
+int srv_ckpt_round(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
     const double tmo = t->e->comm_timeout_s, t0 = wall_time();
@@ -162,7 +162,7 @@ int ckpt_round(server_ctx *c) {
     if (!ok) fprintf(stderr, "dsgd-run: checkpoint at iteration %ld not written: %s\n", label, err);
     c->ck_go[0] = label, c->ck_go[1] = ok;
     for (int k = 1; k < S; k++) {
-        wait_or_die(sv->set, c->s_req[k], tmo, "a parameter server (checkpoint)");
+        srv_wait_or_die(sv->set, c->s_req[k], tmo, "a parameter server (checkpoint)");
         c->sreq_out[k] = (msg_hdr){.version = SNAP_CKPT, .steps = label, .stop = ok};
         comm_set_start(sv->set, c->r_ack[p + k]);
         comm_set_start(sv->set, c->s_req[k]);
@@ -172,8 +172,8 @@ int ckpt_round(server_ctx *c) {
     int worst = ok ? server_save(c, label) : EXIT_RUNTIME;
     for (int r = 0; r < p + S; r++) {
         if (r == p || (r < p && !sv->paused[r])) continue;
-        if (r < p) wait_or_die(sv->set, c->s_go[r], tmo, "a worker (checkpoint)");
-        wait_or_die(sv->set, c->r_ack[r], tmo, r < p ? "a worker (checkpoint)" : "a parameter server (checkpoint)");
+        if (r < p) srv_wait_or_die(sv->set, c->s_go[r], tmo, "a worker (checkpoint)");
+        srv_wait_or_die(sv->set, c->r_ack[r], tmo, r < p ? "a worker (checkpoint)" : "a parameter server (checkpoint)");
         if (c->acks[r] > worst) worst = (int)c->acks[r];
     }
     if (worst) ckpt_abandon(t->ckpt_dir, label);
@@ -186,7 +186,7 @@ int ckpt_round(server_ctx *c) {
     for (int r = 0; r < p + S; r++)
         if (r != p && (r >= p || sv->paused[r])) comm_set_start(sv->set, c->s_fin[r]);
     for (int r = 0; r < p + S; r++)
-        if (r != p && (r >= p || sv->paused[r])) wait_or_die(sv->set, c->s_fin[r], tmo, "a rank (checkpoint)");
+        if (r != p && (r >= p || sv->paused[r])) srv_wait_or_die(sv->set, c->s_fin[r], tmo, "a rank (checkpoint)");
     if (!worst) {
         t->n_checkpoints++;
         printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0);
@@ -200,7 +200,7 @@ int ckpt_round(server_ctx *c) {
 }
 
 /* Server k > 0, asked by server 0 and every live worker paused: write, ack, learn the verdict. */
-int ckpt_participate(server_ctx *c) {
+int srv_ckpt_participate(server_ctx *c) {
     srv *sv = &c->sv;
     const double tmo = sv->t->e->comm_timeout_s;
     const long label = c->go;
@@ -208,8 +208,8 @@ int ckpt_participate(server_ctx *c) {
     comm_set_start(sv->set, c->r_fin);
     c->ck_ack = c->go_ok ? server_save(c, label) : EXIT_RUNTIME;
     comm_set_start(sv->set, c->s_ack);
-    wait_or_die(sv->set, c->s_ack, tmo, "the first parameter server (checkpoint)");
-    wait_or_die(sv->set, c->r_fin, tmo, "the first parameter server (checkpoint)");
+    srv_wait_or_die(sv->set, c->s_ack, tmo, "the first parameter server (checkpoint)");
+    srv_wait_or_die(sv->set, c->r_fin, tmo, "the first parameter server (checkpoint)");
     srv_unpause(sv);
     return c->ck_fin[0] ? EXIT_RUNTIME : c->ck_fin[1] ? EXIT_INTERRUPTED : 0;
 }

@@ -68,7 +68,7 @@ static void worker_free(wstate *w) {
     free(w->s_hdr), free(w->s_data), free(w->r_hdr), free(w->r_data);
 }
 
-void wait_or_die(comm_set *set, int i, double timeout, const char *what) {
+void srv_wait_or_die(comm_set *set, int i, double timeout, const char *what) {
     if (comm_set_wait(set, i, timeout) != 0) comm_timeout_abort(what);
 }
 
@@ -102,18 +102,18 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
     double t1 = wall_time();
     int stop = STOP_DONE;
     for (int k = 0; k < w->S; k++) {
-        wait_or_die(w->set, w->s_hdr[k], timeout, "a parameter server (sending)");
+        srv_wait_or_die(w->set, w->s_hdr[k], timeout, "a parameter server (sending)");
         if (kind != MSG_EXCHANGE) continue;
-        wait_or_die(w->set, w->s_data[k], timeout, "a parameter server (sending)");
-        wait_or_die(w->set, w->r_hdr[k], timeout, "a parameter server's reply");
-        wait_or_die(w->set, w->r_data[k], timeout, "a parameter server's reply");
+        srv_wait_or_die(w->set, w->s_data[k], timeout, "a parameter server (sending)");
+        srv_wait_or_die(w->set, w->r_hdr[k], timeout, "a parameter server's reply");
+        srv_wait_or_die(w->set, w->r_data[k], timeout, "a parameter server's reply");
         int s = w->rhdr[k].stop;
         if (w->rhdr[k].sig > w->relay) w->relay = w->rhdr[k].sig;
         /* the strongest: diverged, then pause (voided), pause, go on, done (only if all say so) */
         static const int rank_of[] = {[STOP_DONE] = 0, [STOP_NO] = 1, [STOP_CKPT] = 2, [STOP_CKPT_VOID] = 3, [STOP_DIVERGED] = 4};
         if (k == 0 || rank_of[s] > rank_of[stop]) stop = s;
     }
-    if (kind == MSG_EXCHANGE && w->s_bn >= 0) wait_or_die(w->set, w->s_bn, timeout, "a parameter server (sending)");
+    if (kind == MSG_EXCHANGE && w->s_bn >= 0) srv_wait_or_die(w->set, w->s_bn, timeout, "a parameter server (sending)");
     double t2 = wall_time();
     t->times.comm_s += t2 - t0;
     t->times.wait_s += t2 - t1;
@@ -131,7 +131,7 @@ static int worker_pause(trainer *t, wstate *w, long steps) {
     comm_set_start(w->set, w->r_fin);
     worker_exchange(t, w, MSG_PAUSE, steps);
     double t0 = wall_time();
-    wait_or_die(w->set, w->r_go, timeout, "the first parameter server (checkpoint)");
+    srv_wait_or_die(w->set, w->r_go, timeout, "the first parameter server (checkpoint)");
     char err[ERRLEN] = "";
     if (w->go[1]) {
         ckpt_file *f = ckpt_create(t->ckpt_dir, (long)w->go[0], t->rank, err, sizeof err);
@@ -150,8 +150,8 @@ static int worker_pause(trainer *t, wstate *w, long steps) {
     }
     w->ack = err[0] ? EXIT_RUNTIME : 0;
     comm_set_start(w->set, w->s_ack);
-    wait_or_die(w->set, w->s_ack, timeout, "the first parameter server (checkpoint)");
-    wait_or_die(w->set, w->r_fin, timeout, "the first parameter server (checkpoint)");
+    srv_wait_or_die(w->set, w->s_ack, timeout, "the first parameter server (checkpoint)");
+    srv_wait_or_die(w->set, w->r_fin, timeout, "the first parameter server (checkpoint)");
     t->times.comm_s += wall_time() - t0;
     w->relay = CKPT_SIG_NONE;
     ckpt_signal_clear_save();
@@ -209,12 +209,12 @@ static int worker_exchange_and_pause(trainer *t, wstate *w, long steps, int *sta
 static void worker_bye(trainer *t, wstate *w) {
     for (;;) {
         comm_set_start(w->set, w->r_hdr[0]);
-        wait_or_die(w->set, w->r_hdr[0], t->e->comm_timeout_s, "the first parameter server (waiting for the end of the run)");
+        srv_wait_or_die(w->set, w->r_hdr[0], t->e->comm_timeout_s, "the first parameter server (waiting for the end of the run)");
         if (w->rhdr[0].stop == STOP_DONE) return;
     }
 }
 
-int worker_run(trainer *t) {
+int srv_worker_run(trainer *t) {
     const experiment *e = t->e;
     const server_rules *R = t->method->rules;
     model *net = t->net;
