@@ -628,6 +628,28 @@ START_TEST(test_set_errors) {
     EXPECT_SET_ERROR("", "alpha={bse=1;}", "--set alpha={bse=1;}: unknown key 'alpha.bse'; did you mean 'alpha.base'?");
     EXPECT_SET_ERROR("", "seed=5000000000", "--set seed=5000000000: integer 5000000000 does not fit in 32 bits");
     EXPECT_SET_ERROR("", "overwrite=yes", "--set overwrite=yes: key 'overwrite': cannot read 'yes'");
+    /* enum values: another case or a small slip gets the name meant; anything else does not */
+    EXPECT_SET_ERROR("", "precision=\"BF16\"", "--set precision=\"BF16\": key 'precision'", "got a string \"BF16\"; did you mean \"bf16\"?");
+    EXPECT_SET_ERROR("", "method=\"alreduce\"", "got a string \"alreduce\"; did you mean \"allreduce\"?");
+    EXPECT_SET_ERROR("", "method=\"Gossip_Push\"", "did you mean \"gossip_push\"?");
+    EXPECT_SET_ERROR("", "method=\"xyz\"", "got a string \"xyz\"");
+    ck_assert_msg(!strstr(err, "did you mean"), "%s", err);
+    /* the key that asked for the JPEG path is blamed where it was set, data.dir being unset */
+    EXPECT_SET_ERROR("", "data.format=\"jpeg\"", "--set data.format=\"jpeg\": key 'data.format': \"jpeg\" needs key 'data.dir'");
+    /* a 100 kB value is shown by its beginning: the message after it is whole */
+    enum { LONG = 100000 };
+    static char big[LONG + 64];
+    const char *forms[][2] = {{"name=\"", "\""}, {"method=\"", "\""}, {"p=", ""}};
+    const char *ends[] = {"(100007 bytes): key 'name': expected a string of at most 127 characters, got one of 100000",
+                          "key 'method': expected one of", "(100002 bytes): an integer of 100000 digits does not fit in 32 bits"};
+    for (int k = 0; k < 3; k++) {
+        int n = snprintf(big, sizeof big, "%s", forms[k][0]);
+        memset(big + n, k == 2 ? '9' : 'x', LONG);
+        snprintf(big + n + LONG, sizeof big - (size_t)(n + LONG), "%s", forms[k][1]);
+        EXPECT_SET_ERROR("", big, ends[k]);
+        ck_assert_msg(strlen(err) < 600, "%zu-byte message", strlen(err));
+        if (k == 1) ck_assert_msg(strstr(err, "got a string of 100000 characters, \"xxxx") && !strcmp(err + strlen(err) - 5, "x\"..."), "%s", err);
+    }
     /* a cross-key error after an override points at the key that breaks it, in the file */
     EXPECT_SET_ERROR("b = 8;\nalpha = { steps = [500]; };\n", "iterations=100", ":2: key 'alpha.steps'", "iterations (100)", "= 500");
     ck_assert_msg(strstr(err, path), "%s", err);

@@ -33,6 +33,9 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Small helpers                                                                             */
 
+/* Values longer than this are shown by their beginning in messages. */
+enum { SHOWN_CHARS = 120 };
+
 /* Describe a libconfig setting as found: "a string \"abc\"", "an integer 5", "a group". */
 static void found_text(const config_setting_t *s, char *buf, size_t n) {
     size_t len = 0;
@@ -49,10 +52,17 @@ static void found_text(const config_setting_t *s, char *buf, size_t n) {
         config_put(buf, n, &len, "a float %s", num);
         break;
     case CONFIG_TYPE_BOOL: config_put(buf, n, &len, "a boolean %s", config_setting_get_bool(s) ? "true" : "false"); break;
-    case CONFIG_TYPE_STRING:
-        config_put(buf, n, &len, "a string ");
-        config_put_quoted(buf, n, &len, config_setting_get_string(s));
+    case CONFIG_TYPE_STRING: {
+        const char *v = config_setting_get_string(s);
+        const size_t vl = strlen(v);
+        char head[SHOWN_CHARS + 1];
+        snprintf(head, sizeof head, "%s", v); /* a long value by its beginning, so the message ends */
+        if (vl > SHOWN_CHARS) config_put(buf, n, &len, "a string of %zu characters, ", vl);
+        else config_put(buf, n, &len, "a string ");
+        config_put_quoted(buf, n, &len, head);
+        if (vl > SHOWN_CHARS) config_put(buf, n, &len, "...");
         break;
+    }
     case CONFIG_TYPE_GROUP: config_put(buf, n, &len, "a group { ... }"); break;
     case CONFIG_TYPE_ARRAY: config_put(buf, n, &len, "an array [ ... ]"); break;
     case CONFIG_TYPE_LIST: config_put(buf, n, &len, "a list ( ... )"); break;
@@ -70,7 +80,10 @@ typedef struct {
 } origin;
 
 static void origin_text(const origin *o, char *buf, size_t n) {
-    if (o->set) snprintf(buf, n, "--set %s", o->set);
+    const size_t len = o->set ? strlen(o->set) : 0;
+    /* a long --set by its beginning and length, so that the message after it is never cut off */
+    if (o->set && len > SHOWN_CHARS) snprintf(buf, n, "--set %.*s... (%zu bytes)", SHOWN_CHARS, o->set, len);
+    else if (o->set) snprintf(buf, n, "--set %s", o->set);
     else if (o->line > 0) snprintf(buf, n, "%s:%d", o->file, o->line);
     else snprintf(buf, n, "%s", o->file);
 }
@@ -185,6 +198,8 @@ static int scan_int_literals(const char *t, origin *o, int depth, char *err, siz
             unsigned long long lim = l64 ? (neg ? 1ull << 63 : (1ull << 63) - 1) : (neg ? 1ull << 31 : (1ull << 31) - 1);
             if (big || mag > lim) {
                 int w = (int)(e_ - s);
+                if (w > SHOWN_CHARS)
+                    return oerr(err, errlen, o, "an integer of %d digits does not fit in %d bits", w, l64 ? 64 : 32);
                 if (l64) return oerr(err, errlen, o, "integer %.*s does not fit in 64 bits", w, t + s);
                 return oerr(err, errlen, o,
                             "integer %.*s does not fit in 32 bits; write %.*sL for a 64-bit integer "
@@ -293,6 +308,8 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
                 *FIELD(e, d, int) = i;
                 return 0;
             }
+        const char *near = config_value_suggest(d, v);
+        if (near) return oerr(err, errlen, o, "key '%s': expected %s, got %s; did you mean \"%s\"?", d->key, want, got, near);
         return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
     }
     case KT_LIST: {
@@ -630,9 +647,13 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
                   "through MPI (use comm = \"mpi\")", method_name(e->method));
     /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
     const int jpeg = e->data.format == FORMAT_JPEG;
-    if (!st && jpeg && !e->data.dir[0])
-        st = oerr(err, errlen, &origins[config_key_find("data.dir") - config_keys],
-                  "key 'data.dir': data.format = \"jpeg\" needs the pack directory (the OUT of dsgd-run --pack SRC OUT)");
+    const origin *dir_o = &origins[config_key_find("data.dir") - config_keys];
+    if (!st && jpeg && !e->data.dir[0] && !dir_o->set && dir_o->line == 0) /* not set anywhere: blame the format */
+        st = oerr(err, errlen, &origins[config_key_find("data.format") - config_keys],
+                  "key 'data.format': \"jpeg\" needs key 'data.dir', the pack directory (the OUT of dsgd-run --pack SRC "
+                  "OUT), which is not set");
+    else if (!st && jpeg && !e->data.dir[0])
+        st = oerr(err, errlen, dir_o, "key 'data.dir': data.format = \"jpeg\" needs the pack directory (the OUT of dsgd-run --pack SRC OUT)");
     if (!st && jpeg && e->data.augment == AUGMENT_SCALE && e->data.crop > e->data.scale[0])
         st = oerr(err, errlen, &origins[config_key_find("data.crop") - config_keys],
                   "key 'data.crop': a %d-pixel crop does not fit the smallest shorter side of data.scale = [%d, %d] (%s); "

@@ -71,6 +71,10 @@ extern const int config_n_keys;
 const key_def *config_key_find(const char *key);
 int config_key_is_group(const char *path);
 const char *config_key_suggest(const char *unknown);
+/* The name of enum key d closest to an unknown value v, or NULL: the same name in another case
+ * ("BF16" -> "bf16"), else the nearest by edit distance when it is small (≤ 2 and ≤ half the
+ * length: "alreduce" -> "allreduce"). */
+const char *config_value_suggest(const key_def *d, const char *v);
 long long config_get_int(const key_def *d, const experiment *e);
 void config_set_int(const key_def *d, experiment *e, long long v);
 int *config_list_n(const key_def *d, experiment *e);

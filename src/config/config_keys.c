@@ -6,6 +6,7 @@
 
 #include "util/util.h"
 
+#include <ctype.h>
 #include <limits.h>
 #include <string.h>
 /* The names of each enum's values, in the order of its enum (config.h). */
@@ -277,6 +278,20 @@ static int edit_distance(const char *a, const char *b) {
         }
     }
     return row[lb];
+}
+
+const char *config_value_suggest(const key_def *d, const char *v) {
+    char low[64];
+    size_t n = strlen(v);
+    if (n >= sizeof low) return NULL;
+    for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)v[i]);
+    const char *best = NULL;
+    int bestd = 1000;
+    for (int i = 0; i < d->n_names; i++) {
+        const int dist = edit_distance(low, d->names[i]);
+        if (dist < bestd) bestd = dist, best = d->names[i];
+    }
+    return best && (bestd == 0 || (bestd <= 2 && 2 * bestd <= (int)n)) ? best : NULL;
 }
 
 /* The known key (or group) closest to an unknown one, or NULL: the only key with the same last
