@@ -158,6 +158,15 @@ $(GPU_LIB): $(GPU_OBJ) build/.backend
 $(BIN): build/src/main.o $(LIB) $(GPU_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# The linear-model runs of the MPI tests read a small copy of Fashion-MNIST (test/mpiutil.h,
+# TEST_DATA): the first 10,000 training and 2,000 test images of configs/linear.cfg's files,
+# uncompressed (test/gpu/make_data.sh --raw), made once instead of inflating 60,000 + 10,000
+# images on every rank of every run (docs/testing.md).
+TEST_DATA := build/test-data/val-labels
+$(TEST_DATA): test/gpu/make_data.sh configs/linear.cfg
+	@bash test/gpu/make_data.sh --raw $(@D) 10000 2000 configs/linear.cfg
+build/test/test_methods build/test/test_faults build/test/test_checkpoint: | $(TEST_DATA)
+
 build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h test/jpegutil.h $(wildcard test/gpu/testgpu.h) $(LIB) $(GPU_LIB) build/.cflags | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(CHECK_LIBS) $(LDLIBS)

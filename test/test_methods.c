@@ -1,5 +1,6 @@
 /* test_methods.c — every distributed SGD method end to end under mpiexec, on the linear model
- * (multinomial logistic regression, seconds per run) and Fashion-MNIST: equality with plain
+ * (multinomial logistic regression, seconds per run) and make's subset of Fashion-MNIST (10,000
+ * training and 2,000 test images, TEST_DATA in mpiutil.h): equality with plain
  * SGD at p = 1, convergence within a stated tolerance of plain SGD, the method-specific records
  * (staleness, dropped gradients), straggler and failure injection, p = 16 ranks on this
  * machine, and world-size errors. Every mpiexec runs under `timeout` (mpiutil.h). */
@@ -15,8 +16,9 @@
 
 static char g_dir[256];
 
-/* The linear model, α = 0.02 cosine, 2 epochs at m = 64 unless a test overrides. */
-static const char *LIN = "name = \"lin\";\nseed = 3;\nmodel = { arch = \"linear\"; };\n";
+/* The linear model on make's Fashion-MNIST subset (TEST_DATA, mpiutil.h), α = 0.02 cosine,
+ * 1874 steps at m = 64 unless a test overrides. */
+static const char *LIN = "name = \"lin\";\nseed = 3;\nmodel = { arch = \"linear\"; };\n" TEST_DATA;
 /* Keys (or groups) a test may set; this value is used where it does not. */
 static const char *const LIN_DEFAULTS[][2] = {{"b", "32"},
                                               {"iterations", "1874"},
@@ -94,7 +96,8 @@ END_TEST
 
 /* Every method at p = 4 ends within a stated tolerance of plain SGD with the same budget
  * (1874 iterations at m = 128): final validation loss ≤ 1.15 × SGD's and top-1 error ≤ SGD's
- * + 0.02. Measured: SGD 0.442 / 0.156; every method within 0.05 in loss. */
+ * + 0.02. Measured on the subset: SGD 0.455 / 0.159; every method within 0.04 in loss (on the
+ * whole set: SGD 0.442 / 0.156, within 0.05). */
 START_TEST(test_methods_converge) {
     char ref[512], h5[512], out[1 << 14];
     int st = run_lin("conv_sgd", 1, "method = \"allreduce\";\np = 1;\nb = 128;\n", ref, out, sizeof out);
@@ -367,6 +370,7 @@ START_TEST(test_world_size_error) {
 END_TEST
 
 int main(void) {
+    if (test_data_missing()) return 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/dsgd_test_methods_%d", (int)getpid());
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", g_dir, g_dir);
