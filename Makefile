@@ -327,3 +327,13 @@ bench-data: build/bench_data
 .PHONY: bench-e2e-data
 bench-e2e-data: $(BIN)
 	/usr/bin/python3 tools/bench_e2e_data.py
+
+# ---- bench-stragglers (owner: src/methods): ms per step of every method at p = 4 on the linear
+# model, undisturbed and with worker 1 delayed on every step, and whether each waits for it
+# (tools/bench_stragglers.py: the wall-clock half of test_methods' straggler test, which on a
+# loaded 2-core machine is a measurement, not an invariant; docs/testing.md). Options in
+# BENCH_STRAGGLERS, e.g. BENCH_STRAGGLERS="--methods allreduce,ps --delay-ms 100".
+BENCH_STRAGGLERS ?=
+.PHONY: bench-stragglers
+bench-stragglers: $(BIN) $(TEST_DATA) build/bin/mpiexec
+	PATH="$(CURDIR)/build/bin:$$PATH" /usr/bin/python3 tools/bench_stragglers.py $(BENCH_STRAGGLERS)
