@@ -4,21 +4,25 @@
 # against the tests' summed time. Exit 1 if a test failed or has no result (it did not run).
 dir=$1
 shift
-n=0 failed="" sum=0
+n=0 nfailed=0 failed="" sum=0
 for name in "$@"; do
     n=$((n + 1))
     if [ -f "$dir/$name.result" ]; then
         read -r st secs rc < "$dir/$name.result"
         sum=$(echo "$sum $secs" | awk '{print $1 + $2}')
-        [ "$st" = ok ] || failed="$failed $name"
+        [ "$st" = ok ] && continue
+        failed="$failed FAILED: $name (exit $rc; log $dir/$name.log)
+"
     else
-        failed="$failed $name(not run)"
+        failed="$failed FAILED: $name (did not run)
+"
     fi
+    nfailed=$((nfailed + 1))
 done
 wall=$(( $(date +%s) - $(cat "$dir/.start" 2>/dev/null || date +%s) ))
-echo "make check: $n tests, $(echo "$failed" | wc -w) failed; $(printf '%.0f' "$sum") s of test time in $wall s (logs: $dir/)"
-if [ -n "$failed" ]; then
-    for f in $failed; do echo "FAILED: $f"; done
+echo "make check: $n tests, $nfailed failed; $(printf '%.0f' "$sum") s of test time in $wall s (logs: $dir/)"
+if [ $nfailed -gt 0 ]; then
+    printf '%s' "$failed" | sed 's/^ //'
     echo "some tests FAILED"
     exit 1
 fi

@@ -19,6 +19,6 @@ if [ $rc -eq 0 ]; then
 else
     echo "FAILED $secs $rc" > "$dir/$name.result"
     { echo "FAILED: $name (exit $rc$( [ $rc -ge 124 ] && echo ": timed out or killed"), $secs s); its output ($log):"
-      cat "$log"; echo "(end of $name)"; } 
+      cat "$log"; echo "(end of $name)"; }
 fi
 exit 0
