@@ -158,6 +158,15 @@ $(GPU_LIB): $(GPU_OBJ) build/.backend
 $(BIN): build/src/main.o $(LIB) $(GPU_LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+# The linear-model runs of the MPI tests read a small copy of Fashion-MNIST (test/mpiutil.h,
+# TEST_DATA): the first 10,000 training and 2,000 test images of configs/linear.cfg's files,
+# uncompressed (test/gpu/make_data.sh --raw), made once instead of inflating 60,000 + 10,000
+# images on every rank of every run (docs/testing.md).
+TEST_DATA := build/test-data/val-labels
+$(TEST_DATA): test/gpu/make_data.sh configs/linear.cfg
+	@bash test/gpu/make_data.sh --raw $(@D) 10000 2000 configs/linear.cfg
+build/test/test_methods build/test/test_faults build/test/test_checkpoint: | $(TEST_DATA)
+
 build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h test/jpegutil.h $(wildcard test/gpu/testgpu.h) $(LIB) $(GPU_LIB) build/.cflags | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(CHECK_LIBS) $(LDLIBS)
@@ -215,15 +224,35 @@ run: deps
 	@$(MAKE) --no-print-directory $(BIN)
 	$(if $(MPIEXEC_ENV),env $(strip $(MPIEXEC_ENV)) )$(MPIEXEC) -n $(NP) ./$(BIN) $(RUN_ARGS) $(CONFIG)
 
-# Every test binary runs under a timeout so that a hang fails instead of stalling CI. The layer
-# and model tests run again under each lower ISA level the CPU offers (test/run-isa.sh).
+# Every test program and script is one make target (check-run/PATH; the layer and model tests
+# again under each lower ISA level the CPU offers, check-isa/LEVEL/PATH with test/isa-levels.sh's
+# ONEDNN_MAX_CPU_ISA caps), so that `make -j2 check` runs two at a time. test/run-one.sh runs each
+# under a timeout (a hang fails instead of stalling CI) with its output in build/check/PATH.log
+# (build/check/isa-LEVEL/PATH.log), printed if it fails; test/check-summary.sh then counts the
+# results and fails if one failed. The longest first, so that the last slot to finish is not one
+# long test started late. docs/testing.md.
+CHECK_SLOW  := build/test/test_faults build/test/test_methods build/test/test_jpeg_learn build/test/test_model \
+               build/test/test_checkpoint build/test/test_mpi test/test_tools.sh build/mock/test_gpu_overlap
+CHECK_ISA   := $(foreach l,$(shell sh test/isa-levels.sh),check-isa/$(l)/build/test/test_model check-isa/$(l)/build/test/test_layers)
+CHECK_RUNS  := $(addprefix check-run/,$(filter $(TESTS) $(MOCK_TEST) test/test_tools.sh,$(CHECK_SLOW))) $(CHECK_ISA) \
+               $(addprefix check-run/,$(filter-out $(CHECK_SLOW),$(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/hdf5-api.sh))
+CHECK_ENV   := PATH="$(CURDIR)/build/bin:$$PATH" CC="$(CC)" ONEDNN_CFLAGS="$(ONEDNN_CFLAGS)"
+
 check: deps
-	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST) build/bin/mpiexec
+	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST) build/bin/mpiexec $(TEST_DATA)
 	@$(if $(MOCK_TEST),,echo "SKIPPED: test/gpu/mock (no CUDA / cuDNN headers under $(CUDA_HOME)/include)")
 	@echo "MPI launcher for the tests: $(MPIEXEC) (the MPI of CC = $(CC): $(or $(MPI_IMPL),unknown))"
-	@PATH="$(CURDIR)/build/bin:$$PATH" CC="$(CC)" ONEDNN_CFLAGS="$(ONEDNN_CFLAGS)" sh test/run-tests.sh $(TESTS) $(GPU_TESTS) \
-	    $(MOCK_TEST) test/gpu/nogpu.sh test/test_tools.sh test/hdf5-api.sh
-	@PATH="$(CURDIR)/build/bin:$$PATH" sh test/run-isa.sh build/test/test_layers build/test/test_model
+	@rm -rf build/check && mkdir -p build/check && date +%s > build/check/.start
+	@$(MAKE) --no-print-directory check-runs
+	@sh test/check-summary.sh build/check $(patsubst check-run/%,%,$(patsubst check-isa/%,isa-%,$(CHECK_RUNS)))
+
+# The tests alone (after make check has built everything), in make's job slots.
+.PHONY: check-runs $(CHECK_RUNS)
+check-runs: $(CHECK_RUNS)
+$(filter check-run/%,$(CHECK_RUNS)): check-run/%:
+	@$(CHECK_ENV) sh test/run-one.sh build/check $* $*
+$(filter check-isa/%,$(CHECK_RUNS)): check-isa/%:
+	@$(CHECK_ENV) ONEDNN_MAX_CPU_ISA=$(firstword $(subst /, ,$*)) sh test/run-one.sh build/check isa-$* $(patsubst $(firstword $(subst /, ,$*))/%,%,$*)
 
 # `mpiexec` for the tests: the launcher of the MPI dsgd-run is built with (MPIEXEC); a script,
 # not a link, as Hydra finds its proxy next to the path it was started as. For Open MPI it also
@@ -319,3 +348,13 @@ bench-data: build/bench_data
 .PHONY: bench-e2e-data
 bench-e2e-data: $(BIN)
 	/usr/bin/python3 tools/bench_e2e_data.py
+
+# ---- bench-stragglers (owner: src/methods): ms per step of every method at p = 4 on the linear
+# model, undisturbed and with worker 1 delayed on every step, and whether each waits for it
+# (tools/bench_stragglers.py: the wall-clock half of test_methods' straggler test, which on a
+# loaded 2-core machine is a measurement, not an invariant; docs/testing.md). Options in
+# BENCH_STRAGGLERS, e.g. BENCH_STRAGGLERS="--methods allreduce,ps --delay-ms 100".
+BENCH_STRAGGLERS ?=
+.PHONY: bench-stragglers
+bench-stragglers: $(BIN) $(TEST_DATA) build/bin/mpiexec
+	PATH="$(CURDIR)/build/bin:$$PATH" /usr/bin/python3 tools/bench_stragglers.py $(BENCH_STRAGGLERS)

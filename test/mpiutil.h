@@ -15,6 +15,26 @@
 #define MPI_TIMEOUT "120"
 #endif
 
+/* The data group of the linear-model runs: the first 10,000 training and 2,000 test images of
+ * Fashion-MNIST as uncompressed IDX files, written once by make (build/test-data, the Makefile's
+ * TEST_DATA; test/gpu/make_data.sh --raw), so that the many short runs do not each inflate the
+ * whole set (60,000 + 10,000 images) on every rank. Relative to the repository root, where the
+ * tests run. Tests whose assertions need the whole set (an epoch length, 10,000 evaluation
+ * images, a reached top-1 error) keep the default paths: docs/testing.md. */
+#define TEST_DATA_DIR "build/test-data"
+#define TEST_DATA                                                                                    \
+    "data = { train_images = \"" TEST_DATA_DIR "/train-images\"; train_labels = \"" TEST_DATA_DIR \
+    "/train-labels\";\n  val_images = \"" TEST_DATA_DIR "/val-images\"; val_labels = \"" TEST_DATA_DIR "/val-labels\"; };\n"
+
+/* 0 if the subset is there; else says how to make it, and 1 (a test's main() returns it). */
+static inline int test_data_missing(void) {
+    FILE *f = fopen(TEST_DATA_DIR "/val-labels", "rb");
+    if (f) return fclose(f), 0;
+    fprintf(stderr, "no " TEST_DATA_DIR "/val-labels: run the tests from the repository root after `make " TEST_DATA_DIR
+                    "` (make check does it)\n");
+    return 1;
+}
+
 static inline void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     ck_assert_msg(f != NULL, "cannot write %s", path);

@@ -31,8 +31,9 @@ static char g_dir[256];
 #define TMO 4.0 /* comm_timeout_s of these runs */
 static int g_open_mpi; /* dsgd-run is built on Open MPI (make check-openmpi) */
 
-/* Steps of ~5 ms (an injected delay on every worker), so that a run lasts long enough to be hit. */
-static const char *BASE = "name = \"lin\";\nseed = 3;\nmodel = { arch = \"linear\"; };\nb = 32;\nlog_every = 50;\n"
+/* Steps of ~5 ms (an injected delay on every worker), so that a run lasts long enough to be hit;
+ * make's Fashion-MNIST subset (TEST_DATA, mpiutil.h). */
+static const char *BASE = "name = \"lin\";\nseed = 3;\nmodel = { arch = \"linear\"; };\nb = 32;\nlog_every = 50;\n" TEST_DATA
                           "alpha = { base = 0.02; schedule = \"cosine\"; };\ncomm_timeout_s = 4.0;\n";
 
 static double now_s(void) {
@@ -409,7 +410,7 @@ START_TEST(test_server_bn_average) {
     snprintf(h5, sizeof h5, "%s/bn.h5", g_dir);
     snprintf(text, sizeof text,
              "name = \"bn\";\nseed = 4;\nmethod = \"ps\";\np = 3;\nb = 8;\niterations = 200;\nlog_every = 10;\n"
-             "model = { arch = \"resnet18\"; width = 4; stem = \"cifar\"; };\n"
+             "model = { arch = \"resnet18\"; width = 4; stem = \"cifar\"; };\n" TEST_DATA
              "eval = { every = 200; batch = 500; at_start = false; };\n"
              "inject = { fail_rank = 1; fail_step = 5; };\noutput = \"%s\";\noverwrite = true;\n", h5);
     write_file(cfg, text);
@@ -458,6 +459,7 @@ START_TEST(test_server_bn_average) {
 END_TEST
 
 int main(void) {
+    if (test_data_missing()) return 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/dsgd_test_faults_%d", (int)getpid());
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", g_dir, g_dir);

@@ -677,7 +677,7 @@ START_TEST(test_softmax_xent) {
 }
 END_TEST
 
-/* Under make check's ISA caps (test/run-isa.sh), the cap is the ISA oneDNN really runs. */
+/* Under make check's ISA caps (test/isa-levels.sh), the cap is the ISA oneDNN really runs. */
 START_TEST(test_isa_cap) {
     const char *cap = getenv("ONEDNN_MAX_CPU_ISA");
     if (!cap || !*cap || !strcasecmp(cap, "ALL")) return;

@@ -205,8 +205,8 @@ static void reference_case(const char *file, model_stem stem) {
 
 /* precision bf16 on the CPU (nn/layers.h conv_init): against torchvision's fp32 within bf16's
  * bounds, and measurably different from fp32 — where the CPU runs bf16 natively; elsewhere (an
- * AVX2 node, or under run-isa.sh's ONEDNN_MAX_CPU_ISA caps) model_create must refuse it and say
- * why. */
+ * AVX2 node, or under make check's ONEDNN_MAX_CPU_ISA caps, test/isa-levels.sh) model_create
+ * must refuse it and say why. */
 static void bf16_case(const char *file, model_stem stem) {
     if (nn_bf16_native()) {
         reference_case_prec(file, stem, MODEL_BF16, TOL_BF16);

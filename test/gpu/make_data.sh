@@ -1,17 +1,22 @@
 #!/bin/bash
 # make_data.sh — a truncated copy of an IDX data set (MNIST / Fashion-MNIST format) for the GPU
-# check's short training runs (test/gpu/run.sh): the first N_TRAIN training and N_VAL validation
-# images and labels, re-written as valid gzipped IDX files (the item count in each header is
-# changed to the new count; the other dimensions and the bytes of the kept items are unchanged).
+# check's short training runs (test/gpu/run.sh) and for make check's linear-model tests
+# (build/test-data, docs/testing.md): the first N_TRAIN training and N_VAL validation images and
+# labels, re-written as valid IDX files (the item count in each header is changed to the new
+# count; the other dimensions and the bytes of the kept items are unchanged).
 #
-#   test/gpu/make_data.sh OUTDIR [N_TRAIN [N_VAL [CONFIG]]]     defaults: 10000 2000 configs/quickstart.cfg
+#   test/gpu/make_data.sh [--raw] OUTDIR [N_TRAIN [N_VAL [CONFIG]]]   defaults: 10000 2000 configs/quickstart.cfg
 #
 # The source files are the data.* keys of CONFIG. Writes OUTDIR/{train,val}-{images,labels}.gz
-# (names fixed so that run.sh and test/gpu/fmnist_short.cfg find them) and checks each file's
-# decompressed size. Needs bash, gzip, od, head, tail. Exit 0, or 1 with the reason.
+# (names fixed so that run.sh and test/gpu/fmnist_short.cfg find them), gzipped; with --raw
+# uncompressed, without the .gz (read without inflating: make check's many short runs), and
+# checks each file's decompressed size. Needs bash, gzip, od, head, tail. Exit 0, or 1 with the
+# reason.
 set -eu
 
-outdir=${1:?usage: make_data.sh OUTDIR [N_TRAIN [N_VAL [CONFIG]]]}
+ext=.gz
+if [ "${1:-}" = --raw ]; then ext=; shift; fi
+outdir=${1:?usage: make_data.sh [--raw] OUTDIR [N_TRAIN [N_VAL [CONFIG]]]}
 n_train=${2:-10000}
 n_val=${3:-2000}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -67,17 +72,19 @@ truncate_idx() {
     done
     (
         set +o pipefail
-        { printf "$esc"; gzip -dc "$src" | tail -c +$(( hl + 1 )) | head -c $(( n * rec )); } | gzip -9n > "$dst.tmp"
+        { printf "$esc"; gzip -dc "$src" | tail -c +$(( hl + 1 )) | head -c $(( n * rec )); } |
+            if [ -n "$ext" ]; then gzip -9n; else cat; fi > "$dst.tmp"
     )
     local want=$(( hl + n * rec )) got
-    got=$(gzip -dc "$dst.tmp" | wc -c)
+    got=$(gzip -dcf "$dst.tmp" | wc -c)
     [ "$got" -eq "$want" ] || die "$dst: $got bytes after decompression, expected $want"
     mv "$dst.tmp" "$dst"
-    echo "make_data.sh: $dst: $n of $count items ($rec bytes each), $(wc -c < "$dst") bytes gzipped"
+    echo "make_data.sh: $dst: $n of $count items ($rec bytes each), $(wc -c < "$dst") bytes${ext:+ gzipped}"
 }
 
 mkdir -p "$outdir"
-truncate_idx "$(cfg_path train_images)" "$n_train" "$outdir/train-images.gz"
-truncate_idx "$(cfg_path train_labels)" "$n_train" "$outdir/train-labels.gz"
-truncate_idx "$(cfg_path val_images)" "$n_val" "$outdir/val-images.gz"
-truncate_idx "$(cfg_path val_labels)" "$n_val" "$outdir/val-labels.gz"
+
+truncate_idx "$(cfg_path train_images)" "$n_train" "$outdir/train-images$ext"
+truncate_idx "$(cfg_path train_labels)" "$n_train" "$outdir/train-labels$ext"
+truncate_idx "$(cfg_path val_images)" "$n_val" "$outdir/val-images$ext"
+truncate_idx "$(cfg_path val_labels)" "$n_val" "$outdir/val-labels$ext"
