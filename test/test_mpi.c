@@ -203,9 +203,18 @@ START_TEST(test_existing_output_refused) {
     ck_assert(fgets(buf, sizeof buf, f) != NULL);
     fclose(f);
     ck_assert_str_eq(buf, "an earlier run\n");
-    ck_assert_int_eq(dsgd(2, cfg, "--set overwrite=true", out, sizeof out), 0);
+    /* overwrite = true replaces an earlier run file of dsgd-run, never another file */
+    expect_bad(2, cfg, "--set overwrite=true", "key 'output'", "is not a dsgd-run run file");
+    f = fopen(h5, "r");
+    ck_assert(fgets(buf, sizeof buf, f) != NULL);
+    fclose(f);
+    ck_assert_str_eq(buf, "an earlier run\n");
+    ck_assert_int_eq(unlink(h5), 0);
     double s[64];
-    ck_assert_int_eq(read_1d(h5, "/eval/step", s, 64), 2);
+    for (int k = 0; k < 2; k++) { /* a run, then the same run again over it */
+        ck_assert_int_eq(dsgd(2, cfg, k ? "--set overwrite=true" : NULL, out, sizeof out), 0);
+        ck_assert_int_eq(read_1d(h5, "/eval/step", s, 64), 2);
+    }
 }
 END_TEST
 

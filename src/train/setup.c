@@ -180,6 +180,11 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
         if (!e->overwrite)
             return seterr(err, errlen, "%s: key 'output': %s already exists; use --set overwrite=true to replace it or choose another output",
                           config_where("output"), e->output);
+        /* overwrite = true replaces an earlier run file of dsgd-run, never any other file */
+        char version[64] = "", why[ERRLEN] = "";
+        if (ckpt_run_attr(e->output, "dsgd_version", version, sizeof version, why, sizeof why) != 0 || !version[0])
+            return seterr(err, errlen, "%s: key 'output': %s exists and is not a dsgd-run run file%s%.300s; overwrite = true replaces "
+                          "only an earlier run's file: choose another output", config_where("output"), e->output, why[0] ? ": " : "", why);
     }
     char dir[CFG_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", e->output);

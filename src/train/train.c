@@ -219,7 +219,7 @@ void train_log_summary(trainer *t, int status, int why, double train_s) {
     const long m = (long)t->e->p * t->e->b;
     double ips = train_s > 0 ? (double)(t->step * m) / train_s : 0.0;
     printf("%s: %ld steps, %.1f s training%s, %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : status == EXIT_INTERRUPTED ? "interrupted" : "stopped", t->step, train_s,
-           t->e->method == METHOD_ALLREDUCE ? " (evaluation excluded)" : "", ips, m);
+           !t->method->run ? " (evaluation excluded)" : "", ips, m);
     runlog_set_attr_double(t->log, "train_time_s", train_s);
     runlog_set_attr_double(t->log, "images_per_s", ips);
     runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
