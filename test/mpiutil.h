@@ -31,7 +31,7 @@ static inline int test_data_missing(void) {
     FILE *f = fopen(TEST_DATA_DIR "/val-labels", "rb");
     if (f) return fclose(f), 0;
     fprintf(stderr, "no " TEST_DATA_DIR "/val-labels: run the tests from the repository root after `make " TEST_DATA_DIR
-                    "` (make check does it)\n");
+                    "/val-labels` (make check does it)\n");
     return 1;
 }
 
