@@ -176,7 +176,9 @@ const key_def config_keys[] = {
     K_STRING("output", output, "", S_ANY, "path",
              "HDF5 run file; \"\" means runs/<name>.h5; never an input of the run (experiment file, data files), "
              "whatever overwrite says"),
-    K_BOOL("overwrite", overwrite, 0, "replace an existing output file instead of refusing"),
+    K_BOOL("overwrite", overwrite, 0,
+           "replace an existing output that is an earlier run file of dsgd-run instead of refusing (any other file is "
+           "refused whatever overwrite says)"),
     K_ENUM("resume", resume, RESUME_NEVER, resume_names, 0x3u, NULL, "resume modes",
            "never: start afresh (an existing output is refused); auto: continue from the checkpoint and run file "
            "of an earlier run of this experiment if there is a checkpoint, else start afresh (--resume: must continue)"),
