@@ -213,6 +213,10 @@ START_TEST(test_kill_after_periodic) {
     ck_assert_msg(strstr(out, "done:") == NULL, "the run finished before it was killed:\n%s", out);
     long rows = read_1d(h52, "/train/step", ga, MAXR);
     ck_assert_msg(rows >= 10, "only %ld /train rows before the kill", rows);
+    /* Open MPI's ranks are not in the launcher's process group: they go when it notices (1-2 s),
+     * and hold the checkpoint directory's lock until then. Wait for them (bounded). */
+    snprintf(cmd, sizeof cmd, "for i in $(seq 100); do pgrep -f '[d]sgd-run.*%s' >/dev/null || exit 0; sleep 0.1; done; exit 1", cfg2);
+    ck_assert_msg(run(cmd, out, sizeof out) == 0, "processes of the killed run still alive after 10 s");
 
     int st = run_env("", 2, cfg2, NULL, out, sizeof out); /* resume = "auto" */
     ck_assert_msg(st == 0, "resume = auto: exit %d\n%s", st, out);
