@@ -91,7 +91,10 @@ static void nap(long ns) {
 /* The polling wait under every blocking call of this file: test `req`s (n of them; all = 1:
  * until all complete, else until at least one does) with a short burst of immediate tests, then
  * naps doubling from 2 µs to 1 ms. Returns the number completed (Testsome semantics for
- * all = 0, n for all = 1) or -1 after timeout_s. */
+ * all = 0, n for all = 1) or -1 after timeout_s of waiting. A gap of more than COMM_STALL_S
+ * between two tests is time this process did not run (SIGSTOP, a paused VM), not time a peer
+ * kept it waiting: it is not counted, so a rank that wakes up tests its peers for timeout_s
+ * before it gives up on them (comm.h). */
 static double (*g_stop_age)(void); /* seconds since a stop was requested (comm_on_stop), < 0: none */
 static double g_stop_grace_s;
 static void stop_abort(double age);
@@ -115,7 +118,7 @@ static void (*g_wait_hook)(void);
 void comm_on_wait(void (*fn)(void)) { g_wait_hook = fn; }
 
 static int poll_wait_bg(MPI_Request *req, int n, int all, int *idx, MPI_Status *st, double timeout_s, int background) {
-    const double t0 = wall_time();
+    double t0 = wall_time(), prev = t0;
     long napns = NAP_MIN_NS;
     for (;;) {
         if (all) {
@@ -131,6 +134,8 @@ static int poll_wait_bg(MPI_Request *req, int n, int all, int *idx, MPI_Status *
         if (!background && g_note_req != MPI_REQUEST_NULL) note_check();
         if (!background && g_wait_hook) g_wait_hook();
         double now = wall_time();
+        if (now - prev > COMM_STALL_S) t0 += now - prev; /* this process did not run */
+        prev = now;
         if (!background && now - t0 < SPIN_S) {
             sched_yield(); /* a rank that computes on this core goes first */
             continue;

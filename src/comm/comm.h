@@ -28,6 +28,12 @@ void comm_set_workers(int p);
 
 /* Seconds a blocking wait may last before comm_* reports a timeout (default 300). */
 void comm_set_timeout(double seconds);
+/* Seconds between two tests of one wait above which the process is taken not to have run
+ * (stopped by SIGSTOP and woken by SIGCONT, a paused VM): every wait of comm_* and the parameter
+ * servers' silence check leave such a gap out of the time they count, so a rank that wakes up
+ * gives its peers comm_timeout_s from then on (docs/reliability.md). The polling loops test at
+ * least every 1 ms (a server's every 50 ms), far below it. */
+#define COMM_STALL_S 1.0
 
 /* Collective: the largest of every rank's code (0 = fine). Used after each set-up phase so
  * that a rank that failed makes every rank stop together, none left waiting. */

@@ -438,12 +438,17 @@ static void srv_lose(server_ctx *c, int i, double silent) {
     sv->rules->leave(sv, i);
 }
 
-/* Every worker this server owes nothing and has not heard from for comm_timeout_s is given up on. */
+/* Every worker this server owes nothing and has not heard from for comm_timeout_s is given up on.
+ * A gap of more than COMM_STALL_S since the last check is time this server did not run (SIGSTOP,
+ * a paused VM): it is added to every worker's silence clock, not counted against the workers. */
 static void check_silence(server_ctx *c) {
     srv *sv = &c->sv;
     const double now = wall_time(), tmo = sv->t->e->comm_timeout_s;
+    const double stalled = now - c->checked > COMM_STALL_S ? now - c->checked : 0.0;
+    c->checked = now;
     for (int i = 0; i < sv->p; i++) {
         if (sv->left[i]) continue;
+        sv->heard[i] += stalled;
         if (sv->held[i] || sv->paused[i]) sv->heard[i] = now; /* waiting for this server: silence counts from its reply */
         else if (now - sv->heard[i] > tmo) srv_lose(c, i, now - sv->heard[i]);
     }
@@ -457,6 +462,7 @@ static int server_loop(server_ctx *c) {
     comm_barrier();
     c->t_start = c->t_start < 0 ? wall_time() + c->t_start : wall_time(); /* resumed: the time so far */
     for (int i = 0; i < sv->p; i++) sv->heard[i] = wall_time();
+    c->checked = wall_time();
     for (;;) {
         check_silence(c);
         keepalive(c, 0);

@@ -89,6 +89,7 @@ typedef struct {
     char *bye;                        /* server 0: (p) worker i left by a message and waits for the goodbye */
     int n_done;                       /* workers that left by a message (not given up on) */
     double last_beat;                 /* server 0: last keep-alive */
+    double checked;                   /* time of the last silence check (check_silence) */
     char lost_desc[1024];             /* server 0: the run file's `workers_lost` */
 } server_ctx;
 
