@@ -90,5 +90,5 @@ static int backup_runlog_arrays(const experiment *e, runlog_array_spec *a) {
 }
 
 const method_ops method_backup = {
-    .name = "backup", .init = server_init, .run = server_run, .runlog_arrays = backup_runlog_arrays, .rules = &backup_rules,
+    .name = "backup", SERVER_METHOD_OPS, .runlog_arrays = backup_runlog_arrays, .rules = &backup_rules,
 };

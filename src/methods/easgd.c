@@ -78,5 +78,5 @@ static const server_rules easgd_rules = {
 };
 
 const method_ops method_easgd = {
-    .name = "easgd", .init = server_init, .run = server_run, .rules = &easgd_rules,
+    .name = "easgd", SERVER_METHOD_OPS, .rules = &easgd_rules,
 };

@@ -641,6 +641,6 @@ static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
 #define GOSSIP_OPS(kind)                                                                                                  \
     {.name = kind, .init = gossip_init, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
      .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_save,     \
-     .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = 1}
+     .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = METHOD_MEETS_AT_POINTS}
 const method_ops method_gossip_pull = GOSSIP_OPS("gossip_pull");
 const method_ops method_gossip_push = GOSSIP_OPS("gossip_push");

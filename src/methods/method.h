@@ -1,18 +1,22 @@
 /* method.h — one distributed SGD method = one file in src/methods/ exporting a method_ops table
- * (as nccl-tests has one file per collective). allreduce and gossip are clients of the one
- * training loop, train_run (src/train/train.c), which owns the cadence — when to log, evaluate,
- * checkpoint and stop (src/train/cadence.h) — and calls the entries below; the methods with
- * server ranks (ps, easgd, backup) bring the server/worker pair of loops of src/methods/server*.c
- * (`run`), which take their cadence from the same cadence.h. Entries (NULL: not needed):
+ * (as nccl-tests has one file per collective). Every worker rank of every method runs the one
+ * training loop, train_run (src/train/train.c), which calls the entries below and owns the
+ * cadence — when to log, evaluate, checkpoint and stop (src/train/cadence.h) — unless the method
+ * has server ranks (ps, easgd, backup): then the servers keep it (their serve loop,
+ * src/methods/server.c, decides from the same cadence.h) and tell the workers in their replies.
+ * Entries (NULL: not needed):
  *
  *   init      once, after the model is built and initialised identically on every rank
  *   begin     train_run, before a resume and the first evaluation (collective): start what lives
- *             as long as the loop (gossip's communication thread); returns the status every rank
- *             agrees on, having released what it set up when that is not 0 (message printed)
- *   step      every iteration s (0-based) with the step size α_s: this rank's step; returns 1 with
- *             *loss (NaN: non-finite), or 0 when the rank took no step (a failed gossip node).
- *             Lock-step methods (meets = 0) return the mean over the nodes, the same on every
- *             rank, and agree on t->sig inside the step
+ *             as long as the loop (gossip's communication thread; a server method's worker reads
+ *             its checkpoint here); returns the status every rank agrees on, having released
+ *             what it set up when that is not 0 (message printed)
+ *   step      every iteration s (0-based) with the step size α_s: this rank's step; returns
+ *             METHOD_STEP_TOOK with *loss (NaN: non-finite), METHOD_STEP_NONE when the rank took
+ *             no step (a failed gossip node), or METHOD_STEP_END (meets = METHOD_MEETS_SERVERS:
+ *             the servers' reply ended this worker's run; t->step is set). Lock-step methods
+ *             (meets = 0) return the mean over the nodes, the same on every rank, and agree on
+ *             t->sig inside the step
  *   signal    meets = 1, after each step: pass on signals between meeting points; returns 1 when
  *             a signal makes step `done` this node's meeting point for a checkpoint
  *   meet      meets = 1, at meeting points (evaluations, periodic checkpoints, signal meetings),
@@ -24,13 +28,16 @@
  *             `status` and the log rank's writes; a non-finite loss sets *why). NULL:
  *             train_evaluate_and_log
  *   end       after the loop (collective): the method's last records and release; returns status
- *   run       the methods with server ranks: the whole run, in place of train_run's loop
+ *   serve     the methods with server ranks: the whole run of a server rank (t->worker < 0)
  *   runlog_arrays  optional, after init and before training (setup_runlog, on the log rank):
  *             the method's own run-file arrays, which it then writes by their index (runlog.h)
- *   meets     0: lock-step — every step is collective, a non-finite loss and a run-file write
- *             error stop every rank at that step, /ranks rows come with /train rows. 1: the nodes
- *             run on their own and meet (a barrier) at evaluations and checkpoints, where errors
- *             are agreed; /ranks rows are the method's (at evaluations)
+ *   meets     0 (METHOD_MEETS_EVERY_STEP): lock-step — every step is collective, a non-finite
+ *             loss and a run-file write error stop every rank at that step, /ranks rows come
+ *             with /train rows. 1 (METHOD_MEETS_AT_POINTS): the nodes run on their own and meet
+ *             (a barrier) at evaluations and checkpoints, where errors are agreed; /ranks rows
+ *             are the method's (at evaluations). 2 (METHOD_MEETS_SERVERS): the workers never
+ *             meet each other; train_run only steps them, and the servers' replies log,
+ *             evaluate, checkpoint and stop (src/methods/server.h)
  *
  * Methods touch parameters only through the flat vectors of src/nn/model.h and communicate
  * only through src/comm/comm.h. docs/architecture.md has a worked example. */
@@ -51,7 +58,7 @@ struct method_ops {
     void (*quiesce)(trainer *t);
     int (*evaluate)(trainer *t, long done, double train_s, int status, int *why);
     int (*end)(trainer *t, int status);
-    int (*run)(trainer *t);
+    int (*serve)(trainer *t);
     /* Checkpoints (src/train/checkpoint.h): write this rank's method state into f / read it back
      * (after init; f is this rank's file). Return 0 or -1 (message in ckpt_error(f)). Methods
      * whose ranks hold no state of their own beyond the model's may leave them NULL. */
@@ -66,6 +73,8 @@ struct method_ops {
 };
 
 #define METHOD_MAX_ARRAYS 2
+enum { METHOD_STEP_NONE = 0, METHOD_STEP_TOOK = 1, METHOD_STEP_END = 2 };
+enum { METHOD_MEETS_EVERY_STEP = 0, METHOD_MEETS_AT_POINTS = 1, METHOD_MEETS_SERVERS = 2 };
 
 extern const method_ops method_allreduce, method_ps, method_easgd, method_backup, method_gossip_pull, method_gossip_push;
 

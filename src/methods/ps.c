@@ -52,5 +52,5 @@ static int ps_runlog_arrays(const experiment *e, runlog_array_spec *a) {
 }
 
 const method_ops method_ps = {
-    .name = "ps", .init = server_init, .run = server_run, .runlog_arrays = ps_runlog_arrays, .rules = &ps_rules,
+    .name = "ps", SERVER_METHOD_OPS, .runlog_arrays = ps_runlog_arrays, .rules = &ps_rules,
 };

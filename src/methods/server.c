@@ -584,31 +584,25 @@ summary:
     }
 }
 
-int server_run(trainer *t) {
-    int status = EXIT_OK;
-    if (t->worker >= 0) {
-        status = srv_worker_run(t);
-    } else {
-        server_ctx c = {0};
-        c.last_eval = -1;
-        server_setup(t, &c);
-        int st = t->resume_label >= 0 ? server_load(&c) : 0;
-        if ((st = comm_max_int(st))) { /* every rank: a checkpoint could not be read */
-            server_free(&c);
-            return comm_max_int(st);
-        }
-        if (c.sv.k == 0 && t->e->eval.at_start && t->resume_label < 0) {
-            double ev0 = wall_time();
-            eval_result r = train_evaluate_all(t, t->net);
-            if (train_log_eval(t, 0, 0.0, &r, wall_time() - ev0, 0) != 0) c.status = EXIT_RUNTIME;
-            c.last_eval = 0;
-        }
-        server_loop(&c);
-        if (c.sv.k == 0) server0_finish(&c);
-        status = c.status;
+int server_serve(trainer *t) {
+    server_ctx c = {0};
+    c.last_eval = -1;
+    server_setup(t, &c);
+    int st = t->resume_label >= 0 ? server_load(&c) : 0;
+    if ((st = comm_max_int(st))) { /* every rank: a checkpoint could not be read */
         server_free(&c);
+        return st;
     }
-    return status; /* main's end-of-run agreement (comm_finish) takes the worst over the ranks */
+    if (c.sv.k == 0 && t->e->eval.at_start && t->resume_label < 0) {
+        double ev0 = wall_time();
+        eval_result r = train_evaluate_all(t, t->net);
+        if (train_log_eval(t, 0, 0.0, &r, wall_time() - ev0, 0) != 0) c.status = EXIT_RUNTIME;
+        c.last_eval = 0;
+    }
+    server_loop(&c);
+    if (c.sv.k == 0) server0_finish(&c);
+    server_free(&c);
+    return c.status; /* main's end-of-run agreement (comm_finish) takes the worst over the ranks */
 }
 
 int server_init(trainer *t, char *err, size_t errlen) {

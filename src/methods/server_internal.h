@@ -96,7 +96,6 @@ typedef struct {
 static inline long srv_iteration(const srv *sv) { return sv->rules->iteration(sv); }
 
 /* server_worker.c */
-int srv_worker_run(trainer *t);
 void srv_wait_or_die(comm_set *set, int i, double timeout, const char *what);
 
 /* server.c */

@@ -1,7 +1,8 @@
 /* server_worker.c — the workers' side of the methods with parameter-server ranks (server.h):
- * the loop of a worker rank, its exchange with every server (header and shard out, the servers'
- * replies in), its part in a checkpoint pause, and its goodbye. Its cadence and stop decisions
- * come from the servers' replies (docs/architecture.md, "The loop and its cadence"). */
+ * the begin, step and end a worker rank runs in train_run (method.h, meets = METHOD_MEETS_SERVERS),
+ * its exchange with every server (header and shard out, the servers' replies in), its part in a
+ * checkpoint pause, and its goodbye. Its cadence and stop decisions come from the servers'
+ * replies (docs/architecture.md, "The loop and its cadence"). */
 #define _GNU_SOURCE
 #include "server_internal.h"
 
@@ -29,6 +30,12 @@ typedef struct {
     int pending;             /* easgd: the last exchange was voided (STOP_CKPT_VOID): send it again */
     int64_t go[2], ack, fin[2]; /* server 0's go {label, ok}, this worker's ack {status}, fin {status, stop} */
     int r_go, s_ack, r_fin;
+    /* how this worker's run ends */
+    int status;              /* EXIT_OK, or EXIT_RUNTIME (diverged) / EXIT_INTERRUPTED (a checkpoint stopped it) */
+    int interrupted;         /* a checkpoint stopped the run: the servers stop too, nobody to tell */
+    int failed;              /* inject.fail_rank: leaves with MSG_FAILED */
+    int gone;                /* had left before the checkpoint this run resumed from */
+    int resend;              /* resumed after a voided exchange (pending): send it before the first step */
 } wstate;
 
 static void worker_setup(trainer *t, wstate *w) {
@@ -214,77 +221,78 @@ static void worker_bye(trainer *t, wstate *w) {
     }
 }
 
-int srv_worker_run(trainer *t) {
-    const experiment *e = t->e;
-    const server_rules *R = t->method->rules;
-    model *net = t->net;
-    const size_t n = model_n_params(net);
-    wstate w = {0};
-    worker_setup(t, &w);
-    long s0 = 0;
-    int gone = 0, st = 0;
-    if (t->resume_label >= 0) {
-        st = worker_load(t, &w);
-        gone = st < 0, st = st < 0 ? 0 : st;
-        s0 = t->step;
-    }
-    if ((st = comm_max_int(st))) return worker_free(&w), st; /* every rank: a checkpoint could not be read */
-    comm_barrier(); /* the whole world starts together (server 0 evaluated the initial model) */
-    if (gone) return worker_free(&w), EXIT_OK;
+static wstate W; /* this worker rank's state (one trainer per process, as gossip's) */
 
-    int status = EXIT_OK, interrupted = 0, done = 0, failed = 0;
-    if (w.pending) { /* resumed after a voided exchange: send it first */
-        int ps = 0, stop = worker_exchange_and_pause(t, &w, s0, &ps);
-        if (ps) status = ps, interrupted = 1;
-        if (stop == STOP_DIVERGED) status = EXIT_RUNTIME;
-        done = stop != STOP_NO;
-    }
-    for (long s = s0; !done && !interrupted && status == EXIT_OK && (R->until_stop || s < e->iterations); s++) {
-        ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
-        if (inject_failed(&t->inj, s)) {
-            fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other workers go on\n",
-                    t->rank, s);
-            failed = 1;
-            break;
-        }
-        double t0 = wall_time();
-        /* backup: the data of the step whose parameters the worker holds (server 0's version) */
-        const long data_step = R->until_stop ? (long)w.rhdr[0].version : s;
-        const double loss = train_compute(t, data_step, s);
-        w.loss_sum += loss;
-        w.n_loss++;
-        int finite = isfinite(loss);
-        if (finite && R->local_update) {
-            double u0 = wall_time();
-            finite = sgd_update(model_params(net), model_grads(net), t->velocity, n, (float)alpha_at(e, s), (float)e->momentum,
-                                (float)e->weight_decay, e->nesterov);
-            t->times.update_s += wall_time() - u0;
-        }
-        if (!finite) {
-            int why = STOPPED_WRITE;
-            cadence_nonfinite_loss(t, &why, 1, s + 1, alpha_at(e, s), "stopping every rank");
-            worker_exchange(t, &w, MSG_DIVERGED, s + 1);
-            worker_bye(t, &w);
-            status = EXIT_RUNTIME;
-            t->times.step_s += wall_time() - t0;
-            t->step = s + 1;
-            return worker_free(&w), status;
-        }
-        int stop = STOP_NO, ps = 0;
-        t->step = s + 1;
-        if (R->until_stop || R->exchange_after(t, s)) stop = worker_exchange_and_pause(t, &w, s + 1, &ps);
-        t->times.step_s += wall_time() - t0;
-        if (ps) status = ps, interrupted = 1;
-        if (stop == STOP_DIVERGED) status = EXIT_RUNTIME;
-        if (stop != STOP_NO) break;
-    }
-    /* leave; MSG_DIVERGED makes server 0 record the stop in the run file. After a checkpoint
-     * that stops the run, the servers stop too: nobody to tell. */
-    if (!interrupted) {
-        worker_exchange(t, &w, status != EXIT_OK ? MSG_DIVERGED : failed ? MSG_FAILED : MSG_DONE, t->step);
-        worker_bye(t, &w);
-    }
-    worker_free(&w);
-    return status;
+/* One exchange as the end of a step: 1 when the replies end this worker's run (done, diverged,
+ * or a checkpoint that stops it), its status in w->status. */
+static int exchange_ends(trainer *t, wstate *w, long steps) {
+    int ps = 0;
+    const int stop = worker_exchange_and_pause(t, w, steps, &ps);
+    if (ps) w->status = ps, w->interrupted = 1;
+    if (stop == STOP_DIVERGED) w->status = EXIT_RUNTIME;
+    return stop != STOP_NO;
 }
 
+int srv_worker_begin(trainer *t) {
+    wstate *w = &W;
+    *w = (wstate){0};
+    worker_setup(t, w);
+    int st = 0;
+    if (t->resume_label >= 0) {
+        st = worker_load(t, w);
+        w->gone = st < 0, st = st < 0 ? 0 : st;
+        w->resend = w->pending;
+    }
+    if ((st = comm_max_int(st))) worker_free(w); /* every rank: a checkpoint could not be read */
+    return st;
+}
+
+int srv_worker_step(trainer *t, long s, double alpha, double *loss) {
+    wstate *w = &W;
+    const server_rules *R = t->method->rules;
+    model *net = t->net;
+    const int resend = w->resend;
+    w->resend = 0;
+    if (w->gone || (resend && exchange_ends(t, w, s)) || (!R->until_stop && s >= t->e->iterations)) return METHOD_STEP_END;
+    if (inject_failed(&t->inj, s)) {
+        fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other workers go on\n", t->rank, s);
+        w->failed = 1;
+        return METHOD_STEP_END;
+    }
+    const double t0 = wall_time();
+    /* backup: the data of the step whose parameters the worker holds (server 0's version) */
+    const long data_step = R->until_stop ? (long)w->rhdr[0].version : s;
+    *loss = train_compute(t, data_step, s);
+    w->loss_sum += *loss;
+    w->n_loss++;
+    int finite = isfinite(*loss);
+    if (finite && R->local_update) {
+        const double u0 = wall_time();
+        finite = sgd_update(model_params(net), model_grads(net), t->velocity, model_n_params(net), (float)alpha, (float)t->e->momentum,
+                            (float)t->e->weight_decay, t->e->nesterov);
+        t->times.update_s += wall_time() - u0;
+    }
+    t->step = s + 1;
+    int end = 0;
+    if (!finite) { /* srv_worker_end tells the servers (MSG_DIVERGED), which stop every rank */
+        int why = STOPPED_WRITE;
+        cadence_nonfinite_loss(t, &why, 1, s + 1, alpha, "stopping every rank");
+        w->status = EXIT_RUNTIME, end = 1;
+    } else if (R->until_stop || R->exchange_after(t, s)) end = exchange_ends(t, w, s + 1);
+    t->times.step_s += wall_time() - t0;
+    return end ? METHOD_STEP_END : METHOD_STEP_TOOK;
+}
+
+int srv_worker_end(trainer *t, int status) {
+    (void)status; /* train_run decides nothing for these workers: the servers' replies did */
+    wstate *w = &W;
+    /* leave; MSG_DIVERGED makes server 0 record the stop in the run file. After a checkpoint
+     * that stops the run, the servers stop too: nobody to tell. A worker that had left before
+     * the checkpoint it resumed from has left. */
+    if (!w->interrupted && !w->gone) {
+        worker_exchange(t, w, w->status != EXIT_OK ? MSG_DIVERGED : w->failed ? MSG_FAILED : MSG_DONE, t->step);
+        worker_bye(t, w);
+    }
+    worker_free(w);
+    return w->status;
+}

@@ -1,9 +1,10 @@
-/* train.c — the one training loop of allreduce and gossip (train_run; method.h says which entries
+/* train.c — the one training loop every worker rank runs (train_run; method.h says which entries
  * of a method it calls): α schedule, the method's step, progress lines, /train and /ranks rows,
  * evaluation, checkpoints and the non-finite stop when src/train/cadence.h says they are due; and
  * the helpers every method uses (the local computation, evaluation, logging, checkpoint files).
- * The methods with servers bring the server/worker loops of src/methods/server*.c (method_ops.run)
- * and use the same cadence and logging functions.
+ * The server ranks of the methods with servers run their serve loop (src/methods/server.c,
+ * method_ops.serve), which keeps the cadence for their workers with the same cadence and logging
+ * functions.
  *
  * Time axis: time_s is the wall clock since training began with evaluation and checkpoint time
  * excluded, so curves of different methods compare training speed only
@@ -219,7 +220,7 @@ void train_log_summary(trainer *t, int status, int why, double train_s) {
     const long m = (long)t->e->p * t->e->b;
     double ips = train_s > 0 ? (double)(t->step * m) / train_s : 0.0;
     printf("%s: %ld steps, %.1f s training%s, %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : status == EXIT_INTERRUPTED ? "interrupted" : "stopped", t->step, train_s,
-           !t->method->run ? " (evaluation excluded)" : "", ips, m);
+           !t->method->serve ? " (evaluation excluded)" : "", ips, m);
     runlog_set_attr_double(t->log, "train_time_s", train_s);
     runlog_set_attr_double(t->log, "images_per_s", ips);
     runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
@@ -370,7 +371,7 @@ static int log_train(trainer *t, long done, double time_s, double loss, double a
 
 int train_run(trainer *t) {
     const method_ops *M = t->method;
-    if (M->run) return M->run(t);
+    if (t->worker < 0) return M->serve(t);
     if (M->begin) {
         const int st = M->begin(t);
         if (st) return st;
@@ -383,22 +384,25 @@ int train_run(trainer *t) {
     loop_state ls = {.prev = t->times};
     double *gbuf = xmalloc((size_t)t->p * 5 * sizeof(double)), *rows = xmalloc((size_t)t->p * 5 * sizeof(double));
 
+    const int servers = M->meets == METHOD_MEETS_SERVERS; /* the servers keep the cadence (method.h) */
     long s0 = 0;
-    if (t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
+    if (servers) s0 = t->step; /* begin read this worker's checkpoint; server 0 evaluates */
+    else if (t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
         status = train_resume(t, &ls);
         s0 = t->step; /* gossip: this node's own step (a checkpoint after a signal cuts each node at its own) */
         /* The first /ranks row covers the steps since the resume, on every rank (only the log
          * rank's file holds where the last row stood). */
         ls.prev = t->times, ls.last_row = s0;
     } else if (e->eval.at_start) status = evaluate(t, 0, 0.0, EXIT_OK, &why);
-    if (M->meets) comm_workers_barrier();
-    else comm_barrier();
+    if (M->meets == METHOD_MEETS_AT_POINTS) comm_workers_barrier();
+    else comm_barrier(); /* the whole world starts together */
     double seg = wall_time(); /* the time axis: training wall clock, evaluations and checkpoints excluded */
-    for (long s = s0; status == EXIT_OK && s < e->iterations; s++) {
+    for (long s = s0; status == EXIT_OK && (s < e->iterations || servers); s++) {
         const double alpha = alpha_at(e, s);
         ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
         double loss = 0.0;
         const int took = M->step(t, s, alpha, &loss);
+        if (took == METHOD_STEP_END) break;
         if (took && !isfinite(loss) && !M->meets) { /* the same mean loss on every rank: all stop here */
             ls.train_s += wall_time() - seg;
             cadence_nonfinite_loss(t, &why, 0, s + 1, alpha, "stopping every rank");
@@ -412,6 +416,7 @@ int train_run(trainer *t) {
         }
         t->step = s + 1;
         if (took) ls.loss_acc += loss, ls.loss_n++;
+        if (servers) continue; /* the servers' replies log, evaluate, checkpoint and stop */
 
         if (cadence_log_due(e, s + 1)) {
             const double now = ls.train_s + (wall_time() - seg);

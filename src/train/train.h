@@ -176,8 +176,8 @@ int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls);
  * method_ops.evaluate. */
 int train_evaluate_and_log(trainer *t, long step, double train_s, int status, int *why);
 
-/* Run the whole experiment (collective): the one training loop (method.h says which entries of
- * the method it calls), or the method's own `run` (methods with servers). Returns EXIT_OK,
+/* Run the whole experiment (collective): the one training loop on a worker rank (method.h says
+ * which entries of the method it calls), the method's `serve` on a server rank. Returns EXIT_OK,
  * EXIT_INTERRUPTED after a SIGTERM / SIGINT and its checkpoint, EXIT_BADINPUT when a checkpoint
  * could not be read, or EXIT_RUNTIME after a non-finite loss or gradient, a run-file write error
  * or a checkpoint that could not be written (all ranks agree). */
