@@ -276,19 +276,22 @@ int main(int argc, char **argv) {
     /* A file-size limit (ulimit -f) makes a too-large write fail with EFBIG, reported like any
      * other write error (exit 1 and a status in the run file), instead of killing the rank. */
     signal(SIGXFSZ, SIG_IGN);
+    /* SIGTERM, SIGINT, SIGUSR1 from the first instant (MPI_Init takes ~0.2 s): a checkpoint at
+     * the next agreement point, or a clean stop before training (--pack handles its own). */
+    const int pack = pack_requested(argc, argv);
+    if (!pack) ckpt_install_signals();
     /* The launcher's node-local rank picks this rank's GPU before MPI_Init, where a CUDA-aware MPI
      * creates its CUDA context (on the current device); gpu_select checks it later. */
     gpu_select_early();
     comm_init(&argc, &argv);
     char err[ERRLEN] = "";
-    if (pack_requested(argc, argv)) { /* dsgd-run --pack SRC OUT ...: src/data/pack.h */
+    if (pack) { /* dsgd-run --pack SRC OUT ...: src/data/pack.h */
         int st = check_launcher_world(err, sizeof err);
         if (st && comm_rank() == 0) fprintf(stderr, "dsgd-run: %s\n", err);
         if (!st) st = pack_main(argc, argv);
         comm_finalize();
         return st;
     }
-    ckpt_install_signals(); /* SIGTERM, SIGINT, SIGUSR1: a checkpoint at the next agreement point */
     /* A rank still waiting for another 25 s after a SIGTERM gives up (Slurm kills 30 s after it). */
     comm_on_stop(ckpt_stop_age, 25.0);
 

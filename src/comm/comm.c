@@ -242,8 +242,6 @@ static void note_check(void) {
 const char *comm_stop_detail(void) { return g_detail; }
 int comm_stop_after_signal(void) { return g_detail_stop; }
 
-double comm_timeout(void) { return g_timeout_s; }
-
 void comm_finalize(void) {
     if (g_note_req != MPI_REQUEST_NULL) { /* no note came: take the receive back */
         MPI_Cancel(&g_note_req);
@@ -352,14 +350,8 @@ void comm_workers_allgather(const void *in, size_t nbytes, void *out) {
 
 void comm_allreduce_mean_f32(float *buf, size_t n, double *wait_s) {
     if (g_nworkers == 1) return;
-    MPI_Request req;
     if (wait_s) comm_workers_wait(wait_s);
-    const size_t chunk = COMM_CHUNK_BYTES / sizeof(float);
-    for (size_t off = 0; off < n; off += chunk) {
-        int cnt = (int)(n - off < chunk ? n - off : chunk);
-        mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, g_workers, &req));
-        if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (all-reduce)");
-    }
+    comm_workers_sum_f32(buf, n);
     const float inv = 1.0f / (float)g_nworkers;
     for (size_t i = 0; i < n; i++) buf[i] *= inv;
 }
@@ -437,8 +429,6 @@ int comm_mean_chunks_test(int *done) {
     }
     return nd;
 }
-
-int comm_mean_chunks_active(void) { return g_ck_n + g_ck_nlocal; }
 
 void comm_pause(double idle_s) {
     if (idle_s < SPIN_S) sched_yield();
@@ -577,12 +567,6 @@ int comm_set_wait(comm_set *s, int i, double timeout_s) {
     if (poll_wait_bg(&s->req[i], 1, 1, NULL, &s->st[i], timeout_s, s->background) < 0) return -1;
     s->active[i] = 0;
     return 0;
-}
-
-size_t comm_set_received(const comm_set *s, int i) {
-    int count = 0;
-    MPI_Get_count(&s->st[i], MPI_BYTE, &count);
-    return count < 0 ? 0 : (size_t)count;
 }
 
 int comm_set_source(const comm_set *s, int i) { return s->st[i].MPI_SOURCE; }

@@ -75,8 +75,6 @@ void comm_mean_chunk_start(float *buf, size_t n, int k);
  * their indices to done[] (capacity COMM_MAX_CHUNKS) and return how many. A chunk in flight for
  * more than comm_timeout_s stops every rank (comm_timeout_abort: a worker has stopped). */
 int comm_mean_chunks_test(int *done);
-/* Chunks started and not yet reported by comm_mean_chunks_test. */
-int comm_mean_chunks_active(void);
 
 /* One pause of a polling loop that has made no progress for idle_s seconds: yield the core below
  * 1 ms (a busy rank on this core goes first, a reply is seen within microseconds), else sleep
@@ -176,8 +174,7 @@ int comm_set_active(const comm_set *s, int i);
 int comm_set_wait_some(comm_set *s, int *done, double timeout_s);
 /* Wait until request i completes; returns 0, or -1 after timeout_s seconds. */
 int comm_set_wait(comm_set *s, int i, double timeout_s);
-/* Bytes received and source world rank of the last completion of receive i. */
-size_t comm_set_received(const comm_set *s, int i);
+/* Source world rank of the last completion of receive i. */
 int comm_set_source(const comm_set *s, int i);
 
 /* A function comm_timeout_abort calls on this rank before stopping (the run-file writer
@@ -202,8 +199,6 @@ void comm_set_log_rank(int rank);
 const char *comm_stop_detail(void);
 /* 1 if that rank gave up because a stop signal had come and it still waited (comm_on_stop). */
 int comm_stop_after_signal(void);
-/* comm_timeout_s in seconds. */
-double comm_timeout(void);
 
 /* After a stop was requested (SIGTERM: src/train/checkpoint.h), a rank that has waited for
  * another rank in one wait of this module (a collective, a reply) for grace_s seconds, with the
