@@ -165,7 +165,10 @@ double train_compute_allreduce(trainer *t, long data_step, long step, long next_
 }
 
 static void format_eta(double s, char *buf, size_t n) {
-    if (!(s >= 0) || s > 1e7) s = 0;
+    if (!(s >= 0) || s > 1e12) { /* not yet measurable (the first steps), or beyond any job */
+        snprintf(buf, n, "?");
+        return;
+    }
     long x = (long)(s + 0.5);
     if (x >= 3600) snprintf(buf, n, "%ldh%02ldm", x / 3600, (x / 60) % 60);
     else snprintf(buf, n, "%ldm%02lds", x / 60, x % 60);
