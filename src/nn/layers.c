@@ -167,6 +167,31 @@ void layers_mem_free(dnnl_memory_t *m) {
     *m = NULL;
 }
 
+int layers_mems_make(nn_ctx *c, const_dnnl_memory_desc_t md, int n, dnnl_memory_t *const ms[], const char *layer,
+                     char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (layers_mem_make(ms[i], c, md, NULL, layer, err, errlen)) return -1;
+    return 0;
+}
+
+int layers_bwd_make(nn_prim *p, nn_ctx *c, dnnl_status_t st, dnnl_primitive_desc_t *pd, int keep, const char *what,
+                    const char *layer, char *err, size_t errlen) {
+    if (st != dnnl_success)
+        return seterr(err, errlen, "%s:%d: oneDNN %s failed in layer %s: %s", __FILE__, __LINE__, what, layer,
+                      dnnl_status2str(st)), -1;
+    return layers_pd_make(p, c, *pd, keep ? pd : NULL, layer, err, errlen);
+}
+
+/* A zeroed buffer *buf for the workspace of pd, and its memory object m. */
+static int ws_make(void **buf, dnnl_memory_t *m, nn_ctx *c, const_dnnl_primitive_desc_t pd, const char *layer,
+                   char *err, size_t errlen) {
+    dnnl_memory_desc_t md = layers_pd_md(pd, dnnl_query_workspace_md);
+    *buf = nn_alloc(nn_md_nbytes(md));
+    const int rc = layers_mem_make(m, c, md, *buf, layer, err, errlen);
+    dnnl_memory_desc_destroy(md);
+    return rc;
+}
+
 /* Execute p with args plus its scratchpad. */
 void layers_prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_arg_t *args) {
     dnnl_exec_arg_t a[MAX_ARGS];
@@ -188,9 +213,7 @@ int nn_reorder_init(nn_reorder *r, nn_ctx *c, const char *name, const_dnnl_memor
     r->name = name;
     dnnl_primitive_desc_t pd;
     DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, src_md, c->engine, dst_md, c->engine, c->attr), name);
-    int rc = layers_prim_make(&r->p, c, pd, name, err, errlen);
-    dnnl_primitive_desc_destroy(pd);
-    if (rc) return rc;
+    if (layers_pd_make(&r->p, c, pd, NULL, name, err, errlen)) return -1;
     if (layers_mem_make(&r->src, c, src_md, NULL, name, err, errlen)) return -1;
     if (layers_mem_make(&r->dst, c, dst_md, NULL, name, err, errlen)) return -1;
     return 0;
@@ -251,20 +274,13 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
     if (layers_pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
     int rc = 0;
     if (mode == NN_TRAIN) {
-        if (relu) {
-            dnnl_memory_desc_t ws_md = layers_pd_md(fwd_pd, dnnl_query_workspace_md);
-            l->ws = nn_alloc(nn_md_nbytes(ws_md));
-            rc = layers_mem_make(&l->m_ws, c, ws_md, l->ws, name, err, errlen);
-            dnnl_memory_desc_destroy(ws_md);
-        }
-        dnnl_status_t st = rc ? dnnl_success
-                              : dnnl_batch_normalization_backward_primitive_desc_create(
-                                    &bwd_pd, c->engine, dnnl_backward, data_md, data_md, data_md, l->eps, flags,
-                                    fwd_pd, c->attr);
-        if (st != dnnl_success)
-            seterr(err, errlen, "%s:%d: oneDNN backward batch normalisation failed in layer %s: %s", __FILE__,
-                   __LINE__, name, dnnl_status2str(st)), rc = -1;
-        else if (!rc) rc = layers_pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
+        if (relu) rc = ws_make(&l->ws, &l->m_ws, c, fwd_pd, name, err, errlen);
+        if (!rc)
+            rc = layers_bwd_make(&l->bwd, c,
+                                 dnnl_batch_normalization_backward_primitive_desc_create(
+                                     &bwd_pd, c->engine, dnnl_backward, data_md, data_md, data_md, l->eps, flags,
+                                     fwd_pd, c->attr),
+                                 &bwd_pd, 0, "backward batch normalisation", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
@@ -276,26 +292,18 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
 
 /* bn_init's memory objects (stat: the (C) descriptor of γ, β, µ, σ²). */
 static int bn_mems(bn_layer *l, nn_ctx *c, const_dnnl_memory_desc_t stat, char *err, size_t errlen) {
-    const char *name = l->name;
-    const_dnnl_memory_desc_t data_md = l->data_md;
-    if (layers_mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_scale, c, stat, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_shift, c, stat, NULL, name, err, errlen)) return -1;
-    if (l->mode == NN_TRAIN) {
+    const int nm = l->mode == NN_TRAIN ? 4 : 2; /* the gradients' too in training */
+    dnnl_memory_t *const data[] = {&l->m_src, &l->m_dst, &l->m_dsrc, &l->m_ddst};
+    dnnl_memory_t *const stats[] = {&l->m_scale, &l->m_shift, &l->m_dscale, &l->m_dshift};
+    if (l->mode == NN_TRAIN) { /* the batch statistics (inference: the caller's running ones) */
         l->mean = nn_alloc((size_t)l->c * sizeof(float));
         l->var = nn_alloc((size_t)l->c * sizeof(float));
-        if (layers_mem_make(&l->m_mean, c, stat, l->mean, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_var, c, stat, l->var, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dscale, c, stat, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dshift, c, stat, NULL, name, err, errlen)) return -1;
-    } else {
-        if (layers_mem_make(&l->m_mean, c, stat, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_var, c, stat, NULL, name, err, errlen)) return -1;
     }
-    return 0;
+    if (layers_mems_make(c, l->data_md, nm, data, l->name, err, errlen) ||
+        layers_mems_make(c, stat, nm, stats, l->name, err, errlen) ||
+        layers_mem_make(&l->m_mean, c, stat, l->mean, l->name, err, errlen))
+        return -1;
+    return layers_mem_make(&l->m_var, c, stat, l->var, l->name, err, errlen);
 }
 
 void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const float *gamma,
@@ -307,17 +315,13 @@ void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const floa
     if (l->mode == NN_INFER) {
         layers_mem_set(c, l->m_mean, running_mean, l->name);
         layers_mem_set(c, l->m_var, running_var, l->name);
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift}, {DNNL_ARG_DST, l->m_dst});
-        return;
     }
-    if (l->relu)
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
-             {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_WORKSPACE, l->m_ws});
-    else
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
-             {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var});
+    /* Training writes the batch statistics into l->mean, l->var (and the ReLU mask, if any). */
+    const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src},     {DNNL_ARG_MEAN, l->m_mean},   {DNNL_ARG_VARIANCE, l->m_var},
+                                 {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift}, {DNNL_ARG_DST, l->m_dst},
+                                 {DNNL_ARG_WORKSPACE, l->m_ws}};
+    layers_prim_exec(c, &l->fwd, l->m_ws ? 7 : 6, a);
+    if (l->mode == NN_INFER) return;
     /* PyTorch's running statistics: exponential average with the unbiased batch variance. */
     const float m = l->momentum;
     const float unbias = l->count > 1 ? (float)l->count / (float)(l->count - 1) : 1.0f;
@@ -337,15 +341,12 @@ void bn_backward(bn_layer *l, nn_ctx *c, float *dinp, float *dgamma, float *dbet
     layers_mem_set(c, l->m_scale, gamma, l->name);
     layers_mem_set(c, l->m_dscale, dgamma, l->name);
     layers_mem_set(c, l->m_dshift, dbeta, l->name);
-    if (l->relu)
-        EXEC(c, &l->bwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale},
-             {DNNL_ARG_WORKSPACE, l->m_ws}, {DNNL_ARG_DIFF_SRC, l->m_dsrc}, {DNNL_ARG_DIFF_SCALE, l->m_dscale},
-             {DNNL_ARG_DIFF_SHIFT, l->m_dshift});
-    else
-        EXEC(c, &l->bwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale},
-             {DNNL_ARG_DIFF_SRC, l->m_dsrc}, {DNNL_ARG_DIFF_SCALE, l->m_dscale}, {DNNL_ARG_DIFF_SHIFT, l->m_dshift});
+    const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src},           {DNNL_ARG_MEAN, l->m_mean},
+                                 {DNNL_ARG_VARIANCE, l->m_var},      {DNNL_ARG_DIFF_DST, l->m_ddst},
+                                 {DNNL_ARG_SCALE, l->m_scale},       {DNNL_ARG_DIFF_SRC, l->m_dsrc},
+                                 {DNNL_ARG_DIFF_SCALE, l->m_dscale}, {DNNL_ARG_DIFF_SHIFT, l->m_dshift},
+                                 {DNNL_ARG_WORKSPACE, l->m_ws}};
+    layers_prim_exec(c, &l->bwd, l->m_ws ? 9 : 8, a);
 }
 
 void bn_free(bn_layer *l) {
@@ -380,23 +381,15 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     int rc = 0;
     if (mode == NN_TRAIN) {
         /* diff_src, diff_dst, and the data the backward reads (dst, for relu_use_dst_for_bwd). */
-        dnnl_status_t st = dnnl_eltwise_backward_primitive_desc_create(&bwd_pd, c->engine, alg, data_md, data_md,
-                                                                       data_md, 0.0f, 0.0f, fwd_pd, c->attr);
-        if (st != dnnl_success)
-            seterr(err, errlen, "%s:%d: oneDNN backward eltwise failed in layer %s: %s", __FILE__, __LINE__, name,
-                   dnnl_status2str(st)), rc = -1;
-        else
-            rc = layers_pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
+        rc = layers_bwd_make(&l->bwd, c,
+                             dnnl_eltwise_backward_primitive_desc_create(&bwd_pd, c->engine, alg, data_md, data_md,
+                                                                         data_md, 0.0f, 0.0f, fwd_pd, c->attr),
+                             &bwd_pd, 0, "backward eltwise", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
-    if (layers_mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
-    if (mode == NN_TRAIN) {
-        if (layers_mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
-    }
-    return 0;
+    dnnl_memory_t *const ms[] = {&l->m_src, &l->m_dst, &l->m_ddst, &l->m_dsrc};
+    return layers_mems_make(c, data_md, mode == NN_TRAIN ? 4 : 2, ms, name, err, errlen);
 }
 
 void relu_forward(relu_layer *l, nn_ctx *c, float *out, const float *inp) {
@@ -416,10 +409,8 @@ void relu_backward(relu_layer *l, nn_ctx *c, float *dinp, const float *dout, con
 void relu_free(relu_layer *l) {
     layers_prim_free(&l->fwd);
     layers_prim_free(&l->bwd);
-    layers_mem_free(&l->m_src);
-    layers_mem_free(&l->m_dst);
-    layers_mem_free(&l->m_ddst);
-    layers_mem_free(&l->m_dsrc);
+    dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_ddst, &l->m_dsrc};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) layers_mem_free(ms[i]);
     layers_md_free(&l->data_md);
     memset(l, 0, sizeof *l);
 }
@@ -484,12 +475,8 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t
     l->b_md = layers_md_clone(b_md);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    DNNL_TRY(dnnl_primitive_attr_create(&attr), name);
+    DNNL_TRY(dnnl_primitive_attr_clone(&attr, c->attr), name); /* the user scratchpad */
     int rc = -1;
-    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) {
-        seterr(err, errlen, "%s:%d: oneDNN set_scratchpad_mode failed in layer %s", __FILE__, __LINE__, name);
-        goto done;
-    }
     if (l->fused) {
         if (dnnl_post_ops_create(&po) != dnnl_success ||
             dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success ||
@@ -585,48 +572,36 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     l->dst_md = layers_pd_md(fwd_pd, dnnl_query_dst_md);
     int rc = 0;
     if (mode == NN_TRAIN) {
-        if (max) {
-            dnnl_memory_desc_t ws_md = layers_pd_md(fwd_pd, dnnl_query_workspace_md);
-            l->ws = nn_alloc(nn_md_nbytes(ws_md));
-            rc = layers_mem_make(&l->m_ws, c, ws_md, l->ws, name, err, errlen);
-            dnnl_memory_desc_destroy(ws_md);
-        }
-        st = rc ? dnnl_success
-                : dnnl_pooling_backward_primitive_desc_create(&bwd_pd, c->engine, alg, src_md, l->dst_md, strides,
-                                                              kernel, dil, pl, pr, fwd_pd, c->attr);
-        if (st != dnnl_success)
-            seterr(err, errlen, "%s:%d: oneDNN backward pooling failed in layer %s: %s", __FILE__, __LINE__, name,
-                   dnnl_status2str(st)), rc = -1;
-        else if (!rc) rc = layers_pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
+        if (max) rc = ws_make(&l->ws, &l->m_ws, c, fwd_pd, name, err, errlen);
+        if (!rc)
+            rc = layers_bwd_make(&l->bwd, c,
+                                 dnnl_pooling_backward_primitive_desc_create(&bwd_pd, c->engine, alg, src_md,
+                                                                             l->dst_md, strides, kernel, dil, pl, pr,
+                                                                             fwd_pd, c->attr),
+                                 &bwd_pd, 0, "backward pooling", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
-    if (layers_mem_make(&l->m_src, c, src_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_dst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-    if (mode == NN_TRAIN) {
-        if (layers_mem_make(&l->m_dsrc, c, src_md, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-    }
-    return 0;
+    dnnl_memory_t *const srcs[] = {&l->m_src, &l->m_dsrc}, *const dsts[] = {&l->m_dst, &l->m_ddst};
+    const int nm = mode == NN_TRAIN ? 2 : 1; /* and the gradient */
+    if (layers_mems_make(c, src_md, nm, srcs, name, err, errlen)) return -1;
+    return layers_mems_make(c, l->dst_md, nm, dsts, name, err, errlen);
 }
 
 void pool_forward(pool_layer *l, nn_ctx *c, float *out, const float *inp) {
     layers_mem_set(c, l->m_src, inp, l->name);
     layers_mem_set(c, l->m_dst, out, l->name);
-    if (l->m_ws)
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_WORKSPACE, l->m_ws});
-    else
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst});
+    const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_WORKSPACE, l->m_ws}};
+    layers_prim_exec(c, &l->fwd, l->m_ws ? 3 : 2, a);
 }
 
 void pool_backward(pool_layer *l, nn_ctx *c, float *dinp, const float *dout) {
     if (l->mode != NN_TRAIN) DIE("pool_backward on inference layer %s", l->name);
     layers_mem_set(c, l->m_ddst, dout, l->name);
     layers_mem_set(c, l->m_dsrc, dinp, l->name);
-    if (l->m_ws)
-        EXEC(c, &l->bwd, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_WORKSPACE, l->m_ws}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
-    else
-        EXEC(c, &l->bwd, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
+    const dnnl_exec_arg_t a[] = {{DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc},
+                                 {DNNL_ARG_WORKSPACE, l->m_ws}};
+    layers_prim_exec(c, &l->bwd, l->m_ws ? 3 : 2, a);
 }
 
 void pool_free(pool_layer *l) {

@@ -89,16 +89,11 @@ static int conv_build(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md,
     if (l->mode == NN_TRAIN) {
         if (l->need_dinp) {
             dnnl_primitive_desc_t pd;
-            dnnl_status_t st = dnnl_convolution_backward_data_primitive_desc_create(
-                &pd, c->engine, dnnl_convolution_direct, l->src_md, w_any, l->dst_md, strides, dil, pl, pr, fwd_pd,
-                c->attr);
-            if (st != dnnl_success) {
-                seterr(err, errlen, "%s:%d: oneDNN backward-data convolution failed in layer %s: %s", __FILE__,
-                       __LINE__, name, dnnl_status2str(st));
-                rc = -1;
-            } else {
-                rc = layers_pd_make(&l->bwd_data, c, pd, &pd, name, err, errlen);
-            }
+            rc = layers_bwd_make(&l->bwd_data, c,
+                                 dnnl_convolution_backward_data_primitive_desc_create(
+                                     &pd, c->engine, dnnl_convolution_direct, l->src_md, w_any, l->dst_md, strides,
+                                     dil, pl, pr, fwd_pd, c->attr),
+                                 &pd, 1, "backward-data convolution", name, err, errlen);
             if (!rc) {
                 layers_md_free(&l->wb_md);
                 l->wb_md = layers_pd_md(pd, dnnl_query_weights_md);
@@ -169,6 +164,16 @@ static int conv_lp_build(conv_layer *l, nn_ctx *c, char *err, size_t errlen) {
     return rc;
 }
 
+/* An internal buffer *buf with its memory object *m, in to_md (out: in from_md), and the reorder r
+ * from_md -> to_md that fills (out: empties) it. */
+static int conv_buf(conv_layer *l, nn_ctx *c, float **buf, dnnl_memory_t *m, nn_reorder *r,
+                    const_dnnl_memory_desc_t from_md, const_dnnl_memory_desc_t to_md, int out, char *err, size_t errlen) {
+    const_dnnl_memory_desc_t md = out ? from_md : to_md;
+    *buf = nn_alloc(nn_md_nbytes(md));
+    if (nn_reorder_init(r, c, l->name, from_md, to_md, err, errlen)) return -1;
+    return layers_mem_make(m, c, md, *buf, l->name, err, errlen);
+}
+
 int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
               int stride, int pad, const_dnnl_memory_desc_t src_md, const_dnnl_memory_desc_t dst_md,
               nn_mode mode, int need_dinp, char *err, size_t errlen) {
@@ -193,35 +198,21 @@ int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih,
     if (rc) return rc;
     if (c->conv_bf16 && conv_lp_build(l, c, err, errlen)) return -1;
 
-    l->w = nn_alloc(nn_md_nbytes(l->w_md));
-    if (nn_reorder_init(&l->w_in, c, name, l->w_user_md, l->w_md, err, errlen)) return -1;
+    if (conv_buf(l, c, &l->w, &l->m_w, &l->w_in, l->w_user_md, l->w_md, 0, err, errlen)) return -1;
     if (layers_mem_make(&l->m_src, c, l->src_md, NULL, name, err, errlen)) return -1;
     if (layers_mem_make(&l->m_dst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_w, c, l->w_md, l->w, name, err, errlen)) return -1;
-    if (l->bw_src_md && !dnnl_memory_desc_equal(l->bw_src_md, l->src_md)) {
-        l->bw_src = nn_alloc(nn_md_nbytes(l->bw_src_md));
-        if (nn_reorder_init(&l->bw_src_in, c, name, l->src_md, l->bw_src_md, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_bw_src, c, l->bw_src_md, l->bw_src, name, err, errlen)) return -1;
-    }
-    if (mode == NN_TRAIN) {
-        l->dw = nn_alloc(nn_md_nbytes(l->dw_md));
-        if (nn_reorder_init(&l->dw_out, c, name, l->dw_md, l->w_user_md, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dw, c, l->dw_md, l->dw, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-        if (!dnnl_memory_desc_equal(l->bw_ddst_md, l->dst_md)) {
-            l->bw_ddst = nn_alloc(nn_md_nbytes(l->bw_ddst_md));
-            if (nn_reorder_init(&l->bw_ddst_in, c, name, l->dst_md, l->bw_ddst_md, err, errlen)) return -1;
-            if (layers_mem_make(&l->m_bw_ddst, c, l->bw_ddst_md, l->bw_ddst, name, err, errlen)) return -1;
-        }
-        if (l->need_dinp) {
-            if (layers_mem_make(&l->m_dsrc, c, l->src_md, NULL, name, err, errlen)) return -1;
-            if (!l->wb_is_w) {
-                l->wb = nn_alloc(nn_md_nbytes(l->wb_md));
-                if (nn_reorder_init(&l->wb_in, c, name, l->w_md, l->wb_md, err, errlen)) return -1;
-                if (layers_mem_make(&l->m_wb, c, l->wb_md, l->wb, name, err, errlen)) return -1;
-            }
-        }
-    }
+    if (l->bw_src_md && !dnnl_memory_desc_equal(l->bw_src_md, l->src_md) &&
+        conv_buf(l, c, &l->bw_src, &l->m_bw_src, &l->bw_src_in, l->src_md, l->bw_src_md, 0, err, errlen))
+        return -1;
+    if (mode != NN_TRAIN) return 0;
+    if (conv_buf(l, c, &l->dw, &l->m_dw, &l->dw_out, l->dw_md, l->w_user_md, 1, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
+    if (!dnnl_memory_desc_equal(l->bw_ddst_md, l->dst_md) &&
+        conv_buf(l, c, &l->bw_ddst, &l->m_bw_ddst, &l->bw_ddst_in, l->dst_md, l->bw_ddst_md, 0, err, errlen))
+        return -1;
+    if (!l->need_dinp) return 0;
+    if (layers_mem_make(&l->m_dsrc, c, l->src_md, NULL, name, err, errlen)) return -1;
+    if (!l->wb_is_w && conv_buf(l, c, &l->wb, &l->m_wb, &l->wb_in, l->w_md, l->wb_md, 0, err, errlen)) return -1;
     return 0;
 }
 
