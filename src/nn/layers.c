@@ -215,8 +215,7 @@ int nn_reorder_init(nn_reorder *r, nn_ctx *c, const char *name, const_dnnl_memor
     DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, src_md, c->engine, dst_md, c->engine, c->attr), name);
     if (layers_pd_make(&r->p, c, pd, NULL, name, err, errlen)) return -1;
     if (layers_mem_make(&r->src, c, src_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&r->dst, c, dst_md, NULL, name, err, errlen)) return -1;
-    return 0;
+    return layers_mem_make(&r->dst, c, dst_md, NULL, name, err, errlen);
 }
 
 void nn_reorder_run(nn_reorder *r, nn_ctx *c, void *dst, const void *src) {
@@ -251,15 +250,11 @@ void nn_convert(nn_ctx *c, void *dst, const_dnnl_memory_desc_t dst_md, const voi
 
 /* ---- batch normalisation ------------------------------------------------------------------ */
 
-static int bn_mems(bn_layer *l, nn_ctx *c, const_dnnl_memory_desc_t stat, char *err, size_t errlen);
-
 int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t data_md, int relu,
             nn_mode mode, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
-    l->relu = relu;
-    l->data_md = layers_md_clone(data_md);
     l->c = (int)nn_md_dim(data_md, 1);
     l->count = (long)(nn_md_dim(data_md, 0) * nn_md_dim(data_md, 2) * nn_md_dim(data_md, 3));
     l->eps = 1e-5f;
@@ -284,26 +279,22 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
-    dnnl_memory_desc_t stat = md1(l->c);
-    rc = bn_mems(l, c, stat, err, errlen);
-    dnnl_memory_desc_destroy(stat);
-    return rc;
-}
-
-/* bn_init's memory objects (stat: the (C) descriptor of γ, β, µ, σ²). */
-static int bn_mems(bn_layer *l, nn_ctx *c, const_dnnl_memory_desc_t stat, char *err, size_t errlen) {
-    const int nm = l->mode == NN_TRAIN ? 4 : 2; /* the gradients' too in training */
-    dnnl_memory_t *const data[] = {&l->m_src, &l->m_dst, &l->m_dsrc, &l->m_ddst};
-    dnnl_memory_t *const stats[] = {&l->m_scale, &l->m_shift, &l->m_dscale, &l->m_dshift};
-    if (l->mode == NN_TRAIN) { /* the batch statistics (inference: the caller's running ones) */
+    if (mode == NN_TRAIN) { /* the batch statistics (inference: the caller's running ones) */
         l->mean = nn_alloc((size_t)l->c * sizeof(float));
         l->var = nn_alloc((size_t)l->c * sizeof(float));
     }
-    if (layers_mems_make(c, l->data_md, nm, data, l->name, err, errlen) ||
-        layers_mems_make(c, stat, nm, stats, l->name, err, errlen) ||
-        layers_mem_make(&l->m_mean, c, stat, l->mean, l->name, err, errlen))
-        return -1;
-    return layers_mem_make(&l->m_var, c, stat, l->var, l->name, err, errlen);
+    const int nm = mode == NN_TRAIN ? 4 : 2; /* the gradients' too in training */
+    dnnl_memory_t *const data[] = {&l->m_src, &l->m_dst, &l->m_dsrc, &l->m_ddst};
+    dnnl_memory_t *const stats[] = {&l->m_scale, &l->m_shift, &l->m_dscale, &l->m_dshift};
+    dnnl_memory_desc_t stat = md1(l->c); /* (C): γ, β, µ, σ² */
+    rc = layers_mems_make(c, data_md, nm, data, name, err, errlen) ||
+                 layers_mems_make(c, stat, nm, stats, name, err, errlen) ||
+                 layers_mem_make(&l->m_mean, c, stat, l->mean, name, err, errlen) ||
+                 layers_mem_make(&l->m_var, c, stat, l->var, name, err, errlen)
+             ? -1
+             : 0;
+    dnnl_memory_desc_destroy(stat);
+    return rc;
 }
 
 void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const float *gamma,
@@ -358,7 +349,6 @@ void bn_free(bn_layer *l) {
     free(l->mean);
     free(l->var);
     free(l->ws);
-    layers_md_free(&l->data_md);
     memset(l, 0, sizeof *l);
 }
 
@@ -369,7 +359,6 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
-    l->data_md = layers_md_clone(data_md);
     /* The backward reads the output, so the forward hint must use the same algorithm. */
     dnnl_alg_kind_t alg = mode == NN_TRAIN ? dnnl_eltwise_relu_use_dst_for_bwd : dnnl_eltwise_relu;
     dnnl_primitive_desc_t fwd_pd, bwd_pd;
@@ -411,7 +400,6 @@ void relu_free(relu_layer *l) {
     layers_prim_free(&l->bwd);
     dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_ddst, &l->m_dsrc};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) layers_mem_free(ms[i]);
-    layers_md_free(&l->data_md);
     memset(l, 0, sizeof *l);
 }
 
@@ -472,18 +460,15 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t
     l->relu = relu;
     l->fused = relu && add_relu_fusable(a_md);
     l->a_md = layers_md_clone(a_md);
-    l->b_md = layers_md_clone(b_md);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     DNNL_TRY(dnnl_primitive_attr_clone(&attr, c->attr), name); /* the user scratchpad */
     int rc = -1;
-    if (l->fused) {
-        if (dnnl_post_ops_create(&po) != dnnl_success ||
-            dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success ||
-            dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success) {
-            seterr(err, errlen, "%s:%d: oneDNN ReLU post-op failed in layer %s", __FILE__, __LINE__, name);
-            goto done;
-        }
+    if (l->fused && (dnnl_post_ops_create(&po) != dnnl_success ||
+                     dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success ||
+                     dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)) {
+        seterr(err, errlen, "%s:%d: oneDNN ReLU post-op failed in layer %s", __FILE__, __LINE__, name);
+        goto done;
     }
     dnnl_primitive_desc_t pd;
     dnnl_status_t st = dnnl_binary_primitive_desc_create(&pd, c->engine, dnnl_binary_add, a_md, b_md, a_md, attr);
@@ -499,10 +484,9 @@ done:
     if (rc) return rc;
     /* The ReLU layer: backward of the fused ReLU in training, and the forward where not fused. */
     if (relu && (mode == NN_TRAIN || !l->fused) && relu_init(&l->r, c, name, a_md, mode, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_a, c, a_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_b, c, b_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_dst, c, a_md, NULL, name, err, errlen)) return -1;
-    return 0;
+    dnnl_memory_t *const in_a_md[] = {&l->m_a, &l->m_dst};
+    if (layers_mems_make(c, a_md, 2, in_a_md, name, err, errlen)) return -1;
+    return layers_mem_make(&l->m_b, c, b_md, NULL, name, err, errlen);
 }
 
 int add_in_place_ok(const add_layer *l) {
@@ -530,7 +514,6 @@ void add_free(add_layer *l) {
     layers_mem_free(&l->m_b);
     layers_mem_free(&l->m_dst);
     layers_md_free(&l->a_md);
-    layers_md_free(&l->b_md);
     memset(l, 0, sizeof *l);
 }
 
@@ -541,23 +524,13 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
-    l->max = max;
-    l->src_md = layers_md_clone(src_md);
     int n = (int)nn_md_dim(src_md, 0), ch = (int)nn_md_dim(src_md, 1), ih = (int)nn_md_dim(src_md, 2),
         iw = (int)nn_md_dim(src_md, 3);
-    dnnl_dims_t kernel, strides, pl, pr, dil = {0, 0};
-    if (max) {
-        kernel[0] = kernel[1] = k;
-        strides[0] = strides[1] = stride;
-        pl[0] = pl[1] = pr[0] = pr[1] = pad;
-        l->oh = (ih + 2 * pad - k) / stride + 1;
-        l->ow = (iw + 2 * pad - k) / stride + 1;
-    } else {
-        kernel[0] = ih, kernel[1] = iw;
-        strides[0] = strides[1] = 1;
-        pl[0] = pl[1] = pr[0] = pr[1] = 0;
-        l->oh = l->ow = 1;
-    }
+    /* Global average pooling: one window over the whole input, output 1 x 1. */
+    const int kh = max ? k : ih, kw = max ? k : iw, s = max ? stride : 1, p = max ? pad : 0;
+    dnnl_dims_t kernel = {kh, kw}, strides = {s, s}, pl = {p, p}, pr = {p, p}, dil = {0, 0};
+    l->oh = (ih + 2 * p - kh) / s + 1;
+    l->ow = (iw + 2 * p - kw) / s + 1;
     if (l->oh < 1 || l->ow < 1)
         return seterr(err, errlen, "layer %s: input %dx%d too small for pooling", name, ih, iw), -1;
     dnnl_alg_kind_t alg = max ? dnnl_pooling_max : dnnl_pooling_avg_exclude_padding;
@@ -610,7 +583,6 @@ void pool_free(pool_layer *l) {
     dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_ws, &l->m_dsrc, &l->m_ddst};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) layers_mem_free(ms[i]);
     free(l->ws);
-    layers_md_free(&l->src_md);
     layers_md_free(&l->dst_md);
     memset(l, 0, sizeof *l);
 }
