@@ -167,6 +167,31 @@ void layers_mem_free(dnnl_memory_t *m) {
     *m = NULL;
 }
 
+int layers_mems_make(nn_ctx *c, const_dnnl_memory_desc_t md, int n, dnnl_memory_t *const ms[], const char *layer,
+                     char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (layers_mem_make(ms[i], c, md, NULL, layer, err, errlen)) return -1;
+    return 0;
+}
+
+int layers_bwd_make(nn_prim *p, nn_ctx *c, dnnl_status_t st, dnnl_primitive_desc_t *pd, int keep, const char *what,
+                    const char *layer, char *err, size_t errlen) {
+    if (st != dnnl_success)
+        return seterr(err, errlen, "%s:%d: oneDNN %s failed in layer %s: %s", __FILE__, __LINE__, what, layer,
+                      dnnl_status2str(st)), -1;
+    return layers_pd_make(p, c, *pd, keep ? pd : NULL, layer, err, errlen);
+}
+
+/* A zeroed buffer *buf for the workspace of pd, and its memory object m. */
+static int ws_make(void **buf, dnnl_memory_t *m, nn_ctx *c, const_dnnl_primitive_desc_t pd, const char *layer,
+                   char *err, size_t errlen) {
+    dnnl_memory_desc_t md = layers_pd_md(pd, dnnl_query_workspace_md);
+    *buf = nn_alloc(nn_md_nbytes(md));
+    const int rc = layers_mem_make(m, c, md, *buf, layer, err, errlen);
+    dnnl_memory_desc_destroy(md);
+    return rc;
+}
+
 /* Execute p with args plus its scratchpad. */
 void layers_prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_arg_t *args) {
     dnnl_exec_arg_t a[MAX_ARGS];
@@ -188,12 +213,9 @@ int nn_reorder_init(nn_reorder *r, nn_ctx *c, const char *name, const_dnnl_memor
     r->name = name;
     dnnl_primitive_desc_t pd;
     DNNL_TRY(dnnl_reorder_primitive_desc_create(&pd, src_md, c->engine, dst_md, c->engine, c->attr), name);
-    int rc = layers_prim_make(&r->p, c, pd, name, err, errlen);
-    dnnl_primitive_desc_destroy(pd);
-    if (rc) return rc;
+    if (layers_pd_make(&r->p, c, pd, NULL, name, err, errlen)) return -1;
     if (layers_mem_make(&r->src, c, src_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&r->dst, c, dst_md, NULL, name, err, errlen)) return -1;
-    return 0;
+    return layers_mem_make(&r->dst, c, dst_md, NULL, name, err, errlen);
 }
 
 void nn_reorder_run(nn_reorder *r, nn_ctx *c, void *dst, const void *src) {
@@ -228,15 +250,11 @@ void nn_convert(nn_ctx *c, void *dst, const_dnnl_memory_desc_t dst_md, const voi
 
 /* ---- batch normalisation ------------------------------------------------------------------ */
 
-static int bn_mems(bn_layer *l, nn_ctx *c, const_dnnl_memory_desc_t stat, char *err, size_t errlen);
-
 int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t data_md, int relu,
             nn_mode mode, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
-    l->relu = relu;
-    l->data_md = layers_md_clone(data_md);
     l->c = (int)nn_md_dim(data_md, 1);
     l->count = (long)(nn_md_dim(data_md, 0) * nn_md_dim(data_md, 2) * nn_md_dim(data_md, 3));
     l->eps = 1e-5f;
@@ -251,51 +269,32 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
     if (layers_pd_make(&l->fwd, c, fwd_pd, &fwd_pd, name, err, errlen)) return -1;
     int rc = 0;
     if (mode == NN_TRAIN) {
-        if (relu) {
-            dnnl_memory_desc_t ws_md = layers_pd_md(fwd_pd, dnnl_query_workspace_md);
-            l->ws = nn_alloc(nn_md_nbytes(ws_md));
-            rc = layers_mem_make(&l->m_ws, c, ws_md, l->ws, name, err, errlen);
-            dnnl_memory_desc_destroy(ws_md);
-        }
-        dnnl_status_t st = rc ? dnnl_success
-                              : dnnl_batch_normalization_backward_primitive_desc_create(
-                                    &bwd_pd, c->engine, dnnl_backward, data_md, data_md, data_md, l->eps, flags,
-                                    fwd_pd, c->attr);
-        if (st != dnnl_success)
-            seterr(err, errlen, "%s:%d: oneDNN backward batch normalisation failed in layer %s: %s", __FILE__,
-                   __LINE__, name, dnnl_status2str(st)), rc = -1;
-        else if (!rc) rc = layers_pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
+        if (relu) rc = ws_make(&l->ws, &l->m_ws, c, fwd_pd, name, err, errlen);
+        if (!rc)
+            rc = layers_bwd_make(&l->bwd, c,
+                                 dnnl_batch_normalization_backward_primitive_desc_create(
+                                     &bwd_pd, c->engine, dnnl_backward, data_md, data_md, data_md, l->eps, flags,
+                                     fwd_pd, c->attr),
+                                 &bwd_pd, 0, "backward batch normalisation", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
-    dnnl_memory_desc_t stat = md1(l->c);
-    rc = bn_mems(l, c, stat, err, errlen);
-    dnnl_memory_desc_destroy(stat);
-    return rc;
-}
-
-/* bn_init's memory objects (stat: the (C) descriptor of γ, β, µ, σ²). */
-static int bn_mems(bn_layer *l, nn_ctx *c, const_dnnl_memory_desc_t stat, char *err, size_t errlen) {
-    const char *name = l->name;
-    const_dnnl_memory_desc_t data_md = l->data_md;
-    if (layers_mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_scale, c, stat, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_shift, c, stat, NULL, name, err, errlen)) return -1;
-    if (l->mode == NN_TRAIN) {
+    if (mode == NN_TRAIN) { /* the batch statistics (inference: the caller's running ones) */
         l->mean = nn_alloc((size_t)l->c * sizeof(float));
         l->var = nn_alloc((size_t)l->c * sizeof(float));
-        if (layers_mem_make(&l->m_mean, c, stat, l->mean, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_var, c, stat, l->var, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dscale, c, stat, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dshift, c, stat, NULL, name, err, errlen)) return -1;
-    } else {
-        if (layers_mem_make(&l->m_mean, c, stat, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_var, c, stat, NULL, name, err, errlen)) return -1;
     }
-    return 0;
+    const int nm = mode == NN_TRAIN ? 4 : 2; /* the gradients' too in training */
+    dnnl_memory_t *const data[] = {&l->m_src, &l->m_dst, &l->m_dsrc, &l->m_ddst};
+    dnnl_memory_t *const stats[] = {&l->m_scale, &l->m_shift, &l->m_dscale, &l->m_dshift};
+    dnnl_memory_desc_t stat = md1(l->c); /* (C): γ, β, µ, σ² */
+    rc = layers_mems_make(c, data_md, nm, data, name, err, errlen) ||
+                 layers_mems_make(c, stat, nm, stats, name, err, errlen) ||
+                 layers_mem_make(&l->m_mean, c, stat, l->mean, name, err, errlen) ||
+                 layers_mem_make(&l->m_var, c, stat, l->var, name, err, errlen)
+             ? -1
+             : 0;
+    dnnl_memory_desc_destroy(stat);
+    return rc;
 }
 
 void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const float *gamma,
@@ -307,17 +306,13 @@ void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const floa
     if (l->mode == NN_INFER) {
         layers_mem_set(c, l->m_mean, running_mean, l->name);
         layers_mem_set(c, l->m_var, running_var, l->name);
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift}, {DNNL_ARG_DST, l->m_dst});
-        return;
     }
-    if (l->relu)
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
-             {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_WORKSPACE, l->m_ws});
-    else
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift},
-             {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var});
+    /* Training writes the batch statistics into l->mean, l->var (and the ReLU mask, if any). */
+    const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src},     {DNNL_ARG_MEAN, l->m_mean},   {DNNL_ARG_VARIANCE, l->m_var},
+                                 {DNNL_ARG_SCALE, l->m_scale}, {DNNL_ARG_SHIFT, l->m_shift}, {DNNL_ARG_DST, l->m_dst},
+                                 {DNNL_ARG_WORKSPACE, l->m_ws}};
+    layers_prim_exec(c, &l->fwd, l->m_ws ? 7 : 6, a);
+    if (l->mode == NN_INFER) return;
     /* PyTorch's running statistics: exponential average with the unbiased batch variance. */
     const float m = l->momentum;
     const float unbias = l->count > 1 ? (float)l->count / (float)(l->count - 1) : 1.0f;
@@ -337,15 +332,12 @@ void bn_backward(bn_layer *l, nn_ctx *c, float *dinp, float *dgamma, float *dbet
     layers_mem_set(c, l->m_scale, gamma, l->name);
     layers_mem_set(c, l->m_dscale, dgamma, l->name);
     layers_mem_set(c, l->m_dshift, dbeta, l->name);
-    if (l->relu)
-        EXEC(c, &l->bwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale},
-             {DNNL_ARG_WORKSPACE, l->m_ws}, {DNNL_ARG_DIFF_SRC, l->m_dsrc}, {DNNL_ARG_DIFF_SCALE, l->m_dscale},
-             {DNNL_ARG_DIFF_SHIFT, l->m_dshift});
-    else
-        EXEC(c, &l->bwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_MEAN, l->m_mean}, {DNNL_ARG_VARIANCE, l->m_var},
-             {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_SCALE, l->m_scale},
-             {DNNL_ARG_DIFF_SRC, l->m_dsrc}, {DNNL_ARG_DIFF_SCALE, l->m_dscale}, {DNNL_ARG_DIFF_SHIFT, l->m_dshift});
+    const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src},           {DNNL_ARG_MEAN, l->m_mean},
+                                 {DNNL_ARG_VARIANCE, l->m_var},      {DNNL_ARG_DIFF_DST, l->m_ddst},
+                                 {DNNL_ARG_SCALE, l->m_scale},       {DNNL_ARG_DIFF_SRC, l->m_dsrc},
+                                 {DNNL_ARG_DIFF_SCALE, l->m_dscale}, {DNNL_ARG_DIFF_SHIFT, l->m_dshift},
+                                 {DNNL_ARG_WORKSPACE, l->m_ws}};
+    layers_prim_exec(c, &l->bwd, l->m_ws ? 9 : 8, a);
 }
 
 void bn_free(bn_layer *l) {
@@ -357,7 +349,6 @@ void bn_free(bn_layer *l) {
     free(l->mean);
     free(l->var);
     free(l->ws);
-    layers_md_free(&l->data_md);
     memset(l, 0, sizeof *l);
 }
 
@@ -368,7 +359,6 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
-    l->data_md = layers_md_clone(data_md);
     /* The backward reads the output, so the forward hint must use the same algorithm. */
     dnnl_alg_kind_t alg = mode == NN_TRAIN ? dnnl_eltwise_relu_use_dst_for_bwd : dnnl_eltwise_relu;
     dnnl_primitive_desc_t fwd_pd, bwd_pd;
@@ -380,23 +370,15 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     int rc = 0;
     if (mode == NN_TRAIN) {
         /* diff_src, diff_dst, and the data the backward reads (dst, for relu_use_dst_for_bwd). */
-        dnnl_status_t st = dnnl_eltwise_backward_primitive_desc_create(&bwd_pd, c->engine, alg, data_md, data_md,
-                                                                       data_md, 0.0f, 0.0f, fwd_pd, c->attr);
-        if (st != dnnl_success)
-            seterr(err, errlen, "%s:%d: oneDNN backward eltwise failed in layer %s: %s", __FILE__, __LINE__, name,
-                   dnnl_status2str(st)), rc = -1;
-        else
-            rc = layers_pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
+        rc = layers_bwd_make(&l->bwd, c,
+                             dnnl_eltwise_backward_primitive_desc_create(&bwd_pd, c->engine, alg, data_md, data_md,
+                                                                         data_md, 0.0f, 0.0f, fwd_pd, c->attr),
+                             &bwd_pd, 0, "backward eltwise", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
-    if (layers_mem_make(&l->m_src, c, data_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_dst, c, data_md, NULL, name, err, errlen)) return -1;
-    if (mode == NN_TRAIN) {
-        if (layers_mem_make(&l->m_ddst, c, data_md, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dsrc, c, data_md, NULL, name, err, errlen)) return -1;
-    }
-    return 0;
+    dnnl_memory_t *const ms[] = {&l->m_src, &l->m_dst, &l->m_ddst, &l->m_dsrc};
+    return layers_mems_make(c, data_md, mode == NN_TRAIN ? 4 : 2, ms, name, err, errlen);
 }
 
 void relu_forward(relu_layer *l, nn_ctx *c, float *out, const float *inp) {
@@ -416,11 +398,8 @@ void relu_backward(relu_layer *l, nn_ctx *c, float *dinp, const float *dout, con
 void relu_free(relu_layer *l) {
     layers_prim_free(&l->fwd);
     layers_prim_free(&l->bwd);
-    layers_mem_free(&l->m_src);
-    layers_mem_free(&l->m_dst);
-    layers_mem_free(&l->m_ddst);
-    layers_mem_free(&l->m_dsrc);
-    layers_md_free(&l->data_md);
+    dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_ddst, &l->m_dsrc};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) layers_mem_free(ms[i]);
     memset(l, 0, sizeof *l);
 }
 
@@ -481,22 +460,15 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t
     l->relu = relu;
     l->fused = relu && add_relu_fusable(a_md);
     l->a_md = layers_md_clone(a_md);
-    l->b_md = layers_md_clone(b_md);
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
-    DNNL_TRY(dnnl_primitive_attr_create(&attr), name);
+    DNNL_TRY(dnnl_primitive_attr_clone(&attr, c->attr), name); /* the user scratchpad */
     int rc = -1;
-    if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success) {
-        seterr(err, errlen, "%s:%d: oneDNN set_scratchpad_mode failed in layer %s", __FILE__, __LINE__, name);
+    if (l->fused && (dnnl_post_ops_create(&po) != dnnl_success ||
+                     dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success ||
+                     dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success)) {
+        seterr(err, errlen, "%s:%d: oneDNN ReLU post-op failed in layer %s", __FILE__, __LINE__, name);
         goto done;
-    }
-    if (l->fused) {
-        if (dnnl_post_ops_create(&po) != dnnl_success ||
-            dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0.0f, 0.0f) != dnnl_success ||
-            dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success) {
-            seterr(err, errlen, "%s:%d: oneDNN ReLU post-op failed in layer %s", __FILE__, __LINE__, name);
-            goto done;
-        }
     }
     dnnl_primitive_desc_t pd;
     dnnl_status_t st = dnnl_binary_primitive_desc_create(&pd, c->engine, dnnl_binary_add, a_md, b_md, a_md, attr);
@@ -512,10 +484,9 @@ done:
     if (rc) return rc;
     /* The ReLU layer: backward of the fused ReLU in training, and the forward where not fused. */
     if (relu && (mode == NN_TRAIN || !l->fused) && relu_init(&l->r, c, name, a_md, mode, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_a, c, a_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_b, c, b_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_dst, c, a_md, NULL, name, err, errlen)) return -1;
-    return 0;
+    dnnl_memory_t *const in_a_md[] = {&l->m_a, &l->m_dst};
+    if (layers_mems_make(c, a_md, 2, in_a_md, name, err, errlen)) return -1;
+    return layers_mem_make(&l->m_b, c, b_md, NULL, name, err, errlen);
 }
 
 int add_in_place_ok(const add_layer *l) {
@@ -543,7 +514,6 @@ void add_free(add_layer *l) {
     layers_mem_free(&l->m_b);
     layers_mem_free(&l->m_dst);
     layers_md_free(&l->a_md);
-    layers_md_free(&l->b_md);
     memset(l, 0, sizeof *l);
 }
 
@@ -554,23 +524,13 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
-    l->max = max;
-    l->src_md = layers_md_clone(src_md);
     int n = (int)nn_md_dim(src_md, 0), ch = (int)nn_md_dim(src_md, 1), ih = (int)nn_md_dim(src_md, 2),
         iw = (int)nn_md_dim(src_md, 3);
-    dnnl_dims_t kernel, strides, pl, pr, dil = {0, 0};
-    if (max) {
-        kernel[0] = kernel[1] = k;
-        strides[0] = strides[1] = stride;
-        pl[0] = pl[1] = pr[0] = pr[1] = pad;
-        l->oh = (ih + 2 * pad - k) / stride + 1;
-        l->ow = (iw + 2 * pad - k) / stride + 1;
-    } else {
-        kernel[0] = ih, kernel[1] = iw;
-        strides[0] = strides[1] = 1;
-        pl[0] = pl[1] = pr[0] = pr[1] = 0;
-        l->oh = l->ow = 1;
-    }
+    /* Global average pooling: one window over the whole input, output 1 x 1. */
+    const int kh = max ? k : ih, kw = max ? k : iw, s = max ? stride : 1, p = max ? pad : 0;
+    dnnl_dims_t kernel = {kh, kw}, strides = {s, s}, pl = {p, p}, pr = {p, p}, dil = {0, 0};
+    l->oh = (ih + 2 * p - kh) / s + 1;
+    l->ow = (iw + 2 * p - kw) / s + 1;
     if (l->oh < 1 || l->ow < 1)
         return seterr(err, errlen, "layer %s: input %dx%d too small for pooling", name, ih, iw), -1;
     dnnl_alg_kind_t alg = max ? dnnl_pooling_max : dnnl_pooling_avg_exclude_padding;
@@ -585,48 +545,36 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     l->dst_md = layers_pd_md(fwd_pd, dnnl_query_dst_md);
     int rc = 0;
     if (mode == NN_TRAIN) {
-        if (max) {
-            dnnl_memory_desc_t ws_md = layers_pd_md(fwd_pd, dnnl_query_workspace_md);
-            l->ws = nn_alloc(nn_md_nbytes(ws_md));
-            rc = layers_mem_make(&l->m_ws, c, ws_md, l->ws, name, err, errlen);
-            dnnl_memory_desc_destroy(ws_md);
-        }
-        st = rc ? dnnl_success
-                : dnnl_pooling_backward_primitive_desc_create(&bwd_pd, c->engine, alg, src_md, l->dst_md, strides,
-                                                              kernel, dil, pl, pr, fwd_pd, c->attr);
-        if (st != dnnl_success)
-            seterr(err, errlen, "%s:%d: oneDNN backward pooling failed in layer %s: %s", __FILE__, __LINE__, name,
-                   dnnl_status2str(st)), rc = -1;
-        else if (!rc) rc = layers_pd_make(&l->bwd, c, bwd_pd, NULL, name, err, errlen);
+        if (max) rc = ws_make(&l->ws, &l->m_ws, c, fwd_pd, name, err, errlen);
+        if (!rc)
+            rc = layers_bwd_make(&l->bwd, c,
+                                 dnnl_pooling_backward_primitive_desc_create(&bwd_pd, c->engine, alg, src_md,
+                                                                             l->dst_md, strides, kernel, dil, pl, pr,
+                                                                             fwd_pd, c->attr),
+                                 &bwd_pd, 0, "backward pooling", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
-    if (layers_mem_make(&l->m_src, c, src_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_dst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-    if (mode == NN_TRAIN) {
-        if (layers_mem_make(&l->m_dsrc, c, src_md, NULL, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-    }
-    return 0;
+    dnnl_memory_t *const srcs[] = {&l->m_src, &l->m_dsrc}, *const dsts[] = {&l->m_dst, &l->m_ddst};
+    const int nm = mode == NN_TRAIN ? 2 : 1; /* and the gradient */
+    if (layers_mems_make(c, src_md, nm, srcs, name, err, errlen)) return -1;
+    return layers_mems_make(c, l->dst_md, nm, dsts, name, err, errlen);
 }
 
 void pool_forward(pool_layer *l, nn_ctx *c, float *out, const float *inp) {
     layers_mem_set(c, l->m_src, inp, l->name);
     layers_mem_set(c, l->m_dst, out, l->name);
-    if (l->m_ws)
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_WORKSPACE, l->m_ws});
-    else
-        EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst});
+    const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_WORKSPACE, l->m_ws}};
+    layers_prim_exec(c, &l->fwd, l->m_ws ? 3 : 2, a);
 }
 
 void pool_backward(pool_layer *l, nn_ctx *c, float *dinp, const float *dout) {
     if (l->mode != NN_TRAIN) DIE("pool_backward on inference layer %s", l->name);
     layers_mem_set(c, l->m_ddst, dout, l->name);
     layers_mem_set(c, l->m_dsrc, dinp, l->name);
-    if (l->m_ws)
-        EXEC(c, &l->bwd, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_WORKSPACE, l->m_ws}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
-    else
-        EXEC(c, &l->bwd, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
+    const dnnl_exec_arg_t a[] = {{DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc},
+                                 {DNNL_ARG_WORKSPACE, l->m_ws}};
+    layers_prim_exec(c, &l->bwd, l->m_ws ? 3 : 2, a);
 }
 
 void pool_free(pool_layer *l) {
@@ -635,7 +583,6 @@ void pool_free(pool_layer *l) {
     dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_ws, &l->m_dsrc, &l->m_ddst};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) layers_mem_free(ms[i]);
     free(l->ws);
-    layers_md_free(&l->src_md);
     layers_md_free(&l->dst_md);
     memset(l, 0, sizeof *l);
 }

@@ -148,11 +148,10 @@ typedef struct {
     dnnl_memory_desc_t w_user_md;   /* (oc, ic, k, k) oihw: the flat parameter layout */
     dnnl_memory_desc_t w_md, wb_md, dw_md; /* formats chosen by forward, backward-data, -weights */
     dnnl_memory_desc_t bw_src_md, bw_ddst_md; /* input / output-gradient formats of backward-weights */
-    int wb_is_w;                    /* backward data reads the forward weight buffer */
     nn_prim fwd, bwd_data, bwd_weights;
     nn_reorder w_in, wb_in, dw_out; /* oihw -> w_md, w_md -> wb_md, dw_md -> oihw */
     nn_reorder bw_src_in, bw_ddst_in; /* src_md -> bw_src_md, dst_md -> bw_ddst_md (when they differ) */
-    float *w, *wb, *dw;             /* internal: reordered weight, its backward-data copy, dW */
+    float *w, *wb, *dw;             /* internal: reordered weight, its backward-data copy (or NULL), dW */
     float *bw_src, *bw_ddst;        /* internal: reordered input / output gradient for backward-weights */
     int lp;                         /* bf16 convolution (nn_ctx.conv_bf16 and a jit kernel for it):
                                      * bw_src_md, bw_ddst_md, w_md, wb_md are bf16; bw_src holds the
@@ -197,14 +196,12 @@ void conv_free(conv_layer *l);
 typedef struct {
     const char *name;
     nn_mode mode;
-    int relu;                       /* fused ReLU after the normalisation (dnnl_fuse_norm_relu) */
     int c;
     long count;                     /* n*h*w values per channel */
     float eps, momentum;
-    dnnl_memory_desc_t data_md;     /* activation format of src, dst and their gradients */
     nn_prim fwd, bwd;
     float *mean, *var;              /* batch statistics of the last training forward (biased var) */
-    void *ws;                       /* ReLU mask (training with relu) */
+    void *ws;                       /* ReLU mask (training with the fused ReLU, dnnl_fuse_norm_relu) */
     dnnl_memory_t m_src, m_dst, m_scale, m_shift, m_mean, m_var, m_ws, m_dsrc, m_ddst, m_dscale,
         m_dshift;
 } bn_layer;
@@ -229,7 +226,6 @@ void bn_free(bn_layer *l);
 typedef struct {
     const char *name;
     nn_mode mode;
-    dnnl_memory_desc_t data_md;
     nn_prim fwd, bwd;
     dnnl_memory_t m_src, m_dst, m_ddst, m_dsrc;
 } relu_layer;
@@ -247,7 +243,7 @@ typedef struct {
     const char *name;
     int relu;
     int fused;                      /* ReLU as a post-op of the binary primitive (add_relu_fusable) */
-    dnnl_memory_desc_t a_md, b_md;  /* out is in a_md */
+    dnnl_memory_desc_t a_md;        /* a and out */
     nn_prim fwd;
     relu_layer r;                   /* the ReLU's backward (NN_TRAIN), and its forward when not fused */
     dnnl_memory_t m_a, m_b, m_dst;
@@ -281,9 +277,8 @@ void add_free(add_layer *l);
 typedef struct {
     const char *name;
     nn_mode mode;
-    int max;                        /* 1: max pooling, 0: global average pooling */
     int oh, ow;
-    dnnl_memory_desc_t src_md, dst_md;
+    dnnl_memory_desc_t dst_md;
     nn_prim fwd, bwd;
     void *ws;                       /* argmax indices (max pooling, training) */
     dnnl_memory_t m_src, m_dst, m_ws, m_dsrc, m_ddst;

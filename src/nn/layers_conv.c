@@ -35,25 +35,19 @@ static int conv_bww_make(conv_layer *l, nn_ctx *c, const_dnnl_primitive_desc_t f
     const char *name = l->name;
     const_dnnl_memory_desc_t srcs[3] = {l->src_md, src_any, src_any};
     const_dnnl_memory_desc_t dsts[3] = {l->dst_md, l->dst_md, dst_any};
-    dnnl_primitive_desc_t pd = NULL;
-    for (int t = 0; t < 3; t++) {
+    dnnl_primitive_desc_t pd = NULL; /* the first usable one, replaced by the first jit one */
+    for (int t = 0; t < 3 && !(pd && is_fast(pd)); t++) {
         dnnl_primitive_desc_t cand;
         if (dnnl_convolution_backward_weights_primitive_desc_create(&cand, c->engine, dnnl_convolution_direct, srcs[t],
                                                                     w_any, NULL, dsts[t], strides, dil, pl, pr, fwd_pd,
                                                                     c->attr) != dnnl_success)
             continue;
-        if (onednn_6035(cand, l)) {
+        if (onednn_6035(cand, l) || (pd && !is_fast(cand))) {
             dnnl_primitive_desc_destroy(cand);
-        } else if (!pd) {
-            pd = cand; /* the first usable one: kept unless a jit one turns up */
-            if (is_fast(pd)) break;
-        } else if (is_fast(cand)) {
-            dnnl_primitive_desc_destroy(pd);
-            pd = cand;
-            break;
-        } else {
-            dnnl_primitive_desc_destroy(cand);
+            continue;
         }
+        if (pd) dnnl_primitive_desc_destroy(pd);
+        pd = cand;
     }
     if (!pd)
         return seterr(err, errlen, "%s:%d: layer %s: oneDNN has no usable backward-weights convolution", __FILE__,
@@ -83,26 +77,19 @@ static int conv_build(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md,
     l->dst_md = layers_pd_md(fwd_pd, dnnl_query_dst_md);
     l->w_md = layers_pd_md(fwd_pd, dnnl_query_weights_md);
     l->wb_md = layers_md_clone(l->w_md);
-    l->wb_is_w = 1;
 
     int rc = 0;
     if (l->mode == NN_TRAIN) {
         if (l->need_dinp) {
             dnnl_primitive_desc_t pd;
-            dnnl_status_t st = dnnl_convolution_backward_data_primitive_desc_create(
-                &pd, c->engine, dnnl_convolution_direct, l->src_md, w_any, l->dst_md, strides, dil, pl, pr, fwd_pd,
-                c->attr);
-            if (st != dnnl_success) {
-                seterr(err, errlen, "%s:%d: oneDNN backward-data convolution failed in layer %s: %s", __FILE__,
-                       __LINE__, name, dnnl_status2str(st));
-                rc = -1;
-            } else {
-                rc = layers_pd_make(&l->bwd_data, c, pd, &pd, name, err, errlen);
-            }
+            rc = layers_bwd_make(&l->bwd_data, c,
+                                 dnnl_convolution_backward_data_primitive_desc_create(
+                                     &pd, c->engine, dnnl_convolution_direct, l->src_md, w_any, l->dst_md, strides,
+                                     dil, pl, pr, fwd_pd, c->attr),
+                                 &pd, 1, "backward-data convolution", name, err, errlen);
             if (!rc) {
                 layers_md_free(&l->wb_md);
                 l->wb_md = layers_pd_md(pd, dnnl_query_weights_md);
-                l->wb_is_w = dnnl_memory_desc_equal(l->wb_md, l->w_md);
                 dnnl_primitive_desc_destroy(pd);
             }
         }
@@ -153,7 +140,6 @@ static int conv_lp_build(conv_layer *l, nn_ctx *c, char *err, size_t errlen) {
         l->w_md = layers_pd_md(fpd, dnnl_query_weights_md);
         l->bw_src_md = layers_md_clone(s16);
         l->wb_md = dpd ? layers_pd_md(dpd, dnnl_query_weights_md) : layers_md_clone(l->w_md);
-        l->wb_is_w = dnnl_memory_desc_equal(l->wb_md, l->w_md);
         if (wpd) {
             l->dw_md = layers_pd_md(wpd, dnnl_query_diff_weights_md);
             l->bw_ddst_md = layers_md_clone(d16);
@@ -167,6 +153,16 @@ static int conv_lp_build(conv_layer *l, nn_ctx *c, char *err, size_t errlen) {
     if (wpd) dnnl_primitive_desc_destroy(wpd);
     layers_md_free(&s16), layers_md_free(&d16), layers_md_free(&w16), layers_md_free(&w32);
     return rc;
+}
+
+/* An internal buffer *buf with its memory object *m, in to_md (out: in from_md), and the reorder r
+ * from_md -> to_md that fills (out: empties) it. */
+static int conv_buf(conv_layer *l, nn_ctx *c, float **buf, dnnl_memory_t *m, nn_reorder *r,
+                    const_dnnl_memory_desc_t from_md, const_dnnl_memory_desc_t to_md, int out, char *err, size_t errlen) {
+    const_dnnl_memory_desc_t md = out ? from_md : to_md;
+    *buf = nn_alloc(nn_md_nbytes(md));
+    if (nn_reorder_init(r, c, l->name, from_md, to_md, err, errlen)) return -1;
+    return layers_mem_make(m, c, md, *buf, l->name, err, errlen);
 }
 
 int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
@@ -193,35 +189,23 @@ int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih,
     if (rc) return rc;
     if (c->conv_bf16 && conv_lp_build(l, c, err, errlen)) return -1;
 
-    l->w = nn_alloc(nn_md_nbytes(l->w_md));
-    if (nn_reorder_init(&l->w_in, c, name, l->w_user_md, l->w_md, err, errlen)) return -1;
+    if (conv_buf(l, c, &l->w, &l->m_w, &l->w_in, l->w_user_md, l->w_md, 0, err, errlen)) return -1;
     if (layers_mem_make(&l->m_src, c, l->src_md, NULL, name, err, errlen)) return -1;
     if (layers_mem_make(&l->m_dst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-    if (layers_mem_make(&l->m_w, c, l->w_md, l->w, name, err, errlen)) return -1;
-    if (l->bw_src_md && !dnnl_memory_desc_equal(l->bw_src_md, l->src_md)) {
-        l->bw_src = nn_alloc(nn_md_nbytes(l->bw_src_md));
-        if (nn_reorder_init(&l->bw_src_in, c, name, l->src_md, l->bw_src_md, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_bw_src, c, l->bw_src_md, l->bw_src, name, err, errlen)) return -1;
-    }
-    if (mode == NN_TRAIN) {
-        l->dw = nn_alloc(nn_md_nbytes(l->dw_md));
-        if (nn_reorder_init(&l->dw_out, c, name, l->dw_md, l->w_user_md, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_dw, c, l->dw_md, l->dw, name, err, errlen)) return -1;
-        if (layers_mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
-        if (!dnnl_memory_desc_equal(l->bw_ddst_md, l->dst_md)) {
-            l->bw_ddst = nn_alloc(nn_md_nbytes(l->bw_ddst_md));
-            if (nn_reorder_init(&l->bw_ddst_in, c, name, l->dst_md, l->bw_ddst_md, err, errlen)) return -1;
-            if (layers_mem_make(&l->m_bw_ddst, c, l->bw_ddst_md, l->bw_ddst, name, err, errlen)) return -1;
-        }
-        if (l->need_dinp) {
-            if (layers_mem_make(&l->m_dsrc, c, l->src_md, NULL, name, err, errlen)) return -1;
-            if (!l->wb_is_w) {
-                l->wb = nn_alloc(nn_md_nbytes(l->wb_md));
-                if (nn_reorder_init(&l->wb_in, c, name, l->w_md, l->wb_md, err, errlen)) return -1;
-                if (layers_mem_make(&l->m_wb, c, l->wb_md, l->wb, name, err, errlen)) return -1;
-            }
-        }
-    }
+    if (l->bw_src_md && !dnnl_memory_desc_equal(l->bw_src_md, l->src_md) &&
+        conv_buf(l, c, &l->bw_src, &l->m_bw_src, &l->bw_src_in, l->src_md, l->bw_src_md, 0, err, errlen))
+        return -1;
+    if (mode != NN_TRAIN) return 0;
+    if (conv_buf(l, c, &l->dw, &l->m_dw, &l->dw_out, l->dw_md, l->w_user_md, 1, err, errlen)) return -1;
+    if (layers_mem_make(&l->m_ddst, c, l->dst_md, NULL, name, err, errlen)) return -1;
+    if (!dnnl_memory_desc_equal(l->bw_ddst_md, l->dst_md) &&
+        conv_buf(l, c, &l->bw_ddst, &l->m_bw_ddst, &l->bw_ddst_in, l->dst_md, l->bw_ddst_md, 0, err, errlen))
+        return -1;
+    if (!l->need_dinp) return 0;
+    if (layers_mem_make(&l->m_dsrc, c, l->src_md, NULL, name, err, errlen)) return -1;
+    if (!dnnl_memory_desc_equal(l->wb_md, l->w_md) &&
+        conv_buf(l, c, &l->wb, &l->m_wb, &l->wb_in, l->w_md, l->wb_md, 0, err, errlen))
+        return -1;
     return 0;
 }
 
@@ -245,10 +229,10 @@ void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const 
          {DNNL_ARG_DIFF_DST, l->m_bw_ddst ? l->m_bw_ddst : l->m_ddst}, {DNNL_ARG_DIFF_WEIGHTS, l->m_dw});
     nn_reorder_run(&l->dw_out, c, dweight, l->dw);
     if (l->need_dinp && dinp) {
-        if (!l->wb_is_w) nn_reorder_run(&l->wb_in, c, l->wb, l->w);
+        if (l->m_wb) nn_reorder_run(&l->wb_in, c, l->wb, l->w);
         layers_mem_set(c, l->m_dsrc, dinp, l->name);
         EXEC(c, &l->bwd_data, {DNNL_ARG_DIFF_DST, l->lp ? l->m_bw_ddst : l->m_ddst},
-             {DNNL_ARG_WEIGHTS, l->wb_is_w ? l->m_w : l->m_wb},
+             {DNNL_ARG_WEIGHTS, l->m_wb ? l->m_wb : l->m_w},
              {DNNL_ARG_DIFF_SRC, l->m_dsrc});
     }
 }
@@ -257,18 +241,12 @@ void conv_free(conv_layer *l) {
     layers_prim_free(&l->fwd);
     layers_prim_free(&l->bwd_data);
     layers_prim_free(&l->bwd_weights);
-    nn_reorder_free(&l->w_in);
-    nn_reorder_free(&l->wb_in);
-    nn_reorder_free(&l->dw_out);
-    nn_reorder_free(&l->bw_src_in);
-    nn_reorder_free(&l->bw_ddst_in);
+    nn_reorder *rs[] = {&l->w_in, &l->wb_in, &l->dw_out, &l->bw_src_in, &l->bw_ddst_in};
+    for (size_t i = 0; i < sizeof rs / sizeof rs[0]; i++) nn_reorder_free(rs[i]);
     dnnl_memory_t *ms[] = {&l->m_src, &l->m_dst, &l->m_w, &l->m_wb, &l->m_dsrc, &l->m_ddst, &l->m_dw, &l->m_bw_src, &l->m_bw_ddst};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) layers_mem_free(ms[i]);
-    free(l->w);
-    free(l->wb);
-    free(l->dw);
-    free(l->bw_src);
-    free(l->bw_ddst);
+    float *bufs[] = {l->w, l->wb, l->dw, l->bw_src, l->bw_ddst};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     dnnl_memory_desc_t *mds[] = {&l->src_md, &l->dst_md, &l->w_user_md, &l->w_md, &l->wb_md, &l->dw_md, &l->bw_src_md, &l->bw_ddst_md};
     for (size_t i = 0; i < sizeof mds / sizeof mds[0]; i++) layers_md_free(mds[i]);
     memset(l, 0, sizeof *l);

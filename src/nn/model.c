@@ -52,7 +52,6 @@ typedef struct {
 } block_run;
 
 typedef struct {
-    nn_mode mode;
     int n;
     int built;
     nn_reorder in;                          /* user (n, c, h, w) -> stem conv input format */
@@ -86,12 +85,18 @@ struct model {
 
 /* ---- layout: names, shapes, offsets (torchvision state_dict order) ------------------------ */
 
-static size_t add_tensor(nn_layout *L, tensor_kind kind, const char *name, int ndim, int d0, int d1, int d2, int d3) {
-    if (L->n_tensors >= MAX_TENSORS) DIE("too many tensors");
-    int i = L->n_tensors++;
-    model_tensor *t = &L->tensors[i];
-    snprintf(L->names[i], NAME_LEN, "%s", name);
-    t->name = L->names[i];
+/* Append the tensor "name.suffix" to params (bn = 0) or to the BN running statistics in bn (bn = 1,
+ * kind unused); returns its offset there. */
+static size_t add_tensor(nn_layout *L, int bn, tensor_kind kind, const char *name, const char *suffix, int ndim, int d0,
+                         int d1, int d2, int d3) {
+    int *count = bn ? &L->n_bn_tensors : &L->n_tensors;
+    if (*count >= (bn ? MAX_BN_TENSORS : MAX_TENSORS)) DIE("too many %stensors", bn ? "BN " : "");
+    const int i = (*count)++;
+    model_tensor *t = bn ? &L->bn_tensors[i] : &L->tensors[i];
+    size_t *total = bn ? &L->n_bn : &L->n_params;
+    char *stored = bn ? L->bn_names[i] : L->names[i];
+    snprintf(stored, NAME_LEN, "%s.%s", name, suffix);
+    t->name = stored;
     t->ndim = ndim;
     int d[4] = {d0, d1, d2, d3};
     t->n = 1;
@@ -99,41 +104,23 @@ static size_t add_tensor(nn_layout *L, tensor_kind kind, const char *name, int n
         t->shape[k] = k < ndim ? d[k] : 0;
         if (k < ndim) t->n *= (size_t)d[k];
     }
-    t->offset = L->n_params;
-    L->kind[i] = kind;
-    L->n_params += t->n;
+    t->offset = *total;
+    if (!bn) L->kind[i] = kind;
+    *total += t->n;
     return t->offset;
 }
 
 /* conv weight (O, I, k, k). */
 static size_t add_conv(nn_layout *L, const char *name, int o, int i, int k) {
-    char full[NAME_LEN + 8];
-    snprintf(full, sizeof full, "%s.weight", name);
-    return add_tensor(L, T_CONV, full, 4, o, i, k, k);
+    return add_tensor(L, 0, T_CONV, name, "weight", 4, o, i, k, k);
 }
 
 /* BN weight, bias (C) in params; running_mean, running_var (C) in bn. */
 static void add_bn(nn_layout *L, const char *name, int ch, size_t *g, size_t *b, size_t *rm, size_t *rv) {
-    char full[NAME_LEN + 16];
-    snprintf(full, sizeof full, "%s.weight", name);
-    *g = add_tensor(L, T_BN_WEIGHT, full, 1, ch, 0, 0, 0);
-    snprintf(full, sizeof full, "%s.bias", name);
-    *b = add_tensor(L, T_BN_BIAS, full, 1, ch, 0, 0, 0);
-    size_t *dst[2] = {rm, rv};
-    const char *suffix[2] = {"running_mean", "running_var"};
-    for (int k = 0; k < 2; k++) {
-        if (L->n_bn_tensors >= MAX_BN_TENSORS) DIE("too many BN tensors");
-        int i = L->n_bn_tensors++;
-        model_tensor *t = &L->bn_tensors[i];
-        snprintf(L->bn_names[i], NAME_LEN, "%s.%s", name, suffix[k]);
-        t->name = L->bn_names[i];
-        t->ndim = 1;
-        t->shape[0] = ch;
-        t->n = (size_t)ch;
-        t->offset = L->n_bn;
-        L->n_bn += (size_t)ch;
-        *dst[k] = t->offset;
-    }
+    size_t *dst[4] = {g, b, rm, rv};
+    const char *suffix[4] = {"weight", "bias", "running_mean", "running_var"};
+    for (int k = 0; k < 4; k++)
+        *dst[k] = add_tensor(L, k >= 2, k == 0 ? T_BN_WEIGHT : T_BN_BIAS, name, suffix[k], 1, ch, 0, 0, 0);
 }
 
 static int out_size(int i, int k, int s, int p) { return (i + 2 * p - k) / s + 1; }
@@ -151,8 +138,8 @@ int nn_layout_build(nn_layout *L, const model_spec *s, char *err, size_t errlen)
             return seterr(err, errlen, "model: linear: input %dx%dx%d has more than %d features", s->in_c, s->in_h,
                           s->in_w, INT_MAX);
         L->feat = (int)feat;
-        L->fc_w = add_tensor(L, T_FC_WEIGHT, "fc.weight", 2, s->n_classes, L->feat, 0, 0);
-        L->fc_b = add_tensor(L, T_FC_BIAS, "fc.bias", 1, s->n_classes, 0, 0, 0);
+        L->fc_w = add_tensor(L, 0, T_FC_WEIGHT, "fc", "weight", 2, s->n_classes, L->feat, 0, 0);
+        L->fc_b = add_tensor(L, 0, T_FC_BIAS, "fc", "bias", 1, s->n_classes, 0, 0, 0);
         return 0;
     }
     if (s->arch != MODEL_RESNET18) return seterr(err, errlen, "model: unknown architecture %d", (int)s->arch);
@@ -201,8 +188,8 @@ int nn_layout_build(nn_layout *L, const model_spec *s, char *err, size_t errlen)
         cin = b->cout, h = b->oh, wd = b->ow;
     }
     L->feat = cin;
-    L->fc_w = add_tensor(L, T_FC_WEIGHT, "fc.weight", 2, s->n_classes, L->feat, 0, 0);
-    L->fc_b = add_tensor(L, T_FC_BIAS, "fc.bias", 1, s->n_classes, 0, 0, 0);
+    L->fc_w = add_tensor(L, 0, T_FC_WEIGHT, "fc", "weight", 2, s->n_classes, L->feat, 0, 0);
+    L->fc_b = add_tensor(L, 0, T_FC_BIAS, "fc", "bias", 1, s->n_classes, 0, 0, 0);
     return 0;
 }
 
@@ -237,21 +224,33 @@ static size_t max_sz(size_t a, const_dnnl_memory_desc_t md) {
     return a > b ? a : b;
 }
 
-/* A block convolution: input in src_md, output in oneDNN's choice unless that differs from the
- * network's activation format act (then rebuilt with act). Needs the input gradient. */
-static int conv_make(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
-                     int stride, int pad, const_dnnl_memory_desc_t src_md, dnnl_format_tag_t act, nn_mode mode,
-                     char *err, size_t errlen) {
-    TRY(conv_init(l, c, name, n, ic, ih, iw, oc, k, stride, pad, src_md, NULL, mode, 1, err, errlen));
+/* Rebuild the convolution l (built by conv_init with input src_md and output NULL: oneDNN's
+ * choice) with its output in the network's activation format act, unless it already is. */
+static int conv_to(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md, dnnl_format_tag_t act, char *err,
+                   size_t errlen) {
     if (act == dnnl_format_tag_undef) return 0;
-    dnnl_memory_desc_t want = nn_md4(n, oc, l->oh, l->ow, act);
+    const conv_layer o = *l; /* the shapes; conv_free clears l */
+    dnnl_memory_desc_t want = nn_md4(o.n, o.oc, o.oh, o.ow, act);
     int rc = 0;
     if (!dnnl_memory_desc_equal(l->dst_md, want)) {
         conv_free(l);
-        rc = conv_init(l, c, name, n, ic, ih, iw, oc, k, stride, pad, src_md, want, mode, 1, err, errlen);
+        rc = conv_init(l, c, o.name, o.n, o.ic, o.ih, o.iw, o.oc, o.k, o.stride, o.pad, src_md, want, o.mode,
+                       o.need_dinp, err, errlen);
     }
     dnnl_memory_desc_destroy(want);
     return rc;
+}
+
+/* What every network for batch n has, and the linear model's whole network (no layers): logits,
+ * probabilities, per-sample losses and (training) the logit gradient. */
+static void net_head(model *m, net *t, nn_mode mode, int n) {
+    const size_t k = (size_t)m->L.s.n_classes;
+    t->n = n;
+    t->built = 1;
+    t->logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
+    t->probs = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
+    t->losses = net_alloc(t, NULL, (size_t)n * sizeof(float));
+    if (mode == NN_TRAIN) t->d_logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
 }
 
 /* Build every layer of one network (training or evaluation) for batch n. */
@@ -260,9 +259,7 @@ static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t er
     const model_spec *s = &L->s;
     nn_ctx *c = &m->ctx;
     const int train = mode == NN_TRAIN;
-    t->mode = mode;
-    t->n = n;
-    t->built = 1;
+    net_head(m, t, mode, n);
 
     /* Layers first. Formats: the stem convolution picks its input and output formats
      * (format_tag_any); that output format, e.g. nChw8c on AVX2, becomes the activation format
@@ -280,12 +277,7 @@ static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t er
     const int block = act == dnnl_nChw16c ? 16 : act == dnnl_nChw8c ? 8 : 1;
     if (L->c0 % block != 0) {
         act = dnnl_nhwc;
-        dnnl_memory_desc_t want = nn_md4(n, L->c0, t->conv1.oh, t->conv1.ow, act);
-        conv_free(&t->conv1);
-        const int rc_stem = conv_init(&t->conv1, c, "conv1", n, s->in_c, s->in_h, s->in_w, L->c0, L->stem_k,
-                                      L->stem_stride, L->stem_pad, NULL, want, mode, 0, err, errlen);
-        dnnl_memory_desc_destroy(want);
-        TRY(rc_stem);
+        TRY(conv_to(&t->conv1, c, NULL, act, err, errlen));
     }
     dnnl_memory_desc_t user = nn_md4(n, s->in_c, s->in_h, s->in_w, dnnl_nchw);
     t->in_direct = dnnl_memory_desc_equal(user, t->conv1.src_md);
@@ -302,11 +294,13 @@ static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t er
     for (int i = 0; i < N_BLOCKS; i++) {
         const block_def *d = &L->blk[i];
         block_run *r = &t->b[i];
-        TRY(conv_make(&r->conv1, c, d->lname[0], n, d->cin, d->ih, d->iw, d->cout, 3, d->stride, 1, h_md, act, mode,
-                      err, errlen));
+        TRY(conv_init(&r->conv1, c, d->lname[0], n, d->cin, d->ih, d->iw, d->cout, 3, d->stride, 1, h_md, NULL, mode,
+                      1, err, errlen));
+        TRY(conv_to(&r->conv1, c, h_md, act, err, errlen));
         TRY(bn_init(&r->bn1, c, d->lname[1], r->conv1.dst_md, 1, mode, err, errlen));
-        TRY(conv_make(&r->conv2, c, d->lname[2], n, d->cout, d->oh, d->ow, d->cout, 3, 1, 1, r->conv1.dst_md, act,
-                      mode, err, errlen));
+        TRY(conv_init(&r->conv2, c, d->lname[2], n, d->cout, d->oh, d->ow, d->cout, 3, 1, 1, r->conv1.dst_md, NULL,
+                      mode, 1, err, errlen));
+        TRY(conv_to(&r->conv2, c, r->conv1.dst_md, act, err, errlen));
         TRY(bn_init(&r->bn2, c, d->lname[3], r->conv2.dst_md, 0, mode, err, errlen));
         if (d->down) {
             /* Both paths of the block must produce the same layout for the add. */
@@ -327,12 +321,8 @@ static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t er
     TRY(rc_gap);
 
     /* Buffers. */
-    const size_t k = (size_t)s->n_classes;
     t->gap_o = net_alloc(t, t->gap.dst_md, 0);
     t->feat = net_alloc(t, NULL, (size_t)n * L->feat * sizeof(float));
-    t->logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
-    t->probs = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
-    t->losses = net_alloc(t, NULL, (size_t)n * sizeof(float));
     if (train) {
         if (!t->in_direct) t->x = net_alloc(t, t->conv1.src_md, 0);
         t->c0 = net_alloc(t, t->conv1.dst_md, 0);
@@ -354,7 +344,6 @@ static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t er
         for (int i = 0; i < 3; i++) t->t[i] = net_alloc(t, NULL, big);
         t->d_gap_o = net_alloc(t, t->gap.dst_md, 0);
         t->d_feat = net_alloc(t, NULL, (size_t)n * L->feat * sizeof(float));
-        t->d_logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
     } else {
         if (!t->in_direct) big = max_sz(big, t->conv1.src_md);
         int in_place = 1;
@@ -378,19 +367,6 @@ static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t er
         }
     }
     return 0;
-}
-
-/* The linear model's network for batch n: logits, probabilities, per-sample losses and (training)
- * the logit gradient; no layers. */
-static void net_build_linear(model *m, net *t, nn_mode mode, int n) {
-    const size_t k = (size_t)m->L.s.n_classes;
-    t->mode = mode;
-    t->n = n;
-    t->built = 1;
-    t->logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
-    t->probs = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
-    t->losses = net_alloc(t, NULL, (size_t)n * sizeof(float));
-    if (mode == NN_TRAIN) t->d_logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
 }
 
 /* Safe on a linear net: the layer structs are zero, and every *_free accepts that. */
@@ -437,10 +413,6 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
     if (s->device == MODEL_CUDA) {
         m->gpu = gpu_model_create(&m->L, (gpu_precision)s->precision, err, errlen);
         if (!m->gpu) goto fail;
-        m->params = gpu_host_alloc(m->L.n_params * sizeof(float));
-        m->grads = gpu_host_alloc(m->L.n_params * sizeof(float));
-        m->bn = gpu_host_alloc((m->L.n_bn ? m->L.n_bn : 1) * sizeof(float));
-        m->velocity = gpu_host_alloc(m->L.n_params * sizeof(float)); /* host mirror: checkpoints */
         /* Host-side logits for model_eval's scoring and model_logits. */
         m->train.logits = gpu_host_alloc((size_t)s->batch * s->n_classes * sizeof(float));
         m->eval.logits = gpu_host_alloc(((size_t)s->eval_batch + 1) * s->n_classes * sizeof(float));
@@ -448,14 +420,10 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
         m->eval.losses = gpu_host_alloc(((size_t)s->eval_batch + 1) * sizeof(float));
         m->eval.n = s->eval_batch;
         m->eval.built = s->eval_batch > 0;
-        model_init(m, 0);
-        return m;
-    }
-    if (s->precision == MODEL_TF32) {
+    } else if (s->precision == MODEL_TF32) {
         seterr(err, errlen, "model: precision tf32 is for device cuda (tensor cores); the CPU backend computes in fp32 or bf16");
         goto fail;
-    }
-    if (s->precision == MODEL_BF16 && (s->arch != MODEL_RESNET18 || !nn_bf16_native())) {
+    } else if (s->precision == MODEL_BF16 && (s->arch != MODEL_RESNET18 || !nn_bf16_native())) {
         seterr(err, errlen,
                s->arch != MODEL_RESNET18
                    ? "model: precision bf16 on the CPU is for model.arch resnet18 (its convolutions); the linear model computes in fp32"
@@ -463,27 +431,24 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
                      "(ONEDNN_MAX_CPU_ISA may cap it); use precision fp32 on this node",
                nn_isa_name());
         goto fail;
+    } else if (s->threads > 0) {
+        omp_set_num_threads(s->threads);
     }
-    if (s->arch == MODEL_LINEAR) {
-        if (s->threads > 0) omp_set_num_threads(s->threads);
-        m->velocity = nn_alloc(m->L.n_params * sizeof(float));
-        m->params = nn_alloc(m->L.n_params * sizeof(float));
-        m->grads = nn_alloc(m->L.n_params * sizeof(float));
-        m->bn = nn_alloc(0); /* n_bn = 0: a valid pointer to nothing */
-        net_build_linear(m, &m->train, NN_TRAIN, s->batch);
-        if (s->eval_batch > 0) net_build_linear(m, &m->eval, NN_INFER, s->eval_batch);
-        model_init(m, 0);
-        return m;
+    /* The vectors, or on a GPU their host mirrors (velocity's: for checkpoints); with n_bn = 0
+     * (linear) bn is a valid pointer to nothing. */
+    m->params = model_host_alloc(m, m->L.n_params * sizeof(float));
+    m->grads = model_host_alloc(m, m->L.n_params * sizeof(float));
+    m->bn = model_host_alloc(m, m->L.n_bn * sizeof(float));
+    m->velocity = model_host_alloc(m, m->L.n_params * sizeof(float));
+    if (!m->gpu && s->arch == MODEL_LINEAR) {
+        net_head(m, &m->train, NN_TRAIN, s->batch);
+        if (s->eval_batch > 0) net_head(m, &m->eval, NN_INFER, s->eval_batch);
+    } else if (!m->gpu) {
+        if (nn_ctx_init(&m->ctx, err, errlen)) goto fail;
+        m->ctx.conv_bf16 = s->precision == MODEL_BF16;
+        if (net_build(m, &m->train, NN_TRAIN, s->batch, err, errlen)) goto fail;
+        if (s->eval_batch > 0 && net_build(m, &m->eval, NN_INFER, s->eval_batch, err, errlen)) goto fail;
     }
-    if (s->threads > 0) omp_set_num_threads(s->threads);
-    if (nn_ctx_init(&m->ctx, err, errlen)) goto fail;
-    m->ctx.conv_bf16 = s->precision == MODEL_BF16;
-    m->params = nn_alloc(m->L.n_params * sizeof(float));
-    m->grads = nn_alloc(m->L.n_params * sizeof(float));
-    m->bn = nn_alloc(m->L.n_bn * sizeof(float));
-    m->velocity = nn_alloc(m->L.n_params * sizeof(float));
-    if (net_build(m, &m->train, NN_TRAIN, s->batch, err, errlen)) goto fail;
-    if (s->eval_batch > 0 && net_build(m, &m->eval, NN_INFER, s->eval_batch, err, errlen)) goto fail;
     model_init(m, 0);
     return m;
 fail:
@@ -493,25 +458,17 @@ fail:
 
 void model_free(model *m) {
     if (!m) return;
-    if (m->L.s.device == MODEL_CUDA) { /* nothing was allocated unless gpu_model_create succeeded */
-        if (!m->gpu) {
-            free(m);
-            return;
-        }
+    if (m->gpu) {
         gpu_model_free(m->gpu);
-        gpu_host_free(m->params), gpu_host_free(m->grads), gpu_host_free(m->bn), gpu_host_free(m->velocity);
         gpu_host_free(m->train.logits), gpu_host_free(m->eval.logits), gpu_host_free(m->eval.probs),
             gpu_host_free(m->eval.losses);
-        free(m);
-        return;
+    } else { /* also after a failed gpu_model_create: all zero */
+        net_free(&m->train);
+        net_free(&m->eval);
+        nn_ctx_free(&m->ctx);
     }
-    free(m->velocity);
-    net_free(&m->train);
-    net_free(&m->eval);
-    nn_ctx_free(&m->ctx);
-    free(m->params);
-    free(m->grads);
-    free(m->bn);
+    float *v[] = {m->params, m->grads, m->bn, m->velocity};
+    for (int i = 0; i < 4; i++) model_host_free(m, v[i]);
     free(m);
 }
 
@@ -636,19 +593,17 @@ float model_train_step(model *m, const float *x, const int *y) {
     const int n = t->n, k = L->s.n_classes;
     check_labels(m, y, n);
 
-    if (L->s.arch == MODEL_LINEAR) { /* x is the (n, feat) input of the fc layer as it is */
+    const int linear = L->s.arch == MODEL_LINEAR; /* x is then the (n, feat) input of the fc layer as it is */
+    if (linear)
         fc_forward(t->logits, x, P + L->fc_w, P + L->fc_b, n, L->feat, k);
-        float loss = softmax_xent_forward(t->probs, NULL, t->logits, y, n, k);
-        softmax_xent_backward(t->d_logits, t->probs, y, n, k);
-        fc_backward(NULL, G + L->fc_w, G + L->fc_b, t->d_logits, x, P + L->fc_w, n, L->feat, k);
-        return loss;
-    }
-
-    net_forward(m, t, x);
+    else
+        net_forward(m, t, x);
     float loss = softmax_xent_forward(t->probs, NULL, t->logits, y, n, k);
 
     softmax_xent_backward(t->d_logits, t->probs, y, n, k);
-    fc_backward(t->d_feat, G + L->fc_w, G + L->fc_b, t->d_logits, t->feat, P + L->fc_w, n, L->feat, k);
+    fc_backward(linear ? NULL : t->d_feat, G + L->fc_w, G + L->fc_b, t->d_logits, linear ? x : t->feat, P + L->fc_w, n,
+                L->feat, k);
+    if (linear) return loss;
     nn_reorder_run(&t->gap_in, c, t->d_gap_o, t->d_feat);
     int gy = 0; /* t->g[gy]: gradient of the current block's output */
     pool_backward(&t->gap, c, t->g[gy], t->d_gap_o);
@@ -663,13 +618,13 @@ float model_train_step(model *m, const float *x, const int *y) {
         conv_backward(&r->conv2, c, T1, G + d->w2, T0, r->a1);
         bn_backward(&r->bn1, c, T1, G + d->g1, G + d->b1, T1, r->c1, P + d->g1, P + d->b1);
         conv_backward(&r->conv1, c, dx, G + d->w1, T1, h);
+        const float *dsc = dy; /* the gradient through the shortcut */
         if (d->down) {
             bn_backward(&r->bnd, c, T0, G + d->gd, G + d->bd, dy, r->cd, P + d->gd, P + d->bd);
             conv_backward(&r->convd, c, T2, G + d->wd, T0, h);
-            add_forward(&r->acc, c, dx, dx, T2);
-        } else {
-            add_forward(&r->acc, c, dx, dx, dy);
+            dsc = T2;
         }
+        add_forward(&r->acc, c, dx, dx, dsc);
         gy = 1 - gy;
     }
     float *d0 = t->g[gy];

@@ -40,24 +40,13 @@ int sgd_update(float *restrict theta, const float *restrict grad, float *restric
      * width-64 ResNet-18): an exponent field of all ones marks NaN or Inf. An integer OR
      * reduction keeps the loop vectorisable, where a float reduction would not be. */
     uint32_t bad = 0;
-    if (nesterov) {
-        for (size_t i = 0; i < n; i++) {
-            float g = grad[i] + lambda * theta[i];
-            float vi = mu * v[i] + g;
-            v[i] = vi;
-            float t = theta[i] - alpha * (g + mu * vi);
-            theta[i] = t;
-            bad |= nonfinite_bits(t);
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            float g = grad[i] + lambda * theta[i];
-            float vi = mu * v[i] + g;
-            v[i] = vi;
-            float t = theta[i] - alpha * vi;
-            theta[i] = t;
-            bad |= nonfinite_bits(t);
-        }
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] + lambda * theta[i];
+        float vi = mu * v[i] + g;
+        v[i] = vi;
+        float t = theta[i] - alpha * (nesterov ? g + mu * vi : vi);
+        theta[i] = t;
+        bad |= nonfinite_bits(t);
     }
     return bad == 0;
 }
