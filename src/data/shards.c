@@ -43,23 +43,18 @@ void shard_name(char *buf, size_t n, const char *split, int k, int n_shards) {
     snprintf(buf, n, "%s-%05d-of-%05d.h5", split, k, n_shards);
 }
 
-static int attr_i64(hid_t obj, const char *name, int64_t v) {
+/* A scalar attribute: file_type in the file, *v as mem_type. */
+static int attr_write(hid_t obj, const char *name, hid_t file_type, hid_t mem_type, const void *v) {
     hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_INT64, &v) < 0 ? -1 : 0;
+    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, file_type, s, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, mem_type, v) < 0 ? -1 : 0;
     if (a >= 0) H5Aclose(a);
     if (s >= 0) H5Sclose(s);
     return rc;
 }
 
-static int attr_u64(hid_t obj, const char *name, uint64_t v) {
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, H5T_STD_U64LE, s, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_UINT64, &v) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    if (s >= 0) H5Sclose(s);
-    return rc;
-}
+static int attr_i64(hid_t obj, const char *name, int64_t v) { return attr_write(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v); }
+static int attr_u64(hid_t obj, const char *name, uint64_t v) { return attr_write(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v); }
 
 /* A fixed-length (NUL-terminated) ASCII string attribute: h5py reads it as bytes or str. */
 static int attr_str(hid_t obj, const char *name, const char *v) {
@@ -67,11 +62,7 @@ static int attr_str(hid_t obj, const char *name, const char *v) {
     if (t < 0) return -1;
     H5Tset_size(t, strlen(v) + 1);
     H5Tset_strpad(t, H5T_STR_NULLTERM);
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, t, v) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    if (s >= 0) H5Sclose(s);
+    int rc = attr_write(obj, name, t, t, v);
     H5Tclose(t);
     return rc;
 }
@@ -233,13 +224,16 @@ struct shards {
     char (*classes)[SHARDS_WNID_MAX + 1];
 };
 
+/* An attribute of the format is missing: EXIT_BADINPUT naming path and attribute. */
+static int no_attr(const char *path, const char *name, char *err, size_t errlen) {
+    H5Eclear2(H5E_DEFAULT);
+    return seterr(err, errlen, "%s: no attribute '%s'; expected a dsgd-run pack (%s, written by dsgd-run --pack)", path, name,
+                  SHARDS_FORMAT);
+}
+
 /* Read a scalar integer attribute; 0, or EXIT_BADINPUT naming path and attribute. */
 static int read_attr_i64(hid_t obj, const char *path, const char *name, int64_t *v, char *err, size_t errlen) {
-    if (H5Aexists(obj, name) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return seterr(err, errlen, "%s: no attribute '%s'; expected a dsgd-run pack (%s, written by dsgd-run --pack)", path, name,
-                      SHARDS_FORMAT);
-    }
+    if (H5Aexists(obj, name) <= 0) return no_attr(path, name, err, errlen);
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     long long x = 0;
     int rc = a < 0 || H5Aread(a, H5T_NATIVE_LLONG, &x) < 0;
@@ -252,11 +246,7 @@ static int read_attr_i64(hid_t obj, const char *path, const char *name, int64_t 
 /* Read a string attribute (fixed or variable length) into buf. */
 static int read_attr_str(hid_t obj, const char *path, const char *name, char *buf, size_t n, char *err, size_t errlen) {
     buf[0] = '\0';
-    if (H5Aexists(obj, name) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return seterr(err, errlen, "%s: no attribute '%s'; expected a dsgd-run pack (%s, written by dsgd-run --pack)", path, name,
-                      SHARDS_FORMAT);
-    }
+    if (H5Aexists(obj, name) <= 0) return no_attr(path, name, err, errlen);
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     hid_t t = a < 0 ? -1 : H5Aget_type(a);
     int rc = -1;
