@@ -178,20 +178,12 @@ void aug_finish(const aug_cfg *c, const aug_draw *p, const uint8_t *in, float *o
     for (int y = 0; y < n; y++) {
         const uint8_t *row = in + (size_t)y * n * 3;
         float *o0 = out + (size_t)y * n, *o1 = o0 + plane, *o2 = o1 + plane;
-        if (p->flip) {
-            for (int x = 0; x < n; x++) {
-                const uint8_t *q = row + (size_t)(n - 1 - x) * 3;
-                o0[x] = lut[0][q[0]];
-                o1[x] = lut[1][q[1]];
-                o2[x] = lut[2][q[2]];
-            }
-        } else {
-            for (int x = 0; x < n; x++) {
-                const uint8_t *q = row + (size_t)x * 3;
-                o0[x] = lut[0][q[0]];
-                o1[x] = lut[1][q[1]];
-                o2[x] = lut[2][q[2]];
-            }
+        const uint8_t *q = p->flip ? row + (size_t)(n - 1) * 3 : row; /* source pixel of output column 0 */
+        const ptrdiff_t step = p->flip ? -3 : 3;
+        for (int x = 0; x < n; x++, q += step) {
+            o0[x] = lut[0][q[0]];
+            o1[x] = lut[1][q[1]];
+            o2[x] = lut[2][q[2]];
         }
     }
 }
