@@ -133,6 +133,14 @@ static hid_t create_excl(const char *path) {
     return f;
 }
 
+/* Close file f (what: "the shard", "the index") at path after writing it. Returns EXIT_RUNTIME
+ * when the writes failed (rc; obj names what failed, NULL: reported already) or the close does. */
+static int close_written(hid_t f, int rc, const char *obj, const char *path, const char *what, char *err, size_t errlen) {
+    if (rc && obj) h5fail(EXIT_RUNTIME, err, errlen, path, "write", obj);
+    if (H5Fclose(f) < 0 && !rc) return h5fail(EXIT_RUNTIME, err, errlen, path, "H5Fclose", what);
+    return rc ? EXIT_RUNTIME : 0;
+}
+
 int shard_write(const char *path, const shard_meta *m, int64_t n, const uint8_t *jpeg, const uint64_t *offset,
                 const int16_t *label, const uint16_t *height, const uint16_t *width, const int32_t *source_index,
                 int64_t n_skipped, const int32_t *skipped, char *err, size_t errlen) {
@@ -151,13 +159,7 @@ int shard_write(const char *path, const shard_meta *m, int64_t n, const uint8_t 
     if (!rc)
         obj = "/skipped_source_index",
         rc = write_1d(f, "skipped_source_index", H5T_STD_I32LE, H5T_NATIVE_INT32, (hsize_t)n_skipped, skipped);
-    if (rc) {
-        h5fail(EXIT_RUNTIME, err, errlen, path, "write", obj);
-        H5Fclose(f);
-        return EXIT_RUNTIME;
-    }
-    if (H5Fclose(f) < 0) return h5fail(EXIT_RUNTIME, err, errlen, path, "H5Fclose", "the shard");
-    return 0;
+    return close_written(f, rc, obj, path, "the shard", err, errlen);
 }
 
 int shards_write_index(const char *path, const shard_meta *m, const shards_index_split *splits, int n_splits, char *err,
@@ -195,13 +197,7 @@ int shards_write_index(const char *path, const shard_meta *m, const shards_index
         free(names);
         H5Gclose(g);
     }
-    if (rc) {
-        if (!reported) h5fail(EXIT_RUNTIME, err, errlen, path, "write", obj);
-        H5Fclose(f);
-        return EXIT_RUNTIME;
-    }
-    if (H5Fclose(f) < 0) return h5fail(EXIT_RUNTIME, err, errlen, path, "H5Fclose", "the index");
-    return 0;
+    return close_written(f, rc, reported ? NULL : obj, path, "the index", err, errlen);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -671,21 +667,20 @@ int shards_verify(const shards *s, int per_shard, int64_t *checked, char *err, s
     return rc;
 }
 
+/* FNV-1a, 64 bits: h after the 8 bytes of x, least significant first. */
+static uint64_t fnv(uint64_t h, uint64_t x) {
+    for (int b = 0; b < 8; b++) h = (h ^ (x >> (8 * b) & 0xff)) * 1099511628211ULL;
+    return h;
+}
+
 uint64_t shards_fingerprint(const shards *s) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a, 64 bits */
-#define FNV(v)                                                                                     \
-    do {                                                                                           \
-        uint64_t x_ = (uint64_t)(v);                                                               \
-        for (int b_ = 0; b_ < 8; b_++) h = (h ^ (x_ >> (8 * b_) & 0xff)) * 1099511628211ULL;       \
-    } while (0)
-    FNV(s->n);
+    uint64_t h = fnv(1469598103934665603ULL, (uint64_t)s->n);
     for (int64_t i = 0; i < s->n; i++) {
-        FNV(s->nbytes[i]);
-        FNV((uint16_t)s->label[i]);
-        FNV(s->height[i]);
-        FNV(s->width[i]);
-        FNV((uint32_t)s->source[i]);
+        h = fnv(h, s->nbytes[i]);
+        h = fnv(h, (uint16_t)s->label[i]);
+        h = fnv(h, s->height[i]);
+        h = fnv(h, s->width[i]);
+        h = fnv(h, (uint32_t)s->source[i]);
     }
-#undef FNV
     return h;
 }
