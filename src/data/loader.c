@@ -67,6 +67,7 @@ int loader_init(loader *l, const dataset *train, int p, int rank, int b, uint64_
     set_layout(l, LOADER_IDX, train->n, p, rank, b, seed, (size_t)train->c * train->h * train->w);
     l->d = train;
     l->perm = xmalloc((size_t)train->n * sizeof *l->perm);
+    l->idx = xmalloc((size_t)b * sizeof *l->idx);
     return 0;
 }
 
@@ -211,13 +212,8 @@ int loader_batch_view(loader *l, long t, float *xbuf, int *ybuf, const float **x
         *x = l->syn_x, *y = l->syn_y;
         return 0;
     }
-    size_t off = loader_seek(l, t);
-    const dataset *d = l->d;
-    for (int j = 0; j < l->b; j++) {
-        int i = (int)l->perm[off + j];
-        normalise_one(l, d, i, xbuf + (size_t)j * l->sample);
-        ybuf[j] = d->y[i];
-    }
+    loader_indices(l, t, l->idx);
+    loader_gather(l, l->d, l->idx, l->b, xbuf, ybuf);
     *x = xbuf, *y = ybuf;
     return 0;
 }
