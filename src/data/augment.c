@@ -87,17 +87,9 @@ static void draw_rrc(uint64_t key, int h, int w, aug_draw *p) {
         }
     }
     double in_ratio = (double)w / h;
-    int cw, ch;
-    if (in_ratio < 3.0 / 4.0) {
-        cw = w;
-        ch = round_even(cw / (3.0 / 4.0));
-    } else if (in_ratio > 4.0 / 3.0) {
-        ch = h;
-        cw = round_even(ch * (4.0 / 3.0));
-    } else {
-        cw = w;
-        ch = h;
-    }
+    int cw = w, ch = h;
+    if (in_ratio < 3.0 / 4.0) ch = round_even(cw / (3.0 / 4.0));
+    else if (in_ratio > 4.0 / 3.0) cw = round_even(ch * (4.0 / 3.0));
     p->y0 = (h - ch) / 2;
     p->x0 = (w - cw) / 2;
     p->ch = ch;
