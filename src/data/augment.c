@@ -87,17 +87,9 @@ static void draw_rrc(uint64_t key, int h, int w, aug_draw *p) {
         }
     }
     double in_ratio = (double)w / h;
-    int cw, ch;
-    if (in_ratio < 3.0 / 4.0) {
-        cw = w;
-        ch = round_even(cw / (3.0 / 4.0));
-    } else if (in_ratio > 4.0 / 3.0) {
-        ch = h;
-        cw = round_even(ch * (4.0 / 3.0));
-    } else {
-        cw = w;
-        ch = h;
-    }
+    int cw = w, ch = h;
+    if (in_ratio < 3.0 / 4.0) ch = round_even(cw / (3.0 / 4.0));
+    else if (in_ratio > 4.0 / 3.0) cw = round_even(ch * (4.0 / 3.0));
     p->y0 = (h - ch) / 2;
     p->x0 = (w - cw) / 2;
     p->ch = ch;
@@ -178,20 +170,12 @@ void aug_finish(const aug_cfg *c, const aug_draw *p, const uint8_t *in, float *o
     for (int y = 0; y < n; y++) {
         const uint8_t *row = in + (size_t)y * n * 3;
         float *o0 = out + (size_t)y * n, *o1 = o0 + plane, *o2 = o1 + plane;
-        if (p->flip) {
-            for (int x = 0; x < n; x++) {
-                const uint8_t *q = row + (size_t)(n - 1 - x) * 3;
-                o0[x] = lut[0][q[0]];
-                o1[x] = lut[1][q[1]];
-                o2[x] = lut[2][q[2]];
-            }
-        } else {
-            for (int x = 0; x < n; x++) {
-                const uint8_t *q = row + (size_t)x * 3;
-                o0[x] = lut[0][q[0]];
-                o1[x] = lut[1][q[1]];
-                o2[x] = lut[2][q[2]];
-            }
+        const uint8_t *q = p->flip ? row + (size_t)(n - 1) * 3 : row; /* source pixel of output column 0 */
+        const ptrdiff_t step = p->flip ? -3 : 3;
+        for (int x = 0; x < n; x++, q += step) {
+            o0[x] = lut[0][q[0]];
+            o1[x] = lut[1][q[1]];
+            o2[x] = lut[2][q[2]];
         }
     }
 }

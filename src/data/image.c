@@ -97,6 +97,12 @@ static void dec_message(image_dec *d, char *err, size_t errlen) {
     seterr(err, errlen, "corrupt or unsupported JPEG: %s", msg);
 }
 
+/* Abandon the image being decoded (the object stays reusable); returns -1. */
+static int dec_abort(image_dec *d) {
+    jpeg_abort_decompress(&d->cinfo);
+    return -1;
+}
+
 /* jpeg_create_decompress fails only when out of memory (through error_exit). */
 static int dec_create(image_dec *d) {
     if (setjmp(d->jerr.jb)) return -1;
@@ -199,24 +205,15 @@ int image_decode_rgb(image_dec *d, const uint8_t *buf, size_t nbytes, int denom,
     if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
         return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), -1;
     d->jerr.warnings = 0;
-    if (setjmp(d->jerr.jb)) {
-        dec_message(d, err, errlen);
-        jpeg_abort_decompress(ci);
-        return -1;
-    }
-    if (dec_header(d, buf, nbytes, err, errlen)) {
-        jpeg_abort_decompress(ci);
-        return -1;
-    }
+    if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
+    if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
     ci->scale_num = 1;
     ci->scale_denom = (unsigned)denom;
     jpeg_start_decompress(ci);
     size_t stride = (size_t)ci->output_width * 3;
     if (grow(&d->out, &d->out_cap, stride * ci->output_height) ||
-        grow(&d->line, &d->line_cap, (size_t)ci->output_width * 4)) {
-        jpeg_abort_decompress(ci);
-        return seterr(err, errlen, "out of memory for a %u x %u image", ci->output_width, ci->output_height), -1;
-    }
+        grow(&d->line, &d->line_cap, (size_t)ci->output_width * 4))
+        return seterr(err, errlen, "out of memory for a %u x %u image", ci->output_width, ci->output_height), dec_abort(d);
     dec_read_rows(d, d->out, stride, (int)ci->output_height);
     *h = (int)ci->output_height;
     *w = (int)ci->output_width;
@@ -230,11 +227,7 @@ int image_read_size(image_dec *d, const uint8_t *buf, size_t nbytes, int *h, int
     j_decompress_ptr ci = &d->cinfo;
     if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
     d->jerr.warnings = 0;
-    if (setjmp(d->jerr.jb)) {
-        dec_message(d, err, errlen);
-        jpeg_abort_decompress(ci);
-        return -1;
-    }
+    if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
     int rc = dec_header(d, buf, nbytes, err, errlen);
     *h = (int)ci->image_height;
     *w = (int)ci->image_width;
@@ -248,21 +241,11 @@ int image_decode_rect(image_dec *d, const uint8_t *buf, size_t nbytes, int y0, i
     *warnings = 0;
     if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
     d->jerr.warnings = 0;
-    if (setjmp(d->jerr.jb)) {
-        dec_message(d, err, errlen);
-        jpeg_abort_decompress(ci);
-        return -1;
-    }
-    if (dec_header(d, buf, nbytes, err, errlen)) {
-        jpeg_abort_decompress(ci);
-        return -1;
-    }
+    if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
+    if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
     int H = (int)ci->image_height, W = (int)ci->image_width;
-    if (y0 < 0 || y1 > H || y0 >= y1 || x0 < 0 || x1 > W || x0 >= x1) {
-        jpeg_abort_decompress(ci);
-        return seterr(err, errlen, "rows [%d, %d) x columns [%d, %d) outside the %d x %d image", y0, y1, x0, x1, H, W),
-               -1;
-    }
+    if (y0 < 0 || y1 > H || y0 >= y1 || x0 < 0 || x1 > W || x0 >= x1)
+        return seterr(err, errlen, "rows [%d, %d) x columns [%d, %d) outside the %d x %d image", y0, y1, x0, x1, H, W), dec_abort(d);
     ci->scale_num = ci->scale_denom = 1;
     jpeg_start_decompress(ci);
     /* One iMCU of margin on each side: fancy upsampling of the span's edge columns then reads
@@ -276,10 +259,8 @@ int image_decode_rect(image_dec *d, const uint8_t *buf, size_t nbytes, int y0, i
     int ry = y0 > imcu_h ? y0 - imcu_h : 0;
     size_t st = (size_t)ci->output_width * 3;
     int nrows = y1 - ry;
-    if (grow(&d->out, &d->out_cap, st * (size_t)nrows) || grow(&d->line, &d->line_cap, (size_t)ci->output_width * 4)) {
-        jpeg_abort_decompress(ci);
-        return seterr(err, errlen, "out of memory for rows [%d, %d) of a %d x %d image", y0, y1, H, W), -1;
-    }
+    if (grow(&d->out, &d->out_cap, st * (size_t)nrows) || grow(&d->line, &d->line_cap, (size_t)ci->output_width * 4))
+        return seterr(err, errlen, "out of memory for rows [%d, %d) of a %d x %d image", y0, y1, H, W), dec_abort(d);
     if (ry > 0 && jpeg_skip_scanlines(ci, (JDIMENSION)ry) != (JDIMENSION)ry) ERREXIT(ci, JERR_BAD_STATE);
     dec_read_rows(d, d->out, st, nrows);
     if (ci->output_scanline == ci->output_height)
@@ -409,10 +390,6 @@ HPASS(5)
 HPASS(7)
 HPASS(9)
 
-static void hpass_any(uint8_t *o, const uint8_t *row, int x0, const int *bounds, const int32_t *kk, int n, int ksize) {
-    hpass_row(o, row, x0, bounds, kk, n, ksize, 0);
-}
-
 /* The two passes: outputs (dh, dw) at rows oy.. and columns ox.. of the resize whose outputs are
  * spaced (scale_y, scale_x) apart starting at (in0_y, in0_x). */
 static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_view *s, double in0_y, double scale_y,
@@ -442,7 +419,7 @@ static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_vie
         case 5: hpass_5(o, row, s->x0, d->bx, d->kx, dw); break;
         case 7: hpass_7(o, row, s->x0, d->bx, d->kx, dw); break;
         case 9: hpass_9(o, row, s->x0, d->bx, d->kx, dw); break;
-        default: hpass_any(o, row, s->x0, d->bx, d->kx, dw, kx); break;
+        default: hpass_row(o, row, s->x0, d->bx, d->kx, dw, kx, 0); break;
         }
     }
 

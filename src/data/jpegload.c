@@ -72,12 +72,6 @@ struct jpegload {
     int n_started;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Wait on cv for at most s seconds (CLOCK_REALTIME deadline, as pthread_cond_timedwait takes). */
 static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
     struct timespec ts;
@@ -263,19 +257,25 @@ int jpegload_has(const jpegload *j, long key) {
     return k >= 0;
 }
 
+/* Under the lock: wait up to 0.2 s on `done`; *seen, *t_last: the progress count last seen and
+ * when it moved. Returns EXIT_RUNTIME with err once timeout_s passed without progress, else 0. */
+static int wait_progress(jpegload *j, long long *seen, double *t_last, char *err, size_t errlen) {
+    timed_wait(&j->done, &j->mu, 0.2);
+    if (j->progress != *seen) *seen = j->progress, *t_last = wall_time();
+    else if (wall_time() - *t_last > j->c.timeout_s)
+        return seterr(err, errlen, "rank %d: no sample decoded in %.0f s: the decode threads are stuck (comm_timeout_s)",
+                      j->c.rank, j->c.timeout_s) ? EXIT_RUNTIME : 0;
+    return 0;
+}
+
 /* Under the lock: wait until *count (samples in flight) is 0, bounded by timeout_s without
  * progress. Returns 0 or EXIT_RUNTIME with err. */
 static int drain(jpegload *j, const int *count, char *err, size_t errlen) {
     long long seen = j->progress;
-    double t_last = now_s();
-    while (*count > 0) {
-        timed_wait(&j->done, &j->mu, 0.2);
-        if (j->progress != seen) seen = j->progress, t_last = now_s();
-        else if (now_s() - t_last > j->c.timeout_s)
-            return seterr(err, errlen, "rank %d: no sample decoded in %.0f s: the decode threads are stuck (comm_timeout_s)",
-                          j->c.rank, j->c.timeout_s) ? EXIT_RUNTIME : 0;
-    }
-    return 0;
+    double t_last = wall_time();
+    int st = 0;
+    while (*count > 0 && !st) st = wait_progress(j, &seen, &t_last, err, errlen);
+    return st;
 }
 
 int jpegload_request(jpegload *j, long key, int epoch, const int *idx, long lo, char *err, size_t errlen) {
@@ -322,7 +322,7 @@ void jpegload_release(jpegload *j) {
  * (`sl` >= 0: that slot; -1: the evaluation job); bounded as drain. */
 static int finish(jpegload *j, int sl, char *err, size_t errlen) {
     long long seen = j->progress;
-    double t_last = now_s();
+    double t_last = wall_time();
     for (;;) {
         if (j->fatal) return seterr(err, errlen, "%s", j->fatal_msg) ? EXIT_RUNTIME : 0;
         const int n = sl < 0 ? j->ev.count : j->c.b;
@@ -335,11 +335,7 @@ static int finish(jpegload *j, int sl, char *err, size_t errlen) {
             work_one(j, &j->self, sl, pos);
             continue;
         }
-        timed_wait(&j->done, &j->mu, 0.2);
-        if (j->progress != seen) seen = j->progress, t_last = now_s();
-        else if (now_s() - t_last > j->c.timeout_s)
-            return seterr(err, errlen, "rank %d: no sample decoded in %.0f s: the decode threads are stuck (comm_timeout_s)",
-                          j->c.rank, j->c.timeout_s) ? EXIT_RUNTIME : 0;
+        if (wait_progress(j, &seen, &t_last, err, errlen)) return EXIT_RUNTIME;
     }
 }
 

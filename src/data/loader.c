@@ -15,6 +15,16 @@
 
 #include "util/util.h"
 
+/* What every source sets: kind, n training samples, the layout, S = floor(n / (p·b)) and the
+ * floats per sample. */
+static void set_layout(loader *l, int kind, int n, int p, int rank, int b, uint64_t seed, size_t sample) {
+    l->kind = kind;
+    l->n = n;
+    l->p = p, l->rank = rank, l->b = b, l->seed = seed;
+    l->steps_per_epoch = (long)((long long)n / ((long long)p * b));
+    l->sample = sample;
+}
+
 int loader_init(loader *l, const dataset *train, int p, int rank, int b, uint64_t seed, char *err,
                 size_t errlen) {
     memset(l, 0, sizeof *l);
@@ -54,16 +64,10 @@ int loader_init(loader *l, const dataset *train, int p, int rank, int b, uint64_
         l->std[ch] = (float)sd;
     }
 
-    l->kind = LOADER_IDX;
+    set_layout(l, LOADER_IDX, train->n, p, rank, b, seed, (size_t)train->c * train->h * train->w);
     l->d = train;
-    l->n = train->n;
-    l->p = p;
-    l->rank = rank;
-    l->b = b;
-    l->seed = seed;
-    l->steps_per_epoch = train->n / m;
-    l->sample = (size_t)train->c * train->h * train->w;
     l->perm = xmalloc((size_t)train->n * sizeof *l->perm);
+    l->idx = xmalloc((size_t)b * sizeof *l->idx);
     return 0;
 }
 
@@ -84,11 +88,7 @@ int loader_init_jpeg(loader *l, const jpegload_cfg *c, int p, int rank, int star
     const long long n = shards_count(c->train);
     int st = layout_ok(p, rank, c->b, n, err, errlen);
     if (st) return st;
-    l->kind = LOADER_JPEG;
-    l->n = (int)n;
-    l->p = p, l->rank = rank, l->b = c->b, l->seed = c->seed;
-    l->steps_per_epoch = (long)(n / ((long long)p * c->b));
-    l->sample = (size_t)3 * c->train_aug.crop * c->train_aug.crop;
+    set_layout(l, LOADER_JPEG, (int)n, p, rank, c->b, c->seed, (size_t)3 * c->train_aug.crop * c->train_aug.crop);
     l->jcfg = *c;
     l->perm = xmalloc((size_t)n * sizeof *l->perm);
     l->idx = xmalloc((size_t)c->b * sizeof *l->idx);
@@ -111,11 +111,8 @@ int loader_init_synthetic(loader *l, int c, int h, int w, int classes, int p, in
     if (st) return st;
     if (c < 1 || h < 1 || w < 1 || classes < 1)
         return seterr(err, errlen, "loader: synthetic shape %d x %d x %d with %d classes", c, h, w, classes);
-    l->kind = LOADER_SYNTHETIC;
-    l->n = LOADER_SYNTHETIC_N;
-    l->p = p, l->rank = rank, l->b = b, l->seed = seed, l->classes = classes;
-    l->steps_per_epoch = LOADER_SYNTHETIC_N / ((long)p * b);
-    l->sample = (size_t)c * h * w;
+    set_layout(l, LOADER_SYNTHETIC, LOADER_SYNTHETIC_N, p, rank, b, seed, (size_t)c * h * w);
+    l->classes = classes;
     l->syn_x = xmalloc((size_t)b * l->sample * sizeof *l->syn_x);
     l->syn_y = xmalloc((size_t)b * sizeof *l->syn_y);
     rng_t r;
@@ -215,13 +212,8 @@ int loader_batch_view(loader *l, long t, float *xbuf, int *ybuf, const float **x
         *x = l->syn_x, *y = l->syn_y;
         return 0;
     }
-    size_t off = loader_seek(l, t);
-    const dataset *d = l->d;
-    for (int j = 0; j < l->b; j++) {
-        int i = (int)l->perm[off + j];
-        normalise_one(l, d, i, xbuf + (size_t)j * l->sample);
-        ybuf[j] = d->y[i];
-    }
+    loader_indices(l, t, l->idx);
+    loader_gather(l, l->d, l->idx, l->b, xbuf, ybuf);
     *x = xbuf, *y = ybuf;
     return 0;
 }

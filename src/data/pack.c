@@ -235,10 +235,8 @@ static int prepare_out(const pack_options *o, char *err, size_t errlen) {
     closedir(d);
     if (!rc && any) { /* the index first: from then on the old pack is visibly incomplete */
         char p[PATH_MAX + 300];
-        snprintf(p, sizeof p, "%s/%s", o->out, SHARDS_INDEX);
-        if (unlink(p) != 0 && errno != ENOENT) rc = seterr(err, errlen, "--overwrite: cannot remove %s: %s", p, strerror(errno));
-        for (int64_t i = 0; !rc && i < ours.n; i++) {
-            snprintf(p, sizeof p, "%s/%s", o->out, ours.v[i]);
+        for (int64_t i = -1; !rc && i < ours.n; i++) {
+            snprintf(p, sizeof p, "%s/%s", o->out, i < 0 ? SHARDS_INDEX : ours.v[i]);
             if (unlink(p) != 0 && errno != ENOENT) rc = seterr(err, errlen, "--overwrite: cannot remove %s: %s", p, strerror(errno));
         }
         if (!rc) printf("dsgd-run --pack: --overwrite: removed the %lld file(s) of the earlier pack in %s\n", (long long)ours.n, o->out);

@@ -43,23 +43,18 @@ void shard_name(char *buf, size_t n, const char *split, int k, int n_shards) {
     snprintf(buf, n, "%s-%05d-of-%05d.h5", split, k, n_shards);
 }
 
-static int attr_i64(hid_t obj, const char *name, int64_t v) {
+/* A scalar attribute: file_type in the file, *v as mem_type. */
+static int attr_write(hid_t obj, const char *name, hid_t file_type, hid_t mem_type, const void *v) {
     hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_INT64, &v) < 0 ? -1 : 0;
+    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, file_type, s, H5P_DEFAULT, H5P_DEFAULT);
+    int rc = a < 0 || H5Awrite(a, mem_type, v) < 0 ? -1 : 0;
     if (a >= 0) H5Aclose(a);
     if (s >= 0) H5Sclose(s);
     return rc;
 }
 
-static int attr_u64(hid_t obj, const char *name, uint64_t v) {
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, H5T_STD_U64LE, s, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, H5T_NATIVE_UINT64, &v) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    if (s >= 0) H5Sclose(s);
-    return rc;
-}
+static int attr_i64(hid_t obj, const char *name, int64_t v) { return attr_write(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v); }
+static int attr_u64(hid_t obj, const char *name, uint64_t v) { return attr_write(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v); }
 
 /* A fixed-length (NUL-terminated) ASCII string attribute: h5py reads it as bytes or str. */
 static int attr_str(hid_t obj, const char *name, const char *v) {
@@ -67,11 +62,7 @@ static int attr_str(hid_t obj, const char *name, const char *v) {
     if (t < 0) return -1;
     H5Tset_size(t, strlen(v) + 1);
     H5Tset_strpad(t, H5T_STR_NULLTERM);
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, t, v) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    if (s >= 0) H5Sclose(s);
+    int rc = attr_write(obj, name, t, t, v);
     H5Tclose(t);
     return rc;
 }
@@ -142,6 +133,14 @@ static hid_t create_excl(const char *path) {
     return f;
 }
 
+/* Close file f (what: "the shard", "the index") at path after writing it. Returns EXIT_RUNTIME
+ * when the writes failed (rc; obj names what failed, NULL: reported already) or the close does. */
+static int close_written(hid_t f, int rc, const char *obj, const char *path, const char *what, char *err, size_t errlen) {
+    if (rc && obj) h5fail(EXIT_RUNTIME, err, errlen, path, "write", obj);
+    if (H5Fclose(f) < 0 && !rc) return h5fail(EXIT_RUNTIME, err, errlen, path, "H5Fclose", what);
+    return rc ? EXIT_RUNTIME : 0;
+}
+
 int shard_write(const char *path, const shard_meta *m, int64_t n, const uint8_t *jpeg, const uint64_t *offset,
                 const int16_t *label, const uint16_t *height, const uint16_t *width, const int32_t *source_index,
                 int64_t n_skipped, const int32_t *skipped, char *err, size_t errlen) {
@@ -160,13 +159,7 @@ int shard_write(const char *path, const shard_meta *m, int64_t n, const uint8_t 
     if (!rc)
         obj = "/skipped_source_index",
         rc = write_1d(f, "skipped_source_index", H5T_STD_I32LE, H5T_NATIVE_INT32, (hsize_t)n_skipped, skipped);
-    if (rc) {
-        h5fail(EXIT_RUNTIME, err, errlen, path, "write", obj);
-        H5Fclose(f);
-        return EXIT_RUNTIME;
-    }
-    if (H5Fclose(f) < 0) return h5fail(EXIT_RUNTIME, err, errlen, path, "H5Fclose", "the shard");
-    return 0;
+    return close_written(f, rc, obj, path, "the shard", err, errlen);
 }
 
 int shards_write_index(const char *path, const shard_meta *m, const shards_index_split *splits, int n_splits, char *err,
@@ -204,13 +197,7 @@ int shards_write_index(const char *path, const shard_meta *m, const shards_index
         free(names);
         H5Gclose(g);
     }
-    if (rc) {
-        if (!reported) h5fail(EXIT_RUNTIME, err, errlen, path, "write", obj);
-        H5Fclose(f);
-        return EXIT_RUNTIME;
-    }
-    if (H5Fclose(f) < 0) return h5fail(EXIT_RUNTIME, err, errlen, path, "H5Fclose", "the index");
-    return 0;
+    return close_written(f, rc, reported ? NULL : obj, path, "the index", err, errlen);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -233,13 +220,16 @@ struct shards {
     char (*classes)[SHARDS_WNID_MAX + 1];
 };
 
+/* An attribute of the format is missing: EXIT_BADINPUT naming path and attribute. */
+static int no_attr(const char *path, const char *name, char *err, size_t errlen) {
+    H5Eclear2(H5E_DEFAULT);
+    return seterr(err, errlen, "%s: no attribute '%s'; expected a dsgd-run pack (%s, written by dsgd-run --pack)", path, name,
+                  SHARDS_FORMAT);
+}
+
 /* Read a scalar integer attribute; 0, or EXIT_BADINPUT naming path and attribute. */
 static int read_attr_i64(hid_t obj, const char *path, const char *name, int64_t *v, char *err, size_t errlen) {
-    if (H5Aexists(obj, name) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return seterr(err, errlen, "%s: no attribute '%s'; expected a dsgd-run pack (%s, written by dsgd-run --pack)", path, name,
-                      SHARDS_FORMAT);
-    }
+    if (H5Aexists(obj, name) <= 0) return no_attr(path, name, err, errlen);
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     long long x = 0;
     int rc = a < 0 || H5Aread(a, H5T_NATIVE_LLONG, &x) < 0;
@@ -252,11 +242,7 @@ static int read_attr_i64(hid_t obj, const char *path, const char *name, int64_t 
 /* Read a string attribute (fixed or variable length) into buf. */
 static int read_attr_str(hid_t obj, const char *path, const char *name, char *buf, size_t n, char *err, size_t errlen) {
     buf[0] = '\0';
-    if (H5Aexists(obj, name) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return seterr(err, errlen, "%s: no attribute '%s'; expected a dsgd-run pack (%s, written by dsgd-run --pack)", path, name,
-                      SHARDS_FORMAT);
-    }
+    if (H5Aexists(obj, name) <= 0) return no_attr(path, name, err, errlen);
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     hid_t t = a < 0 ? -1 : H5Aget_type(a);
     int rc = -1;
@@ -681,21 +667,20 @@ int shards_verify(const shards *s, int per_shard, int64_t *checked, char *err, s
     return rc;
 }
 
+/* FNV-1a, 64 bits: h after the 8 bytes of x, least significant first. */
+static uint64_t fnv(uint64_t h, uint64_t x) {
+    for (int b = 0; b < 8; b++) h = (h ^ (x >> (8 * b) & 0xff)) * 1099511628211ULL;
+    return h;
+}
+
 uint64_t shards_fingerprint(const shards *s) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a, 64 bits */
-#define FNV(v)                                                                                     \
-    do {                                                                                           \
-        uint64_t x_ = (uint64_t)(v);                                                               \
-        for (int b_ = 0; b_ < 8; b_++) h = (h ^ (x_ >> (8 * b_) & 0xff)) * 1099511628211ULL;       \
-    } while (0)
-    FNV(s->n);
+    uint64_t h = fnv(1469598103934665603ULL, (uint64_t)s->n);
     for (int64_t i = 0; i < s->n; i++) {
-        FNV(s->nbytes[i]);
-        FNV((uint16_t)s->label[i]);
-        FNV(s->height[i]);
-        FNV(s->width[i]);
-        FNV((uint32_t)s->source[i]);
+        h = fnv(h, s->nbytes[i]);
+        h = fnv(h, (uint16_t)s->label[i]);
+        h = fnv(h, s->height[i]);
+        h = fnv(h, s->width[i]);
+        h = fnv(h, (uint32_t)s->source[i]);
     }
-#undef FNV
     return h;
 }
