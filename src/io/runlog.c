@@ -151,22 +151,21 @@ int runlog_attr_string(hid_t obj, const char *objname, const char *name, const c
     return rc;
 }
 
-/* A chunked extendible dataset of 0 rows (parent groups created) with its units and description
- * attributes: 1-D when cols == 0, else 2-D [rows, cols] with cols fixed, chunks of chunk rows by
- * all cols and a `columns` attribute ("worker rank 0..cols-1"). */
-static int make_column(hid_t f, const char *gname, const colspec *c, hid_t ftype, hsize_t chunk, hsize_t cols,
-                       const char *path, char *err, size_t errlen) {
-    char obj[64];
-    snprintf(obj, sizeof obj, "%s/%s", gname, c->name);
-    int rank = cols ? 2 : 1;
-    hsize_t dims[2] = {0, cols}, maxdims[2] = {H5S_UNLIMITED, cols}, cdims[2] = {chunk, cols};
-    hid_t space = H5Screate_simple(rank, dims, maxdims);
+/* Dataset obj of f (parent groups created) with its units and description attributes, and
+ * columns when not NULL: nd-D of dims (maxd: NULL, or the maximum dims), chunked by chunk, or
+ * contiguous when chunk is NULL; fill (memory type fill_type) as its fill value when not NULL. */
+static int make_dataset(hid_t f, const char *obj, hid_t ftype, int nd, const hsize_t *dims, const hsize_t *maxd,
+                        const hsize_t *chunk, hid_t fill_type, const void *fill, const char *units, const char *description,
+                        const char *columns, const char *path, char *err, size_t errlen) {
+    hid_t space = H5Screate_simple(nd, dims, maxd);
     if (space < 0) return runlog_h5fail(err, errlen, path, "H5Screate_simple", obj);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     hid_t ds = H5I_INVALID_HID;
     if (dcpl < 0 || lcpl < 0) runlog_h5fail(err, errlen, path, "H5Pcreate", obj);
     else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) runlog_h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
-    else if (H5Pset_chunk(dcpl, rank, cdims) < 0) runlog_h5fail(err, errlen, path, "H5Pset_chunk", obj);
+    else if (chunk ? H5Pset_chunk(dcpl, nd, chunk) < 0 : H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0)
+        runlog_h5fail(err, errlen, path, chunk ? "H5Pset_chunk" : "H5Pset_layout", obj);
+    else if (fill && H5Pset_fill_value(dcpl, fill_type, fill) < 0) runlog_h5fail(err, errlen, path, "H5Pset_fill_value", obj);
     else if (H5Pset_obj_track_times(dcpl, 0) < 0) runlog_h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
     else if ((ds = H5Dcreate2(f, obj, ftype, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
         runlog_h5fail(err, errlen, path, "H5Dcreate2", obj);
@@ -174,13 +173,24 @@ static int make_column(hid_t f, const char *gname, const colspec *c, hid_t ftype
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Sclose(space);
     if (ds < 0) return -1;
-    char columns[64];
-    snprintf(columns, sizeof columns, "worker rank 0..%llu", (unsigned long long)cols - 1);
-    int rc = runlog_attr_string(ds, obj, "units", c->units, path, err, errlen) < 0 ||
-             runlog_attr_string(ds, obj, "description", c->description, path, err, errlen) < 0 ||
-             (cols && runlog_attr_string(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
+    int rc = runlog_attr_string(ds, obj, "units", units, path, err, errlen) < 0 ||
+             runlog_attr_string(ds, obj, "description", description, path, err, errlen) < 0 ||
+             (columns && runlog_attr_string(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
     if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Dclose", obj);
     return rc;
+}
+
+/* A chunked extendible dataset of 0 rows of group gname: 1-D when cols == 0, else 2-D [rows,
+ * cols] with cols fixed, chunks of chunk rows by all cols and a `columns` attribute ("worker
+ * rank 0..cols-1"). */
+static int make_column(hid_t f, const char *gname, const colspec *c, hid_t ftype, hsize_t chunk, hsize_t cols,
+                       const char *path, char *err, size_t errlen) {
+    char obj[64], columns[64];
+    snprintf(obj, sizeof obj, "%s/%s", gname, c->name);
+    snprintf(columns, sizeof columns, "worker rank 0..%llu", (unsigned long long)cols - 1);
+    hsize_t dims[2] = {0, cols}, maxdims[2] = {H5S_UNLIMITED, cols}, cdims[2] = {chunk, cols};
+    return make_dataset(f, obj, ftype, cols ? 2 : 1, dims, maxdims, cdims, H5I_INVALID_HID, NULL, c->units, c->description,
+                        cols ? columns : NULL, path, err, errlen);
 }
 
 /* Append n rows from buf (memory type mtype, row-major) to dataset obj of the in-memory file,
@@ -338,32 +348,14 @@ int runlog_check_meta(const runlog_meta *meta, const char *fn, const char *path,
 /* The dataset of method array a (parent groups created): fixed arrays contiguous of their shape,
  * read as the fill value (zero, NaN) until written; growing ones chunked, 0 rows, unlimited. */
 static int make_array(hid_t f, const runlog_array_spec *a, const char *obj, const char *path, char *err, size_t errlen) {
-    int nd = a->cols ? 2 : 1;
     hsize_t dims[2] = {a->grows ? 0 : (hsize_t)a->rows, (hsize_t)a->cols}, maxd[2] = {H5S_UNLIMITED, (hsize_t)a->cols};
     hsize_t chunk[2] = {ARRAY_CHUNK, (hsize_t)a->cols};
-    hid_t space = H5Screate_simple(nd, dims, a->grows ? maxd : NULL);
-    if (space < 0) return runlog_h5fail(err, errlen, path, "H5Screate_simple", obj);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
-    hid_t ds = H5I_INVALID_HID;
     const int64_t zero = 0;
     const double nan_fill = NAN;
-    if (dcpl < 0 || lcpl < 0) runlog_h5fail(err, errlen, path, "H5Pcreate", obj);
-    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) runlog_h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
-    else if (a->grows ? H5Pset_chunk(dcpl, nd, chunk) < 0 : H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0)
-        runlog_h5fail(err, errlen, path, a->grows ? "H5Pset_chunk" : "H5Pset_layout", obj);
-    else if (H5Pset_fill_value(dcpl, a->float64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, a->float64 ? (const void *)&nan_fill : (const void *)&zero) < 0)
-        runlog_h5fail(err, errlen, path, "H5Pset_fill_value", obj);
-    else if (H5Pset_obj_track_times(dcpl, 0) < 0) runlog_h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
-    else if ((ds = H5Dcreate2(f, a->name, a->float64 ? H5T_IEEE_F64LE : H5T_STD_I64LE, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
-        runlog_h5fail(err, errlen, path, "H5Dcreate2", obj);
-    if (lcpl >= 0) H5Pclose(lcpl);
-    if (dcpl >= 0) H5Pclose(dcpl);
-    H5Sclose(space);
-    if (ds < 0) return -1;
-    int rc = runlog_attr_string(ds, obj, "units", a->units, path, err, errlen) < 0 ||
-             runlog_attr_string(ds, obj, "description", a->description, path, err, errlen) < 0 ? -1 : 0;
-    if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Dclose", obj);
-    return rc;
+    return make_dataset(f, obj, a->float64 ? H5T_IEEE_F64LE : H5T_STD_I64LE, a->cols ? 2 : 1, dims, a->grows ? maxd : NULL,
+                        a->grows ? chunk : NULL, a->float64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64,
+                        a->float64 ? (const void *)&nan_fill : (const void *)&zero, a->units, a->description, NULL, path, err,
+                        errlen);
 }
 
 /* The current UTC time, ISO-8601 ("2025-01-31T12:00:00Z"), into buf; -1 if it cannot be read. */
@@ -607,7 +599,6 @@ static int array_write(runlog *r, int index, const void *data, long rows, int f6
 
 static long spec_rows(const runlog *r, int index) { return r && index >= 0 && index < r->n_arrays ? r->arrays[index].rows : 0; }
 int runlog_array(runlog *r, int index, const long long *data) { return array_write(r, index, data, spec_rows(r, index), 0); }
-int runlog_array_f64(runlog *r, int index, const double *data) { return array_write(r, index, data, spec_rows(r, index), 1); }
 int runlog_array_rows(runlog *r, int index, const long long *data, long rows) { return array_write(r, index, data, rows, 0); }
 int runlog_array_rows_f64(runlog *r, int index, const double *data, long rows) { return array_write(r, index, data, rows, 1); }
 

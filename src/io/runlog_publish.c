@@ -12,11 +12,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-static double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 /* The type of the status attribute: a fixed-size UTF-8 string of STATUS_LEN bytes, NUL-terminated. */
 static hid_t status_type(void) {
     hid_t t = H5Tcopy(H5T_C_S1);
@@ -125,7 +120,7 @@ static int first_name(const char *tmp, const char *path, int overwrite, char *er
  * temporary beside it, fsync, then rename() over the file this run published last (checked to be
  * still ours), or first_name() for the first publication. */
 int runlog_publish(runlog *r, int overwrite, char *err, size_t errlen) {
-    double t0 = mono_now();
+    double t0 = wall_time();
     if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) return runlog_h5fail(err, errlen, r->path, "H5Fflush", "the in-memory file");
     ssize_t n = H5Fget_file_image(r->file, NULL, 0);
     if (n <= 0) return runlog_h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
@@ -150,7 +145,7 @@ int runlog_publish(runlog *r, int overwrite, char *err, size_t errlen) {
     }
     if (r->fd >= 0) close(r->fd); /* the file just replaced */
     r->fd = fd;
-    r->last_publish = mono_now();
+    r->last_publish = wall_time();
     r->publish_cost = r->last_publish - t0;
     return 0;
 }
@@ -169,7 +164,7 @@ int runlog_publish_all(runlog *r) {
 /* Publish if the wall-clock bound has passed (part 3 of the header comment). */
 int runlog_publish_if_due(runlog *r) {
     double every = r->publish_s > PUBLISH_SHARE * r->publish_cost ? r->publish_s : PUBLISH_SHARE * r->publish_cost;
-    return mono_now() - r->last_publish >= every ? runlog_publish_all(r) : 0;
+    return wall_time() - r->last_publish >= every ? runlog_publish_all(r) : 0;
 }
 
 /* The run could not publish its file: write "stopped: run-file write error: <why>" into the
