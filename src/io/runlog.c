@@ -214,6 +214,12 @@ static int append(runlog *r, const char *obj, hid_t mtype, hsize_t n0, hsize_t n
     return rc;
 }
 
+/* A write into the in-memory file failed: the file is no longer extended. Returns -1. */
+static int stop(runlog *r) {
+    r->failed = 1;
+    return -1;
+}
+
 /* Append the buffered /train rows. */
 static int write_train(runlog *r) {
     if (r->nbuf == 0) return 0;
@@ -444,28 +450,22 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     return 0;
 }
 
-runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, char *err, size_t errlen) {
-    if (!path || !path[0] || !meta) {
-        seterr(err, errlen, "runlog_create: %s", !meta ? "no run metadata" : "empty output path");
-        return NULL;
-    }
-    if (strlen(path) >= PATHLEN - 64) {
-        seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path);
-        return NULL;
-    }
+/* The checks of runlog_create's arguments and output path, then the output's parent directories
+ * created. Returns 0 or -1 with err filled. */
+static int check_create(const char *path, int overwrite, const runlog_meta *meta, char *err, size_t errlen) {
+    if (!path || !path[0] || !meta)
+        return seterr(err, errlen, "runlog_create: %s", !meta ? "no run metadata" : "empty output path"), -1;
+    if (strlen(path) >= PATHLEN - 64) return seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path), -1;
     /* Our messages replace HDF5's stack dumps (see the header comment). */
-    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) {
-        seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path);
-        return NULL;
-    }
+    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) return seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path), -1;
     struct stat st;
-    if (!overwrite && lstat(path, &st) == 0) {
-        seterr(err, errlen, runlog_already_exists_fmt, path);
-        return NULL;
-    }
-    if (runlog_check_meta(meta, "runlog_create", path, err, errlen) < 0) return NULL;
-    if (make_parents(path, err, errlen) < 0) return NULL;
+    if (!overwrite && lstat(path, &st) == 0) return seterr(err, errlen, runlog_already_exists_fmt, path), -1;
+    if (runlog_check_meta(meta, "runlog_create", path, err, errlen) < 0) return -1;
+    return make_parents(path, err, errlen);
+}
 
+runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, char *err, size_t errlen) {
+    if (check_create(path, overwrite, meta, err, errlen) < 0) return NULL;
     runlog *r = runlog_new(path, meta);
     hid_t fapl = runlog_memory_fapl(1, path, err, errlen);
     if (fapl < 0) {
@@ -492,20 +492,14 @@ int runlog_train(runlog *r, long step, double time_s, double loss, double alpha)
     r->buf_time[i] = time_s;
     r->buf_loss[i] = loss;
     r->buf_alpha[i] = alpha;
-    if (r->nbuf == TRAIN_BUF && write_train(r) < 0) {
-        r->failed = 1;
-        return -1;
-    }
+    if (r->nbuf == TRAIN_BUF && write_train(r) < 0) return stop(r);
     return runlog_publish_if_due(r);
 }
 
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                 double top5_error) {
     if (!r || r->failed) return -1;
-    if (append_eval_row(r, "/eval", r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
-        r->failed = 1;
-        return -1;
-    }
+    if (append_eval_row(r, "/eval", r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) return stop(r);
     r->n_eval++;
     return runlog_publish_all(r);
 }
@@ -527,14 +521,10 @@ void runlog_rows_written(const runlog *r, runlog_rows *out) {
 int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                       double top5_error) {
     if (!r || r->failed) return -1;
-    if (!r->has_eval_local) {
-        seterr(r->err, sizeof r->err, "%s: runlog_eval_local: the file has no /eval_local (created without meta.eval_local)", r->path);
-        return -1;
-    }
-    if (append_eval_row(r, "/eval_local", r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
-        r->failed = 1;
-        return -1;
-    }
+    if (!r->has_eval_local)
+        return seterr(r->err, sizeof r->err, "%s: runlog_eval_local: the file has no /eval_local (created without "
+                      "meta.eval_local)", r->path), -1;
+    if (append_eval_row(r, "/eval_local", r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error) < 0) return stop(r);
     r->n_eval_local++;
     return 0;
 }
@@ -542,25 +532,18 @@ int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double 
 int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *compute_s, const double *comm_s,
                  const double *wait_s, const double *data_s) {
     if (!r || r->failed) return -1;
-    if (r->ranks == 0) {
-        seterr(r->err, sizeof r->err, "%s: runlog_ranks: the file has no /ranks (created with meta.ranks = 0)", r->path);
-        return -1;
-    }
+    if (r->ranks == 0)
+        return seterr(r->err, sizeof r->err, "%s: runlog_ranks: the file has no /ranks (created with meta.ranks = 0)", r->path), -1;
     const double *src[NRANKS] = {step_time_s, compute_s, comm_s, wait_s, data_s};
     for (int q = 0; q < R_DATA; q++)
-        if (!src[q]) {
-            seterr(r->err, sizeof r->err, "%s: runlog_ranks: no values for /ranks/%s", r->path, ranks_cols[q].name);
-            return -1;
-        }
+        if (!src[q])
+            return seterr(r->err, sizeof r->err, "%s: runlog_ranks: no values for /ranks/%s", r->path, ranks_cols[q].name), -1;
     int i = r->nrbuf++;
     r->rbuf_step[i] = step;
     for (int q = 0; q < NRANKS; q++)
         if (src[q]) memcpy(r->rbuf[q] + (size_t)i * (size_t)r->ranks, src[q], (size_t)r->ranks * sizeof(double));
         else for (int k = 0; k < r->ranks; k++) r->rbuf[q][(size_t)i * (size_t)r->ranks + (size_t)k] = NAN;
-    if (r->nrbuf == RANKS_BUF && write_ranks(r) < 0) {
-        r->failed = 1;
-        return -1;
-    }
+    if (r->nrbuf == RANKS_BUF && write_ranks(r) < 0) return stop(r);
     return runlog_publish_if_due(r);
 }
 
@@ -568,24 +551,16 @@ int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *
  * published with the next publication. */
 static int array_write(runlog *r, int index, const void *data, long rows, int f64) {
     if (!r || r->failed) return -1;
-    if (index < 0 || index >= r->n_arrays) {
-        seterr(r->err, sizeof r->err, "%s: runlog_array: no fixed array %d (the file has %d)", r->path, index, r->n_arrays);
-        return -1;
-    }
+    if (index < 0 || index >= r->n_arrays)
+        return seterr(r->err, sizeof r->err, "%s: runlog_array: no fixed array %d (the file has %d)", r->path, index, r->n_arrays), -1;
     method_array *a = &r->arrays[index];
-    if (!data && rows > 0) {
-        seterr(r->err, sizeof r->err, "%s: runlog_array: no data for %s", r->path, a->obj);
-        return -1;
-    }
-    if (a->f64 != f64) {
-        seterr(r->err, sizeof r->err, "%s: runlog_array: %s holds %s", r->path, a->obj, f64 ? "int64" : "float64");
-        return -1;
-    }
-    if (rows < 0 || rows > a->rows || (!a->grows && rows != a->rows)) {
-        seterr(r->err, sizeof r->err, "%s: runlog_array: %ld rows for %s, which has %s%ld", r->path, rows, a->obj,
-               a->grows ? "at most " : "", a->rows);
-        return -1;
-    }
+    if (!data && rows > 0)
+        return seterr(r->err, sizeof r->err, "%s: runlog_array: no data for %s", r->path, a->obj), -1;
+    if (a->f64 != f64)
+        return seterr(r->err, sizeof r->err, "%s: runlog_array: %s holds %s", r->path, a->obj, f64 ? "int64" : "float64"), -1;
+    if (rows < 0 || rows > a->rows || (!a->grows && rows != a->rows))
+        return seterr(r->err, sizeof r->err, "%s: runlog_array: %ld rows for %s, which has %s%ld", r->path, rows, a->obj,
+                      a->grows ? "at most " : "", a->rows), -1;
     hsize_t dims[2] = {(hsize_t)rows, (hsize_t)a->cols};
     hid_t ds = H5Dopen2(r->file, a->obj, H5P_DEFAULT);
     int rc = ds < 0 ? runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", a->obj) : 0;
@@ -606,14 +581,11 @@ int runlog_array_rows_f64(runlog *r, int index, const double *data, long rows) {
  * value; status into its slot), its name into final_attributes at close. */
 static int set_attr(runlog *r, const char *name, const char *s, double d) {
     if (!r) return -1;
-    if (!name || !name[0] || strchr(name, '\n')) {
-        seterr(r->err, sizeof r->err, "%s: root attribute with an empty name (or a newline in it)", r->path);
-        return -1;
-    }
-    if (runlog_is_own_attr(name)) {
-        seterr(r->err, sizeof r->err, "%s: root attribute %s is written by runlog itself, not at the end of the run", r->path, name);
-        return -1;
-    }
+    if (!name || !name[0] || strchr(name, '\n'))
+        return seterr(r->err, sizeof r->err, "%s: root attribute with an empty name (or a newline in it)", r->path), -1;
+    if (runlog_is_own_attr(name))
+        return seterr(r->err, sizeof r->err, "%s: root attribute %s is written by runlog itself, not at the end of the run",
+                      r->path, name), -1;
     int rc = !s ? runlog_attr_write(r->file, "/", name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d, r->path, r->err, sizeof r->err)
              : strcmp(name, "status") == 0 ? runlog_status_write(r->file, s, r->path, r->err, sizeof r->err)
                                            : runlog_attr_string(r->file, "/", name, s, r->path, r->err, sizeof r->err);

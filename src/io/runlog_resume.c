@@ -349,76 +349,58 @@ static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *er
     return rc;
 }
 
-runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_rows *keep, const char *resume_note,
-                      char *err, size_t errlen) {
-    if (!path || !path[0] || !meta || !keep) {
-        seterr(err, errlen, "runlog_resume: %s", !meta ? "no run metadata" : !keep ? "no checkpoint row counts" : "empty output path");
-        return NULL;
-    }
-    if (strlen(path) >= PATHLEN - 64) {
-        seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path);
-        return NULL;
-    }
-    if (keep->train < 0 || keep->eval < 0 || keep->eval_local < 0 || keep->ranks < 0) {
-        refuse(err, errlen, path, "the checkpoint's row counts are negative (train %ld, eval %ld, eval_local %ld, ranks %ld)",
-               keep->train, keep->eval, keep->eval_local, keep->ranks);
-        return NULL;
-    }
-    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) {
-        seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path);
-        return NULL;
-    }
+/* The checks of runlog_resume's arguments and of the file at path before it is read. Returns 0
+ * or -1 with err filled. */
+static int check_resume(const char *path, const runlog_meta *meta, const runlog_rows *keep, char *err, size_t errlen) {
+    if (!path || !path[0] || !meta || !keep)
+        return seterr(err, errlen, "runlog_resume: %s",
+                      !meta ? "no run metadata" : !keep ? "no checkpoint row counts" : "empty output path"), -1;
+    if (strlen(path) >= PATHLEN - 64) return seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path), -1;
+    if (keep->train < 0 || keep->eval < 0 || keep->eval_local < 0 || keep->ranks < 0)
+        return refuse(err, errlen, path, "the checkpoint's row counts are negative (train %ld, eval %ld, eval_local %ld, ranks %ld)",
+                      keep->train, keep->eval, keep->eval_local, keep->ranks);
+    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) return seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path), -1;
     struct stat st;
-    if (stat(path, &st) != 0) {
-        refuse(err, errlen, path, "%s", strerror(errno));
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        refuse(err, errlen, path, "it is not a regular file");
-        return NULL;
-    }
-    if (runlog_check_meta(meta, "runlog_resume", path, err, errlen) < 0) return NULL;
+    if (stat(path, &st) != 0) return refuse(err, errlen, path, "%s", strerror(errno));
+    if (!S_ISREG(st.st_mode)) return refuse(err, errlen, path, "it is not a regular file");
+    return runlog_check_meta(meta, "runlog_resume", path, err, errlen);
+}
 
-    /* Read into memory (part 4 of the header comment): the file on disk is only read, so a
-     * refusal leaves it untouched; checked, cut back to the checkpoint, root attributes updated,
-     * published over the old file. */
-    runlog *r = runlog_new(path, meta);
-    r->fd = open(path, O_RDONLY | O_CLOEXEC); /* runlog_publish() replaces this file, if still the one read */
-    if (r->fd < 0) {
-        refuse(err, errlen, path, "%s", strerror(errno));
-        runlog_free(r);
-        return NULL;
-    }
+/* Read the file at r->path into memory as r->file, keeping r->fd open on it (runlog_publish()
+ * replaces this file, if still the one read). Returns 0 or -1 with err filled. */
+static int read_file(runlog *r, char *err, size_t errlen) {
+    const char *path = r->path;
+    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (r->fd < 0) return refuse(err, errlen, path, "%s", strerror(errno));
     hid_t fapl = runlog_memory_fapl(0, path, err, errlen);
-    if (fapl < 0) {
-        runlog_free(r);
-        return NULL;
-    }
+    if (fapl < 0) return -1;
     r->file = H5Fopen(path, H5F_ACC_RDWR, fapl);
     H5Pclose(fapl);
     if (r->file < 0) {
         char why[ERRLEN];
         h5_message(why, sizeof why);
-        refuse(err, errlen, path, "it is not a dsgd-run run file (HDF5 cannot open it: %s)", why);
-        runlog_free(r);
-        return NULL;
+        return refuse(err, errlen, path, "it is not a dsgd-run run file (HDF5 cannot open it: %s)", why);
     }
     /* A file of the earlier SWMR writer (superblock version 3) would not survive its image. */
     H5F_info2_t info;
-    if (H5Fget_info2(r->file, &info) < 0) {
-        runlog_h5fail(err, errlen, path, "H5Fget_info2", "/");
-        runlog_free(r);
-        return NULL;
-    }
-    if (info.super.version > 1) {
-        refuse(err, errlen, path, "it was written in the HDF5 1.10 format (superblock version %u) by an earlier dsgd-run, "
-               "which this one cannot continue: finish it with that version, or start afresh", info.super.version);
-        runlog_free(r);
-        return NULL;
-    }
+    if (H5Fget_info2(r->file, &info) < 0) return runlog_h5fail(err, errlen, path, "H5Fget_info2", "/");
+    if (info.super.version > 1)
+        return refuse(err, errlen, path, "it was written in the HDF5 1.10 format (superblock version %u) by an earlier dsgd-run, "
+                      "which this one cannot continue: finish it with that version, or start afresh", info.super.version);
+    return 0;
+}
+
+runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_rows *keep, const char *resume_note,
+                      char *err, size_t errlen) {
+    if (check_resume(path, meta, keep, err, errlen) != 0) return NULL;
+    /* Read into memory (part 4 of the header comment): the file on disk is only read, so a
+     * refusal leaves it untouched; checked, cut back to the checkpoint, root attributes updated,
+     * published over the old file. */
+    runlog *r = runlog_new(path, meta);
     int64_t last_step;
-    if (open_layout(r, meta, keep, err, errlen) < 0 || cut_rows(r, keep, &last_step, err, errlen) < 0 ||
-        resume_attrs(r, last_step, resume_note, err, errlen) < 0 || runlog_publish(r, 0, err, errlen) < 0) {
+    if (read_file(r, err, errlen) < 0 || open_layout(r, meta, keep, err, errlen) < 0 ||
+        cut_rows(r, keep, &last_step, err, errlen) < 0 || resume_attrs(r, last_step, resume_note, err, errlen) < 0 ||
+        runlog_publish(r, 0, err, errlen) < 0) {
         runlog_free(r);
         return NULL;
     }
@@ -428,4 +410,3 @@ runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_ro
     r->n_ranks = (hsize_t)keep->ranks;
     return r;
 }
-
