@@ -66,10 +66,8 @@ static void value_text(const key_def *d, const experiment *e, char *buf, size_t 
     size_t len = 0;
     if (n) buf[0] = 0;
     switch (d->type) {
-    case KT_INT: config_fmt_int(buf, n, *CFIELD(e, d, int)); break;
-    case KT_INT64:
-        config_fmt_int(buf, n, config_get_int(d, e));
-        break;
+    case KT_INT:
+    case KT_INT64: config_fmt_int(buf, n, config_get_int(d, e)); break;
     case KT_FLOAT: config_fmt_double(buf, n, *CFIELD(e, d, double)); break;
     case KT_BOOL: snprintf(buf, n, "%s", *CFIELD(e, d, int) ? "true" : "false"); break;
     case KT_STRING: config_put_quoted(buf, n, &len, CFIELD(e, d, char)); break;
