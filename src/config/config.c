@@ -217,23 +217,14 @@ static int read_text_file(const char *path, char **text, char *err, size_t errle
     if (S_ISDIR(sb.st_mode)) return seterr(err, errlen, "%s'%s' is a directory, not an experiment file", pre, path);
     FILE *f = fopen(path, "rb");
     if (!f) return seterr(err, errlen, "%scannot open experiment file '%s': %s", pre, path, strerror(errno));
-    size_t cap = 4096, n = 0;
+    const size_t cap = 1u << 20;
     char *buf = xmalloc(cap);
-    for (;;) {
-        if (n + 1 >= cap) {
-            if (cap >= (1u << 20)) {
-                free(buf);
-                fclose(f);
-                return seterr(err, errlen, "%s'%s' is larger than 1 MiB; not an experiment file?", pre, path);
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) DIE("out of memory reading %s", path);
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - 1 - n, f);
-        n += r;
-        if (r == 0) break;
+    size_t n = 0, r;
+    while (n + 1 < cap && (r = fread(buf + n, 1, cap - 1 - n, f)) > 0) n += r;
+    if (n + 1 >= cap) {
+        free(buf);
+        fclose(f);
+        return seterr(err, errlen, "%s'%s' is larger than 1 MiB; not an experiment file?", pre, path);
     }
     int bad = ferror(f), errno_ = errno;
     fclose(f);

@@ -63,20 +63,28 @@ static hid_t open_root_attr(hid_t f, const char *name, H5T_class_t cls, const ch
     return a;
 }
 
-/* Read string root attribute name into a new allocation (*out; free it). */
-static int root_string(hid_t f, const char *name, char **out, const char *path, char *err, size_t errlen) {
-    *out = NULL;
-    hid_t a = open_root_attr(f, name, H5T_STRING, path, err, errlen);
+/* Read root attribute name, of class cls, as memory type mtype (integers: H5T_NATIVE_INT64 or
+ * _UINT64) into out. */
+static int root_read(hid_t f, const char *name, H5T_class_t cls, hid_t mtype, void *out, const char *path, char *err,
+                     size_t errlen) {
+    hid_t a = open_root_attr(f, name, cls, path, err, errlen);
     if (a < 0) return -1;
     char what[300];
     snprintf(what, sizeof what, "attribute %s of /", name);
+    int rc = H5Aread(a, mtype, out) < 0 ? runlog_h5fail(err, errlen, path, "H5Aread", what) : 0;
+    H5Aclose(a);
+    return rc;
+}
+
+/* Read string root attribute name into a new allocation (*out; free it). */
+static int root_string(hid_t f, const char *name, char **out, const char *path, char *err, size_t errlen) {
+    *out = NULL;
     hid_t t = H5Tcopy(H5T_C_S1);
     char *s = NULL;
     int rc = 0;
     if (t < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
         rc = runlog_h5fail(err, errlen, path, "H5Tcopy/H5Tset_size/H5Tset_cset", "string type");
-    else if (H5Aread(a, t, &s) < 0)
-        rc = runlog_h5fail(err, errlen, path, "H5Aread", what);
+    else rc = root_read(f, name, H5T_STRING, t, &s, path, err, errlen);
     if (rc == 0) {
         size_t n = s ? strlen(s) : 0;
         *out = xmalloc(n + 1);
@@ -84,18 +92,6 @@ static int root_string(hid_t f, const char *name, char **out, const char *path, 
     }
     if (s) H5free_memory(s);
     if (t >= 0) H5Tclose(t);
-    H5Aclose(a);
-    return rc;
-}
-
-/* Read integer root attribute name as mtype (H5T_NATIVE_INT64 or _UINT64) into out. */
-static int root_integer(hid_t f, const char *name, hid_t mtype, void *out, const char *path, char *err, size_t errlen) {
-    hid_t a = open_root_attr(f, name, H5T_INTEGER, path, err, errlen);
-    if (a < 0) return -1;
-    char what[300];
-    snprintf(what, sizeof what, "attribute %s of /", name);
-    int rc = H5Aread(a, mtype, out) < 0 ? runlog_h5fail(err, errlen, path, "H5Aread", what) : 0;
-    H5Aclose(a);
     return rc;
 }
 
@@ -191,13 +187,13 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
     };
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
         int64_t v = 0;
-        if (root_integer(f, ints[i].name, H5T_NATIVE_INT64, &v, path, err, errlen) < 0) return -1;
+        if (root_read(f, ints[i].name, H5T_INTEGER, H5T_NATIVE_INT64, &v, path, err, errlen) < 0) return -1;
         if (v != ints[i].v)
             return refuse(err, errlen, path, "the run file has %s = %lld, the experiment %s = %lld", ints[i].name, (long long)v,
                           ints[i].name, ints[i].v);
     }
     uint64_t seed = 0;
-    if (root_integer(f, "seed", H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0) return -1;
+    if (root_read(f, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0) return -1;
     if (seed != meta->seed)
         return refuse(err, errlen, path, "the run file has seed = %llu, the experiment seed = %llu", (unsigned long long)seed,
                       meta->seed);
@@ -307,8 +303,7 @@ static int drop_root_attr(hid_t f, const char *name, const char *path, char *err
 }
 
 /* The root attributes of a resume: the earlier run's end-of-run attributes removed (status
- * emptied), resumes
- * incremented, "step <last_step> at <UTC time> (<note>)" appended to resumed_at. */
+ * emptied), resumes incremented, "step <last_step> at <UTC time> (<note>)" appended to resumed_at. */
 static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *err, size_t errlen) {
     hid_t f = r->file;
     const char *path = r->path;
@@ -329,7 +324,7 @@ static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *er
 
     int64_t resumes = 0;
     if ((e = H5Aexists(f, "resumes")) < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", "attribute resumes of /");
-    if (e > 0 && root_integer(f, "resumes", H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
+    if (e > 0 && root_read(f, "resumes", H5T_INTEGER, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
     resumes++;
     if (runlog_attr_write(f, "/", "resumes", H5T_STD_I64LE, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
 
