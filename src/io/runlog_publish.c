@@ -32,29 +32,16 @@ int runlog_status_write(hid_t f, const char *v, const char *path, char *err, siz
     memcpy(buf, v, n);
     hid_t t = status_type();
     if (t < 0) return runlog_h5fail(err, errlen, path, "H5Tcopy/H5Tset_size", "attribute status of /");
-    int rc = 0;
-    hid_t a = H5I_INVALID_HID;
     htri_t e = H5Aexists(f, "status");
-    if (e > 0) { /* the slot, or something else to replace */
-        a = H5Aopen(f, "status", H5P_DEFAULT);
-        hid_t ft = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
-        htri_t same = ft >= 0 ? H5Tequal(ft, t) : -1;
-        if (ft >= 0) H5Tclose(ft);
-        if (same <= 0) {
-            if (a >= 0) H5Aclose(a), a = H5I_INVALID_HID;
-            if (H5Adelete(f, "status") < 0) rc = runlog_h5fail(err, errlen, path, "H5Adelete", "attribute status of /");
-            e = 0;
-        }
-    } else if (e < 0) rc = runlog_h5fail(err, errlen, path, "H5Aexists", "attribute status of /");
-    if (rc == 0 && e == 0) {
-        hid_t space = H5Screate(H5S_SCALAR);
-        if (space < 0) rc = runlog_h5fail(err, errlen, path, "H5Screate", "attribute status of /");
-        else if ((a = H5Acreate2(f, "status", t, space, H5P_DEFAULT, H5P_DEFAULT)) < 0)
-            rc = runlog_h5fail(err, errlen, path, "H5Acreate2", "attribute status of /");
-        if (space >= 0) H5Sclose(space);
-    }
-    if (rc == 0 && H5Awrite(a, t, buf) < 0) rc = runlog_h5fail(err, errlen, path, "H5Awrite", "attribute status of /");
+    hid_t a = e > 0 ? H5Aopen(f, "status", H5P_DEFAULT) : H5I_INVALID_HID;
+    hid_t ft = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+    htri_t same = ft >= 0 ? H5Tequal(ft, t) : -1;
+    if (ft >= 0) H5Tclose(ft);
+    int rc = e < 0 ? runlog_h5fail(err, errlen, path, "H5Aexists", "attribute status of /") : 0;
+    if (rc == 0 && same > 0 && H5Awrite(a, t, buf) < 0) rc = runlog_h5fail(err, errlen, path, "H5Awrite", "attribute status of /");
     if (a >= 0 && H5Aclose(a) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Aclose", "attribute status of /");
+    /* none yet, or something else than the slot (replaced): created as the slot */
+    if (rc == 0 && same <= 0) rc = runlog_attr_write(f, "/", "status", t, t, buf, path, err, errlen);
     H5Tclose(t);
     return rc;
 }
