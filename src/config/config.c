@@ -371,8 +371,7 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
     while (ke > ks && isspace((unsigned char)ke[-1])) ke--;
     if (ke == ks) return oerr(err, errlen, &o, "empty KEY in KEY=VALUE");
     if ((size_t)(ke - ks) >= sizeof key) return oerr(err, errlen, &o, "KEY longer than %zu characters", sizeof key - 1);
-    memcpy(key, ks, (size_t)(ke - ks));
-    key[ke - ks] = 0;
+    snprintf(key, sizeof key, "%.*s", (int)(ke - ks), ks);
     const char *val = eq + 1;
     while (isspace((unsigned char)*val)) val++;
     size_t vlen = strlen(val);
@@ -387,8 +386,7 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
     if (d && (d->type == KT_STRING || d->type == KT_ENUM) && val[0] != '"') {
         /* bare word: the text itself is the string (output=runs/x.h5, method=allreduce) */
         char *word = xmalloc(vlen + 1);
-        memcpy(word, val, vlen);
-        word[vlen] = 0;
+        snprintf(word, vlen + 1, "%.*s", (int)vlen, val);
         config_setting_t *v = config_setting_add(config_root_setting(&cfg), "v", CONFIG_TYPE_STRING);
         if (!v || !config_setting_set_string(v, word)) DIE("libconfig could not build a string setting");
         free(word);
@@ -462,9 +460,8 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         const int idx = *CFIELD(e, d, int);
         if (idx < 0 || idx >= d->n_names) DIE("key %s holds no known name", d->key);
         if (d->built & (1u << idx)) return 0;
-        char built[256];
+        char built[256] = "";
         size_t len = 0;
-        built[0] = 0;
         for (int i = 0; i < d->n_names; i++)
             if (d->built & (1u << i)) config_put(built, sizeof built, &len, "%s%s", len ? ", " : "", d->names[i]);
         return oerr(err, errlen, o, "%s = \"%s\" is not built yet (%s); built %s: %s", d->key,

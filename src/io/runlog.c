@@ -312,13 +312,9 @@ runlog *runlog_new(const char *path, const runlog_meta *meta) {
         for (int i = 0; i < r->n_arrays; i++) {
             const runlog_array_spec *a = &meta->arrays[i];
             method_array *m = &r->arrays[i];
-            m->f64 = a->float64 != 0;
-            m->grows = a->grows != 0;
-            m->rows = a->rows;
-            m->cols = a->cols;
-            m->obj = xmalloc(strlen(a->name) + 2);
-            m->obj[0] = '/';
-            strcpy(m->obj + 1, a->name);
+            *m = (method_array){.f64 = a->float64 != 0, .grows = a->grows != 0, .rows = a->rows, .cols = a->cols,
+                                .obj = xmalloc(strlen(a->name) + 2)};
+            sprintf(m->obj, "/%s", a->name);
         }
     }
     return r;

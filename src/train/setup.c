@@ -249,8 +249,7 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
     struct stat sb;
     const int out_exists = stat(e->output, &sb) == 0 && S_ISREG(sb.st_mode);
     static char saved[CFG_TEXT_MAX], now[CFG_TEXT_MAX];
-    experiment cur = *e;
-    config_to_text(&cur, now, sizeof now);
+    config_to_text(e, now, sizeof now);
     if (wants && out_exists) {
         char status[512];
         if (ckpt_run_attr(e->output, "status", status, sizeof status, m, sizeof m) != 0 ||
