@@ -164,6 +164,27 @@ static int open_array(hid_t f, const runlog_meta *meta, int i, const char *obj, 
     return 0;
 }
 
+static const char *const group_names[4] = {"/train", "/eval", "/eval_local", "/ranks"};
+
+/* The extendible datasets of r's layout into c (at most MAX_COLUMNS), returning how many: obj,
+ * group g (an index of group_names), step (the group's 1-D int64 step column) and width (columns
+ * of a 2-D /ranks dataset; 0: 1-D). */
+enum { MAX_COLUMNS = NTRAIN + 2 * NEVAL + 1 + NRANKS };
+typedef struct { char obj[64]; int g, step; hsize_t width; } column;
+static int columns(const runlog *r, column *c) {
+    const struct { int n; const colspec *cols; int g; hsize_t width; } part[] = {
+        {NTRAIN, train_cols, 0, 0}, {NEVAL, eval_cols, 1, 0}, {r->has_eval_local ? NEVAL : 0, eval_cols, 2, 0},
+        {r->ranks > 0 ? 1 : 0, &ranks_step_col, 3, 0}, {r->ranks > 0 ? NRANKS : 0, ranks_cols, 3, (hsize_t)r->ranks},
+    };
+    int n = 0;
+    for (size_t k = 0; k < sizeof part / sizeof *part; k++)
+        for (int i = 0; i < part[k].n; i++, n++) {
+            c[n] = (column){.g = part[k].g, .step = i == 0 && part[k].width == 0, .width = part[k].width};
+            snprintf(c[n].obj, sizeof c[n].obj, "%s/%s", group_names[part[k].g], part[k].cols[i].name);
+        }
+    return n;
+}
+
 /* Check that r->file is a run file of meta's layout with at least keep complete rows in every
  * group. err: "cannot resume <path>: ..." for a file that is
  * not this experiment's, an HDF5 message for a failure. r->n_* are not touched. */
@@ -209,41 +230,22 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
         return refuse(err, errlen, path, "the run file has no /ranks, the experiment ranks = %d", r->ranks);
 
     /* Every column, with the complete rows of each group (its shortest column). */
-    hsize_t rows[4] = {(hsize_t)-1, (hsize_t)-1, (hsize_t)-1, (hsize_t)-1}, n;
-    char obj[64];
-    for (int i = 0; i < NTRAIN; i++) {
-        snprintf(obj, sizeof obj, "/train/%s", train_cols[i].name);
-        if (open_column(f, obj, 0, &n, path, err, errlen) < 0) return -1;
-        if (n < rows[0]) rows[0] = n;
-    }
-    for (int g = 1; g <= 2; g++) {
-        if (g == 2 && !r->has_eval_local) break;
-        for (int i = 0; i < NEVAL; i++) {
-            snprintf(obj, sizeof obj, "%s/%s", g == 1 ? "/eval" : "/eval_local", eval_cols[i].name);
-            if (open_column(f, obj, 0, &n, path, err, errlen) < 0) return -1;
-            if (n < rows[g]) rows[g] = n;
-        }
-    }
-    if (r->ranks > 0) {
-        if (open_column(f, "/ranks/step", 0, &n, path, err, errlen) < 0) return -1;
-        rows[3] = n;
-        for (int q = 0; q < NRANKS; q++) {
-            snprintf(obj, sizeof obj, "/ranks/%s", ranks_cols[q].name);
-            if (open_column(f, obj, r->ranks, &n, path, err, errlen) < 0) return -1;
-            if (n < rows[3]) rows[3] = n;
-        }
+    hsize_t rows[4] = {(hsize_t)-1, (hsize_t)-1, (hsize_t)-1, (hsize_t)-1}, n = 0;
+    column c[MAX_COLUMNS];
+    for (int i = 0, nc = columns(r, c); i < nc; i++) {
+        if (open_column(f, c[i].obj, (int)c[i].width, &n, path, err, errlen) < 0) return -1;
+        if (n < rows[c[i].g]) rows[c[i].g] = n;
     }
     for (int i = 0; i < r->n_arrays; i++)
         if (open_array(f, meta, i, r->arrays[i].obj, path, err, errlen) < 0) return -1;
 
     /* The checkpoint's rows must all be there. */
     const long want_rows[4] = {keep->train, keep->eval, keep->eval_local, keep->ranks};
-    const char *gname[4] = {"/train", "/eval", "/eval_local", "/ranks"};
     for (int g = 0; g < 4; g++) {
         hsize_t have = rows[g] == (hsize_t)-1 ? 0 : rows[g];
         if ((hsize_t)want_rows[g] > have)
             return refuse(err, errlen, path, "the run file has %llu %s rows but the checkpoint was taken after %ld: "
-                          "it is not the file this checkpoint belongs to", (unsigned long long)have, gname[g], want_rows[g]);
+                          "it is not the file this checkpoint belongs to", (unsigned long long)have, group_names[g], want_rows[g]);
     }
     return 0;
 }
@@ -275,20 +277,10 @@ static int cut_column(runlog *r, const char *obj, hsize_t keep, hsize_t width, i
 /* Cut every dataset of r->file back to keep rows, and find the largest step among the rows kept. */
 static int cut_rows(runlog *r, const runlog_rows *keep, int64_t *last_step, char *err, size_t errlen) {
     *last_step = 0;
-    struct { int n; const colspec *cols; const char *gname; long keep; hsize_t width; } groups[] = {
-        {NTRAIN, train_cols, "/train", keep->train, 0},
-        {NEVAL, eval_cols, "/eval", keep->eval, 0},
-        {r->has_eval_local ? NEVAL : 0, eval_cols, "/eval_local", keep->eval_local, 0},
-        {r->ranks > 0 ? 1 : 0, &ranks_step_col, "/ranks", keep->ranks, 0},
-        {r->ranks > 0 ? NRANKS : 0, ranks_cols, "/ranks", keep->ranks, (hsize_t)r->ranks},
-    };
-    for (size_t g = 0; g < sizeof groups / sizeof *groups; g++)
-        for (int i = 0; i < groups[g].n; i++) {
-            char obj[64];
-            snprintf(obj, sizeof obj, "%s/%s", groups[g].gname, groups[g].cols[i].name);
-            if (cut_column(r, obj, (hsize_t)groups[g].keep, groups[g].width, i == 0 && groups[g].width == 0, last_step, err, errlen) < 0)
-                return -1;
-        }
+    const long kept[4] = {keep->train, keep->eval, keep->eval_local, keep->ranks};
+    column c[MAX_COLUMNS];
+    for (int i = 0, nc = columns(r, c); i < nc; i++)
+        if (cut_column(r, c[i].obj, (hsize_t)kept[c[i].g], c[i].width, c[i].step, last_step, err, errlen) < 0) return -1;
     return 0;
 }
 
