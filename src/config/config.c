@@ -221,13 +221,9 @@ static int read_text_file(const char *path, char **text, char *err, size_t errle
     char *buf = xmalloc(cap);
     size_t n = 0, r;
     while (n + 1 < cap && (r = fread(buf + n, 1, cap - 1 - n, f)) > 0) n += r;
-    if (n + 1 >= cap) {
-        free(buf);
-        fclose(f);
-        return seterr(err, errlen, "%s'%s' is larger than 1 MiB; not an experiment file?", pre, path);
-    }
     int bad = ferror(f), errno_ = errno;
     fclose(f);
+    if (n + 1 >= cap) { free(buf); return seterr(err, errlen, "%s'%s' is larger than 1 MiB; not an experiment file?", pre, path); }
     if (bad) { free(buf); return seterr(err, errlen, "%scannot read '%s': %s", pre, path, strerror(errno_)); }
     buf[n] = 0;
     if (strlen(buf) != n) { free(buf); return seterr(err, errlen, "%s'%s' contains a NUL byte; not a text file", pre, path); }
