@@ -167,36 +167,25 @@ static int scan_int_literals(const char *t, origin *o, int depth, char *err, siz
             int neg = c == '-';
             if (c == '-' || c == '+') i++;
             int hex = t[i] == '0' && (t[i + 1] == 'x' || t[i + 1] == 'X') && isxdigit((unsigned char)t[i + 2]);
-            unsigned long long mag = 0;
-            int big = 0; /* magnitude beyond 2^64 */
-            if (hex) {
-                for (i += 2; isxdigit((unsigned char)t[i]); i++) {
-                    int dgt = isdigit((unsigned char)t[i]) ? t[i] - '0' : (tolower((unsigned char)t[i]) - 'a' + 10);
-                    if (mag > (ULLONG_MAX >> 4)) big = 1;
-                    mag = mag * 16 + (unsigned)dgt;
+            char *end; /* the magnitude; ULLONG_MAX (over every limit) beyond 2^64 */
+            const unsigned long long mag = strtoull(t + i, &end, hex ? 16 : 10);
+            i = (size_t)(end - t);
+            if (!hex && (t[i] == '.' || ((t[i] == 'e' || t[i] == 'E') && (isdigit((unsigned char)t[i + 1]) ||
+                                         ((t[i + 1] == '-' || t[i + 1] == '+') && isdigit((unsigned char)t[i + 2])))))) {
+                /* a float: skip it */
+                if (t[i] == '.') for (i++; isdigit((unsigned char)t[i]); i++) {}
+                if (t[i] == 'e' || t[i] == 'E') {
+                    i++;
+                    if (t[i] == '-' || t[i] == '+') i++;
+                    while (isdigit((unsigned char)t[i])) i++;
                 }
-            } else {
-                for (; isdigit((unsigned char)t[i]); i++) {
-                    if (mag > (ULLONG_MAX - 9) / 10) big = 1;
-                    mag = mag * 10 + (unsigned)(t[i] - '0');
-                }
-                if (t[i] == '.' || ((t[i] == 'e' || t[i] == 'E') && (isdigit((unsigned char)t[i + 1]) ||
-                                   ((t[i + 1] == '-' || t[i + 1] == '+') && isdigit((unsigned char)t[i + 2]))))) {
-                    /* a float: skip it */
-                    if (t[i] == '.') for (i++; isdigit((unsigned char)t[i]); i++) {}
-                    if (t[i] == 'e' || t[i] == 'E') {
-                        i++;
-                        if (t[i] == '-' || t[i] == '+') i++;
-                        while (isdigit((unsigned char)t[i])) i++;
-                    }
-                    continue;
-                }
+                continue;
             }
             int l64 = t[i] == 'L';
             size_t e_ = i;
             while (t[i] == 'L') i++;
             unsigned long long lim = l64 ? (neg ? 1ull << 63 : (1ull << 63) - 1) : (neg ? 1ull << 31 : (1ull << 31) - 1);
-            if (big || mag > lim) {
+            if (mag > lim) {
                 int w = (int)(e_ - s);
                 if (w > SHOWN_CHARS)
                     return oerr(err, errlen, o, "an integer of %d digits does not fit in %d bits", w, l64 ? 64 : 32);
@@ -228,26 +217,13 @@ static int read_text_file(const char *path, char **text, char *err, size_t errle
     if (S_ISDIR(sb.st_mode)) return seterr(err, errlen, "%s'%s' is a directory, not an experiment file", pre, path);
     FILE *f = fopen(path, "rb");
     if (!f) return seterr(err, errlen, "%scannot open experiment file '%s': %s", pre, path, strerror(errno));
-    size_t cap = 4096, n = 0;
+    const size_t cap = 1u << 20;
     char *buf = xmalloc(cap);
-    for (;;) {
-        if (n + 1 >= cap) {
-            if (cap >= (1u << 20)) {
-                free(buf);
-                fclose(f);
-                return seterr(err, errlen, "%s'%s' is larger than 1 MiB; not an experiment file?", pre, path);
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) DIE("out of memory reading %s", path);
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - 1 - n, f);
-        n += r;
-        if (r == 0) break;
-    }
+    size_t n = 0, r;
+    while (n + 1 < cap && (r = fread(buf + n, 1, cap - 1 - n, f)) > 0) n += r;
     int bad = ferror(f), errno_ = errno;
     fclose(f);
+    if (n + 1 >= cap) { free(buf); return seterr(err, errlen, "%s'%s' is larger than 1 MiB; not an experiment file?", pre, path); }
     if (bad) { free(buf); return seterr(err, errlen, "%scannot read '%s': %s", pre, path, strerror(errno_)); }
     buf[n] = 0;
     if (strlen(buf) != n) { free(buf); return seterr(err, errlen, "%s'%s' contains a NUL byte; not a text file", pre, path); }
@@ -312,10 +288,14 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
         if (near) return oerr(err, errlen, o, "key '%s': expected %s, got %s; did you mean \"%s\"?", d->key, want, got, near);
         return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
     }
-    case KT_LIST: {
-        if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST)
+    case KT_LIST:
+    case KT_INTS: {
+        const int list = d->type == KT_LIST, array = t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST;
+        if (list && !array)
             return oerr(err, errlen, o, "key '%s': expected a list of integers such as %s, got %s", d->key,
                         d->elem_int ? "[1, 3]" : "[30000, 60000]", got);
+        if (!list && (!array || config_setting_length(s) != d->n_max))
+            return oerr(err, errlen, o, "key '%s': expected %s, got %s%s", d->key, want, got, array ? " of another length" : "");
         int ns = config_setting_length(s);
         if (ns > d->n_max)
             return oerr(err, errlen, o, "key '%s': expected at most %d %s, got %d", d->key, d->n_max, d->elems, ns);
@@ -327,30 +307,14 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
                 return oerr(err, errlen, o, "key '%s': expected integers, got %s at index %d", d->key, got, i);
             }
             long long v = config_setting_get_int64(el);
-            if (d->elem_int && (v < INT_MIN || v > INT_MAX))
+            if ((!list || d->elem_int) && (v < INT_MIN || v > INT_MAX))
                 return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %lld", d->key, want, d->key, i, v);
-            config_list_set(d, e, i, v);
+            if (list) config_list_set(d, e, i, v);
+            else FIELD(e, d, int)[i] = (int)v;
         }
+        if (!list) return 0;
         for (int i = ns; i < d->n_max; i++) config_list_set(d, e, i, 0);
         *config_list_n(d, e) = ns;
-        return 0;
-    }
-    case KT_INTS: {
-        if ((t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) || config_setting_length(s) != d->n_max)
-            return oerr(err, errlen, o, "key '%s': expected %s, got %s%s", d->key, want, got,
-                        t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST ? " of another length" : "");
-        for (int i = 0; i < d->n_max; i++) {
-            const config_setting_t *el = config_setting_get_elem(s, (unsigned)i);
-            int et = config_setting_type(el);
-            if (et != CONFIG_TYPE_INT && et != CONFIG_TYPE_INT64) {
-                found_text(el, got, sizeof got);
-                return oerr(err, errlen, o, "key '%s': expected integers, got %s at index %d", d->key, got, i);
-            }
-            long long v = config_setting_get_int64(el);
-            if (v < INT_MIN || v > INT_MAX)
-                return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %lld", d->key, want, d->key, i, v);
-            FIELD(e, d, int)[i] = (int)v;
-        }
         return 0;
     }
     }
@@ -403,8 +367,7 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
     while (ke > ks && isspace((unsigned char)ke[-1])) ke--;
     if (ke == ks) return oerr(err, errlen, &o, "empty KEY in KEY=VALUE");
     if ((size_t)(ke - ks) >= sizeof key) return oerr(err, errlen, &o, "KEY longer than %zu characters", sizeof key - 1);
-    memcpy(key, ks, (size_t)(ke - ks));
-    key[ke - ks] = 0;
+    snprintf(key, sizeof key, "%.*s", (int)(ke - ks), ks);
     const char *val = eq + 1;
     while (isspace((unsigned char)*val)) val++;
     size_t vlen = strlen(val);
@@ -419,8 +382,7 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
     if (d && (d->type == KT_STRING || d->type == KT_ENUM) && val[0] != '"') {
         /* bare word: the text itself is the string (output=runs/x.h5, method=allreduce) */
         char *word = xmalloc(vlen + 1);
-        memcpy(word, val, vlen);
-        word[vlen] = 0;
+        snprintf(word, vlen + 1, "%.*s", (int)vlen, val);
         config_setting_t *v = config_setting_add(config_root_setting(&cfg), "v", CONFIG_TYPE_STRING);
         if (!v || !config_setting_set_string(v, word)) DIE("libconfig could not build a string setting");
         free(word);
@@ -494,9 +456,8 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         const int idx = *CFIELD(e, d, int);
         if (idx < 0 || idx >= d->n_names) DIE("key %s holds no known name", d->key);
         if (d->built & (1u << idx)) return 0;
-        char built[256];
+        char built[256] = "";
         size_t len = 0;
-        built[0] = 0;
         for (int i = 0; i < d->n_names; i++)
             if (d->built & (1u << i)) config_put(built, sizeof built, &len, "%s%s", len ? ", " : "", d->names[i]);
         return oerr(err, errlen, o, "%s = \"%s\" is not built yet (%s); built %s: %s", d->key,

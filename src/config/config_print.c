@@ -66,10 +66,8 @@ static void value_text(const key_def *d, const experiment *e, char *buf, size_t 
     size_t len = 0;
     if (n) buf[0] = 0;
     switch (d->type) {
-    case KT_INT: config_fmt_int(buf, n, *CFIELD(e, d, int)); break;
-    case KT_INT64:
-        config_fmt_int(buf, n, config_get_int(d, e));
-        break;
+    case KT_INT:
+    case KT_INT64: config_fmt_int(buf, n, config_get_int(d, e)); break;
     case KT_FLOAT: config_fmt_double(buf, n, *CFIELD(e, d, double)); break;
     case KT_BOOL: snprintf(buf, n, "%s", *CFIELD(e, d, int) ? "true" : "false"); break;
     case KT_STRING: config_put_quoted(buf, n, &len, CFIELD(e, d, char)); break;
@@ -106,10 +104,8 @@ void config_expect_text(const key_def *d, const experiment *e, char *buf, size_t
         long long hi = d->ihi;
         const char *what = d->type == KT_LIST ? "a strictly increasing list of integers, each" : "an integer";
         if (d->hi_key) {
-            const key_def *h = config_key_find(d->hi_key);
-            if (e) config_put(buf, n, &len, "%s >= %lld and %s %s (%lld)", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key,
-                              config_get_int(h, e));
-            else config_put(buf, n, &len, "%s >= %lld and %s %s", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key);
+            config_put(buf, n, &len, "%s >= %lld and %s %s", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key);
+            if (e) config_put(buf, n, &len, " (%lld)", config_get_int(config_key_find(d->hi_key), e));
         } else if ((d->type == KT_INT && hi == INT_MAX) || hi == LLONG_MAX)
             config_put(buf, n, &len, "%s >= %lld", what, d->ilo);
         else config_put(buf, n, &len, "%s in [%lld, %lld]", what, d->ilo, hi);
@@ -244,17 +240,12 @@ static void range_text(const key_def *d, char *buf, size_t n) {
         else config_put(buf, n, &len, "%s..%zu chars", d->str_check == S_NONEMPTY ? "1" : "0", d->size - 1);
         break;
     case KT_ENUM: {
-        int any_planned = 0;
+        const unsigned planned = ((1u << d->n_names) - 1) & ~d->built;
         for (int i = 0; i < d->n_names; i++)
             if (d->built & (1u << i)) config_put(buf, n, &len, "%s%s", len ? ", " : "", d->names[i]);
-            else any_planned = 1;
-        if (any_planned) {
-            config_put(buf, n, &len, " (planned:");
-            int first = 1;
-            for (int i = 0; i < d->n_names; i++)
-                if (!(d->built & (1u << i))) { config_put(buf, n, &len, "%s %s", first ? "" : ",", d->names[i]); first = 0; }
-            config_put(buf, n, &len, ")");
-        }
+        for (int i = 0; i < d->n_names; i++)
+            if (planned & (1u << i)) config_put(buf, n, &len, "%s %s", planned & ((1u << i) - 1) ? "," : " (planned:", d->names[i]);
+        if (planned) config_put(buf, n, &len, ")");
         break;
     }
     }

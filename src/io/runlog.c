@@ -151,22 +151,21 @@ int runlog_attr_string(hid_t obj, const char *objname, const char *name, const c
     return rc;
 }
 
-/* A chunked extendible dataset of 0 rows (parent groups created) with its units and description
- * attributes: 1-D when cols == 0, else 2-D [rows, cols] with cols fixed, chunks of chunk rows by
- * all cols and a `columns` attribute ("worker rank 0..cols-1"). */
-static int make_column(hid_t f, const char *gname, const colspec *c, hid_t ftype, hsize_t chunk, hsize_t cols,
-                       const char *path, char *err, size_t errlen) {
-    char obj[64];
-    snprintf(obj, sizeof obj, "%s/%s", gname, c->name);
-    int rank = cols ? 2 : 1;
-    hsize_t dims[2] = {0, cols}, maxdims[2] = {H5S_UNLIMITED, cols}, cdims[2] = {chunk, cols};
-    hid_t space = H5Screate_simple(rank, dims, maxdims);
+/* Dataset obj of f (parent groups created) with its units and description attributes, and
+ * columns when not NULL: nd-D of dims (maxd: NULL, or the maximum dims), chunked by chunk, or
+ * contiguous when chunk is NULL; fill (memory type fill_type) as its fill value when not NULL. */
+static int make_dataset(hid_t f, const char *obj, hid_t ftype, int nd, const hsize_t *dims, const hsize_t *maxd,
+                        const hsize_t *chunk, hid_t fill_type, const void *fill, const char *units, const char *description,
+                        const char *columns, const char *path, char *err, size_t errlen) {
+    hid_t space = H5Screate_simple(nd, dims, maxd);
     if (space < 0) return runlog_h5fail(err, errlen, path, "H5Screate_simple", obj);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     hid_t ds = H5I_INVALID_HID;
     if (dcpl < 0 || lcpl < 0) runlog_h5fail(err, errlen, path, "H5Pcreate", obj);
     else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) runlog_h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
-    else if (H5Pset_chunk(dcpl, rank, cdims) < 0) runlog_h5fail(err, errlen, path, "H5Pset_chunk", obj);
+    else if (chunk ? H5Pset_chunk(dcpl, nd, chunk) < 0 : H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0)
+        runlog_h5fail(err, errlen, path, chunk ? "H5Pset_chunk" : "H5Pset_layout", obj);
+    else if (fill && H5Pset_fill_value(dcpl, fill_type, fill) < 0) runlog_h5fail(err, errlen, path, "H5Pset_fill_value", obj);
     else if (H5Pset_obj_track_times(dcpl, 0) < 0) runlog_h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
     else if ((ds = H5Dcreate2(f, obj, ftype, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
         runlog_h5fail(err, errlen, path, "H5Dcreate2", obj);
@@ -174,13 +173,24 @@ static int make_column(hid_t f, const char *gname, const colspec *c, hid_t ftype
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Sclose(space);
     if (ds < 0) return -1;
-    char columns[64];
-    snprintf(columns, sizeof columns, "worker rank 0..%llu", (unsigned long long)cols - 1);
-    int rc = runlog_attr_string(ds, obj, "units", c->units, path, err, errlen) < 0 ||
-             runlog_attr_string(ds, obj, "description", c->description, path, err, errlen) < 0 ||
-             (cols && runlog_attr_string(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
+    int rc = runlog_attr_string(ds, obj, "units", units, path, err, errlen) < 0 ||
+             runlog_attr_string(ds, obj, "description", description, path, err, errlen) < 0 ||
+             (columns && runlog_attr_string(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
     if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Dclose", obj);
     return rc;
+}
+
+/* A chunked extendible dataset of 0 rows of group gname: 1-D when cols == 0, else 2-D [rows,
+ * cols] with cols fixed, chunks of chunk rows by all cols and a `columns` attribute ("worker
+ * rank 0..cols-1"). */
+static int make_column(hid_t f, const char *gname, const colspec *c, hid_t ftype, hsize_t chunk, hsize_t cols,
+                       const char *path, char *err, size_t errlen) {
+    char obj[64], columns[64];
+    snprintf(obj, sizeof obj, "%s/%s", gname, c->name);
+    snprintf(columns, sizeof columns, "worker rank 0..%llu", (unsigned long long)cols - 1);
+    hsize_t dims[2] = {0, cols}, maxdims[2] = {H5S_UNLIMITED, cols}, cdims[2] = {chunk, cols};
+    return make_dataset(f, obj, ftype, cols ? 2 : 1, dims, maxdims, cdims, H5I_INVALID_HID, NULL, c->units, c->description,
+                        cols ? columns : NULL, path, err, errlen);
 }
 
 /* Append n rows from buf (memory type mtype, row-major) to dataset obj of the in-memory file,
@@ -202,6 +212,12 @@ static int append(runlog *r, const char *obj, hid_t mtype, hsize_t n0, hsize_t n
     if (fspace >= 0) H5Sclose(fspace);
     if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dclose", obj);
     return rc;
+}
+
+/* A write into the in-memory file failed: the file is no longer extended. Returns -1. */
+static int stop(runlog *r) {
+    r->failed = 1;
+    return -1;
 }
 
 /* Append the buffered /train rows. */
@@ -296,13 +312,9 @@ runlog *runlog_new(const char *path, const runlog_meta *meta) {
         for (int i = 0; i < r->n_arrays; i++) {
             const runlog_array_spec *a = &meta->arrays[i];
             method_array *m = &r->arrays[i];
-            m->f64 = a->float64 != 0;
-            m->grows = a->grows != 0;
-            m->rows = a->rows;
-            m->cols = a->cols;
-            m->obj = xmalloc(strlen(a->name) + 2);
-            m->obj[0] = '/';
-            strcpy(m->obj + 1, a->name);
+            *m = (method_array){.f64 = a->float64 != 0, .grows = a->grows != 0, .rows = a->rows, .cols = a->cols,
+                                .obj = xmalloc(strlen(a->name) + 2)};
+            sprintf(m->obj, "/%s", a->name);
         }
     }
     return r;
@@ -338,32 +350,14 @@ int runlog_check_meta(const runlog_meta *meta, const char *fn, const char *path,
 /* The dataset of method array a (parent groups created): fixed arrays contiguous of their shape,
  * read as the fill value (zero, NaN) until written; growing ones chunked, 0 rows, unlimited. */
 static int make_array(hid_t f, const runlog_array_spec *a, const char *obj, const char *path, char *err, size_t errlen) {
-    int nd = a->cols ? 2 : 1;
     hsize_t dims[2] = {a->grows ? 0 : (hsize_t)a->rows, (hsize_t)a->cols}, maxd[2] = {H5S_UNLIMITED, (hsize_t)a->cols};
     hsize_t chunk[2] = {ARRAY_CHUNK, (hsize_t)a->cols};
-    hid_t space = H5Screate_simple(nd, dims, a->grows ? maxd : NULL);
-    if (space < 0) return runlog_h5fail(err, errlen, path, "H5Screate_simple", obj);
-    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
-    hid_t ds = H5I_INVALID_HID;
     const int64_t zero = 0;
     const double nan_fill = NAN;
-    if (dcpl < 0 || lcpl < 0) runlog_h5fail(err, errlen, path, "H5Pcreate", obj);
-    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) runlog_h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
-    else if (a->grows ? H5Pset_chunk(dcpl, nd, chunk) < 0 : H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0)
-        runlog_h5fail(err, errlen, path, a->grows ? "H5Pset_chunk" : "H5Pset_layout", obj);
-    else if (H5Pset_fill_value(dcpl, a->float64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64, a->float64 ? (const void *)&nan_fill : (const void *)&zero) < 0)
-        runlog_h5fail(err, errlen, path, "H5Pset_fill_value", obj);
-    else if (H5Pset_obj_track_times(dcpl, 0) < 0) runlog_h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
-    else if ((ds = H5Dcreate2(f, a->name, a->float64 ? H5T_IEEE_F64LE : H5T_STD_I64LE, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
-        runlog_h5fail(err, errlen, path, "H5Dcreate2", obj);
-    if (lcpl >= 0) H5Pclose(lcpl);
-    if (dcpl >= 0) H5Pclose(dcpl);
-    H5Sclose(space);
-    if (ds < 0) return -1;
-    int rc = runlog_attr_string(ds, obj, "units", a->units, path, err, errlen) < 0 ||
-             runlog_attr_string(ds, obj, "description", a->description, path, err, errlen) < 0 ? -1 : 0;
-    if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Dclose", obj);
-    return rc;
+    return make_dataset(f, obj, a->float64 ? H5T_IEEE_F64LE : H5T_STD_I64LE, a->cols ? 2 : 1, dims, a->grows ? maxd : NULL,
+                        a->grows ? chunk : NULL, a->float64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_INT64,
+                        a->float64 ? (const void *)&nan_fill : (const void *)&zero, a->units, a->description, NULL, path, err,
+                        errlen);
 }
 
 /* The current UTC time, ISO-8601 ("2025-01-31T12:00:00Z"), into buf; -1 if it cannot be read. */
@@ -452,28 +446,22 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     return 0;
 }
 
-runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, char *err, size_t errlen) {
-    if (!path || !path[0] || !meta) {
-        seterr(err, errlen, "runlog_create: %s", !meta ? "no run metadata" : "empty output path");
-        return NULL;
-    }
-    if (strlen(path) >= PATHLEN - 64) {
-        seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path);
-        return NULL;
-    }
+/* The checks of runlog_create's arguments and output path, then the output's parent directories
+ * created. Returns 0 or -1 with err filled. */
+static int check_create(const char *path, int overwrite, const runlog_meta *meta, char *err, size_t errlen) {
+    if (!path || !path[0] || !meta)
+        return seterr(err, errlen, "runlog_create: %s", !meta ? "no run metadata" : "empty output path"), -1;
+    if (strlen(path) >= PATHLEN - 64) return seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path), -1;
     /* Our messages replace HDF5's stack dumps (see the header comment). */
-    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) {
-        seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path);
-        return NULL;
-    }
+    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) return seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path), -1;
     struct stat st;
-    if (!overwrite && lstat(path, &st) == 0) {
-        seterr(err, errlen, runlog_already_exists_fmt, path);
-        return NULL;
-    }
-    if (runlog_check_meta(meta, "runlog_create", path, err, errlen) < 0) return NULL;
-    if (make_parents(path, err, errlen) < 0) return NULL;
+    if (!overwrite && lstat(path, &st) == 0) return seterr(err, errlen, runlog_already_exists_fmt, path), -1;
+    if (runlog_check_meta(meta, "runlog_create", path, err, errlen) < 0) return -1;
+    return make_parents(path, err, errlen);
+}
 
+runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, char *err, size_t errlen) {
+    if (check_create(path, overwrite, meta, err, errlen) < 0) return NULL;
     runlog *r = runlog_new(path, meta);
     hid_t fapl = runlog_memory_fapl(1, path, err, errlen);
     if (fapl < 0) {
@@ -500,20 +488,14 @@ int runlog_train(runlog *r, long step, double time_s, double loss, double alpha)
     r->buf_time[i] = time_s;
     r->buf_loss[i] = loss;
     r->buf_alpha[i] = alpha;
-    if (r->nbuf == TRAIN_BUF && write_train(r) < 0) {
-        r->failed = 1;
-        return -1;
-    }
+    if (r->nbuf == TRAIN_BUF && write_train(r) < 0) return stop(r);
     return runlog_publish_if_due(r);
 }
 
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                 double top5_error) {
     if (!r || r->failed) return -1;
-    if (append_eval_row(r, "/eval", r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
-        r->failed = 1;
-        return -1;
-    }
+    if (append_eval_row(r, "/eval", r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) return stop(r);
     r->n_eval++;
     return runlog_publish_all(r);
 }
@@ -535,14 +517,10 @@ void runlog_rows_written(const runlog *r, runlog_rows *out) {
 int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                       double top5_error) {
     if (!r || r->failed) return -1;
-    if (!r->has_eval_local) {
-        seterr(r->err, sizeof r->err, "%s: runlog_eval_local: the file has no /eval_local (created without meta.eval_local)", r->path);
-        return -1;
-    }
-    if (append_eval_row(r, "/eval_local", r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error) < 0) {
-        r->failed = 1;
-        return -1;
-    }
+    if (!r->has_eval_local)
+        return seterr(r->err, sizeof r->err, "%s: runlog_eval_local: the file has no /eval_local (created without "
+                      "meta.eval_local)", r->path), -1;
+    if (append_eval_row(r, "/eval_local", r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error) < 0) return stop(r);
     r->n_eval_local++;
     return 0;
 }
@@ -550,25 +528,18 @@ int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double 
 int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *compute_s, const double *comm_s,
                  const double *wait_s, const double *data_s) {
     if (!r || r->failed) return -1;
-    if (r->ranks == 0) {
-        seterr(r->err, sizeof r->err, "%s: runlog_ranks: the file has no /ranks (created with meta.ranks = 0)", r->path);
-        return -1;
-    }
+    if (r->ranks == 0)
+        return seterr(r->err, sizeof r->err, "%s: runlog_ranks: the file has no /ranks (created with meta.ranks = 0)", r->path), -1;
     const double *src[NRANKS] = {step_time_s, compute_s, comm_s, wait_s, data_s};
     for (int q = 0; q < R_DATA; q++)
-        if (!src[q]) {
-            seterr(r->err, sizeof r->err, "%s: runlog_ranks: no values for /ranks/%s", r->path, ranks_cols[q].name);
-            return -1;
-        }
+        if (!src[q])
+            return seterr(r->err, sizeof r->err, "%s: runlog_ranks: no values for /ranks/%s", r->path, ranks_cols[q].name), -1;
     int i = r->nrbuf++;
     r->rbuf_step[i] = step;
     for (int q = 0; q < NRANKS; q++)
         if (src[q]) memcpy(r->rbuf[q] + (size_t)i * (size_t)r->ranks, src[q], (size_t)r->ranks * sizeof(double));
         else for (int k = 0; k < r->ranks; k++) r->rbuf[q][(size_t)i * (size_t)r->ranks + (size_t)k] = NAN;
-    if (r->nrbuf == RANKS_BUF && write_ranks(r) < 0) {
-        r->failed = 1;
-        return -1;
-    }
+    if (r->nrbuf == RANKS_BUF && write_ranks(r) < 0) return stop(r);
     return runlog_publish_if_due(r);
 }
 
@@ -576,24 +547,16 @@ int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *
  * published with the next publication. */
 static int array_write(runlog *r, int index, const void *data, long rows, int f64) {
     if (!r || r->failed) return -1;
-    if (index < 0 || index >= r->n_arrays) {
-        seterr(r->err, sizeof r->err, "%s: runlog_array: no fixed array %d (the file has %d)", r->path, index, r->n_arrays);
-        return -1;
-    }
+    if (index < 0 || index >= r->n_arrays)
+        return seterr(r->err, sizeof r->err, "%s: runlog_array: no fixed array %d (the file has %d)", r->path, index, r->n_arrays), -1;
     method_array *a = &r->arrays[index];
-    if (!data && rows > 0) {
-        seterr(r->err, sizeof r->err, "%s: runlog_array: no data for %s", r->path, a->obj);
-        return -1;
-    }
-    if (a->f64 != f64) {
-        seterr(r->err, sizeof r->err, "%s: runlog_array: %s holds %s", r->path, a->obj, f64 ? "int64" : "float64");
-        return -1;
-    }
-    if (rows < 0 || rows > a->rows || (!a->grows && rows != a->rows)) {
-        seterr(r->err, sizeof r->err, "%s: runlog_array: %ld rows for %s, which has %s%ld", r->path, rows, a->obj,
-               a->grows ? "at most " : "", a->rows);
-        return -1;
-    }
+    if (!data && rows > 0)
+        return seterr(r->err, sizeof r->err, "%s: runlog_array: no data for %s", r->path, a->obj), -1;
+    if (a->f64 != f64)
+        return seterr(r->err, sizeof r->err, "%s: runlog_array: %s holds %s", r->path, a->obj, f64 ? "int64" : "float64"), -1;
+    if (rows < 0 || rows > a->rows || (!a->grows && rows != a->rows))
+        return seterr(r->err, sizeof r->err, "%s: runlog_array: %ld rows for %s, which has %s%ld", r->path, rows, a->obj,
+                      a->grows ? "at most " : "", a->rows), -1;
     hsize_t dims[2] = {(hsize_t)rows, (hsize_t)a->cols};
     hid_t ds = H5Dopen2(r->file, a->obj, H5P_DEFAULT);
     int rc = ds < 0 ? runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", a->obj) : 0;
@@ -607,7 +570,6 @@ static int array_write(runlog *r, int index, const void *data, long rows, int f6
 
 static long spec_rows(const runlog *r, int index) { return r && index >= 0 && index < r->n_arrays ? r->arrays[index].rows : 0; }
 int runlog_array(runlog *r, int index, const long long *data) { return array_write(r, index, data, spec_rows(r, index), 0); }
-int runlog_array_f64(runlog *r, int index, const double *data) { return array_write(r, index, data, spec_rows(r, index), 1); }
 int runlog_array_rows(runlog *r, int index, const long long *data, long rows) { return array_write(r, index, data, rows, 0); }
 int runlog_array_rows_f64(runlog *r, int index, const double *data, long rows) { return array_write(r, index, data, rows, 1); }
 
@@ -615,14 +577,11 @@ int runlog_array_rows_f64(runlog *r, int index, const double *data, long rows) {
  * value; status into its slot), its name into final_attributes at close. */
 static int set_attr(runlog *r, const char *name, const char *s, double d) {
     if (!r) return -1;
-    if (!name || !name[0] || strchr(name, '\n')) {
-        seterr(r->err, sizeof r->err, "%s: root attribute with an empty name (or a newline in it)", r->path);
-        return -1;
-    }
-    if (runlog_is_own_attr(name)) {
-        seterr(r->err, sizeof r->err, "%s: root attribute %s is written by runlog itself, not at the end of the run", r->path, name);
-        return -1;
-    }
+    if (!name || !name[0] || strchr(name, '\n'))
+        return seterr(r->err, sizeof r->err, "%s: root attribute with an empty name (or a newline in it)", r->path), -1;
+    if (runlog_is_own_attr(name))
+        return seterr(r->err, sizeof r->err, "%s: root attribute %s is written by runlog itself, not at the end of the run",
+                      r->path, name), -1;
     int rc = !s ? runlog_attr_write(r->file, "/", name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d, r->path, r->err, sizeof r->err)
              : strcmp(name, "status") == 0 ? runlog_status_write(r->file, s, r->path, r->err, sizeof r->err)
                                            : runlog_attr_string(r->file, "/", name, s, r->path, r->err, sizeof r->err);

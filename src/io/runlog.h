@@ -27,7 +27,7 @@ typedef struct runlog runlog;
 
 /* A method array created with the file, e.g. "ps/staleness_histogram" (parent groups are
  * created): int64 (read as 0 until written) or float64 (NaN). cols == 0: 1-D. A fixed one has
- * rows rows and is rewritten whole by runlog_array / runlog_array_f64. A growing one (grows = 1)
+ * rows rows and is rewritten whole by runlog_array. A growing one (grows = 1)
  * starts with 0 rows and holds the rows the last runlog_array_rows / _rows_f64 gave (at most
  * rows): sized by what is written, e.g. one element per step completed, not per iteration
  * configured. */
@@ -99,8 +99,6 @@ int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *
 /* Rewrite the whole method array meta.arrays[index] (rows·max(cols,1) int64, row-major; a
  * growing one then holds spec.rows rows). In the file from the next publication. */
 int runlog_array(runlog *r, int index, const long long *data);
-/* The same for a float64 array (spec.float64 = 1). */
-int runlog_array_f64(runlog *r, int index, const double *data);
 /* A growing array (spec.grows) now holds rows rows (0..spec.rows) from data; a fixed one
  * accepts only rows = spec.rows. */
 int runlog_array_rows(runlog *r, int index, const long long *data, long rows);

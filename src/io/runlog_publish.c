@@ -12,11 +12,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-static double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 /* The type of the status attribute: a fixed-size UTF-8 string of STATUS_LEN bytes, NUL-terminated. */
 static hid_t status_type(void) {
     hid_t t = H5Tcopy(H5T_C_S1);
@@ -37,29 +32,16 @@ int runlog_status_write(hid_t f, const char *v, const char *path, char *err, siz
     memcpy(buf, v, n);
     hid_t t = status_type();
     if (t < 0) return runlog_h5fail(err, errlen, path, "H5Tcopy/H5Tset_size", "attribute status of /");
-    int rc = 0;
-    hid_t a = H5I_INVALID_HID;
     htri_t e = H5Aexists(f, "status");
-    if (e > 0) { /* the slot, or something else to replace */
-        a = H5Aopen(f, "status", H5P_DEFAULT);
-        hid_t ft = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
-        htri_t same = ft >= 0 ? H5Tequal(ft, t) : -1;
-        if (ft >= 0) H5Tclose(ft);
-        if (same <= 0) {
-            if (a >= 0) H5Aclose(a), a = H5I_INVALID_HID;
-            if (H5Adelete(f, "status") < 0) rc = runlog_h5fail(err, errlen, path, "H5Adelete", "attribute status of /");
-            e = 0;
-        }
-    } else if (e < 0) rc = runlog_h5fail(err, errlen, path, "H5Aexists", "attribute status of /");
-    if (rc == 0 && e == 0) {
-        hid_t space = H5Screate(H5S_SCALAR);
-        if (space < 0) rc = runlog_h5fail(err, errlen, path, "H5Screate", "attribute status of /");
-        else if ((a = H5Acreate2(f, "status", t, space, H5P_DEFAULT, H5P_DEFAULT)) < 0)
-            rc = runlog_h5fail(err, errlen, path, "H5Acreate2", "attribute status of /");
-        if (space >= 0) H5Sclose(space);
-    }
-    if (rc == 0 && H5Awrite(a, t, buf) < 0) rc = runlog_h5fail(err, errlen, path, "H5Awrite", "attribute status of /");
+    hid_t a = e > 0 ? H5Aopen(f, "status", H5P_DEFAULT) : H5I_INVALID_HID;
+    hid_t ft = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+    htri_t same = ft >= 0 ? H5Tequal(ft, t) : -1;
+    if (ft >= 0) H5Tclose(ft);
+    int rc = e < 0 ? runlog_h5fail(err, errlen, path, "H5Aexists", "attribute status of /") : 0;
+    if (rc == 0 && same > 0 && H5Awrite(a, t, buf) < 0) rc = runlog_h5fail(err, errlen, path, "H5Awrite", "attribute status of /");
     if (a >= 0 && H5Aclose(a) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Aclose", "attribute status of /");
+    /* none yet, or something else than the slot (replaced): created as the slot */
+    if (rc == 0 && same <= 0) rc = runlog_attr_write(f, "/", "status", t, t, buf, path, err, errlen);
     H5Tclose(t);
     return rc;
 }
@@ -125,7 +107,7 @@ static int first_name(const char *tmp, const char *path, int overwrite, char *er
  * temporary beside it, fsync, then rename() over the file this run published last (checked to be
  * still ours), or first_name() for the first publication. */
 int runlog_publish(runlog *r, int overwrite, char *err, size_t errlen) {
-    double t0 = mono_now();
+    double t0 = wall_time();
     if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) return runlog_h5fail(err, errlen, r->path, "H5Fflush", "the in-memory file");
     ssize_t n = H5Fget_file_image(r->file, NULL, 0);
     if (n <= 0) return runlog_h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
@@ -150,7 +132,7 @@ int runlog_publish(runlog *r, int overwrite, char *err, size_t errlen) {
     }
     if (r->fd >= 0) close(r->fd); /* the file just replaced */
     r->fd = fd;
-    r->last_publish = mono_now();
+    r->last_publish = wall_time();
     r->publish_cost = r->last_publish - t0;
     return 0;
 }
@@ -169,7 +151,7 @@ int runlog_publish_all(runlog *r) {
 /* Publish if the wall-clock bound has passed (part 3 of the header comment). */
 int runlog_publish_if_due(runlog *r) {
     double every = r->publish_s > PUBLISH_SHARE * r->publish_cost ? r->publish_s : PUBLISH_SHARE * r->publish_cost;
-    return mono_now() - r->last_publish >= every ? runlog_publish_all(r) : 0;
+    return wall_time() - r->last_publish >= every ? runlog_publish_all(r) : 0;
 }
 
 /* The run could not publish its file: write "stopped: run-file write error: <why>" into the

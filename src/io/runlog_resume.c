@@ -63,20 +63,28 @@ static hid_t open_root_attr(hid_t f, const char *name, H5T_class_t cls, const ch
     return a;
 }
 
-/* Read string root attribute name into a new allocation (*out; free it). */
-static int root_string(hid_t f, const char *name, char **out, const char *path, char *err, size_t errlen) {
-    *out = NULL;
-    hid_t a = open_root_attr(f, name, H5T_STRING, path, err, errlen);
+/* Read root attribute name, of class cls, as memory type mtype (integers: H5T_NATIVE_INT64 or
+ * _UINT64) into out. */
+static int root_read(hid_t f, const char *name, H5T_class_t cls, hid_t mtype, void *out, const char *path, char *err,
+                     size_t errlen) {
+    hid_t a = open_root_attr(f, name, cls, path, err, errlen);
     if (a < 0) return -1;
     char what[300];
     snprintf(what, sizeof what, "attribute %s of /", name);
+    int rc = H5Aread(a, mtype, out) < 0 ? runlog_h5fail(err, errlen, path, "H5Aread", what) : 0;
+    H5Aclose(a);
+    return rc;
+}
+
+/* Read string root attribute name into a new allocation (*out; free it). */
+static int root_string(hid_t f, const char *name, char **out, const char *path, char *err, size_t errlen) {
+    *out = NULL;
     hid_t t = H5Tcopy(H5T_C_S1);
     char *s = NULL;
     int rc = 0;
     if (t < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
         rc = runlog_h5fail(err, errlen, path, "H5Tcopy/H5Tset_size/H5Tset_cset", "string type");
-    else if (H5Aread(a, t, &s) < 0)
-        rc = runlog_h5fail(err, errlen, path, "H5Aread", what);
+    else rc = root_read(f, name, H5T_STRING, t, &s, path, err, errlen);
     if (rc == 0) {
         size_t n = s ? strlen(s) : 0;
         *out = xmalloc(n + 1);
@@ -84,18 +92,6 @@ static int root_string(hid_t f, const char *name, char **out, const char *path, 
     }
     if (s) H5free_memory(s);
     if (t >= 0) H5Tclose(t);
-    H5Aclose(a);
-    return rc;
-}
-
-/* Read integer root attribute name as mtype (H5T_NATIVE_INT64 or _UINT64) into out. */
-static int root_integer(hid_t f, const char *name, hid_t mtype, void *out, const char *path, char *err, size_t errlen) {
-    hid_t a = open_root_attr(f, name, H5T_INTEGER, path, err, errlen);
-    if (a < 0) return -1;
-    char what[300];
-    snprintf(what, sizeof what, "attribute %s of /", name);
-    int rc = H5Aread(a, mtype, out) < 0 ? runlog_h5fail(err, errlen, path, "H5Aread", what) : 0;
-    H5Aclose(a);
     return rc;
 }
 
@@ -168,6 +164,27 @@ static int open_array(hid_t f, const runlog_meta *meta, int i, const char *obj, 
     return 0;
 }
 
+static const char *const group_names[4] = {"/train", "/eval", "/eval_local", "/ranks"};
+
+/* The extendible datasets of r's layout into c (at most MAX_COLUMNS), returning how many: obj,
+ * group g (an index of group_names), step (the group's 1-D int64 step column) and width (columns
+ * of a 2-D /ranks dataset; 0: 1-D). */
+enum { MAX_COLUMNS = NTRAIN + 2 * NEVAL + 1 + NRANKS };
+typedef struct { char obj[64]; int g, step; hsize_t width; } column;
+static int columns(const runlog *r, column *c) {
+    const struct { int n; const colspec *cols; int g; hsize_t width; } part[] = {
+        {NTRAIN, train_cols, 0, 0}, {NEVAL, eval_cols, 1, 0}, {r->has_eval_local ? NEVAL : 0, eval_cols, 2, 0},
+        {r->ranks > 0 ? 1 : 0, &ranks_step_col, 3, 0}, {r->ranks > 0 ? NRANKS : 0, ranks_cols, 3, (hsize_t)r->ranks},
+    };
+    int n = 0;
+    for (size_t k = 0; k < sizeof part / sizeof *part; k++)
+        for (int i = 0; i < part[k].n; i++, n++) {
+            c[n] = (column){.g = part[k].g, .step = i == 0 && part[k].width == 0, .width = part[k].width};
+            snprintf(c[n].obj, sizeof c[n].obj, "%s/%s", group_names[part[k].g], part[k].cols[i].name);
+        }
+    return n;
+}
+
 /* Check that r->file is a run file of meta's layout with at least keep complete rows in every
  * group. err: "cannot resume <path>: ..." for a file that is
  * not this experiment's, an HDF5 message for a failure. r->n_* are not touched. */
@@ -191,13 +208,13 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
     };
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
         int64_t v = 0;
-        if (root_integer(f, ints[i].name, H5T_NATIVE_INT64, &v, path, err, errlen) < 0) return -1;
+        if (root_read(f, ints[i].name, H5T_INTEGER, H5T_NATIVE_INT64, &v, path, err, errlen) < 0) return -1;
         if (v != ints[i].v)
             return refuse(err, errlen, path, "the run file has %s = %lld, the experiment %s = %lld", ints[i].name, (long long)v,
                           ints[i].name, ints[i].v);
     }
     uint64_t seed = 0;
-    if (root_integer(f, "seed", H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0) return -1;
+    if (root_read(f, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0) return -1;
     if (seed != meta->seed)
         return refuse(err, errlen, path, "the run file has seed = %llu, the experiment seed = %llu", (unsigned long long)seed,
                       meta->seed);
@@ -213,41 +230,22 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
         return refuse(err, errlen, path, "the run file has no /ranks, the experiment ranks = %d", r->ranks);
 
     /* Every column, with the complete rows of each group (its shortest column). */
-    hsize_t rows[4] = {(hsize_t)-1, (hsize_t)-1, (hsize_t)-1, (hsize_t)-1}, n;
-    char obj[64];
-    for (int i = 0; i < NTRAIN; i++) {
-        snprintf(obj, sizeof obj, "/train/%s", train_cols[i].name);
-        if (open_column(f, obj, 0, &n, path, err, errlen) < 0) return -1;
-        if (n < rows[0]) rows[0] = n;
-    }
-    for (int g = 1; g <= 2; g++) {
-        if (g == 2 && !r->has_eval_local) break;
-        for (int i = 0; i < NEVAL; i++) {
-            snprintf(obj, sizeof obj, "%s/%s", g == 1 ? "/eval" : "/eval_local", eval_cols[i].name);
-            if (open_column(f, obj, 0, &n, path, err, errlen) < 0) return -1;
-            if (n < rows[g]) rows[g] = n;
-        }
-    }
-    if (r->ranks > 0) {
-        if (open_column(f, "/ranks/step", 0, &n, path, err, errlen) < 0) return -1;
-        rows[3] = n;
-        for (int q = 0; q < NRANKS; q++) {
-            snprintf(obj, sizeof obj, "/ranks/%s", ranks_cols[q].name);
-            if (open_column(f, obj, r->ranks, &n, path, err, errlen) < 0) return -1;
-            if (n < rows[3]) rows[3] = n;
-        }
+    hsize_t rows[4] = {(hsize_t)-1, (hsize_t)-1, (hsize_t)-1, (hsize_t)-1}, n = 0;
+    column c[MAX_COLUMNS];
+    for (int i = 0, nc = columns(r, c); i < nc; i++) {
+        if (open_column(f, c[i].obj, (int)c[i].width, &n, path, err, errlen) < 0) return -1;
+        if (n < rows[c[i].g]) rows[c[i].g] = n;
     }
     for (int i = 0; i < r->n_arrays; i++)
         if (open_array(f, meta, i, r->arrays[i].obj, path, err, errlen) < 0) return -1;
 
     /* The checkpoint's rows must all be there. */
     const long want_rows[4] = {keep->train, keep->eval, keep->eval_local, keep->ranks};
-    const char *gname[4] = {"/train", "/eval", "/eval_local", "/ranks"};
     for (int g = 0; g < 4; g++) {
         hsize_t have = rows[g] == (hsize_t)-1 ? 0 : rows[g];
         if ((hsize_t)want_rows[g] > have)
             return refuse(err, errlen, path, "the run file has %llu %s rows but the checkpoint was taken after %ld: "
-                          "it is not the file this checkpoint belongs to", (unsigned long long)have, gname[g], want_rows[g]);
+                          "it is not the file this checkpoint belongs to", (unsigned long long)have, group_names[g], want_rows[g]);
     }
     return 0;
 }
@@ -279,20 +277,10 @@ static int cut_column(runlog *r, const char *obj, hsize_t keep, hsize_t width, i
 /* Cut every dataset of r->file back to keep rows, and find the largest step among the rows kept. */
 static int cut_rows(runlog *r, const runlog_rows *keep, int64_t *last_step, char *err, size_t errlen) {
     *last_step = 0;
-    struct { int n; const colspec *cols; const char *gname; long keep; hsize_t width; } groups[] = {
-        {NTRAIN, train_cols, "/train", keep->train, 0},
-        {NEVAL, eval_cols, "/eval", keep->eval, 0},
-        {r->has_eval_local ? NEVAL : 0, eval_cols, "/eval_local", keep->eval_local, 0},
-        {r->ranks > 0 ? 1 : 0, &ranks_step_col, "/ranks", keep->ranks, 0},
-        {r->ranks > 0 ? NRANKS : 0, ranks_cols, "/ranks", keep->ranks, (hsize_t)r->ranks},
-    };
-    for (size_t g = 0; g < sizeof groups / sizeof *groups; g++)
-        for (int i = 0; i < groups[g].n; i++) {
-            char obj[64];
-            snprintf(obj, sizeof obj, "%s/%s", groups[g].gname, groups[g].cols[i].name);
-            if (cut_column(r, obj, (hsize_t)groups[g].keep, groups[g].width, i == 0 && groups[g].width == 0, last_step, err, errlen) < 0)
-                return -1;
-        }
+    const long kept[4] = {keep->train, keep->eval, keep->eval_local, keep->ranks};
+    column c[MAX_COLUMNS];
+    for (int i = 0, nc = columns(r, c); i < nc; i++)
+        if (cut_column(r, c[i].obj, (hsize_t)kept[c[i].g], c[i].width, c[i].step, last_step, err, errlen) < 0) return -1;
     return 0;
 }
 
@@ -307,8 +295,7 @@ static int drop_root_attr(hid_t f, const char *name, const char *path, char *err
 }
 
 /* The root attributes of a resume: the earlier run's end-of-run attributes removed (status
- * emptied), resumes
- * incremented, "step <last_step> at <UTC time> (<note>)" appended to resumed_at. */
+ * emptied), resumes incremented, "step <last_step> at <UTC time> (<note>)" appended to resumed_at. */
 static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *err, size_t errlen) {
     hid_t f = r->file;
     const char *path = r->path;
@@ -329,7 +316,7 @@ static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *er
 
     int64_t resumes = 0;
     if ((e = H5Aexists(f, "resumes")) < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", "attribute resumes of /");
-    if (e > 0 && root_integer(f, "resumes", H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
+    if (e > 0 && root_read(f, "resumes", H5T_INTEGER, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
     resumes++;
     if (runlog_attr_write(f, "/", "resumes", H5T_STD_I64LE, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
 
@@ -349,76 +336,58 @@ static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *er
     return rc;
 }
 
-runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_rows *keep, const char *resume_note,
-                      char *err, size_t errlen) {
-    if (!path || !path[0] || !meta || !keep) {
-        seterr(err, errlen, "runlog_resume: %s", !meta ? "no run metadata" : !keep ? "no checkpoint row counts" : "empty output path");
-        return NULL;
-    }
-    if (strlen(path) >= PATHLEN - 64) {
-        seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path);
-        return NULL;
-    }
-    if (keep->train < 0 || keep->eval < 0 || keep->eval_local < 0 || keep->ranks < 0) {
-        refuse(err, errlen, path, "the checkpoint's row counts are negative (train %ld, eval %ld, eval_local %ld, ranks %ld)",
-               keep->train, keep->eval, keep->eval_local, keep->ranks);
-        return NULL;
-    }
-    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) {
-        seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path);
-        return NULL;
-    }
+/* The checks of runlog_resume's arguments and of the file at path before it is read. Returns 0
+ * or -1 with err filled. */
+static int check_resume(const char *path, const runlog_meta *meta, const runlog_rows *keep, char *err, size_t errlen) {
+    if (!path || !path[0] || !meta || !keep)
+        return seterr(err, errlen, "runlog_resume: %s",
+                      !meta ? "no run metadata" : !keep ? "no checkpoint row counts" : "empty output path"), -1;
+    if (strlen(path) >= PATHLEN - 64) return seterr(err, errlen, "output path too long (%zu characters): %s", strlen(path), path), -1;
+    if (keep->train < 0 || keep->eval < 0 || keep->eval_local < 0 || keep->ranks < 0)
+        return refuse(err, errlen, path, "the checkpoint's row counts are negative (train %ld, eval %ld, eval_local %ld, ranks %ld)",
+                      keep->train, keep->eval, keep->eval_local, keep->ranks);
+    if (H5Eset_auto2(H5E_DEFAULT, NULL, NULL) < 0) return seterr(err, errlen, "%s: HDF5 H5Eset_auto2 failed", path), -1;
     struct stat st;
-    if (stat(path, &st) != 0) {
-        refuse(err, errlen, path, "%s", strerror(errno));
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        refuse(err, errlen, path, "it is not a regular file");
-        return NULL;
-    }
-    if (runlog_check_meta(meta, "runlog_resume", path, err, errlen) < 0) return NULL;
+    if (stat(path, &st) != 0) return refuse(err, errlen, path, "%s", strerror(errno));
+    if (!S_ISREG(st.st_mode)) return refuse(err, errlen, path, "it is not a regular file");
+    return runlog_check_meta(meta, "runlog_resume", path, err, errlen);
+}
 
-    /* Read into memory (part 4 of the header comment): the file on disk is only read, so a
-     * refusal leaves it untouched; checked, cut back to the checkpoint, root attributes updated,
-     * published over the old file. */
-    runlog *r = runlog_new(path, meta);
-    r->fd = open(path, O_RDONLY | O_CLOEXEC); /* runlog_publish() replaces this file, if still the one read */
-    if (r->fd < 0) {
-        refuse(err, errlen, path, "%s", strerror(errno));
-        runlog_free(r);
-        return NULL;
-    }
+/* Read the file at r->path into memory as r->file, keeping r->fd open on it (runlog_publish()
+ * replaces this file, if still the one read). Returns 0 or -1 with err filled. */
+static int read_file(runlog *r, char *err, size_t errlen) {
+    const char *path = r->path;
+    r->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (r->fd < 0) return refuse(err, errlen, path, "%s", strerror(errno));
     hid_t fapl = runlog_memory_fapl(0, path, err, errlen);
-    if (fapl < 0) {
-        runlog_free(r);
-        return NULL;
-    }
+    if (fapl < 0) return -1;
     r->file = H5Fopen(path, H5F_ACC_RDWR, fapl);
     H5Pclose(fapl);
     if (r->file < 0) {
         char why[ERRLEN];
         h5_message(why, sizeof why);
-        refuse(err, errlen, path, "it is not a dsgd-run run file (HDF5 cannot open it: %s)", why);
-        runlog_free(r);
-        return NULL;
+        return refuse(err, errlen, path, "it is not a dsgd-run run file (HDF5 cannot open it: %s)", why);
     }
     /* A file of the earlier SWMR writer (superblock version 3) would not survive its image. */
     H5F_info2_t info;
-    if (H5Fget_info2(r->file, &info) < 0) {
-        runlog_h5fail(err, errlen, path, "H5Fget_info2", "/");
-        runlog_free(r);
-        return NULL;
-    }
-    if (info.super.version > 1) {
-        refuse(err, errlen, path, "it was written in the HDF5 1.10 format (superblock version %u) by an earlier dsgd-run, "
-               "which this one cannot continue: finish it with that version, or start afresh", info.super.version);
-        runlog_free(r);
-        return NULL;
-    }
+    if (H5Fget_info2(r->file, &info) < 0) return runlog_h5fail(err, errlen, path, "H5Fget_info2", "/");
+    if (info.super.version > 1)
+        return refuse(err, errlen, path, "it was written in the HDF5 1.10 format (superblock version %u) by an earlier dsgd-run, "
+                      "which this one cannot continue: finish it with that version, or start afresh", info.super.version);
+    return 0;
+}
+
+runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_rows *keep, const char *resume_note,
+                      char *err, size_t errlen) {
+    if (check_resume(path, meta, keep, err, errlen) != 0) return NULL;
+    /* Read into memory (part 4 of the header comment): the file on disk is only read, so a
+     * refusal leaves it untouched; checked, cut back to the checkpoint, root attributes updated,
+     * published over the old file. */
+    runlog *r = runlog_new(path, meta);
     int64_t last_step;
-    if (open_layout(r, meta, keep, err, errlen) < 0 || cut_rows(r, keep, &last_step, err, errlen) < 0 ||
-        resume_attrs(r, last_step, resume_note, err, errlen) < 0 || runlog_publish(r, 0, err, errlen) < 0) {
+    if (read_file(r, err, errlen) < 0 || open_layout(r, meta, keep, err, errlen) < 0 ||
+        cut_rows(r, keep, &last_step, err, errlen) < 0 || resume_attrs(r, last_step, resume_note, err, errlen) < 0 ||
+        runlog_publish(r, 0, err, errlen) < 0) {
         runlog_free(r);
         return NULL;
     }
@@ -428,4 +397,3 @@ runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_ro
     r->n_ranks = (hsize_t)keep->ranks;
     return r;
 }
-

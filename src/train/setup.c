@@ -249,8 +249,7 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
     struct stat sb;
     const int out_exists = stat(e->output, &sb) == 0 && S_ISREG(sb.st_mode);
     static char saved[CFG_TEXT_MAX], now[CFG_TEXT_MAX];
-    experiment cur = *e;
-    config_to_text(&cur, now, sizeof now);
+    config_to_text(e, now, sizeof now);
     if (wants && out_exists) {
         char status[512];
         if (ckpt_run_attr(e->output, "status", status, sizeof status, m, sizeof m) != 0 ||
@@ -479,7 +478,7 @@ static int data_provenance(run_setup *r, runlog_attr *attrs, runlog_array_spec *
     const experiment *e = &r->e;
     int nat = 0;
     /* The libraries this process runs on (the versions loaded, not those built against). */
-    static char lib_mpi[256], lib_dnn[256], lib_h5[64], lib_nccl[ERRLEN + 64], libraries[2048], interp_s[16], fp_text[48];
+    static char lib_mpi[256], lib_dnn[256], lib_h5[64], lib_nccl[ERRLEN + 64], libraries[2048], fp_text[48];
     comm_library_version(lib_mpi, sizeof lib_mpi);
     model_backend_version(lib_dnn, sizeof lib_dnn);
     runlog_library_version(lib_h5, sizeof lib_h5);
@@ -495,7 +494,6 @@ static int data_provenance(run_setup *r, runlog_attr *attrs, runlog_array_spec *
                                                         "curves measure speed, not learning", 0};
     if (e->data.format != FORMAT_JPEG) return nat;
     const aug_cfg *a = &r->t.train_loader.jcfg.train_aug;
-    snprintf(interp_s, sizeof interp_s, "%s", a->interp == IMAGE_BICUBIC ? "bicubic" : "bilinear");
     attrs[nat++] = (runlog_attr){"data_dir", e->data.dir, 0};
     attrs[nat++] = (runlog_attr){"data_pack_format", SHARDS_FORMAT, 0};
     attrs[nat++] = (runlog_attr){"data_pack_format_version", NULL, SHARDS_FORMAT_VERSION};
@@ -505,7 +503,7 @@ static int data_provenance(run_setup *r, runlog_attr *attrs, runlog_array_spec *
     snprintf(fp_text, sizeof fp_text, "%016llx/%016llx", (unsigned long long)r->t.data_fp[0], (unsigned long long)r->t.data_fp[1]);
     attrs[nat++] = (runlog_attr){"data_pack_fingerprint", fp_text, 0};
     attrs[nat++] = (runlog_attr){"data_augment", augment_name(e->data.augment), 0};
-    attrs[nat++] = (runlog_attr){"data_interp", interp_s, 0};
+    attrs[nat++] = (runlog_attr){"data_interp", a->interp == IMAGE_BICUBIC ? "bicubic" : "bilinear", 0};
     attrs[nat++] = (runlog_attr){"data_threads", NULL, r->budget.data};
     arrays[(*na)++] = (runlog_array_spec){"data/decode_warnings", e->p, 0, "warnings",
                                           "libjpeg warnings (corrupt data recovered, premature end of data) of the samples each "
