@@ -49,6 +49,8 @@ static int run_env(const char *env, int np, const char *cfg, const char *args, c
     return run(cmd, out, n);
 }
 
+static void file_sum(const char *path, char *out, size_t n);
+
 #define MAXR 4096
 static double ga[MAXR], gb[MAXR];
 
@@ -336,6 +338,17 @@ START_TEST(test_errors) {
     ck_assert_int_eq(run_env("DSGD_TEST_SIGNAL=TERM@30", 2, cfg, NULL, out, sizeof out), 3);
     st = run_env("", 3, cfg, "--resume --set p=3", out, sizeof out);
     ck_assert_msg(st == 2 && strstr(out, "key 'p'"), "exit %d\n%s", st, out);
+    /* a completed run keeps its checkpoints: the same run again is told the run is complete
+     * (not to continue it with --resume), and the file is left alone */
+    write_cfg("e3", "p = 1;\ncheckpoint = { every = 100; };\n", cfg, h5);
+    ck_assert_int_eq(run_env("", 1, cfg, NULL, out, sizeof out), 0);
+    char s1[128], s2[128];
+    file_sum(h5, s1, sizeof s1);
+    st = run_env("", 1, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'output'") && strstr(out, "holds a completed run") && !strstr(out, "--resume"),
+                  "exit %d\n%s", st, out);
+    file_sum(h5, s2, sizeof s2);
+    ck_assert_msg(!strcmp(s1, s2), "a refused run changed the run file");
 }
 END_TEST
 

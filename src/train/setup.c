@@ -287,6 +287,11 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
         pl->move_aside = 1;
         return 0;
     }
+    char status[64] = "";
+    if (have && !e->overwrite && out_exists && ckpt_run_attr(e->output, "status", status, sizeof status, m, sizeof m) == 0 &&
+        !strcmp(status, "completed")) /* the run these checkpoints belong to finished: nothing to continue */
+        return seterr(err, errlen, "%s: key 'output': %s holds a completed run (its checkpoints are in %s); use --set overwrite=true "
+                      "to replace it (its checkpoints are then removed) or choose another output", config_where("output"), e->output, dir);
     if (have && !e->overwrite)
         return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of an earlier run (step %ld); continue it with "
                       "--resume (or resume = \"auto\"), choose another output or checkpoint.path, or set overwrite = true to start "
