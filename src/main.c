@@ -101,6 +101,8 @@ static int parse_args(int argc, char **argv, cli_args *a, char *err, size_t errl
             return seterr(err, errlen, "more than one experiment file: '%s' and '%s'", a->config_path, s);
         else a->config_path = s;
     }
+    if (a->status_of && a->config_path)
+        return seterr(err, errlen, "--status takes one run file and nothing else; '%s' given as well", a->config_path);
     if (!a->config_path && !a->help && !a->version && !a->status_of)
         return seterr(err, errlen, "no experiment file given (usage: dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg)");
     return 0;
@@ -147,8 +149,10 @@ static int check_launcher_world(char *err, size_t errlen) {
 static int cli_answer(const cli_args *a) {
     const int r0 = comm_rank() == 0;
     if (a->status_of) { /* how a run ended: job scripts decide by this, not by mpiexec's exit code */
-        char status[1024], m[ERRLEN];
-        const int st = ckpt_run_attr(a->status_of, "status", status, sizeof status, m, sizeof m) ? EXIT_BADINPUT
+        char status[1024], version[64] = "", m[ERRLEN];
+        int bad = ckpt_run_attr(a->status_of, "dsgd_version", version, sizeof version, m, sizeof m);
+        if (!bad && !version[0]) bad = 1, snprintf(m, sizeof m, "%s is an HDF5 file but not a dsgd-run run file (no dsgd_version)", a->status_of);
+        const int st = bad || ckpt_run_attr(a->status_of, "status", status, sizeof status, m, sizeof m) ? EXIT_BADINPUT
                        : !strcmp(status, "completed")                                        ? 0
                        : !strncmp(status, "interrupted", 11)                                 ? EXIT_INTERRUPTED
                                                                                              : EXIT_RUNTIME;

@@ -79,6 +79,23 @@ START_TEST(test_run_file_content) {
         ck_assert(isfinite(eloss[i]) && eloss[i] > 0);
     }
     ck_assert_msg(strstr(out, "eval step 6") != NULL, "no final evaluation line in:\n%s", out);
+    /* --status: exit by the run's status; 2 for what is not one run file */
+    char cmd[1200], plain[600];
+    snprintf(cmd, sizeof cmd, "./dsgd-run --status %s", h5);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    ck_assert_msg(!strcmp(out, "completed\n"), "--status printed '%s'", out);
+    snprintf(plain, sizeof plain, "%s.plain.h5", h5);
+    hid_t f = H5Fcreate(plain, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ck_assert(f >= 0 && H5Fclose(f) >= 0);
+    const char *bad[][2] = {{plain, "not a dsgd-run run file"}, {cfg, "cannot open the run file"}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "./dsgd-run --status %s", bad[k][0]);
+        st = run(cmd, out, sizeof out);
+        ck_assert_msg(st == 2 && strstr(out, bad[k][1]), "--status %s: exit %d\n%s", bad[k][0], st, out);
+    }
+    snprintf(cmd, sizeof cmd, "./dsgd-run --status %s %s", h5, cfg);
+    st = run(cmd, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "takes one run file"), "--status with two files: exit %d\n%s", st, out);
 }
 END_TEST
 
