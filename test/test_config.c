@@ -631,6 +631,7 @@ START_TEST(test_set_errors) {
     /* enum values: another case or a small slip gets the name meant; anything else does not */
     EXPECT_SET_ERROR("", "precision=\"BF16\"", "--set precision=\"BF16\": key 'precision'", "got a string \"BF16\"; did you mean \"bf16\"?");
     EXPECT_SET_ERROR("", "method=\"alreduce\"", "got a string \"alreduce\"; did you mean \"allreduce\"?");
+    EXPECT_SET_ERROR("", "device=\"gpu\"", "got a string \"gpu\"; did you mean \"cuda\"?");
     EXPECT_SET_ERROR("", "method=\"Gossip_Push\"", "did you mean \"gossip_push\"?");
     EXPECT_SET_ERROR("", "method=\"xyz\"", "got a string \"xyz\"");
     ck_assert_msg(!strstr(err, "did you mean"), "%s", err);

@@ -289,6 +289,8 @@ const char *config_value_suggest(const key_def *d, const char *v) {
     for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)v[i]);
     const char *best = NULL;
     int bestd = 1000;
+    for (int i = 0; i < d->n_names; i++) /* the field's word for device "gpu" is "cuda" (not "cpu", one letter off) */
+        if (!strcmp(low, "gpu") && !strcmp(d->names[i], "cuda")) return d->names[i];
     for (int i = 0; i < d->n_names; i++) {
         const int dist = edit_distance(low, d->names[i]);
         if (dist < bestd) bestd = dist, best = d->names[i];
