@@ -227,6 +227,15 @@ START_TEST(test_existing_output_refused) {
     fclose(f);
     ck_assert_str_eq(buf, "an earlier run\n");
     ck_assert_int_eq(unlink(h5), 0);
+    /* output paths that cannot be a run file: refused before anything is created */
+    char dir[600], set[1400];
+    snprintf(dir, sizeof dir, "%s/outdir", g_dir);
+    snprintf(set, sizeof set, "--set output=%s/new/", dir);
+    expect_bad(2, cfg, set, "key 'output'", "ends in '/'");
+    snprintf(set, sizeof set, "--set output=%s/same.h5 --set checkpoint.path=%s/same.h5", dir, dir);
+    expect_bad(2, cfg, set, "key 'checkpoint.path'", "is the output file's path");
+    expect_bad(2, cfg, "--set output=/proc/dsgd-test.h5", "key 'output'", "no file can be created in /proc");
+    ck_assert_msg(access(dir, F_OK) != 0, "a refused run created %s", dir);
     double s[64];
     for (int k = 0; k < 2; k++) { /* a run, then the same run again over it */
         ck_assert_int_eq(dsgd(2, cfg, k ? "--set overwrite=true" : NULL, out, sizeof out), 0);

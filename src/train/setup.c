@@ -173,7 +173,16 @@ void setup_data(run_setup *r) {
  * `overwrite`): not a directory, and its nearest existing ancestor a writable directory (the
  * run file creates the missing ones). Returns 0 or EXIT_BADINPUT with err filled. */
 static int check_output(const experiment *e, char *err, size_t errlen) {
-    struct stat sb;
+    struct stat sb, sc;
+    const size_t len = strlen(e->output);
+    if (len && e->output[len - 1] == '/')
+        return seterr(err, errlen, "%s: key 'output': %s ends in '/'; expected the path of an HDF5 file (e.g. %srun.h5)", config_where("output"),
+                      e->output, e->output);
+    char ckdir[CFG_PATH_MAX];
+    ckpt_dir_of(e, ckdir, sizeof ckdir);
+    if (!strcmp(ckdir, e->output) || (stat(e->output, &sb) == 0 && stat(ckdir, &sc) == 0 && sb.st_dev == sc.st_dev && sb.st_ino == sc.st_ino))
+        return seterr(err, errlen, "%s: key 'checkpoint.path': %s is the output file's path (key 'output'); choose another checkpoint.path",
+                      config_where("checkpoint.path"), ckdir);
     if (stat(e->output, &sb) == 0) {
         if (S_ISDIR(sb.st_mode))
             return seterr(err, errlen, "%s: key 'output': %s is a directory; expected the path of an HDF5 file", config_where("output"), e->output);
@@ -199,6 +208,16 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
         return seterr(err, errlen, "%s: key 'output': cannot create %s: %s is not a directory", config_where("output"), e->output, dir);
     if (access(dir, W_OK | X_OK) != 0)
         return seterr(err, errlen, "%s: key 'output': cannot create %s: directory %s is not writable", config_where("output"), e->output, dir);
+    /* Writable by its mode bits yet refusing files (/proc, /sys, some FUSE mounts): a probe file,
+     * removed at once, says so before anything is created. */
+    char probe[CFG_PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/.dsgd-probe-XXXXXX", dir);
+    const int fd = mkstemp(probe);
+    if (fd < 0)
+        return seterr(err, errlen, "%s: key 'output': cannot create %s: no file can be created in %s (%s)", config_where("output"), e->output,
+                      dir, strerror(errno));
+    close(fd);
+    unlink(probe);
     return 0;
 }
 
