@@ -498,6 +498,16 @@ START_TEST(test_shared_checkpoint_dir) {
     int st = run_env("", 2, cfg2, NULL, out, sizeof out);
     ck_assert_msg(st == 2 && strstr(out, "in use by another run"), "second run on the same checkpoint.path: exit %d\n%s", st, out);
     ck_assert_msg(access(h52, F_OK) != 0, "the refused run wrote %s", h52);
+    /* overwrite = true over the output of the run still going, with another checkpoint.path:
+     * refused (its checkpoint directory is locked), the live run's file untouched */
+    for (int i = 0; i < 500 && access(h5, F_OK) != 0; i++) {
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    char set[1200];
+    snprintf(set, sizeof set, "--set overwrite=true --set output=\\\"%s\\\" --set checkpoint.path=\\\"%s/sh3.ckpt\\\"", h5, g_dir);
+    st = run_env("", 2, cfg2, set, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'output'") && strstr(out, "still going"), "overwrite of a live run: exit %d\n%s", st, out);
     snprintf(cmd, sizeof cmd, "while kill -0 $(cat %s/sh1.pid) 2>/dev/null; do sleep 0.2; done; grep -c 'done:' %s/sh1.log", g_dir, g_dir);
     ck_assert_msg(run(cmd, out, sizeof out) == 0 && atoi(out) == 1, "the first run did not finish: %s", out);
 }

@@ -654,3 +654,12 @@ int config_check_world(const experiment *e, int world_size, char *err, size_t er
                   config_where("p")[0] ? config_where("p") : e->source, e->p, world_size, e->p, world_size, world_size);
 }
 
+int config_text_string(const char *text, const char *key, char *out, size_t n) {
+    config_t cfg;
+    const char *v = NULL;
+    config_init(&cfg);
+    const int ok = config_read_string(&cfg, text) && config_lookup_string(&cfg, key, &v);
+    snprintf(out, n, "%s", ok ? v : "");
+    config_destroy(&cfg);
+    return ok ? 0 : -1;
+}

@@ -136,6 +136,10 @@ int config_check_world(const experiment *e, int world_size, char *err, size_t er
  * config_load reads it back to the same experiment (except source). n >= CFG_TEXT_MAX never
  * truncates; n == 0 writes nothing and returns 0. */
 int config_to_text(const experiment *e, char *buf, size_t n);
+/* The string key `key` (e.g. "checkpoint.path") of such a text (an earlier run's `config`
+ * attribute) into out (n bytes). Returns 0, or -1 when the text does not parse or has no such
+ * string (out is then ""). */
+int config_text_string(const char *text, const char *key, char *out, size_t n);
 
 /* The resolved experiment as an aligned table: key, value, unit, and "(default)" marks. */
 void config_print_table(const experiment *e, FILE *f);

@@ -163,6 +163,16 @@ int ckpt_claim(const char *dir, char *err, size_t errlen) {
     return fd;
 }
 
+int ckpt_in_use(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    const int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* releases the shared lock if it was taken */
+    return held;
+}
+
 /* ---- the run file and the experiment ------------------------------------------------------ */
 
 int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char *err, size_t errlen) {

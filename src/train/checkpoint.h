@@ -80,6 +80,9 @@ int ckpt_latest(const char *dir, long *label, char *err, size_t errlen);
  * file system has no locks, none). Returns the lock's file descriptor, or -1 with err filled:
  * not creatable, not writable, or locked by another run. */
 int ckpt_claim(const char *dir, char *err, size_t errlen);
+/* 1 when another process holds dir's lock (a run still going: ckpt_claim), else 0 (no lock file,
+ * a free lock, or a file system without locks). Creates nothing. */
+int ckpt_in_use(const char *dir);
 
 /* ---- writing: the coordinator prepares, every writer writes its file, the coordinator commits */
 

@@ -169,6 +169,25 @@ void setup_data(run_setup *r) {
  * may it write its output and checkpoint directory. Everything is checked before the run file is
  * touched, so that a refused run changes nothing. ------------------------------------------- */
 
+/* Whether the run that wrote the run file at path is still going: its checkpoint directory (its
+ * own checkpoint.path, or the one its output implies, relative to its working directory) is
+ * locked by a live process (ckpt_in_use). That directory into dir. */
+static int earlier_run_live(const char *path, char *dir, size_t n) {
+    static char text[CFG_TEXT_MAX], m[ERRLEN];
+    char cwd[CFG_PATH_MAX] = "", rel[CFG_PATH_MAX] = "";
+    if (ckpt_run_attr(path, "config", text, sizeof text, m, sizeof m) != 0 ||
+        ckpt_run_attr(path, "working_directory", cwd, sizeof cwd, m, sizeof m) != 0)
+        return 0;
+    experiment old = {0};
+    if (config_text_string(text, "checkpoint.path", old.checkpoint.path, sizeof old.checkpoint.path) ||
+        config_text_string(text, "output", old.output, sizeof old.output))
+        return 0;
+    ckpt_dir_of(&old, rel, sizeof rel);
+    if (rel[0] == '/' || !cwd[0]) snprintf(dir, n, "%s", rel);
+    else snprintf(dir, n, "%s/%s", cwd, rel);
+    return ckpt_in_use(dir);
+}
+
 /* The output must be creatable and must not hold an earlier run (never overwritten unless
  * `overwrite`): not a directory, and its nearest existing ancestor a writable directory (the
  * run file creates the missing ones). Returns 0 or EXIT_BADINPUT with err filled. */
@@ -194,6 +213,11 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
         if (ckpt_run_attr(e->output, "dsgd_version", version, sizeof version, why, sizeof why) != 0 || !version[0])
             return seterr(err, errlen, "%s: key 'output': %s exists and is not a dsgd-run run file%s%.300s; overwrite = true replaces "
                           "only an earlier run's file: choose another output", config_where("output"), e->output, why[0] ? ": " : "", why);
+        char live[CFG_PATH_MAX];
+        if (earlier_run_live(e->output, live, sizeof live))
+            return seterr(err, errlen, "%s: key 'output': %s belongs to a run that is still going (it holds the lock of its checkpoint "
+                          "directory %s); overwrite = true replaces only a run that has ended: choose another output",
+                          config_where("output"), e->output, live);
     }
     char dir[CFG_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", e->output);
