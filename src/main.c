@@ -236,6 +236,8 @@ static void load_experiment(run_setup *r, cli_args *a) {
     r->world_unchecked = a->check_only && comm_size() == 1 && config_world_size(e) != 1;
     if (!st && !r->world_unchecked) st = config_check_world(e, comm_size(), err, sizeof err);
     setup_agree(st, err);
+    char unused[1024];
+    if (comm_rank() == 0 && config_unused_keys(e, unused, sizeof unused)) printf("note: %s\n", unused);
     if (!r->world_unchecked) comm_set_workers(e->p);
     comm_set_timeout(e->comm_timeout_s);
     const int rank = comm_rank(), worker = rank < e->p ? rank : -1; /* workers: ranks 0..p-1; servers after them */

@@ -895,6 +895,25 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
     return remove(p);
 }
 
+
+/* Keys set that the method or model does not use: counted and named with where they were set
+ * (a note, not an error); defaults and keys in use are not named. */
+START_TEST(test_unused_keys) {
+    char buf[1024];
+    ck_assert_int_eq(load_text("method = \"ps\";\np = 2;\ntau = 5;\nservers = 1;\nmodel = { arch = \"linear\"; width = 8; };\n", NULL, 0), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 2);
+    ck_assert_msg(strstr(buf, "key 'tau' (") && strstr(buf, "t.cfg:3) has no effect: used only by method easgd"), "%s", buf);
+    ck_assert_msg(strstr(buf, "key 'model.width' (") && strstr(buf, "used only by model.arch resnet18"), "%s", buf);
+    ck_assert_msg(!strstr(buf, "servers"), "%s", buf);
+    ck_assert_int_eq(load_text("method = \"easgd\";\np = 2;\ntau = 5;\n", (char *const[]){"backups=1", "gossip_order=\"fresh\""}, 2), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 2);
+    ck_assert_msg(strstr(buf, "key 'backups' (--set backups=1)") && strstr(buf, "key 'gossip_order' (--set gossip_order="), "%s", buf);
+    ck_assert_int_eq(load_text("method = \"gossip_push\";\np = 2;\nsynchronous = true;\n", NULL, 0), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "");
+}
+END_TEST
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--print-docs-table")) { config_print_markdown(stdout); return 0; }
     snprintf(tmpdir, sizeof tmpdir, "%s/dsgd-test-config-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -930,6 +949,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_data_keys);
     tcase_add_test(tc, test_print_keys_and_table);
     tcase_add_test(tc, test_docs_cover_every_key);
+    tcase_add_test(tc, test_unused_keys);
     suite_add_tcase(s, tc);
     int st = run_suite(s);
     nftw(tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);

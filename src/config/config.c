@@ -88,8 +88,10 @@ static void origin_text(const origin *o, char *buf, size_t n) {
     else snprintf(buf, n, "%s", o->file);
 }
 
-/* Origins of the last successful config_load, as text, per key (for config_where). */
+/* Origins of the last successful config_load, as text, per key (for config_where), and whether
+ * the experiment set the key (a line of the file or a --set; else a default). */
 static char g_where[CONFIG_MAX_KEYS][CFG_PATH_MAX + 64];
+static char g_given[CONFIG_MAX_KEYS];
 
 /* seterr with the origin in front: "<origin>: <message>". */
 static int oerr(char *err, size_t errlen, const origin *o, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -626,7 +628,10 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
                   "data.eval_resize >= data.crop", e->data.eval_resize, e->data.crop, g_where_tmp(origins, "data.crop"));
     if (!st) st = resolve_output(e, &origins[config_key_find("output") - config_keys], err, errlen);
     /* Keep where each value came from for the checks made after loading (config_where). */
-    for (int i = 0; !st && i < config_n_keys; i++) origin_text(&origins[i], g_where[i], sizeof g_where[i]);
+    for (int i = 0; !st && i < config_n_keys; i++) {
+        origin_text(&origins[i], g_where[i], sizeof g_where[i]);
+        g_given[i] = origins[i].set || origins[i].line > 0;
+    }
     config_destroy(&cfg);
     return st;
 }
@@ -634,6 +639,32 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
 const char *config_where(const char *key) {
     const key_def *d = config_key_find(key);
     return d && g_where[d - config_keys][0] ? g_where[d - config_keys] : "";
+}
+
+int config_unused_keys(const experiment *e, char *buf, size_t n) {
+    const int m = e->method, gossip = m == METHOD_GOSSIP_PULL || m == METHOD_GOSSIP_PUSH, resnet = e->model.arch == ARCH_RESNET18;
+    const struct { const char *key, *used_by; int used; } k[] = {
+        {"tau", "method easgd", m == METHOD_EASGD},
+        {"beta", "method easgd", m == METHOD_EASGD},
+        {"servers", "the methods with servers (ps, easgd, backup)", method_has_servers(m)},
+        {"backups", "method backup", m == METHOD_BACKUP},
+        {"synchronous", "methods easgd and gossip", m == METHOD_EASGD || gossip},
+        {"gossip_order", "the gossip methods", gossip},
+        {"model.width", "model.arch resnet18", resnet},
+        {"model.stem", "model.arch resnet18", resnet},
+    };
+    int count = 0;
+    size_t len = 0;
+    if (n) buf[0] = '\0';
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        const key_def *d = config_key_find(k[i].key);
+        if (k[i].used || !d || !g_given[d - config_keys]) continue;
+        int w = snprintf(buf + len, len < n ? n - len : 0, "%skey '%s' (%s) has no effect: used only by %s", count ? "; " : "", k[i].key,
+                         g_where[d - config_keys], k[i].used_by);
+        len += w > 0 ? (size_t)w : 0;
+        count++;
+    }
+    return count;
 }
 
 int method_has_servers(method_kind m) { return m == METHOD_PS || m == METHOD_EASGD || m == METHOD_BACKUP; }

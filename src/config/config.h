@@ -122,6 +122,12 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
  * For errors found after loading (world size, output path). */
 const char *config_where(const char *key);
 
+/* Keys the last successful config_load found set (in the file or by --set) that this method or
+ * model does not use (tau with ps, model.width with the linear model, ...): how many, and a
+ * sentence naming each with where it was set into buf (n bytes, truncated). Not an error: one
+ * experiment file may serve a sweep over methods; rank 0 prints a note. */
+int config_unused_keys(const experiment *e, char *buf, size_t n);
+
 /* 1 if the method runs parameter-server ranks (ps, easgd, backup). */
 int method_has_servers(method_kind m);
 
