@@ -259,6 +259,9 @@ static void check_report(const run_setup *r) {
            e->p * e->b, r->train.n, r->train.c, r->train.h, r->train.w, r->train.n_classes, r->t.train_loader.steps_per_epoch, r->val.n,
            r->budget.compute);
     setup_print_threads(&r->budget, stdout);
+    char mem[512];
+    const int too_big = setup_check_memory(r, 1, mem, sizeof mem);
+    if (mem[0]) printf("memory: %s%s\n", mem, too_big ? "; a run with this b would be refused on a node like this one (key 'b')" : "");
     if (e->data.format == FORMAT_JPEG)
         printf("data: %s: %d shard(s) of train, %d of val, %d classes; --check decoded %lld samples (up to 8 of each shard, first and last included): OK\n",
                e->data.dir, shards_n_shards(r->pack_train), shards_n_shards(r->pack_val), shards_n_classes(r->pack_train),
@@ -314,6 +317,7 @@ int main(int argc, char **argv) {
     static run_setup r; /* the phases: src/train/setup.h, docs/architecture.md */
     load_experiment(&r, &args);                        /* 1. the experiment, agreed by every rank */
     setup_data(&r);                                    /* 2. training and validation data */
+    if (!r.world_unchecked) setup_memory(&r);          /*    a step at b fits this node's memory */
     resume_prepare(&r, args.config_path, args.resume); /* 3. an earlier run; output, checkpoints */
     if (args.check_only) {                             /*    --check: the report, and stop */
         check_report(&r);

@@ -144,6 +144,18 @@ START_TEST(test_bad_input_every_rank) {
     snprintf(ckpt, sizeof ckpt, "%s/bf16cap.ckpt", g_dir);
     struct stat sb0;
     ck_assert_msg(stat(ckpt, &sb0) != 0 && stat(h5, &sb0) != 0, "the refused bf16 run wrote %s or %s", h5, ckpt);
+    /* A b no node can hold (width 1024: 7.7 M activations per 28x28 sample, b = 30,000 per rank,
+     * at least 2.2 TiB): refused with the numbers before anything is created, not killed by
+     * the kernel; --check (without mpiexec) reports the same estimate. */
+    make_cfg("hugeb", "", cfg, h5);
+    expect_bad(2, cfg, "--set model.width=1024 --set b=30000", "--set b=30000: key 'b': a training step at b = 30000 needs at least",
+               "available per rank (2 rank(s) here)");
+    snprintf(ckpt, sizeof ckpt, "%s/hugeb.ckpt", g_dir);
+    ck_assert_msg(stat(ckpt, &sb0) != 0 && stat(h5, &sb0) != 0, "the refused run wrote %s or %s", h5, ckpt);
+    char cmd[800], out[1 << 14];
+    snprintf(cmd, sizeof cmd, "timeout 120 ./dsgd-run --check --set model.width=1024 --set b=30000 %s", cfg);
+    ck_assert_int_eq(run(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "memory: a training step at b = 30000 needs at least") && strstr(out, "would be refused"), "%s", out);
     /* p different from the number of ranks: both numbers named. */
     make_cfg("badp", "", cfg, h5);
     expect_bad(3, cfg, NULL, "p = 2", "started 3");

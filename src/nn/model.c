@@ -205,6 +205,23 @@ size_t model_spec_n_params(const model_spec *s, size_t *n_bn) {
     return n;
 }
 
+size_t model_spec_activation_floats(const model_spec *s) {
+    nn_layout *L = xmalloc(sizeof *L);
+    char err[ERRLEN];
+    size_t n = 0;
+    if (nn_layout_build(L, s, err, sizeof err) == 0) {
+        n = (size_t)s->n_classes + (s->arch == MODEL_LINEAR ? (size_t)L->feat : 0);
+        if (s->arch == MODEL_RESNET18) /* the stem's output, the max-pool's (ImageNet stem), the pooled features */
+            n += (size_t)L->c0 * L->h0 * L->w0 + (L->stem_stride == 2 ? (size_t)L->c0 * L->h1 * L->w1 : 0) + (size_t)L->feat;
+        for (int i = 0; s->arch == MODEL_RESNET18 && i < N_BLOCKS; i++) {
+            const block_def *b = &L->blk[i];
+            n += (size_t)(2 + b->down) * b->cout * b->oh * b->ow;
+        }
+    }
+    free(L);
+    return n;
+}
+
 /* ---- network construction ----------------------------------------------------------------- */
 
 static float *net_alloc(net *t, const_dnnl_memory_desc_t md_or_null, size_t nbytes) {

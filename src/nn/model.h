@@ -104,6 +104,12 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
  * 0 if s is invalid. Width 64, 3 input channels, ImageNet stem, 1000 classes: 11,689,512, as
  * torchvision.models.resnet18. MODEL_LINEAR: n_classes (in_c*in_h*in_w + 1), n_bn 0. */
 size_t model_spec_n_params(const model_spec *s, size_t *n_bn);
+/* Floats of one sample's forward activations (every layer's output once: stem convolution,
+ * max-pool, each block's convolutions and shortcut, the logits), without building the network;
+ * 0 if s is invalid. ResNet-18 at 3x224x224, width 64, ImageNet stem: 2,685,928. A training step
+ * holds several such sets per sample (outputs, BN and ReLU outputs, their gradients): 2.6 to 4.8
+ * measured on the CPU backend (docs/perf.md); setup_check_memory counts 2.5. */
+size_t model_spec_activation_floats(const model_spec *s);
 
 /* The spec the model was created with. */
 const model_spec *model_get_spec(const model *m);

@@ -44,15 +44,23 @@ void die(const char *file, int line, const char *fmt, ...) {
     abort();
 }
 
+/* Not a bug but a size the machine cannot give (a huge b): said, and exit status 1, not abort. */
+static void out_of_memory(size_t nbytes, const char *file, int line) __attribute__((noreturn));
+static void out_of_memory(size_t nbytes, const char *file, int line) {
+    fprintf(stderr, "dsgd-run: out of memory: %.3g GiB could not be allocated (%s:%d); lower b or eval.batch, or run fewer ranks "
+                    "per node\n", (double)nbytes / 1073741824.0, file, line);
+    exit(EXIT_RUNTIME);
+}
+
 void *xmalloc_(size_t nbytes, const char *file, int line) {
     void *p = malloc(nbytes ? nbytes : 1);
-    if (!p) die(file, line, "out of memory allocating %zu bytes", nbytes);
+    if (!p) out_of_memory(nbytes, file, line);
     return p;
 }
 
 void *xcalloc_(size_t n, size_t size, const char *file, int line) {
     void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) die(file, line, "out of memory allocating %zu x %zu bytes", n, size);
+    if (!p) out_of_memory(n * size, file, line);
     return p;
 }
 

@@ -21,12 +21,13 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_BADINPUT = 2 };
 /* Size of the error-message buffers passed around as (char *err, size_t errlen). */
 #define ERRLEN 1024
 
-/* Print "dsgd-run: <message>" to stderr and abort the process (used for programming errors and
- * allocation failure, never for user input, which is reported through error strings). */
+/* Print "dsgd-run: internal error at file:line: <message>" to stderr and abort the process (for
+ * programming errors only, never for user input, which is reported through error strings). */
 void die(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4), noreturn));
 #define DIE(...) die(__FILE__, __LINE__, __VA_ARGS__)
 
-/* malloc/calloc that die with file:line on failure. */
+/* malloc/calloc that on failure say how much could not be allocated (and where) and exit with
+ * status 1 (EXIT_RUNTIME): a size the machine cannot give, not a bug. */
 void *xmalloc_(size_t nbytes, const char *file, int line);
 void *xcalloc_(size_t n, size_t size, const char *file, int line);
 #define xmalloc(n) xmalloc_((n), __FILE__, __LINE__)
