@@ -507,41 +507,26 @@ static void gossip_quiesce(trainer *t) {
     }
 }
 
-static int gossip_save(trainer *t, ckpt_file *f) {
+/* method_ops.save and .load: this node's state written or read back (ckpt_writing), in one order. */
+static int gossip_state(trainer *t, ckpt_file *f) {
     gossip *g = &G;
     model *net = t->net;
-    const int64_t counts[4] = {g->steps_done, g->prev_done, g->inbox_k, g->recv_n};
-    int rc = ckpt_put_f32(f, "params", model_params(net), g->n) | ckpt_put_f32(f, "velocity", t->velocity, g->n) |
-             ckpt_put_f32(f, "bn", model_bn(net), g->nbn) | ckpt_put_f32(f, "inbox", g->inbox, g->n) |
-             ckpt_put_i64(f, "counts", counts, 4) | ckpt_put_i64(f, "peers", (const int64_t *)g->peers, (size_t)g->p) |
-             ckpt_put_i64(f, "sent", (const int64_t *)g->sent, (size_t)g->p) |
-             ckpt_put_f64(f, "ranks_prev_times", (const double *)&g->prev, 7);
+    const int save = ckpt_writing(f);
+    int64_t counts[4] = {g->steps_done, g->prev_done, g->inbox_k, g->recv_n};
+    int rc = ckpt_io_f32(f, "params", model_params(net), g->n) | ckpt_io_f32(f, "velocity", t->velocity, g->n) |
+             ckpt_io_f32(f, "bn", model_bn(net), g->nbn) | ckpt_io_f32(f, "inbox", g->inbox, g->n) |
+             ckpt_io_i64(f, "counts", counts, 4) | ckpt_io_i64(f, "peers", (int64_t *)g->peers, (size_t)g->p) |
+             ckpt_io_i64(f, "sent", (int64_t *)g->sent, (size_t)g->p) | ckpt_io_f64(f, "ranks_prev_times", (double *)&g->prev, 7);
+    if (!save) g->steps_done = counts[0], g->prev_done = counts[1], g->inbox_k = (int)counts[2], g->recv_n = counts[3];
     if (t->log) {
-        const int64_t ne = g->n_evals;
-        rc |= ckpt_put_i64(f, "n_evals", &ne, 1) | ckpt_put_f64(f, "potential", g->phi, (size_t)g->n_evals);
-    }
-    return rc;
-}
-
-static int gossip_load(trainer *t, ckpt_file *f) {
-    gossip *g = &G;
-    model *net = t->net;
-    int64_t counts[4] = {0};
-    int rc = ckpt_get_f32(f, "params", model_params(net), g->n) | ckpt_get_f32(f, "velocity", t->velocity, g->n) |
-             ckpt_get_f32(f, "bn", model_bn(net), g->nbn) | ckpt_get_f32(f, "inbox", g->inbox, g->n) |
-             ckpt_get_i64(f, "counts", counts, 4) | ckpt_get_i64(f, "peers", (int64_t *)g->peers, (size_t)g->p) |
-             ckpt_get_i64(f, "sent", (int64_t *)g->sent, (size_t)g->p) |
-             ckpt_get_f64(f, "ranks_prev_times", (double *)&g->prev, 7);
-    g->steps_done = counts[0], g->prev_done = counts[1], g->inbox_k = (int)counts[2], g->recv_n = counts[3];
-    if (t->log) {
-        int64_t ne = 0;
-        rc |= ckpt_get_i64(f, "n_evals", &ne, 1);
-        if (ne < 0 || ne > potential_rows(t->e)) ne = 0, rc = -1;
+        int64_t ne = g->n_evals;
+        rc |= ckpt_io_i64(f, "n_evals", &ne, 1);
+        if (!save && (ne < 0 || ne > potential_rows(t->e))) ne = 0, rc = -1;
         phi_reserve(g, (long)ne);
-        rc |= ckpt_get_f64(f, "potential", g->phi, (size_t)ne);
+        rc |= ckpt_io_f64(f, "potential", g->phi, (size_t)ne);
         g->n_evals = (long)ne;
     }
-    if (g->pub) memcpy(g->pub, model_params(net), g->n * sizeof(float)); /* what pulls see */
+    if (g->pub && !save) memcpy(g->pub, model_params(net), g->n * sizeof(float)); /* what pulls see */
     return rc;
 }
 
@@ -640,7 +625,7 @@ static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
 
 #define GOSSIP_OPS(kind)                                                                                                  \
     {.name = kind, .init = gossip_init, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
-     .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_save,     \
-     .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = METHOD_MEETS_AT_POINTS}
+     .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_state,     \
+     .load = gossip_state, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = METHOD_MEETS_AT_POINTS}
 const method_ops method_gossip_pull = GOSSIP_OPS("gossip_pull");
 const method_ops method_gossip_push = GOSSIP_OPS("gossip_push");

@@ -588,7 +588,7 @@ int server_serve(trainer *t) {
     server_ctx c = {0};
     c.last_eval = -1;
     server_setup(t, &c);
-    int st = t->resume_label >= 0 ? server_load(&c) : 0;
+    int st = t->resume_label >= 0 ? server_ckpt(&c, t->resume_label, 0) : 0;
     if ((st = comm_max_int(st))) { /* every rank: a checkpoint could not be read */
         server_free(&c);
         return st;

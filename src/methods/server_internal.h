@@ -104,7 +104,9 @@ void srv_bn_average(const srv *sv, float *bn, size_t nbn);
 
 /* server_pause.c */
 void srv_void_round(server_ctx *c);
-int server_load(server_ctx *c);
+/* This server's file of checkpoint `label` (save = 1: returns 0 or EXIT_RUNTIME), or its part of
+ * checkpoint `label` read back (save = 0: returns 0 or EXIT_BADINPUT); an error is printed. */
+int server_ckpt(server_ctx *c, long label, int save);
 int srv_ckpt_round(server_ctx *c);
 int srv_ckpt_participate(server_ctx *c);
 

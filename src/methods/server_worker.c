@@ -127,13 +127,26 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
     return kind == MSG_EXCHANGE ? stop : STOP_DONE;
 }
 
+/* This worker's part of a checkpoint in f, written or read back (ckpt_writing) in one order. */
+static int worker_state(trainer *t, wstate *w, ckpt_file *f) {
+    const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
+    int64_t ver[64] = {0}, misc[2] = {w->pending, w->n_loss};
+    for (int k = 0; k < w->S && k < 64; k++) ver[k] = w->rhdr[k].version;
+    int rc = (ckpt_writing(f) ? train_ckpt_put_common(t, f, NULL) : train_ckpt_get_common(t, f, NULL)) ||
+             ckpt_io_f32(f, "params", model_params(t->net), n) || ckpt_io_f32(f, "velocity", t->velocity, n) ||
+             ckpt_io_f32(f, "bn", model_bn(t->net), nbn) || ckpt_io_i64(f, "versions", ver, (size_t)w->S) ||
+             ckpt_io_i64(f, "pending_nloss", misc, 2) || ckpt_io_f64(f, "loss_sum", &w->loss_sum, 1);
+    for (int k = 0; k < w->S && k < 64; k++) w->rhdr[k].version = ver[k];
+    w->pending = (int)misc[0], w->n_loss = (int)misc[1];
+    return rc;
+}
+
 /* Worker: paused after an exchange whose reply said STOP_CKPT*: tell every server, wait for
  * server 0's go, write this worker's part of the checkpoint, report, and learn whether the run
  * goes on. Returns 0 (go on), EXIT_INTERRUPTED (stop: a SIGTERM) or EXIT_RUNTIME (a rank could
  * not write: stop). */
 static int worker_pause(trainer *t, wstate *w, long steps) {
     const double timeout = t->e->comm_timeout_s;
-    const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
     comm_set_start(w->set, w->r_go);
     comm_set_start(w->set, w->r_fin);
     worker_exchange(t, w, MSG_PAUSE, steps);
@@ -142,17 +155,8 @@ static int worker_pause(trainer *t, wstate *w, long steps) {
     char err[ERRLEN] = "";
     if (w->go[1]) {
         ckpt_file *f = ckpt_create(t->ckpt_dir, (long)w->go[0], t->rank, err, sizeof err);
-        if (f) {
-            int64_t ver[64];
-            for (int k = 0; k < w->S && k < 64; k++) ver[k] = w->rhdr[k].version;
-            const int64_t misc[2] = {w->pending, w->n_loss};
-            if (train_ckpt_put_common(t, f, NULL) || ckpt_put_f32(f, "params", model_params(t->net), n) ||
-                ckpt_put_f32(f, "velocity", t->velocity, n) || ckpt_put_f32(f, "bn", model_bn(t->net), nbn) ||
-                ckpt_put_i64(f, "versions", ver, (size_t)w->S) || ckpt_put_i64(f, "pending_nloss", misc, 2) ||
-                ckpt_put_f64(f, "loss_sum", &w->loss_sum, 1) || ckpt_close(f))
-                snprintf(err, sizeof err, "%s", ckpt_error(f));
-            ckpt_free(f);
-        }
+        if (f && (worker_state(t, w, f) || ckpt_close(f))) snprintf(err, sizeof err, "%s", ckpt_error(f));
+        ckpt_free(f);
         if (err[0]) fprintf(stderr, "dsgd-run: rank %d: checkpoint: %s\n", t->rank, err);
     }
     w->ack = err[0] ? EXIT_RUNTIME : 0;
@@ -167,7 +171,6 @@ static int worker_pause(trainer *t, wstate *w, long steps) {
 
 static int worker_load(trainer *t, wstate *w) {
     char err[ERRLEN] = "";
-    const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
     /* A worker that had left (done or failed) before the checkpoint stays out. */
     ckpt_file *f0 = ckpt_open(t->ckpt_dir, t->resume_label, t->p, err, sizeof err);
     int64_t *left = xcalloc((size_t)t->p, sizeof(int64_t));
@@ -177,17 +180,8 @@ static int worker_load(trainer *t, wstate *w) {
     free(left);
     if (!err[0] && !gone) {
         ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
-        if (f) {
-            int64_t ver[64] = {0}, misc[2] = {0};
-            if (train_ckpt_get_common(t, f, NULL) || ckpt_get_f32(f, "params", model_params(t->net), n) ||
-                ckpt_get_f32(f, "velocity", t->velocity, n) || ckpt_get_f32(f, "bn", model_bn(t->net), nbn) ||
-                ckpt_get_i64(f, "versions", ver, (size_t)w->S) || ckpt_get_i64(f, "pending_nloss", misc, 2) ||
-                ckpt_get_f64(f, "loss_sum", &w->loss_sum, 1))
-                snprintf(err, sizeof err, "%s", ckpt_error(f));
-            for (int k = 0; k < w->S && k < 64; k++) w->rhdr[k].version = ver[k];
-            w->pending = (int)misc[0], w->n_loss = (int)misc[1];
-            ckpt_free(f);
-        }
+        if (f && worker_state(t, w, f)) snprintf(err, sizeof err, "%s", ckpt_error(f));
+        ckpt_free(f);
     }
     if (err[0]) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
     return err[0] ? EXIT_BADINPUT : gone ? -1 : 0;

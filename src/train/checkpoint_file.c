@@ -166,6 +166,11 @@ int ckpt_get_f32(ckpt_file *f, const char *name, float *v, size_t n) { return ge
 int ckpt_get_f64(ckpt_file *f, const char *name, double *v, size_t n) { return get(f, name, H5T_NATIVE_DOUBLE, v, n, "float64"); }
 int ckpt_get_i64(ckpt_file *f, const char *name, int64_t *v, size_t n) { return get(f, name, H5T_NATIVE_INT64, v, n, "int64"); }
 
+int ckpt_io_f32(ckpt_file *f, const char *name, float *v, size_t n) { return f->writing ? ckpt_put_f32(f, name, v, n) : ckpt_get_f32(f, name, v, n); }
+int ckpt_io_f64(ckpt_file *f, const char *name, double *v, size_t n) { return f->writing ? ckpt_put_f64(f, name, v, n) : ckpt_get_f64(f, name, v, n); }
+int ckpt_io_i64(ckpt_file *f, const char *name, int64_t *v, size_t n) { return f->writing ? ckpt_put_i64(f, name, v, n) : ckpt_get_i64(f, name, v, n); }
+int ckpt_writing(const ckpt_file *f) { return f->writing; }
+
 /* Strings are uint8 datasets of their bytes (no NUL): exact, and readable by any HDF5 tool. */
 int ckpt_put_str(ckpt_file *f, const char *name, const char *s) { return put(f, name, H5T_STD_U8LE, H5T_NATIVE_UCHAR, s, strlen(s)); }
 
