@@ -380,7 +380,7 @@ static void server_handle(server_ctx *c, int i, int kind) {
         sv->left[i] = 1;
         if (kind == MSG_FAILED) sv->failed[i] = 1; /* its BN statistics leave the average */
         c->bye[i] = 1, c->n_done++;
-        sv->rules->leave(sv, i);
+        if (sv->rules->leave) sv->rules->leave(sv, i);
     } else {
         sv->steps_total += new_steps;
         if (sv->r_bn[i] >= 0) { /* a stable copy: the receive is posted again below */
@@ -435,7 +435,7 @@ static void srv_lose(server_ctx *c, int i, double silent) {
     sv->n_lost++;
     sv->live--;
     sv->left[i] = 1;
-    sv->rules->leave(sv, i);
+    if (sv->rules->leave) sv->rules->leave(sv, i);
 }
 
 /* Every worker this server owes nothing and has not heard from for comm_timeout_s is given up on.

@@ -93,7 +93,7 @@ typedef struct {
     char lost_desc[1024];             /* server 0: the run file's `workers_lost` */
 } server_ctx;
 
-static inline long srv_iteration(const srv *sv) { return sv->rules->iteration(sv); }
+static inline long srv_iteration(const srv *sv) { return sv->rules->iteration ? sv->rules->iteration(sv) : sv->steps_total / sv->p; }
 
 /* server_worker.c */
 void srv_wait_or_die(comm_set *set, int i, double timeout, const char *what);

@@ -272,7 +272,7 @@ int srv_worker_step(trainer *t, long s, double alpha, double *loss) {
         int why = STOPPED_WRITE;
         cadence_nonfinite_loss(t, &why, 1, s + 1, alpha, "stopping every rank");
         w->status = EXIT_RUNTIME, end = 1;
-    } else if (R->until_stop || R->exchange_after(t, s)) end = exchange_ends(t, w, s + 1);
+    } else if (R->until_stop || !R->exchange_after || R->exchange_after(t, s)) end = exchange_ends(t, w, s + 1);
     t->times.step_s += wall_time() - t0;
     return end ? METHOD_STEP_END : METHOD_STEP_TOOK;
 }
