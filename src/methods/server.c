@@ -37,8 +37,8 @@
 void srv_reply(srv *sv, int i, int stop) {
     /* The previous reply to i completed before i could send this request; collect it before
      * its buffers are written again. */
-    srv_wait_or_die(sv->set, sv->s_hdr[i], sv->t->e->comm_timeout_s, "a worker (reply)");
-    srv_wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
+    comm_set_wait_or_abort(sv->set, sv->s_hdr[i], "a worker (reply)");
+    comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
     sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop, .sig = sv->want};
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
@@ -46,7 +46,7 @@ void srv_reply(srv *sv, int i, int stop) {
 }
 
 void srv_reply_center(srv *sv, int i, int stop) {
-    srv_wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
+    comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
     memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
     srv_reply(sv, i, stop);
 }
@@ -242,7 +242,7 @@ static void snapshot_begin(server_ctx *c, long label) {
     c->q.time_s = wall_time() - c->t_start;
     memcpy(c->snap + sv->lo, sv->center, sv->n * sizeof(float));
     for (int k = 1; k < sv->S; k++) {
-        srv_wait_or_die(sv->set, c->s_req[k], sv->t->e->comm_timeout_s, "a parameter server (snapshot)");
+        comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (snapshot)");
         c->sreq_out[k] = (msg_hdr){.version = label};
         comm_set_start(sv->set, c->r_shdr[k]);
         comm_set_start(sv->set, c->r_snap[k]);
@@ -511,8 +511,8 @@ static int server_loop(server_ctx *c) {
                     srv_pause(sv, CKPT_SIG_SAVE);
                     comm_set_start(sv->set, c->r_req);
                 } else {
-                    srv_wait_or_die(sv->set, c->s_snap, t->e->comm_timeout_s, "the first parameter server (snapshot)");
-                    srv_wait_or_die(sv->set, c->s_shdr, t->e->comm_timeout_s, "the first parameter server (snapshot)");
+                    comm_set_wait_or_abort(sv->set, c->s_snap, "the first parameter server (snapshot)");
+                    comm_set_wait_or_abort(sv->set, c->s_shdr, "the first parameter server (snapshot)");
                     memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
                     c->shdr_out = (msg_hdr){.version = label};
                     comm_set_start(sv->set, c->s_shdr);
@@ -559,10 +559,10 @@ static void server0_finish(server_ctx *c) {
     snapshot_launch(c);
     eval_collect(c, 1);
     for (int k = 1; k < sv->S; k++) {
-        srv_wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
+        comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (quit)");
         c->sreq_out[k] = (msg_hdr){.version = SNAP_QUIT};
         comm_set_start(sv->set, c->s_req[k]);
-        srv_wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
+        comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (quit)");
     }
 summary:
     keepalive(c, 1); /* the goodbye: the workers that have left go to the end-of-run agreement */

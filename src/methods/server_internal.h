@@ -95,9 +95,6 @@ typedef struct {
 
 static inline long srv_iteration(const srv *sv) { return sv->rules->iteration ? sv->rules->iteration(sv) : sv->steps_total / sv->p; }
 
-/* server_worker.c */
-void srv_wait_or_die(comm_set *set, int i, double timeout, const char *what);
-
 /* server.c */
 void srv_dropped_reserve(srv *sv, long n);
 void srv_bn_average(const srv *sv, float *bn, size_t nbn);

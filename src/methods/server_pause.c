@@ -119,7 +119,7 @@ static void srv_unpause(srv *sv) {
 int srv_ckpt_round(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
-    const double tmo = t->e->comm_timeout_s, t0 = wall_time();
+    const double t0 = wall_time();
     const int p = sv->p, S = sv->S;
     const long label = srv_iteration(sv);
     char err[ERRLEN] = "";
@@ -127,7 +127,7 @@ int srv_ckpt_round(server_ctx *c) {
     if (!ok) fprintf(stderr, "dsgd-run: checkpoint at iteration %ld not written: %s\n", label, err);
     c->ck_go[0] = label, c->ck_go[1] = ok;
     for (int k = 1; k < S; k++) {
-        srv_wait_or_die(sv->set, c->s_req[k], tmo, "a parameter server (checkpoint)");
+        comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (checkpoint)");
         c->sreq_out[k] = (msg_hdr){.version = SNAP_CKPT, .steps = label, .stop = ok};
         comm_set_start(sv->set, c->r_ack[p + k]);
         comm_set_start(sv->set, c->s_req[k]);
@@ -137,8 +137,8 @@ int srv_ckpt_round(server_ctx *c) {
     int worst = ok ? server_ckpt(c, label, 1) : EXIT_RUNTIME;
     for (int r = 0; r < p + S; r++) {
         if (r == p || (r < p && !sv->paused[r])) continue;
-        if (r < p) srv_wait_or_die(sv->set, c->s_go[r], tmo, "a worker (checkpoint)");
-        srv_wait_or_die(sv->set, c->r_ack[r], tmo, r < p ? "a worker (checkpoint)" : "a parameter server (checkpoint)");
+        if (r < p) comm_set_wait_or_abort(sv->set, c->s_go[r], "a worker (checkpoint)");
+        comm_set_wait_or_abort(sv->set, c->r_ack[r], r < p ? "a worker (checkpoint)" : "a parameter server (checkpoint)");
         if (c->acks[r] > worst) worst = (int)c->acks[r];
     }
     if (worst) ckpt_abandon(t->ckpt_dir, label);
@@ -151,7 +151,7 @@ int srv_ckpt_round(server_ctx *c) {
     for (int r = 0; r < p + S; r++)
         if (r != p && (r >= p || sv->paused[r])) comm_set_start(sv->set, c->s_fin[r]);
     for (int r = 0; r < p + S; r++)
-        if (r != p && (r >= p || sv->paused[r])) srv_wait_or_die(sv->set, c->s_fin[r], tmo, "a rank (checkpoint)");
+        if (r != p && (r >= p || sv->paused[r])) comm_set_wait_or_abort(sv->set, c->s_fin[r], "a rank (checkpoint)");
     if (!worst) {
         t->n_checkpoints++;
         printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0);
@@ -167,14 +167,13 @@ int srv_ckpt_round(server_ctx *c) {
 /* Server k > 0, asked by server 0 and every live worker paused: write, ack, learn the verdict. */
 int srv_ckpt_participate(server_ctx *c) {
     srv *sv = &c->sv;
-    const double tmo = sv->t->e->comm_timeout_s;
     const long label = c->go;
     c->go = -1;
     comm_set_start(sv->set, c->r_fin);
     c->ck_ack = c->go_ok ? server_ckpt(c, label, 1) : EXIT_RUNTIME;
     comm_set_start(sv->set, c->s_ack);
-    srv_wait_or_die(sv->set, c->s_ack, tmo, "the first parameter server (checkpoint)");
-    srv_wait_or_die(sv->set, c->r_fin, tmo, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(sv->set, c->s_ack, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(sv->set, c->r_fin, "the first parameter server (checkpoint)");
     srv_unpause(sv);
     return c->ck_fin[0] ? EXIT_RUNTIME : c->ck_fin[1] ? EXIT_INTERRUPTED : 0;
 }

@@ -75,15 +75,10 @@ static void worker_free(wstate *w) {
     free(w->s_hdr), free(w->s_data), free(w->r_hdr), free(w->r_data);
 }
 
-void srv_wait_or_die(comm_set *set, int i, double timeout, const char *what) {
-    if (comm_set_wait(set, i, timeout) != 0) comm_timeout_abort(what);
-}
-
 /* Send kind (MSG_*) to every server; for MSG_EXCHANGE also the payload and wait for the
  * replies. Returns the strongest stop code of the replies (STOP_DONE only if every server says
  * so). */
 static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
-    const double timeout = t->e->comm_timeout_s;
     const phase_times *ph = &t->times;
     double t0 = wall_time();
     for (int k = 0; k < w->S; k++) {
@@ -109,18 +104,18 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
     double t1 = wall_time();
     int stop = STOP_DONE;
     for (int k = 0; k < w->S; k++) {
-        srv_wait_or_die(w->set, w->s_hdr[k], timeout, "a parameter server (sending)");
+        comm_set_wait_or_abort(w->set, w->s_hdr[k], "a parameter server (sending)");
         if (kind != MSG_EXCHANGE) continue;
-        srv_wait_or_die(w->set, w->s_data[k], timeout, "a parameter server (sending)");
-        srv_wait_or_die(w->set, w->r_hdr[k], timeout, "a parameter server's reply");
-        srv_wait_or_die(w->set, w->r_data[k], timeout, "a parameter server's reply");
+        comm_set_wait_or_abort(w->set, w->s_data[k], "a parameter server (sending)");
+        comm_set_wait_or_abort(w->set, w->r_hdr[k], "a parameter server's reply");
+        comm_set_wait_or_abort(w->set, w->r_data[k], "a parameter server's reply");
         int s = w->rhdr[k].stop;
         if (w->rhdr[k].sig > w->relay) w->relay = w->rhdr[k].sig;
         /* the strongest: diverged, then pause (voided), pause, go on, done (only if all say so) */
         static const int rank_of[] = {[STOP_DONE] = 0, [STOP_NO] = 1, [STOP_CKPT] = 2, [STOP_CKPT_VOID] = 3, [STOP_DIVERGED] = 4};
         if (k == 0 || rank_of[s] > rank_of[stop]) stop = s;
     }
-    if (kind == MSG_EXCHANGE && w->s_bn >= 0) srv_wait_or_die(w->set, w->s_bn, timeout, "a parameter server (sending)");
+    if (kind == MSG_EXCHANGE && w->s_bn >= 0) comm_set_wait_or_abort(w->set, w->s_bn, "a parameter server (sending)");
     double t2 = wall_time();
     t->times.comm_s += t2 - t0;
     t->times.wait_s += t2 - t1;
@@ -146,12 +141,11 @@ static int worker_state(trainer *t, wstate *w, ckpt_file *f) {
  * goes on. Returns 0 (go on), EXIT_INTERRUPTED (stop: a SIGTERM) or EXIT_RUNTIME (a rank could
  * not write: stop). */
 static int worker_pause(trainer *t, wstate *w, long steps) {
-    const double timeout = t->e->comm_timeout_s;
     comm_set_start(w->set, w->r_go);
     comm_set_start(w->set, w->r_fin);
     worker_exchange(t, w, MSG_PAUSE, steps);
     double t0 = wall_time();
-    srv_wait_or_die(w->set, w->r_go, timeout, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(w->set, w->r_go, "the first parameter server (checkpoint)");
     char err[ERRLEN] = "";
     if (w->go[1]) {
         ckpt_file *f = ckpt_create(t->ckpt_dir, (long)w->go[0], t->rank, err, sizeof err);
@@ -161,8 +155,8 @@ static int worker_pause(trainer *t, wstate *w, long steps) {
     }
     w->ack = err[0] ? EXIT_RUNTIME : 0;
     comm_set_start(w->set, w->s_ack);
-    srv_wait_or_die(w->set, w->s_ack, timeout, "the first parameter server (checkpoint)");
-    srv_wait_or_die(w->set, w->r_fin, timeout, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(w->set, w->s_ack, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(w->set, w->r_fin, "the first parameter server (checkpoint)");
     t->times.comm_s += wall_time() - t0;
     w->relay = CKPT_SIG_NONE;
     ckpt_signal_clear_save();
@@ -210,7 +204,7 @@ static int worker_exchange_and_pause(trainer *t, wstate *w, long steps, int *sta
 static void worker_bye(trainer *t, wstate *w) {
     for (;;) {
         comm_set_start(w->set, w->r_hdr[0]);
-        srv_wait_or_die(w->set, w->r_hdr[0], t->e->comm_timeout_s, "the first parameter server (waiting for the end of the run)");
+        comm_set_wait_or_abort(w->set, w->r_hdr[0], "the first parameter server (waiting for the end of the run)");
         if (w->rhdr[0].stop == STOP_DONE) return;
     }
 }
