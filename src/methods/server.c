@@ -253,9 +253,17 @@ static void snapshot_begin(server_ctx *c, long label) {
     if (c->q.got == sv->S) c->q.asked = 0, c->q.ready = 1;
 }
 
-/* Server 0: a shard of the snapshot arrived from server k (both its messages complete). */
-static void snapshot_shard(server_ctx *c) {
-    if (++c->q.got == c->sv.S) c->q.asked = 0, c->q.ready = 1;
+/* Server 0: 1 if completed request idx is one of server k's snapshot messages; once both are
+ * complete, its shard of the snapshot has arrived. */
+static int snapshot_completion(server_ctx *c, int idx) {
+    srv *sv = &c->sv;
+    for (int k = 1; k < sv->S; k++)
+        if (idx == c->r_snap[k] || idx == c->r_shdr[k]) {
+            if (!comm_set_active(sv->set, c->r_snap[k]) && !comm_set_active(sv->set, c->r_shdr[k]) && ++c->q.got == sv->S)
+                c->q.asked = 0, c->q.ready = 1;
+            return 1;
+        }
+    return 0;
 }
 
 /* Server 0: bn := the mean of the latest BN statistics of the workers that have sent some and
@@ -432,7 +440,6 @@ static void srv_lose(server_ctx *c, int i, double silent) {
         comm_timeout_abort(what);
     }
     sv->lost[i] = sv->failed[i] = 1;
-    sv->n_lost++;
     sv->live--;
     sv->left[i] = 1;
     if (sv->rules->leave) sv->rules->leave(sv, i);
@@ -457,8 +464,7 @@ static void check_silence(server_ctx *c) {
 static int server_loop(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
-    const int S = sv->S;
-    int *done = xmalloc((size_t)SET_CAP(sv->p, S) * sizeof(int));
+    int *done = xmalloc((size_t)SET_CAP(sv->p, sv->S) * sizeof(int));
     comm_barrier();
     c->t_start = c->t_start < 0 ? wall_time() + c->t_start : wall_time(); /* resumed: the time so far */
     for (int i = 0; i < sv->p; i++) sv->heard[i] = wall_time();
@@ -496,13 +502,7 @@ static int server_loop(server_ctx *c) {
         for (int j = 0; j < nd; j++) {
             int idx = done[j], kind;
             if (sv->k == 0) {
-                int handled = 0;
-                for (int k = 1; k < S && !handled; k++)
-                    if (idx == c->r_snap[k] || idx == c->r_shdr[k]) {
-                        handled = 1;
-                        if (!comm_set_active(sv->set, c->r_snap[k]) && !comm_set_active(sv->set, c->r_shdr[k])) snapshot_shard(c);
-                    }
-                if (handled) continue;
+                if (snapshot_completion(c, idx)) continue;
             } else if (idx == c->r_req) {
                 long label = c->sreq_in.version;
                 if (label == SNAP_QUIT) c->quit = 1;
@@ -549,11 +549,7 @@ static void server0_finish(server_ctx *c) {
         keepalive(c, 0);
         if (wall_time() - f0 > e->comm_timeout_s) comm_timeout_abort("a parameter server (the final snapshot)");
         int nd = comm_set_wait_some(sv->set, done, 0.05);
-        for (int j = 0; j < nd; j++)
-            for (int k = 1; k < sv->S; k++)
-                if ((done[j] == c->r_snap[k] || done[j] == c->r_shdr[k]) && !comm_set_active(sv->set, c->r_snap[k]) &&
-                    !comm_set_active(sv->set, c->r_shdr[k]))
-                    snapshot_shard(c);
+        for (int j = 0; j < nd; j++) snapshot_completion(c, done[j]);
     }
     free(done);
     snapshot_launch(c);

@@ -86,7 +86,6 @@ typedef struct srv {
     char *failed;            /* (p) worker i failed (inject.fail_rank) or was given up on: not in the BN average */
     char *lost;              /* (p) worker i was silent for comm_timeout_s and given up on */
     double *heard;           /* (p) wall time of the last message from worker i */
-    int n_lost;
     /* requests (indices into set) */
     comm_set *set;
     int *r_hdr, *r_data, *r_bn, *s_hdr, *s_data;

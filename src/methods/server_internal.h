@@ -16,7 +16,6 @@ enum {
     TAG_SNAPREQ = 120, TAG_SNAPHDR, TAG_SNAP, /* server 0 ↔ server k */
     TAG_CKGO = 130, TAG_CKACK, TAG_CKFIN     /* checkpoint: server 0 ↔ paused workers, servers */
 };
-#define SNAP_FINAL (-1L)
 #define SNAP_QUIT (-2L)
 /* Requests of a server's comm_set: 5 per worker, 3 per other server (snapshots), 3 per world
  * rank (checkpoints), a few more. */
