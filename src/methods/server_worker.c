@@ -181,22 +181,6 @@ static int worker_load(trainer *t, wstate *w) {
     return err[0] ? EXIT_BADINPUT : gone ? -1 : 0;
 }
 
-/* Worker: one exchange and what its reply asks for: combine (easgd), pause for a checkpoint.
- * Returns the stop code; *status is set when the run ends here. */
-static int worker_exchange_and_pause(trainer *t, wstate *w, long steps, int *status) {
-    const server_rules *R = t->method->rules;
-    int stop = worker_exchange(t, w, MSG_EXCHANGE, steps);
-    /* STOP_CKPT: the servers applied the exchange, so the worker combines its reply too */
-    if (R->worker_reply && (stop == STOP_NO || stop == STOP_CKPT)) R->worker_reply(t, w->reply);
-    w->pending = 0;
-    if (stop == STOP_CKPT || stop == STOP_CKPT_VOID) {
-        w->pending = stop == STOP_CKPT_VOID && R->sends_params; /* easgd: exchange again afterwards */
-        *status = worker_pause(t, w, steps);
-        stop = *status ? STOP_DONE : STOP_NO;
-    }
-    return stop;
-}
-
 /* Worker, after it has left: wait for server 0's goodbye (the run is over) before the end-of-run
  * agreement. Server 0 sends a keep-alive header at least every KEEPALIVE_S meanwhile, so the
  * wait is bounded by comm_timeout_s however long the other workers still train: silence means
@@ -211,12 +195,21 @@ static void worker_bye(trainer *t, wstate *w) {
 
 static wstate W; /* this worker rank's state (one trainer per process, as gossip's) */
 
-/* One exchange as the end of a step: 1 when the replies end this worker's run (done, diverged,
- * or a checkpoint that stops it), its status in w->status. */
+/* One exchange as the end of a step and what its reply asks for: combine (easgd), pause for a
+ * checkpoint. 1 when the replies end this worker's run (done, diverged, or a checkpoint that
+ * stops it), its status in w->status. */
 static int exchange_ends(trainer *t, wstate *w, long steps) {
-    int ps = 0;
-    const int stop = worker_exchange_and_pause(t, w, steps, &ps);
-    if (ps) w->status = ps, w->interrupted = 1;
+    const server_rules *R = t->method->rules;
+    int stop = worker_exchange(t, w, MSG_EXCHANGE, steps);
+    /* STOP_CKPT: the servers applied the exchange, so the worker combines its reply too */
+    if (R->worker_reply && (stop == STOP_NO || stop == STOP_CKPT)) R->worker_reply(t, w->reply);
+    w->pending = 0;
+    if (stop == STOP_CKPT || stop == STOP_CKPT_VOID) {
+        w->pending = stop == STOP_CKPT_VOID && R->sends_params; /* easgd: exchange again afterwards */
+        const int ps = worker_pause(t, w, steps);
+        if (ps) w->status = ps, w->interrupted = 1;
+        stop = ps ? STOP_DONE : STOP_NO;
+    }
     if (stop == STOP_DIVERGED) w->status = EXIT_RUNTIME;
     return stop != STOP_NO;
 }
