@@ -153,7 +153,6 @@ int srv_ckpt_round(server_ctx *c) {
     for (int r = 0; r < p + S; r++)
         if (r != p && (r >= p || sv->paused[r])) comm_set_wait_or_abort(sv->set, c->s_fin[r], "a rank (checkpoint)");
     if (!worst) {
-        t->n_checkpoints++;
         printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0);
         fflush(stdout);
         if (stop) cadence_say_stopped(label);
