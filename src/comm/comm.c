@@ -569,4 +569,8 @@ int comm_set_wait(comm_set *s, int i, double timeout_s) {
     return 0;
 }
 
+void comm_set_wait_or_abort(comm_set *s, int i, const char *what) {
+    if (comm_set_wait(s, i, g_timeout_s) != 0) comm_timeout_abort(what);
+}
+
 int comm_set_source(const comm_set *s, int i) { return s->st[i].MPI_SOURCE; }

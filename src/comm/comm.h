@@ -174,6 +174,8 @@ int comm_set_active(const comm_set *s, int i);
 int comm_set_wait_some(comm_set *s, int *done, double timeout_s);
 /* Wait until request i completes; returns 0, or -1 after timeout_s seconds. */
 int comm_set_wait(comm_set *s, int i, double timeout_s);
+/* Wait until request i completes; after comm_timeout_s (comm_set_timeout), comm_timeout_abort(what). */
+void comm_set_wait_or_abort(comm_set *s, int i, const char *what);
 /* Source world rank of the last completion of receive i. */
 int comm_set_source(const comm_set *s, int i);
 

@@ -75,23 +75,16 @@ static int allreduce_evaluate(trainer *t, long done, double train_s, int status,
     return train_evaluate_and_log(t, done, train_s, status, why);
 }
 
-/* Checkpoint: θ and v are identical on every rank (rank 0 writes them); BN running statistics
- * are each rank's own. */
-static int allreduce_save(trainer *t, ckpt_file *f) {
-    model *net = t->net;
-    const int which = MODEL_BN | (t->rank == 0 ? MODEL_PARAMS | MODEL_VELOCITY : 0);
-    model_download(net, which);
-    int rc = ckpt_put_f32(f, "bn", model_bn(net), model_n_bn(net));
-    if (t->rank == 0) rc |= ckpt_put_f32(f, "params", model_params(net), model_n_params(net)) |
-                            ckpt_put_f32(f, "velocity", model_velocity(net), model_n_params(net));
-    return rc;
-}
-
-static int allreduce_load(trainer *t, ckpt_file *f) {
+/* Checkpoint (save and load, ckpt_writing): θ and v are identical on every rank (rank 0 writes
+ * them); BN running statistics are each rank's own. */
+static int allreduce_state(trainer *t, ckpt_file *f) {
     model *net = t->net;
     const size_t n = model_n_params(net);
-    int rc = ckpt_get_f32(f, "bn", model_bn(net), model_n_bn(net));
-    if (t->rank == 0) rc |= ckpt_get_f32(f, "params", model_params(net), n) | ckpt_get_f32(f, "velocity", model_velocity(net), n);
+    const int save = ckpt_writing(f);
+    if (save) model_download(net, MODEL_BN | (t->rank == 0 ? MODEL_PARAMS | MODEL_VELOCITY : 0));
+    int rc = ckpt_io_f32(f, "bn", model_bn(net), model_n_bn(net));
+    if (t->rank == 0) rc |= ckpt_io_f32(f, "params", model_params(net), n) | ckpt_io_f32(f, "velocity", model_velocity(net), n);
+    if (save) return rc;
     /* Collective, whatever rank 0 read: the result is checked by train_resume's agreement. */
     comm_bcast(model_params(net), n * sizeof(float), 0);
     comm_bcast(model_velocity(net), n * sizeof(float), 0);
@@ -104,6 +97,6 @@ const method_ops method_allreduce = {
     .init = allreduce_init,
     .step = allreduce_step,
     .evaluate = allreduce_evaluate,
-    .save = allreduce_save,
-    .load = allreduce_load,
+    .save = allreduce_state,
+    .load = allreduce_state,
 };

@@ -64,8 +64,6 @@ static void easgd_leave(srv *sv, int i) {
     if (sv->t->e->synchronous && sv->count > 0 && sv->count == sv->live) easgd_round(sv);
 }
 
-static long easgd_iteration(const srv *sv) { return sv->steps_total / sv->p; }
-
 static const server_rules easgd_rules = {
     .name = "easgd",
     .sends_params = 1,
@@ -74,7 +72,6 @@ static const server_rules easgd_rules = {
     .worker_reply = easgd_worker_reply,
     .request = easgd_request,
     .leave = easgd_leave,
-    .iteration = easgd_iteration,
 };
 
 const method_ops method_easgd = {

@@ -250,8 +250,7 @@ static void sig_announce(long step) {
     const int meet = meeting_point(g->t->e, step);
     g->ep_meet |= meet;
     for (int k = 0; k < g->p; k++)
-        if (k != g->me && comm_set_wait(g->sig, g->s_sig[k], g->t->e->comm_timeout_s) != 0)
-            comm_timeout_abort("a gossip peer (announcing a signal)");
+        if (k != g->me) comm_set_wait_or_abort(g->sig, g->s_sig[k], "a gossip peer (announcing a signal)");
     g->sig_out[0] = g->ep_kind, g->sig_out[1] = step, g->sig_out[2] = meet;
     for (int k = 0; k < g->p; k++)
         if (k != g->me) comm_set_start(g->sig, g->s_sig[k]);
@@ -298,10 +297,6 @@ static void sig_reset(void) {
     gossip *g = &G;
     g->ann = g->n_ann = g->ep_kind = g->ep_meet = 0;
     g->ep_max = g->my_ann = 0;
-}
-
-static void wait_req(comm_set *s, int i, const char *what) {
-    if (comm_set_wait(s, i, G.t->e->comm_timeout_s) != 0) comm_timeout_abort(what);
 }
 
 /* θ ← (θ + Σ received)/(1 + k) for k received vectors summed in sum. */
@@ -351,24 +346,24 @@ static double gossip_step(trainer *t, long s, double alpha) {
     /* 3. finish the exchange: what this node received */
     double w0 = wall_time();
     if (j >= 0 && !g->sync && !g->push) {
-        wait_req(g->set, g->m_ask[j], "a gossip peer (pull request)");
-        wait_req(g->set, g->m_ans[j], "a gossip peer's reply");
-        wait_req(g->set, g->m_get[j], "a gossip peer's reply");
+        comm_set_wait_or_abort(g->set, g->m_ask[j], "a gossip peer (pull request)");
+        comm_set_wait_or_abort(g->set, g->m_ans[j], "a gossip peer's reply");
+        comm_set_wait_or_abort(g->set, g->m_get[j], "a gossip peer's reply");
         got = g->ans == 0;
     } else if (j >= 0 && g->sync && !g->push) {
-        for (int k = 0; k < p; k++) wait_req(g->set, g->m_send[k], "a gossip peer (lock-step)");
-        wait_req(g->set, g->m_recv[j], "a gossip peer (lock-step)");
+        for (int k = 0; k < p; k++) comm_set_wait_or_abort(g->set, g->m_send[k], "a gossip peer (lock-step)");
+        comm_set_wait_or_abort(g->set, g->m_recv[j], "a gossip peer (lock-step)");
         got = !node_failed(e, j, s);
     } else if (j >= 0 && g->sync && g->push) {
         memset(g->inbox, 0, nb);
         for (int k = 0; k < p; k++)
             if (k != me && peer_of(e, k, s) == me && !node_failed(e, k, s)) {
                 comm_set_start(g->set, g->m_recv[k]);
-                wait_req(g->set, g->m_recv[k], "a gossip peer (lock-step)");
+                comm_set_wait_or_abort(g->set, g->m_recv[k], "a gossip peer (lock-step)");
                 for (size_t q = 0; q < n; q++) g->inbox[q] += g->peer[q];
                 got++;
             }
-        wait_req(g->set, g->m_send[j], "a gossip peer (lock-step)");
+        comm_set_wait_or_abort(g->set, g->m_send[j], "a gossip peer (lock-step)");
         recv = g->inbox;
     } else if (j >= 0 && g->push) { /* asynchronous push: take the inbox */
         pthread_mutex_lock(&g->mu);
@@ -396,7 +391,7 @@ static double gossip_step(trainer *t, long s, double alpha) {
         memcpy(g->pub, th, nb);
         pthread_mutex_unlock(&g->mu);
     } else if (j >= 0 && !g->sync && g->push) {
-        if (g->last_push >= 0) wait_req(g->set, g->m_send[g->last_push], "a gossip peer (push)");
+        if (g->last_push >= 0) comm_set_wait_or_abort(g->set, g->m_send[g->last_push], "a gossip peer (push)");
         memcpy(g->sendbuf, th, nb);
         comm_set_start(g->set, g->m_send[j]);
         g->last_push = j;
@@ -489,7 +484,7 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
 static void gossip_quiesce(trainer *t) {
     gossip *g = &G;
     if (!(g->push && g->has_thread)) return;
-    if (g->last_push >= 0) wait_req(g->set, g->m_send[g->last_push], "a gossip peer (push)");
+    if (g->last_push >= 0) comm_set_wait_or_abort(g->set, g->m_send[g->last_push], "a gossip peer (push)");
     double *tot = xmalloc((size_t)g->p * sizeof(double));
     for (int k = 0; k < g->p; k++) tot[k] = (double)g->sent[k];
     comm_workers_sum_f64(tot, g->p);
@@ -507,41 +502,26 @@ static void gossip_quiesce(trainer *t) {
     }
 }
 
-static int gossip_save(trainer *t, ckpt_file *f) {
+/* method_ops.save and .load: this node's state written or read back (ckpt_writing), in one order. */
+static int gossip_state(trainer *t, ckpt_file *f) {
     gossip *g = &G;
     model *net = t->net;
-    const int64_t counts[4] = {g->steps_done, g->prev_done, g->inbox_k, g->recv_n};
-    int rc = ckpt_put_f32(f, "params", model_params(net), g->n) | ckpt_put_f32(f, "velocity", t->velocity, g->n) |
-             ckpt_put_f32(f, "bn", model_bn(net), g->nbn) | ckpt_put_f32(f, "inbox", g->inbox, g->n) |
-             ckpt_put_i64(f, "counts", counts, 4) | ckpt_put_i64(f, "peers", (const int64_t *)g->peers, (size_t)g->p) |
-             ckpt_put_i64(f, "sent", (const int64_t *)g->sent, (size_t)g->p) |
-             ckpt_put_f64(f, "ranks_prev_times", (const double *)&g->prev, 7);
+    const int save = ckpt_writing(f);
+    int64_t counts[4] = {g->steps_done, g->prev_done, g->inbox_k, g->recv_n};
+    int rc = ckpt_io_f32(f, "params", model_params(net), g->n) | ckpt_io_f32(f, "velocity", t->velocity, g->n) |
+             ckpt_io_f32(f, "bn", model_bn(net), g->nbn) | ckpt_io_f32(f, "inbox", g->inbox, g->n) |
+             ckpt_io_i64(f, "counts", counts, 4) | ckpt_io_i64(f, "peers", (int64_t *)g->peers, (size_t)g->p) |
+             ckpt_io_i64(f, "sent", (int64_t *)g->sent, (size_t)g->p) | ckpt_io_f64(f, "ranks_prev_times", (double *)&g->prev, 7);
+    if (!save) g->steps_done = counts[0], g->prev_done = counts[1], g->inbox_k = (int)counts[2], g->recv_n = counts[3];
     if (t->log) {
-        const int64_t ne = g->n_evals;
-        rc |= ckpt_put_i64(f, "n_evals", &ne, 1) | ckpt_put_f64(f, "potential", g->phi, (size_t)g->n_evals);
-    }
-    return rc;
-}
-
-static int gossip_load(trainer *t, ckpt_file *f) {
-    gossip *g = &G;
-    model *net = t->net;
-    int64_t counts[4] = {0};
-    int rc = ckpt_get_f32(f, "params", model_params(net), g->n) | ckpt_get_f32(f, "velocity", t->velocity, g->n) |
-             ckpt_get_f32(f, "bn", model_bn(net), g->nbn) | ckpt_get_f32(f, "inbox", g->inbox, g->n) |
-             ckpt_get_i64(f, "counts", counts, 4) | ckpt_get_i64(f, "peers", (int64_t *)g->peers, (size_t)g->p) |
-             ckpt_get_i64(f, "sent", (int64_t *)g->sent, (size_t)g->p) |
-             ckpt_get_f64(f, "ranks_prev_times", (double *)&g->prev, 7);
-    g->steps_done = counts[0], g->prev_done = counts[1], g->inbox_k = (int)counts[2], g->recv_n = counts[3];
-    if (t->log) {
-        int64_t ne = 0;
-        rc |= ckpt_get_i64(f, "n_evals", &ne, 1);
-        if (ne < 0 || ne > potential_rows(t->e)) ne = 0, rc = -1;
+        int64_t ne = g->n_evals;
+        rc |= ckpt_io_i64(f, "n_evals", &ne, 1);
+        if (!save && (ne < 0 || ne > potential_rows(t->e))) ne = 0, rc = -1;
         phi_reserve(g, (long)ne);
-        rc |= ckpt_get_f64(f, "potential", g->phi, (size_t)ne);
+        rc |= ckpt_io_f64(f, "potential", g->phi, (size_t)ne);
         g->n_evals = (long)ne;
     }
-    if (g->pub) memcpy(g->pub, model_params(net), g->n * sizeof(float)); /* what pulls see */
+    if (g->pub && !save) memcpy(g->pub, model_params(net), g->n * sizeof(float)); /* what pulls see */
     return rc;
 }
 
@@ -640,7 +620,7 @@ static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
 
 #define GOSSIP_OPS(kind)                                                                                                  \
     {.name = kind, .init = gossip_init, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
-     .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_save,     \
-     .load = gossip_load, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = METHOD_MEETS_AT_POINTS}
+     .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_state,     \
+     .load = gossip_state, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = METHOD_MEETS_AT_POINTS}
 const method_ops method_gossip_pull = GOSSIP_OPS("gossip_pull");
 const method_ops method_gossip_push = GOSSIP_OPS("gossip_push");

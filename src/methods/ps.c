@@ -14,8 +14,6 @@
 #include "methods/server.h"
 #include "optim/sgd.h"
 
-static int ps_exchange_after(const trainer *t, long s) { (void)t, (void)s; return 1; }
-
 static void ps_request(srv *sv, int i) {
     const experiment *e = sv->t->e;
     if (sv->k == 0) {
@@ -33,15 +31,9 @@ static void ps_request(srv *sv, int i) {
     srv_reply_center(sv, i, srv_stop(sv));
 }
 
-static void ps_leave(srv *sv, int i) { (void)sv, (void)i; }
-static long ps_iteration(const srv *sv) { return sv->steps_total / sv->p; }
-
 static const server_rules ps_rules = {
     .name = "ps",
-    .exchange_after = ps_exchange_after,
     .request = ps_request,
-    .leave = ps_leave,
-    .iteration = ps_iteration,
 };
 
 static int ps_runlog_arrays(const experiment *e, runlog_array_spec *a) {

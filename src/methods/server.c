@@ -37,8 +37,8 @@
 void srv_reply(srv *sv, int i, int stop) {
     /* The previous reply to i completed before i could send this request; collect it before
      * its buffers are written again. */
-    srv_wait_or_die(sv->set, sv->s_hdr[i], sv->t->e->comm_timeout_s, "a worker (reply)");
-    srv_wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
+    comm_set_wait_or_abort(sv->set, sv->s_hdr[i], "a worker (reply)");
+    comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
     sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop, .sig = sv->want};
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
@@ -46,7 +46,7 @@ void srv_reply(srv *sv, int i, int stop) {
 }
 
 void srv_reply_center(srv *sv, int i, int stop) {
-    srv_wait_or_die(sv->set, sv->s_data[i], sv->t->e->comm_timeout_s, "a worker (reply)");
+    comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
     memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
     srv_reply(sv, i, stop);
 }
@@ -242,7 +242,7 @@ static void snapshot_begin(server_ctx *c, long label) {
     c->q.time_s = wall_time() - c->t_start;
     memcpy(c->snap + sv->lo, sv->center, sv->n * sizeof(float));
     for (int k = 1; k < sv->S; k++) {
-        srv_wait_or_die(sv->set, c->s_req[k], sv->t->e->comm_timeout_s, "a parameter server (snapshot)");
+        comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (snapshot)");
         c->sreq_out[k] = (msg_hdr){.version = label};
         comm_set_start(sv->set, c->r_shdr[k]);
         comm_set_start(sv->set, c->r_snap[k]);
@@ -253,9 +253,17 @@ static void snapshot_begin(server_ctx *c, long label) {
     if (c->q.got == sv->S) c->q.asked = 0, c->q.ready = 1;
 }
 
-/* Server 0: a shard of the snapshot arrived from server k (both its messages complete). */
-static void snapshot_shard(server_ctx *c) {
-    if (++c->q.got == c->sv.S) c->q.asked = 0, c->q.ready = 1;
+/* Server 0: 1 if completed request idx is one of server k's snapshot messages; once both are
+ * complete, its shard of the snapshot has arrived. */
+static int snapshot_completion(server_ctx *c, int idx) {
+    srv *sv = &c->sv;
+    for (int k = 1; k < sv->S; k++)
+        if (idx == c->r_snap[k] || idx == c->r_shdr[k]) {
+            if (!comm_set_active(sv->set, c->r_snap[k]) && !comm_set_active(sv->set, c->r_shdr[k]) && ++c->q.got == sv->S)
+                c->q.asked = 0, c->q.ready = 1;
+            return 1;
+        }
+    return 0;
 }
 
 /* Server 0: bn := the mean of the latest BN statistics of the workers that have sent some and
@@ -380,7 +388,7 @@ static void server_handle(server_ctx *c, int i, int kind) {
         sv->left[i] = 1;
         if (kind == MSG_FAILED) sv->failed[i] = 1; /* its BN statistics leave the average */
         c->bye[i] = 1, c->n_done++;
-        sv->rules->leave(sv, i);
+        if (sv->rules->leave) sv->rules->leave(sv, i);
     } else {
         sv->steps_total += new_steps;
         if (sv->r_bn[i] >= 0) { /* a stable copy: the receive is posted again below */
@@ -432,10 +440,9 @@ static void srv_lose(server_ctx *c, int i, double silent) {
         comm_timeout_abort(what);
     }
     sv->lost[i] = sv->failed[i] = 1;
-    sv->n_lost++;
     sv->live--;
     sv->left[i] = 1;
-    sv->rules->leave(sv, i);
+    if (sv->rules->leave) sv->rules->leave(sv, i);
 }
 
 /* Every worker this server owes nothing and has not heard from for comm_timeout_s is given up on.
@@ -457,8 +464,7 @@ static void check_silence(server_ctx *c) {
 static int server_loop(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
-    const int S = sv->S;
-    int *done = xmalloc((size_t)SET_CAP(sv->p, S) * sizeof(int));
+    int *done = xmalloc((size_t)SET_CAP(sv->p, sv->S) * sizeof(int));
     comm_barrier();
     c->t_start = c->t_start < 0 ? wall_time() + c->t_start : wall_time(); /* resumed: the time so far */
     for (int i = 0; i < sv->p; i++) sv->heard[i] = wall_time();
@@ -496,13 +502,7 @@ static int server_loop(server_ctx *c) {
         for (int j = 0; j < nd; j++) {
             int idx = done[j], kind;
             if (sv->k == 0) {
-                int handled = 0;
-                for (int k = 1; k < S && !handled; k++)
-                    if (idx == c->r_snap[k] || idx == c->r_shdr[k]) {
-                        handled = 1;
-                        if (!comm_set_active(sv->set, c->r_snap[k]) && !comm_set_active(sv->set, c->r_shdr[k])) snapshot_shard(c);
-                    }
-                if (handled) continue;
+                if (snapshot_completion(c, idx)) continue;
             } else if (idx == c->r_req) {
                 long label = c->sreq_in.version;
                 if (label == SNAP_QUIT) c->quit = 1;
@@ -511,8 +511,8 @@ static int server_loop(server_ctx *c) {
                     srv_pause(sv, CKPT_SIG_SAVE);
                     comm_set_start(sv->set, c->r_req);
                 } else {
-                    srv_wait_or_die(sv->set, c->s_snap, t->e->comm_timeout_s, "the first parameter server (snapshot)");
-                    srv_wait_or_die(sv->set, c->s_shdr, t->e->comm_timeout_s, "the first parameter server (snapshot)");
+                    comm_set_wait_or_abort(sv->set, c->s_snap, "the first parameter server (snapshot)");
+                    comm_set_wait_or_abort(sv->set, c->s_shdr, "the first parameter server (snapshot)");
                     memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
                     c->shdr_out = (msg_hdr){.version = label};
                     comm_set_start(sv->set, c->s_shdr);
@@ -549,20 +549,16 @@ static void server0_finish(server_ctx *c) {
         keepalive(c, 0);
         if (wall_time() - f0 > e->comm_timeout_s) comm_timeout_abort("a parameter server (the final snapshot)");
         int nd = comm_set_wait_some(sv->set, done, 0.05);
-        for (int j = 0; j < nd; j++)
-            for (int k = 1; k < sv->S; k++)
-                if ((done[j] == c->r_snap[k] || done[j] == c->r_shdr[k]) && !comm_set_active(sv->set, c->r_snap[k]) &&
-                    !comm_set_active(sv->set, c->r_shdr[k]))
-                    snapshot_shard(c);
+        for (int j = 0; j < nd; j++) snapshot_completion(c, done[j]);
     }
     free(done);
     snapshot_launch(c);
     eval_collect(c, 1);
     for (int k = 1; k < sv->S; k++) {
-        srv_wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
+        comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (quit)");
         c->sreq_out[k] = (msg_hdr){.version = SNAP_QUIT};
         comm_set_start(sv->set, c->s_req[k]);
-        srv_wait_or_die(sv->set, c->s_req[k], e->comm_timeout_s, "a parameter server (quit)");
+        comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (quit)");
     }
 summary:
     keepalive(c, 1); /* the goodbye: the workers that have left go to the end-of-run agreement */
@@ -588,7 +584,7 @@ int server_serve(trainer *t) {
     server_ctx c = {0};
     c.last_eval = -1;
     server_setup(t, &c);
-    int st = t->resume_label >= 0 ? server_load(&c) : 0;
+    int st = t->resume_label >= 0 ? server_ckpt(&c, t->resume_label, 0) : 0;
     if ((st = comm_max_int(st))) { /* every rank: a checkpoint could not be read */
         server_free(&c);
         return st;

@@ -86,7 +86,6 @@ typedef struct srv {
     char *failed;            /* (p) worker i failed (inject.fail_rank) or was given up on: not in the BN average */
     char *lost;              /* (p) worker i was silent for comm_timeout_s and given up on */
     double *heard;           /* (p) wall time of the last message from worker i */
-    int n_lost;
     /* requests (indices into set) */
     comm_set *set;
     int *r_hdr, *r_data, *r_bn, *s_hdr, *s_data;
@@ -96,16 +95,16 @@ typedef struct server_rules {
     const char *name;
     int sends_params;        /* worker sends θ_i (easgd), else its gradient */
     int local_update;        /* worker applies its own SGD step each step (easgd) */
-    /* Worker: exchange after local step s (0-based)? (unused with until_stop) */
+    /* Worker: exchange after local step s (0-based)? NULL: after every step (unused with until_stop) */
     int (*exchange_after)(const trainer *t, long s);
     int until_stop;          /* workers run until a reply says STOP (backup), not `iterations` */
     /* Worker: combine the replies (reply = the servers' shards, n floats); NULL: nothing. */
     void (*worker_reply)(trainer *t, const float *reply);
     /* Server: worker i's exchange has arrived (sv->in[i], sv->gbuf[i]). Reply or hold. */
     void (*request)(srv *sv, int i);
-    /* Server: worker i has left (done or failed): release rounds waiting for it. */
+    /* Server: worker i has left (done or failed): release rounds waiting for it. NULL: none to release. */
     void (*leave)(srv *sv, int i);
-    /* Server: iterations done so far, by this server's count. */
+    /* Server: iterations done so far, by this server's count. NULL: worker steps reported / p. */
     long (*iteration)(const srv *sv);
 } server_rules;
 

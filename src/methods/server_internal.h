@@ -16,7 +16,6 @@ enum {
     TAG_SNAPREQ = 120, TAG_SNAPHDR, TAG_SNAP, /* server 0 ↔ server k */
     TAG_CKGO = 130, TAG_CKACK, TAG_CKFIN     /* checkpoint: server 0 ↔ paused workers, servers */
 };
-#define SNAP_FINAL (-1L)
 #define SNAP_QUIT (-2L)
 /* Requests of a server's comm_set: 5 per worker, 3 per other server (snapshots), 3 per world
  * rank (checkpoints), a few more. */
@@ -93,10 +92,7 @@ typedef struct {
     char lost_desc[1024];             /* server 0: the run file's `workers_lost` */
 } server_ctx;
 
-static inline long srv_iteration(const srv *sv) { return sv->rules->iteration(sv); }
-
-/* server_worker.c */
-void srv_wait_or_die(comm_set *set, int i, double timeout, const char *what);
+static inline long srv_iteration(const srv *sv) { return sv->rules->iteration ? sv->rules->iteration(sv) : sv->steps_total / sv->p; }
 
 /* server.c */
 void srv_dropped_reserve(srv *sv, long n);
@@ -104,7 +100,9 @@ void srv_bn_average(const srv *sv, float *bn, size_t nbn);
 
 /* server_pause.c */
 void srv_void_round(server_ctx *c);
-int server_load(server_ctx *c);
+/* This server's file of checkpoint `label` (save = 1: returns 0 or EXIT_RUNTIME), or its part of
+ * checkpoint `label` read back (save = 0: returns 0 or EXIT_BADINPUT); an error is printed. */
+int server_ckpt(server_ctx *c, long label, int save);
 int srv_ckpt_round(server_ctx *c);
 int srv_ckpt_participate(server_ctx *c);
 

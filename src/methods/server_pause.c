@@ -34,112 +34,77 @@ void srv_void_round(server_ctx *c) {
     sv->count = 0;
 }
 
-/* This server's file of checkpoint `label`. Returns 0 or EXIT_RUNTIME (printed). */
-static int server_save(server_ctx *c, long label) {
+/* This server's state in checkpoint file f, written or read back (ckpt_writing) in one order: the
+ * values are packed from the state, written or read, and unpacked (unchanged when writing).
+ * Returns 0 or -1 (the message in f; none for a state read that this run cannot have). */
+static int server_state(server_ctx *c, ckpt_file *f) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
-    const int p = sv->p;
-    char err[ERRLEN] = "";
-    ckpt_file *f = ckpt_create(t->ckpt_dir, label, t->rank, err, sizeof err);
-    if (f) {
-        loop_state ls = {.train_s = wall_time() - c->t_start, .loss_acc = c->loss_sum, .loss_n = c->n_loss, .last_row = c->last_row};
-        const int64_t cnt[4] = {sv->version, sv->steps_total, sv->live, sv->diverged};
-        int64_t *v = xmalloc((size_t)p * 2 * sizeof(int64_t));
-        for (int i = 0; i < p; i++) v[i] = sv->last_steps[i], v[p + i] = sv->left[i];
-        int rc = train_ckpt_put_common(t, f, sv->k == 0 ? &ls : NULL) || ckpt_put_i64(f, "counters", cnt, 4) ||
-                 ckpt_put_f32(f, "center", sv->center, sv->n) || ckpt_put_f32(f, "velocity", sv->vel, sv->n) ||
-                 ckpt_put_i64(f, "last_steps", v, (size_t)p) || ckpt_put_i64(f, "left", v + p, (size_t)p);
-        if (!rc && sv->k == 0) {
-            const size_t nbn = model_n_bn(t->net);
-            const int64_t s0[9] = {sv->stale_sum, sv->n_dropped, c->next_log, c->next_eval, c->last_eval, c->next_ckpt, c->q.skipped,
-                                   sv->dropped_len, 0};
-            double *hd = xmalloc((size_t)p * 10 * sizeof(double));
-            for (int i = 0; i < p; i++) {
-                const msg_hdr *h[2] = {&c->last[i], &c->prev[i]};
-                for (int q = 0; q < 2; q++) {
-                    double *d = hd + (size_t)(q * p + i) * 5;
-                    d[0] = (double)h[q]->steps, d[1] = h[q]->step_s, d[2] = h[q]->compute_s, d[3] = h[q]->comm_s, d[4] = h[q]->wait_s;
-                }
+    const int p = sv->p, save = ckpt_writing(f);
+    loop_state ls = {0};
+    if (save) ls = (loop_state){.train_s = wall_time() - c->t_start, .loss_acc = c->loss_sum, .loss_n = c->n_loss, .last_row = c->last_row};
+    loop_state *ls0 = sv->k == 0 ? &ls : NULL;
+    int64_t cnt[4] = {sv->version, sv->steps_total, sv->live, sv->diverged};
+    int64_t *v = xmalloc((size_t)p * 4 * sizeof(int64_t)); /* last_steps, left, seen_bn, failed */
+    for (int i = 0; i < p; i++) v[i] = sv->last_steps[i], v[p + i] = sv->left[i], v[2 * p + i] = sv->seen_bn[i], v[3 * p + i] = sv->failed[i];
+    int rc = (save ? train_ckpt_put_common(t, f, ls0) : train_ckpt_get_common(t, f, ls0)) || ckpt_io_i64(f, "counters", cnt, 4) ||
+             ckpt_io_f32(f, "center", sv->center, sv->n) || ckpt_io_f32(f, "velocity", sv->vel, sv->n) ||
+             ckpt_io_i64(f, "last_steps", v, (size_t)p) || ckpt_io_i64(f, "left", v + p, (size_t)p);
+    if (!rc && sv->k == 0) {
+        const size_t nbn = model_n_bn(t->net);
+        int64_t s0[9] = {sv->stale_sum, sv->n_dropped, c->next_log, c->next_eval, c->last_eval, c->next_ckpt, c->q.skipped, sv->dropped_len, 0};
+        double *hd = xmalloc((size_t)p * 10 * sizeof(double));
+        float *bn = xcalloc((size_t)p * (nbn ? nbn : 1), sizeof(float)), *avg = xcalloc(nbn ? nbn : 1, sizeof(float));
+        for (int i = 0; i < p; i++) {
+            const msg_hdr *h[2] = {&c->last[i], &c->prev[i]};
+            for (int q = 0; q < 2; q++) {
+                double *d = hd + (size_t)(q * p + i) * 5;
+                d[0] = (double)h[q]->steps, d[1] = h[q]->step_s, d[2] = h[q]->compute_s, d[3] = h[q]->comm_s, d[4] = h[q]->wait_s;
             }
-            float *bn = xcalloc((size_t)p * (nbn ? nbn : 1), sizeof(float));
-            for (int i = 0; i < p; i++) {
-                v[i] = sv->seen_bn[i];
-                if (nbn && sv->bnlast[i]) memcpy(bn + (size_t)i * nbn, sv->bnlast[i], nbn * sizeof(float));
-            }
-            /* failed workers, and the BN average the center is evaluated with (tests check it) */
-            int64_t *fl = xmalloc((size_t)p * sizeof(int64_t));
-            for (int i = 0; i < p; i++) fl[i] = sv->failed[i];
-            float *avg = xcalloc(nbn ? nbn : 1, sizeof(float));
-            srv_bn_average(sv, avg, nbn);
-            rc = ckpt_put_i64(f, "failed", fl, (size_t)p) || ckpt_put_f32(f, "bn_average", avg, nbn);
-            free(fl), free(avg);
-            rc = ckpt_put_i64(f, "server0", s0, 9) || ckpt_put_i64(f, "staleness_histogram", (const int64_t *)sv->hist, (size_t)sv->hist_bins) ||
-                 ckpt_put_i64(f, "dropped", (const int64_t *)sv->dropped, (size_t)sv->dropped_len) ||
-                 ckpt_put_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_put_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
-                 ckpt_put_i64(f, "seen_bn", v, (size_t)p) || rc;
-            free(hd), free(bn);
+            if (nbn && sv->bnlast[i]) memcpy(bn + (size_t)i * nbn, sv->bnlast[i], nbn * sizeof(float));
         }
-        free(v);
-        if (rc || ckpt_close(f)) snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "run file flush failed");
-        ckpt_free(f);
+        if (save) srv_bn_average(sv, avg, nbn);
+        /* failed workers, and the BN average the center is evaluated with (written only: tests check it) */
+        rc = ckpt_io_i64(f, "failed", v + 3 * p, (size_t)p) || (save && ckpt_put_f32(f, "bn_average", avg, nbn)) ||
+             ckpt_io_i64(f, "server0", s0, 9);
+        if (!save && !rc && (s0[7] < 0 || s0[7] > t->e->iterations)) rc = -1; /* a count of steps this run cannot have */
+        if (!rc) srv_dropped_reserve(sv, (long)s0[7]);
+        rc = rc || ckpt_io_i64(f, "staleness_histogram", (int64_t *)sv->hist, (size_t)sv->hist_bins) ||
+             ckpt_io_i64(f, "dropped", (int64_t *)sv->dropped, (size_t)sv->dropped_len) ||
+             ckpt_io_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_io_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
+             ckpt_io_i64(f, "seen_bn", v + 2 * p, (size_t)p);
+        sv->stale_sum = s0[0], sv->n_dropped = s0[1], c->next_log = (long)s0[2], c->next_eval = (long)s0[3], c->last_eval = (long)s0[4];
+        c->next_ckpt = (long)s0[5], c->q.skipped = (long)s0[6];
+        c->loss_sum = ls.loss_acc, c->n_loss = ls.loss_n, c->last_row = ls.last_row;
+        if (!save) c->t_start = -ls.train_s; /* made absolute when training starts (server_loop) */
+        for (int i = 0; i < p; i++) {
+            msg_hdr *h[2] = {&c->last[i], &c->prev[i]};
+            for (int q = 0; q < 2; q++) {
+                const double *d = hd + (size_t)(q * p + i) * 5;
+                h[q]->steps = (int64_t)d[0], h[q]->step_s = d[1], h[q]->compute_s = d[2], h[q]->comm_s = d[3], h[q]->wait_s = d[4];
+            }
+            if (nbn && sv->bnlast[i]) memcpy(sv->bnlast[i], bn + (size_t)i * nbn, nbn * sizeof(float));
+        }
+        free(hd), free(bn), free(avg);
     }
-    if (err[0]) fprintf(stderr, "dsgd-run: rank %d: checkpoint: %s\n", t->rank, err);
-    return err[0] ? EXIT_RUNTIME : 0;
+    sv->version = cnt[0], sv->steps_total = (long)cnt[1], sv->live = (int)cnt[2], sv->diverged = (int)cnt[3];
+    for (int i = 0; i < p; i++)
+        sv->last_steps[i] = (long)v[i], sv->left[i] = (char)v[p + i], sv->seen_bn[i] = (char)v[2 * p + i], sv->failed[i] = (char)v[3 * p + i];
+    free(v);
+    return rc;
 }
 
-/* Read this server's part of t->resume_label. Returns 0 or EXIT_BADINPUT (printed). */
-int server_load(server_ctx *c) {
-    srv *sv = &c->sv;
-    trainer *t = sv->t;
-    const int p = sv->p;
+int server_ckpt(server_ctx *c, long label, int save) {
+    trainer *t = c->sv.t;
     char err[ERRLEN] = "";
-    ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
+    ckpt_file *f = save ? ckpt_create(t->ckpt_dir, label, t->rank, err, sizeof err) : ckpt_open(t->ckpt_dir, label, t->rank, err, sizeof err);
     if (f) {
-        loop_state ls = {0};
-        int64_t cnt[4] = {0};
-        int64_t *v = xcalloc((size_t)p * 2, sizeof(int64_t));
-        int rc = train_ckpt_get_common(t, f, sv->k == 0 ? &ls : NULL) || ckpt_get_i64(f, "counters", cnt, 4) ||
-                 ckpt_get_f32(f, "center", sv->center, sv->n) || ckpt_get_f32(f, "velocity", sv->vel, sv->n) ||
-                 ckpt_get_i64(f, "last_steps", v, (size_t)p) || ckpt_get_i64(f, "left", v + p, (size_t)p);
-        sv->version = cnt[0], sv->steps_total = (long)cnt[1], sv->live = (int)cnt[2], sv->diverged = (int)cnt[3];
-        for (int i = 0; i < p; i++) sv->last_steps[i] = (long)v[i], sv->left[i] = (char)v[p + i];
-        if (!rc && sv->k == 0) {
-            const size_t nbn = model_n_bn(t->net);
-            int64_t s0[9] = {0};
-            double *hd = xcalloc((size_t)p * 10, sizeof(double));
-            float *bn = xcalloc((size_t)p * (nbn ? nbn : 1), sizeof(float));
-            rc = ckpt_get_i64(f, "server0", s0, 9);
-            if (!rc && (s0[7] < 0 || s0[7] > t->e->iterations)) rc = -1; /* a count of steps this run cannot have */
-            if (!rc) srv_dropped_reserve(sv, (long)s0[7]);
-            rc = rc || ckpt_get_i64(f, "staleness_histogram", (int64_t *)sv->hist, (size_t)sv->hist_bins) ||
-                 ckpt_get_i64(f, "dropped", (int64_t *)sv->dropped, (size_t)sv->dropped_len) ||
-                 ckpt_get_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_get_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
-                 ckpt_get_i64(f, "seen_bn", v, (size_t)p);
-            int64_t *fl = xcalloc((size_t)p, sizeof(int64_t));
-            if (!rc) rc = ckpt_get_i64(f, "failed", fl, (size_t)p);
-            for (int i = 0; i < p; i++) sv->failed[i] = (char)fl[i];
-            free(fl);
-            sv->stale_sum = s0[0], sv->n_dropped = s0[1], c->next_log = (long)s0[2], c->next_eval = (long)s0[3], c->last_eval = (long)s0[4];
-            c->next_ckpt = (long)s0[5], c->q.skipped = (long)s0[6];
-            c->loss_sum = ls.loss_acc, c->n_loss = ls.loss_n, c->last_row = ls.last_row;
-            c->t_start = -ls.train_s; /* made absolute when training starts (server_loop) */
-            for (int i = 0; i < p; i++) {
-                msg_hdr *h[2] = {&c->last[i], &c->prev[i]};
-                for (int q = 0; q < 2; q++) {
-                    const double *d = hd + (size_t)(q * p + i) * 5;
-                    h[q]->steps = (int64_t)d[0], h[q]->step_s = d[1], h[q]->compute_s = d[2], h[q]->comm_s = d[3], h[q]->wait_s = d[4];
-                }
-                sv->seen_bn[i] = (char)v[i];
-                if (nbn && sv->bnlast[i]) memcpy(sv->bnlast[i], bn + (size_t)i * nbn, nbn * sizeof(float));
-            }
-            free(hd), free(bn);
-        }
-        free(v);
-        if (rc) snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "the checkpoint's server state is inconsistent");
+        if (server_state(c, f) || (save && ckpt_close(f)))
+            snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : save ? "run file flush failed" : "the checkpoint's server state is inconsistent");
         ckpt_free(f);
     }
-    if (err[0]) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
-    return err[0] ? EXIT_BADINPUT : 0;
+    if (err[0]) fprintf(stderr, "dsgd-run: rank %d: %s: %s\n", t->rank, save ? "checkpoint" : "resuming", err);
+    return !err[0] ? 0 : save ? EXIT_RUNTIME : EXIT_BADINPUT;
 }
 
 /* Forget the pause after a checkpoint round. */
@@ -154,7 +119,7 @@ static void srv_unpause(srv *sv) {
 int srv_ckpt_round(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
-    const double tmo = t->e->comm_timeout_s, t0 = wall_time();
+    const double t0 = wall_time();
     const int p = sv->p, S = sv->S;
     const long label = srv_iteration(sv);
     char err[ERRLEN] = "";
@@ -162,18 +127,18 @@ int srv_ckpt_round(server_ctx *c) {
     if (!ok) fprintf(stderr, "dsgd-run: checkpoint at iteration %ld not written: %s\n", label, err);
     c->ck_go[0] = label, c->ck_go[1] = ok;
     for (int k = 1; k < S; k++) {
-        srv_wait_or_die(sv->set, c->s_req[k], tmo, "a parameter server (checkpoint)");
+        comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (checkpoint)");
         c->sreq_out[k] = (msg_hdr){.version = SNAP_CKPT, .steps = label, .stop = ok};
         comm_set_start(sv->set, c->r_ack[p + k]);
         comm_set_start(sv->set, c->s_req[k]);
     }
     for (int i = 0; i < p; i++)
         if (sv->paused[i]) comm_set_start(sv->set, c->r_ack[i]), comm_set_start(sv->set, c->s_go[i]);
-    int worst = ok ? server_save(c, label) : EXIT_RUNTIME;
+    int worst = ok ? server_ckpt(c, label, 1) : EXIT_RUNTIME;
     for (int r = 0; r < p + S; r++) {
         if (r == p || (r < p && !sv->paused[r])) continue;
-        if (r < p) srv_wait_or_die(sv->set, c->s_go[r], tmo, "a worker (checkpoint)");
-        srv_wait_or_die(sv->set, c->r_ack[r], tmo, r < p ? "a worker (checkpoint)" : "a parameter server (checkpoint)");
+        if (r < p) comm_set_wait_or_abort(sv->set, c->s_go[r], "a worker (checkpoint)");
+        comm_set_wait_or_abort(sv->set, c->r_ack[r], r < p ? "a worker (checkpoint)" : "a parameter server (checkpoint)");
         if (c->acks[r] > worst) worst = (int)c->acks[r];
     }
     if (worst) ckpt_abandon(t->ckpt_dir, label);
@@ -186,9 +151,8 @@ int srv_ckpt_round(server_ctx *c) {
     for (int r = 0; r < p + S; r++)
         if (r != p && (r >= p || sv->paused[r])) comm_set_start(sv->set, c->s_fin[r]);
     for (int r = 0; r < p + S; r++)
-        if (r != p && (r >= p || sv->paused[r])) srv_wait_or_die(sv->set, c->s_fin[r], tmo, "a rank (checkpoint)");
+        if (r != p && (r >= p || sv->paused[r])) comm_set_wait_or_abort(sv->set, c->s_fin[r], "a rank (checkpoint)");
     if (!worst) {
-        t->n_checkpoints++;
         printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0);
         fflush(stdout);
         if (stop) cadence_say_stopped(label);
@@ -202,14 +166,13 @@ int srv_ckpt_round(server_ctx *c) {
 /* Server k > 0, asked by server 0 and every live worker paused: write, ack, learn the verdict. */
 int srv_ckpt_participate(server_ctx *c) {
     srv *sv = &c->sv;
-    const double tmo = sv->t->e->comm_timeout_s;
     const long label = c->go;
     c->go = -1;
     comm_set_start(sv->set, c->r_fin);
-    c->ck_ack = c->go_ok ? server_save(c, label) : EXIT_RUNTIME;
+    c->ck_ack = c->go_ok ? server_ckpt(c, label, 1) : EXIT_RUNTIME;
     comm_set_start(sv->set, c->s_ack);
-    srv_wait_or_die(sv->set, c->s_ack, tmo, "the first parameter server (checkpoint)");
-    srv_wait_or_die(sv->set, c->r_fin, tmo, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(sv->set, c->s_ack, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(sv->set, c->r_fin, "the first parameter server (checkpoint)");
     srv_unpause(sv);
     return c->ck_fin[0] ? EXIT_RUNTIME : c->ck_fin[1] ? EXIT_INTERRUPTED : 0;
 }

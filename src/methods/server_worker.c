@@ -75,15 +75,10 @@ static void worker_free(wstate *w) {
     free(w->s_hdr), free(w->s_data), free(w->r_hdr), free(w->r_data);
 }
 
-void srv_wait_or_die(comm_set *set, int i, double timeout, const char *what) {
-    if (comm_set_wait(set, i, timeout) != 0) comm_timeout_abort(what);
-}
-
 /* Send kind (MSG_*) to every server; for MSG_EXCHANGE also the payload and wait for the
  * replies. Returns the strongest stop code of the replies (STOP_DONE only if every server says
  * so). */
 static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
-    const double timeout = t->e->comm_timeout_s;
     const phase_times *ph = &t->times;
     double t0 = wall_time();
     for (int k = 0; k < w->S; k++) {
@@ -109,22 +104,36 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
     double t1 = wall_time();
     int stop = STOP_DONE;
     for (int k = 0; k < w->S; k++) {
-        srv_wait_or_die(w->set, w->s_hdr[k], timeout, "a parameter server (sending)");
+        comm_set_wait_or_abort(w->set, w->s_hdr[k], "a parameter server (sending)");
         if (kind != MSG_EXCHANGE) continue;
-        srv_wait_or_die(w->set, w->s_data[k], timeout, "a parameter server (sending)");
-        srv_wait_or_die(w->set, w->r_hdr[k], timeout, "a parameter server's reply");
-        srv_wait_or_die(w->set, w->r_data[k], timeout, "a parameter server's reply");
+        comm_set_wait_or_abort(w->set, w->s_data[k], "a parameter server (sending)");
+        comm_set_wait_or_abort(w->set, w->r_hdr[k], "a parameter server's reply");
+        comm_set_wait_or_abort(w->set, w->r_data[k], "a parameter server's reply");
         int s = w->rhdr[k].stop;
         if (w->rhdr[k].sig > w->relay) w->relay = w->rhdr[k].sig;
         /* the strongest: diverged, then pause (voided), pause, go on, done (only if all say so) */
         static const int rank_of[] = {[STOP_DONE] = 0, [STOP_NO] = 1, [STOP_CKPT] = 2, [STOP_CKPT_VOID] = 3, [STOP_DIVERGED] = 4};
         if (k == 0 || rank_of[s] > rank_of[stop]) stop = s;
     }
-    if (kind == MSG_EXCHANGE && w->s_bn >= 0) srv_wait_or_die(w->set, w->s_bn, timeout, "a parameter server (sending)");
+    if (kind == MSG_EXCHANGE && w->s_bn >= 0) comm_set_wait_or_abort(w->set, w->s_bn, "a parameter server (sending)");
     double t2 = wall_time();
     t->times.comm_s += t2 - t0;
     t->times.wait_s += t2 - t1;
     return kind == MSG_EXCHANGE ? stop : STOP_DONE;
+}
+
+/* This worker's part of a checkpoint in f, written or read back (ckpt_writing) in one order. */
+static int worker_state(trainer *t, wstate *w, ckpt_file *f) {
+    const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
+    int64_t ver[64] = {0}, misc[2] = {w->pending, w->n_loss};
+    for (int k = 0; k < w->S && k < 64; k++) ver[k] = w->rhdr[k].version;
+    int rc = (ckpt_writing(f) ? train_ckpt_put_common(t, f, NULL) : train_ckpt_get_common(t, f, NULL)) ||
+             ckpt_io_f32(f, "params", model_params(t->net), n) || ckpt_io_f32(f, "velocity", t->velocity, n) ||
+             ckpt_io_f32(f, "bn", model_bn(t->net), nbn) || ckpt_io_i64(f, "versions", ver, (size_t)w->S) ||
+             ckpt_io_i64(f, "pending_nloss", misc, 2) || ckpt_io_f64(f, "loss_sum", &w->loss_sum, 1);
+    for (int k = 0; k < w->S && k < 64; k++) w->rhdr[k].version = ver[k];
+    w->pending = (int)misc[0], w->n_loss = (int)misc[1];
+    return rc;
 }
 
 /* Worker: paused after an exchange whose reply said STOP_CKPT*: tell every server, wait for
@@ -132,33 +141,22 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
  * goes on. Returns 0 (go on), EXIT_INTERRUPTED (stop: a SIGTERM) or EXIT_RUNTIME (a rank could
  * not write: stop). */
 static int worker_pause(trainer *t, wstate *w, long steps) {
-    const double timeout = t->e->comm_timeout_s;
-    const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
     comm_set_start(w->set, w->r_go);
     comm_set_start(w->set, w->r_fin);
     worker_exchange(t, w, MSG_PAUSE, steps);
     double t0 = wall_time();
-    srv_wait_or_die(w->set, w->r_go, timeout, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(w->set, w->r_go, "the first parameter server (checkpoint)");
     char err[ERRLEN] = "";
     if (w->go[1]) {
         ckpt_file *f = ckpt_create(t->ckpt_dir, (long)w->go[0], t->rank, err, sizeof err);
-        if (f) {
-            int64_t ver[64];
-            for (int k = 0; k < w->S && k < 64; k++) ver[k] = w->rhdr[k].version;
-            const int64_t misc[2] = {w->pending, w->n_loss};
-            if (train_ckpt_put_common(t, f, NULL) || ckpt_put_f32(f, "params", model_params(t->net), n) ||
-                ckpt_put_f32(f, "velocity", t->velocity, n) || ckpt_put_f32(f, "bn", model_bn(t->net), nbn) ||
-                ckpt_put_i64(f, "versions", ver, (size_t)w->S) || ckpt_put_i64(f, "pending_nloss", misc, 2) ||
-                ckpt_put_f64(f, "loss_sum", &w->loss_sum, 1) || ckpt_close(f))
-                snprintf(err, sizeof err, "%s", ckpt_error(f));
-            ckpt_free(f);
-        }
+        if (f && (worker_state(t, w, f) || ckpt_close(f))) snprintf(err, sizeof err, "%s", ckpt_error(f));
+        ckpt_free(f);
         if (err[0]) fprintf(stderr, "dsgd-run: rank %d: checkpoint: %s\n", t->rank, err);
     }
     w->ack = err[0] ? EXIT_RUNTIME : 0;
     comm_set_start(w->set, w->s_ack);
-    srv_wait_or_die(w->set, w->s_ack, timeout, "the first parameter server (checkpoint)");
-    srv_wait_or_die(w->set, w->r_fin, timeout, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(w->set, w->s_ack, "the first parameter server (checkpoint)");
+    comm_set_wait_or_abort(w->set, w->r_fin, "the first parameter server (checkpoint)");
     t->times.comm_s += wall_time() - t0;
     w->relay = CKPT_SIG_NONE;
     ckpt_signal_clear_save();
@@ -167,7 +165,6 @@ static int worker_pause(trainer *t, wstate *w, long steps) {
 
 static int worker_load(trainer *t, wstate *w) {
     char err[ERRLEN] = "";
-    const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
     /* A worker that had left (done or failed) before the checkpoint stays out. */
     ckpt_file *f0 = ckpt_open(t->ckpt_dir, t->resume_label, t->p, err, sizeof err);
     int64_t *left = xcalloc((size_t)t->p, sizeof(int64_t));
@@ -177,36 +174,11 @@ static int worker_load(trainer *t, wstate *w) {
     free(left);
     if (!err[0] && !gone) {
         ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
-        if (f) {
-            int64_t ver[64] = {0}, misc[2] = {0};
-            if (train_ckpt_get_common(t, f, NULL) || ckpt_get_f32(f, "params", model_params(t->net), n) ||
-                ckpt_get_f32(f, "velocity", t->velocity, n) || ckpt_get_f32(f, "bn", model_bn(t->net), nbn) ||
-                ckpt_get_i64(f, "versions", ver, (size_t)w->S) || ckpt_get_i64(f, "pending_nloss", misc, 2) ||
-                ckpt_get_f64(f, "loss_sum", &w->loss_sum, 1))
-                snprintf(err, sizeof err, "%s", ckpt_error(f));
-            for (int k = 0; k < w->S && k < 64; k++) w->rhdr[k].version = ver[k];
-            w->pending = (int)misc[0], w->n_loss = (int)misc[1];
-            ckpt_free(f);
-        }
+        if (f && worker_state(t, w, f)) snprintf(err, sizeof err, "%s", ckpt_error(f));
+        ckpt_free(f);
     }
     if (err[0]) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
     return err[0] ? EXIT_BADINPUT : gone ? -1 : 0;
-}
-
-/* Worker: one exchange and what its reply asks for: combine (easgd), pause for a checkpoint.
- * Returns the stop code; *status is set when the run ends here. */
-static int worker_exchange_and_pause(trainer *t, wstate *w, long steps, int *status) {
-    const server_rules *R = t->method->rules;
-    int stop = worker_exchange(t, w, MSG_EXCHANGE, steps);
-    /* STOP_CKPT: the servers applied the exchange, so the worker combines its reply too */
-    if (R->worker_reply && (stop == STOP_NO || stop == STOP_CKPT)) R->worker_reply(t, w->reply);
-    w->pending = 0;
-    if (stop == STOP_CKPT || stop == STOP_CKPT_VOID) {
-        w->pending = stop == STOP_CKPT_VOID && R->sends_params; /* easgd: exchange again afterwards */
-        *status = worker_pause(t, w, steps);
-        stop = *status ? STOP_DONE : STOP_NO;
-    }
-    return stop;
 }
 
 /* Worker, after it has left: wait for server 0's goodbye (the run is over) before the end-of-run
@@ -216,19 +188,28 @@ static int worker_exchange_and_pause(trainer *t, wstate *w, long steps, int *sta
 static void worker_bye(trainer *t, wstate *w) {
     for (;;) {
         comm_set_start(w->set, w->r_hdr[0]);
-        srv_wait_or_die(w->set, w->r_hdr[0], t->e->comm_timeout_s, "the first parameter server (waiting for the end of the run)");
+        comm_set_wait_or_abort(w->set, w->r_hdr[0], "the first parameter server (waiting for the end of the run)");
         if (w->rhdr[0].stop == STOP_DONE) return;
     }
 }
 
 static wstate W; /* this worker rank's state (one trainer per process, as gossip's) */
 
-/* One exchange as the end of a step: 1 when the replies end this worker's run (done, diverged,
- * or a checkpoint that stops it), its status in w->status. */
+/* One exchange as the end of a step and what its reply asks for: combine (easgd), pause for a
+ * checkpoint. 1 when the replies end this worker's run (done, diverged, or a checkpoint that
+ * stops it), its status in w->status. */
 static int exchange_ends(trainer *t, wstate *w, long steps) {
-    int ps = 0;
-    const int stop = worker_exchange_and_pause(t, w, steps, &ps);
-    if (ps) w->status = ps, w->interrupted = 1;
+    const server_rules *R = t->method->rules;
+    int stop = worker_exchange(t, w, MSG_EXCHANGE, steps);
+    /* STOP_CKPT: the servers applied the exchange, so the worker combines its reply too */
+    if (R->worker_reply && (stop == STOP_NO || stop == STOP_CKPT)) R->worker_reply(t, w->reply);
+    w->pending = 0;
+    if (stop == STOP_CKPT || stop == STOP_CKPT_VOID) {
+        w->pending = stop == STOP_CKPT_VOID && R->sends_params; /* easgd: exchange again afterwards */
+        const int ps = worker_pause(t, w, steps);
+        if (ps) w->status = ps, w->interrupted = 1;
+        stop = ps ? STOP_DONE : STOP_NO;
+    }
     if (stop == STOP_DIVERGED) w->status = EXIT_RUNTIME;
     return stop != STOP_NO;
 }
@@ -278,7 +259,7 @@ int srv_worker_step(trainer *t, long s, double alpha, double *loss) {
         int why = STOPPED_WRITE;
         cadence_nonfinite_loss(t, &why, 1, s + 1, alpha, "stopping every rank");
         w->status = EXIT_RUNTIME, end = 1;
-    } else if (R->until_stop || R->exchange_after(t, s)) end = exchange_ends(t, w, s + 1);
+    } else if (R->until_stop || !R->exchange_after || R->exchange_after(t, s)) end = exchange_ends(t, w, s + 1);
     t->times.step_s += wall_time() - t0;
     return end ? METHOD_STEP_END : METHOD_STEP_TOOK;
 }

@@ -53,6 +53,26 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 }
 static int rm_rf(const char *path) { return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 || errno == ENOENT ? 0 : -1; }
 
+/* Remove the step directories in dir (step_name): all of them, or all but step-<keep>. Returns 0,
+ * or -1 with err naming the last one that could not be removed. */
+static int rm_steps(const char *dir, long keep, char *err, size_t errlen) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    int rc = 0;
+    while ((de = readdir(d))) {
+        long l;
+        int tmp;
+        if (step_name(de->d_name, &l, &tmp) && (l != keep || tmp)) {
+            char p[4200];
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            if (rm_rf(p) < 0) rc = syserr(err, errlen, p, "cannot remove");
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
 int ckpt_latest(const char *dir, long *label, char *err, size_t errlen) {
     char path[4200], line[64] = "";
     snprintf(path, sizeof path, "%s/latest", dir);
@@ -102,20 +122,7 @@ int ckpt_commit(const char *dir, long label, char *err, size_t errlen) {
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     if (fclose(f) != 0 || bad) { unlink(lt); return syserr(err, errlen, lt, "cannot write"); }
     if (rename(lt, lf) != 0) { unlink(lt); return syserr(err, errlen, lf, "cannot replace"); }
-    /* The new checkpoint is committed: the older ones go. */
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        long l;
-        int tmp;
-        if (step_name(de->d_name, &l, &tmp) && (l != label || tmp)) {
-            char p[4200];
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            rm_rf(p);
-        }
-    }
-    closedir(d);
+    rm_steps(dir, label, err, errlen); /* the new checkpoint is committed: the older ones go */
     return 0;
 }
 
@@ -129,20 +136,7 @@ int ckpt_remove_all(const char *dir, char *err, size_t errlen) {
     char p[4200];
     snprintf(p, sizeof p, "%s/latest", dir);
     if (unlink(p) != 0 && errno != ENOENT && errno != ENOTDIR) return syserr(err, errlen, p, "cannot remove");
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *de;
-    int rc = 0;
-    while ((de = readdir(d))) {
-        long l;
-        int tmp;
-        if (step_name(de->d_name, &l, &tmp)) {
-            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-            if (rm_rf(p) < 0) rc = syserr(err, errlen, p, "cannot remove");
-        }
-    }
-    closedir(d);
-    return rc;
+    return rm_steps(dir, -1, err, errlen);
 }
 
 int ckpt_claim(const char *dir, char *err, size_t errlen) {

@@ -131,6 +131,12 @@ int ckpt_get_f64(ckpt_file *f, const char *name, double *v, size_t n);
 int ckpt_get_i64(ckpt_file *f, const char *name, int64_t *v, size_t n);
 /* The string into s (at most n bytes with its NUL; longer is an error). */
 int ckpt_get_str(ckpt_file *f, const char *name, char *s, size_t n);
+/* Either way, for state one function both writes and reads back: ckpt_put_* on a file of
+ * ckpt_create, ckpt_get_* (into v) on one of ckpt_open. ckpt_writing: 1 for the former. */
+int ckpt_io_f32(ckpt_file *f, const char *name, float *v, size_t n);
+int ckpt_io_f64(ckpt_file *f, const char *name, double *v, size_t n);
+int ckpt_io_i64(ckpt_file *f, const char *name, int64_t *v, size_t n);
+int ckpt_writing(const ckpt_file *f);
 
 /* Close (writers: the file is complete on disk after this). Returns 0 or -1; the message is in
  * ckpt_error(f) until ckpt_free. */

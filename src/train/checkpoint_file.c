@@ -54,19 +54,13 @@ ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t 
     rank_path(f->path, sizeof f->path, dir, label, rank, 1);
     f->writing = 1;
     f->file = H5Fcreate(f->path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
-    if (f->file < 0) {
-        seterr(err, errlen, "%s: cannot create the checkpoint file (HDF5 H5Fcreate failed)", f->path);
-        free(f);
-        return NULL;
-    }
     /* Every file names its checkpoint, so a file moved between checkpoints is noticed. */
     const int64_t l[3] = {label, rank, (int64_t)g_run_id};
-    if (ckpt_put_i64(f, "label_rank_run", l, 3)) {
-        seterr(err, errlen, "%s", f->err);
-        ckpt_free(f);
-        return NULL;
-    }
-    return f;
+    if (f->file < 0) seterr(err, errlen, "%s: cannot create the checkpoint file (HDF5 H5Fcreate failed)", f->path);
+    else if (ckpt_put_i64(f, "label_rank_run", l, 3)) seterr(err, errlen, "%s", f->err);
+    else return f;
+    ckpt_free(f);
+    return NULL;
 }
 
 uint64_t ckpt_file_run_id(ckpt_file *f) {
@@ -83,38 +77,26 @@ int ckpt_exists(const char *dir, long label, int rank) {
 ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t errlen) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     ckpt_file *f = xcalloc(1, sizeof *f);
+    f->file = H5I_INVALID_HID;
     rank_path(f->path, sizeof f->path, dir, label, rank, 0);
-    if (access(f->path, R_OK) != 0) {
+    int64_t l[3] = {-1, -1, 0};
+    if (access(f->path, R_OK) != 0)
         seterr(err, errlen, "%s: %s (the checkpoint has no state for rank %d: was it written with another p or method?)", f->path,
                strerror(errno), rank);
-        free(f);
-        return NULL;
-    }
-    f->file = H5Fopen(f->path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f->file < 0) {
+    else if ((f->file = H5Fopen(f->path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0)
         seterr(err, errlen, "%s: cannot open the checkpoint file (HDF5 H5Fopen failed: not an HDF5 file, or truncated?)", f->path);
-        free(f);
-        return NULL;
-    }
-    int64_t l[3] = {-1, -1, 0};
-    if (ckpt_get_i64(f, "label_rank_run", l, 3)) {
+    else if (ckpt_get_i64(f, "label_rank_run", l, 3))
         seterr(err, errlen, "%s", f->err);
-        ckpt_free(f);
-        return NULL;
-    }
-    if (g_run_id && (uint64_t)l[2] != g_run_id) {
+    else if (g_run_id && (uint64_t)l[2] != g_run_id)
         seterr(err, errlen, "%s was written by another run (run id %016llx, this run's checkpoint is %016llx): the checkpoint "
                "directory was changed by hand", f->path, (unsigned long long)l[2], (unsigned long long)g_run_id);
-        ckpt_free(f);
-        return NULL;
-    }
-    if (l[0] != label || l[1] != rank) {
+    else if (l[0] != label || l[1] != rank)
         seterr(err, errlen, "%s holds the state of rank %lld after %lld iterations, not of rank %d after %ld: the checkpoint directory "
                "was changed by hand", f->path, (long long)l[1], (long long)l[0], rank, label);
-        ckpt_free(f);
-        return NULL;
-    }
-    return f;
+    else
+        return f;
+    ckpt_free(f);
+    return NULL;
 }
 
 static int put(ckpt_file *f, const char *name, hid_t ftype, hid_t mtype, const void *v, size_t n) {
@@ -165,6 +147,11 @@ int ckpt_put_i64(ckpt_file *f, const char *name, const int64_t *v, size_t n) { r
 int ckpt_get_f32(ckpt_file *f, const char *name, float *v, size_t n) { return get(f, name, H5T_NATIVE_FLOAT, v, n, "float32"); }
 int ckpt_get_f64(ckpt_file *f, const char *name, double *v, size_t n) { return get(f, name, H5T_NATIVE_DOUBLE, v, n, "float64"); }
 int ckpt_get_i64(ckpt_file *f, const char *name, int64_t *v, size_t n) { return get(f, name, H5T_NATIVE_INT64, v, n, "int64"); }
+
+int ckpt_io_f32(ckpt_file *f, const char *name, float *v, size_t n) { return f->writing ? ckpt_put_f32(f, name, v, n) : ckpt_get_f32(f, name, v, n); }
+int ckpt_io_f64(ckpt_file *f, const char *name, double *v, size_t n) { return f->writing ? ckpt_put_f64(f, name, v, n) : ckpt_get_f64(f, name, v, n); }
+int ckpt_io_i64(ckpt_file *f, const char *name, int64_t *v, size_t n) { return f->writing ? ckpt_put_i64(f, name, v, n) : ckpt_get_i64(f, name, v, n); }
+int ckpt_writing(const ckpt_file *f) { return f->writing; }
 
 /* Strings are uint8 datasets of their bytes (no NUL): exact, and readable by any HDF5 tool. */
 int ckpt_put_str(ckpt_file *f, const char *name, const char *s) { return put(f, name, H5T_STD_U8LE, H5T_NATIVE_UCHAR, s, strlen(s)); }

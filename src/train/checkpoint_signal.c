@@ -81,18 +81,14 @@ void ckpt_signal_clear_save(void) {
     if (g_sig == CKPT_SIG_SAVE) g_sig = CKPT_SIG_NONE, g_signo = 0;
 }
 
-void ckpt_poll_test(long steps, int world_rank) {
-    if (g_test_sig && !g_test_eval && steps >= g_test_step && world_rank == g_test_rank) {
+/* The DSGD_TEST_SIGNAL hook at a step (eval = 0) or in an evaluation (eval = 1). */
+static void poll_test(long steps, int world_rank, int eval) {
+    if (g_test_sig && g_test_eval == eval && steps >= g_test_step && world_rank == g_test_rank) {
         const int sig = g_test_sig;
         g_test_sig = 0; /* once */
         raise(sig);
     }
 }
 
-void ckpt_poll_test_eval(long steps, int world_rank) {
-    if (g_test_sig && g_test_eval && steps >= g_test_step && world_rank == g_test_rank) {
-        const int sig = g_test_sig;
-        g_test_sig = 0;
-        raise(sig);
-    }
-}
+void ckpt_poll_test(long steps, int world_rank) { poll_test(steps, world_rank, 0); }
+void ckpt_poll_test_eval(long steps, int world_rank) { poll_test(steps, world_rank, 1); }

@@ -322,7 +322,6 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
         }
     }
     st = comm_agree(st);
-    if (!st) t->n_checkpoints++;
     if (t->log && !st)
         printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0), fflush(stdout);
     return st;

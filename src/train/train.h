@@ -60,7 +60,6 @@ typedef struct trainer {
     long resume_label;        /* -1: a fresh run; else continue from the checkpoint after this
                                  many iterations */
     int sig;                  /* CKPT_SIG_* the ranks agreed on at the last agreement point */
-    long n_checkpoints;       /* written by this run */
     int lost;                 /* ranks this rank gave up on (silent for comm_timeout_s) and went on
                                  without: the job then ends with MPI_Abort (comm_finish), as a
                                  stopped process never exits */
