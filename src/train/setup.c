@@ -524,7 +524,6 @@ void setup_model(run_setup *r) {
     t->y = model_host_alloc(t->net, (size_t)e->b * sizeof(int));
     t->eval_x = model_host_alloc(t->net, (size_t)t->eval_batch * sample * sizeof(float));
     t->eval_y = model_host_alloc(t->net, (size_t)t->eval_batch * sizeof(int));
-    t->eval_idx = xmalloc((size_t)t->eval_batch * sizeof(int));
     t->velocity = xcalloc(model_n_params(t->net), sizeof(float));
     /* How allreduce moves the gradients (comm/reduce.h): chosen and built once. */
     reducer_init(&t->red, e, t->net, t->worker, t->rank, agree_key);
@@ -768,7 +767,7 @@ int setup_close(run_setup *r, int st) {
     }
     st = comm_finish(st, log_rank); /* bounded: a rank stopped at the very end does not hold the job */
     model_host_free(t->net, t->x), model_host_free(t->net, t->y), model_host_free(t->net, t->eval_x), model_host_free(t->net, t->eval_y);
-    free(t->eval_idx), free(t->velocity);
+    free(t->velocity);
     reducer_free(&t->red);
     model_free(t->net);
     loader_free(&t->train_loader);

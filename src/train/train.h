@@ -49,7 +49,6 @@ typedef struct trainer {
     int eval_batch;           /* eval.batch, capped at the most samples one rank evaluates */
     float *eval_x;            /* (eval_batch, c, h, w) */
     int *eval_y;              /* (eval_batch) */
-    int *eval_idx;            /* (eval_batch) sample indices */
     float *velocity;          /* (n_params) momentum v */
 
     phase_times times;
