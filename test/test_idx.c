@@ -289,8 +289,13 @@ START_TEST(missing_file) {
     const char *none = tpath(2, "does-not-exist.gz");
     EXPECT_ERROR(none, lbl, 10, "cannot open images file", none, "No such file or directory");
     EXPECT_ERROR(img, none, 10, "cannot open labels file", none, "No such file or directory");
-    /* A directory opens but cannot be read. */
-    EXPECT_ERROR(tmpdir, lbl, 10, tmpdir, "read error: Is a directory");
+    /* Not regular files: refused before they are opened (a FIFO without a writer would block
+     * in open() for ever, a device never end). */
+    EXPECT_ERROR(tmpdir, lbl, 10, tmpdir, "not a regular file (a directory)");
+    const char *fifo = tpath(3, "mf-fifo");
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    EXPECT_ERROR(fifo, lbl, 10, fifo, "not a regular file (a FIFO); expected an IDX images file");
+    EXPECT_ERROR(img, "/dev/zero", 10, "/dev/zero", "not a regular file (a device or socket); expected an IDX labels file");
 }
 END_TEST
 

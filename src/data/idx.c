@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "util/util.h"
@@ -80,6 +81,12 @@ static int idx_read(const char *path, uint32_t magic, int rank, uint32_t dims[3]
     *data = NULL;
     *nbytes = 0;
     const char *what = rank == 3 ? "images" : "labels";
+    /* every rank reads the file whole: a FIFO would block in open() with no writer, a device
+     * never end; both are refused before they are opened */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return seterr(err, errlen, "%s: not a regular file (%s); expected an IDX %s file (.gz or raw)", path,
+                      S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a device or socket", what);
     errno = 0;
     gzFile gz = gzopen(path, "rb");
     if (!gz)
