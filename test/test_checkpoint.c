@@ -352,6 +352,19 @@ START_TEST(test_errors) {
                   "exit %d\n%s", st, out);
     file_sum(h5, s2, sizeof s2);
     ck_assert_msg(!strcmp(s1, s2), "a refused run changed the run file");
+    /* another output on that checkpoint.path: neither --resume nor overwrite is offered (that
+     * run is not this one's to continue or remove), with or without overwrite = true */
+    char other[600], ck3[300];
+    snprintf(ck3, sizeof ck3, "%.200s/e3.ckpt", g_dir);
+    snprintf(other, sizeof other, "--set output=%.200s/e4.h5 --set checkpoint.path=%.200s", g_dir, ck3);
+    for (int k = 0; k < 2; k++) {
+        char args[700];
+        snprintf(args, sizeof args, "%s%s", other, k ? " --set overwrite=true" : "");
+        st = run_env("", 1, cfg, args, out, sizeof out);
+        ck_assert_msg(st == 2 && strstr(out, "holds the checkpoint of the run of another output") && !strstr(out, "--resume"),
+                      "exit %d\n%s", st, out);
+    }
+    assert_latest(ck3, "step-200"); /* the completed run's last periodic checkpoint, kept */
 }
 END_TEST
 

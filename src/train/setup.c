@@ -335,21 +335,23 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
         !strcmp(status, "completed")) /* the run these checkpoints belong to finished: nothing to continue */
         return seterr(err, errlen, "%s: key 'output': %s holds a completed run (its checkpoints are in %s); use --set overwrite=true "
                       "to replace it (its checkpoints are then removed) or choose another output", config_where("output"), e->output, dir);
-    if (have && !e->overwrite)
-        return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of an earlier run (step %ld); continue it with "
-                      "--resume (or resume = \"auto\"), choose another output or checkpoint.path, or set overwrite = true to start "
-                      "afresh (its checkpoints are then removed)", config_where("checkpoint.path"), dir, l);
-    if (have) { /* overwrite = true replaces this output's run and checkpoints, never another output's */
+    int other = 0; /* the checkpoint is the run of another output: never this run's to continue or remove */
+    if (have) {
         ckpt_file *f = ckpt_open(dir, l, log_rank, m, sizeof m);
         int rc = !f || ckpt_get_str(f, "experiment", saved, sizeof saved);
         ckpt_free(f);
         char want[CFG_PATH_MAX + 16];
         snprintf(want, sizeof want, "\noutput = \"%s\";", e->output);
-        if (!rc && !strstr(saved, want))
-            return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of the run of another output (step %ld); "
-                          "overwrite = true replaces only this output's run: choose another checkpoint.path", config_where("checkpoint.path"),
-                          dir, l);
+        other = !rc && !strstr(saved, want);
     }
+    if (other)
+        return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of the run of another output (step %ld)%s: "
+                      "choose another checkpoint.path", config_where("checkpoint.path"), dir, l,
+                      e->overwrite ? "; overwrite = true replaces only this output's run" : "");
+    if (have && !e->overwrite)
+        return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of an earlier run (step %ld); continue it with "
+                      "--resume (or resume = \"auto\"), choose another output or checkpoint.path, or set overwrite = true to start "
+                      "afresh (its checkpoints are then removed)", config_where("checkpoint.path"), dir, l);
     return 0;
 }
 
