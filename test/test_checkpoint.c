@@ -285,6 +285,11 @@ START_TEST(test_servers_async) {
         /* a periodic checkpoint (at server 0's first count >= 50), then the signal's */
         const char *c1 = strstr(out, "checkpoint: step "), *c2 = c1 ? strstr(c1 + 1, "checkpoint: step ") : NULL;
         ck_assert_msg(c1 && c2 && atol(c1 + 17) >= 50 && atol(c1 + 17) < 70, "%s: no periodic checkpoint:\n%s", m[k].tag, out);
+        if (k == 0) { /* resumed as another method: its log rank's file (rank 0, a worker here) holds no experiment;
+                         the key that changed is named from the file that does */
+            st = run_env("", 3, cfg, "--resume --set method=allreduce", out, sizeof out);
+            ck_assert_msg(st == 2 && strstr(out, "key 'method': the checkpoint was written with method = \"ps\""), "exit %d\n%s", st, out);
+        }
         st = run_env("", m[k].np, cfg, "--resume", out, sizeof out);
         ck_assert_msg(st == 0, "%s --resume: exit %d\n%s", m[k].tag, st, out);
         read_attr_string(h5, "status", status, sizeof status);

@@ -278,6 +278,25 @@ static int check_not_input(const experiment *e, const char *config_path, const c
     return 0;
 }
 
+/* The experiment (text) and run id checkpoint `label` in dir was written with: from this run's log
+ * rank's file, else from the rank file that holds it (a checkpoint of another method or p, whose
+ * run file was written by another rank), so that the key that changed can be named. Returns 0,
+ * or -1 with m filled. */
+static int ckpt_experiment(const char *dir, long label, int log_rank, char *saved, size_t n, uint64_t *run_id, char *m, size_t mn) {
+    for (int k = -1; k < 65536; k++) { /* k = -1: the log rank's file, then ranks 0, 1, ... while there are files */
+        if (k == log_rank) continue;
+        const int rank = k < 0 ? log_rank : k;
+        if (k >= 0 && !ckpt_exists(dir, label, rank)) break;
+        char mk[ERRLEN];
+        ckpt_file *f = ckpt_open(dir, label, rank, mk, sizeof mk);
+        const int rc = !f || ckpt_get_str(f, "experiment", saved, n) || !(*run_id = ckpt_file_run_id(f));
+        if (rc && k < 0) snprintf(m, mn, "%s", f ? ckpt_error(f) : mk); /* the message if no rank file holds it */
+        ckpt_free(f);
+        if (!rc) return 0;
+    }
+    return -1;
+}
+
 /* Rank 0: whether this run continues an earlier one (checkpoint.h). Returns 0 or EXIT_BADINPUT. */
 static int plan_resume(const experiment *e, int cli_resume, const char *dir, int log_rank, resume_plan *pl, char *err,
                        size_t errlen) {
@@ -310,11 +329,8 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
         if (!out_exists)
             return seterr(err, errlen, "%s: key 'output': %s: %s found the checkpoint %s/step-%ld, but its run file %s is missing; "
                           "restore it, or remove %s to start afresh", config_where("output"), e->output, how, dir, l, e->output, dir);
-        ckpt_file *f = ckpt_open(dir, l, log_rank, m, sizeof m);
-        int rc = !f || ckpt_get_str(f, "experiment", saved, sizeof saved) || !(pl->run_id = ckpt_file_run_id(f));
-        if (rc && f) snprintf(m, sizeof m, "%s", ckpt_error(f));
-        ckpt_free(f);
-        if (rc) return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
+        if (ckpt_experiment(dir, l, log_rank, saved, sizeof saved, &pl->run_id, m, sizeof m))
+            return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
         if (ckpt_compare_config(saved, now, m, sizeof m))
             return seterr(err, errlen, "%s: %s: cannot continue %s/step-%ld: %s", e->source, how, dir, l, m);
         pl->label = l;
@@ -337,9 +353,8 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
                       "to replace it (its checkpoints are then removed) or choose another output", config_where("output"), e->output, dir);
     int other = 0; /* the checkpoint is the run of another output: never this run's to continue or remove */
     if (have) {
-        ckpt_file *f = ckpt_open(dir, l, log_rank, m, sizeof m);
-        int rc = !f || ckpt_get_str(f, "experiment", saved, sizeof saved);
-        ckpt_free(f);
+        uint64_t id;
+        const int rc = ckpt_experiment(dir, l, log_rank, saved, sizeof saved, &id, m, sizeof m);
         char want[CFG_PATH_MAX + 16];
         snprintf(want, sizeof want, "\noutput = \"%s\";", e->output);
         other = !rc && !strstr(saved, want);
