@@ -627,6 +627,8 @@ START_TEST(test_set_errors) {
     EXPECT_SET_ERROR("", "alpha=0.1", "--set alpha=0.1: key 'alpha': expected a group");
     EXPECT_SET_ERROR("", "alpha={bse=1;}", "--set alpha={bse=1;}: unknown key 'alpha.bse'; did you mean 'alpha.base'?");
     EXPECT_SET_ERROR("", "seed=5000000000", "--set seed=5000000000: integer 5000000000 does not fit in 32 bits");
+    /* beyond 64 bits no suffix helps: no "write ...L" hint */
+    EXPECT_SET_ERROR("", "iterations=99999999999999999999", "integer 99999999999999999999 does not fit in 64 bits");
     EXPECT_SET_ERROR("", "overwrite=yes", "--set overwrite=yes: key 'overwrite': cannot read 'yes'");
     /* enum values: another case or a small slip gets the name meant; anything else does not */
     EXPECT_SET_ERROR("", "precision=\"BF16\"", "--set precision=\"BF16\": key 'precision'", "got a string \"BF16\"; did you mean \"bf16\"?");

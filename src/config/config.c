@@ -191,7 +191,8 @@ static int scan_int_literals(const char *t, origin *o, int depth, char *err, siz
                 int w = (int)(e_ - s);
                 if (w > SHOWN_CHARS)
                     return oerr(err, errlen, o, "an integer of %d digits does not fit in %d bits", w, l64 ? 64 : 32);
-                if (l64) return oerr(err, errlen, o, "integer %.*s does not fit in 64 bits", w, t + s);
+                if (l64 || mag > (neg ? 1ull << 63 : (1ull << 63) - 1)) /* no suffix makes it fit */
+                    return oerr(err, errlen, o, "integer %.*s does not fit in 64 bits", w, t + s);
                 return oerr(err, errlen, o,
                             "integer %.*s does not fit in 32 bits; write %.*sL for a 64-bit integer "
                             "(libconfig would silently wrap it)", w, t + s, w, t + s);
