@@ -163,6 +163,9 @@ START_TEST(test_bad_input_every_rank) {
     /* Missing data file, on every rank. */
     make_cfg("baddata", "data = { val_labels = \"/nonexistent/labels.gz\"; };", cfg, h5);
     expect_bad(2, cfg, NULL, "/nonexistent/labels.gz", NULL);
+    /* ... named with the line that set it (line 11, after TINY's 10 lines), or its --set */
+    expect_bad(2, cfg, NULL, "baddata.cfg:11: keys 'data.val_images', 'data.val_labels': cannot open labels file", NULL);
+    expect_bad(2, cfg, "--set data.val_images=/nonexistent/images.gz", "--set data.val_images=/nonexistent/images.gz: keys", NULL);
     /* Missing experiment file. */
     expect_bad(2, "/nonexistent/x.cfg", NULL, "/nonexistent/x.cfg", NULL);
     struct stat sb;

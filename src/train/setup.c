@@ -41,10 +41,25 @@ static void agree_key(int status, const char *key, const char *msg) {
     setup_agree(status, err);
 }
 
-/* Prefix err with the experiment file and the keys at fault ("keys 'p', 'b'"). */
+/* Prefix err with where the first key at fault was set (file:line, --set, or the file for a
+ * default) and the keys ("keys 'p', 'b'"). */
 static void setup_blame(const experiment *e, const char *keys, char *err, size_t errlen) {
-    char prefix[CFG_PATH_MAX + 128];
-    int n = snprintf(prefix, sizeof prefix, "%s: %s: ", e->source, keys);
+    char prefix[CFG_PATH_MAX + 128], first[64] = "";
+    const char *q = strchr(keys, '\'');
+    if (q) sscanf(q + 1, "%63[^']", first);
+    /* a data path the message names: where that key was set */
+    const struct { const char *key, *value; } paths[] = {
+        {"data.train_images", e->data.train_images}, {"data.train_labels", e->data.train_labels},
+        {"data.val_images", e->data.val_images},     {"data.val_labels", e->data.val_labels},
+        {"data.dir", e->data.dir},
+    };
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (paths[i].value[0] && strstr(keys, paths[i].key) && strstr(err, paths[i].value)) {
+            snprintf(first, sizeof first, "%s", paths[i].key);
+            break;
+        }
+    const char *where = first[0] && config_where(first)[0] ? config_where(first) : e->source;
+    int n = snprintf(prefix, sizeof prefix, "%s: %s: ", where, keys);
     size_t len = strlen(err), k = (size_t)n < errlen - 1 ? (size_t)n : errlen - 1;
     if (len + k >= errlen) len = errlen - 1 - k; /* keep the end of the message inside err */
     memmove(err + k, err, len);
