@@ -172,8 +172,10 @@ int ckpt_in_use(const char *dir) {
 int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char *err, size_t errlen) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     buf[0] = '\0';
+    struct stat sb;
+    if (stat(path, &sb) != 0) return seterr(err, errlen, "%s: cannot open the run file: %s", path, strerror(errno)), -1;
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return seterr(err, errlen, "%s: cannot open the run file (HDF5 H5Fopen failed)", path), -1;
+    if (f < 0) return seterr(err, errlen, "%s: cannot open the run file (HDF5 H5Fopen failed: not an HDF5 file?)", path), -1;
     int rc = 0;
     if (H5Aexists(f, name) > 0) {
         hid_t a = H5Aopen(f, name, H5P_DEFAULT);
