@@ -227,9 +227,11 @@ void train_log_summary(trainer *t, int status, int why, double train_s) {
     runlog_set_attr_double(t->log, "train_time_s", train_s);
     runlog_set_attr_double(t->log, "images_per_s", ips);
     runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
-    char sig[160];
-    snprintf(sig, sizeof sig, "interrupted: %s after step %ld, checkpoint written; continue with --resume",
-             ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal", t->step);
+    char sig[256], label[96] = "";
+    if (t->last_ckpt > t->step) /* asynchronous gossip: each node stopped at its own step, the label is the largest */
+        snprintf(label, sizeof label, " (rank 0's own step; the checkpoint is step-%ld, the nodes' largest)", t->last_ckpt);
+    snprintf(sig, sizeof sig, "interrupted: %s after step %ld%s, checkpoint written; continue with --resume",
+             ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal", t->step, label);
     runlog_set_attr_string(t->log, "status", status == EXIT_OK              ? "completed"
                                             : status == EXIT_INTERRUPTED ? sig
                                             : why == STOPPED_NONFINITE ? "stopped: non-finite loss or gradient"
@@ -322,6 +324,7 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
         }
     }
     st = comm_agree(st);
+    if (!st) t->last_ckpt = label;
     if (t->log && !st)
         printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0), fflush(stdout);
     return st;

@@ -53,6 +53,7 @@ typedef struct trainer {
 
     phase_times times;
     long step;                /* steps completed (server methods: iterations, see methods.md) */
+    long last_ckpt;           /* label of the last checkpoint written by train_checkpoint (0: none) */
 
     /* Checkpoints (src/train/checkpoint.h; set by resume_prepare). */
     char ckpt_dir[CFG_PATH_MAX + 16]; /* checkpoint directory */
