@@ -101,10 +101,14 @@ static int parse_args(int argc, char **argv, cli_args *a, char *err, size_t errl
             return seterr(err, errlen, "more than one experiment file: '%s' and '%s'", a->config_path, s);
         else a->config_path = s;
     }
+    if (a->check_only && a->print_config)
+        return seterr(err, errlen, "--check and --print-config exclude each other: --check validates and reports, --print-config "
+                      "prints the experiment file (see dsgd-run --help)");
     if (a->status_of && a->config_path)
         return seterr(err, errlen, "--status takes one run file and nothing else; '%s' given as well", a->config_path);
     if (!a->config_path && !a->help && !a->version && !a->status_of)
-        return seterr(err, errlen, "no experiment file given (usage: dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg)");
+        return seterr(err, errlen, "no experiment file given (usage: dsgd-run [--set KEY=VALUE]... [--check | --print-config] "
+                      "[--p-from-world] [--resume] EXPERIMENT.cfg; dsgd-run --help)");
     return 0;
 }
 

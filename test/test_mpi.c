@@ -96,6 +96,9 @@ START_TEST(test_run_file_content) {
     snprintf(cmd, sizeof cmd, "./dsgd-run --status %s %s", h5, cfg);
     st = run(cmd, out, sizeof out);
     ck_assert_msg(st == 2 && strstr(out, "takes one run file"), "--status with two files: exit %d\n%s", st, out);
+    snprintf(cmd, sizeof cmd, "./dsgd-run --check --print-config %s", cfg);
+    st = run(cmd, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "--check and --print-config exclude each other"), "exit %d\n%s", st, out);
 }
 END_TEST
 
