@@ -369,10 +369,9 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
     int other = 0; /* the checkpoint is the run of another output: never this run's to continue or remove */
     if (have) {
         uint64_t id;
-        const int rc = ckpt_experiment(dir, l, log_rank, saved, sizeof saved, &id, m, sizeof m);
-        char want[CFG_PATH_MAX + 16];
-        snprintf(want, sizeof want, "\noutput = \"%s\";", e->output);
-        other = !rc && !strstr(saved, want);
+        char out[CFG_PATH_MAX];
+        other = !ckpt_experiment(dir, l, log_rank, saved, sizeof saved, &id, m, sizeof m) &&
+                !config_text_string(saved, "output", out, sizeof out) && strcmp(out, e->output) != 0;
     }
     if (other)
         return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of the run of another output (step %ld)%s: "
