@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "data/image.h"
 #include "util/util.h"
@@ -71,16 +70,6 @@ struct jpegload {
     pthread_t *th;
     int n_started;
 };
-
-/* Wait on cv for at most s seconds (CLOCK_REALTIME deadline, as pthread_cond_timedwait takes). */
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long ns = (long long)ts.tv_nsec + (long long)(s * 1e9);
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
-    pthread_cond_timedwait(cv, mu, &ts);
-}
 
 static int decoder_init(decoder *d, const jpegload_cfg *c) {
     size_t nb = shards_max_nbytes(c->train);

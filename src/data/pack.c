@@ -29,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm/comm.h"
@@ -326,14 +325,6 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv_done, cv_free;
 } pipeline;
-
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long ns = ts.tv_nsec + (long long)(s * 1e9);
-    ts.tv_sec += ns / 1000000000LL, ts.tv_nsec = ns % 1000000000LL;
-    pthread_cond_timedwait(cv, mu, &ts);
-}
 
 /* Read the whole file into *buf (grown); 0, or 1 with why. */
 static int read_whole(const char *path, uint8_t **buf, size_t *cap, size_t *n, char *why, size_t whylen) {

@@ -134,3 +134,12 @@ double rng_normal(rng_t *r) {
     if (u1 < 1e-300) u1 = 1e-300;
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
+
+void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long ns = (long long)ts.tv_nsec + (long long)(s * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_cond_timedwait(cv, mu, &ts);
+}

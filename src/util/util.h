@@ -3,6 +3,7 @@
 #ifndef DSGD_UTIL_H
 #define DSGD_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +58,10 @@ uint64_t rng_below(rng_t *r, uint64_t n);
 double rng_normal(rng_t *r);
 /* Mix several 64-bit words into one seed (e.g. (seed, epoch) -> permutation seed). */
 uint64_t seed_mix(uint64_t a, uint64_t b);
+
+/* Wait on cv (mu held) for at most s seconds: pthread_cond_timedwait with a CLOCK_REALTIME
+ * deadline s from now. A wake-up, a timeout and a spurious return look the same to the caller. */
+void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, double s);
 
 #ifdef __cplusplus
 }
