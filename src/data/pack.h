@@ -26,38 +26,11 @@
 #ifndef DSGD_PACK_H
 #define DSGD_PACK_H
 
-#include <stddef.h>
-#include <stdint.h>
-
 /* 1 if argv asks for --pack (main dispatches to pack_main before anything else). */
 int pack_requested(int argc, char **argv);
 
 /* The whole of `dsgd-run --pack ...` after comm_init (every rank calls it); returns the exit
  * status. Prints errors and progress on stderr. */
 int pack_main(int argc, char **argv);
-
-/* ---- The per-image conversion, exposed for tests ------------------------------------------ */
-
-/* What an image's bytes are, by content: */
-enum { PACK_JPEG = 1, PACK_PNG = 2 };
-/* PACK_JPEG, PACK_PNG, or 0 with what (a phrase: "an empty file (0 bytes)", "a GIF image",
- * "not an image (starts 3c 68 74 6d)") filled. */
-int pack_sniff(const uint8_t *buf, size_t nbytes, char *what, size_t whatlen);
-
-/* The size an h × w image is stored at: unchanged if its largest side is at most max_side,
- * else the largest side = max_side and the other rounded to nearest, at least 1. */
-void pack_target_size(int h, int w, int max_side, int *th, int *tw);
-
-/* One thread's converter: its decoder, buffers and JPEG encoder. */
-typedef struct pack_conv pack_conv;
-pack_conv *pack_conv_new(void);
-void pack_conv_free(pack_conv *c);
-
-/* Convert an image file's bytes (JPEG or PNG) into a baseline 4:2:0 JPEG of largest side <=
- * max_side at quality: *jpeg (c's buffer, valid until the next call) of *jpeg_nbytes bytes, h × w
- * pixels; *warnings: decoder warnings (data recovered). Returns 0, or 1 (the image cannot be
- * packed: why says so, e.g. "truncated JPEG (no end-of-image marker)") . Never exits. */
-int pack_convert(pack_conv *c, const uint8_t *buf, size_t nbytes, int max_side, int quality, const uint8_t **jpeg,
-                 size_t *jpeg_nbytes, int *h, int *w, int *warnings, char *why, size_t whylen);
 
 #endif

@@ -16,7 +16,12 @@
 
 #define PACK_MAX_PIXELS ((size_t)1 << 27) /* largest decoded image held in memory (pixels) */
 #define PACK_DCT_MIN_SIDE 32              /* smallest side decoded with DCT scaling (pixels) */
-int pack_sniff(const uint8_t *b, size_t n, char *what, size_t whatlen) {
+
+enum { PACK_JPEG = 1, PACK_PNG = 2 };
+
+/* What an image's bytes are, by content: PACK_JPEG, PACK_PNG, or 0 with what (a phrase: "an empty
+ * file (0 bytes)", "a GIF image: only JPEG and PNG are packed", "not a JPEG or PNG image (...)"). */
+static int pack_sniff(const uint8_t *b, size_t n, char *what, size_t whatlen) {
     if (n == 0) return snprintf(what, whatlen, "an empty file (0 bytes)"), 0;
     if (n >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return PACK_JPEG;
     if (n >= 8 && memcmp(b, "\x89PNG\r\n\x1a\n", 8) == 0) return PACK_PNG;
@@ -32,7 +37,9 @@ int pack_sniff(const uint8_t *b, size_t n, char *what, size_t whatlen) {
     return 0;
 }
 
-void pack_target_size(int h, int w, int max_side, int *th, int *tw) {
+/* The size an h × w image is stored at: unchanged if its largest side is at most max_side, else
+ * the largest side = max_side and the other rounded to nearest, at least 1. */
+static void pack_target_size(int h, int w, int max_side, int *th, int *tw) {
     *th = h, *tw = w;
     if (h <= max_side && w <= max_side) return;
     if (w >= h) *tw = max_side, *th = (int)((2 * (int64_t)h * max_side + w) / (2 * (int64_t)w));

@@ -47,6 +47,18 @@ typedef struct {
 /* Grow *p (an array of elem-byte elements with *cap of them) to hold need; dies when out of memory. */
 void pack_grow_buf(void *p, size_t *cap, size_t need, size_t elem);
 
+/* pack_image.c: one thread's converter: its decoder, buffers and JPEG encoder. */
+typedef struct pack_conv pack_conv;
+pack_conv *pack_conv_new(void);
+void pack_conv_free(pack_conv *c);
+
+/* Convert an image file's bytes (JPEG or PNG) into a baseline 4:2:0 JPEG of largest side <=
+ * max_side at quality: *jpeg (c's buffer, valid until the next call) of *jpeg_nbytes bytes, h × w
+ * pixels; *warnings: decoder warnings (data recovered). Returns 0, or 1 (the image cannot be
+ * packed: why says so, e.g. "truncated JPEG (no end-of-image marker)") . Never exits. */
+int pack_convert(pack_conv *c, const uint8_t *buf, size_t nbytes, int max_side, int quality, const uint8_t **jpeg,
+                 size_t *jpeg_nbytes, int *h, int *w, int *warnings, char *why, size_t whylen);
+
 /* pack_sources.c */
 void pack_sources_free(source_set *ss);
 void pack_strvec_push(strvec *s, const char *x);
