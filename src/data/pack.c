@@ -40,7 +40,6 @@
 #define PACK_SUBSAMPLING "4:2:0"
 #define PACK_INTERP "bicubic"
 
-/* Grow *p (elem-byte elements, *cap of them) to hold need (the packing threads' buffers). */
 void pack_grow_buf(void *p, size_t *cap, size_t need, size_t elem) {
     void **pp = p;
     if (need <= *cap) return;
@@ -448,11 +447,7 @@ static int write_shards(pipeline *p, const split_plan *plans, pack_stats *st, in
                             p->ss->s[k].rel[si], s->warnings);
                     st->warned++;
                 }
-                if (jn + s->n > jcap) {
-                    while (jn + s->n > jcap) jcap = jcap / 2 * 3;
-                    jbuf = realloc(jbuf, jcap);
-                    if (!jbuf) DIE("pack: out of memory for a shard of %zu bytes", jcap);
-                }
+                pack_grow_buf(&jbuf, &jcap, jn + s->n, 1);
                 memcpy(jbuf + jn, s->jpeg, s->n);
                 jn += s->n;
                 label[n] = p->ss->s[k].label[si], hh[n] = (uint16_t)s->h, ww[n] = (uint16_t)s->w, src[n] = (int32_t)si;

@@ -34,7 +34,8 @@ typedef struct {
 
 typedef struct {
     char **v;
-    int64_t n, cap;
+    int64_t n;
+    size_t cap;
 } strvec;
 
 /* Serialise ss as NUL-terminated strings: n_classes, classes, then per split: present, n,

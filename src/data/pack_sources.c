@@ -28,11 +28,7 @@ void pack_sources_free(source_set *ss) {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 void pack_strvec_push(strvec *s, const char *x) {
-    if (s->n == s->cap) {
-        s->cap = s->cap ? 2 * s->cap : 64;
-        s->v = realloc(s->v, (size_t)s->cap * sizeof *s->v);
-        if (!s->v) DIE("pack: out of memory listing files");
-    }
+    pack_grow_buf(&s->v, &s->cap, (size_t)s->n + 1, sizeof *s->v);
     s->v[s->n++] = strdup(x);
 }
 
@@ -81,13 +77,10 @@ static int class_of(const source_set *ss, const char *wnid) {
     return hit ? (int)(hit - ss->classes) : -1;
 }
 
-static void split_push(split_list *sp, int64_t *cap, const char *rel, int label) {
-    if (sp->n == *cap) {
-        *cap = *cap ? 2 * *cap : 1024;
-        sp->rel = realloc(sp->rel, (size_t)*cap * sizeof *sp->rel);
-        sp->label = realloc(sp->label, (size_t)*cap * sizeof *sp->label);
-        if (!sp->rel || !sp->label) DIE("pack: out of memory listing files");
-    }
+/* cap: the capacities of sp->rel and sp->label. */
+static void split_push(split_list *sp, size_t cap[2], const char *rel, int label) {
+    pack_grow_buf(&sp->rel, &cap[0], (size_t)sp->n + 1, sizeof *sp->rel);
+    pack_grow_buf(&sp->label, &cap[1], (size_t)sp->n + 1, sizeof *sp->label);
     sp->rel[sp->n] = strdup(rel);
     sp->label[sp->n++] = (int16_t)label;
 }
@@ -96,7 +89,7 @@ static void split_push(split_list *sp, int64_t *cap, const char *rel, int label)
  * must be a train class. */
 static int list_folders(source_set *ss, int k, const char *dir, const strvec *classes, char *err, size_t errlen) {
     split_list *sp = &ss->s[k];
-    int64_t cap = 0;
+    size_t cap[2] = {0};
     char cdir[PATH_MAX], rel[PATH_MAX];
     for (int64_t c = 0; c < classes->n; c++) {
         const int label = k == TRAIN ? (int)c : class_of(ss, classes->v[c]);
@@ -109,7 +102,7 @@ static int list_folders(source_set *ss, int k, const char *dir, const strvec *cl
         if (!rc && files.n == 0) fprintf(stderr, "dsgd-run: note: %s holds no images\n", cdir);
         for (int64_t i = 0; !rc && i < files.n; i++) {
             snprintf(rel, sizeof rel, "%s/%s", classes->v[c], files.v[i]);
-            split_push(sp, &cap, rel, label);
+            split_push(sp, cap, rel, label);
         }
         pack_strvec_free(&files);
         if (rc) return rc;
@@ -135,7 +128,8 @@ static int read_labels(const source_set *ss, const char *path, label_entry **out
     size_t cap = 0;
     ssize_t len;
     int lineno = 0, csv = -1, rc = 0;
-    int64_t n = 0, ecap = 0;
+    int64_t n = 0;
+    size_t ecap = 0;
     label_entry *e = NULL;
     while (!rc && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
@@ -170,11 +164,7 @@ static int read_labels(const source_set *ss, const char *path, label_entry **out
                         path, lineno, wnid, key, ss->n_classes);
             break;
         }
-        if (n == ecap) {
-            ecap = ecap ? 2 * ecap : 1024;
-            e = realloc(e, (size_t)ecap * sizeof *e);
-            if (!e) DIE("pack: out of memory reading %s", path);
-        }
+        pack_grow_buf(&e, &ecap, (size_t)n + 1, sizeof *e);
         e[n++] = (label_entry){strdup(key), label, lineno, 0};
     }
     free(line);
@@ -221,7 +211,7 @@ static int list_flat_val(source_set *ss, const char *src, const char *dir, const
     int rc = read_labels(ss, path, &e, &n, err, errlen);
     if (rc) return rc;
     split_list *sp = &ss->s[VAL];
-    int64_t cap = 0;
+    size_t cap[2] = {0};
     for (int64_t i = 0; i < files->n && !rc; i++) {
         /* by the file name, or by the name without its extension; a file labelled both ways is
          * labelled twice, as a file named twice in the same form is */
@@ -241,7 +231,7 @@ static int list_flat_val(source_set *ss, const char *src, const char *dir, const
                         full->line > by_stem->line ? full->line : by_stem->line, files->v[i], stem,
                         full->line < by_stem->line ? full->line : by_stem->line);
         else if (!hit) rc = seterr(err, errlen, "%s/%s: no label for it in %s", dir, files->v[i], path);
-        else hit->used++, split_push(sp, &cap, files->v[i], hit->label);
+        else hit->used++, split_push(sp, cap, files->v[i], hit->label);
     }
     int64_t unused = 0;
     for (int64_t i = 0; i < n; i++) unused += !e[i].used, free(e[i].key);
@@ -301,11 +291,7 @@ int pack_list_sources(source_set *ss, const pack_options *o, char *err, size_t e
 
 static void blob_put(blob *b, const char *s) {
     size_t l = strlen(s) + 1;
-    if (b->n + l > b->cap) {
-        while (b->n + l > b->cap) b->cap = b->cap ? 2 * b->cap : 1 << 16;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p) DIE("pack: out of memory");
-    }
+    pack_grow_buf(&b->p, &b->cap, b->n + l, 1);
     memcpy(b->p + b->n, s, l);
     b->n += l;
 }
