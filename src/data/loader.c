@@ -25,19 +25,25 @@ static void set_layout(loader *l, int kind, int n, int p, int rank, int b, uint6
     l->sample = sample;
 }
 
-int loader_init(loader *l, const dataset *train, int p, int rank, int b, uint64_t seed, char *err,
-                size_t errlen) {
+/* Every source starts here: l cleared (no permutation yet), and the layout checks. */
+static int layout_ok(loader *l, int p, int rank, int b, long long n, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
     l->epoch = -1;
     if (p < 1 || rank < 0 || rank >= p || b < 1)
-        return seterr(err, errlen, "loader: bad layout p = %d, rank = %d, b = %d (need p >= 1, "
-                      "0 <= rank < p, b >= 1)", p, rank, b);
+        return seterr(err, errlen, "loader: bad layout p = %d, rank = %d, b = %d (need p >= 1, 0 <= rank < p, b >= 1)", p, rank, b);
+    if (n < (long long)p * b)
+        return seterr(err, errlen, "loader: the training set has %lld samples, fewer than one global batch m = p*b = %d*%d = %lld",
+                      n, p, b, (long long)p * b);
+    if (n > INT32_MAX) return seterr(err, errlen, "loader: %lld training samples; at most %d are supported", n, INT32_MAX);
+    return 0;
+}
+
+int loader_init(loader *l, const dataset *train, int p, int rank, int b, uint64_t seed, char *err,
+                size_t errlen) {
+    int st = layout_ok(l, p, rank, b, train->n, err, errlen);
+    if (st) return st;
     if (train->c < 1 || train->c > 4)
         return seterr(err, errlen, "loader: training set has %d channels; 1..4 are supported", train->c);
-    long m = (long)p * b;
-    if (train->n < m)
-        return seterr(err, errlen, "loader: the training set has %d samples, fewer than one global "
-                      "batch m = p*b = %d*%d = %ld", train->n, p, b, m);
 
     /* Per-channel mean and population std of pixel/255 over the whole set. A histogram of the
      * 256 byte values makes the sums exact integers; the moments then come from 256 terms in
@@ -71,22 +77,9 @@ int loader_init(loader *l, const dataset *train, int p, int rank, int b, uint64_
     return 0;
 }
 
-/* The layout checks every source makes. */
-static int layout_ok(int p, int rank, int b, long long n, char *err, size_t errlen) {
-    if (p < 1 || rank < 0 || rank >= p || b < 1)
-        return seterr(err, errlen, "loader: bad layout p = %d, rank = %d, b = %d (need p >= 1, 0 <= rank < p, b >= 1)", p, rank, b);
-    if (n < (long long)p * b)
-        return seterr(err, errlen, "loader: the training set has %lld samples, fewer than one global batch m = p*b = %d*%d = %lld",
-                      n, p, b, (long long)p * b);
-    if (n > INT32_MAX) return seterr(err, errlen, "loader: %lld training samples; at most %d are supported", n, INT32_MAX);
-    return 0;
-}
-
 int loader_init_jpeg(loader *l, const jpegload_cfg *c, int p, int rank, int start, char *err, size_t errlen) {
-    memset(l, 0, sizeof *l);
-    l->epoch = -1;
     const long long n = shards_count(c->train);
-    int st = layout_ok(p, rank, c->b, n, err, errlen);
+    int st = layout_ok(l, p, rank, c->b, n, err, errlen);
     if (st) return st;
     set_layout(l, LOADER_JPEG, (int)n, p, rank, c->b, c->seed, (size_t)3 * c->train_aug.crop * c->train_aug.crop);
     l->jcfg = *c;
@@ -105,9 +98,7 @@ static float syn_value(rng_t *r) { return (float)((rng_uniform(r) * 2.0 - 1.0) *
 
 int loader_init_synthetic(loader *l, int c, int h, int w, int classes, int p, int rank, int b, uint64_t seed, char *err,
                           size_t errlen) {
-    memset(l, 0, sizeof *l);
-    l->epoch = -1;
-    int st = layout_ok(p, rank, b, LOADER_SYNTHETIC_N, err, errlen);
+    int st = layout_ok(l, p, rank, b, LOADER_SYNTHETIC_N, err, errlen);
     if (st) return st;
     if (c < 1 || h < 1 || w < 1 || classes < 1)
         return seterr(err, errlen, "loader: synthetic shape %d x %d x %d with %d classes", c, h, w, classes);
