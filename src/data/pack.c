@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "comm/comm.h"
+#include "data/loader.h"
 #include "data/shards.h"
 #include "util/util.h"
 
@@ -271,7 +272,7 @@ static int publish(const char *tmp, const char *final, const char *dir, char *er
 
 typedef struct {
     int n_shards;
-    int64_t *perm;     /* (n) source indices in shard order */
+    uint32_t *perm;    /* (n) source indices in shard order */
     int64_t *start;    /* (K + 1) shard k = perm[start[k], start[k+1]) */
 } split_plan;
 
@@ -281,13 +282,7 @@ static void plan_split(split_plan *pl, int64_t n, const pack_options *o, int k_s
     if (K < 1) K = 1;
     pl->n_shards = (int)K;
     pl->perm = xmalloc((size_t)n * sizeof *pl->perm);
-    for (int64_t i = 0; i < n; i++) pl->perm[i] = i;
-    rng_t r;
-    rng_seed(&r, seed_mix(o->seed, (uint64_t)k_split + 1));
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)rng_below(&r, (uint64_t)i + 1), t = pl->perm[i];
-        pl->perm[i] = pl->perm[j], pl->perm[j] = t;
-    }
+    loader_permutation(pl->perm, (int)n, o->seed, k_split + 1); /* the loader's shuffle, as an epoch k_split + 1 */
     pl->start = xmalloc(((size_t)K + 1) * sizeof *pl->start);
     for (int64_t k = 0; k <= K; k++) pl->start[k] = k * n / K;
 }
