@@ -140,10 +140,13 @@ void image_dec_free(image_dec *d) {
     free(d);
 }
 
-/* Read the header of buf and choose the output colour space. Must run under the caller's
- * setjmp. Returns 0 or -1 with err (an unsupported colour space). */
+/* Read the header of buf and choose the output colour space; warnings are counted from here.
+ * Must run under the caller's setjmp. Returns 0 or -1 with err (empty input, an unsupported
+ * colour space). */
 static int dec_header(image_dec *d, const uint8_t *buf, size_t nbytes, char *err, size_t errlen) {
     j_decompress_ptr ci = &d->cinfo;
+    if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
+    d->jerr.warnings = 0;
     jpeg_mem_src(ci, buf, (unsigned long)nbytes);
     jpeg_read_header(ci, TRUE);
     switch (ci->jpeg_color_space) {
@@ -201,10 +204,8 @@ int image_decode_rgb(image_dec *d, const uint8_t *buf, size_t nbytes, int denom,
                      int *warnings, char *err, size_t errlen) {
     j_decompress_ptr ci = &d->cinfo;
     *warnings = 0;
-    if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
     if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
         return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), -1;
-    d->jerr.warnings = 0;
     if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
     if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
     ci->scale_num = 1;
@@ -225,22 +226,18 @@ int image_decode_rgb(image_dec *d, const uint8_t *buf, size_t nbytes, int denom,
 
 int image_read_size(image_dec *d, const uint8_t *buf, size_t nbytes, int *h, int *w, char *err, size_t errlen) {
     j_decompress_ptr ci = &d->cinfo;
-    if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
-    d->jerr.warnings = 0;
     if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
-    int rc = dec_header(d, buf, nbytes, err, errlen);
+    if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
     *h = (int)ci->image_height;
     *w = (int)ci->image_width;
     jpeg_abort_decompress(ci);
-    return rc;
+    return 0;
 }
 
 int image_decode_rect(image_dec *d, const uint8_t *buf, size_t nbytes, int y0, int y1, int x0, int x1,
                       const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen) {
     j_decompress_ptr ci = &d->cinfo;
     *warnings = 0;
-    if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
-    d->jerr.warnings = 0;
     if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
     if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
     int H = (int)ci->image_height, W = (int)ci->image_width;
