@@ -171,8 +171,8 @@ void loader_indices(loader *l, long t, int *idx) {
     for (int j = 0; j < l->b; j++) idx[j] = (int)l->perm[off + j];
 }
 
-/* Normalise sample i of d into x (c, h, w). */
-static void normalise_one(const loader *l, const dataset *d, int i, float *x) {
+/* Normalise sample i of d into x (c, h, w); its label into *y. */
+static void normalise_one(const loader *l, const dataset *d, int i, float *x, int *y) {
     size_t hw = (size_t)d->h * d->w;
     const uint8_t *px = d->x + (size_t)i * d->c * hw;
     for (int ch = 0; ch < d->c; ch++) {
@@ -181,6 +181,7 @@ static void normalise_one(const loader *l, const dataset *d, int i, float *x) {
         px += hw;
         x += hw;
     }
+    *y = d->y[i];
 }
 
 /* JPEG: queue step t and the steps after it that fit the ring, then take step t. */
@@ -241,19 +242,13 @@ int loader_eval(loader *l, const dataset *val, int begin, int count, float *x, i
         }
         return 0;
     }
-    for (int j = 0; j < count; j++) {
-        normalise_one(l, val, begin + j, x + (size_t)j * l->sample);
-        y[j] = val->y[begin + j];
-    }
+    for (int j = 0; j < count; j++) normalise_one(l, val, begin + j, x + (size_t)j * l->sample, &y[j]);
     return 0;
 }
 
 void loader_gather(const loader *l, const dataset *d, const int *idx, int count, float *x, int *y) {
     size_t chw = (size_t)d->c * d->h * d->w;
-    for (int j = 0; j < count; j++) {
-        normalise_one(l, d, idx[j], x + (size_t)j * chw);
-        y[j] = d->y[idx[j]];
-    }
+    for (int j = 0; j < count; j++) normalise_one(l, d, idx[j], x + (size_t)j * chw, &y[j]);
 }
 
 void eval_slice(int n, int p, int rank, int *begin, int *end) {
