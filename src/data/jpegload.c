@@ -35,15 +35,11 @@ typedef struct {
                                    * step decoded ahead but never trained on counts nothing */
 } slot;
 
-typedef struct {
+typedef struct {   /* a decode thread's (or the caller's) */
+    struct jpegload *j;
     image_dec *dec;
     uint8_t *buf;     /* shards_max_nbytes of either split */
 } decoder;
-
-typedef struct {
-    struct jpegload *j;
-    decoder d;
-} worker;
 
 struct jpegload {
     jpegload_cfg c;
@@ -66,14 +62,15 @@ struct jpegload {
     long long warnings, failures, unique;
     uint8_t *reported[2]; /* per sample of train / val: named on stderr already */
     decoder self;     /* the caller's, for helping */
-    worker *workers;
+    decoder *workers;
     pthread_t *th;
     int n_started;
 };
 
-static int decoder_init(decoder *d, const jpegload_cfg *c) {
-    size_t nb = shards_max_nbytes(c->train);
-    if (c->val && shards_max_nbytes(c->val) > nb) nb = shards_max_nbytes(c->val);
+static int decoder_init(decoder *d, jpegload *j) {
+    d->j = j;
+    size_t nb = shards_max_nbytes(j->c.train);
+    if (j->c.val && shards_max_nbytes(j->c.val) > nb) nb = shards_max_nbytes(j->c.val);
     d->dec = image_dec_new();
     d->buf = malloc(nb ? nb : 1);
     return d->dec && d->buf ? 0 : -1;
@@ -161,12 +158,12 @@ static void work_one(jpegload *j, decoder *d, int sl, int pos) {
 }
 
 static void *worker_main(void *arg) {
-    worker *w = arg;
+    decoder *w = arg;
     jpegload *j = w->j;
     pthread_mutex_lock(&j->mu);
     while (!j->stop) {
         int sl, pos;
-        if (!j->fatal && claim(j, &sl, &pos)) work_one(j, &w->d, sl, pos);
+        if (!j->fatal && claim(j, &sl, &pos)) work_one(j, w, sl, pos);
         else timed_wait(&j->work, &j->mu, 1.0);
     }
     pthread_mutex_unlock(&j->mu);
@@ -196,12 +193,11 @@ int jpegload_create(jpegload **out, const jpegload_cfg *c, char *err, size_t err
     j->reported[1] = xcalloc(c->val ? (size_t)shards_count(c->val) : 1, 1);
     j->workers = xcalloc((size_t)c->threads, sizeof *j->workers);
     j->th = xcalloc((size_t)c->threads, sizeof *j->th);
-    int bad = decoder_init(&j->self, c);
+    int bad = decoder_init(&j->self, j);
     for (int k = 0; !bad && k < c->threads; k++) {
-        j->workers[k].j = j;
-        if ((bad = decoder_init(&j->workers[k].d, c))) break;
+        if ((bad = decoder_init(&j->workers[k], j))) break;
         if (pthread_create(&j->th[k], NULL, worker_main, &j->workers[k]) != 0) {
-            decoder_free(&j->workers[k].d);
+            decoder_free(&j->workers[k]);
             bad = 1;
             break;
         }
@@ -225,7 +221,7 @@ void jpegload_free(jpegload *j) {
     pthread_mutex_unlock(&j->mu);
     /* Each thread finishes the sample it has (milliseconds) and sees stop. */
     for (int k = 0; k < j->n_started; k++) pthread_join(j->th[k], NULL);
-    for (int k = 0; k < j->n_started; k++) decoder_free(&j->workers[k].d);
+    for (int k = 0; k < j->n_started; k++) decoder_free(&j->workers[k]);
     decoder_free(&j->self);
     for (int k = 0; k < j->c.slots; k++) free(j->slots[k].idx), free(j->slots[k].x), free(j->slots[k].y);
     free(j->slots), free(j->workers), free(j->th), free(j->reported[0]), free(j->reported[1]);
