@@ -135,7 +135,8 @@ void aug_draw_params(const aug_cfg *c, uint64_t seed, uint64_t epoch, uint64_t i
         for (int j = 0; j < 3; j++) p->alpha[j] = (float)(c->lighting * draw_normal(key, 4 + 2 * j));
 }
 
-void aug_source_rect(const aug_cfg *c, const aug_draw *p, int r[4]) {
+/* The source rows [r[0], r[1]) and columns [r[2], r[3]) that p's output reads. */
+static void aug_source_rect(const aug_cfg *c, const aug_draw *p, int r[4]) {
     if (c->kind == AUG_RRC) {
         r[0] = p->y0;
         r[1] = p->y0 + p->ch;

@@ -71,11 +71,8 @@ typedef struct {
 /* The draws of sample index in epoch of a run seeded seed, for an image of h × w (h, w >= 1). */
 void aug_draw_params(const aug_cfg *c, uint64_t seed, uint64_t epoch, uint64_t index, int h, int w, aug_draw *p);
 
-/* The source rows [r[0], r[1]) and columns [r[2], r[3]) that p's output reads. */
-void aug_source_rect(const aug_cfg *c, const aug_draw *p, int r[4]);
-
-/* The crop before flip and colour: (crop, crop, 3) u8 into out, from src holding at least
- * aug_source_rect's rows and columns of the decoded image. Pillow's bits: equal to
+/* The crop before flip and colour: (crop, crop, 3) u8 into out, from src holding at least the
+ * rows and columns of the decoded image that p's output reads. Pillow's bits: equal to
  * img.resize((rw, rh), f).crop((x0, y0, x0 + crop, y0 + crop)) (AUG_SCALE / NONE / EVAL) or
  * img.crop((x0, y0, x0 + cw, y0 + ch)).resize((crop, crop), f) (AUG_RRC). */
 void aug_crop_u8(image_dec *d, const aug_cfg *c, const aug_draw *p, const image_view *src, uint8_t *out);
