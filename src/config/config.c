@@ -310,10 +310,9 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
                 return oerr(err, errlen, o, "key '%s': expected integers, got %s at index %d", d->key, got, i);
             }
             long long v = config_setting_get_int64(el);
-            if ((!list || d->elem_int) && (v < INT_MIN || v > INT_MAX))
+            if (d->elem_int && (v < INT_MIN || v > INT_MAX))
                 return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %lld", d->key, want, d->key, i, v);
-            if (list) config_list_set(d, e, i, v);
-            else FIELD(e, d, int)[i] = (int)v;
+            config_list_set(d, e, i, v);
         }
         if (!list) return 0;
         for (int i = ns; i < d->n_max; i++) config_list_set(d, e, i, 0);
