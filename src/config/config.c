@@ -526,10 +526,13 @@ static int resolve_output(experiment *e, const origin *o, char *err, size_t errl
     return 0;
 }
 
+/* The entry of key (a key of the table) in config_load's origins[]. */
+static const origin *origin_of(const origin *origins, const char *key) { return &origins[config_key_find(key) - config_keys]; }
+
 /* Where key's value came from, as text, during config_load (for messages naming a second key). */
 static const char *g_where_tmp(const origin *origins, const char *key) {
     static char buf[CFG_PATH_MAX + 64];
-    origin_text(&origins[config_key_find(key) - config_keys], buf, sizeof buf);
+    origin_text(origin_of(origins, key), buf, sizeof buf);
     return buf;
 }
 
@@ -587,46 +590,46 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
      * iterations, alpha.steps < iterations, alpha.warmup < iterations. inject.delay_ms = 0 with
      * slow ranks or random_slow > 0 is allowed: nothing is delayed. */
     for (int i = 0; !st && i < config_n_keys; i++) st = validate_key(e, &config_keys[i], &origins[i], err, errlen);
-    /* A failed worker needs another one to go on without it. */
     if (!st && e->precision == PRECISION_TF32 && e->device != DEVICE_CUDA)
-        st = oerr(err, errlen, &origins[config_key_find("precision") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "precision"),
                   "key 'precision': \"tf32\" is for device = \"cuda\" (tensor cores); device = \"%s\" computes in "
                   "\"fp32\" or \"bf16\"", device_name(e->device));
     if (!st && e->precision == PRECISION_BF16 && e->device != DEVICE_CUDA && e->model.arch != ARCH_RESNET18)
-        st = oerr(err, errlen, &origins[config_key_find("precision") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "precision"),
                   "key 'precision': \"bf16\" on device = \"%s\" is for model.arch = \"resnet18\" (its convolutions); "
                   "model.arch = \"%s\" computes in \"fp32\"", device_name(e->device), arch_name(e->model.arch));
+    /* A failed worker needs another one to go on without it. */
     if (!st && e->inject.fail_rank >= 0 && e->p < 2)
-        st = oerr(err, errlen, &origins[config_key_find("inject.fail_rank") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "inject.fail_rank"),
                   "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);
     /* NCCL all-reduces GPU memory, and only allreduce uses an all-reduce for its gradients. */
     if (!st && e->comm == COMM_NCCL && e->device != DEVICE_CUDA)
-        st = oerr(err, errlen, &origins[config_key_find("comm") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "comm"),
                   "key 'comm': \"nccl\" is for device = \"cuda\" (NCCL all-reduces GPU memory); device = \"%s\" uses "
                   "comm = \"mpi\"", device_name(e->device));
     if (!st && e->comm == COMM_NCCL && e->method != METHOD_ALLREDUCE)
-        st = oerr(err, errlen, &origins[config_key_find("comm") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "comm"),
                   "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
                   "through MPI (use comm = \"mpi\")", method_name(e->method));
     /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
     const int jpeg = e->data.format == FORMAT_JPEG;
-    const origin *dir_o = &origins[config_key_find("data.dir") - config_keys];
+    const origin *dir_o = origin_of(origins, "data.dir");
     if (!st && jpeg && !e->data.dir[0] && !dir_o->set && dir_o->line == 0) /* not set anywhere: blame the format */
-        st = oerr(err, errlen, &origins[config_key_find("data.format") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "data.format"),
                   "key 'data.format': \"jpeg\" needs key 'data.dir', the pack directory (the OUT of dsgd-run --pack SRC "
                   "OUT), which is not set");
     else if (!st && jpeg && !e->data.dir[0])
         st = oerr(err, errlen, dir_o, "key 'data.dir': data.format = \"jpeg\" needs the pack directory (the OUT of dsgd-run --pack SRC OUT)");
     if (!st && jpeg && e->data.augment == AUGMENT_SCALE && e->data.crop > e->data.scale[0])
-        st = oerr(err, errlen, &origins[config_key_find("data.crop") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "data.crop"),
                   "key 'data.crop': a %d-pixel crop does not fit the smallest shorter side of data.scale = [%d, %d] (%s); "
                   "need data.crop <= data.scale[0]", e->data.crop, e->data.scale[0], e->data.scale[1],
                   g_where_tmp(origins, "data.scale"));
     if (!st && jpeg && e->data.eval_resize < e->data.crop)
-        st = oerr(err, errlen, &origins[config_key_find("data.eval_resize") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "data.eval_resize"),
                   "key 'data.eval_resize': %d is smaller than data.crop = %d (%s); the centre crop must fit: need "
                   "data.eval_resize >= data.crop", e->data.eval_resize, e->data.crop, g_where_tmp(origins, "data.crop"));
-    if (!st) st = resolve_output(e, &origins[config_key_find("output") - config_keys], err, errlen);
+    if (!st) st = resolve_output(e, origin_of(origins, "output"), err, errlen);
     /* Keep where each value came from for the checks made after loading (config_where). */
     for (int i = 0; !st && i < config_n_keys; i++) {
         origin_text(&origins[i], g_where[i], sizeof g_where[i]);

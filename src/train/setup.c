@@ -208,16 +208,17 @@ static int earlier_run_live(const char *path, char *dir, size_t n) {
  * run file creates the missing ones). Returns 0 or EXIT_BADINPUT with err filled. */
 static int check_output(const experiment *e, char *err, size_t errlen) {
     struct stat sb, sc;
+    const int out_exists = stat(e->output, &sb) == 0;
     const size_t len = strlen(e->output);
     if (len && e->output[len - 1] == '/')
         return seterr(err, errlen, "%s: key 'output': %s ends in '/'; expected the path of an HDF5 file (e.g. %srun.h5)", config_where("output"),
                       e->output, e->output);
     char ckdir[CFG_PATH_MAX];
     ckpt_dir_of(e, ckdir, sizeof ckdir);
-    if (!strcmp(ckdir, e->output) || (stat(e->output, &sb) == 0 && stat(ckdir, &sc) == 0 && sb.st_dev == sc.st_dev && sb.st_ino == sc.st_ino))
+    if (!strcmp(ckdir, e->output) || (out_exists && stat(ckdir, &sc) == 0 && sb.st_dev == sc.st_dev && sb.st_ino == sc.st_ino))
         return seterr(err, errlen, "%s: key 'checkpoint.path': %s is the output file's path (key 'output'); choose another checkpoint.path",
                       config_where("checkpoint.path"), ckdir);
-    if (stat(e->output, &sb) == 0) {
+    if (out_exists) {
         if (S_ISDIR(sb.st_mode))
             return seterr(err, errlen, "%s: key 'output': %s is a directory; expected the path of an HDF5 file", config_where("output"), e->output);
         if (!e->overwrite)
@@ -236,14 +237,14 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
     }
     char dir[CFG_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", e->output);
-    for (;;) {
+    int found = 0;
+    while (!found && strcmp(dir, ".") != 0 && strcmp(dir, "/") != 0) { /* up to the nearest existing ancestor */
         char *slash = strrchr(dir, '/');
-        if (!slash) { snprintf(dir, sizeof dir, "."); break; }
-        if (slash == dir) { dir[1] = '\0'; break; }
-        *slash = '\0';
-        if (stat(dir, &sb) == 0) break;
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else slash[slash == dir] = '\0';
+        found = stat(dir, &sb) == 0;
     }
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (!found || !S_ISDIR(sb.st_mode))
         return seterr(err, errlen, "%s: key 'output': cannot create %s: %s is not a directory", config_where("output"), e->output, dir);
     if (access(dir, W_OK | X_OK) != 0)
         return seterr(err, errlen, "%s: key 'output': cannot create %s: directory %s is not writable", config_where("output"), e->output, dir);
