@@ -44,7 +44,7 @@ static void agree_key(int status, const char *key, const char *msg) {
 /* Prefix err with where the first key at fault was set (file:line, --set, or the file for a
  * default) and the keys ("keys 'p', 'b'"). */
 static void setup_blame(const experiment *e, const char *keys, char *err, size_t errlen) {
-    char prefix[CFG_PATH_MAX + 128], first[64] = "";
+    char first[64] = "", msg[ERRLEN];
     const char *q = strchr(keys, '\'');
     if (q) sscanf(q + 1, "%63[^']", first);
     /* a data path the message names: where that key was set */
@@ -58,13 +58,8 @@ static void setup_blame(const experiment *e, const char *keys, char *err, size_t
             snprintf(first, sizeof first, "%s", paths[i].key);
             break;
         }
-    const char *where = first[0] && config_where(first)[0] ? config_where(first) : e->source;
-    int n = snprintf(prefix, sizeof prefix, "%s: %s: ", where, keys);
-    size_t len = strlen(err), k = (size_t)n < errlen - 1 ? (size_t)n : errlen - 1;
-    if (len + k >= errlen) len = errlen - 1 - k; /* keep the end of the message inside err */
-    memmove(err + k, err, len);
-    memcpy(err, prefix, k);
-    err[k + len] = '\0';
+    snprintf(msg, sizeof msg, "%s", err);
+    seterr(err, errlen, "%s: %s: %s", first[0] && config_where(first)[0] ? config_where(first) : e->source, keys, msg);
 }
 
 /* ---- data ------------------------------------------------------------------------------- */
@@ -153,8 +148,8 @@ void setup_data(run_setup *r) {
     trainer *t = &r->t;
     char err[ERRLEN] = "";
     int st = 0;
-    inject_init(&t->inj, e, t->worker >= 0 ? t->worker : 0);
     const int lrank = t->worker >= 0 ? t->worker : 0;
+    inject_init(&t->inj, e, lrank);
     if (e->data.format == FORMAT_JPEG) st = data_jpeg(r, lrank, err, sizeof err);
     else if (e->data.format == FORMAT_SYNTHETIC) {
         const int classes = e->data.classes ? e->data.classes : 1000;
