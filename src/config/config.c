@@ -1,7 +1,5 @@
-/* config.c — the experiment file: one table of keys (config_keys[] in config_keys.c) drives the
- * libconfig parser, the `--set KEY=VALUE` overrides, validation, `--help` (config_print_keys),
- * `--check` (config_print_table), the provenance text stored in the run file (config_to_text) and
- * the reference table in docs/config.md (config_print_markdown), so none of them can drift apart.
+/* config.c — loading and validating the experiment file (config.h) by the key table
+ * (config_keys.c; the printing is config_print.c).
  *
  * Loading happens in three passes so that an override can repair a bad file value:
  *   1. parse the file with libconfig and store every key (type errors and unknown keys stop here),
@@ -13,9 +11,7 @@
  *
  * libconfig 1.5 silently wraps integer literals that do not fit in 32 bits unless they carry
  * an L suffix (3000000000 reads as -1294967296); scan_int_literals() rejects those before
- * libconfig sees the text.
- *
- * This file loads and validates; the table is config_keys.c, the printing config_print.c. */
+ * libconfig sees the text. */
 #include "config_internal.h"
 
 #include "util/util.h"
@@ -675,17 +671,17 @@ int method_has_servers(method_kind m) { return m == METHOD_PS || m == METHOD_EAS
 int config_world_size(const experiment *e) { return method_has_servers(e->method) ? e->p + e->servers : e->p; }
 
 int config_check_world(const experiment *e, int world_size, char *err, size_t errlen) {
-    if (config_world_size(e) == world_size) return 0;
+    const int need = config_world_size(e);
+    const char *where = config_where("p")[0] ? config_where("p") : e->source;
+    if (need == world_size) return 0;
     if (method_has_servers(e->method))
         return seterr(err, errlen,
                       "%s: key 'p': method '%s' runs on p + servers = %d + %d = %d MPI ranks but MPI started %d; "
                       "run mpiexec -n %d, or change p or servers",
-                      config_where("p")[0] ? config_where("p") : e->source, method_name(e->method), e->p, e->servers,
-                      config_world_size(e), world_size, config_world_size(e));
+                      where, method_name(e->method), e->p, e->servers, need, world_size, need);
     return seterr(err, errlen,
                   "%s: key 'p': the experiment asks for p = %d worker ranks but MPI started %d; "
-                  "run mpiexec -n %d, or set p = %d (--set p=%d)",
-                  config_where("p")[0] ? config_where("p") : e->source, e->p, world_size, e->p, world_size, world_size);
+                  "run mpiexec -n %d, or set p = %d (--set p=%d)", where, e->p, world_size, e->p, world_size, world_size);
 }
 
 int config_text_string(const char *text, const char *key, char *out, size_t n) {

@@ -9,22 +9,26 @@
 #include <ctype.h>
 #include <limits.h>
 #include <string.h>
-/* The names of each enum's values, in the order of its enum (config.h). */
-static const char *const method_names[] = {"allreduce", "ps", "easgd", "gossip_pull", "gossip_push", "backup"};
-static const char *const schedule_names[] = {"step", "constant", "cosine"};
-static const char *const stem_names[] = {"cifar", "imagenet"};
-static const char *const arch_names[] = {"resnet18", "linear"};
-static const char *const format_names[] = {"idx", "jpeg", "synthetic"};
-static const char *const augment_names[] = {"scale", "rrc", "none"};
-static const char *const interp_names[] = {"auto", "bicubic", "bilinear"};
-static const char *const comm_names[] = {"mpi", "nccl"};
-static const char *const resume_names[] = {"never", "auto"};
-static const char *const device_names[] = {"cpu", "cuda"};
-static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
-static const char *const gossip_order_names[] = {"stale", "fresh"};
-static const char *const delay_dist_names[] = {"fixed", "exponential", "lognormal"};
-
 #define NNAMES(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* The names of each enum's values, in the order of its enum (config.h), and the function fn that
+ * names a value ("?" for none). */
+#define NAMES(fn, kind, names, ...)                   \
+    static const char *const names[] = {__VA_ARGS__}; \
+    const char *fn(kind v) { return (int)v >= 0 && (int)v < NNAMES(names) ? names[v] : "?"; }
+NAMES(method_name, method_kind, method_names, "allreduce", "ps", "easgd", "gossip_pull", "gossip_push", "backup")
+NAMES(schedule_name, schedule_kind, schedule_names, "step", "constant", "cosine")
+NAMES(stem_name, stem_kind, stem_names, "cifar", "imagenet")
+NAMES(arch_name, arch_kind, arch_names, "resnet18", "linear")
+NAMES(data_format_name, data_format_kind, format_names, "idx", "jpeg", "synthetic")
+NAMES(augment_name, augment_kind, augment_names, "scale", "rrc", "none")
+NAMES(interp_name, interp_kind, interp_names, "auto", "bicubic", "bilinear")
+NAMES(comm_name, comm_kind, comm_names, "mpi", "nccl")
+NAMES(device_name, device_kind, device_names, "cpu", "cuda")
+NAMES(precision_name, precision_kind, precision_names, "fp32", "tf32", "bf16")
+NAMES(gossip_order_name, gossip_order_kind, gossip_order_names, "stale", "fresh")
+NAMES(delay_dist_name, delay_dist_kind, delay_dist_names, "fixed", "exponential", "lognormal")
+static const char *const resume_names[] = {"never", "auto"};
 #define FSIZE(f) sizeof(((experiment *)0)->f)
 #define K_INT(k, f, d, l, h, u, doc_)                                                           \
     { .key = k, .type = KT_INT, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d,   \
@@ -328,19 +332,3 @@ const char *config_key_suggest(const char *unknown) {
         if (!strcmp(aliases[i].alias, last)) return aliases[i].key;
     return NULL;
 }
-
-/* The name of an enum value ("?" for none). */
-#define NAME_OF(fn, kind, names) \
-    const char *fn(kind v) { return (int)v >= 0 && (int)v < NNAMES(names) ? names[v] : "?"; }
-NAME_OF(method_name, method_kind, method_names)
-NAME_OF(schedule_name, schedule_kind, schedule_names)
-NAME_OF(stem_name, stem_kind, stem_names)
-NAME_OF(arch_name, arch_kind, arch_names)
-NAME_OF(gossip_order_name, gossip_order_kind, gossip_order_names)
-NAME_OF(delay_dist_name, delay_dist_kind, delay_dist_names)
-NAME_OF(data_format_name, data_format_kind, format_names)
-NAME_OF(augment_name, augment_kind, augment_names)
-NAME_OF(interp_name, interp_kind, interp_names)
-NAME_OF(comm_name, comm_kind, comm_names)
-NAME_OF(device_name, device_kind, device_names)
-NAME_OF(precision_name, precision_kind, precision_names)
