@@ -253,15 +253,17 @@ static int write_ranks(runlog *r) {
 /* Write the buffered /train and /ranks rows (at an evaluation, at close). */
 int runlog_write_buffers(runlog *r) { return write_train(r) < 0 || write_ranks(r) < 0 ? -1 : 0; }
 
-/* Append one row to the NEVAL columns of group gname (/eval or /eval_local), which hold n rows. */
-static int append_eval_row(runlog *r, const char *gname, hsize_t n, long step, double time_s, double epoch,
+/* Append one row to the NEVAL columns of group gname (/eval or /eval_local), which hold *n rows
+ * (then one more). On failure the file is no longer extended. */
+static int append_eval_row(runlog *r, const char *gname, hsize_t *n, long step, double time_s, double epoch,
                            double loss, double top1_error, double top5_error) {
     int64_t s = step;
     const double v[NEVAL] = {0, time_s, epoch, loss, top1_error, top5_error};
     for (int i = 0; i < NEVAL; i++)
-        if (append(r, gname, eval_cols[i].name, i == E_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, n, 1, 0,
+        if (append(r, gname, eval_cols[i].name, i == E_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, *n, 1, 0,
                    i == E_STEP ? (const void *)&s : &v[i]) < 0)
-            return -1;
+            return stop(r);
+    (*n)++;
     return 0;
 }
 
@@ -492,8 +494,7 @@ int runlog_train(runlog *r, long step, double time_s, double loss, double alpha)
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                 double top5_error) {
     if (!r || r->failed) return -1;
-    if (append_eval_row(r, "/eval", r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) return stop(r);
-    r->n_eval++;
+    if (append_eval_row(r, "/eval", &r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) return -1;
     return runlog_publish_all(r);
 }
 
@@ -509,17 +510,13 @@ void runlog_rows_written(const runlog *r, runlog_rows *out) {
     out->ranks = r->ranks > 0 ? (long)r->n_ranks : 0;
 }
 
-/* Appended to the in-memory file at once (one row per evaluation), published with the next
- * publication. */
 int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                       double top5_error) {
     if (!r || r->failed) return -1;
     if (!r->has_eval_local)
         return seterr(r->err, sizeof r->err, "%s: runlog_eval_local: the file has no /eval_local (created without "
                       "meta.eval_local)", r->path), -1;
-    if (append_eval_row(r, "/eval_local", r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error) < 0) return stop(r);
-    r->n_eval_local++;
-    return 0;
+    return append_eval_row(r, "/eval_local", &r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error);
 }
 
 int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *compute_s, const double *comm_s,
