@@ -1,7 +1,5 @@
-/* config.c — the experiment file: one table of keys (config_keys[] in config_keys.c) drives the
- * libconfig parser, the `--set KEY=VALUE` overrides, validation, `--help` (config_print_keys),
- * `--check` (config_print_table), the provenance text stored in the run file (config_to_text) and
- * the reference table in docs/config.md (config_print_markdown), so none of them can drift apart.
+/* config.c — loading and validating the experiment file (config.h) by the key table
+ * (config_keys.c; the printing is config_print.c).
  *
  * Loading happens in three passes so that an override can repair a bad file value:
  *   1. parse the file with libconfig and store every key (type errors and unknown keys stop here),
@@ -13,9 +11,7 @@
  *
  * libconfig 1.5 silently wraps integer literals that do not fit in 32 bits unless they carry
  * an L suffix (3000000000 reads as -1294967296); scan_int_literals() rejects those before
- * libconfig sees the text.
- *
- * This file loads and validates; the table is config_keys.c, the printing config_print.c. */
+ * libconfig sees the text. */
 #include "config_internal.h"
 
 #include "util/util.h"
@@ -310,10 +306,9 @@ static int store_value(experiment *e, const key_def *d, const config_setting_t *
                 return oerr(err, errlen, o, "key '%s': expected integers, got %s at index %d", d->key, got, i);
             }
             long long v = config_setting_get_int64(el);
-            if ((!list || d->elem_int) && (v < INT_MIN || v > INT_MAX))
+            if (d->elem_int && (v < INT_MIN || v > INT_MAX))
                 return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %lld", d->key, want, d->key, i, v);
-            if (list) config_list_set(d, e, i, v);
-            else FIELD(e, d, int)[i] = (int)v;
+            config_list_set(d, e, i, v);
         }
         if (!list) return 0;
         for (int i = ns; i < d->n_max; i++) config_list_set(d, e, i, 0);
@@ -527,10 +522,13 @@ static int resolve_output(experiment *e, const origin *o, char *err, size_t errl
     return 0;
 }
 
+/* The entry of key (a key of the table) in config_load's origins[]. */
+static const origin *origin_of(const origin *origins, const char *key) { return &origins[config_key_find(key) - config_keys]; }
+
 /* Where key's value came from, as text, during config_load (for messages naming a second key). */
 static const char *g_where_tmp(const origin *origins, const char *key) {
     static char buf[CFG_PATH_MAX + 64];
-    origin_text(&origins[config_key_find(key) - config_keys], buf, sizeof buf);
+    origin_text(origin_of(origins, key), buf, sizeof buf);
     return buf;
 }
 
@@ -588,46 +586,46 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
      * iterations, alpha.steps < iterations, alpha.warmup < iterations. inject.delay_ms = 0 with
      * slow ranks or random_slow > 0 is allowed: nothing is delayed. */
     for (int i = 0; !st && i < config_n_keys; i++) st = validate_key(e, &config_keys[i], &origins[i], err, errlen);
-    /* A failed worker needs another one to go on without it. */
     if (!st && e->precision == PRECISION_TF32 && e->device != DEVICE_CUDA)
-        st = oerr(err, errlen, &origins[config_key_find("precision") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "precision"),
                   "key 'precision': \"tf32\" is for device = \"cuda\" (tensor cores); device = \"%s\" computes in "
                   "\"fp32\" or \"bf16\"", device_name(e->device));
     if (!st && e->precision == PRECISION_BF16 && e->device != DEVICE_CUDA && e->model.arch != ARCH_RESNET18)
-        st = oerr(err, errlen, &origins[config_key_find("precision") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "precision"),
                   "key 'precision': \"bf16\" on device = \"%s\" is for model.arch = \"resnet18\" (its convolutions); "
                   "model.arch = \"%s\" computes in \"fp32\"", device_name(e->device), arch_name(e->model.arch));
+    /* A failed worker needs another one to go on without it. */
     if (!st && e->inject.fail_rank >= 0 && e->p < 2)
-        st = oerr(err, errlen, &origins[config_key_find("inject.fail_rank") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "inject.fail_rank"),
                   "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);
     /* NCCL all-reduces GPU memory, and only allreduce uses an all-reduce for its gradients. */
     if (!st && e->comm == COMM_NCCL && e->device != DEVICE_CUDA)
-        st = oerr(err, errlen, &origins[config_key_find("comm") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "comm"),
                   "key 'comm': \"nccl\" is for device = \"cuda\" (NCCL all-reduces GPU memory); device = \"%s\" uses "
                   "comm = \"mpi\"", device_name(e->device));
     if (!st && e->comm == COMM_NCCL && e->method != METHOD_ALLREDUCE)
-        st = oerr(err, errlen, &origins[config_key_find("comm") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "comm"),
                   "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
                   "through MPI (use comm = \"mpi\")", method_name(e->method));
     /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
     const int jpeg = e->data.format == FORMAT_JPEG;
-    const origin *dir_o = &origins[config_key_find("data.dir") - config_keys];
+    const origin *dir_o = origin_of(origins, "data.dir");
     if (!st && jpeg && !e->data.dir[0] && !dir_o->set && dir_o->line == 0) /* not set anywhere: blame the format */
-        st = oerr(err, errlen, &origins[config_key_find("data.format") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "data.format"),
                   "key 'data.format': \"jpeg\" needs key 'data.dir', the pack directory (the OUT of dsgd-run --pack SRC "
                   "OUT), which is not set");
     else if (!st && jpeg && !e->data.dir[0])
         st = oerr(err, errlen, dir_o, "key 'data.dir': data.format = \"jpeg\" needs the pack directory (the OUT of dsgd-run --pack SRC OUT)");
     if (!st && jpeg && e->data.augment == AUGMENT_SCALE && e->data.crop > e->data.scale[0])
-        st = oerr(err, errlen, &origins[config_key_find("data.crop") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "data.crop"),
                   "key 'data.crop': a %d-pixel crop does not fit the smallest shorter side of data.scale = [%d, %d] (%s); "
                   "need data.crop <= data.scale[0]", e->data.crop, e->data.scale[0], e->data.scale[1],
                   g_where_tmp(origins, "data.scale"));
     if (!st && jpeg && e->data.eval_resize < e->data.crop)
-        st = oerr(err, errlen, &origins[config_key_find("data.eval_resize") - config_keys],
+        st = oerr(err, errlen, origin_of(origins, "data.eval_resize"),
                   "key 'data.eval_resize': %d is smaller than data.crop = %d (%s); the centre crop must fit: need "
                   "data.eval_resize >= data.crop", e->data.eval_resize, e->data.crop, g_where_tmp(origins, "data.crop"));
-    if (!st) st = resolve_output(e, &origins[config_key_find("output") - config_keys], err, errlen);
+    if (!st) st = resolve_output(e, origin_of(origins, "output"), err, errlen);
     /* Keep where each value came from for the checks made after loading (config_where). */
     for (int i = 0; !st && i < config_n_keys; i++) {
         origin_text(&origins[i], g_where[i], sizeof g_where[i]);
@@ -673,17 +671,17 @@ int method_has_servers(method_kind m) { return m == METHOD_PS || m == METHOD_EAS
 int config_world_size(const experiment *e) { return method_has_servers(e->method) ? e->p + e->servers : e->p; }
 
 int config_check_world(const experiment *e, int world_size, char *err, size_t errlen) {
-    if (config_world_size(e) == world_size) return 0;
+    const int need = config_world_size(e);
+    const char *where = config_where("p")[0] ? config_where("p") : e->source;
+    if (need == world_size) return 0;
     if (method_has_servers(e->method))
         return seterr(err, errlen,
                       "%s: key 'p': method '%s' runs on p + servers = %d + %d = %d MPI ranks but MPI started %d; "
                       "run mpiexec -n %d, or change p or servers",
-                      config_where("p")[0] ? config_where("p") : e->source, method_name(e->method), e->p, e->servers,
-                      config_world_size(e), world_size, config_world_size(e));
+                      where, method_name(e->method), e->p, e->servers, need, world_size, need);
     return seterr(err, errlen,
                   "%s: key 'p': the experiment asks for p = %d worker ranks but MPI started %d; "
-                  "run mpiexec -n %d, or set p = %d (--set p=%d)",
-                  config_where("p")[0] ? config_where("p") : e->source, e->p, world_size, e->p, world_size, world_size);
+                  "run mpiexec -n %d, or set p = %d (--set p=%d)", where, e->p, world_size, e->p, world_size, world_size);
 }
 
 int config_text_string(const char *text, const char *key, char *out, size_t n) {

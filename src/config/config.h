@@ -1,5 +1,5 @@
 /* config.h — the experiment: every key of the libconfig experiment file, its defaults (the
- * paper's: Jin et al. 2016 §4.2) and its validation. One table in config.c drives the parser,
+ * paper's: Jin et al. 2016 §4.2) and its validation. One table (config_keys.c) drives the parser,
  * `--set`, `--check`, `--help` and docs/config.md, so they cannot drift apart.
  *
  * Errors: every function that can fail on user input returns 0 on success or EXIT_BADINPUT (2)

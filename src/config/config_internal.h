@@ -29,7 +29,7 @@ typedef struct {
     size_t off;       /* offset of the field in experiment */
     size_t size;      /* sizeof the field (strings: capacity including the NUL) */
     size_t off_n;     /* KT_LIST: offset of the element count */
-    int elem_int;     /* KT_LIST: the elements are int (else long) */
+    int elem_int;     /* KT_LIST: the elements are int (else long); KT_INTS: 1 */
     int n_max;        /* KT_LIST: capacity of the array */
     /* KT_LIST, for messages: one element, several, what they count, and a note added when an
      * element equals the (open) upper bound: "step", "steps", "iterations". */

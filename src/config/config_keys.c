@@ -9,29 +9,39 @@
 #include <ctype.h>
 #include <limits.h>
 #include <string.h>
-/* The names of each enum's values, in the order of its enum (config.h). */
-static const char *const method_names[] = {"allreduce", "ps", "easgd", "gossip_pull", "gossip_push", "backup"};
-static const char *const schedule_names[] = {"step", "constant", "cosine"};
-static const char *const stem_names[] = {"cifar", "imagenet"};
-static const char *const arch_names[] = {"resnet18", "linear"};
-static const char *const format_names[] = {"idx", "jpeg", "synthetic"};
-static const char *const augment_names[] = {"scale", "rrc", "none"};
-static const char *const interp_names[] = {"auto", "bicubic", "bilinear"};
-static const char *const comm_names[] = {"mpi", "nccl"};
-static const char *const resume_names[] = {"never", "auto"};
-static const char *const device_names[] = {"cpu", "cuda"};
-static const char *const precision_names[] = {"fp32", "tf32", "bf16"};
-static const char *const gossip_order_names[] = {"stale", "fresh"};
-static const char *const delay_dist_names[] = {"fixed", "exponential", "lognormal"};
-
 #define NNAMES(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* The names of each enum's values, in the order of its enum (config.h), and the function fn that
+ * names a value ("?" for none). */
+#define NAMES(fn, kind, names, ...)                   \
+    static const char *const names[] = {__VA_ARGS__}; \
+    const char *fn(kind v) { return (int)v >= 0 && (int)v < NNAMES(names) ? names[v] : "?"; }
+NAMES(method_name, method_kind, method_names, "allreduce", "ps", "easgd", "gossip_pull", "gossip_push", "backup")
+NAMES(schedule_name, schedule_kind, schedule_names, "step", "constant", "cosine")
+NAMES(stem_name, stem_kind, stem_names, "cifar", "imagenet")
+NAMES(arch_name, arch_kind, arch_names, "resnet18", "linear")
+NAMES(data_format_name, data_format_kind, format_names, "idx", "jpeg", "synthetic")
+NAMES(augment_name, augment_kind, augment_names, "scale", "rrc", "none")
+NAMES(interp_name, interp_kind, interp_names, "auto", "bicubic", "bilinear")
+NAMES(comm_name, comm_kind, comm_names, "mpi", "nccl")
+NAMES(device_name, device_kind, device_names, "cpu", "cuda")
+NAMES(precision_name, precision_kind, precision_names, "fp32", "tf32", "bf16")
+NAMES(gossip_order_name, gossip_order_kind, gossip_order_names, "stale", "fresh")
+NAMES(delay_dist_name, delay_dist_kind, delay_dist_names, "fixed", "exponential", "lognormal")
+static const char *const resume_names[] = {"never", "auto"};
 #define FSIZE(f) sizeof(((experiment *)0)->f)
 #define K_INT(k, f, d, l, h, u, doc_)                                                           \
     { .key = k, .type = KT_INT, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d,   \
       .ilo = l, .ihi = h, .unit = u, .doc = doc_ }
+/* A long or uint64_t field (u64 from the field's type). */
 #define K_INT64(k, f, d, l, u, doc_)                                                            \
     { .key = k, .type = KT_INT64, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d, \
-      .ilo = l, .ihi = LLONG_MAX, .unit = u, .doc = doc_ }
+      .u64 = _Generic(((experiment *)0)->f, uint64_t: 1, default: 0), .ilo = l, .ihi = LLONG_MAX, \
+      .unit = u, .doc = doc_ }
+/* An integer key (type t: KT_INT or KT_INT64) below another integer key: in [l, hk). */
+#define K_BELOW(k, t, f, d, l, hk, u, doc_)                                                       \
+    { .key = k, .type = t, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d, .ilo = l, \
+      .ihi = (t) == KT_INT ? INT_MAX : LLONG_MAX, .hi_key = hk, .hi_open = 1, .unit = u, .doc = doc_ }
 #define K_FLOAT(k, f, d, hl, lopen, l, hh, hopen, h, u, doc_)                                   \
     { .key = k, .type = KT_FLOAT, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d, \
       .has_lo = hl, .lo_open = lopen, .lo = l, .has_hi = hh, .hi_open = hopen, .hi = h,        \
@@ -57,7 +67,7 @@ static const char *const delay_dist_names[] = {"fixed", "exponential", "lognorma
 /* A fixed-size int array (KT_INTS): each element in [l, h], default dv (n_max values). */
 #define K_INTS(k, f, dv, l, h, nd, u, doc_)                                                      \
     { .key = k, .type = KT_INTS, .off = offsetof(experiment, f), .size = FSIZE(f),             \
-      .n_max = (int)(FSIZE(f) / FSIZE(f[0])), .ilo = l, .ihi = h, .dflt_ints = dv, .nondecr = nd, \
+      .elem_int = 1, .n_max = (int)(FSIZE(f) / FSIZE(f[0])), .ilo = l, .ihi = h, .dflt_ints = dv, .nondecr = nd, \
       .unit = u, .doc = doc_ }
 
 #define FASHION "/usr/share/datasets/fashion-mnist/"
@@ -68,9 +78,7 @@ static const int dflt_scale[2] = {256, 480}, dflt_shape[3] = {3, 224, 224};
 const key_def config_keys[] = {
     K_STRING("name", name, "dsgd", S_RUNNAME, "",
              "run name: progress lines, provenance, default output runs/<name>.h5"),
-    { .key = "seed", .type = KT_INT64, .off = offsetof(experiment, seed), .size = FSIZE(seed), .u64 = 1,
-      .dflt = 1, .ilo = 0, .ihi = LLONG_MAX, .unit = "",
-      .doc = "seeds the initialisation and the per-epoch permutation of the training set" },
+    K_INT64("seed", seed, 1, 0, "", "seeds the initialisation and the per-epoch permutation of the training set"),
     K_ENUM("method", method, METHOD_ALLREDUCE, method_names,
            0x3fu, "planned",
            "methods", "distributed SGD method (Jin et al. 2016 §3; backup: Chen et al. 2016)"),
@@ -88,10 +96,8 @@ const key_def config_keys[] = {
            "the step schedule multiplies α by factor once this many iterations are done"),
     K_FLOAT("alpha.factor", alpha.factor, 0.1, 1, 0, 0, 1, 0, 1, "",
             "multiplier of α at each step of the step schedule"),
-    { .key = "alpha.warmup", .type = KT_INT64, .off = offsetof(experiment, alpha.warmup),
-      .size = FSIZE(alpha.warmup), .dflt = 0, .ilo = 0, .ihi = LLONG_MAX, .hi_key = "iterations",
-      .hi_open = 1, .unit = "iterations",
-      .doc = "linear warm-up from α_0/warmup to α_0 over this many iterations (0: none)" },
+    K_BELOW("alpha.warmup", KT_INT64, alpha.warmup, 0, 0, "iterations", "iterations",
+            "linear warm-up from α_0/warmup to α_0 over this many iterations (0: none)"),
     K_FLOAT("momentum", momentum, 0.9, 1, 0, 0, 1, 1, 1, "", "momentum µ"),
     K_BOOL("nesterov", nesterov, 1, "Nesterov momentum (the paper) if true, heavy ball if false"),
     K_FLOAT("weight_decay", weight_decay, 1e-4, 1, 0, 0, 0, 0, 0, "",
@@ -100,9 +106,8 @@ const key_def config_keys[] = {
     K_FLOAT("beta", beta, 0.8, 1, 1, 0, 1, 0, 1, "", "EASGD moving rate β = p·a (used by easgd)"),
     K_INT("servers", servers, 1, 1, 64, "ranks",
           "parameter-server ranks (ps, easgd, backup), started after the p workers; parameters are sharded over them"),
-    { .key = "backups", .type = KT_INT, .off = offsetof(experiment, backups), .size = FSIZE(backups),
-      .dflt = 0, .ilo = 0, .ihi = INT_MAX, .hi_key = "p", .hi_open = 1, .unit = "ranks",
-      .doc = "backup workers (backup, Chen et al. 2016): each step aggregates the first N = p - backups gradients" },
+    K_BELOW("backups", KT_INT, backups, 0, 0, "p", "ranks",
+            "backup workers (backup, Chen et al. 2016): each step aggregates the first N = p - backups gradients"),
     K_BOOL("synchronous", synchronous, 0,
            "easgd, gossip_pull, gossip_push: the synchronous form (all nodes exchange in lock-step)"),
     K_ENUM("gossip_order", gossip_order, GOSSIP_STALE, gossip_order_names, 0x3u, NULL, "orders",
@@ -119,13 +124,10 @@ const key_def config_keys[] = {
            "distribution of each delay: fixed (delay_ms), exponential (mean delay_ms), lognormal (σ = 1, mean delay_ms)"),
     K_FLOAT("inject.random_slow", inject.random_slow, 0, 1, 0, 0, 1, 0, 1, "",
             "probability that, on each step, one worker drawn uniformly (the same on every rank) is delayed"),
-    { .key = "inject.fail_rank", .type = KT_INT, .off = offsetof(experiment, inject.fail_rank),
-      .size = FSIZE(inject.fail_rank), .dflt = -1, .ilo = -1, .ihi = INT_MAX, .hi_key = "p", .hi_open = 1,
-      .unit = "", .doc = "worker that stops for good at fail_step (a simulated failure); -1: none" },
-    { .key = "inject.fail_step", .type = KT_INT64, .off = offsetof(experiment, inject.fail_step),
-      .size = FSIZE(inject.fail_step), .dflt = 0, .ilo = 0, .ihi = LLONG_MAX, .hi_key = "iterations",
-      .hi_open = 1, .unit = "iterations",
-      .doc = "0-based step at which fail_rank stops (it completes fail_step steps)" },
+    K_BELOW("inject.fail_rank", KT_INT, inject.fail_rank, -1, -1, "p", "",
+            "worker that stops for good at fail_step (a simulated failure); -1: none"),
+    K_BELOW("inject.fail_step", KT_INT64, inject.fail_step, 0, 0, "iterations", "iterations",
+            "0-based step at which fail_rank stops (it completes fail_step steps)"),
     K_ENUM("model.arch", model.arch, ARCH_RESNET18, arch_names, 0x3u, NULL, "architectures",
            "network: resnet18, or linear (multinomial logistic regression, for fast tests)"),
     K_INT("model.width", model.width, 64, 1, 1024, "channels",
@@ -245,9 +247,12 @@ void config_set_int(const key_def *d, experiment *e, long long v) {
     else *FIELD(e, d, long) = (long)v;
 }
 
-/* KT_LIST: the element count, and element i (int or long) as a long long. */
+/* KT_LIST (and KT_INTS, whose length is n_max): the element count, and element i (int or long)
+ * as a long long. */
 int *config_list_n(const key_def *d, experiment *e) { return (int *)((char *)e + d->off_n); }
-int config_list_len(const key_def *d, const experiment *e) { return *(const int *)((const char *)e + d->off_n); }
+int config_list_len(const key_def *d, const experiment *e) {
+    return d->type == KT_INTS ? d->n_max : *(const int *)((const char *)e + d->off_n);
+}
 long long config_list_get(const key_def *d, const experiment *e, int i) {
     return d->elem_int ? (long long)CFIELD(e, d, int)[i] : (long long)CFIELD(e, d, long)[i];
 }
@@ -327,19 +332,3 @@ const char *config_key_suggest(const char *unknown) {
         if (!strcmp(aliases[i].alias, last)) return aliases[i].key;
     return NULL;
 }
-
-/* The name of an enum value ("?" for none). */
-#define NAME_OF(fn, kind, names) \
-    const char *fn(kind v) { return (int)v >= 0 && (int)v < NNAMES(names) ? names[v] : "?"; }
-NAME_OF(method_name, method_kind, method_names)
-NAME_OF(schedule_name, schedule_kind, schedule_names)
-NAME_OF(stem_name, stem_kind, stem_names)
-NAME_OF(arch_name, arch_kind, arch_names)
-NAME_OF(gossip_order_name, gossip_order_kind, gossip_order_names)
-NAME_OF(delay_dist_name, delay_dist_kind, delay_dist_names)
-NAME_OF(data_format_name, data_format_kind, format_names)
-NAME_OF(augment_name, augment_kind, augment_names)
-NAME_OF(interp_name, interp_kind, interp_names)
-NAME_OF(comm_name, comm_kind, comm_names)
-NAME_OF(device_name, device_kind, device_names)
-NAME_OF(precision_name, precision_kind, precision_names)

@@ -76,7 +76,8 @@ static void value_text(const key_def *d, const experiment *e, char *buf, size_t 
         config_put_quoted(buf, n, &len, v >= 0 && v < d->n_names ? d->names[v] : "?");
         break;
     }
-    case KT_LIST: {
+    case KT_LIST:
+    case KT_INTS: {
         int ns = config_list_len(d, e), wide = 0;
         for (int i = 0; i < ns; i++) wide |= config_list_get(d, e, i) > INT_MAX || config_list_get(d, e, i) < INT_MIN;
         config_put(buf, n, &len, "[");
@@ -85,11 +86,6 @@ static void value_text(const key_def *d, const experiment *e, char *buf, size_t 
         config_put(buf, n, &len, "]");
         break;
     }
-    case KT_INTS:
-        config_put(buf, n, &len, "[");
-        for (int i = 0; i < d->n_max; i++) config_put(buf, n, &len, "%s%d", i ? ", " : "", CFIELD(e, d, int)[i]);
-        config_put(buf, n, &len, "]");
-        break;
     }
 }
 

@@ -193,9 +193,12 @@ static int make_column(hid_t f, const char *gname, const colspec *c, hid_t ftype
                         cols ? columns : NULL, path, err, errlen);
 }
 
-/* Append n rows from buf (memory type mtype, row-major) to dataset obj of the in-memory file,
- * which holds n0 rows: a 1-D dataset when cols == 0, else a 2-D one of cols columns. */
-static int append(runlog *r, const char *obj, hid_t mtype, hsize_t n0, hsize_t n, hsize_t cols, const void *buf) {
+/* Append n rows from buf (memory type mtype, row-major) to dataset gname/name of the in-memory
+ * file, which holds n0 rows: a 1-D dataset when cols == 0, else a 2-D one of cols columns. */
+static int append(runlog *r, const char *gname, const char *name, hid_t mtype, hsize_t n0, hsize_t n, hsize_t cols,
+                  const void *buf) {
+    char obj[64];
+    snprintf(obj, sizeof obj, "%s/%s", gname, name);
     int rank = cols ? 2 : 1;
     hsize_t total[2] = {n0 + n, cols}, start[2] = {n0, 0}, count[2] = {n, cols};
     hid_t ds = H5Dopen2(r->file, obj, H5P_DEFAULT);
@@ -224,12 +227,10 @@ static int stop(runlog *r) {
 static int write_train(runlog *r) {
     if (r->nbuf == 0) return 0;
     const void *cols[NTRAIN] = {r->buf_step, r->buf_time, r->buf_loss, r->buf_alpha};
-    for (int i = 0; i < NTRAIN; i++) {
-        char obj[64];
-        snprintf(obj, sizeof obj, "/train/%s", train_cols[i].name);
-        hid_t mtype = i == T_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE;
-        if (append(r, obj, mtype, r->n_train, (hsize_t)r->nbuf, 0, cols[i]) < 0) return -1;
-    }
+    for (int i = 0; i < NTRAIN; i++)
+        if (append(r, "/train", train_cols[i].name, i == T_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, r->n_train,
+                   (hsize_t)r->nbuf, 0, cols[i]) < 0)
+            return -1;
     r->n_train += (hsize_t)r->nbuf;
     r->nbuf = 0;
     return 0;
@@ -238,14 +239,12 @@ static int write_train(runlog *r) {
 /* Append the buffered /ranks rows. */
 static int write_ranks(runlog *r) {
     if (r->nrbuf == 0) return 0;
-    if (append(r, "/ranks/step", H5T_NATIVE_INT64, r->n_ranks, (hsize_t)r->nrbuf, 0, r->rbuf_step) < 0)
+    if (append(r, "/ranks", ranks_step_col.name, H5T_NATIVE_INT64, r->n_ranks, (hsize_t)r->nrbuf, 0, r->rbuf_step) < 0)
         return -1;
-    for (int q = 0; q < NRANKS; q++) {
-        char obj[64];
-        snprintf(obj, sizeof obj, "/ranks/%s", ranks_cols[q].name);
-        if (append(r, obj, H5T_NATIVE_DOUBLE, r->n_ranks, (hsize_t)r->nrbuf, (hsize_t)r->ranks, r->rbuf[q]) < 0)
+    for (int q = 0; q < NRANKS; q++)
+        if (append(r, "/ranks", ranks_cols[q].name, H5T_NATIVE_DOUBLE, r->n_ranks, (hsize_t)r->nrbuf, (hsize_t)r->ranks,
+                   r->rbuf[q]) < 0)
             return -1;
-    }
     r->n_ranks += (hsize_t)r->nrbuf;
     r->nrbuf = 0;
     return 0;
@@ -254,17 +253,17 @@ static int write_ranks(runlog *r) {
 /* Write the buffered /train and /ranks rows (at an evaluation, at close). */
 int runlog_write_buffers(runlog *r) { return write_train(r) < 0 || write_ranks(r) < 0 ? -1 : 0; }
 
-/* Append one row to the NEVAL columns of group gname (/eval or /eval_local), which hold n rows. */
-static int append_eval_row(runlog *r, const char *gname, hsize_t n, long step, double time_s, double epoch,
+/* Append one row to the NEVAL columns of group gname (/eval or /eval_local), which hold *n rows
+ * (then one more). On failure the file is no longer extended. */
+static int append_eval_row(runlog *r, const char *gname, hsize_t *n, long step, double time_s, double epoch,
                            double loss, double top1_error, double top5_error) {
     int64_t s = step;
     const double v[NEVAL] = {0, time_s, epoch, loss, top1_error, top5_error};
-    for (int i = 0; i < NEVAL; i++) {
-        char obj[64];
-        snprintf(obj, sizeof obj, "%s/%s", gname, eval_cols[i].name);
-        int rc = i == E_STEP ? append(r, obj, H5T_NATIVE_INT64, n, 1, 0, &s) : append(r, obj, H5T_NATIVE_DOUBLE, n, 1, 0, &v[i]);
-        if (rc < 0) return -1;
-    }
+    for (int i = 0; i < NEVAL; i++)
+        if (append(r, gname, eval_cols[i].name, i == E_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, *n, 1, 0,
+                   i == E_STEP ? (const void *)&s : &v[i]) < 0)
+            return stop(r);
+    (*n)++;
     return 0;
 }
 
@@ -495,8 +494,7 @@ int runlog_train(runlog *r, long step, double time_s, double loss, double alpha)
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                 double top5_error) {
     if (!r || r->failed) return -1;
-    if (append_eval_row(r, "/eval", r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) return stop(r);
-    r->n_eval++;
+    if (append_eval_row(r, "/eval", &r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) return -1;
     return runlog_publish_all(r);
 }
 
@@ -512,17 +510,13 @@ void runlog_rows_written(const runlog *r, runlog_rows *out) {
     out->ranks = r->ranks > 0 ? (long)r->n_ranks : 0;
 }
 
-/* Appended to the in-memory file at once (one row per evaluation), published with the next
- * publication. */
 int runlog_eval_local(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                       double top5_error) {
     if (!r || r->failed) return -1;
     if (!r->has_eval_local)
         return seterr(r->err, sizeof r->err, "%s: runlog_eval_local: the file has no /eval_local (created without "
                       "meta.eval_local)", r->path), -1;
-    if (append_eval_row(r, "/eval_local", r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error) < 0) return stop(r);
-    r->n_eval_local++;
-    return 0;
+    return append_eval_row(r, "/eval_local", &r->n_eval_local, step, time_s, epoch, loss, top1_error, top5_error);
 }
 
 int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *compute_s, const double *comm_s,

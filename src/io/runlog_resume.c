@@ -42,49 +42,39 @@ static htri_t obj_exists(hid_t f, const char *name) {
     }
 }
 
-/* Root attribute name of f, which must exist and be of class cls (its file type's class), else
- * the file is not one of ours. Returns the open attribute or -1 (err filled). */
-static hid_t open_root_attr(hid_t f, const char *name, H5T_class_t cls, const char *path, char *err, size_t errlen) {
+/* Read root attribute name of f as memory type mtype (integers: H5T_NATIVE_INT64 or _UINT64)
+ * into out. It must exist (unless optional: then out is left as it is) and be of class cls (its
+ * file type's class), else the file is not one of ours. */
+static int root_read(hid_t f, const char *name, int optional, H5T_class_t cls, hid_t mtype, void *out, const char *path,
+                     char *err, size_t errlen) {
     char what[300];
     snprintf(what, sizeof what, "attribute %s of /", name);
     htri_t e = H5Aexists(f, name);
     if (e < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", what);
+    if (e == 0 && optional) return 0;
     if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no root attribute %s)", name);
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
     if (a < 0) return runlog_h5fail(err, errlen, path, "H5Aopen", what);
     hid_t t = H5Aget_type(a);
     H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
     if (t >= 0) H5Tclose(t);
-    if (c != cls) {
-        H5Aclose(a);
-        return refuse(err, errlen, path, "it is not a dsgd-run run file (root attribute %s is not %s)", name,
-                      cls == H5T_STRING ? "a string" : "an integer");
-    }
-    return a;
-}
-
-/* Read root attribute name, of class cls, as memory type mtype (integers: H5T_NATIVE_INT64 or
- * _UINT64) into out. */
-static int root_read(hid_t f, const char *name, H5T_class_t cls, hid_t mtype, void *out, const char *path, char *err,
-                     size_t errlen) {
-    hid_t a = open_root_attr(f, name, cls, path, err, errlen);
-    if (a < 0) return -1;
-    char what[300];
-    snprintf(what, sizeof what, "attribute %s of /", name);
-    int rc = H5Aread(a, mtype, out) < 0 ? runlog_h5fail(err, errlen, path, "H5Aread", what) : 0;
+    int rc = c != cls ? refuse(err, errlen, path, "it is not a dsgd-run run file (root attribute %s is not %s)", name,
+                               cls == H5T_STRING ? "a string" : "an integer")
+           : H5Aread(a, mtype, out) < 0 ? runlog_h5fail(err, errlen, path, "H5Aread", what) : 0;
     H5Aclose(a);
     return rc;
 }
 
-/* Read string root attribute name into a new allocation (*out; free it). */
-static int root_string(hid_t f, const char *name, char **out, const char *path, char *err, size_t errlen) {
+/* Read string root attribute name into a new allocation (*out; free it; "" for a missing
+ * optional one). */
+static int root_string(hid_t f, const char *name, int optional, char **out, const char *path, char *err, size_t errlen) {
     *out = NULL;
     hid_t t = H5Tcopy(H5T_C_S1);
     char *s = NULL;
     int rc = 0;
     if (t < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
         rc = runlog_h5fail(err, errlen, path, "H5Tcopy/H5Tset_size/H5Tset_cset", "string type");
-    else rc = root_read(f, name, H5T_STRING, t, &s, path, err, errlen);
+    else rc = root_read(f, name, optional, H5T_STRING, t, &s, path, err, errlen);
     if (rc == 0) {
         size_t n = s ? strlen(s) : 0;
         *out = xmalloc(n + 1);
@@ -193,9 +183,9 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
     const char *path = r->path;
     /* Is it ours, and this experiment's? */
     char *version = NULL, *method = NULL;
-    if (root_string(f, "dsgd_version", &version, path, err, errlen) < 0) return -1;
+    if (root_string(f, "dsgd_version", 0, &version, path, err, errlen) < 0) return -1;
     free(version);
-    if (root_string(f, "method", &method, path, err, errlen) < 0) return -1;
+    if (root_string(f, "method", 0, &method, path, err, errlen) < 0) return -1;
     const char *want = meta->method ? meta->method : "";
     if (strcmp(method, want) != 0) {
         refuse(err, errlen, path, "the run file has method %s, the experiment method %s", method, want);
@@ -208,13 +198,13 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
     };
     for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
         int64_t v = 0;
-        if (root_read(f, ints[i].name, H5T_INTEGER, H5T_NATIVE_INT64, &v, path, err, errlen) < 0) return -1;
+        if (root_read(f, ints[i].name, 0, H5T_INTEGER, H5T_NATIVE_INT64, &v, path, err, errlen) < 0) return -1;
         if (v != ints[i].v)
             return refuse(err, errlen, path, "the run file has %s = %lld, the experiment %s = %lld", ints[i].name, (long long)v,
                           ints[i].name, ints[i].v);
     }
     uint64_t seed = 0;
-    if (root_read(f, "seed", H5T_INTEGER, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0) return -1;
+    if (root_read(f, "seed", 0, H5T_INTEGER, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0) return -1;
     if (seed != meta->seed)
         return refuse(err, errlen, path, "the run file has seed = %llu, the experiment seed = %llu", (unsigned long long)seed,
                       meta->seed);
@@ -302,36 +292,30 @@ static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *er
     for (size_t i = 0; i < sizeof usual_final_attrs / sizeof *usual_final_attrs; i++)
         if (strcmp(usual_final_attrs[i], "status") != 0 && drop_root_attr(f, usual_final_attrs[i], path, err, errlen) < 0) return -1;
     if (runlog_status_write(f, "", path, err, errlen) < 0) return -1; /* the slot, empty again */
-    htri_t e = H5Aexists(f, "final_attributes");
-    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", "attribute final_attributes of /");
-    if (e > 0) {
-        char *list;
-        if (root_string(f, "final_attributes", &list, path, err, errlen) < 0) return -1;
-        int rc = 0;
-        for (char *name = strtok(list, "\n"); name && rc == 0; name = strtok(NULL, "\n"))
-            if (!runlog_is_own_attr(name) && strcmp(name, "status") != 0) rc = drop_root_attr(f, name, path, err, errlen);
-        free(list);
-        if (rc < 0 || drop_root_attr(f, "final_attributes", path, err, errlen) < 0) return -1;
-    }
+    char *list;
+    if (root_string(f, "final_attributes", 1, &list, path, err, errlen) < 0) return -1;
+    int rc = 0;
+    for (char *name = strtok(list, "\n"); name && rc == 0; name = strtok(NULL, "\n"))
+        if (!runlog_is_own_attr(name) && strcmp(name, "status") != 0) rc = drop_root_attr(f, name, path, err, errlen);
+    free(list);
+    if (rc < 0 || drop_root_attr(f, "final_attributes", path, err, errlen) < 0) return -1;
 
     int64_t resumes = 0;
-    if ((e = H5Aexists(f, "resumes")) < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", "attribute resumes of /");
-    if (e > 0 && root_read(f, "resumes", H5T_INTEGER, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
+    if (root_read(f, "resumes", 1, H5T_INTEGER, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
     resumes++;
     if (runlog_attr_write(f, "/", "resumes", H5T_STD_I64LE, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
 
     char when[32];
     if (runlog_utc_now(when, sizeof when) < 0) return runlog_syserr(err, errlen, path, "cannot read the UTC time");
-    char *old = NULL;
-    if ((e = H5Aexists(f, "resumed_at")) < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", "attribute resumed_at of /");
-    if (e > 0 && root_string(f, "resumed_at", &old, path, err, errlen) < 0) return -1;
+    char *old;
+    if (root_string(f, "resumed_at", 1, &old, path, err, errlen) < 0) return -1;
     int has_note = note && note[0];
-    size_t len = (old ? strlen(old) + 1 : 0) + 64 + (has_note ? strlen(note) + 3 : 0) + 1;
+    size_t len = strlen(old) + 1 + 64 + (has_note ? strlen(note) + 3 : 0) + 1;
     char *lines = xmalloc(len);
-    snprintf(lines, len, "%s%sstep %lld at %s%s%s%s", old ? old : "", old && old[0] ? "\n" : "", (long long)last_step, when,
+    snprintf(lines, len, "%s%sstep %lld at %s%s%s%s", old, old[0] ? "\n" : "", (long long)last_step, when,
              has_note ? " (" : "", has_note ? note : "", has_note ? ")" : "");
     free(old);
-    int rc = runlog_attr_string(f, "/", "resumed_at", lines, path, err, errlen);
+    rc = runlog_attr_string(f, "/", "resumed_at", lines, path, err, errlen);
     free(lines);
     return rc;
 }

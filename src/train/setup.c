@@ -44,7 +44,7 @@ static void agree_key(int status, const char *key, const char *msg) {
 /* Prefix err with where the first key at fault was set (file:line, --set, or the file for a
  * default) and the keys ("keys 'p', 'b'"). */
 static void setup_blame(const experiment *e, const char *keys, char *err, size_t errlen) {
-    char prefix[CFG_PATH_MAX + 128], first[64] = "";
+    char first[64] = "", msg[ERRLEN];
     const char *q = strchr(keys, '\'');
     if (q) sscanf(q + 1, "%63[^']", first);
     /* a data path the message names: where that key was set */
@@ -58,13 +58,8 @@ static void setup_blame(const experiment *e, const char *keys, char *err, size_t
             snprintf(first, sizeof first, "%s", paths[i].key);
             break;
         }
-    const char *where = first[0] && config_where(first)[0] ? config_where(first) : e->source;
-    int n = snprintf(prefix, sizeof prefix, "%s: %s: ", where, keys);
-    size_t len = strlen(err), k = (size_t)n < errlen - 1 ? (size_t)n : errlen - 1;
-    if (len + k >= errlen) len = errlen - 1 - k; /* keep the end of the message inside err */
-    memmove(err + k, err, len);
-    memcpy(err, prefix, k);
-    err[k + len] = '\0';
+    snprintf(msg, sizeof msg, "%s", err);
+    seterr(err, errlen, "%s: %s: %s", first[0] && config_where(first)[0] ? config_where(first) : e->source, keys, msg);
 }
 
 /* ---- data ------------------------------------------------------------------------------- */
@@ -153,8 +148,8 @@ void setup_data(run_setup *r) {
     trainer *t = &r->t;
     char err[ERRLEN] = "";
     int st = 0;
-    inject_init(&t->inj, e, t->worker >= 0 ? t->worker : 0);
     const int lrank = t->worker >= 0 ? t->worker : 0;
+    inject_init(&t->inj, e, lrank);
     if (e->data.format == FORMAT_JPEG) st = data_jpeg(r, lrank, err, sizeof err);
     else if (e->data.format == FORMAT_SYNTHETIC) {
         const int classes = e->data.classes ? e->data.classes : 1000;
@@ -208,16 +203,17 @@ static int earlier_run_live(const char *path, char *dir, size_t n) {
  * run file creates the missing ones). Returns 0 or EXIT_BADINPUT with err filled. */
 static int check_output(const experiment *e, char *err, size_t errlen) {
     struct stat sb, sc;
+    const int out_exists = stat(e->output, &sb) == 0;
     const size_t len = strlen(e->output);
     if (len && e->output[len - 1] == '/')
         return seterr(err, errlen, "%s: key 'output': %s ends in '/'; expected the path of an HDF5 file (e.g. %srun.h5)", config_where("output"),
                       e->output, e->output);
     char ckdir[CFG_PATH_MAX];
     ckpt_dir_of(e, ckdir, sizeof ckdir);
-    if (!strcmp(ckdir, e->output) || (stat(e->output, &sb) == 0 && stat(ckdir, &sc) == 0 && sb.st_dev == sc.st_dev && sb.st_ino == sc.st_ino))
+    if (!strcmp(ckdir, e->output) || (out_exists && stat(ckdir, &sc) == 0 && sb.st_dev == sc.st_dev && sb.st_ino == sc.st_ino))
         return seterr(err, errlen, "%s: key 'checkpoint.path': %s is the output file's path (key 'output'); choose another checkpoint.path",
                       config_where("checkpoint.path"), ckdir);
-    if (stat(e->output, &sb) == 0) {
+    if (out_exists) {
         if (S_ISDIR(sb.st_mode))
             return seterr(err, errlen, "%s: key 'output': %s is a directory; expected the path of an HDF5 file", config_where("output"), e->output);
         if (!e->overwrite)
@@ -236,14 +232,14 @@ static int check_output(const experiment *e, char *err, size_t errlen) {
     }
     char dir[CFG_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", e->output);
-    for (;;) {
+    int found = 0;
+    while (!found && strcmp(dir, ".") != 0 && strcmp(dir, "/") != 0) { /* up to the nearest existing ancestor */
         char *slash = strrchr(dir, '/');
-        if (!slash) { snprintf(dir, sizeof dir, "."); break; }
-        if (slash == dir) { dir[1] = '\0'; break; }
-        *slash = '\0';
-        if (stat(dir, &sb) == 0) break;
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else slash[slash == dir] = '\0';
+        found = stat(dir, &sb) == 0;
     }
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    if (!found || !S_ISDIR(sb.st_mode))
         return seterr(err, errlen, "%s: key 'output': cannot create %s: %s is not a directory", config_where("output"), e->output, dir);
     if (access(dir, W_OK | X_OK) != 0)
         return seterr(err, errlen, "%s: key 'output': cannot create %s: directory %s is not writable", config_where("output"), e->output, dir);
