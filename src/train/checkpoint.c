@@ -180,19 +180,14 @@ int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char 
     if (H5Aexists(f, name) > 0) {
         hid_t a = H5Aopen(f, name, H5P_DEFAULT);
         hid_t t = a >= 0 ? H5Aget_type(a) : -1;
-        if (t >= 0 && H5Tis_variable_str(t) > 0) {
-            char *s = NULL; /* read as stored (the character set of the file's type) */
-            if (H5Aread(a, t, &s) >= 0) {
-                snprintf(buf, n, "%s", s ? s : "");
-                H5free_memory(s);
-            } else rc = -1;
-        } else if (t >= 0) {
-            size_t sz = H5Tget_size(t);
-            char *s = xcalloc(sz + 1, 1);
-            if (H5Aread(a, t, s) >= 0) snprintf(buf, n, "%s", s);
-            else rc = -1;
-            free(s);
-        } else rc = -1;
+        /* read as stored (the character set of the file's type): a variable-length string HDF5
+         * allocates, a fixed-length one into a buffer one byte longer */
+        const int vlen = t >= 0 && H5Tis_variable_str(t) > 0;
+        char *s = t < 0 || vlen ? NULL : xcalloc(H5Tget_size(t) + 1, 1);
+        rc = t < 0 || H5Aread(a, t, vlen ? (void *)&s : s) < 0 ? -1 : 0;
+        if (!rc) snprintf(buf, n, "%s", s ? s : "");
+        if (vlen) H5free_memory(s);
+        else free(s);
         if (t >= 0) H5Tclose(t);
         if (a >= 0) H5Aclose(a);
         if (rc) seterr(err, errlen, "%s: cannot read the attribute '%s'", path, name);
