@@ -60,13 +60,12 @@ static void eval_range(trainer *t, model *net, int begin, int end, double sums[3
 }
 
 static eval_result eval_from_sums(const double s[4]) {
-    eval_result r = {
+    return (eval_result){
         .loss = s[0] / s[3],
         .top1_error = 1.0 - s[1] / s[3],
         .top5_error = 1.0 - s[2] / s[3],
         .count = (long)s[3],
     };
-    return r;
 }
 
 eval_result train_evaluate(trainer *t) {
@@ -104,14 +103,11 @@ double train_compute(trainer *t, long data_step, long step) {
 /* The minibatch of data step ds into t->x, t->y, or nothing if it is staged on the device; then
  * the step begins on it. Returns the seconds spent assembling it. */
 static double begin_step(trainer *t, long ds, int flags) {
-    if (model_staged_tag(t->net) == ds) {
-        model_train_begin(t->net, NULL, NULL, flags);
-        return 0.0;
-    }
+    const int staged = model_staged_tag(t->net) == ds;
     const double t0 = wall_time();
-    if (loader_batch(&t->train_loader, ds, t->x, t->y)) data_failed(t);
-    const double d = wall_time() - t0;
-    model_train_begin(t->net, t->x, t->y, flags);
+    if (!staged && loader_batch(&t->train_loader, ds, t->x, t->y)) data_failed(t);
+    const double d = staged ? 0.0 : wall_time() - t0;
+    model_train_begin(t->net, staged ? NULL : t->x, staged ? NULL : t->y, flags);
     return d;
 }
 
@@ -174,17 +170,21 @@ static void format_eta(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%ldm%02lds", x / 60, x % 60);
 }
 
+/* A run-file write failed: say so now (the caller stops every rank at the next agreement point);
+ * returns EXIT_RUNTIME. */
+static int write_failed(const trainer *t) {
+    fprintf(stderr, "dsgd-run: writing %s: %s\n", t->e->output, runlog_error(t->log));
+    return EXIT_RUNTIME;
+}
+
 int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *step_time,
                     const double *compute, const double *comm, const double *wait, const double *data) {
     const experiment *e = t->e;
     const long total = e->iterations, m = (long)e->p * e->b;
     int status = 0;
     if (runlog_train(t->log, step, time_s, loss, alpha) != 0 ||
-        (step_time && runlog_ranks(t->log, step, step_time, compute, comm, wait, data) != 0)) {
-        /* Reported now; the caller stops every rank at the next agreement point. */
-        fprintf(stderr, "dsgd-run: writing %s: %s\n", e->output, runlog_error(t->log));
-        status = EXIT_RUNTIME;
-    }
+        (step_time && runlog_ranks(t->log, step, step_time, compute, comm, wait, data) != 0))
+        status = write_failed(t);
     double ips = (double)((step - t->last_log_step) * m) / (time_s - t->last_log_s);
     char eta[32];
     /* Remaining training at the mean step time, plus the remaining evaluations at the mean
@@ -212,11 +212,7 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
     } else if (!local) t->at_start_eval_s = eval_s;
     int rc = local ? runlog_eval_local(t->log, step, time_s, epoch, r->loss, r->top1_error, r->top5_error)
                    : runlog_eval(t->log, step, time_s, epoch, r->loss, r->top1_error, r->top5_error);
-    if (rc != 0) {
-        fprintf(stderr, "dsgd-run: writing %s: %s\n", t->e->output, runlog_error(t->log));
-        return EXIT_RUNTIME;
-    }
-    return 0;
+    return rc != 0 ? write_failed(t) : 0;
 }
 
 void train_log_summary(trainer *t, int status, int why, double train_s) {
@@ -273,7 +269,7 @@ static int ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
         config_to_text(t->e, text, sizeof text);
         runlog_rows rows;
         if (runlog_flush(t->log) != 0) {
-            fprintf(stderr, "dsgd-run: writing %s: %s\n", t->e->output, runlog_error(t->log));
+            write_failed(t);
             return -1;
         }
         runlog_rows_written(t->log, &rows);
@@ -374,32 +370,29 @@ static int log_train(trainer *t, long done, double time_s, double loss, double a
 int train_run(trainer *t) {
     const method_ops *M = t->method;
     if (t->worker < 0) return M->serve(t);
-    if (M->begin) {
-        const int st = M->begin(t);
-        if (st) return st;
-    }
+    int status = M->begin ? M->begin(t) : EXIT_OK;
+    if (status != EXIT_OK) return status;
     int (*evaluate)(trainer *, long, double, int, int *) = M->evaluate ? M->evaluate : train_evaluate_and_log;
     const experiment *e = t->e;
-    int status = EXIT_OK;
     int local = EXIT_OK;        /* meets = 1: a problem of this rank, agreed at the next evaluation */
     int why = STOPPED_WRITE;
     loop_state ls = {.prev = t->times};
     double *gbuf = xmalloc((size_t)t->p * 5 * sizeof(double)), *rows = xmalloc((size_t)t->p * 5 * sizeof(double));
 
+    /* servers: begin read this worker's checkpoint; server 0 evaluates */
     const int servers = M->meets == METHOD_MEETS_SERVERS; /* the servers keep the cadence (method.h) */
-    long s0 = 0;
-    if (servers) s0 = t->step; /* begin read this worker's checkpoint; server 0 evaluates */
-    else if (t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
+    if (!servers && t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
         status = train_resume(t, &ls);
-        s0 = t->step; /* gossip: this node's own step (a checkpoint after a signal cuts each node at its own) */
         /* The first /ranks row covers the steps since the resume, on every rank (only the log
          * rank's file holds where the last row stood). */
-        ls.prev = t->times, ls.last_row = s0;
-    } else if (e->eval.at_start) status = evaluate(t, 0, 0.0, EXIT_OK, &why);
+        ls.prev = t->times, ls.last_row = t->step;
+    } else if (!servers && e->eval.at_start) status = evaluate(t, 0, 0.0, EXIT_OK, &why);
     if (M->meets == METHOD_MEETS_AT_POINTS) comm_workers_barrier();
     else comm_barrier(); /* the whole world starts together */
     double seg = wall_time(); /* the time axis: training wall clock, evaluations and checkpoints excluded */
-    for (long s = s0; status == EXIT_OK && (s < e->iterations || servers); s++) {
+    /* From step 0 or where the checkpoint stood (gossip: this node's own step, as a checkpoint
+     * after a signal cuts each node at its own). */
+    for (long s = t->step; status == EXIT_OK && (s < e->iterations || servers); s++) {
         const double alpha = alpha_at(e, s);
         ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
         double loss = 0.0;
