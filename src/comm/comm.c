@@ -90,7 +90,6 @@ static void nap(long ns) {
 
 static double (*g_stop_age)(void); /* seconds since a stop was requested (comm_on_stop), < 0: none */
 static double g_stop_grace_s;
-static void stop_abort(double age);
 
 /* Notes to the run-file writer (comm_set_log_rank): a rank that gives up on a wait tells the
  * writer, which records the status and stops every rank. The writer tests its receive in every
@@ -105,7 +104,87 @@ static note_msg g_note_in;
 static MPI_Request g_note_req = MPI_REQUEST_NULL;
 static char g_detail[NOTE_LEN + 64];
 static int g_detail_stop; /* the rank that gave up did so after a stop signal */
-static void note_check(void);
+
+static void (*g_on_timeout)(void *);
+static void *g_on_timeout_arg;
+
+void comm_on_timeout(void (*fn)(void *), void *arg) {
+    g_on_timeout = fn;
+    g_on_timeout_arg = arg;
+}
+
+/* A rank that gives up on a wait: the writer records the status and stops the job at once;
+ * another rank tells the writer (a note) and waits for it to do so, at most NOTE_GRACE_S. */
+__attribute__((noreturn)) static void give_up(int kind, const char *what) {
+    fflush(stderr);
+    snprintf(g_detail, sizeof g_detail, "rank %d on %s waited for %s", g_rank, g_host, what);
+    g_detail_stop = kind == NOTE_STOP;
+    if (g_on_timeout) {
+        g_on_timeout(g_on_timeout_arg);
+        nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
+        comm_abort(EXIT_RUNTIME);
+    }
+    if (g_log_rank >= 0 && g_log_rank != g_rank) {
+        static note_msg out;
+        out.rank = g_rank, out.kind = kind;
+        snprintf(out.what, sizeof out.what, "%s", what);
+        MPI_Request r;
+        if (MPI_Isend(&out, (int)sizeof out, MPI_BYTE, g_log_rank, TAG_NOTE, MPI_COMM_WORLD, &r) == MPI_SUCCESS) {
+            const double t0 = wall_time();
+            int flag = 0;
+            while (wall_time() - t0 < NOTE_GRACE_S) { /* the writer aborts the job meanwhile */
+                if (!flag) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+                nap(1000000L);
+            }
+        }
+    } else
+        nap(2000000000L);
+    comm_abort(EXIT_RUNTIME);
+}
+
+void comm_timeout_abort(const char *what) {
+    fprintf(stderr,
+            "dsgd-run: rank %d on %s: waited more than comm_timeout_s = %g s for %s; a rank has stopped or is "
+            "far slower than the others; stopping every rank\n",
+            g_rank, g_host, g_timeout_s, what);
+    give_up(NOTE_TIMEOUT, what);
+}
+
+void comm_on_stop(double (*age)(void), double grace_s) {
+    g_stop_age = age;
+    g_stop_grace_s = grace_s;
+}
+
+static void stop_abort(double age) {
+    fprintf(stderr,
+            "dsgd-run: rank %d on %s: a stop signal arrived %.0f s ago and this rank is still waiting for another rank "
+            "(one that has stopped, or is far slower): stopping every rank without a checkpoint\n", g_rank, g_host, age);
+    give_up(NOTE_STOP, "another rank after a stop signal");
+}
+
+void comm_set_log_rank(int rank) {
+    g_log_rank = rank;
+    if (rank == g_rank && g_size > 1 && g_note_req == MPI_REQUEST_NULL)
+        mpiCheck(MPI_Irecv(&g_note_in, (int)sizeof g_note_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_NOTE, MPI_COMM_WORLD, &g_note_req));
+}
+
+/* The writer: has a rank given up? Then record and stop every rank. */
+static void note_check(void) {
+    int flag = 0;
+    mpiCheck(MPI_Test(&g_note_req, &flag, MPI_STATUS_IGNORE));
+    if (!flag) return;
+    g_note_in.what[NOTE_LEN - 1] = '\0';
+    snprintf(g_detail, sizeof g_detail, "rank %d waited for %s", (int)g_note_in.rank, g_note_in.what);
+    g_detail_stop = g_note_in.kind == NOTE_STOP;
+    fprintf(stderr, "dsgd-run: rank %d on %s: rank %d %s %s; stopping every rank\n", g_rank, g_host, (int)g_note_in.rank,
+            g_note_in.kind == NOTE_STOP ? "gave up after a stop signal waiting for" : "waited more than comm_timeout_s for",
+            g_note_in.what);
+    fflush(stderr);
+    if (g_on_timeout) g_on_timeout(g_on_timeout_arg);
+    nap(200000000L);
+    comm_abort(EXIT_RUNTIME);
+}
+
 static void (*g_wait_hook)(void);
 
 void comm_on_wait(void (*fn)(void)) { g_wait_hook = fn; }
@@ -162,88 +241,6 @@ static int poll_wait(MPI_Request *req, int n, int *idx, MPI_Status *st, double t
         if (poll_wait(&req, 1, NULL, NULL, (what) ? g_timeout_s : NO_TIMEOUT, 0) < 0)             \
             comm_timeout_abort(what);                                                             \
     } while (0)
-
-static void (*g_on_timeout)(void *);
-static void *g_on_timeout_arg;
-
-void comm_on_timeout(void (*fn)(void *), void *arg) {
-    g_on_timeout = fn;
-    g_on_timeout_arg = arg;
-}
-
-/* A rank that gives up on a wait: the writer records the status and stops the job at once;
- * another rank tells the writer (a note) and waits for it to do so, at most NOTE_GRACE_S. */
-static void give_up(int kind, const char *what) __attribute__((noreturn));
-static void give_up(int kind, const char *what) {
-    snprintf(g_detail, sizeof g_detail, "rank %d on %s waited for %s", g_rank, g_host, what);
-    g_detail_stop = kind == NOTE_STOP;
-    if (g_on_timeout) {
-        g_on_timeout(g_on_timeout_arg);
-        nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
-        comm_abort(EXIT_RUNTIME);
-    }
-    if (g_log_rank >= 0 && g_log_rank != g_rank) {
-        static note_msg out;
-        out.rank = g_rank, out.kind = kind;
-        snprintf(out.what, sizeof out.what, "%s", what);
-        MPI_Request r;
-        if (MPI_Isend(&out, (int)sizeof out, MPI_BYTE, g_log_rank, TAG_NOTE, MPI_COMM_WORLD, &r) == MPI_SUCCESS) {
-            const double t0 = wall_time();
-            int flag = 0;
-            while (wall_time() - t0 < NOTE_GRACE_S) { /* the writer aborts the job meanwhile */
-                if (!flag) MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
-                nap(1000000L);
-            }
-        }
-    } else
-        nap(2000000000L);
-    comm_abort(EXIT_RUNTIME);
-}
-
-void comm_timeout_abort(const char *what) {
-    fprintf(stderr,
-            "dsgd-run: rank %d on %s: waited more than comm_timeout_s = %g s for %s; a rank has stopped or is "
-            "far slower than the others; stopping every rank\n",
-            g_rank, g_host, g_timeout_s, what);
-    fflush(stderr);
-    give_up(NOTE_TIMEOUT, what);
-}
-
-void comm_on_stop(double (*age)(void), double grace_s) {
-    g_stop_age = age;
-    g_stop_grace_s = grace_s;
-}
-
-static void stop_abort(double age) {
-    fprintf(stderr,
-            "dsgd-run: rank %d on %s: a stop signal arrived %.0f s ago and this rank is still waiting for another rank "
-            "(one that has stopped, or is far slower): stopping every rank without a checkpoint\n", g_rank, g_host, age);
-    fflush(stderr);
-    give_up(NOTE_STOP, "another rank after a stop signal");
-}
-
-void comm_set_log_rank(int rank) {
-    g_log_rank = rank;
-    if (rank == g_rank && g_size > 1 && g_note_req == MPI_REQUEST_NULL)
-        mpiCheck(MPI_Irecv(&g_note_in, (int)sizeof g_note_in, MPI_BYTE, MPI_ANY_SOURCE, TAG_NOTE, MPI_COMM_WORLD, &g_note_req));
-}
-
-/* The writer: has a rank given up? Then record and stop every rank. */
-static void note_check(void) {
-    int flag = 0;
-    mpiCheck(MPI_Test(&g_note_req, &flag, MPI_STATUS_IGNORE));
-    if (!flag) return;
-    g_note_in.what[NOTE_LEN - 1] = '\0';
-    snprintf(g_detail, sizeof g_detail, "rank %d waited for %s", (int)g_note_in.rank, g_note_in.what);
-    g_detail_stop = g_note_in.kind == NOTE_STOP;
-    fprintf(stderr, "dsgd-run: rank %d on %s: rank %d %s %s; stopping every rank\n", g_rank, g_host, (int)g_note_in.rank,
-            g_note_in.kind == NOTE_STOP ? "gave up after a stop signal waiting for" : "waited more than comm_timeout_s for",
-            g_note_in.what);
-    fflush(stderr);
-    if (g_on_timeout) g_on_timeout(g_on_timeout_arg);
-    nap(200000000L);
-    comm_abort(EXIT_RUNTIME);
-}
 
 const char *comm_stop_detail(void) { return g_detail; }
 int comm_stop_after_signal(void) { return g_detail_stop; }
