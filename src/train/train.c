@@ -141,17 +141,15 @@ double train_compute_allreduce(trainer *t, long data_step, long step, long next_
     double data = begin_step(t, data_step, red->overlap ? MODEL_STAGE_GRADS : 0);
     data += stage_next(t, next_data_step);
     t->times.data_s += data;
-    if (!red->overlap) {
-        const double loss = model_train_end(net);
-        const double t1 = wall_time();
+    double waited = 0.0, t_computed, loss; /* waited: the barrier's seconds on the overlapped path */
+    if (red->overlap) {
+        reducer_grads_overlapped(red, wait_s ? &waited : NULL, &t_computed);
+        loss = model_train_end(net);
+    } else {
+        loss = model_train_end(net);
+        t_computed = wall_time();
         reducer_mean(red, MODEL_GRADS, wait_s);
-        t->times.compute_s += t1 - t0 - data;
-        t->times.comm_s += wall_time() - t1;
-        return loss;
     }
-    double waited = 0.0, t_computed;
-    reducer_grads_overlapped(red, wait_s ? &waited : NULL, &t_computed);
-    const double loss = model_train_end(net);
     const double t_end = wall_time();
     if (t_computed < 0) t_computed = t_end;
     if (wait_s) *wait_s += waited;
@@ -294,8 +292,7 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     char err[ERRLEN] = "";
     const double t0 = wall_time();
     if (t->method->quiesce) t->method->quiesce(t);
-    int st = 0;
-    if (t->rank == 0) st = ckpt_prepare(t->ckpt_dir, label, err, sizeof err) ? EXIT_RUNTIME : 0;
+    int st = t->rank == 0 && ckpt_prepare(t->ckpt_dir, label, err, sizeof err) ? EXIT_RUNTIME : 0;
     if (comm_agree(st)) {
         if (t->rank == 0) fprintf(stderr, "dsgd-run: checkpoint at step %ld not written: %s\n", label, err);
         return EXIT_RUNTIME;
