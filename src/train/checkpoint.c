@@ -21,13 +21,10 @@
 /* ---- directories -------------------------------------------------------------------------- */
 
 void ckpt_dir_of(const experiment *e, char *dir, size_t n) {
-    if (e->checkpoint.path[0]) {
-        snprintf(dir, n, "%s", e->checkpoint.path);
-        return;
-    }
-    size_t len = strlen(e->output);
-    if (len > 3 && strcmp(e->output + len - 3, ".h5") == 0) snprintf(dir, n, "%.*s.ckpt", (int)(len - 3), e->output);
-    else snprintf(dir, n, "%s.ckpt", e->output);
+    const size_t len = strlen(e->output);
+    const int h5 = len > 3 && strcmp(e->output + len - 3, ".h5") == 0;
+    if (e->checkpoint.path[0]) snprintf(dir, n, "%s", e->checkpoint.path);
+    else snprintf(dir, n, "%.*s.ckpt", (int)(h5 ? len - 3 : len), e->output);
 }
 
 static int syserr(char *err, size_t errlen, const char *path, const char *what) {
@@ -227,8 +224,7 @@ static int next_kv(const char **p, char *group, char *key, size_t kn, char *val,
             continue;
         }
         while (vl && (v[vl - 1] == ';' || v[vl - 1] == ' ')) vl--;
-        if (group[0]) snprintf(key, kn, "%s.%.*s", group, (int)kl, line);
-        else snprintf(key, kn, "%.*s", (int)kl, line);
+        snprintf(key, kn, "%s%s%.*s", group, group[0] ? "." : "", (int)kl, line);
         snprintf(val, vn, "%.*s", (int)vl, v);
         return 1;
     }
