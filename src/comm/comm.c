@@ -88,16 +88,8 @@ static void nap(long ns) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-/* The polling wait under every blocking call of this file: test `req`s (n of them; all = 1:
- * until all complete, else until at least one does) with a short burst of immediate tests, then
- * naps doubling from 2 µs to 1 ms. Returns the number completed (Testsome semantics for
- * all = 0, n for all = 1) or -1 after timeout_s of waiting. A gap of more than COMM_STALL_S
- * between two tests is time this process did not run (SIGSTOP, a paused VM), not time a peer
- * kept it waiting: it is not counted, so a rank that wakes up tests its peers for timeout_s
- * before it gives up on them (comm.h). */
 static double (*g_stop_age)(void); /* seconds since a stop was requested (comm_on_stop), < 0: none */
 static double g_stop_grace_s;
-static void stop_abort(double age);
 
 /* Notes to the run-file writer (comm_set_log_rank): a rank that gives up on a wait tells the
  * writer, which records the status and stops every rank. The writer tests its receive in every
@@ -112,50 +104,6 @@ static note_msg g_note_in;
 static MPI_Request g_note_req = MPI_REQUEST_NULL;
 static char g_detail[NOTE_LEN + 64];
 static int g_detail_stop; /* the rank that gave up did so after a stop signal */
-static void note_check(void);
-static void (*g_wait_hook)(void);
-
-void comm_on_wait(void (*fn)(void)) { g_wait_hook = fn; }
-
-static int poll_wait_bg(MPI_Request *req, int n, int all, int *idx, MPI_Status *st, double timeout_s, int background) {
-    double t0 = wall_time(), prev = t0;
-    long napns = NAP_MIN_NS;
-    for (;;) {
-        if (all) {
-            int flag = 0;
-            mpiCheck(MPI_Testall(n, req, &flag, st ? st : MPI_STATUSES_IGNORE));
-            if (flag) return n;
-        } else {
-            int out = 0;
-            mpiCheck(MPI_Testsome(n, req, &out, idx, st ? st : MPI_STATUSES_IGNORE));
-            if (out == MPI_UNDEFINED) return 0;
-            if (out > 0) return out;
-        }
-        if (!background && g_note_req != MPI_REQUEST_NULL) note_check();
-        if (!background && g_wait_hook) g_wait_hook();
-        double now = wall_time();
-        if (now - prev > COMM_STALL_S) t0 += now - prev; /* this process did not run */
-        prev = now;
-        if (!background && now - t0 < SPIN_S) {
-            sched_yield(); /* a rank that computes on this core goes first */
-            continue;
-        }
-        if (now - t0 > timeout_s) return -1;
-        if (!background && g_stop_age && now - t0 >= g_stop_grace_s) {
-            const double age = g_stop_age();
-            if (age >= g_stop_grace_s) stop_abort(age);
-        }
-        nap(napns);
-        /* Fine naps for the first NAP_FINE_S (a collective's rounds, a server's reply), then
-         * coarse ones (a rank waiting for a straggler or for the end of the run). */
-        long cap = background ? NAP_BG_MAX_NS : now - t0 < NAP_FINE_S ? NAP_FINE_MAX_NS : NAP_MAX_NS;
-        napns = napns * 2 < cap ? napns * 2 : cap;
-    }
-}
-
-static int poll_wait(MPI_Request *req, int n, int all, int *idx, MPI_Status *st, double timeout_s) {
-    return poll_wait_bg(req, n, all, idx, st, timeout_s, 0);
-}
 
 static void (*g_on_timeout)(void *);
 static void *g_on_timeout_arg;
@@ -167,8 +115,8 @@ void comm_on_timeout(void (*fn)(void *), void *arg) {
 
 /* A rank that gives up on a wait: the writer records the status and stops the job at once;
  * another rank tells the writer (a note) and waits for it to do so, at most NOTE_GRACE_S. */
-static void give_up(int kind, const char *what) __attribute__((noreturn));
-static void give_up(int kind, const char *what) {
+__attribute__((noreturn)) static void give_up(int kind, const char *what) {
+    fflush(stderr);
     snprintf(g_detail, sizeof g_detail, "rank %d on %s waited for %s", g_rank, g_host, what);
     g_detail_stop = kind == NOTE_STOP;
     if (g_on_timeout) {
@@ -199,7 +147,6 @@ void comm_timeout_abort(const char *what) {
             "dsgd-run: rank %d on %s: waited more than comm_timeout_s = %g s for %s; a rank has stopped or is "
             "far slower than the others; stopping every rank\n",
             g_rank, g_host, g_timeout_s, what);
-    fflush(stderr);
     give_up(NOTE_TIMEOUT, what);
 }
 
@@ -212,7 +159,6 @@ static void stop_abort(double age) {
     fprintf(stderr,
             "dsgd-run: rank %d on %s: a stop signal arrived %.0f s ago and this rank is still waiting for another rank "
             "(one that has stopped, or is far slower): stopping every rank without a checkpoint\n", g_rank, g_host, age);
-    fflush(stderr);
     give_up(NOTE_STOP, "another rank after a stop signal");
 }
 
@@ -239,6 +185,63 @@ static void note_check(void) {
     comm_abort(EXIT_RUNTIME);
 }
 
+static void (*g_wait_hook)(void);
+
+void comm_on_wait(void (*fn)(void)) { g_wait_hook = fn; }
+
+/* The polling wait under every blocking call of this file: MPI_Testsome on the n `req`s (idx:
+ * NULL for one request; st: NULL to ignore) until at least one completes, with a short burst of
+ * immediate tests, then naps doubling from 2 µs to 1 ms. Returns the number completed (0 if none
+ * is active) or -1 after timeout_s of waiting. A gap of more than COMM_STALL_S between two tests
+ * is time this process did not run (SIGSTOP, a paused VM), not time a peer kept it waiting: it is
+ * not counted, so a rank that wakes up tests its peers for timeout_s before it gives up on them
+ * (comm.h). */
+static int poll_wait(MPI_Request *req, int n, int *idx, MPI_Status *st, double timeout_s, int background) {
+    double t0 = wall_time(), prev = t0;
+    long napns = NAP_MIN_NS;
+    int one;
+    for (;;) {
+        int out = 0;
+        mpiCheck(MPI_Testsome(n, req, &out, idx ? idx : &one, st ? st : MPI_STATUSES_IGNORE));
+        if (out == MPI_UNDEFINED) return 0;
+        if (out > 0) return out;
+        if (!background && g_note_req != MPI_REQUEST_NULL) note_check();
+        if (!background && g_wait_hook) g_wait_hook();
+        double now = wall_time();
+        if (now - prev > COMM_STALL_S) t0 += now - prev; /* this process did not run */
+        prev = now;
+        if (!background && now - t0 < SPIN_S) {
+            sched_yield(); /* a rank that computes on this core goes first */
+            continue;
+        }
+        if (now - t0 > timeout_s) return -1;
+        if (!background && g_stop_age && now - t0 >= g_stop_grace_s) {
+            const double age = g_stop_age();
+            if (age >= g_stop_grace_s) stop_abort(age);
+        }
+        nap(napns);
+        /* Fine naps for the first NAP_FINE_S (a collective's rounds, a server's reply), then
+         * coarse ones (a rank waiting for a straggler or for the end of the run). */
+        long cap = background ? NAP_BG_MAX_NS : now - t0 < NAP_FINE_S ? NAP_FINE_MAX_NS : NAP_MAX_NS;
+        napns = napns * 2 < cap ? napns * 2 : cap;
+    }
+}
+
+/* Agreement points may wait a whole run (a failed worker waits for the others to finish):
+ * no timeout, but polled, so a waiting rank does not spin. */
+#define NO_TIMEOUT 1e18
+
+/* Start the non-blocking collective `start` (an MPI_I* call whose request is &req) and complete
+ * it with the polling wait: after comm_timeout_s, comm_timeout_abort(what); what = NULL: no
+ * timeout. */
+#define COLLECTIVE(start, what)                                                                   \
+    do {                                                                                          \
+        MPI_Request req;                                                                          \
+        mpi_check((start), #start, __FILE__, __LINE__);                                           \
+        if (poll_wait(&req, 1, NULL, NULL, (what) ? g_timeout_s : NO_TIMEOUT, 0) < 0)             \
+            comm_timeout_abort(what);                                                             \
+    } while (0)
+
 const char *comm_stop_detail(void) { return g_detail; }
 int comm_stop_after_signal(void) { return g_detail_stop; }
 
@@ -255,17 +258,14 @@ int comm_local_rank(void) { return g_local_rank; }
 int comm_local_size(void) { return g_local_size; }
 const char *comm_host(void) { return g_host; }
 
-/* Agreement points may wait a whole run (a failed worker waits for the others to finish):
- * no timeout, but polled, so a waiting rank does not spin. */
-#define NO_TIMEOUT 1e18
-
-int comm_max_int(int code) {
-    int out = code;
-    MPI_Request req;
-    mpiCheck(MPI_Iallreduce(&code, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req));
-    poll_wait(&req, 1, 1, NULL, NULL, NO_TIMEOUT);
+/* The largest v over the world; what: as COLLECTIVE's. */
+static long max_long(long v, const char *what) {
+    long out = v;
+    COLLECTIVE(MPI_Iallreduce(&v, &out, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD, &req), what);
     return out;
 }
+
+int comm_max_int(int code) { return (int)max_long(code, NULL); }
 
 int comm_thread_multiple(void) { return g_thread_multiple; }
 
@@ -284,31 +284,25 @@ int comm_gpu_aware(void) {
 
 void comm_workers_sum_f32(float *buf, size_t n) {
     if (g_nworkers == 1) return;
-    MPI_Request req;
     const size_t chunk = COMM_CHUNK_BYTES / sizeof(float);
     for (size_t off = 0; off < n; off += chunk) {
         int cnt = (int)(n - off < chunk ? n - off : chunk);
-        mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, g_workers, &req));
-        if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (all-reduce)");
+        COLLECTIVE(MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_FLOAT, MPI_SUM, g_workers, &req), "the other workers (all-reduce)");
     }
 }
 
 void comm_workers_bcast(void *buf, size_t nbytes, int root) {
     if (g_nworkers == 1) return;
-    MPI_Request req;
     const size_t chunk = COMM_CHUNK_BYTES;
     for (size_t off = 0; off < nbytes; off += chunk) {
         int cnt = (int)(nbytes - off < chunk ? nbytes - off : chunk);
-        mpiCheck(MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, root, g_workers, &req));
-        if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (broadcast)");
+        COLLECTIVE(MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, root, g_workers, &req), "the other workers (broadcast)");
     }
 }
 
 void comm_workers_barrier(void) {
     if (g_nworkers == 1) return;
-    MPI_Request req;
-    mpiCheck(MPI_Ibarrier(g_workers, &req));
-    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (a meeting point)");
+    COLLECTIVE(MPI_Ibarrier(g_workers, &req), "the other workers (a meeting point)");
 }
 
 int comm_finish(int code, int writer) {
@@ -316,7 +310,7 @@ int comm_finish(int code, int writer) {
     int out = code;
     mpiCheck(MPI_Iallreduce(&code, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req));
     /* The writer gives up first, with the run's own status; the others a little later. */
-    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s + (writer ? 0.0 : NOTE_GRACE_S)) >= 0) return out;
+    if (poll_wait(&req, 1, NULL, NULL, g_timeout_s + (writer ? 0.0 : NOTE_GRACE_S), 0) >= 0) return out;
     fprintf(stderr, "dsgd-run: rank %d on %s: the end-of-run agreement waited more than comm_timeout_s = %g s: a rank has "
                     "stopped; ending the job (exit status %d)\n", g_rank, g_host, g_timeout_s, writer ? code : EXIT_RUNTIME);
     comm_abort(writer ? code : EXIT_RUNTIME);
@@ -324,28 +318,19 @@ int comm_finish(int code, int writer) {
 
 int comm_agree(int code) { return (int)comm_max_long(code); }
 
-long comm_max_long(long v) {
-    long out = v;
-    MPI_Request req;
-    mpiCheck(MPI_Iallreduce(&v, &out, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD, &req));
-    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other ranks (agreement)");
-    return out;
-}
+long comm_max_long(long v) { return max_long(v, "the other ranks (agreement)"); }
 
 void comm_workers_wait(double *wait_s) {
     if (g_nworkers == 1) return;
-    MPI_Request req;
     double t0 = wall_time();
-    mpiCheck(MPI_Ibarrier(g_workers, &req));
-    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (barrier before the all-reduce)");
+    COLLECTIVE(MPI_Ibarrier(g_workers, &req), "the other workers (barrier before the all-reduce)");
     *wait_s += wall_time() - t0;
 }
 
 void comm_workers_allgather(const void *in, size_t nbytes, void *out) {
     if (nbytes > (size_t)INT32_MAX) DIE("comm_workers_allgather: %zu bytes per worker", nbytes);
-    MPI_Request req;
-    mpiCheck(MPI_Iallgather(in, (int)nbytes, MPI_BYTE, out, (int)nbytes, MPI_BYTE, g_workers, &req));
-    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (all-gather)");
+    COLLECTIVE(MPI_Iallgather(in, (int)nbytes, MPI_BYTE, out, (int)nbytes, MPI_BYTE, g_workers, &req),
+               "the other workers (all-gather)");
 }
 
 void comm_allreduce_mean_f32(float *buf, size_t n, double *wait_s) {
@@ -409,8 +394,7 @@ int comm_mean_chunks_test(int *done) {
             const int k = g_ck_idx[g_ck_out[j]];
             size_t lo, hi;
             comm_mean_chunk_range(g_ck_len, k, &lo, &hi);
-            float *b = g_ck_buf;
-            for (size_t i = lo; i < hi; i++) b[i] *= inv;
+            for (size_t i = lo; i < hi; i++) g_ck_buf[i] *= inv;
             done[nd++] = k;
         }
         /* Testsome left MPI_REQUEST_NULL in the completed slots: drop them. */
@@ -422,11 +406,9 @@ int comm_mean_chunks_test(int *done) {
         }
         g_ck_n = w;
     }
-    if (g_ck_n > 0) {
-        const double now = wall_time();
-        for (int i = 0; i < g_ck_n; i++)
-            if (now - g_ck_t0[i] > g_timeout_s) comm_timeout_abort("the other workers (all-reduce)");
-    }
+    const double now = wall_time();
+    for (int i = 0; i < g_ck_n; i++)
+        if (now - g_ck_t0[i] > g_timeout_s) comm_timeout_abort("the other workers (all-reduce)");
     return nd;
 }
 
@@ -437,15 +419,11 @@ void comm_pause(double idle_s) {
 
 void comm_workers_sum_f64(double *buf, int n) {
     if (g_nworkers == 1) return;
-    MPI_Request req;
-    mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, g_workers, &req));
-    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (all-reduce)");
+    COLLECTIVE(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, MPI_SUM, g_workers, &req), "the other workers (all-reduce)");
 }
 
 void comm_workers_gather_f64(const double *in, int n, double *out) {
-    MPI_Request req;
-    mpiCheck(MPI_Igather(in, n, MPI_DOUBLE, out, n, MPI_DOUBLE, 0, g_workers, &req));
-    if (poll_wait(&req, 1, 1, NULL, NULL, g_timeout_s) < 0) comm_timeout_abort("the other workers (gather)");
+    COLLECTIVE(MPI_Igather(in, n, MPI_DOUBLE, out, n, MPI_DOUBLE, 0, g_workers, &req), "the other workers (gather)");
 }
 
 void comm_allreduce_sum_f64(double *buf, int n) {
@@ -459,9 +437,7 @@ void comm_bcast(void *buf, size_t nbytes, int root) {
 }
 
 void comm_barrier(void) {
-    MPI_Request req;
-    mpiCheck(MPI_Ibarrier(MPI_COMM_WORLD, &req));
-    poll_wait(&req, 1, 1, NULL, NULL, NO_TIMEOUT);
+    COLLECTIVE(MPI_Ibarrier(MPI_COMM_WORLD, &req), NULL);
 }
 
 void comm_abort(int code) {
@@ -552,7 +528,7 @@ int comm_set_test(comm_set *s, int i) {
 void comm_set_background(comm_set *s) { s->background = 1; }
 
 int comm_set_wait_some(comm_set *s, int *done, double timeout_s) {
-    int k = poll_wait_bg(s->req, s->n, 0, s->idx, s->tmp, timeout_s, s->background);
+    int k = poll_wait(s->req, s->n, s->idx, s->tmp, timeout_s, s->background);
     for (int j = 0; j < k; j++) {
         int i = s->idx[j];
         s->st[i] = s->tmp[j];
@@ -564,7 +540,7 @@ int comm_set_wait_some(comm_set *s, int *done, double timeout_s) {
 
 int comm_set_wait(comm_set *s, int i, double timeout_s) {
     if (!s->active[i]) return 0;
-    if (poll_wait_bg(&s->req[i], 1, 1, NULL, &s->st[i], timeout_s, s->background) < 0) return -1;
+    if (poll_wait(&s->req[i], 1, NULL, &s->st[i], timeout_s, s->background) < 0) return -1;
     s->active[i] = 0;
     return 0;
 }

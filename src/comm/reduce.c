@@ -88,7 +88,6 @@ void reducer_mean(reducer *r, int which, double *wait_s) {
         fprintf(stderr, "dsgd-run: rank %d on %s: %s\n", r->rank, comm_host(), err);
         if (st == GPUCOMM_TIMEOUT) comm_timeout_abort("the other workers (NCCL all-reduce)");
         comm_abort(EXIT_RUNTIME);
-        return;
     }
     case REDUCE_DEVICE: /* MPI on device memory; the mean's division on the device */
         if (r->p == 1) return;

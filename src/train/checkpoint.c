@@ -21,13 +21,10 @@
 /* ---- directories -------------------------------------------------------------------------- */
 
 void ckpt_dir_of(const experiment *e, char *dir, size_t n) {
-    if (e->checkpoint.path[0]) {
-        snprintf(dir, n, "%s", e->checkpoint.path);
-        return;
-    }
-    size_t len = strlen(e->output);
-    if (len > 3 && strcmp(e->output + len - 3, ".h5") == 0) snprintf(dir, n, "%.*s.ckpt", (int)(len - 3), e->output);
-    else snprintf(dir, n, "%s.ckpt", e->output);
+    const size_t len = strlen(e->output);
+    const int h5 = len > 3 && strcmp(e->output + len - 3, ".h5") == 0;
+    if (e->checkpoint.path[0]) snprintf(dir, n, "%s", e->checkpoint.path);
+    else snprintf(dir, n, "%.*s.ckpt", (int)(h5 ? len - 3 : len), e->output);
 }
 
 static int syserr(char *err, size_t errlen, const char *path, const char *what) {
@@ -180,19 +177,14 @@ int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char 
     if (H5Aexists(f, name) > 0) {
         hid_t a = H5Aopen(f, name, H5P_DEFAULT);
         hid_t t = a >= 0 ? H5Aget_type(a) : -1;
-        if (t >= 0 && H5Tis_variable_str(t) > 0) {
-            char *s = NULL; /* read as stored (the character set of the file's type) */
-            if (H5Aread(a, t, &s) >= 0) {
-                snprintf(buf, n, "%s", s ? s : "");
-                H5free_memory(s);
-            } else rc = -1;
-        } else if (t >= 0) {
-            size_t sz = H5Tget_size(t);
-            char *s = xcalloc(sz + 1, 1);
-            if (H5Aread(a, t, s) >= 0) snprintf(buf, n, "%s", s);
-            else rc = -1;
-            free(s);
-        } else rc = -1;
+        /* read as stored (the character set of the file's type): a variable-length string HDF5
+         * allocates, a fixed-length one into a buffer one byte longer */
+        const int vlen = t >= 0 && H5Tis_variable_str(t) > 0;
+        char *s = t < 0 || vlen ? NULL : xcalloc(H5Tget_size(t) + 1, 1);
+        rc = t < 0 || H5Aread(a, t, vlen ? (void *)&s : s) < 0 ? -1 : 0;
+        if (!rc) snprintf(buf, n, "%s", s ? s : "");
+        if (vlen) H5free_memory(s);
+        else free(s);
         if (t >= 0) H5Tclose(t);
         if (a >= 0) H5Aclose(a);
         if (rc) seterr(err, errlen, "%s: cannot read the attribute '%s'", path, name);
@@ -232,8 +224,7 @@ static int next_kv(const char **p, char *group, char *key, size_t kn, char *val,
             continue;
         }
         while (vl && (v[vl - 1] == ';' || v[vl - 1] == ' ')) vl--;
-        if (group[0]) snprintf(key, kn, "%s.%.*s", group, (int)kl, line);
-        else snprintf(key, kn, "%.*s", (int)kl, line);
+        snprintf(key, kn, "%s%s%.*s", group, group[0] ? "." : "", (int)kl, line);
         snprintf(val, vn, "%.*s", (int)vl, v);
         return 1;
     }

@@ -127,16 +127,22 @@ static hid_t open_1d(ckpt_file *f, const char *name, hssize_t *len) {
     return ds;
 }
 
+/* Dataset name of a reader into v: exactly n values of type tname, or (tname = NULL) a string of
+ * fewer than n bytes, NUL-terminated. */
 static int get(ckpt_file *f, const char *name, hid_t mtype, void *v, size_t n, const char *tname) {
     hssize_t have = -1;
     hid_t ds = open_1d(f, name, &have);
     if (ds < 0) return -1;
     int rc = 0;
-    if (have != (hssize_t)n)
+    if (!tname && (have < 0 || (size_t)have >= n))
+        rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' is too long (%lld bytes)", f->path, name, (long long)have);
+    else if (tname && have != (hssize_t)n)
         rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' has %lld %s values, expected %zu (a checkpoint of another model, p or method?)",
                         f->path, name, (long long)have, tname, n);
-    else if (n && H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0)
+    else if (have && H5Dread(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0)
         rc = ferr(f, "H5Dread", name);
+    else if (!tname)
+        ((char *)v)[have] = '\0';
     H5Dclose(ds);
     return rc;
 }
@@ -156,17 +162,7 @@ int ckpt_writing(const ckpt_file *f) { return f->writing; }
 /* Strings are uint8 datasets of their bytes (no NUL): exact, and readable by any HDF5 tool. */
 int ckpt_put_str(ckpt_file *f, const char *name, const char *s) { return put(f, name, H5T_STD_U8LE, H5T_NATIVE_UCHAR, s, strlen(s)); }
 
-int ckpt_get_str(ckpt_file *f, const char *name, char *s, size_t n) {
-    hssize_t len = -1;
-    hid_t ds = open_1d(f, name, &len);
-    if (ds < 0) return -1;
-    int rc = 0;
-    if (len < 0 || (size_t)len >= n) rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' is too long (%lld bytes)", f->path, name, (long long)len);
-    else if (len && H5Dread(ds, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) < 0) rc = ferr(f, "H5Dread", name);
-    else s[len] = '\0';
-    H5Dclose(ds);
-    return rc;
-}
+int ckpt_get_str(ckpt_file *f, const char *name, char *s, size_t n) { return get(f, name, H5T_NATIVE_UCHAR, s, n, NULL); }
 
 int ckpt_close(ckpt_file *f) {
     if (!f || f->file < 0) return f && f->err[0] ? -1 : 0;

@@ -60,13 +60,12 @@ static void eval_range(trainer *t, model *net, int begin, int end, double sums[3
 }
 
 static eval_result eval_from_sums(const double s[4]) {
-    eval_result r = {
+    return (eval_result){
         .loss = s[0] / s[3],
         .top1_error = 1.0 - s[1] / s[3],
         .top5_error = 1.0 - s[2] / s[3],
         .count = (long)s[3],
     };
-    return r;
 }
 
 eval_result train_evaluate(trainer *t) {
@@ -104,14 +103,11 @@ double train_compute(trainer *t, long data_step, long step) {
 /* The minibatch of data step ds into t->x, t->y, or nothing if it is staged on the device; then
  * the step begins on it. Returns the seconds spent assembling it. */
 static double begin_step(trainer *t, long ds, int flags) {
-    if (model_staged_tag(t->net) == ds) {
-        model_train_begin(t->net, NULL, NULL, flags);
-        return 0.0;
-    }
+    const int staged = model_staged_tag(t->net) == ds;
     const double t0 = wall_time();
-    if (loader_batch(&t->train_loader, ds, t->x, t->y)) data_failed(t);
-    const double d = wall_time() - t0;
-    model_train_begin(t->net, t->x, t->y, flags);
+    if (!staged && loader_batch(&t->train_loader, ds, t->x, t->y)) data_failed(t);
+    const double d = staged ? 0.0 : wall_time() - t0;
+    model_train_begin(t->net, staged ? NULL : t->x, staged ? NULL : t->y, flags);
     return d;
 }
 
@@ -145,17 +141,15 @@ double train_compute_allreduce(trainer *t, long data_step, long step, long next_
     double data = begin_step(t, data_step, red->overlap ? MODEL_STAGE_GRADS : 0);
     data += stage_next(t, next_data_step);
     t->times.data_s += data;
-    if (!red->overlap) {
-        const double loss = model_train_end(net);
-        const double t1 = wall_time();
+    double waited = 0.0, t_computed, loss; /* waited: the barrier's seconds on the overlapped path */
+    if (red->overlap) {
+        reducer_grads_overlapped(red, wait_s ? &waited : NULL, &t_computed);
+        loss = model_train_end(net);
+    } else {
+        loss = model_train_end(net);
+        t_computed = wall_time();
         reducer_mean(red, MODEL_GRADS, wait_s);
-        t->times.compute_s += t1 - t0 - data;
-        t->times.comm_s += wall_time() - t1;
-        return loss;
     }
-    double waited = 0.0, t_computed;
-    reducer_grads_overlapped(red, wait_s ? &waited : NULL, &t_computed);
-    const double loss = model_train_end(net);
     const double t_end = wall_time();
     if (t_computed < 0) t_computed = t_end;
     if (wait_s) *wait_s += waited;
@@ -174,17 +168,21 @@ static void format_eta(double s, char *buf, size_t n) {
     else snprintf(buf, n, "%ldm%02lds", x / 60, x % 60);
 }
 
+/* A run-file write failed: say so now (the caller stops every rank at the next agreement point);
+ * returns EXIT_RUNTIME. */
+static int write_failed(const trainer *t) {
+    fprintf(stderr, "dsgd-run: writing %s: %s\n", t->e->output, runlog_error(t->log));
+    return EXIT_RUNTIME;
+}
+
 int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *step_time,
                     const double *compute, const double *comm, const double *wait, const double *data) {
     const experiment *e = t->e;
     const long total = e->iterations, m = (long)e->p * e->b;
     int status = 0;
     if (runlog_train(t->log, step, time_s, loss, alpha) != 0 ||
-        (step_time && runlog_ranks(t->log, step, step_time, compute, comm, wait, data) != 0)) {
-        /* Reported now; the caller stops every rank at the next agreement point. */
-        fprintf(stderr, "dsgd-run: writing %s: %s\n", e->output, runlog_error(t->log));
-        status = EXIT_RUNTIME;
-    }
+        (step_time && runlog_ranks(t->log, step, step_time, compute, comm, wait, data) != 0))
+        status = write_failed(t);
     double ips = (double)((step - t->last_log_step) * m) / (time_s - t->last_log_s);
     char eta[32];
     /* Remaining training at the mean step time, plus the remaining evaluations at the mean
@@ -212,11 +210,7 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
     } else if (!local) t->at_start_eval_s = eval_s;
     int rc = local ? runlog_eval_local(t->log, step, time_s, epoch, r->loss, r->top1_error, r->top5_error)
                    : runlog_eval(t->log, step, time_s, epoch, r->loss, r->top1_error, r->top5_error);
-    if (rc != 0) {
-        fprintf(stderr, "dsgd-run: writing %s: %s\n", t->e->output, runlog_error(t->log));
-        return EXIT_RUNTIME;
-    }
-    return 0;
+    return rc != 0 ? write_failed(t) : 0;
 }
 
 void train_log_summary(trainer *t, int status, int why, double train_s) {
@@ -242,54 +236,48 @@ void train_log_summary(trainer *t, int status, int why, double train_s) {
 
 /* ---- checkpoints -------------------------------------------------------------------------- */
 
-int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls) {
-    const int64_t step = t->step, threads = omp_get_max_threads();
-    int rc = ckpt_put_i64(f, "step", &step, 1) | ckpt_put_f64(f, "times", (const double *)&t->times, 7) |
-             ckpt_put_i64(f, "threads", &threads, 1) | ckpt_put_str(f, "isa", nn_isa_name()) |
-             ckpt_put_i64(f, "data_fingerprint", (const int64_t *)t->data_fp, 2);
-    /* the JPEG decode counters (warnings, failures, samples named), so that a resume counts on */
-    const int64_t nd = loader_save_stats(&t->train_loader, NULL, 0);
-    int64_t *dv = xmalloc((size_t)(nd ? nd : 1) * sizeof *dv);
-    loader_save_stats(&t->train_loader, dv, (long)nd);
-    rc |= ckpt_put_i64(f, "data_stats_n", &nd, 1) | ckpt_put_i64(f, "data_stats", dv, (size_t)nd);
-    free(dv);
-    if (!t->log) return rc;
-    static char text[CFG_TEXT_MAX];
-    config_to_text(t->e, text, sizeof text);
-    runlog_rows rows;
-    if (runlog_flush(t->log) != 0) {
-        fprintf(stderr, "dsgd-run: writing %s: %s\n", t->e->output, runlog_error(t->log));
-        return -1;
-    }
-    runlog_rows_written(t->log, &rows);
-    const int64_t r[4] = {rows.train, rows.eval, rows.eval_local, rows.ranks};
-    const double loop[4] = {ls->train_s, ls->loss_acc, (double)ls->loss_n, (double)ls->last_row};
-    const double prog[3] = {t->eval_s_total, (double)t->n_evals, t->at_start_eval_s};
-    rc |= ckpt_put_str(f, "experiment", text) | ckpt_put_str(f, "dsgd_version", DSGD_VERSION) | ckpt_put_i64(f, "run_rows", r, 4) |
-          ckpt_put_f64(f, "loop", loop, 4) | ckpt_put_f64(f, "loop_prev_times", (const double *)&ls->prev, 7) |
-          ckpt_put_f64(f, "progress", prog, 3);
-    return rc;
-}
-
-int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls) {
-    int64_t step = 0;
-    int rc = ckpt_get_i64(f, "step", &step, 1) | ckpt_get_f64(f, "times", (double *)&t->times, 7);
+/* Both ways, in one order (ckpt_writing); what only a writer puts (threads, ISA, the data's
+ * fingerprints, the experiment, the run file's rows) the resume's checks read (setup.c,
+ * checkpoint_file.c). */
+static int ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
+    const int save = ckpt_writing(f);
+    int64_t step = t->step, threads = omp_get_max_threads();
+    int rc = ckpt_io_i64(f, "step", &step, 1) | ckpt_io_f64(f, "times", (double *)&t->times, 7);
     t->step = step;
-    int64_t nd = 0;
-    if (!rc && !(rc = ckpt_get_i64(f, "data_stats_n", &nd, 1))) {
+    if (save)
+        rc |= ckpt_put_i64(f, "threads", &threads, 1) | ckpt_put_str(f, "isa", nn_isa_name()) |
+              ckpt_put_i64(f, "data_fingerprint", (const int64_t *)t->data_fp, 2);
+    /* the JPEG decode counters (warnings, failures, samples named), so that a resume counts on */
+    int64_t nd = save ? loader_save_stats(&t->train_loader, NULL, 0) : 0;
+    if (!rc && !(rc = ckpt_io_i64(f, "data_stats_n", &nd, 1))) {
         if (nd < 0 || nd > ((int64_t)1 << 36)) return -1;
         int64_t *dv = xmalloc((size_t)(nd ? nd : 1) * sizeof *dv);
+        if (save) loader_save_stats(&t->train_loader, dv, (long)nd);
         char err[ERRLEN];
-        rc = ckpt_get_i64(f, "data_stats", dv, (size_t)nd);
-        if (!rc && loader_restore_stats(&t->train_loader, dv, (long)nd, err, sizeof err)) {
+        rc = ckpt_io_i64(f, "data_stats", dv, (size_t)nd);
+        if (!rc && !save && loader_restore_stats(&t->train_loader, dv, (long)nd, err, sizeof err)) {
             fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
             rc = -1;
         }
         free(dv);
     }
     if (!t->log) return rc;
-    double loop[4] = {0}, prog[3] = {0};
-    rc |= ckpt_get_f64(f, "loop", loop, 4) | ckpt_get_f64(f, "loop_prev_times", (double *)&ls->prev, 7) | ckpt_get_f64(f, "progress", prog, 3);
+    if (save) {
+        static char text[CFG_TEXT_MAX];
+        config_to_text(t->e, text, sizeof text);
+        runlog_rows rows;
+        if (runlog_flush(t->log) != 0) {
+            write_failed(t);
+            return -1;
+        }
+        runlog_rows_written(t->log, &rows);
+        const int64_t r[4] = {rows.train, rows.eval, rows.eval_local, rows.ranks};
+        rc |= ckpt_put_str(f, "experiment", text) | ckpt_put_str(f, "dsgd_version", DSGD_VERSION) | ckpt_put_i64(f, "run_rows", r, 4);
+    }
+    double loop[4] = {ls->train_s, ls->loss_acc, (double)ls->loss_n, (double)ls->last_row};
+    double prog[3] = {t->eval_s_total, (double)t->n_evals, t->at_start_eval_s};
+    rc |= ckpt_io_f64(f, "loop", loop, 4) | ckpt_io_f64(f, "loop_prev_times", (double *)&ls->prev, 7) | ckpt_io_f64(f, "progress", prog, 3);
+    if (save) return rc;
     ls->train_s = loop[0], ls->loss_acc = loop[1], ls->loss_n = (long)loop[2], ls->last_row = (long)loop[3];
     t->eval_s_total = prog[0], t->n_evals = (long)prog[1], t->at_start_eval_s = prog[2];
     t->last_log_step = t->resume_label;
@@ -297,12 +285,14 @@ int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls) {
     return rc;
 }
 
+int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls) { return ckpt_common(t, f, (loop_state *)ls); }
+int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls) { return ckpt_common(t, f, ls); }
+
 int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     char err[ERRLEN] = "";
     const double t0 = wall_time();
     if (t->method->quiesce) t->method->quiesce(t);
-    int st = 0;
-    if (t->rank == 0) st = ckpt_prepare(t->ckpt_dir, label, err, sizeof err) ? EXIT_RUNTIME : 0;
+    int st = t->rank == 0 && ckpt_prepare(t->ckpt_dir, label, err, sizeof err) ? EXIT_RUNTIME : 0;
     if (comm_agree(st)) {
         if (t->rank == 0) fprintf(stderr, "dsgd-run: checkpoint at step %ld not written: %s\n", label, err);
         return EXIT_RUNTIME;
@@ -377,32 +367,29 @@ static int log_train(trainer *t, long done, double time_s, double loss, double a
 int train_run(trainer *t) {
     const method_ops *M = t->method;
     if (t->worker < 0) return M->serve(t);
-    if (M->begin) {
-        const int st = M->begin(t);
-        if (st) return st;
-    }
+    int status = M->begin ? M->begin(t) : EXIT_OK;
+    if (status != EXIT_OK) return status;
     int (*evaluate)(trainer *, long, double, int, int *) = M->evaluate ? M->evaluate : train_evaluate_and_log;
     const experiment *e = t->e;
-    int status = EXIT_OK;
     int local = EXIT_OK;        /* meets = 1: a problem of this rank, agreed at the next evaluation */
     int why = STOPPED_WRITE;
     loop_state ls = {.prev = t->times};
     double *gbuf = xmalloc((size_t)t->p * 5 * sizeof(double)), *rows = xmalloc((size_t)t->p * 5 * sizeof(double));
 
+    /* servers: begin read this worker's checkpoint; server 0 evaluates */
     const int servers = M->meets == METHOD_MEETS_SERVERS; /* the servers keep the cadence (method.h) */
-    long s0 = 0;
-    if (servers) s0 = t->step; /* begin read this worker's checkpoint; server 0 evaluates */
-    else if (t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
+    if (!servers && t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
         status = train_resume(t, &ls);
-        s0 = t->step; /* gossip: this node's own step (a checkpoint after a signal cuts each node at its own) */
         /* The first /ranks row covers the steps since the resume, on every rank (only the log
          * rank's file holds where the last row stood). */
-        ls.prev = t->times, ls.last_row = s0;
-    } else if (e->eval.at_start) status = evaluate(t, 0, 0.0, EXIT_OK, &why);
+        ls.prev = t->times, ls.last_row = t->step;
+    } else if (!servers && e->eval.at_start) status = evaluate(t, 0, 0.0, EXIT_OK, &why);
     if (M->meets == METHOD_MEETS_AT_POINTS) comm_workers_barrier();
     else comm_barrier(); /* the whole world starts together */
     double seg = wall_time(); /* the time axis: training wall clock, evaluations and checkpoints excluded */
-    for (long s = s0; status == EXIT_OK && (s < e->iterations || servers); s++) {
+    /* From step 0 or where the checkpoint stood (gossip: this node's own step, as a checkpoint
+     * after a signal cuts each node at its own). */
+    for (long s = t->step; status == EXIT_OK && (s < e->iterations || servers); s++) {
         const double alpha = alpha_at(e, s);
         ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
         double loss = 0.0;
