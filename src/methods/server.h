@@ -92,7 +92,6 @@ typedef struct srv {
 } srv;
 
 typedef struct server_rules {
-    const char *name;
     int sends_params;        /* worker sends θ_i (easgd), else its gradient */
     int local_update;        /* worker applies its own SGD step each step (easgd) */
     /* Worker: exchange after local step s (0-based)? NULL: after every step (unused with until_stop) */
