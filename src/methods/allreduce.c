@@ -35,7 +35,7 @@ static int allreduce_step(trainer *t, long step, double alpha, double *mean_loss
     const experiment *e = t->e;
     model *net = t->net;
 
-    if (inject_failed(&t->inj, step)) {
+    if (inject_failed(e, t->worker, step)) {
         /* This worker stops for good: it never enters the all-reduce, so the others report a
          * timeout after comm_timeout_s and stop every rank (MPI_Abort) — what a real failed
          * node does to synchronous SGD. Bounded, in case nothing stops it. */

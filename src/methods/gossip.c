@@ -100,8 +100,6 @@ static int peer_of(const experiment *e, int i, long s) {
     return j >= i ? j + 1 : j;
 }
 
-static int node_failed(const experiment *e, int k, long s) { return e->inject.fail_rank == k && s >= e->inject.fail_step; }
-
 static void *gossip_thread(void *arg) {
     (void)arg;
     comm_set *s = G.bg;
@@ -334,9 +332,9 @@ static double gossip_step(trainer *t, long s, double alpha) {
         memcpy(g->sendbuf, th, nb); /* θ^s */
         if (!g->push) {
             for (int k = 0; k < p; k++)
-                if (k != me && peer_of(e, k, s) == me && !node_failed(e, k, s)) comm_set_start(g->set, g->m_send[k]);
-            if (!node_failed(e, j, s)) comm_set_start(g->set, g->m_recv[j]);
-        } else if (!node_failed(e, j, s)) comm_set_start(g->set, g->m_send[j]);
+                if (k != me && peer_of(e, k, s) == me && !inject_failed(e, k, s)) comm_set_start(g->set, g->m_send[k]);
+            if (!inject_failed(e, j, s)) comm_set_start(g->set, g->m_recv[j]);
+        } else if (!inject_failed(e, j, s)) comm_set_start(g->set, g->m_send[j]);
     }
     c0 = wall_time() - x0;
 
@@ -353,11 +351,11 @@ static double gossip_step(trainer *t, long s, double alpha) {
     } else if (j >= 0 && g->sync && !g->push) {
         for (int k = 0; k < p; k++) comm_set_wait_or_abort(g->set, g->m_send[k], "a gossip peer (lock-step)");
         comm_set_wait_or_abort(g->set, g->m_recv[j], "a gossip peer (lock-step)");
-        got = !node_failed(e, j, s);
+        got = !inject_failed(e, j, s);
     } else if (j >= 0 && g->sync && g->push) {
         memset(g->inbox, 0, nb);
         for (int k = 0; k < p; k++)
-            if (k != me && peer_of(e, k, s) == me && !node_failed(e, k, s)) {
+            if (k != me && peer_of(e, k, s) == me && !inject_failed(e, k, s)) {
                 comm_set_start(g->set, g->m_recv[k]);
                 comm_set_wait_or_abort(g->set, g->m_recv[k], "a gossip peer (lock-step)");
                 for (size_t q = 0; q < n; q++) g->inbox[q] += g->peer[q];
@@ -428,7 +426,7 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
     float *th = model_params(net), *bn = model_bn(net);
     const size_t n = g->n, nbn = g->nbn;
     double ev0 = wall_time();
-    const int alive = !node_failed(t->e, g->me, step);
+    const int alive = !inject_failed(t->e, g->me, step);
     memcpy(g->own, th, n * sizeof(float));
     if (nbn) memcpy(g->own_bn, bn, nbn * sizeof(float));
     for (size_t q = 0; q < n; q++) g->avg[q] = alive ? th[q] : 0.0f;
@@ -547,7 +545,7 @@ static int gossip_node_step(trainer *t, long s, double alpha, double *loss) {
     const experiment *e = t->e;
     if (g->closing) sig_reset(), g->closing = 0; /* the epoch the last meeting point closed */
     g->pos = s + 1; /* a node announcing from a wait in this step will complete it */
-    const int failed = node_failed(e, g->me, s);
+    const int failed = inject_failed(e, g->me, s);
     if (failed && g->has_thread && !g->gone) {
         pthread_mutex_lock(&g->mu);
         g->gone = 1;

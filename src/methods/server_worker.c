@@ -235,7 +235,7 @@ int srv_worker_step(trainer *t, long s, double alpha, double *loss) {
     const int resend = w->resend;
     w->resend = 0;
     if (w->gone || (resend && exchange_ends(t, w, s)) || (!R->until_stop && s >= t->e->iterations)) return METHOD_STEP_END;
-    if (inject_failed(&t->inj, s)) {
+    if (inject_failed(t->e, t->worker, s)) {
         fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other workers go on\n", t->rank, s);
         w->failed = 1;
         return METHOD_STEP_END;
