@@ -23,9 +23,7 @@
 #include "util/util.h"
 
 static int allreduce_init(trainer *t, char *err, size_t errlen) {
-    (void)err, (void)errlen;
-    /* Identical starting point on every rank whatever the node's libm: rank 0's parameters. */
-    comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
+    method_init_rank0(t, err, errlen);
     model_set_host_sync(t->net, 0);
     model_upload(t->net, MODEL_PARAMS);
     return 0;

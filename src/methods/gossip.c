@@ -602,13 +602,6 @@ static int gossip_end(trainer *t, int status) {
     return status;
 }
 
-static int gossip_init(trainer *t, char *err, size_t errlen) {
-    (void)err, (void)errlen;
-    /* every node starts from rank 0's initialisation */
-    comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
-    return 0;
-}
-
 static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
     a[0] = (runlog_array_spec){"gossip/peers", e->p, e->p, "times", "element [i, j]: steps at which node i chose peer j", 0, 0};
     a[1] = (runlog_array_spec){"gossip/potential", potential_rows(e), 0, "1",
@@ -617,7 +610,7 @@ static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
 }
 
 #define GOSSIP_OPS(kind)                                                                                                  \
-    {.name = kind, .init = gossip_init, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
+    {.name = kind, .init = method_init_rank0, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
      .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_state,     \
      .load = gossip_state, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = METHOD_MEETS_AT_POINTS}
 const method_ops method_gossip_pull = GOSSIP_OPS("gossip_pull");

@@ -600,10 +600,3 @@ int server_serve(trainer *t) {
     server_free(&c);
     return c.status; /* main's end-of-run agreement (comm_finish) takes the worst over the ranks */
 }
-
-int server_init(trainer *t, char *err, size_t errlen) {
-    (void)err, (void)errlen;
-    /* Identical starting point on every rank whatever the node's libm: rank 0's parameters. */
-    comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
-    return 0;
-}

@@ -118,15 +118,14 @@ int srv_stop(const srv *sv);
  * seen (doubling; not preallocated by `iterations`, which may be huge). */
 void srv_count_dropped(srv *sv, long v);
 
-/* The method_ops entries of the server methods: init (every rank), serve (the server ranks'
- * loop, server.c) and the workers' begin, step and end (server_worker.c), for train_run. */
-int server_init(trainer *t, char *err, size_t errlen);
+/* The method_ops entries of the server methods: serve (the server ranks' loop, server.c) and
+ * the workers' begin, step and end (server_worker.c), for train_run; init is method_init_rank0. */
 int server_serve(trainer *t);
 int srv_worker_begin(trainer *t);
 int srv_worker_step(trainer *t, long s, double alpha, double *loss);
 int srv_worker_end(trainer *t, int status);
 #define SERVER_METHOD_OPS                                                                                                     \
-    .init = server_init, .serve = server_serve, .begin = srv_worker_begin, .step = srv_worker_step, .end = srv_worker_end, \
+    .init = method_init_rank0, .serve = server_serve, .begin = srv_worker_begin, .step = srv_worker_step, .end = srv_worker_end, \
     .meets = METHOD_MEETS_SERVERS
 
 #endif
