@@ -343,27 +343,26 @@ static void server0_progress(server_ctx *c) {
     }
 }
 
-/* A completed receive: returns the worker whose message is now complete (its kind in *kind), or -1. */
-static int on_completion(server_ctx *c, int idx, int *kind_out) {
+/* A completed receive: returns the worker whose message is now complete (its kind in sv->in[i]), or -1. */
+static int on_completion(server_ctx *c, int idx) {
     srv *sv = &c->sv;
-    *kind_out = 0;
     for (int i = 0; i < sv->p; i++) {
         if (idx != sv->r_hdr[i] && idx != sv->r_data[i] && idx != sv->r_bn[i]) continue;
         sv->heard[i] = wall_time();
         if (comm_set_active(sv->set, sv->r_hdr[i])) return -1;
-        int kind = sv->in[i].kind;
+        const int kind = sv->in[i].kind;
         if (kind == MSG_EXCHANGE && (comm_set_active(sv->set, sv->r_data[i]) || (sv->r_bn[i] >= 0 && comm_set_active(sv->set, sv->r_bn[i]))))
             return -1;
-        *kind_out = kind;
         if (kind == MSG_DIVERGED) sv->diverged = 1;
         return i;
     }
     return -1;
 }
 
-static void server_handle(server_ctx *c, int i, int kind) {
+static void server_handle(server_ctx *c, int i) {
     srv *sv = &c->sv;
     msg_hdr *h = &sv->in[i];
+    const int kind = h->kind;
     if (sv->lost[i]) { /* given up on, and back (SIGCONT): its exchange is not applied; it is told to stop */
         if (kind == MSG_EXCHANGE) {
             srv_reply_center(sv, i, STOP_DONE);
@@ -500,7 +499,7 @@ static int server_loop(server_ctx *c) {
         /* Wake at least every 50 ms for a signal, every 10 ms for a finishing evaluation. */
         int nd = comm_set_wait_some(sv->set, done, sv->k == 0 && atomic_load(&c->ev.running) ? 0.01 : 0.05);
         for (int j = 0; j < nd; j++) {
-            int idx = done[j], kind;
+            int idx = done[j];
             if (sv->k == 0) {
                 if (snapshot_completion(c, idx)) continue;
             } else if (idx == c->r_req) {
@@ -521,8 +520,8 @@ static int server_loop(server_ctx *c) {
                 }
                 continue;
             }
-            int i = on_completion(c, idx, &kind);
-            if (i >= 0) server_handle(c, i, kind);
+            int i = on_completion(c, idx);
+            if (i >= 0) server_handle(c, i);
         }
     }
     free(done);
