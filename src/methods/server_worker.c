@@ -90,15 +90,13 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
             h->n_loss = w->n_loss, h->loss_sum = w->loss_sum;
             h->step_s = ph->step_s, h->compute_s = ph->compute_s, h->comm_s = ph->comm_s, h->wait_s = ph->wait_s;
         }
-        if (kind == MSG_EXCHANGE) {
+        if (kind == MSG_EXCHANGE) { /* the server answers once header, payload and BN have all arrived */
             comm_set_start(w->set, w->r_hdr[k]);
             comm_set_start(w->set, w->r_data[k]);
-        }
-        comm_set_start(w->set, w->s_hdr[k]);
-        if (kind == MSG_EXCHANGE) {
             comm_set_start(w->set, w->s_data[k]);
             if (k == 0 && w->s_bn >= 0) comm_set_start(w->set, w->s_bn);
         }
+        comm_set_start(w->set, w->s_hdr[k]);
     }
     w->loss_sum = 0.0, w->n_loss = 0;
     double t1 = wall_time();
