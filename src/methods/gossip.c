@@ -317,12 +317,11 @@ static double gossip_step(trainer *t, long s, double alpha) {
     const size_t n = g->n, nb = n * sizeof(float);
     const int p = g->p, me = g->me;
     const int j = p > 1 ? peer_of(e, me, s) : -1;
-    double t0 = wall_time(), c0 = 0, c1 = 0;
+    const double t0 = wall_time();
     int got = 0; /* vectors received this step (into g->peer or g->inbox) */
     float *recv = g->peer;
 
     /* 1. start the exchange */
-    double x0 = wall_time();
     if (j >= 0 && !g->sync && !g->push) {
         g->ask = me;
         comm_set_start(g->set, g->m_ans[j]);
@@ -336,7 +335,7 @@ static double gossip_step(trainer *t, long s, double alpha) {
             if (!inject_failed(e, j, s)) comm_set_start(g->set, g->m_recv[j]);
         } else if (!inject_failed(e, j, s)) comm_set_start(g->set, g->m_send[j]);
     }
-    c0 = wall_time() - x0;
+    const double c0 = wall_time() - t0;
 
     /* 2. the gradient at θ_i */
     double loss = train_compute(t, s, s);
@@ -370,8 +369,7 @@ static double gossip_step(trainer *t, long s, double alpha) {
         g->inbox_k = 0;
         pthread_mutex_unlock(&g->mu);
     }
-    double w1 = wall_time();
-    c1 = w1 - w0;
+    const double c1 = wall_time() - w0;
     if (j >= 0) g->peers[j]++;
 
     /* 4. combine */
@@ -383,7 +381,6 @@ static double gossip_step(trainer *t, long s, double alpha) {
     double u1 = wall_time();
 
     /* 5. publish / push θ_i */
-    double y0 = wall_time();
     if (j >= 0 && !g->sync && !g->push) {
         pthread_mutex_lock(&g->mu);
         memcpy(g->pub, th, nb);
@@ -397,7 +394,7 @@ static double gossip_step(trainer *t, long s, double alpha) {
     }
     double y1 = wall_time();
 
-    t->times.comm_s += c0 + c1 + (y1 - y0);
+    t->times.comm_s += c0 + c1 + (y1 - u1);
     t->times.wait_s += c1;
     t->times.update_s += u1 - u0;
     t->times.step_s += wall_time() - t0;
