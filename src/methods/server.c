@@ -183,11 +183,6 @@ static void server_free(server_ctx *c) {
     free(c->acks), free(c->s_go), free(c->r_ack), free(c->s_fin);
 }
 
-static void nap_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 /* Server 0: a keep-alive header (STOP_NO) every KEEPALIVE_S to each worker that has left by a
  * message and waits for the end of the run (worker_bye); bye = 1: the goodbye (STOP_DONE). A send
  * that cannot complete (the worker has stopped since) is left to the end-of-run agreement. */
@@ -303,7 +298,7 @@ static void eval_collect(server_ctx *c, int wait) {
     if (!wait && !atomic_load(&c->ev.finished)) return;
     while (!atomic_load(&c->ev.finished)) { /* keep the waiting workers' wait bounded meanwhile */
         keepalive(c, 0);
-        nap_s(0.01);
+        nanosleep(&(struct timespec){0, 10000000L}, NULL); /* 10 ms */
     }
     pthread_join(c->ev.th, NULL);
     atomic_store(&c->ev.running, 0);
