@@ -132,12 +132,11 @@ static void server_setup(trainer *t, server_ctx *c) {
         sv->dropped_cap = e->iterations < 4096 ? (long)e->iterations : 4096;
         sv->dropped = xcalloc((size_t)(sv->dropped_cap ? sv->dropped_cap : 1), sizeof(long long));
         c->snap = xmalloc(N * sizeof(float));
-        c->sreq_out = xcalloc((size_t)S, sizeof(msg_hdr)), c->shdr_in = xcalloc((size_t)S, sizeof(msg_hdr));
-        c->s_req = xmalloc((size_t)S * sizeof(int)), c->r_shdr = xmalloc((size_t)S * sizeof(int)), c->r_snap = xmalloc((size_t)S * sizeof(int));
+        c->sreq_out = xcalloc((size_t)S, sizeof(msg_hdr));
+        c->s_req = xmalloc((size_t)S * sizeof(int)), c->r_snap = xmalloc((size_t)S * sizeof(int));
         for (int k = 1; k < S; k++) {
             size_t lo = shard_lo(N, k, S), len = shard_lo(N, k + 1, S) - lo;
             c->s_req[k] = comm_set_add(sv->set, COMM_SEND, &c->sreq_out[k], sizeof(msg_hdr), p + k, TAG_SNAPREQ);
-            c->r_shdr[k] = comm_set_add(sv->set, COMM_RECV, &c->shdr_in[k], sizeof(msg_hdr), p + k, TAG_SNAPHDR);
             c->r_snap[k] = comm_set_add(sv->set, COMM_RECV, c->snap + lo, len * sizeof(float), p + k, TAG_SNAP);
         }
         c->last = xcalloc((size_t)p, sizeof(msg_hdr)), c->prev = xcalloc((size_t)p, sizeof(msg_hdr));
@@ -161,7 +160,6 @@ static void server_setup(trainer *t, server_ctx *c) {
     } else {
         c->snapbuf = xmalloc((n ? n : 1) * sizeof(float));
         c->r_req = comm_set_add(sv->set, COMM_RECV, &c->sreq_in, sizeof(msg_hdr), p, TAG_SNAPREQ);
-        c->s_shdr = comm_set_add(sv->set, COMM_SEND, &c->shdr_out, sizeof(msg_hdr), p, TAG_SNAPHDR);
         c->s_snap = comm_set_add(sv->set, COMM_SEND, c->snapbuf, n * sizeof(float), p, TAG_SNAP);
         comm_set_start(sv->set, c->r_req);
         c->s_ack = comm_set_add(sv->set, COMM_SEND, &c->ck_ack, sizeof c->ck_ack, p, TAG_CKACK);
@@ -178,7 +176,7 @@ static void server_free(server_ctx *c) {
     free(sv->center), free(sv->vel), free(sv->acc), free(sv->in), free(sv->out), free(sv->gbuf), free(sv->rep), free(sv->bnbuf);
     free(sv->held), free(sv->seen_bn), free(sv->paused), free(sv->left), free(sv->last_steps), free(sv->r_hdr), free(sv->r_data), free(sv->r_bn);
     free(sv->s_hdr), free(sv->s_data), free(sv->hist), free(sv->dropped);
-    free(c->snap), free(c->sreq_out), free(c->shdr_in), free(c->s_req), free(c->r_shdr), free(c->r_snap);
+    free(c->snap), free(c->sreq_out), free(c->s_req), free(c->r_snap);
     free(c->snapbuf), free(c->last), free(c->prev), free(c->rows);
     free(c->acks), free(c->s_go), free(c->r_ack), free(c->s_fin);
 }
@@ -239,7 +237,6 @@ static void snapshot_begin(server_ctx *c, long label) {
     for (int k = 1; k < sv->S; k++) {
         comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (snapshot)");
         c->sreq_out[k] = (msg_hdr){.version = label};
-        comm_set_start(sv->set, c->r_shdr[k]);
         comm_set_start(sv->set, c->r_snap[k]);
         comm_set_start(sv->set, c->s_req[k]);
     }
@@ -248,14 +245,12 @@ static void snapshot_begin(server_ctx *c, long label) {
     if (c->q.got == sv->S) c->q.asked = 0, c->q.ready = 1;
 }
 
-/* Server 0: 1 if completed request idx is one of server k's snapshot messages; once both are
- * complete, its shard of the snapshot has arrived. */
+/* Server 0: 1 if completed request idx is server k's shard of the snapshot. */
 static int snapshot_completion(server_ctx *c, int idx) {
     srv *sv = &c->sv;
     for (int k = 1; k < sv->S; k++)
-        if (idx == c->r_snap[k] || idx == c->r_shdr[k]) {
-            if (!comm_set_active(sv->set, c->r_snap[k]) && !comm_set_active(sv->set, c->r_shdr[k]) && ++c->q.got == sv->S)
-                c->q.asked = 0, c->q.ready = 1;
+        if (idx == c->r_snap[k]) {
+            if (++c->q.got == sv->S) c->q.asked = 0, c->q.ready = 1;
             return 1;
         }
     return 0;
@@ -506,10 +501,7 @@ static int server_loop(server_ctx *c) {
                     comm_set_start(sv->set, c->r_req);
                 } else {
                     comm_set_wait_or_abort(sv->set, c->s_snap, "the first parameter server (snapshot)");
-                    comm_set_wait_or_abort(sv->set, c->s_shdr, "the first parameter server (snapshot)");
                     memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
-                    c->shdr_out = (msg_hdr){.version = label};
-                    comm_set_start(sv->set, c->s_shdr);
                     comm_set_start(sv->set, c->s_snap);
                     comm_set_start(sv->set, c->r_req);
                 }
