@@ -34,21 +34,16 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Server                                                                                   */
 
-void srv_reply(srv *sv, int i, int stop) {
+void srv_reply_center(srv *sv, int i, int stop) {
     /* The previous reply to i completed before i could send this request; collect it before
      * its buffers are written again. */
     comm_set_wait_or_abort(sv->set, sv->s_hdr[i], "a worker (reply)");
     comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
+    memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
     sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop, .sig = sv->want};
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
     sv->held[i] = 0;
-}
-
-void srv_reply_center(srv *sv, int i, int stop) {
-    comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
-    memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
-    srv_reply(sv, i, stop);
 }
 
 int srv_stop(const srv *sv) { return sv->diverged ? STOP_DIVERGED : sv->pausing ? STOP_CKPT : STOP_NO; }

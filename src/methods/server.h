@@ -11,7 +11,7 @@
  * server answers with a header and a shard (ps, backup: the new parameters, received straight
  * into the worker's parameters; easgd: the center x̃ before the elastic update). Servers apply
  * rules->request when a worker's exchange has fully arrived; the rule replies at once
- * (srv_reply) or holds the worker until a round completes (easgd synchronous, backup). */
+ * (srv_reply_center) or holds the worker until a round completes (easgd synchronous, backup). */
 #ifndef DSGD_SERVER_H
 #define DSGD_SERVER_H
 
@@ -107,9 +107,8 @@ typedef struct server_rules {
     long (*iteration)(const srv *sv);
 } server_rules;
 
-/* Reply to worker i now with the shard in sv->rep[i] (the caller filled it) and stop code. */
-void srv_reply(srv *sv, int i, int stop);
-/* Reply to worker i with a copy of the current center. */
+/* Reply to worker i now with a copy of the current center (in sv->rep[i]) and stop code; it is
+ * no longer held. */
 void srv_reply_center(srv *sv, int i, int stop);
 /* Stop code for replies now: STOP_DIVERGED after a non-finite update, STOP_CKPT while pausing
  * for a checkpoint, else STOP_NO. */
