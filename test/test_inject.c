@@ -231,18 +231,18 @@ START_TEST(test_failed_boundaries) {
     e.inject.fail_step = 100;
     injector in[4];
     for (int w = 0; w < 4; w++) inject_init(&in[w], &e, w);
-    ck_assert_int_eq(inject_failed(&in[2], 0), 0);
-    ck_assert_int_eq(inject_failed(&in[2], 99), 0);
-    ck_assert_int_eq(inject_failed(&in[2], 100), 1);
-    ck_assert_int_eq(inject_failed(&in[2], 101), 1);
-    ck_assert_int_eq(inject_failed(&in[2], 999999), 1);
+    ck_assert_int_eq(inject_failed(&e, 2, 0), 0);
+    ck_assert_int_eq(inject_failed(&e, 2, 99), 0);
+    ck_assert_int_eq(inject_failed(&e, 2, 100), 1);
+    ck_assert_int_eq(inject_failed(&e, 2, 101), 1);
+    ck_assert_int_eq(inject_failed(&e, 2, 999999), 1);
     for (int w = 0; w < 4; w++)
         if (w != 2)
-            for (long t = 0; t < 300; t++) ck_assert_int_eq(inject_failed(&in[w], t), 0);
+            for (long t = 0; t < 300; t++) ck_assert_int_eq(inject_failed(&e, w, t), 0);
     e.inject.fail_step = 0; /* fails before its first step */
-    ck_assert_int_eq(inject_failed(&in[2], 0), 1);
+    ck_assert_int_eq(inject_failed(&e, 2, 0), 1);
     e.inject.fail_rank = -1; /* no failure */
-    for (int w = 0; w < 4; w++) ck_assert_int_eq(inject_failed(&in[w], 1000), 0);
+    for (int w = 0; w < 4; w++) ck_assert_int_eq(inject_failed(&e, w, 1000), 0);
 }
 END_TEST
 

@@ -23,9 +23,7 @@
 #include "util/util.h"
 
 static int allreduce_init(trainer *t, char *err, size_t errlen) {
-    (void)err, (void)errlen;
-    /* Identical starting point on every rank whatever the node's libm: rank 0's parameters. */
-    comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
+    method_init_rank0(t, err, errlen);
     model_set_host_sync(t->net, 0);
     model_upload(t->net, MODEL_PARAMS);
     return 0;
@@ -35,7 +33,7 @@ static int allreduce_step(trainer *t, long step, double alpha, double *mean_loss
     const experiment *e = t->e;
     model *net = t->net;
 
-    if (inject_failed(&t->inj, step)) {
+    if (inject_failed(e, t->worker, step)) {
         /* This worker stops for good: it never enters the all-reduce, so the others report a
          * timeout after comm_timeout_s and stop every rank (MPI_Abort) — what a real failed
          * node does to synchronous SGD. Bounded, in case nothing stops it. */

@@ -75,7 +75,6 @@ static void backup_leave(srv *sv, int i) {
 static long backup_iteration(const srv *sv) { return (long)sv->version; }
 
 static const server_rules backup_rules = {
-    .name = "backup",
     .until_stop = 1,
     .request = backup_request,
     .leave = backup_leave,

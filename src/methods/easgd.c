@@ -65,7 +65,6 @@ static void easgd_leave(srv *sv, int i) {
 }
 
 static const server_rules easgd_rules = {
-    .name = "easgd",
     .sends_params = 1,
     .local_update = 1,
     .exchange_after = easgd_exchange_after,

@@ -100,8 +100,6 @@ static int peer_of(const experiment *e, int i, long s) {
     return j >= i ? j + 1 : j;
 }
 
-static int node_failed(const experiment *e, int k, long s) { return e->inject.fail_rank == k && s >= e->inject.fail_step; }
-
 static void *gossip_thread(void *arg) {
     (void)arg;
     comm_set *s = G.bg;
@@ -140,91 +138,89 @@ static void *gossip_thread(void *arg) {
 
 static int gossip_setup(trainer *t, char *err, size_t errlen) {
     const experiment *e = t->e;
-    gossip *g = &G;
-    memset(g, 0, sizeof *g);
-    g->t = t;
-    g->push = e->method == METHOD_GOSSIP_PUSH;
-    g->sync = e->synchronous;
-    g->fresh = e->gossip_order == GOSSIP_FRESH;
-    g->p = e->p, g->me = t->worker;
-    g->n = model_n_params(t->net), g->nbn = model_n_bn(t->net);
-    const size_t n = g->n, nb = n * sizeof(float);
-    const int p = g->p;
-    g->peer = xmalloc(nb), g->inbox = xcalloc(n, sizeof(float)), g->sendbuf = xmalloc(nb);
-    g->avg = xmalloc(nb), g->own = xmalloc(nb);
-    g->avg_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float)), g->own_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float));
-    g->peers = xcalloc((size_t)p * p, sizeof(long long));
-    g->sent = xcalloc((size_t)p, sizeof(long long));
-    g->max_evals = 64; /* grows by doubling: not sized by iterations, which may be huge */
-    g->phi = xcalloc((size_t)g->max_evals, sizeof(double));
-    g->gbuf = xmalloc((size_t)p * 5 * sizeof(double)), g->rows = xmalloc((size_t)p * 5 * sizeof(double));
-    g->m_ask = xmalloc((size_t)p * sizeof(int)), g->m_ans = xmalloc((size_t)p * sizeof(int)), g->m_get = xmalloc((size_t)p * sizeof(int));
-    g->m_send = xmalloc((size_t)p * sizeof(int)), g->m_recv = xmalloc((size_t)p * sizeof(int));
-    g->last_push = -1, g->last_rep = -1, g->b_req = -1, g->b_push = -1, g->b_quit = -1;
-    g->set = comm_set_new(5 * p + 1);
+    memset(&G, 0, sizeof G);
+    G.t = t;
+    G.push = e->method == METHOD_GOSSIP_PUSH;
+    G.sync = e->synchronous;
+    G.fresh = e->gossip_order == GOSSIP_FRESH;
+    G.p = e->p, G.me = t->worker;
+    G.n = model_n_params(t->net), G.nbn = model_n_bn(t->net);
+    const size_t n = G.n, nb = n * sizeof(float);
+    const int p = G.p;
+    G.peer = xmalloc(nb), G.inbox = xcalloc(n, sizeof(float)), G.sendbuf = xmalloc(nb);
+    G.avg = xmalloc(nb), G.own = xmalloc(nb);
+    G.avg_bn = xmalloc((G.nbn ? G.nbn : 1) * sizeof(float)), G.own_bn = xmalloc((G.nbn ? G.nbn : 1) * sizeof(float));
+    G.peers = xcalloc((size_t)p * p, sizeof(long long));
+    G.sent = xcalloc((size_t)p, sizeof(long long));
+    G.max_evals = 64; /* grows by doubling: not sized by iterations, which may be huge */
+    G.phi = xcalloc((size_t)G.max_evals, sizeof(double));
+    G.gbuf = xmalloc((size_t)p * 5 * sizeof(double)), G.rows = xmalloc((size_t)p * 5 * sizeof(double));
+    G.m_ask = xmalloc((size_t)p * sizeof(int)), G.m_ans = xmalloc((size_t)p * sizeof(int)), G.m_get = xmalloc((size_t)p * sizeof(int));
+    G.m_send = xmalloc((size_t)p * sizeof(int)), G.m_recv = xmalloc((size_t)p * sizeof(int));
+    G.last_push = -1, G.last_rep = -1, G.b_req = -1, G.b_push = -1, G.b_quit = -1;
+    G.set = comm_set_new(5 * p + 1);
     if (p == 1) return 0;
-    g->sig = comm_set_new(p + 1);
-    g->s_sig = xmalloc((size_t)p * sizeof(int));
-    g->r_sig = comm_set_add(g->sig, COMM_RECV, g->sig_in, sizeof g->sig_in, COMM_ANY_SOURCE, TAG_SIGANN);
-    for (int k = 0; k < p; k++) g->s_sig[k] = k == g->me ? -1 : comm_set_add(g->sig, COMM_SEND, g->sig_out, sizeof g->sig_out, k, TAG_SIGANN);
-    comm_set_start(g->sig, g->r_sig);
-    if (g->sync) {
+    G.sig = comm_set_new(p + 1);
+    G.s_sig = xmalloc((size_t)p * sizeof(int));
+    G.r_sig = comm_set_add(G.sig, COMM_RECV, G.sig_in, sizeof G.sig_in, COMM_ANY_SOURCE, TAG_SIGANN);
+    for (int k = 0; k < p; k++) G.s_sig[k] = k == G.me ? -1 : comm_set_add(G.sig, COMM_SEND, G.sig_out, sizeof G.sig_out, k, TAG_SIGANN);
+    comm_set_start(G.sig, G.r_sig);
+    if (G.sync) {
         for (int k = 0; k < p; k++) {
-            g->m_send[k] = comm_set_add(g->set, COMM_SEND, g->sendbuf, nb, k, TAG_SYNC);
-            g->m_recv[k] = comm_set_add(g->set, COMM_RECV, g->peer, nb, k, TAG_SYNC);
+            G.m_send[k] = comm_set_add(G.set, COMM_SEND, G.sendbuf, nb, k, TAG_SYNC);
+            G.m_recv[k] = comm_set_add(G.set, COMM_RECV, G.peer, nb, k, TAG_SYNC);
         }
         return 0;
     }
     if (!comm_thread_multiple())
         return seterr(err, errlen, "%s: method %s (asynchronous) needs an MPI library with MPI_THREAD_MULTIPLE; "
                                    "this one does not provide it: use synchronous = true", e->source, method_name(e->method));
-    pthread_mutex_init(&g->mu, NULL);
-    g->bg = comm_set_new(2 * p + 3);
-    g->bg_done = xmalloc((size_t)(2 * p + 3) * sizeof(int));
-    comm_set_background(g->bg);
-    g->b_rephdr = xmalloc((size_t)p * sizeof(int)), g->b_rep = xmalloc((size_t)p * sizeof(int));
-    if (!g->push) {
-        g->pub = xmalloc(nb), g->tbuf = xmalloc(nb);
-        memcpy(g->pub, model_params(t->net), nb);
-        g->b_req = comm_set_add(g->bg, COMM_RECV, &g->req_in, sizeof g->req_in, COMM_ANY_SOURCE, TAG_PULL);
+    pthread_mutex_init(&G.mu, NULL);
+    G.bg = comm_set_new(2 * p + 3);
+    G.bg_done = xmalloc((size_t)(2 * p + 3) * sizeof(int));
+    comm_set_background(G.bg);
+    G.b_rephdr = xmalloc((size_t)p * sizeof(int)), G.b_rep = xmalloc((size_t)p * sizeof(int));
+    if (!G.push) {
+        G.pub = xmalloc(nb), G.tbuf = xmalloc(nb);
+        memcpy(G.pub, model_params(t->net), nb);
+        G.b_req = comm_set_add(G.bg, COMM_RECV, &G.req_in, sizeof G.req_in, COMM_ANY_SOURCE, TAG_PULL);
         for (int k = 0; k < p; k++) {
-            g->b_rephdr[k] = comm_set_add(g->bg, COMM_SEND, &g->rep_hdr, sizeof g->rep_hdr, k, TAG_PULLHDR);
-            g->b_rep[k] = comm_set_add(g->bg, COMM_SEND, g->tbuf, nb, k, TAG_PULLREP);
-            g->m_ask[k] = comm_set_add(g->set, COMM_SEND, &g->ask, sizeof g->ask, k, TAG_PULL);
-            g->m_ans[k] = comm_set_add(g->set, COMM_RECV, &g->ans, sizeof g->ans, k, TAG_PULLHDR);
-            g->m_get[k] = comm_set_add(g->set, COMM_RECV, g->peer, nb, k, TAG_PULLREP);
+            G.b_rephdr[k] = comm_set_add(G.bg, COMM_SEND, &G.rep_hdr, sizeof G.rep_hdr, k, TAG_PULLHDR);
+            G.b_rep[k] = comm_set_add(G.bg, COMM_SEND, G.tbuf, nb, k, TAG_PULLREP);
+            G.m_ask[k] = comm_set_add(G.set, COMM_SEND, &G.ask, sizeof G.ask, k, TAG_PULL);
+            G.m_ans[k] = comm_set_add(G.set, COMM_RECV, &G.ans, sizeof G.ans, k, TAG_PULLHDR);
+            G.m_get[k] = comm_set_add(G.set, COMM_RECV, G.peer, nb, k, TAG_PULLREP);
         }
-        comm_set_start(g->bg, g->b_req);
+        comm_set_start(G.bg, G.b_req);
     } else {
-        g->recvbuf = xmalloc(nb);
-        g->b_push = comm_set_add(g->bg, COMM_RECV, g->recvbuf, nb, COMM_ANY_SOURCE, TAG_PUSH);
-        for (int k = 0; k < p; k++) g->m_send[k] = comm_set_add(g->set, COMM_SEND, g->sendbuf, nb, k, TAG_PUSH);
-        comm_set_start(g->bg, g->b_push);
+        G.recvbuf = xmalloc(nb);
+        G.b_push = comm_set_add(G.bg, COMM_RECV, G.recvbuf, nb, COMM_ANY_SOURCE, TAG_PUSH);
+        for (int k = 0; k < p; k++) G.m_send[k] = comm_set_add(G.set, COMM_SEND, G.sendbuf, nb, k, TAG_PUSH);
+        comm_set_start(G.bg, G.b_push);
     }
-    g->b_quit = comm_set_add(g->bg, COMM_RECV, &g->quit_in, sizeof g->quit_in, t->rank, TAG_QUIT);
-    g->m_quit = comm_set_add(g->set, COMM_SEND, &g->quit_out, sizeof g->quit_out, t->rank, TAG_QUIT);
-    comm_set_start(g->bg, g->b_quit);
-    if (pthread_create(&g->th, NULL, gossip_thread, NULL) != 0) return seterr(err, errlen, "cannot start the gossip communication thread");
-    g->has_thread = 1;
+    G.b_quit = comm_set_add(G.bg, COMM_RECV, &G.quit_in, sizeof G.quit_in, t->rank, TAG_QUIT);
+    G.m_quit = comm_set_add(G.set, COMM_SEND, &G.quit_out, sizeof G.quit_out, t->rank, TAG_QUIT);
+    comm_set_start(G.bg, G.b_quit);
+    if (pthread_create(&G.th, NULL, gossip_thread, NULL) != 0) return seterr(err, errlen, "cannot start the gossip communication thread");
+    G.has_thread = 1;
     return 0;
 }
 
 static void gossip_teardown(void) {
-    gossip *g = &G;
-    if (g->has_thread) {
-        comm_set_start(g->set, g->m_quit);
-        comm_set_wait(g->set, g->m_quit, 1e18);
-        pthread_join(g->th, NULL);
-        comm_set_free(g->bg);
-        pthread_mutex_destroy(&g->mu);
+    if (G.has_thread) {
+        comm_set_start(G.set, G.m_quit);
+        comm_set_wait(G.set, G.m_quit, 1e18);
+        pthread_join(G.th, NULL);
+        comm_set_free(G.bg);
+        pthread_mutex_destroy(&G.mu);
     }
-    comm_set_free(g->set);
-    comm_set_free(g->sig);
-    free(g->s_sig);
-    free(g->peer), free(g->inbox), free(g->sendbuf), free(g->avg), free(g->own), free(g->avg_bn), free(g->own_bn);
-    free(g->peers), free(g->sent), free(g->phi), free(g->gbuf), free(g->rows);
-    free(g->m_ask), free(g->m_ans), free(g->m_get), free(g->m_send), free(g->m_recv), free(g->b_rephdr), free(g->b_rep), free(g->bg_done);
-    free(g->pub), free(g->tbuf), free(g->recvbuf);
+    comm_set_free(G.set);
+    comm_set_free(G.sig);
+    free(G.s_sig);
+    free(G.peer), free(G.inbox), free(G.sendbuf), free(G.avg), free(G.own), free(G.avg_bn), free(G.own_bn);
+    free(G.peers), free(G.sent), free(G.phi), free(G.gbuf), free(G.rows);
+    free(G.m_ask), free(G.m_ans), free(G.m_get), free(G.m_send), free(G.m_recv), free(G.b_rephdr), free(G.b_rep), free(G.bg_done);
+    free(G.pub), free(G.tbuf), free(G.recvbuf);
 }
 
 /* ---- Signals between meeting points ---------------------------------------------------------
@@ -242,34 +238,32 @@ static void gossip_teardown(void) {
 static int meeting_point(const experiment *e, long c) { return cadence_eval_due(e, c) || cadence_ckpt_due(e, c); }
 
 static void sig_announce(long step) {
-    gossip *g = &G;
-    g->ann = 1, g->my_ann = step;
+    G.ann = 1, G.my_ann = step;
     const int mine = ckpt_signal_pending();
-    if (mine > g->ep_kind) g->ep_kind = mine;
-    if (step > g->ep_max) g->ep_max = step;
-    const int meet = meeting_point(g->t->e, step);
-    g->ep_meet |= meet;
-    for (int k = 0; k < g->p; k++)
-        if (k != g->me) comm_set_wait_or_abort(g->sig, g->s_sig[k], "a gossip peer (announcing a signal)");
-    g->sig_out[0] = g->ep_kind, g->sig_out[1] = step, g->sig_out[2] = meet;
-    for (int k = 0; k < g->p; k++)
-        if (k != g->me) comm_set_start(g->sig, g->s_sig[k]);
+    if (mine > G.ep_kind) G.ep_kind = mine;
+    if (step > G.ep_max) G.ep_max = step;
+    const int meet = meeting_point(G.t->e, step);
+    G.ep_meet |= meet;
+    for (int k = 0; k < G.p; k++)
+        if (k != G.me) comm_set_wait_or_abort(G.sig, G.s_sig[k], "a gossip peer (announcing a signal)");
+    G.sig_out[0] = G.ep_kind, G.sig_out[1] = step, G.sig_out[2] = meet;
+    for (int k = 0; k < G.p; k++)
+        if (k != G.me) comm_set_start(G.sig, G.s_sig[k]);
 }
 
 /* Take the announcements that arrived; announce (step) if this node knows of a signal and has
  * not yet. Returns 1 while an epoch is open on this node. */
 static int sig_poll(long step) {
-    gossip *g = &G;
-    if (!g->sig) return 0;
-    while (comm_set_test(g->sig, g->r_sig)) {
-        g->n_ann++;
-        if (g->sig_in[0] > g->ep_kind) g->ep_kind = (int)g->sig_in[0];
-        if (g->sig_in[1] > g->ep_max) g->ep_max = (long)g->sig_in[1];
-        g->ep_meet |= (int)g->sig_in[2];
-        comm_set_start(g->sig, g->r_sig);
+    if (!G.sig) return 0;
+    while (comm_set_test(G.sig, G.r_sig)) {
+        G.n_ann++;
+        if (G.sig_in[0] > G.ep_kind) G.ep_kind = (int)G.sig_in[0];
+        if (G.sig_in[1] > G.ep_max) G.ep_max = (long)G.sig_in[1];
+        G.ep_meet |= (int)G.sig_in[2];
+        comm_set_start(G.sig, G.r_sig);
     }
-    if (!g->ann && (g->n_ann > 0 || ckpt_signal_pending())) sig_announce(step);
-    return g->ann;
+    if (!G.ann && (G.n_ann > 0 || ckpt_signal_pending())) sig_announce(step);
+    return G.ann;
 }
 
 static void sig_hook(void) {
@@ -278,25 +272,22 @@ static void sig_hook(void) {
 
 /* Wait (bounded) until every other node's announcement of this epoch is in. */
 static void sig_wait_all(void) {
-    gossip *g = &G;
     const double t0 = wall_time();
-    while (g->n_ann < g->p - 1) {
-        sig_poll(g->pos);
-        if (wall_time() - t0 > g->t->e->comm_timeout_s) comm_timeout_abort("the other gossip nodes (announcing a signal)");
+    while (G.n_ann < G.p - 1) {
+        sig_poll(G.pos);
+        if (wall_time() - t0 > G.t->e->comm_timeout_s) comm_timeout_abort("the other gossip nodes (announcing a signal)");
         comm_pause(wall_time() - t0);
     }
 }
 
 /* The step this node meets at in the current epoch (every announcement in). */
 static long sig_target(void) {
-    gossip *g = &G;
-    return g->sync || g->ep_meet ? g->ep_max : g->my_ann;
+    return G.sync || G.ep_meet ? G.ep_max : G.my_ann;
 }
 
 static void sig_reset(void) {
-    gossip *g = &G;
-    g->ann = g->n_ann = g->ep_kind = g->ep_meet = 0;
-    g->ep_max = g->my_ann = 0;
+    G.ann = G.n_ann = G.ep_kind = G.ep_meet = 0;
+    G.ep_max = G.my_ann = 0;
 }
 
 /* θ ← (θ + Σ received)/(1 + k) for k received vectors summed in sum. */
@@ -312,94 +303,90 @@ static void mix(float *th, const float *sum, int k, size_t n) {
 
 /* One gossip step of node i at step s. Returns the loss (NaN: non-finite). */
 static double gossip_step(trainer *t, long s, double alpha) {
-    gossip *g = &G;
     const experiment *e = t->e;
     model *net = t->net;
     float *th = model_params(net);
-    const size_t n = g->n, nb = n * sizeof(float);
-    const int p = g->p, me = g->me;
+    const size_t n = G.n, nb = n * sizeof(float);
+    const int p = G.p, me = G.me;
     const int j = p > 1 ? peer_of(e, me, s) : -1;
-    double t0 = wall_time(), c0 = 0, c1 = 0;
-    int got = 0; /* vectors received this step (into g->peer or g->inbox) */
-    float *recv = g->peer;
+    const double t0 = wall_time();
+    int got = 0; /* vectors received this step (into G.peer or G.inbox) */
+    float *recv = G.peer;
 
     /* 1. start the exchange */
-    double x0 = wall_time();
-    if (j >= 0 && !g->sync && !g->push) {
-        g->ask = me;
-        comm_set_start(g->set, g->m_ans[j]);
-        comm_set_start(g->set, g->m_get[j]);
-        comm_set_start(g->set, g->m_ask[j]);
-    } else if (j >= 0 && g->sync) {
-        memcpy(g->sendbuf, th, nb); /* θ^s */
-        if (!g->push) {
+    if (j >= 0 && !G.sync && !G.push) {
+        G.ask = me;
+        comm_set_start(G.set, G.m_ans[j]);
+        comm_set_start(G.set, G.m_get[j]);
+        comm_set_start(G.set, G.m_ask[j]);
+    } else if (j >= 0 && G.sync) {
+        memcpy(G.sendbuf, th, nb); /* θ^s */
+        if (!G.push) {
             for (int k = 0; k < p; k++)
-                if (k != me && peer_of(e, k, s) == me && !node_failed(e, k, s)) comm_set_start(g->set, g->m_send[k]);
-            if (!node_failed(e, j, s)) comm_set_start(g->set, g->m_recv[j]);
-        } else if (!node_failed(e, j, s)) comm_set_start(g->set, g->m_send[j]);
+                if (k != me && peer_of(e, k, s) == me && !inject_failed(e, k, s)) comm_set_start(G.set, G.m_send[k]);
+            if (!inject_failed(e, j, s)) comm_set_start(G.set, G.m_recv[j]);
+        } else if (!inject_failed(e, j, s)) comm_set_start(G.set, G.m_send[j]);
     }
-    c0 = wall_time() - x0;
+    const double c0 = wall_time() - t0;
 
     /* 2. the gradient at θ_i */
     double loss = train_compute(t, s, s);
 
     /* 3. finish the exchange: what this node received */
     double w0 = wall_time();
-    if (j >= 0 && !g->sync && !g->push) {
-        comm_set_wait_or_abort(g->set, g->m_ask[j], "a gossip peer (pull request)");
-        comm_set_wait_or_abort(g->set, g->m_ans[j], "a gossip peer's reply");
-        comm_set_wait_or_abort(g->set, g->m_get[j], "a gossip peer's reply");
-        got = g->ans == 0;
-    } else if (j >= 0 && g->sync && !g->push) {
-        for (int k = 0; k < p; k++) comm_set_wait_or_abort(g->set, g->m_send[k], "a gossip peer (lock-step)");
-        comm_set_wait_or_abort(g->set, g->m_recv[j], "a gossip peer (lock-step)");
-        got = !node_failed(e, j, s);
-    } else if (j >= 0 && g->sync && g->push) {
-        memset(g->inbox, 0, nb);
+    if (j >= 0 && !G.sync && !G.push) {
+        comm_set_wait_or_abort(G.set, G.m_ask[j], "a gossip peer (pull request)");
+        comm_set_wait_or_abort(G.set, G.m_ans[j], "a gossip peer's reply");
+        comm_set_wait_or_abort(G.set, G.m_get[j], "a gossip peer's reply");
+        got = G.ans == 0;
+    } else if (j >= 0 && G.sync && !G.push) {
+        for (int k = 0; k < p; k++) comm_set_wait_or_abort(G.set, G.m_send[k], "a gossip peer (lock-step)");
+        comm_set_wait_or_abort(G.set, G.m_recv[j], "a gossip peer (lock-step)");
+        got = !inject_failed(e, j, s);
+    } else if (j >= 0 && G.sync && G.push) {
+        memset(G.inbox, 0, nb);
         for (int k = 0; k < p; k++)
-            if (k != me && peer_of(e, k, s) == me && !node_failed(e, k, s)) {
-                comm_set_start(g->set, g->m_recv[k]);
-                comm_set_wait_or_abort(g->set, g->m_recv[k], "a gossip peer (lock-step)");
-                for (size_t q = 0; q < n; q++) g->inbox[q] += g->peer[q];
+            if (k != me && peer_of(e, k, s) == me && !inject_failed(e, k, s)) {
+                comm_set_start(G.set, G.m_recv[k]);
+                comm_set_wait_or_abort(G.set, G.m_recv[k], "a gossip peer (lock-step)");
+                for (size_t q = 0; q < n; q++) G.inbox[q] += G.peer[q];
                 got++;
             }
-        comm_set_wait_or_abort(g->set, g->m_send[j], "a gossip peer (lock-step)");
-        recv = g->inbox;
-    } else if (j >= 0 && g->push) { /* asynchronous push: take the inbox */
-        pthread_mutex_lock(&g->mu);
-        got = g->inbox_k;
-        if (got) memcpy(g->peer, g->inbox, nb), memset(g->inbox, 0, nb);
-        g->inbox_k = 0;
-        pthread_mutex_unlock(&g->mu);
+        comm_set_wait_or_abort(G.set, G.m_send[j], "a gossip peer (lock-step)");
+        recv = G.inbox;
+    } else if (j >= 0 && G.push) { /* asynchronous push: take the inbox */
+        pthread_mutex_lock(&G.mu);
+        got = G.inbox_k;
+        if (got) memcpy(G.peer, G.inbox, nb), memset(G.inbox, 0, nb);
+        G.inbox_k = 0;
+        pthread_mutex_unlock(&G.mu);
     }
-    double w1 = wall_time();
-    c1 = w1 - w0;
-    if (j >= 0) g->peers[j]++;
+    const double c1 = wall_time() - w0;
+    if (j >= 0) G.peers[j]++;
 
     /* 4. combine */
     double u0 = wall_time();
     int finite = isfinite(loss);
-    if (!g->fresh) mix(th, recv, got, n);
+    if (!G.fresh) mix(th, recv, got, n);
     finite = finite && sgd_update(th, model_grads(net), t->velocity, n, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
-    if (g->fresh) mix(th, recv, got, n);
+    if (G.fresh) mix(th, recv, got, n);
     double u1 = wall_time();
 
     /* 5. publish / push θ_i */
-    double y0 = wall_time();
-    if (j >= 0 && !g->sync && !g->push) {
-        pthread_mutex_lock(&g->mu);
-        memcpy(g->pub, th, nb);
-        pthread_mutex_unlock(&g->mu);
-    } else if (j >= 0 && !g->sync && g->push) {
-        if (g->last_push >= 0) comm_set_wait_or_abort(g->set, g->m_send[g->last_push], "a gossip peer (push)");
-        memcpy(g->sendbuf, th, nb);
-        comm_set_start(g->set, g->m_send[j]);
-        g->last_push = j;
-        g->sent[j]++;
+    if (j >= 0 && !G.sync && !G.push) {
+        pthread_mutex_lock(&G.mu);
+        memcpy(G.pub, th, nb);
+        pthread_mutex_unlock(&G.mu);
+    } else if (j >= 0 && !G.sync && G.push) {
+        if (G.last_push >= 0) comm_set_wait_or_abort(G.set, G.m_send[G.last_push], "a gossip peer (push)");
+        memcpy(G.sendbuf, th, nb);
+        comm_set_start(G.set, G.m_send[j]);
+        G.last_push = j;
+        G.sent[j]++;
     }
     double y1 = wall_time();
 
-    t->times.comm_s += c0 + c1 + (y1 - y0);
+    t->times.comm_s += c0 + c1 + (y1 - u1);
     t->times.wait_s += c1;
     t->times.update_s += u1 - u0;
     t->times.step_s += wall_time() - t0;
@@ -411,66 +398,65 @@ static double gossip_step(trainer *t, long s, double alpha) {
 static long potential_rows(const experiment *e) { return e->iterations / e->eval.every + 2; }
 
 /* Room for n values of Φ. */
-static void phi_reserve(gossip *g, long n) {
-    if (n <= g->max_evals) return;
-    long cap = g->max_evals;
+static void phi_reserve(long n) {
+    if (n <= G.max_evals) return;
+    long cap = G.max_evals;
     while (cap < n) cap *= 2;
-    double *d = realloc(g->phi, (size_t)cap * sizeof *d);
+    double *d = realloc(G.phi, (size_t)cap * sizeof *d);
     if (!d) DIE("out of memory for the diffusion potential of %ld evaluations", cap);
-    g->phi = d, g->max_evals = cap;
+    G.phi = d, G.max_evals = cap;
 }
 
 /* Collective over the workers: evaluate the nodes' average and rank 0's own model, log both,
  * Φ and a /ranks row. Returns the status every worker agrees on. */
 static int gossip_evaluate(trainer *t, long step, double train_s, int status, int *why) {
-    gossip *g = &G;
     model *net = t->net;
     float *th = model_params(net), *bn = model_bn(net);
-    const size_t n = g->n, nbn = g->nbn;
+    const size_t n = G.n, nbn = G.nbn;
     double ev0 = wall_time();
-    const int alive = !node_failed(t->e, g->me, step);
-    memcpy(g->own, th, n * sizeof(float));
-    if (nbn) memcpy(g->own_bn, bn, nbn * sizeof(float));
-    for (size_t q = 0; q < n; q++) g->avg[q] = alive ? th[q] : 0.0f;
-    for (size_t q = 0; q < nbn; q++) g->avg_bn[q] = alive ? bn[q] : 0.0f;
-    comm_workers_sum_f32(g->avg, n);
-    if (nbn) comm_workers_sum_f32(g->avg_bn, nbn);
+    const int alive = !inject_failed(t->e, G.me, step);
+    memcpy(G.own, th, n * sizeof(float));
+    if (nbn) memcpy(G.own_bn, bn, nbn * sizeof(float));
+    for (size_t q = 0; q < n; q++) G.avg[q] = alive ? th[q] : 0.0f;
+    for (size_t q = 0; q < nbn; q++) G.avg_bn[q] = alive ? bn[q] : 0.0f;
+    comm_workers_sum_f32(G.avg, n);
+    if (nbn) comm_workers_sum_f32(G.avg_bn, nbn);
     double w[2] = {(double)alive, 0.0};
     comm_workers_sum_f64(w, 1);
     const float inv = (float)(1.0 / w[0]);
-    for (size_t q = 0; q < n; q++) g->avg[q] *= inv;
-    for (size_t q = 0; q < nbn; q++) g->avg_bn[q] *= inv;
+    for (size_t q = 0; q < n; q++) G.avg[q] *= inv;
+    for (size_t q = 0; q < nbn; q++) G.avg_bn[q] *= inv;
     double d = 0.0;
     if (alive)
-        for (size_t q = 0; q < n; q++) d += ((double)th[q] - g->avg[q]) * ((double)th[q] - g->avg[q]);
+        for (size_t q = 0; q < n; q++) d += ((double)th[q] - G.avg[q]) * ((double)th[q] - G.avg[q]);
     comm_workers_sum_f64(&d, 1);
 
-    memcpy(th, g->avg, n * sizeof(float));
-    if (nbn) memcpy(bn, g->avg_bn, nbn * sizeof(float));
+    memcpy(th, G.avg, n * sizeof(float));
+    if (nbn) memcpy(bn, G.avg_bn, nbn * sizeof(float));
     eval_result r = train_evaluate(t);
     /* rank 0's own model, evaluated by every worker on its slice */
-    if (t->worker == 0) memcpy(th, g->own, n * sizeof(float));
+    if (t->worker == 0) memcpy(th, G.own, n * sizeof(float));
     comm_workers_bcast(th, n * sizeof(float), 0);
     if (nbn) {
-        if (t->worker == 0) memcpy(bn, g->own_bn, nbn * sizeof(float));
+        if (t->worker == 0) memcpy(bn, G.own_bn, nbn * sizeof(float));
         comm_workers_bcast(bn, nbn * sizeof(float), 0);
     }
     eval_result rl = train_evaluate(t);
-    memcpy(th, g->own, n * sizeof(float));
-    if (nbn) memcpy(bn, g->own_bn, nbn * sizeof(float));
+    memcpy(th, G.own, n * sizeof(float));
+    if (nbn) memcpy(bn, G.own_bn, nbn * sizeof(float));
 
     /* /ranks row (NaN for a node with no step since the previous row: a failed node) */
-    train_gather_rank_times(t, &g->prev, g->steps_done - g->prev_done, g->gbuf, g->rows);
-    g->prev_done = g->steps_done;
+    train_gather_rank_times(t, &G.prev, G.steps_done - G.prev_done, G.gbuf, G.rows);
+    G.prev_done = G.steps_done;
     if (t->log) {
-        const int p = g->p;
+        const int p = G.p;
         double es = wall_time() - ev0;
         printf("gossip step %ld: diffusion potential Φ = Σ‖θ_i − θ̄‖² = %.6g\n", step, d);
-        if (step > 0 && runlog_ranks(t->log, step, g->rows, g->rows + p, g->rows + 2 * p, g->rows + 3 * p, NULL) != 0) status = EXIT_RUNTIME;
+        if (step > 0 && runlog_ranks(t->log, step, G.rows, G.rows + p, G.rows + 2 * p, G.rows + 3 * p, NULL) != 0) status = EXIT_RUNTIME;
         if (train_log_eval(t, step, train_s, &rl, es, 1) != 0) status = EXIT_RUNTIME;
         if (train_log_eval(t, step, train_s, &r, es, 0) != 0) status = EXIT_RUNTIME;
-        if (g->n_evals == g->max_evals) phi_reserve(g, g->n_evals + 1);
-        g->phi[g->n_evals++] = d;
+        if (G.n_evals == G.max_evals) phi_reserve(G.n_evals + 1);
+        G.phi[G.n_evals++] = d;
     }
     if (!isfinite(r.loss)) cadence_nonfinite_eval(t, why, step, "the nodes"), status = EXIT_RUNTIME;
     return comm_agree(status);
@@ -482,19 +468,18 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
  * waits until its communication thread has received every vector pushed to it (the pushes are
  * counted on both sides); the inbox, mixed in at the node's next step, is then saved. */
 static void gossip_quiesce(trainer *t) {
-    gossip *g = &G;
-    if (!(g->push && g->has_thread)) return;
-    if (g->last_push >= 0) comm_set_wait_or_abort(g->set, g->m_send[g->last_push], "a gossip peer (push)");
-    double *tot = xmalloc((size_t)g->p * sizeof(double));
-    for (int k = 0; k < g->p; k++) tot[k] = (double)g->sent[k];
-    comm_workers_sum_f64(tot, g->p);
-    const long long expect = (long long)tot[g->me];
+    if (!(G.push && G.has_thread)) return;
+    if (G.last_push >= 0) comm_set_wait_or_abort(G.set, G.m_send[G.last_push], "a gossip peer (push)");
+    double *tot = xmalloc((size_t)G.p * sizeof(double));
+    for (int k = 0; k < G.p; k++) tot[k] = (double)G.sent[k];
+    comm_workers_sum_f64(tot, G.p);
+    const long long expect = (long long)tot[G.me];
     free(tot);
     const double t0 = wall_time();
     for (;;) {
-        pthread_mutex_lock(&g->mu);
-        const long long got = g->recv_n;
-        pthread_mutex_unlock(&g->mu);
+        pthread_mutex_lock(&G.mu);
+        const long long got = G.recv_n;
+        pthread_mutex_unlock(&G.mu);
         if (got >= expect) break;
         if (wall_time() - t0 > t->e->comm_timeout_s) comm_timeout_abort("a gossip peer (pushes in flight at a checkpoint)");
         struct timespec ts = {0, 200000};
@@ -504,24 +489,23 @@ static void gossip_quiesce(trainer *t) {
 
 /* method_ops.save and .load: this node's state written or read back (ckpt_writing), in one order. */
 static int gossip_state(trainer *t, ckpt_file *f) {
-    gossip *g = &G;
     model *net = t->net;
     const int save = ckpt_writing(f);
-    int64_t counts[4] = {g->steps_done, g->prev_done, g->inbox_k, g->recv_n};
-    int rc = ckpt_io_f32(f, "params", model_params(net), g->n) | ckpt_io_f32(f, "velocity", t->velocity, g->n) |
-             ckpt_io_f32(f, "bn", model_bn(net), g->nbn) | ckpt_io_f32(f, "inbox", g->inbox, g->n) |
-             ckpt_io_i64(f, "counts", counts, 4) | ckpt_io_i64(f, "peers", (int64_t *)g->peers, (size_t)g->p) |
-             ckpt_io_i64(f, "sent", (int64_t *)g->sent, (size_t)g->p) | ckpt_io_f64(f, "ranks_prev_times", (double *)&g->prev, 7);
-    if (!save) g->steps_done = counts[0], g->prev_done = counts[1], g->inbox_k = (int)counts[2], g->recv_n = counts[3];
+    int64_t counts[4] = {G.steps_done, G.prev_done, G.inbox_k, G.recv_n};
+    int rc = ckpt_io_f32(f, "params", model_params(net), G.n) | ckpt_io_f32(f, "velocity", t->velocity, G.n) |
+             ckpt_io_f32(f, "bn", model_bn(net), G.nbn) | ckpt_io_f32(f, "inbox", G.inbox, G.n) |
+             ckpt_io_i64(f, "counts", counts, 4) | ckpt_io_i64(f, "peers", (int64_t *)G.peers, (size_t)G.p) |
+             ckpt_io_i64(f, "sent", (int64_t *)G.sent, (size_t)G.p) | ckpt_io_f64(f, "ranks_prev_times", (double *)&G.prev, 7);
+    if (!save) G.steps_done = counts[0], G.prev_done = counts[1], G.inbox_k = (int)counts[2], G.recv_n = counts[3];
     if (t->log) {
-        int64_t ne = g->n_evals;
+        int64_t ne = G.n_evals;
         rc |= ckpt_io_i64(f, "n_evals", &ne, 1);
         if (!save && (ne < 0 || ne > potential_rows(t->e))) ne = 0, rc = -1;
-        phi_reserve(g, (long)ne);
-        rc |= ckpt_io_f64(f, "potential", g->phi, (size_t)ne);
-        g->n_evals = (long)ne;
+        phi_reserve((long)ne);
+        rc |= ckpt_io_f64(f, "potential", G.phi, (size_t)ne);
+        G.n_evals = (long)ne;
     }
-    if (g->pub && !save) memcpy(g->pub, model_params(net), g->n * sizeof(float)); /* what pulls see */
+    if (G.pub && !save) memcpy(G.pub, model_params(net), G.n * sizeof(float)); /* what pulls see */
     return rc;
 }
 
@@ -543,20 +527,19 @@ static int gossip_begin(trainer *t) {
 
 /* method_ops.step: node i's step s, or none once it has failed (inject.fail_rank). */
 static int gossip_node_step(trainer *t, long s, double alpha, double *loss) {
-    gossip *g = &G;
     const experiment *e = t->e;
-    if (g->closing) sig_reset(), g->closing = 0; /* the epoch the last meeting point closed */
-    g->pos = s + 1; /* a node announcing from a wait in this step will complete it */
-    const int failed = node_failed(e, g->me, s);
-    if (failed && g->has_thread && !g->gone) {
-        pthread_mutex_lock(&g->mu);
-        g->gone = 1;
-        pthread_mutex_unlock(&g->mu);
+    if (G.closing) sig_reset(), G.closing = 0; /* the epoch the last meeting point closed */
+    G.pos = s + 1; /* a node announcing from a wait in this step will complete it */
+    const int failed = inject_failed(e, G.me, s);
+    if (failed && G.has_thread && !G.gone) {
+        pthread_mutex_lock(&G.mu);
+        G.gone = 1;
+        pthread_mutex_unlock(&G.mu);
     }
     if (failed && s == e->inject.fail_step)
         fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other nodes go on\n", t->rank, s);
     if (failed) return 0;
-    g->steps_done++;
+    G.steps_done++;
     *loss = gossip_step(t, s, alpha);
     return 1;
 }
@@ -574,41 +557,32 @@ static int gossip_signal(trainer *t, long done) {
  * them. After a signal between meeting points each node is at its own step: a checkpoint's label
  * is then the largest. */
 static long gossip_meet(trainer *t, long done, int sigmeet) {
-    gossip *g = &G;
     sig_poll(done);
-    const int mine = ckpt_signal_pending() > g->ep_kind ? ckpt_signal_pending() : g->ep_kind;
+    const int mine = ckpt_signal_pending() > G.ep_kind ? ckpt_signal_pending() : G.ep_kind;
     t->sig = comm_agree(mine);
     /* at a meeting point every node closes the epoch: all announcements in */
-    if (t->sig && g->sig) {
-        if (!g->ann) sig_announce(done);
+    if (t->sig && G.sig) {
+        if (!G.ann) sig_announce(done);
         sig_wait_all();
     }
-    g->closing = g->ann;
+    G.closing = G.ann;
     return sigmeet && (t->sig || cadence_ckpt_due(t->e, done)) ? comm_max_long(done) : done;
 }
 
 /* method_ops.end: rank 0 collects every node's row of peers chosen; the run-file arrays. */
 static int gossip_end(trainer *t, int status) {
-    gossip *g = &G;
     comm_on_wait(NULL);
-    double *row = xmalloc((size_t)g->p * sizeof(double)), *all = xmalloc((size_t)g->p * g->p * sizeof(double));
-    for (int k = 0; k < g->p; k++) row[k] = (double)g->peers[k];
-    comm_workers_gather_f64(row, g->p, all);
+    double *row = xmalloc((size_t)G.p * sizeof(double)), *all = xmalloc((size_t)G.p * G.p * sizeof(double));
+    for (int k = 0; k < G.p; k++) row[k] = (double)G.peers[k];
+    comm_workers_gather_f64(row, G.p, all);
     comm_workers_barrier(); /* every node has finished: no pull or push is still on its way */
     if (t->log) {
-        for (int k = 0; k < g->p * g->p; k++) g->peers[k] = (long long)all[k];
-        if (runlog_array(t->log, 0, g->peers) != 0 || runlog_array_rows_f64(t->log, 1, g->phi, g->n_evals) != 0) status = EXIT_RUNTIME;
+        for (int k = 0; k < G.p * G.p; k++) G.peers[k] = (long long)all[k];
+        if (runlog_array(t->log, 0, G.peers) != 0 || runlog_array_rows_f64(t->log, 1, G.phi, G.n_evals) != 0) status = EXIT_RUNTIME;
     }
     free(row), free(all);
     gossip_teardown();
     return status;
-}
-
-static int gossip_init(trainer *t, char *err, size_t errlen) {
-    (void)err, (void)errlen;
-    /* every node starts from rank 0's initialisation */
-    comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
-    return 0;
 }
 
 static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
@@ -619,7 +593,7 @@ static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
 }
 
 #define GOSSIP_OPS(kind)                                                                                                  \
-    {.name = kind, .init = gossip_init, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
+    {.name = kind, .init = method_init_rank0, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
      .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_state,     \
      .load = gossip_state, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = METHOD_MEETS_AT_POINTS}
 const method_ops method_gossip_pull = GOSSIP_OPS("gossip_pull");

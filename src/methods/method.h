@@ -81,4 +81,9 @@ extern const method_ops method_allreduce, method_ps, method_easgd, method_backup
 /* The table for a method, or NULL if that method is not built. */
 const method_ops *method_find(method_kind k);
 
+/* method_ops.init of gossip and the server methods, and the start of allreduce's: rank 0's
+ * parameters broadcast to every rank, an identical starting point whatever the node's libm.
+ * Returns 0. */
+int method_init_rank0(trainer *t, char *err, size_t errlen);
+
 #endif

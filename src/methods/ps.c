@@ -32,7 +32,6 @@ static void ps_request(srv *sv, int i) {
 }
 
 static const server_rules ps_rules = {
-    .name = "ps",
     .request = ps_request,
 };
 

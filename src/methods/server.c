@@ -34,21 +34,16 @@
 /* ---------------------------------------------------------------------------------------- */
 /* Server                                                                                   */
 
-void srv_reply(srv *sv, int i, int stop) {
+void srv_reply_center(srv *sv, int i, int stop) {
     /* The previous reply to i completed before i could send this request; collect it before
      * its buffers are written again. */
     comm_set_wait_or_abort(sv->set, sv->s_hdr[i], "a worker (reply)");
     comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
+    memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
     sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop, .sig = sv->want};
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
     sv->held[i] = 0;
-}
-
-void srv_reply_center(srv *sv, int i, int stop) {
-    comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
-    memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
-    srv_reply(sv, i, stop);
 }
 
 int srv_stop(const srv *sv) { return sv->diverged ? STOP_DIVERGED : sv->pausing ? STOP_CKPT : STOP_NO; }
@@ -132,12 +127,11 @@ static void server_setup(trainer *t, server_ctx *c) {
         sv->dropped_cap = e->iterations < 4096 ? (long)e->iterations : 4096;
         sv->dropped = xcalloc((size_t)(sv->dropped_cap ? sv->dropped_cap : 1), sizeof(long long));
         c->snap = xmalloc(N * sizeof(float));
-        c->sreq_out = xcalloc((size_t)S, sizeof(msg_hdr)), c->shdr_in = xcalloc((size_t)S, sizeof(msg_hdr));
-        c->s_req = xmalloc((size_t)S * sizeof(int)), c->r_shdr = xmalloc((size_t)S * sizeof(int)), c->r_snap = xmalloc((size_t)S * sizeof(int));
+        c->sreq_out = xcalloc((size_t)S, sizeof(msg_hdr));
+        c->s_req = xmalloc((size_t)S * sizeof(int)), c->r_snap = xmalloc((size_t)S * sizeof(int));
         for (int k = 1; k < S; k++) {
             size_t lo = shard_lo(N, k, S), len = shard_lo(N, k + 1, S) - lo;
             c->s_req[k] = comm_set_add(sv->set, COMM_SEND, &c->sreq_out[k], sizeof(msg_hdr), p + k, TAG_SNAPREQ);
-            c->r_shdr[k] = comm_set_add(sv->set, COMM_RECV, &c->shdr_in[k], sizeof(msg_hdr), p + k, TAG_SNAPHDR);
             c->r_snap[k] = comm_set_add(sv->set, COMM_RECV, c->snap + lo, len * sizeof(float), p + k, TAG_SNAP);
         }
         c->last = xcalloc((size_t)p, sizeof(msg_hdr)), c->prev = xcalloc((size_t)p, sizeof(msg_hdr));
@@ -161,7 +155,6 @@ static void server_setup(trainer *t, server_ctx *c) {
     } else {
         c->snapbuf = xmalloc((n ? n : 1) * sizeof(float));
         c->r_req = comm_set_add(sv->set, COMM_RECV, &c->sreq_in, sizeof(msg_hdr), p, TAG_SNAPREQ);
-        c->s_shdr = comm_set_add(sv->set, COMM_SEND, &c->shdr_out, sizeof(msg_hdr), p, TAG_SNAPHDR);
         c->s_snap = comm_set_add(sv->set, COMM_SEND, c->snapbuf, n * sizeof(float), p, TAG_SNAP);
         comm_set_start(sv->set, c->r_req);
         c->s_ack = comm_set_add(sv->set, COMM_SEND, &c->ck_ack, sizeof c->ck_ack, p, TAG_CKACK);
@@ -178,14 +171,9 @@ static void server_free(server_ctx *c) {
     free(sv->center), free(sv->vel), free(sv->acc), free(sv->in), free(sv->out), free(sv->gbuf), free(sv->rep), free(sv->bnbuf);
     free(sv->held), free(sv->seen_bn), free(sv->paused), free(sv->left), free(sv->last_steps), free(sv->r_hdr), free(sv->r_data), free(sv->r_bn);
     free(sv->s_hdr), free(sv->s_data), free(sv->hist), free(sv->dropped);
-    free(c->snap), free(c->sreq_out), free(c->shdr_in), free(c->s_req), free(c->r_shdr), free(c->r_snap);
+    free(c->snap), free(c->sreq_out), free(c->s_req), free(c->r_snap);
     free(c->snapbuf), free(c->last), free(c->prev), free(c->rows);
     free(c->acks), free(c->s_go), free(c->r_ack), free(c->s_fin);
-}
-
-static void nap_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
 }
 
 /* Server 0: a keep-alive header (STOP_NO) every KEEPALIVE_S to each worker that has left by a
@@ -244,7 +232,6 @@ static void snapshot_begin(server_ctx *c, long label) {
     for (int k = 1; k < sv->S; k++) {
         comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (snapshot)");
         c->sreq_out[k] = (msg_hdr){.version = label};
-        comm_set_start(sv->set, c->r_shdr[k]);
         comm_set_start(sv->set, c->r_snap[k]);
         comm_set_start(sv->set, c->s_req[k]);
     }
@@ -253,14 +240,12 @@ static void snapshot_begin(server_ctx *c, long label) {
     if (c->q.got == sv->S) c->q.asked = 0, c->q.ready = 1;
 }
 
-/* Server 0: 1 if completed request idx is one of server k's snapshot messages; once both are
- * complete, its shard of the snapshot has arrived. */
+/* Server 0: 1 if completed request idx is server k's shard of the snapshot. */
 static int snapshot_completion(server_ctx *c, int idx) {
     srv *sv = &c->sv;
     for (int k = 1; k < sv->S; k++)
-        if (idx == c->r_snap[k] || idx == c->r_shdr[k]) {
-            if (!comm_set_active(sv->set, c->r_snap[k]) && !comm_set_active(sv->set, c->r_shdr[k]) && ++c->q.got == sv->S)
-                c->q.asked = 0, c->q.ready = 1;
+        if (idx == c->r_snap[k]) {
+            if (++c->q.got == sv->S) c->q.asked = 0, c->q.ready = 1;
             return 1;
         }
     return 0;
@@ -303,7 +288,7 @@ static void eval_collect(server_ctx *c, int wait) {
     if (!wait && !atomic_load(&c->ev.finished)) return;
     while (!atomic_load(&c->ev.finished)) { /* keep the waiting workers' wait bounded meanwhile */
         keepalive(c, 0);
-        nap_s(0.01);
+        nanosleep(&(struct timespec){0, 10000000L}, NULL); /* 10 ms */
     }
     pthread_join(c->ev.th, NULL);
     atomic_store(&c->ev.running, 0);
@@ -343,27 +328,26 @@ static void server0_progress(server_ctx *c) {
     }
 }
 
-/* A completed receive: returns the worker whose message is now complete (its kind in *kind), or -1. */
-static int on_completion(server_ctx *c, int idx, int *kind_out) {
+/* A completed receive: returns the worker whose message is now complete (its kind in sv->in[i]), or -1. */
+static int on_completion(server_ctx *c, int idx) {
     srv *sv = &c->sv;
-    *kind_out = 0;
     for (int i = 0; i < sv->p; i++) {
         if (idx != sv->r_hdr[i] && idx != sv->r_data[i] && idx != sv->r_bn[i]) continue;
         sv->heard[i] = wall_time();
         if (comm_set_active(sv->set, sv->r_hdr[i])) return -1;
-        int kind = sv->in[i].kind;
+        const int kind = sv->in[i].kind;
         if (kind == MSG_EXCHANGE && (comm_set_active(sv->set, sv->r_data[i]) || (sv->r_bn[i] >= 0 && comm_set_active(sv->set, sv->r_bn[i]))))
             return -1;
-        *kind_out = kind;
         if (kind == MSG_DIVERGED) sv->diverged = 1;
         return i;
     }
     return -1;
 }
 
-static void server_handle(server_ctx *c, int i, int kind) {
+static void server_handle(server_ctx *c, int i) {
     srv *sv = &c->sv;
     msg_hdr *h = &sv->in[i];
+    const int kind = h->kind;
     if (sv->lost[i]) { /* given up on, and back (SIGCONT): its exchange is not applied; it is told to stop */
         if (kind == MSG_EXCHANGE) {
             srv_reply_center(sv, i, STOP_DONE);
@@ -500,7 +484,7 @@ static int server_loop(server_ctx *c) {
         /* Wake at least every 50 ms for a signal, every 10 ms for a finishing evaluation. */
         int nd = comm_set_wait_some(sv->set, done, sv->k == 0 && atomic_load(&c->ev.running) ? 0.01 : 0.05);
         for (int j = 0; j < nd; j++) {
-            int idx = done[j], kind;
+            int idx = done[j];
             if (sv->k == 0) {
                 if (snapshot_completion(c, idx)) continue;
             } else if (idx == c->r_req) {
@@ -512,17 +496,14 @@ static int server_loop(server_ctx *c) {
                     comm_set_start(sv->set, c->r_req);
                 } else {
                     comm_set_wait_or_abort(sv->set, c->s_snap, "the first parameter server (snapshot)");
-                    comm_set_wait_or_abort(sv->set, c->s_shdr, "the first parameter server (snapshot)");
                     memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
-                    c->shdr_out = (msg_hdr){.version = label};
-                    comm_set_start(sv->set, c->s_shdr);
                     comm_set_start(sv->set, c->s_snap);
                     comm_set_start(sv->set, c->r_req);
                 }
                 continue;
             }
-            int i = on_completion(c, idx, &kind);
-            if (i >= 0) server_handle(c, i, kind);
+            int i = on_completion(c, idx);
+            if (i >= 0) server_handle(c, i);
         }
     }
     free(done);
@@ -599,11 +580,4 @@ int server_serve(trainer *t) {
     if (c.sv.k == 0) server0_finish(&c);
     server_free(&c);
     return c.status; /* main's end-of-run agreement (comm_finish) takes the worst over the ranks */
-}
-
-int server_init(trainer *t, char *err, size_t errlen) {
-    (void)err, (void)errlen;
-    /* Identical starting point on every rank whatever the node's libm: rank 0's parameters. */
-    comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
-    return 0;
 }

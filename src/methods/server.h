@@ -11,7 +11,7 @@
  * server answers with a header and a shard (ps, backup: the new parameters, received straight
  * into the worker's parameters; easgd: the center x̃ before the elastic update). Servers apply
  * rules->request when a worker's exchange has fully arrived; the rule replies at once
- * (srv_reply) or holds the worker until a round completes (easgd synchronous, backup). */
+ * (srv_reply_center) or holds the worker until a round completes (easgd synchronous, backup). */
 #ifndef DSGD_SERVER_H
 #define DSGD_SERVER_H
 
@@ -92,7 +92,6 @@ typedef struct srv {
 } srv;
 
 typedef struct server_rules {
-    const char *name;
     int sends_params;        /* worker sends θ_i (easgd), else its gradient */
     int local_update;        /* worker applies its own SGD step each step (easgd) */
     /* Worker: exchange after local step s (0-based)? NULL: after every step (unused with until_stop) */
@@ -108,9 +107,8 @@ typedef struct server_rules {
     long (*iteration)(const srv *sv);
 } server_rules;
 
-/* Reply to worker i now with the shard in sv->rep[i] (the caller filled it) and stop code. */
-void srv_reply(srv *sv, int i, int stop);
-/* Reply to worker i with a copy of the current center. */
+/* Reply to worker i now with a copy of the current center (in sv->rep[i]) and stop code; it is
+ * no longer held. */
 void srv_reply_center(srv *sv, int i, int stop);
 /* Stop code for replies now: STOP_DIVERGED after a non-finite update, STOP_CKPT while pausing
  * for a checkpoint, else STOP_NO. */
@@ -119,15 +117,14 @@ int srv_stop(const srv *sv);
  * seen (doubling; not preallocated by `iterations`, which may be huge). */
 void srv_count_dropped(srv *sv, long v);
 
-/* The method_ops entries of the server methods: init (every rank), serve (the server ranks'
- * loop, server.c) and the workers' begin, step and end (server_worker.c), for train_run. */
-int server_init(trainer *t, char *err, size_t errlen);
+/* The method_ops entries of the server methods: serve (the server ranks' loop, server.c) and
+ * the workers' begin, step and end (server_worker.c), for train_run; init is method_init_rank0. */
 int server_serve(trainer *t);
 int srv_worker_begin(trainer *t);
 int srv_worker_step(trainer *t, long s, double alpha, double *loss);
 int srv_worker_end(trainer *t, int status);
 #define SERVER_METHOD_OPS                                                                                                     \
-    .init = server_init, .serve = server_serve, .begin = srv_worker_begin, .step = srv_worker_step, .end = srv_worker_end, \
+    .init = method_init_rank0, .serve = server_serve, .begin = srv_worker_begin, .step = srv_worker_step, .end = srv_worker_end, \
     .meets = METHOD_MEETS_SERVERS
 
 #endif

@@ -13,13 +13,13 @@
 enum {
     TAG_HDR = 100, TAG_DATA, TAG_BN,      /* worker → server */
     TAG_RHDR = 110, TAG_RDATA,            /* server → worker */
-    TAG_SNAPREQ = 120, TAG_SNAPHDR, TAG_SNAP, /* server 0 ↔ server k */
+    TAG_SNAPREQ = 120, TAG_SNAP,          /* server 0 ↔ server k */
     TAG_CKGO = 130, TAG_CKACK, TAG_CKFIN     /* checkpoint: server 0 ↔ paused workers, servers */
 };
 #define SNAP_QUIT (-2L)
-/* Requests of a server's comm_set: 5 per worker, 3 per other server (snapshots), 3 per world
+/* Requests of a server's comm_set: 5 per worker, 2 per other server (snapshots), 3 per world
  * rank (checkpoints), a few more. */
-#define SET_CAP(p, S) (8 * (p) + 6 * (S) + 8)
+#define SET_CAP(p, S) (8 * (p) + 5 * (S) + 8)
 #define SNAP_CKPT (-3L) /* server 0 → server k: write the checkpoint of label sreq.steps */
 /* Server 0 sends a keep-alive header this often to the workers that have left and wait for the
  * end of the run (worker_bye), so that their wait is bounded by comm_timeout_s. */
@@ -55,13 +55,13 @@ typedef struct {
     /* server 0 */
     evaluator ev;
     snapq q;
-    msg_hdr *sreq_out, *shdr_in;      /* (S) snapshot requests / headers from server k */
+    msg_hdr *sreq_out;                /* (S) snapshot requests to server k */
     float *snap;                      /* (n_params) assembled center (shards of every server) */
-    int *s_req, *r_shdr, *r_snap;     /* request indices per server */
+    int *s_req, *r_snap;              /* request indices per server */
     /* server k > 0 */
-    msg_hdr sreq_in, shdr_out;
+    msg_hdr sreq_in;
     float *snapbuf;                   /* (n) */
-    int r_req, s_shdr, s_snap;
+    int r_req, s_snap;
     int quit;
     /* logging (server 0) */
     long next_log, next_eval;

@@ -90,15 +90,13 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
             h->n_loss = w->n_loss, h->loss_sum = w->loss_sum;
             h->step_s = ph->step_s, h->compute_s = ph->compute_s, h->comm_s = ph->comm_s, h->wait_s = ph->wait_s;
         }
-        if (kind == MSG_EXCHANGE) {
+        if (kind == MSG_EXCHANGE) { /* the server answers once header, payload and BN have all arrived */
             comm_set_start(w->set, w->r_hdr[k]);
             comm_set_start(w->set, w->r_data[k]);
-        }
-        comm_set_start(w->set, w->s_hdr[k]);
-        if (kind == MSG_EXCHANGE) {
             comm_set_start(w->set, w->s_data[k]);
             if (k == 0 && w->s_bn >= 0) comm_set_start(w->set, w->s_bn);
         }
+        comm_set_start(w->set, w->s_hdr[k]);
     }
     w->loss_sum = 0.0, w->n_loss = 0;
     double t1 = wall_time();
@@ -235,7 +233,7 @@ int srv_worker_step(trainer *t, long s, double alpha, double *loss) {
     const int resend = w->resend;
     w->resend = 0;
     if (w->gone || (resend && exchange_ends(t, w, s)) || (!R->until_stop && s >= t->e->iterations)) return METHOD_STEP_END;
-    if (inject_failed(&t->inj, s)) {
+    if (inject_failed(t->e, t->worker, s)) {
         fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other workers go on\n", t->rank, s);
         w->failed = 1;
         return METHOD_STEP_END;

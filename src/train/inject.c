@@ -72,9 +72,8 @@ double inject_delay_s(const injector *in, long step) {
     return d;
 }
 
-int inject_failed(const injector *in, long step) {
-    const experiment *e = in->e;
-    return e->inject.fail_rank >= 0 && in->worker == e->inject.fail_rank && step >= e->inject.fail_step;
+int inject_failed(const experiment *e, int worker, long step) {
+    return e->inject.fail_rank >= 0 && worker == e->inject.fail_rank && step >= e->inject.fail_step;
 }
 
 void inject_sleep(double s) {

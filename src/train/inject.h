@@ -36,9 +36,9 @@ double inject_delay_s(const injector *in, long step);
 /* The worker random_slow delays at `step`, or -1 (same answer on every worker). Pure. */
 int inject_random_victim(const experiment *e, long step);
 
-/* 1 if worker in->worker has failed before its 0-based step `step` (it is fail_rank and
- * step >= fail_step), else 0. */
-int inject_failed(const injector *in, long step);
+/* 1 if worker `worker` has failed before its 0-based step `step` (it is fail_rank and
+ * step >= fail_step), else 0. Pure: any worker may ask about any other. */
+int inject_failed(const experiment *e, int worker, long step);
 
 /* Sleep s seconds (s <= 0: return at once). A SIGTERM / SIGINT (ckpt_signal_pending's stop
  * request) ends the sleep at once; other signals do not shorten it. */
