@@ -193,6 +193,17 @@ int nn_layout_build(nn_layout *L, const model_spec *s, char *err, size_t errlen)
     return 0;
 }
 
+int nn_layout_check_batches(const nn_layout *L, char *err, size_t errlen) {
+    const model_spec *s = &L->s;
+    if (s->batch < 1) return seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
+    if (s->eval_batch < 0) return seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
+    const block_def *last = &L->blk[N_BLOCKS - 1];
+    if (s->arch == MODEL_RESNET18 && (long)s->batch * last->oh * last->ow < 2)
+        return seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
+                      last->oh, last->ow);
+    return 0;
+}
+
 size_t model_spec_n_params(const model_spec *s, size_t *n_bn) {
     nn_layout *L = xmalloc(sizeof *L);
     char err[ERRLEN];
@@ -410,22 +421,7 @@ static void net_free(net *t) {
 
 model *model_create(const model_spec *s, char *err, size_t errlen) {
     model *m = xcalloc(1, sizeof *m);
-    if (nn_layout_build(&m->L, s, err, errlen)) goto fail;
-    if (s->batch < 1) {
-        seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
-        goto fail;
-    }
-    if (s->eval_batch < 0) {
-        seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
-        goto fail;
-    }
-    /* BN in training mode needs more than one value per channel (PyTorch refuses it too). */
-    const block_def *last = &m->L.blk[N_BLOCKS - 1];
-    if (s->arch == MODEL_RESNET18 && (long)s->batch * last->oh * last->ow < 2) {
-        seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
-               last->oh, last->ow);
-        goto fail;
-    }
+    if (nn_layout_build(&m->L, s, err, errlen) || nn_layout_check_batches(&m->L, err, errlen)) goto fail;
     m->host_sync = 1;
     if (s->device == MODEL_CUDA) {
         m->gpu = gpu_model_create(&m->L, (gpu_precision)s->precision, err, errlen);
