@@ -198,7 +198,7 @@ void layers_prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_ar
     if (nargs + 1 > MAX_ARGS) DIE("too many arguments for layer %s", p->layer);
     memcpy(a, args, (size_t)nargs * sizeof *a);
     if (p->scratch) {
-        layers_mem_set(c, p->scratch, c->scratch, p->layer);
+        layers_mem_set(p->scratch, c->scratch, p->layer);
         a[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
     }
     DNNL_CHECK(dnnl_primitive_execute(p->prim, c->stream, nargs, a), p->layer);
@@ -219,8 +219,8 @@ int nn_reorder_init(nn_reorder *r, nn_ctx *c, const char *name, const_dnnl_memor
 }
 
 void nn_reorder_run(nn_reorder *r, nn_ctx *c, void *dst, const void *src) {
-    layers_mem_set(c, r->src, src, r->name);
-    layers_mem_set(c, r->dst, dst, r->name);
+    layers_mem_set(r->src, src, r->name);
+    layers_mem_set(r->dst, dst, r->name);
     EXEC(c, &r->p, {DNNL_ARG_FROM, r->src}, {DNNL_ARG_TO, r->dst});
 }
 
@@ -299,13 +299,13 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
 
 void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const float *gamma,
                 const float *beta, float *running_mean, float *running_var) {
-    layers_mem_set(c, l->m_src, inp, l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
-    layers_mem_set(c, l->m_scale, gamma, l->name);
-    layers_mem_set(c, l->m_shift, beta, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
+    layers_mem_set(l->m_scale, gamma, l->name);
+    layers_mem_set(l->m_shift, beta, l->name);
     if (l->mode == NN_INFER) {
-        layers_mem_set(c, l->m_mean, running_mean, l->name);
-        layers_mem_set(c, l->m_var, running_var, l->name);
+        layers_mem_set(l->m_mean, running_mean, l->name);
+        layers_mem_set(l->m_var, running_var, l->name);
     }
     /* Training writes the batch statistics into l->mean, l->var (and the ReLU mask, if any). */
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src},     {DNNL_ARG_MEAN, l->m_mean},   {DNNL_ARG_VARIANCE, l->m_var},
@@ -325,13 +325,13 @@ void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const floa
 void bn_backward(bn_layer *l, nn_ctx *c, float *dinp, float *dgamma, float *dbeta, const float *dout,
                  const float *inp, const float *gamma, const float *beta) {
     if (l->mode != NN_TRAIN) DIE("bn_backward on inference layer %s", l->name);
-    layers_mem_set(c, l->m_src, inp, l->name);
-    layers_mem_set(c, l->m_ddst, dout, l->name);
-    layers_mem_set(c, l->m_dsrc, dinp, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
+    layers_mem_set(l->m_ddst, dout, l->name);
+    layers_mem_set(l->m_dsrc, dinp, l->name);
     /* β is no input of the backward in oneDNN 3 (passing DNNL_ARG_SHIFT there is refused). */
-    layers_mem_set(c, l->m_scale, gamma, l->name);
-    layers_mem_set(c, l->m_dscale, dgamma, l->name);
-    layers_mem_set(c, l->m_dshift, dbeta, l->name);
+    layers_mem_set(l->m_scale, gamma, l->name);
+    layers_mem_set(l->m_dscale, dgamma, l->name);
+    layers_mem_set(l->m_dshift, dbeta, l->name);
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src},           {DNNL_ARG_MEAN, l->m_mean},
                                  {DNNL_ARG_VARIANCE, l->m_var},      {DNNL_ARG_DIFF_DST, l->m_ddst},
                                  {DNNL_ARG_SCALE, l->m_scale},       {DNNL_ARG_DIFF_SRC, l->m_dsrc},
@@ -382,16 +382,16 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
 }
 
 void relu_forward(relu_layer *l, nn_ctx *c, float *out, const float *inp) {
-    layers_mem_set(c, l->m_src, inp, l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
     EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst});
 }
 
 void relu_backward(relu_layer *l, nn_ctx *c, float *dinp, const float *dout, const float *out) {
     if (l->mode != NN_TRAIN) DIE("relu_backward on inference layer %s", l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
-    layers_mem_set(c, l->m_ddst, dout, l->name);
-    layers_mem_set(c, l->m_dsrc, dinp, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
+    layers_mem_set(l->m_ddst, dout, l->name);
+    layers_mem_set(l->m_dsrc, dinp, l->name);
     EXEC(c, &l->bwd, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
 }
 
@@ -495,9 +495,9 @@ int add_in_place_ok(const add_layer *l) {
 
 void add_forward(add_layer *l, nn_ctx *c, float *out, const float *a, const float *b) {
     if (out == a && !add_in_place_ok(l)) DIE("layer %s: in-place add+ReLU on a padded format", l->name);
-    layers_mem_set(c, l->m_a, a, l->name);
-    layers_mem_set(c, l->m_b, b, l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(l->m_a, a, l->name);
+    layers_mem_set(l->m_b, b, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
     EXEC(c, &l->fwd, {DNNL_ARG_SRC_0, l->m_a}, {DNNL_ARG_SRC_1, l->m_b}, {DNNL_ARG_DST, l->m_dst});
     if (l->relu && !l->fused) relu_forward(&l->r, c, out, out);
 }
@@ -562,16 +562,16 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
 }
 
 void pool_forward(pool_layer *l, nn_ctx *c, float *out, const float *inp) {
-    layers_mem_set(c, l->m_src, inp, l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_WORKSPACE, l->m_ws}};
     layers_prim_exec(c, &l->fwd, l->m_ws ? 3 : 2, a);
 }
 
 void pool_backward(pool_layer *l, nn_ctx *c, float *dinp, const float *dout) {
     if (l->mode != NN_TRAIN) DIE("pool_backward on inference layer %s", l->name);
-    layers_mem_set(c, l->m_ddst, dout, l->name);
-    layers_mem_set(c, l->m_dsrc, dinp, l->name);
+    layers_mem_set(l->m_ddst, dout, l->name);
+    layers_mem_set(l->m_dsrc, dinp, l->name);
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc},
                                  {DNNL_ARG_WORKSPACE, l->m_ws}};
     layers_prim_exec(c, &l->bwd, l->m_ws ? 3 : 2, a);

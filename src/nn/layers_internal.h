@@ -28,8 +28,7 @@ int layers_bwd_make(nn_prim *p, nn_ctx *c, dnnl_status_t st, dnnl_primitive_desc
  * source). oneDNN 3's dnnl_memory_set_data_handle no longer zeroes the padding of blocked
  * formats (2.x's _v2 did); every buffer this module hands out is zeroed at allocation
  * (nn_alloc) and primitives keep the padding of their outputs zero. */
-static inline void layers_mem_set(nn_ctx *c, dnnl_memory_t m, const void *p, const char *layer) {
-    (void)c;
+static inline void layers_mem_set(dnnl_memory_t m, const void *p, const char *layer) {
     DNNL_CHECK(dnnl_memory_set_data_handle(m, (void *)p), layer);
 }
 
