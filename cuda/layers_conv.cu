@@ -164,13 +164,15 @@ static void memo_add(gpu_ctx *c, const gpu_algo_memo *m) {
 
 #define MAX_PERF 16
 
-static void set_row(perf_row *r, int algo, cudnnStatus_t status, size_t memory, cudnnMathType_t math,
-                    cudnnDeterminism_t determinism) {
-    r->algo = algo;
-    r->status = status;
-    r->memory = memory;
-    r->math = math;
-    r->determinism = determinism;
+/* r[0..got) from cuDNN's rows p of any direction (the same fields). */
+template <typename P> static void set_rows(perf_row *r, const P *p, int got) {
+    for (int i = 0; i < got; i++) {
+        r[i].algo = (int)p[i].algo;
+        r[i].status = p[i].status;
+        r[i].memory = p[i].memory;
+        r[i].math = p[i].mathType;
+        r[i].determinism = p[i].determinism;
+    }
 }
 
 /* Find (or Get_v7) rows for direction dir of l into r; returns the number of rows. A failing
@@ -187,8 +189,7 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
                                                                y, maxc, &got, p, c->find_ws, c->find_ws_nbytes)
                       : cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, l->x_desc, l->w_desc, l->fwd_desc, l->y_desc,
                                                                maxc, &got, p);
-        for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
-            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
+        if (st == CUDNN_STATUS_SUCCESS) set_rows(r, p, got);
     } else if (dir == 1) {
         cudnnConvolutionBwdDataAlgoPerf_t p[MAX_PERF];
         CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c->dnn, &maxc), l->what);
@@ -198,8 +199,7 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
                                                                     c->find_ws, c->find_ws_nbytes)
                       : cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, l->w_desc, l->y_desc, l->bwd_data_desc,
                                                                     l->x_desc, maxc, &got, p);
-        for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
-            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
+        if (st == CUDNN_STATUS_SUCCESS) set_rows(r, p, got);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t p[MAX_PERF];
         CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c->dnn, &maxc), l->what);
@@ -209,8 +209,7 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
                                                                       c->find_ws, c->find_ws_nbytes)
                       : cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, l->x_desc, l->y_desc, l->bwd_filter_desc,
                                                                       l->w_desc, maxc, &got, p);
-        for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
-            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
+        if (st == CUDNN_STATUS_SUCCESS) set_rows(r, p, got);
     }
     /* Find runs every candidate, and some fail (out of memory in their own allocations, a launch
      * refused): cuDNN reports them in the rows, but the runtime may keep such a (non-sticky) error
