@@ -7,20 +7,13 @@
 
 /* ---- convolution -------------------------------------------------------------------------- */
 
-static const char *fwd_algo_name(int a) {
-    static const char *names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
-                                  "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-    return a >= 0 && a < (int)(sizeof names / sizeof names[0]) ? names[a] : "?";
-}
-
-static const char *bwd_data_algo_name(int a) {
-    static const char *names[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-    return a >= 0 && a < (int)(sizeof names / sizeof names[0]) ? names[a] : "?";
-}
-
-static const char *bwd_filter_algo_name(int a) {
-    static const char *names[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
-    return a >= 0 && a < (int)(sizeof names / sizeof names[0]) ? names[a] : "?";
+/* cuDNN's name of algorithm a of direction dir (0 forward, 1 backward data, 2 backward filter). */
+static const char *algo_name(int dir, int a) {
+    static const char *const names[3][8] = {
+        {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"},
+        {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"},
+        {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"}};
+    return a >= 0 && a < 8 && names[dir][a] ? names[dir][a] : "?";
 }
 
 static const char *math_name(cudnnMathType_t m) {
@@ -330,12 +323,12 @@ int gpu_conv_transform(const gpu_conv_layer *l, int dir) {
 }
 
 void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n) {
-    int len = snprintf(buf, n, "fwd %s/%s %zu B", fwd_algo_name(l->fwd_algo), math_name(l->fwd_math), l->fwd_ws);
+    int len = snprintf(buf, n, "fwd %s/%s %zu B", algo_name(0, l->fwd_algo), math_name(l->fwd_math), l->fwd_ws);
     if (l->mode == GPU_TRAIN && len >= 0 && (size_t)len < n)
-        len += snprintf(buf + len, n - (size_t)len, ", bwd-filter %s/%s %zu B", bwd_filter_algo_name(l->bwd_filter_algo),
+        len += snprintf(buf + len, n - (size_t)len, ", bwd-filter %s/%s %zu B", algo_name(2, l->bwd_filter_algo),
                         math_name(l->bwd_filter_math), l->bwd_filter_ws);
     if (l->need_dinp && len >= 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len, ", bwd-data %s/%s %zu B", bwd_data_algo_name(l->bwd_data_algo),
+        snprintf(buf + len, n - (size_t)len, ", bwd-data %s/%s %zu B", algo_name(1, l->bwd_data_algo),
                  math_name(l->bwd_data_math), l->bwd_data_ws);
 }
 
