@@ -192,7 +192,6 @@ static int ws_make(void **buf, dnnl_memory_t *m, nn_ctx *c, const_dnnl_primitive
     return rc;
 }
 
-/* Execute p with args plus its scratchpad. */
 void layers_prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_arg_t *args) {
     dnnl_exec_arg_t a[MAX_ARGS];
     if (nargs + 1 > MAX_ARGS) DIE("too many arguments for layer %s", p->layer);
