@@ -252,7 +252,7 @@ void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *gr
         use_slot(g, t, 1 - t->slot);
         CUDA_CHECK(cudaStreamWaitEvent(c->stream, o->staged, 0), "train step: wait for the staged minibatch");
     } else {
-        check_labels(L, y, n);
+        nn_check_labels(L, y, n);
     }
     net_input(g, t, x, n, "train step: input");
     o->staged_tag = -1; /* used, or dropped by a step on another minibatch */

@@ -125,7 +125,6 @@ static void add_bn(nn_layout *L, const char *name, int ch, size_t *g, size_t *b,
 
 static int out_size(int i, int k, int s, int p) { return (i + 2 * p - k) / s + 1; }
 
-/* Fill L from s; returns 0 or EXIT_BADINPUT with err. */
 int nn_layout_build(nn_layout *L, const model_spec *s, char *err, size_t errlen) {
     memset(L, 0, sizeof *L);
     L->s = *s;
@@ -585,10 +584,9 @@ static void net_forward(model *m, net *t, const float *x) {
     fc_forward(t->logits, t->feat, P + L->fc_w, P + L->fc_b, t->n, L->feat, L->s.n_classes);
 }
 
-static void check_labels(const model *m, const int *y, int n) {
+void nn_check_labels(const nn_layout *L, const int *y, int n) {
     for (int i = 0; i < n; i++)
-        if (y[i] < 0 || y[i] >= m->L.s.n_classes)
-            DIE("label %d of sample %d outside [0, %d)", y[i], i, m->L.s.n_classes);
+        if (y[i] < 0 || y[i] >= L->s.n_classes) DIE("label %d of sample %d outside [0, %d)", y[i], i, L->s.n_classes);
 }
 
 float model_train_step(model *m, const float *x, const int *y) {
@@ -604,7 +602,7 @@ float model_train_step(model *m, const float *x, const int *y) {
     const float *P = m->params;
     float *G = m->grads;
     const int n = t->n, k = L->s.n_classes;
-    check_labels(m, y, n);
+    nn_check_labels(L, y, n);
 
     const int linear = L->s.arch == MODEL_LINEAR; /* x is then the (n, feat) input of the fc layer as it is */
     if (linear)
@@ -656,7 +654,7 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
     if (n_valid < 0 || n_valid > t->n) DIE("model_eval: n_valid %d outside [0, %d]", n_valid, t->n);
     if (n_valid == 0) return;
     const int k = m->L.s.n_classes;
-    check_labels(m, y, n_valid);
+    nn_check_labels(&m->L, y, n_valid);
     if (m->gpu)
         gpu_model_eval(m->gpu, x, n_valid, t->logits);
     else if (m->L.s.arch == MODEL_LINEAR) /* the padding rows need no logits */
