@@ -68,10 +68,7 @@ static size_t work_items(size_t n, int vec, size_t act_bytes) { return vec ? n /
 static void launch_relu_forward(gpu_ctx *c, void *out, const void *inp, size_t n, const char *what, int bf) {
     const int vec = aligned16(out) && aligned16(inp);
     const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
-    if (bf)
-        relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)inp, n, vec);
-    else
-        relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)inp, n, vec);
+    WITH_ACT_TYPE(bf, relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((S *)out, (const S *)inp, n, vec));
     CUDA_CHECK(cudaGetLastError(), what);
 }
 
@@ -80,11 +77,8 @@ template <typename Op>
 static void launch_binary(gpu_ctx *c, void *out, const void *x, const void *y, size_t n, Op op, const char *what, int bf) {
     const int vec = aligned16(out) && aligned16(x) && aligned16(y);
     const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
-    if (bf)
-        binary_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)x, (const uint16_t *)y, n,
-                                                         vec, op);
-    else
-        binary_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)x, (const float *)y, n, vec, op);
+    WITH_ACT_TYPE(bf,
+                  binary_kernel<<<blocks, THREADS, 0, c->stream>>>((S *)out, (const S *)x, (const S *)y, n, vec, op));
     CUDA_CHECK(cudaGetLastError(), what);
 }
 
