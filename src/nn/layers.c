@@ -174,8 +174,8 @@ int layers_mems_make(nn_ctx *c, const_dnnl_memory_desc_t md, int n, dnnl_memory_
     return 0;
 }
 
-int layers_bwd_make(nn_prim *p, nn_ctx *c, dnnl_status_t st, dnnl_primitive_desc_t *pd, int keep, const char *what,
-                    const char *layer, char *err, size_t errlen) {
+int layers_pd_make_st(nn_prim *p, nn_ctx *c, dnnl_status_t st, dnnl_primitive_desc_t *pd, int keep, const char *what,
+                      const char *layer, char *err, size_t errlen) {
     if (st != dnnl_success)
         return seterr(err, errlen, "%s:%d: oneDNN %s failed in layer %s: %s", __FILE__, __LINE__, what, layer,
                       dnnl_status2str(st)), -1;
@@ -270,11 +270,11 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
     if (mode == NN_TRAIN) {
         if (relu) rc = ws_make(&l->ws, &l->m_ws, c, fwd_pd, name, err, errlen);
         if (!rc)
-            rc = layers_bwd_make(&l->bwd, c,
-                                 dnnl_batch_normalization_backward_primitive_desc_create(
-                                     &bwd_pd, c->engine, dnnl_backward, data_md, data_md, data_md, l->eps, flags,
-                                     fwd_pd, c->attr),
-                                 &bwd_pd, 0, "backward batch normalisation", name, err, errlen);
+            rc = layers_pd_make_st(&l->bwd, c,
+                                   dnnl_batch_normalization_backward_primitive_desc_create(
+                                       &bwd_pd, c->engine, dnnl_backward, data_md, data_md, data_md, l->eps, flags,
+                                       fwd_pd, c->attr),
+                                   &bwd_pd, 0, "backward batch normalisation", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
@@ -369,10 +369,10 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     int rc = 0;
     if (mode == NN_TRAIN) {
         /* diff_src, diff_dst, and the data the backward reads (dst, for relu_use_dst_for_bwd). */
-        rc = layers_bwd_make(&l->bwd, c,
-                             dnnl_eltwise_backward_primitive_desc_create(&bwd_pd, c->engine, alg, data_md, data_md,
-                                                                         data_md, 0.0f, 0.0f, fwd_pd, c->attr),
-                             &bwd_pd, 0, "backward eltwise", name, err, errlen);
+        rc = layers_pd_make_st(&l->bwd, c,
+                               dnnl_eltwise_backward_primitive_desc_create(&bwd_pd, c->engine, alg, data_md, data_md,
+                                                                           data_md, 0.0f, 0.0f, fwd_pd, c->attr),
+                               &bwd_pd, 0, "backward eltwise", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
@@ -470,13 +470,9 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t
         goto done;
     }
     dnnl_primitive_desc_t pd;
-    dnnl_status_t st = dnnl_binary_primitive_desc_create(&pd, c->engine, dnnl_binary_add, a_md, b_md, a_md, attr);
-    if (st != dnnl_success) {
-        seterr(err, errlen, "%s:%d: oneDNN dnnl_binary_primitive_desc_create failed in layer %s: %s", __FILE__,
-               __LINE__, name, dnnl_status2str(st));
-        goto done;
-    }
-    rc = layers_pd_make(&l->fwd, c, pd, NULL, name, err, errlen);
+    rc = layers_pd_make_st(&l->fwd, c,
+                           dnnl_binary_primitive_desc_create(&pd, c->engine, dnnl_binary_add, a_md, b_md, a_md, attr),
+                           &pd, 0, "dnnl_binary_primitive_desc_create", name, err, errlen);
 done:
     if (po) dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
@@ -546,11 +542,11 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     if (mode == NN_TRAIN) {
         if (max) rc = ws_make(&l->ws, &l->m_ws, c, fwd_pd, name, err, errlen);
         if (!rc)
-            rc = layers_bwd_make(&l->bwd, c,
-                                 dnnl_pooling_backward_primitive_desc_create(&bwd_pd, c->engine, alg, src_md,
-                                                                             l->dst_md, strides, kernel, dil, pl, pr,
-                                                                             fwd_pd, c->attr),
-                                 &bwd_pd, 0, "backward pooling", name, err, errlen);
+            rc = layers_pd_make_st(&l->bwd, c,
+                                   dnnl_pooling_backward_primitive_desc_create(&bwd_pd, c->engine, alg, src_md,
+                                                                               l->dst_md, strides, kernel, dil, pl, pr,
+                                                                               fwd_pd, c->attr),
+                                   &bwd_pd, 0, "backward pooling", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;

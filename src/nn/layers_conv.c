@@ -82,11 +82,11 @@ static int conv_build(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md,
     if (l->mode == NN_TRAIN) {
         if (l->need_dinp) {
             dnnl_primitive_desc_t pd;
-            rc = layers_bwd_make(&l->bwd_data, c,
-                                 dnnl_convolution_backward_data_primitive_desc_create(
-                                     &pd, c->engine, dnnl_convolution_direct, l->src_md, w_any, l->dst_md, strides,
-                                     dil, pl, pr, fwd_pd, c->attr),
-                                 &pd, 1, "backward-data convolution", name, err, errlen);
+            rc = layers_pd_make_st(&l->bwd_data, c,
+                                   dnnl_convolution_backward_data_primitive_desc_create(
+                                       &pd, c->engine, dnnl_convolution_direct, l->src_md, w_any, l->dst_md, strides,
+                                       dil, pl, pr, fwd_pd, c->attr),
+                                   &pd, 1, "backward-data convolution", name, err, errlen);
             if (!rc) {
                 layers_md_free(&l->wb_md);
                 l->wb_md = layers_pd_md(pd, dnnl_query_weights_md);
