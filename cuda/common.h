@@ -42,64 +42,39 @@ static inline const char *gpu_cudnn_status(cudnnStatus_t st, char *buf, size_t n
     return buf;
 }
 
-#define CUDA_CHECK(call, where)                                                                   \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess)                                                                    \
-            die(__FILE__, __LINE__, "CUDA %s failed in %s: %s (%s)", #call, (where),              \
-                cudaGetErrorName(e_), cudaGetErrorString(e_));                                    \
-    } while (0)
+/* "cudaErrorMemoryAllocation (out of memory)". */
+static inline const char *gpu_cuda_status(cudaError_t e, char *buf, size_t n) {
+    snprintf(buf, n, "%s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    return buf;
+}
 
-#define CUDNN_CHECK(call, where)                                                                  \
+/* The six macros below: evaluate call once into a T; unless it is ok, describe it into b_ with
+ * status (gpu_*_status) and run fail (GPU_DIE_ or GPU_ERR_: lib, the call's text, where, b_). */
+#define GPU_CHECK_(T, ok, status, call, fail)                                                     \
     do {                                                                                          \
-        cudnnStatus_t s_ = (call);                                                                \
-        if (s_ != CUDNN_STATUS_SUCCESS) {                                                         \
+        T s_ = (call);                                                                            \
+        if (s_ != (ok)) {                                                                         \
             char b_[768];                                                                         \
-            die(__FILE__, __LINE__, "cuDNN %s failed in %s: %s", #call, (where),                  \
-                gpu_cudnn_status(s_, b_, sizeof b_));                                             \
+            status(s_, b_, sizeof b_);                                                            \
+            fail;                                                                                 \
         }                                                                                         \
     } while (0)
+#define GPU_DIE_(lib, text, where) die(__FILE__, __LINE__, lib " %s failed in %s: %s", text, (where), b_)
+#define GPU_ERR_(lib, text, where)                                                                \
+    return seterr(err, errlen, "%s:%d: " lib " %s failed in %s: %s", __FILE__, __LINE__, text, (where), b_), -1
 
+#define CUDA_CHECK(call, where)                                                                   \
+    GPU_CHECK_(cudaError_t, cudaSuccess, gpu_cuda_status, call, GPU_DIE_("CUDA", #call, where))
+#define CUDNN_CHECK(call, where)                                                                  \
+    GPU_CHECK_(cudnnStatus_t, CUDNN_STATUS_SUCCESS, gpu_cudnn_status, call, GPU_DIE_("cuDNN", #call, where))
 #define CUBLAS_CHECK(call, where)                                                                 \
-    do {                                                                                          \
-        cublasStatus_t s_ = (call);                                                               \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-            char b_[256];                                                                         \
-            die(__FILE__, __LINE__, "cuBLAS %s failed in %s: %s", #call, (where),                 \
-                gpu_cublas_status(s_, b_, sizeof b_));                                            \
-        }                                                                                         \
-    } while (0)
+    GPU_CHECK_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, gpu_cublas_status, call, GPU_DIE_("cuBLAS", #call, where))
 
 #define CUDA_TRY(call, where)                                                                     \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess) {                                                                  \
-            seterr(err, errlen, "%s:%d: CUDA %s failed in %s: %s (%s)", __FILE__, __LINE__, #call, \
-                   (where), cudaGetErrorName(e_), cudaGetErrorString(e_));                        \
-            return -1;                                                                            \
-        }                                                                                         \
-    } while (0)
-
+    GPU_CHECK_(cudaError_t, cudaSuccess, gpu_cuda_status, call, GPU_ERR_("CUDA", #call, where))
 #define CUDNN_TRY(call, where)                                                                    \
-    do {                                                                                          \
-        cudnnStatus_t s_ = (call);                                                                \
-        if (s_ != CUDNN_STATUS_SUCCESS) {                                                         \
-            char b_[768];                                                                         \
-            seterr(err, errlen, "%s:%d: cuDNN %s failed in %s: %s", __FILE__, __LINE__, #call,    \
-                   (where), gpu_cudnn_status(s_, b_, sizeof b_));                                 \
-            return -1;                                                                            \
-        }                                                                                         \
-    } while (0)
-
+    GPU_CHECK_(cudnnStatus_t, CUDNN_STATUS_SUCCESS, gpu_cudnn_status, call, GPU_ERR_("cuDNN", #call, where))
 #define CUBLAS_TRY(call, where)                                                                   \
-    do {                                                                                          \
-        cublasStatus_t s_ = (call);                                                               \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-            char b_[256];                                                                         \
-            seterr(err, errlen, "%s:%d: cuBLAS %s failed in %s: %s", __FILE__, __LINE__, #call,   \
-                   (where), gpu_cublas_status(s_, b_, sizeof b_));                                \
-            return -1;                                                                            \
-        }                                                                                         \
-    } while (0)
+    GPU_CHECK_(cublasStatus_t, CUBLAS_STATUS_SUCCESS, gpu_cublas_status, call, GPU_ERR_("cuBLAS", #call, where))
 
 #endif

@@ -241,7 +241,6 @@ static void bf16_probe(gpu_ctx *c) {
     cudaFree(buf);
 }
 
-/* 1 if a layer of kind "bn" / "pool" in c runs on fp32 tensors (io32). */
 int gpu_use_io32(gpu_ctx *c, const char *kind) {
     if (!is_bf16(c)) return 0;
     char *why = strcmp(kind, "bn") == 0 ? c->bn_fallback : c->pool_fallback;

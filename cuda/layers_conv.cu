@@ -7,20 +7,13 @@
 
 /* ---- convolution -------------------------------------------------------------------------- */
 
-static const char *fwd_algo_name(int a) {
-    static const char *names[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
-                                  "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-    return a >= 0 && a < (int)(sizeof names / sizeof names[0]) ? names[a] : "?";
-}
-
-static const char *bwd_data_algo_name(int a) {
-    static const char *names[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
-    return a >= 0 && a < (int)(sizeof names / sizeof names[0]) ? names[a] : "?";
-}
-
-static const char *bwd_filter_algo_name(int a) {
-    static const char *names[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"};
-    return a >= 0 && a < (int)(sizeof names / sizeof names[0]) ? names[a] : "?";
+/* cuDNN's name of algorithm a of direction dir (0 forward, 1 backward data, 2 backward filter). */
+static const char *algo_name(int dir, int a) {
+    static const char *const names[3][8] = {
+        {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"},
+        {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"},
+        {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD", "WINOGRAD_NONFUSED", "FFT_TILING"}};
+    return a >= 0 && a < 8 && names[dir][a] ? names[dir][a] : "?";
 }
 
 static const char *math_name(cudnnMathType_t m) {
@@ -164,13 +157,15 @@ static void memo_add(gpu_ctx *c, const gpu_algo_memo *m) {
 
 #define MAX_PERF 16
 
-static void set_row(perf_row *r, int algo, cudnnStatus_t status, size_t memory, cudnnMathType_t math,
-                    cudnnDeterminism_t determinism) {
-    r->algo = algo;
-    r->status = status;
-    r->memory = memory;
-    r->math = math;
-    r->determinism = determinism;
+/* r[0..got) from cuDNN's rows p of any direction (the same fields). */
+template <typename P> static void set_rows(perf_row *r, const P *p, int got) {
+    for (int i = 0; i < got; i++) {
+        r[i].algo = (int)p[i].algo;
+        r[i].status = p[i].status;
+        r[i].memory = p[i].memory;
+        r[i].math = p[i].mathType;
+        r[i].determinism = p[i].determinism;
+    }
 }
 
 /* Find (or Get_v7) rows for direction dir of l into r; returns the number of rows. A failing
@@ -187,8 +182,7 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
                                                                y, maxc, &got, p, c->find_ws, c->find_ws_nbytes)
                       : cudnnGetConvolutionForwardAlgorithm_v7(c->dnn, l->x_desc, l->w_desc, l->fwd_desc, l->y_desc,
                                                                maxc, &got, p);
-        for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
-            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
+        if (st == CUDNN_STATUS_SUCCESS) set_rows(r, p, got);
     } else if (dir == 1) {
         cudnnConvolutionBwdDataAlgoPerf_t p[MAX_PERF];
         CUDNN_TRY(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c->dnn, &maxc), l->what);
@@ -198,8 +192,7 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
                                                                     c->find_ws, c->find_ws_nbytes)
                       : cudnnGetConvolutionBackwardDataAlgorithm_v7(c->dnn, l->w_desc, l->y_desc, l->bwd_data_desc,
                                                                     l->x_desc, maxc, &got, p);
-        for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
-            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
+        if (st == CUDNN_STATUS_SUCCESS) set_rows(r, p, got);
     } else {
         cudnnConvolutionBwdFilterAlgoPerf_t p[MAX_PERF];
         CUDNN_TRY(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c->dnn, &maxc), l->what);
@@ -209,8 +202,7 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
                                                                       c->find_ws, c->find_ws_nbytes)
                       : cudnnGetConvolutionBackwardFilterAlgorithm_v7(c->dnn, l->x_desc, l->y_desc, l->bwd_filter_desc,
                                                                       l->w_desc, maxc, &got, p);
-        for (int i = 0; i < got && st == CUDNN_STATUS_SUCCESS; i++)
-            set_row(&r[i], (int)p[i].algo, p[i].status, p[i].memory, p[i].mathType, p[i].determinism);
+        if (st == CUDNN_STATUS_SUCCESS) set_rows(r, p, got);
     }
     /* Find runs every candidate, and some fail (out of memory in their own allocations, a launch
      * refused): cuDNN reports them in the rows, but the runtime may keep such a (non-sticky) error
@@ -331,12 +323,12 @@ int gpu_conv_transform(const gpu_conv_layer *l, int dir) {
 }
 
 void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n) {
-    int len = snprintf(buf, n, "fwd %s/%s %zu B", fwd_algo_name(l->fwd_algo), math_name(l->fwd_math), l->fwd_ws);
+    int len = snprintf(buf, n, "fwd %s/%s %zu B", algo_name(0, l->fwd_algo), math_name(l->fwd_math), l->fwd_ws);
     if (l->mode == GPU_TRAIN && len >= 0 && (size_t)len < n)
-        len += snprintf(buf + len, n - (size_t)len, ", bwd-filter %s/%s %zu B", bwd_filter_algo_name(l->bwd_filter_algo),
+        len += snprintf(buf + len, n - (size_t)len, ", bwd-filter %s/%s %zu B", algo_name(2, l->bwd_filter_algo),
                         math_name(l->bwd_filter_math), l->bwd_filter_ws);
     if (l->need_dinp && len >= 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len, ", bwd-data %s/%s %zu B", bwd_data_algo_name(l->bwd_data_algo),
+        snprintf(buf + len, n - (size_t)len, ", bwd-data %s/%s %zu B", algo_name(1, l->bwd_data_algo),
                  math_name(l->bwd_data_math), l->bwd_data_ws);
 }
 

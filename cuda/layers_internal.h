@@ -40,6 +40,19 @@ __device__ __forceinline__ void stf(float &d, float v) { d = v; }
 /* fp32 -> bf16, round to nearest even (NaN stays NaN); cuda_bf16.h "__float2bfloat16_rn". */
 __device__ __forceinline__ void stf(uint16_t &d, float v) { d = __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
 
+/* Run the statement (a kernel launch) with S the storage type of the activations: uint16_t
+ * (bf16 bits) if bf, else float. */
+#define WITH_ACT_TYPE(bf, ...)                                                                    \
+    do {                                                                                          \
+        if (bf) {                                                                                 \
+            typedef uint16_t S;                                                                   \
+            __VA_ARGS__;                                                                          \
+        } else {                                                                                  \
+            typedef float S;                                                                      \
+            __VA_ARGS__;                                                                          \
+        }                                                                                         \
+    } while (0)
+
 /* 16 bytes of S: one vector load or store. */
 template <typename S> struct alignas(16) pack16 {
     S v[16 / sizeof(S)];

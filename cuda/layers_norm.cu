@@ -9,9 +9,6 @@
 /* max(x, 0) with NaN kept (as oneDNN's and PyTorch's ReLU), so divergence stays visible. */
 __device__ __forceinline__ float relu1(float x) { return x > 0.0f ? x : (x != x ? x : 0.0f); }
 
-/* dout where out > 0, else 0. */
-__device__ __forceinline__ float mask1(float d, float o) { return o > 0.0f ? d : 0.0f; }
-
 /* out = relu(inp); out may alias inp (hence no __restrict__). vec: all pointers 16-byte aligned. */
 template <typename S> static __global__ void relu_forward_kernel(S *out, const S *inp, size_t n, int vec) {
     constexpr int V = 16 / sizeof(S);
@@ -31,30 +28,21 @@ template <typename S> static __global__ void relu_forward_kernel(S *out, const S
     for (size_t i = done + i0; i < n; i += stride) stf(out[i], relu1(ldf(inp[i])));
 }
 
-/* dinp = dout · [out > 0]; dinp may alias dout. */
-template <typename S>
-static __global__ void relu_backward_kernel(S *dinp, const S *dout, const S *out, size_t n, int vec) {
-    constexpr int V = 16 / sizeof(S);
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t done = 0;
-    if (vec) {
-        const size_t nv = n / V;
-        for (size_t i = i0; i < nv; i += stride) {
-            pack16<S> d = reinterpret_cast<const pack16<S> *>(dout)[i];
-            const pack16<S> o = reinterpret_cast<const pack16<S> *>(out)[i];
-#pragma unroll
-            for (int j = 0; j < V; j++) stf(d.v[j], mask1(ldf(d.v[j]), ldf(o.v[j])));
-            reinterpret_cast<pack16<S> *>(dinp)[i] = d;
-        }
-        done = nv * V;
+/* The fp32 operations of binary_kernel: dout where out > 0, else 0 (ReLU backward); [relu](a + b). */
+struct mask_op {
+    __device__ float operator()(float d, float o) const { return o > 0.0f ? d : 0.0f; }
+};
+struct add_op {
+    int relu;
+    __device__ float operator()(float a, float b) const {
+        const float s = a + b;
+        return relu ? relu1(s) : s;
     }
-    for (size_t i = done + i0; i < n; i += stride) stf(dinp[i], mask1(ldf(dout[i]), ldf(out[i])));
-}
+};
 
-/* out = [relu](a + b), the sum in fp32; out may alias a or b. */
-template <typename S>
-static __global__ void add_kernel(S *out, const S *a, const S *b, size_t n, int relu, int vec) {
+/* out = op(x, y), in fp32; out may alias x or y. */
+template <typename S, typename Op>
+static __global__ void binary_kernel(S *out, const S *x, const S *y, size_t n, int vec, Op op) {
     constexpr int V = 16 / sizeof(S);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -62,21 +50,15 @@ static __global__ void add_kernel(S *out, const S *a, const S *b, size_t n, int 
     if (vec) {
         const size_t nv = n / V;
         for (size_t i = i0; i < nv; i += stride) {
-            pack16<S> x = reinterpret_cast<const pack16<S> *>(a)[i];
-            const pack16<S> y = reinterpret_cast<const pack16<S> *>(b)[i];
+            pack16<S> p = reinterpret_cast<const pack16<S> *>(x)[i];
+            const pack16<S> q = reinterpret_cast<const pack16<S> *>(y)[i];
 #pragma unroll
-            for (int j = 0; j < V; j++) {
-                const float s = ldf(x.v[j]) + ldf(y.v[j]);
-                stf(x.v[j], relu ? relu1(s) : s);
-            }
-            reinterpret_cast<pack16<S> *>(out)[i] = x;
+            for (int j = 0; j < V; j++) stf(p.v[j], op(ldf(p.v[j]), ldf(q.v[j])));
+            reinterpret_cast<pack16<S> *>(out)[i] = p;
         }
         done = nv * V;
     }
-    for (size_t i = done + i0; i < n; i += stride) {
-        const float s = ldf(a[i]) + ldf(b[i]);
-        stf(out[i], relu ? relu1(s) : s);
-    }
+    for (size_t i = done + i0; i < n; i += stride) stf(out[i], op(ldf(x[i]), ldf(y[i])));
 }
 
 /* Elements per thread of a kernel call on S: 16 / sizeof(S) when vectorised, else 1. */
@@ -86,23 +68,17 @@ static size_t work_items(size_t n, int vec, size_t act_bytes) { return vec ? n /
 static void launch_relu_forward(gpu_ctx *c, void *out, const void *inp, size_t n, const char *what, int bf) {
     const int vec = aligned16(out) && aligned16(inp);
     const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
-    if (bf)
-        relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)inp, n, vec);
-    else
-        relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)inp, n, vec);
+    WITH_ACT_TYPE(bf, relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((S *)out, (const S *)inp, n, vec));
     CUDA_CHECK(cudaGetLastError(), what);
 }
 
-static void launch_relu_backward(gpu_ctx *c, void *dinp, const void *dout, const void *out, size_t n,
-                                 const char *what, int bf) {
-    const int vec = aligned16(dinp) && aligned16(dout) && aligned16(out);
+/* binary_kernel on n values (bf: bf16, else fp32). */
+template <typename Op>
+static void launch_binary(gpu_ctx *c, void *out, const void *x, const void *y, size_t n, Op op, const char *what, int bf) {
+    const int vec = aligned16(out) && aligned16(x) && aligned16(y);
     const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
-    if (bf)
-        relu_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)dinp, (const uint16_t *)dout,
-                                                                (const uint16_t *)out, n, vec);
-    else
-        relu_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)dinp, (const float *)dout,
-                                                                (const float *)out, n, vec);
+    WITH_ACT_TYPE(bf,
+                  binary_kernel<<<blocks, THREADS, 0, c->stream>>>((S *)out, (const S *)x, (const S *)y, n, vec, op));
     CUDA_CHECK(cudaGetLastError(), what);
 }
 
@@ -170,7 +146,7 @@ void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, flo
                      const void *inp, const void *out, const float *gamma) {
     if (l->mode != GPU_TRAIN) DIE("gpu_bn_backward on inference %s", l->what);
     if (dinp == dout || dinp == inp) DIE("gpu_bn_backward: %s in place", l->what);
-    if (l->relu) launch_relu_backward(c, dout, dout, out, l->count, l->what, is_bf16(c) && !l->io32);
+    if (l->relu) launch_binary(c, dout, dout, out, l->count, mask_op(), l->what, is_bf16(c) && !l->io32);
     const float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnBatchNormalizationBackward(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, l->x_desc,
                                                 inp, l->x_desc, dout, l->x_desc, dinp, l->stat_desc, gamma, dgamma,
@@ -190,7 +166,6 @@ void gpu_bn_free(gpu_bn_layer *l) {
 
 int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, gpu_mode mode,
                   char *err, size_t errlen) {
-    (void)c;
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
@@ -206,12 +181,11 @@ void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp)
 
 void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *out) {
     if (l->mode != GPU_TRAIN) DIE("gpu_relu_backward on inference %s", l->what);
-    launch_relu_backward(c, dinp, dout, out, l->count, l->what, is_bf16(c));
+    launch_binary(c, dinp, dout, out, l->count, mask_op(), l->what, is_bf16(c));
 }
 
 int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu,
                  gpu_mode mode, char *err, size_t errlen) {
-    (void)c;
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
@@ -223,18 +197,10 @@ int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, 
 }
 
 void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, const void *b) {
-    const int vec = aligned16(out) && aligned16(a) && aligned16(b);
-    const int blocks = grid_for(c, work_items(l->count, vec, c->act_bytes));
-    if (is_bf16(c))
-        add_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)a, (const uint16_t *)b,
-                                                      l->count, l->relu, vec);
-    else
-        add_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)a, (const float *)b, l->count,
-                                                      l->relu, vec);
-    CUDA_CHECK(cudaGetLastError(), l->what);
+    launch_binary(c, out, a, b, l->count, add_op{l->relu}, l->what, is_bf16(c));
 }
 
 void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout, const void *out) {
     if (!l->relu || l->mode != GPU_TRAIN) DIE("gpu_add_backward on %s without a trained ReLU", l->what);
-    launch_relu_backward(c, dsum, dout, out, l->count, l->what, is_bf16(c));
+    launch_binary(c, dsum, dout, out, l->count, mask_op(), l->what, is_bf16(c));
 }

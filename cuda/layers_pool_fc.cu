@@ -78,11 +78,8 @@ void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp)
     }
     const int planes = l->n * l->c;
     const int blocks = grid_for(c, (size_t)planes * 32);
-    if (is_bf16(c))
-        avgpool_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)out, (const uint16_t *)inp, planes,
-                                                                  l->ih * l->iw);
-    else
-        avgpool_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)out, (const float *)inp, planes, l->ih * l->iw);
+    WITH_ACT_TYPE(is_bf16(c), avgpool_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((S *)out, (const S *)inp, planes,
+                                                                                         l->ih * l->iw));
     CUDA_CHECK(cudaGetLastError(), l->what);
 }
 
@@ -97,12 +94,9 @@ void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, void *dinp, const void *do
         return;
     }
     const size_t n = (size_t)l->n * l->c * l->ih * l->iw;
-    if (is_bf16(c))
-        avgpool_backward_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>((uint16_t *)dinp, (const uint16_t *)dout, n,
-                                                                           l->ih * l->iw);
-    else
-        avgpool_backward_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>((float *)dinp, (const float *)dout, n,
-                                                                           l->ih * l->iw);
+    WITH_ACT_TYPE(is_bf16(c), avgpool_backward_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>((S *)dinp,
+                                                                                                  (const S *)dout, n,
+                                                                                                  l->ih * l->iw));
     CUDA_CHECK(cudaGetLastError(), l->what);
 }
 
@@ -171,10 +165,7 @@ void gpu_fc_backward(gpu_ctx *c, void *dinp, float *dweight, float *dbias, const
     CUBLAS_CHECK(fc_gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, nin, nout, n, inp, nin, dout, nout, dweight, CUDA_R_32F, nin),
                  fc_what(w, sizeof w, "weight gradient", n, nin, nout));
     const int blocks = grid_for(c, (size_t)nout);
-    if (is_bf16(c))
-        col_sum_kernel<<<blocks, THREADS, 0, c->stream>>>(dbias, (const uint16_t *)dout, n, nout);
-    else
-        col_sum_kernel<<<blocks, THREADS, 0, c->stream>>>(dbias, (const float *)dout, n, nout);
+    WITH_ACT_TYPE(is_bf16(c), col_sum_kernel<<<blocks, THREADS, 0, c->stream>>>(dbias, (const S *)dout, n, nout));
     CUDA_CHECK(cudaGetLastError(), fc_what(w, sizeof w, "bias gradient", n, nin, nout));
     /* dinpᵀ (nin × n) = Wᵀ (nin × nout) · doutᵀ (nout × n), in the activation type. */
     if (dinp)
@@ -261,9 +252,7 @@ void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *lo
 void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, const int *y, int n, int k) {
     char w[96];
     const int blocks = grid_for(c, (size_t)n * k);
-    if (is_bf16(c))
-        softmax_xent_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((uint16_t *)dlogits, probs, y, n, k);
-    else
-        softmax_xent_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((float *)dlogits, probs, y, n, k);
+    WITH_ACT_TYPE(is_bf16(c),
+                  softmax_xent_backward_kernel<<<blocks, THREADS, 0, c->stream>>>((S *)dlogits, probs, y, n, k));
     CUDA_CHECK(cudaGetLastError(), xent_what(w, sizeof w, "backward", n, k));
 }

@@ -227,11 +227,12 @@ static void net_backward(gpu_model *g, gpu_net *t) {
     gpu_conv_backward(&t->conv1, c, NULL, G + L->conv1, T1, t->xa, wview(g, L->conv1));
 }
 
-/* The first `rows` input rows from the host into t->x and, in bf16, t->xa; the bf16 weights. */
+/* The first `rows` input rows from the host (x; NULL: already in t->x) into t->x and, in bf16, t->xa;
+ * the bf16 weights. */
 static void net_input(gpu_model *g, gpu_net *t, const float *x, int rows, const char *what) {
     gpu_ctx *c = &g->ctx;
     const size_t nx = input_count(&g->L, rows);
-    CUDA_CHECK(cudaMemcpyAsync(t->x, x, nx * sizeof(float), cudaMemcpyHostToDevice, c->stream), what);
+    if (x) CUDA_CHECK(cudaMemcpyAsync(t->x, x, nx * sizeof(float), cudaMemcpyHostToDevice, c->stream), what);
     if (g->w16) {
         gpu_f32_to_bf16(c, t->xa, t->x, nx);
         cast_weights(g);
@@ -245,21 +246,16 @@ void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *gr
     gpu_ctx *c = &g->ctx;
     gpu_overlap *o = &g->ov;
     const int n = t->n, k = L->s.n_classes;
-    const size_t nx = input_count(L, n);
     not_in_step(g, "gpu_model_train_begin");
     if (!x) { /* the staged minibatch: its slot, once its copy is done */
         if (o->staged_tag < 0) DIE("gpu_model_train_begin: no minibatch staged (gpu_model_stage)");
         use_slot(g, t, 1 - t->slot);
         CUDA_CHECK(cudaStreamWaitEvent(c->stream, o->staged, 0), "train step: wait for the staged minibatch");
     } else {
-        check_labels(L, y, n);
-        CUDA_CHECK(cudaMemcpyAsync(t->x, x, nx * sizeof(float), cudaMemcpyHostToDevice, c->stream), "train step: input");
+        nn_check_labels(L, y, n);
     }
+    net_input(g, t, x, n, "train step: input");
     o->staged_tag = -1; /* used, or dropped by a step on another minibatch */
-    if (g->w16) {
-        gpu_f32_to_bf16(c, t->xa, t->x, nx);
-        cast_weights(g);
-    }
     if (x) CUDA_CHECK(cudaMemcpyAsync(t->y, y, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, c->stream), "train step: labels");
     o->in_step = 1;
     o->grads_host = grads_host;

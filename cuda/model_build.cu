@@ -313,27 +313,11 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
 }
 
 gpu_model *gpu_model_create(const nn_layout *L, gpu_precision prec, char *err, size_t errlen) {
-    const model_spec *s = &L->s;
     if (prec != GPU_FP32 && prec != GPU_TF32 && prec != GPU_BF16) {
         seterr(err, errlen, "unknown GPU precision %d", (int)prec);
         return NULL;
     }
-    if (s->batch < 1) {
-        seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
-        return NULL;
-    }
-    if (s->eval_batch < 0) {
-        seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
-        return NULL;
-    }
-    if (s->arch != MODEL_LINEAR) { /* BN in training needs two values per channel (as the CPU) */
-        const block_def *last = &L->blk[N_BLOCKS - 1];
-        if ((long)s->batch * last->oh * last->ow < 2) {
-            seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
-                   last->oh, last->ow);
-            return NULL;
-        }
-    }
+    if (nn_layout_check_batches(L, err, errlen)) return NULL;
     gpu_model *g = (gpu_model *)calloc(1, sizeof *g);
     if (!g) DIE("out of memory allocating the GPU model");
     g->L = *L;

@@ -111,11 +111,6 @@ static inline const void *wview(const gpu_model *g, size_t off) {
 
 static inline void set_dev(const gpu_model *g) { CUDA_CHECK(cudaSetDevice(g->dev), "the GPU model (cudaSetDevice)"); }
 
-static inline void check_labels(const nn_layout *L, const int *y, int n) {
-    for (int i = 0; i < n; i++)
-        if (y[i] < 0 || y[i] >= L->s.n_classes) DIE("label %d of sample %d outside [0, %d)", y[i], i, L->s.n_classes);
-}
-
 static inline size_t input_count(const nn_layout *L, int rows) { return (size_t)rows * L->s.in_c * L->s.in_h * L->s.in_w; }
 
 /* model_overlap.cu: the overlap's groups, streams, events and pinned staging minibatch

@@ -152,7 +152,7 @@ void gpu_model_stage(gpu_model *g, long tag) {
     const nn_layout *L = &g->L;
     gpu_net *t = &g->train;
     if (tag < 0) DIE("gpu_model_stage: tag %ld < 0", tag);
-    check_labels(L, o->stage_y, t->n);
+    nn_check_labels(L, o->stage_y, t->n);
     set_dev(g);
     const int s = 1 - t->slot; /* the slot the next gpu_model_train_begin(NULL) reads */
     CUDA_CHECK(cudaStreamWaitEvent(o->h2d, o->slot_free[s], 0), "gpu_model_stage (slot free)");

@@ -13,26 +13,24 @@ int gpu_built(void) { return 0; }
 
 void gpu_version(char *buf, size_t n) { snprintf(buf, n, "GPU backend not built (make CUDA=1)"); }
 
-int gpu_launcher_local_rank(const char **var) {
-    (void)var;
-    return -1;
-}
+int gpu_launcher_local_rank(const char **var) { return -1; }
 
 int gpu_select_early(void) { return -1; }
 
 int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char *err, size_t errlen) {
-    (void)local_rank, (void)local_size;
     if (desclen) desc[0] = '\0';
     return seterr(err, errlen, NOT_BUILT);
 }
 
 gpu_model *gpu_model_create(const nn_layout *L, gpu_precision prec, char *err, size_t errlen) {
-    (void)L, (void)prec;
     seterr(err, errlen, NOT_BUILT);
     return NULL;
 }
 
-/* Unreachable without a gpu_model: model.c calls these only on a model gpu_model_create built. */
+/* Unreachable without a gpu_model: model.c calls these only on a model gpu_model_create built.
+ * STUB: a function of that signature that dies naming itself (parameters unused). */
+#define STUB(ret, name, params) ret name params { DIE(#name ": " NOT_BUILT); }
+
 void *gpu_host_alloc(size_t nbytes) { DIE("gpu_host_alloc(%zu): " NOT_BUILT, nbytes); }
 void gpu_host_free(void *p) {
     if (p) DIE("gpu_host_free: " NOT_BUILT);
@@ -40,79 +38,22 @@ void gpu_host_free(void *p) {
 void gpu_model_free(gpu_model *g) {
     if (g) DIE("gpu_model_free: " NOT_BUILT);
 }
-void gpu_model_upload(gpu_model *g, int which, const float *params, const float *grads, const float *bn) {
-    (void)g, (void)which, (void)params, (void)grads, (void)bn;
-    DIE("gpu_model_upload: " NOT_BUILT);
-}
-void gpu_model_download(gpu_model *g, int which, float *params, float *grads, float *bn) {
-    (void)g, (void)which, (void)params, (void)grads, (void)bn;
-    DIE("gpu_model_download: " NOT_BUILT);
-}
-void gpu_model_velocity_upload(gpu_model *g, const float *v) {
-    (void)g, (void)v;
-    DIE("gpu_model_velocity_upload: " NOT_BUILT);
-}
-void gpu_model_velocity_download(gpu_model *g, float *v) {
-    (void)g, (void)v;
-    DIE("gpu_model_velocity_download: " NOT_BUILT);
-}
-void gpu_model_zero_velocity(gpu_model *g) {
-    (void)g;
-    DIE("gpu_model_zero_velocity: " NOT_BUILT);
-}
-float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
-    (void)g, (void)x, (void)y;
-    DIE("gpu_model_train_step: " NOT_BUILT);
-}
-void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *grads_host) {
-    (void)g, (void)x, (void)y, (void)grads_host;
-    DIE("gpu_model_train_begin: " NOT_BUILT);
-}
-size_t gpu_model_grads_ready(gpu_model *g) {
-    (void)g;
-    DIE("gpu_model_grads_ready: " NOT_BUILT);
-}
-void gpu_model_grads_upload(gpu_model *g, const float *grads_host, size_t lo, size_t hi) {
-    (void)g, (void)grads_host, (void)lo, (void)hi;
-    DIE("gpu_model_grads_upload: " NOT_BUILT);
-}
-float gpu_model_train_end(gpu_model *g) {
-    (void)g;
-    DIE("gpu_model_train_end: " NOT_BUILT);
-}
-void gpu_model_stage_buffers(gpu_model *g, float **x, int **y) {
-    (void)g, (void)x, (void)y;
-    DIE("gpu_model_stage_buffers: " NOT_BUILT);
-}
-void gpu_model_stage(gpu_model *g, long tag) {
-    (void)g, (void)tag;
-    DIE("gpu_model_stage: " NOT_BUILT);
-}
-long gpu_model_staged(const gpu_model *g) {
-    (void)g;
-    DIE("gpu_model_staged: " NOT_BUILT);
-}
-void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits) {
-    (void)g, (void)x, (void)n_valid, (void)logits;
-    DIE("gpu_model_eval: " NOT_BUILT);
-}
-void gpu_model_train_logits(gpu_model *g, float *logits) {
-    (void)g, (void)logits;
-    DIE("gpu_model_train_logits: " NOT_BUILT);
-}
-int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int nesterov) {
-    (void)g, (void)alpha, (void)mu, (void)lambda, (void)nesterov;
-    DIE("gpu_model_sgd_update: " NOT_BUILT);
-}
-float *gpu_model_vector(gpu_model *g, int which) {
-    (void)g, (void)which;
-    DIE("gpu_model_vector: " NOT_BUILT);
-}
-int gpu_model_conv_transforms(const gpu_model *g) {
-    (void)g;
-    DIE("gpu_model_conv_transforms: " NOT_BUILT);
-}
-const char *gpu_model_bf16_fallback(const gpu_model *g) {
-    (void)g;
-    DIE("gpu_model_bf16_fallback: " NOT_BUILT);
-}
+STUB(void, gpu_model_upload, (gpu_model *g, int which, const float *params, const float *grads, const float *bn))
+STUB(void, gpu_model_download, (gpu_model *g, int which, float *params, float *grads, float *bn))
+STUB(void, gpu_model_velocity_upload, (gpu_model *g, const float *v))
+STUB(void, gpu_model_velocity_download, (gpu_model *g, float *v))
+STUB(void, gpu_model_zero_velocity, (gpu_model *g))
+STUB(float, gpu_model_train_step, (gpu_model *g, const float *x, const int *y))
+STUB(void, gpu_model_train_begin, (gpu_model *g, const float *x, const int *y, float *grads_host))
+STUB(size_t, gpu_model_grads_ready, (gpu_model *g))
+STUB(void, gpu_model_grads_upload, (gpu_model *g, const float *grads_host, size_t lo, size_t hi))
+STUB(float, gpu_model_train_end, (gpu_model *g))
+STUB(void, gpu_model_stage_buffers, (gpu_model *g, float **x, int **y))
+STUB(void, gpu_model_stage, (gpu_model *g, long tag))
+STUB(long, gpu_model_staged, (const gpu_model *g))
+STUB(void, gpu_model_eval, (gpu_model *g, const float *x, int n_valid, float *logits))
+STUB(void, gpu_model_train_logits, (gpu_model *g, float *logits))
+STUB(int, gpu_model_sgd_update, (gpu_model *g, float alpha, float mu, float lambda, int nesterov))
+STUB(float *, gpu_model_vector, (gpu_model *g, int which))
+STUB(int, gpu_model_conv_transforms, (const gpu_model *g))
+STUB(const char *, gpu_model_bf16_fallback, (const gpu_model *g))

@@ -20,29 +20,21 @@ int gpucomm_load(char *err, size_t errlen) {
 }
 
 int gpucomm_unique_id(void *id, char *err, size_t errlen) {
-    (void)id;
     return gpucomm_load(err, errlen);
 }
 
 gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, double timeout_s, char *err, size_t errlen) {
-    (void)g, (void)nranks, (void)rank, (void)id, (void)timeout_s;
     gpucomm_load(err, errlen);
     return NULL;
 }
 
-/* Unreachable without a gpu_model or a communicator. */
-int gpucomm_gpu_id(gpu_model *g, char *buf, size_t n, char *err, size_t errlen) {
-    (void)g, (void)buf, (void)n, (void)err, (void)errlen;
-    DIE("gpucomm_gpu_id: " NOT_BUILT);
-}
-int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t errlen) {
-    (void)c, (void)buf, (void)n, (void)err, (void)errlen;
-    DIE("gpucomm_allreduce_mean: " NOT_BUILT);
-}
+/* Unreachable without a gpu_model or a communicator. STUB: a function of that signature that
+ * dies naming itself (parameters unused). */
+#define STUB(ret, name, params) ret name params { DIE(#name ": " NOT_BUILT); }
+
+STUB(int, gpucomm_gpu_id, (gpu_model *g, char *buf, size_t n, char *err, size_t errlen))
+STUB(int, gpucomm_allreduce_mean, (gpucomm *c, float *buf, size_t n, char *err, size_t errlen))
 void gpucomm_free(gpucomm *c) {
     if (c) DIE("gpucomm_free: " NOT_BUILT);
 }
-void gpucomm_scale(gpu_model *g, float *buf, size_t n, float s) {
-    (void)g, (void)buf, (void)n, (void)s;
-    DIE("gpucomm_scale: " NOT_BUILT);
-}
+STUB(void, gpucomm_scale, (gpu_model *g, float *buf, size_t n, float s))

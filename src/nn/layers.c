@@ -174,8 +174,8 @@ int layers_mems_make(nn_ctx *c, const_dnnl_memory_desc_t md, int n, dnnl_memory_
     return 0;
 }
 
-int layers_bwd_make(nn_prim *p, nn_ctx *c, dnnl_status_t st, dnnl_primitive_desc_t *pd, int keep, const char *what,
-                    const char *layer, char *err, size_t errlen) {
+int layers_pd_make_st(nn_prim *p, nn_ctx *c, dnnl_status_t st, dnnl_primitive_desc_t *pd, int keep, const char *what,
+                      const char *layer, char *err, size_t errlen) {
     if (st != dnnl_success)
         return seterr(err, errlen, "%s:%d: oneDNN %s failed in layer %s: %s", __FILE__, __LINE__, what, layer,
                       dnnl_status2str(st)), -1;
@@ -192,13 +192,12 @@ static int ws_make(void **buf, dnnl_memory_t *m, nn_ctx *c, const_dnnl_primitive
     return rc;
 }
 
-/* Execute p with args plus its scratchpad. */
 void layers_prim_exec(nn_ctx *c, const nn_prim *p, int nargs, const dnnl_exec_arg_t *args) {
     dnnl_exec_arg_t a[MAX_ARGS];
     if (nargs + 1 > MAX_ARGS) DIE("too many arguments for layer %s", p->layer);
     memcpy(a, args, (size_t)nargs * sizeof *a);
     if (p->scratch) {
-        layers_mem_set(c, p->scratch, c->scratch, p->layer);
+        layers_mem_set(p->scratch, c->scratch, p->layer);
         a[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, p->scratch};
     }
     DNNL_CHECK(dnnl_primitive_execute(p->prim, c->stream, nargs, a), p->layer);
@@ -219,8 +218,8 @@ int nn_reorder_init(nn_reorder *r, nn_ctx *c, const char *name, const_dnnl_memor
 }
 
 void nn_reorder_run(nn_reorder *r, nn_ctx *c, void *dst, const void *src) {
-    layers_mem_set(c, r->src, src, r->name);
-    layers_mem_set(c, r->dst, dst, r->name);
+    layers_mem_set(r->src, src, r->name);
+    layers_mem_set(r->dst, dst, r->name);
     EXEC(c, &r->p, {DNNL_ARG_FROM, r->src}, {DNNL_ARG_TO, r->dst});
 }
 
@@ -271,11 +270,11 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
     if (mode == NN_TRAIN) {
         if (relu) rc = ws_make(&l->ws, &l->m_ws, c, fwd_pd, name, err, errlen);
         if (!rc)
-            rc = layers_bwd_make(&l->bwd, c,
-                                 dnnl_batch_normalization_backward_primitive_desc_create(
-                                     &bwd_pd, c->engine, dnnl_backward, data_md, data_md, data_md, l->eps, flags,
-                                     fwd_pd, c->attr),
-                                 &bwd_pd, 0, "backward batch normalisation", name, err, errlen);
+            rc = layers_pd_make_st(&l->bwd, c,
+                                   dnnl_batch_normalization_backward_primitive_desc_create(
+                                       &bwd_pd, c->engine, dnnl_backward, data_md, data_md, data_md, l->eps, flags,
+                                       fwd_pd, c->attr),
+                                   &bwd_pd, 0, "backward batch normalisation", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
@@ -299,13 +298,13 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
 
 void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const float *gamma,
                 const float *beta, float *running_mean, float *running_var) {
-    layers_mem_set(c, l->m_src, inp, l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
-    layers_mem_set(c, l->m_scale, gamma, l->name);
-    layers_mem_set(c, l->m_shift, beta, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
+    layers_mem_set(l->m_scale, gamma, l->name);
+    layers_mem_set(l->m_shift, beta, l->name);
     if (l->mode == NN_INFER) {
-        layers_mem_set(c, l->m_mean, running_mean, l->name);
-        layers_mem_set(c, l->m_var, running_var, l->name);
+        layers_mem_set(l->m_mean, running_mean, l->name);
+        layers_mem_set(l->m_var, running_var, l->name);
     }
     /* Training writes the batch statistics into l->mean, l->var (and the ReLU mask, if any). */
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src},     {DNNL_ARG_MEAN, l->m_mean},   {DNNL_ARG_VARIANCE, l->m_var},
@@ -325,13 +324,13 @@ void bn_forward(bn_layer *l, nn_ctx *c, float *out, const float *inp, const floa
 void bn_backward(bn_layer *l, nn_ctx *c, float *dinp, float *dgamma, float *dbeta, const float *dout,
                  const float *inp, const float *gamma, const float *beta) {
     if (l->mode != NN_TRAIN) DIE("bn_backward on inference layer %s", l->name);
-    layers_mem_set(c, l->m_src, inp, l->name);
-    layers_mem_set(c, l->m_ddst, dout, l->name);
-    layers_mem_set(c, l->m_dsrc, dinp, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
+    layers_mem_set(l->m_ddst, dout, l->name);
+    layers_mem_set(l->m_dsrc, dinp, l->name);
     /* β is no input of the backward in oneDNN 3 (passing DNNL_ARG_SHIFT there is refused). */
-    layers_mem_set(c, l->m_scale, gamma, l->name);
-    layers_mem_set(c, l->m_dscale, dgamma, l->name);
-    layers_mem_set(c, l->m_dshift, dbeta, l->name);
+    layers_mem_set(l->m_scale, gamma, l->name);
+    layers_mem_set(l->m_dscale, dgamma, l->name);
+    layers_mem_set(l->m_dshift, dbeta, l->name);
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src},           {DNNL_ARG_MEAN, l->m_mean},
                                  {DNNL_ARG_VARIANCE, l->m_var},      {DNNL_ARG_DIFF_DST, l->m_ddst},
                                  {DNNL_ARG_SCALE, l->m_scale},       {DNNL_ARG_DIFF_SRC, l->m_dsrc},
@@ -370,10 +369,10 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     int rc = 0;
     if (mode == NN_TRAIN) {
         /* diff_src, diff_dst, and the data the backward reads (dst, for relu_use_dst_for_bwd). */
-        rc = layers_bwd_make(&l->bwd, c,
-                             dnnl_eltwise_backward_primitive_desc_create(&bwd_pd, c->engine, alg, data_md, data_md,
-                                                                         data_md, 0.0f, 0.0f, fwd_pd, c->attr),
-                             &bwd_pd, 0, "backward eltwise", name, err, errlen);
+        rc = layers_pd_make_st(&l->bwd, c,
+                               dnnl_eltwise_backward_primitive_desc_create(&bwd_pd, c->engine, alg, data_md, data_md,
+                                                                           data_md, 0.0f, 0.0f, fwd_pd, c->attr),
+                               &bwd_pd, 0, "backward eltwise", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
@@ -382,16 +381,16 @@ int relu_init(relu_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
 }
 
 void relu_forward(relu_layer *l, nn_ctx *c, float *out, const float *inp) {
-    layers_mem_set(c, l->m_src, inp, l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
     EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst});
 }
 
 void relu_backward(relu_layer *l, nn_ctx *c, float *dinp, const float *dout, const float *out) {
     if (l->mode != NN_TRAIN) DIE("relu_backward on inference layer %s", l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
-    layers_mem_set(c, l->m_ddst, dout, l->name);
-    layers_mem_set(c, l->m_dsrc, dinp, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
+    layers_mem_set(l->m_ddst, dout, l->name);
+    layers_mem_set(l->m_dsrc, dinp, l->name);
     EXEC(c, &l->bwd, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc});
 }
 
@@ -471,13 +470,9 @@ int add_init(add_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t
         goto done;
     }
     dnnl_primitive_desc_t pd;
-    dnnl_status_t st = dnnl_binary_primitive_desc_create(&pd, c->engine, dnnl_binary_add, a_md, b_md, a_md, attr);
-    if (st != dnnl_success) {
-        seterr(err, errlen, "%s:%d: oneDNN dnnl_binary_primitive_desc_create failed in layer %s: %s", __FILE__,
-               __LINE__, name, dnnl_status2str(st));
-        goto done;
-    }
-    rc = layers_pd_make(&l->fwd, c, pd, NULL, name, err, errlen);
+    rc = layers_pd_make_st(&l->fwd, c,
+                           dnnl_binary_primitive_desc_create(&pd, c->engine, dnnl_binary_add, a_md, b_md, a_md, attr),
+                           &pd, 0, "dnnl_binary_primitive_desc_create", name, err, errlen);
 done:
     if (po) dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
@@ -495,9 +490,9 @@ int add_in_place_ok(const add_layer *l) {
 
 void add_forward(add_layer *l, nn_ctx *c, float *out, const float *a, const float *b) {
     if (out == a && !add_in_place_ok(l)) DIE("layer %s: in-place add+ReLU on a padded format", l->name);
-    layers_mem_set(c, l->m_a, a, l->name);
-    layers_mem_set(c, l->m_b, b, l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(l->m_a, a, l->name);
+    layers_mem_set(l->m_b, b, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
     EXEC(c, &l->fwd, {DNNL_ARG_SRC_0, l->m_a}, {DNNL_ARG_SRC_1, l->m_b}, {DNNL_ARG_DST, l->m_dst});
     if (l->relu && !l->fused) relu_forward(&l->r, c, out, out);
 }
@@ -547,11 +542,11 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
     if (mode == NN_TRAIN) {
         if (max) rc = ws_make(&l->ws, &l->m_ws, c, fwd_pd, name, err, errlen);
         if (!rc)
-            rc = layers_bwd_make(&l->bwd, c,
-                                 dnnl_pooling_backward_primitive_desc_create(&bwd_pd, c->engine, alg, src_md,
-                                                                             l->dst_md, strides, kernel, dil, pl, pr,
-                                                                             fwd_pd, c->attr),
-                                 &bwd_pd, 0, "backward pooling", name, err, errlen);
+            rc = layers_pd_make_st(&l->bwd, c,
+                                   dnnl_pooling_backward_primitive_desc_create(&bwd_pd, c->engine, alg, src_md,
+                                                                               l->dst_md, strides, kernel, dil, pl, pr,
+                                                                               fwd_pd, c->attr),
+                                   &bwd_pd, 0, "backward pooling", name, err, errlen);
     }
     dnnl_primitive_desc_destroy(fwd_pd);
     if (rc) return rc;
@@ -562,16 +557,16 @@ int pool_init(pool_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc
 }
 
 void pool_forward(pool_layer *l, nn_ctx *c, float *out, const float *inp) {
-    layers_mem_set(c, l->m_src, inp, l->name);
-    layers_mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, l->m_src}, {DNNL_ARG_DST, l->m_dst}, {DNNL_ARG_WORKSPACE, l->m_ws}};
     layers_prim_exec(c, &l->fwd, l->m_ws ? 3 : 2, a);
 }
 
 void pool_backward(pool_layer *l, nn_ctx *c, float *dinp, const float *dout) {
     if (l->mode != NN_TRAIN) DIE("pool_backward on inference layer %s", l->name);
-    layers_mem_set(c, l->m_ddst, dout, l->name);
-    layers_mem_set(c, l->m_dsrc, dinp, l->name);
+    layers_mem_set(l->m_ddst, dout, l->name);
+    layers_mem_set(l->m_dsrc, dinp, l->name);
     const dnnl_exec_arg_t a[] = {{DNNL_ARG_DIFF_DST, l->m_ddst}, {DNNL_ARG_DIFF_SRC, l->m_dsrc},
                                  {DNNL_ARG_WORKSPACE, l->m_ws}};
     layers_prim_exec(c, &l->bwd, l->m_ws ? 3 : 2, a);

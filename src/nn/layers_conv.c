@@ -82,11 +82,11 @@ static int conv_build(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md,
     if (l->mode == NN_TRAIN) {
         if (l->need_dinp) {
             dnnl_primitive_desc_t pd;
-            rc = layers_bwd_make(&l->bwd_data, c,
-                                 dnnl_convolution_backward_data_primitive_desc_create(
-                                     &pd, c->engine, dnnl_convolution_direct, l->src_md, w_any, l->dst_md, strides,
-                                     dil, pl, pr, fwd_pd, c->attr),
-                                 &pd, 1, "backward-data convolution", name, err, errlen);
+            rc = layers_pd_make_st(&l->bwd_data, c,
+                                   dnnl_convolution_backward_data_primitive_desc_create(
+                                       &pd, c->engine, dnnl_convolution_direct, l->src_md, w_any, l->dst_md, strides,
+                                       dil, pl, pr, fwd_pd, c->attr),
+                                   &pd, 1, "backward-data convolution", name, err, errlen);
             if (!rc) {
                 layers_md_free(&l->wb_md);
                 l->wb_md = layers_pd_md(pd, dnnl_query_weights_md);
@@ -211,9 +211,9 @@ int conv_init(conv_layer *l, nn_ctx *c, const char *name, int n, int ic, int ih,
 
 void conv_forward(conv_layer *l, nn_ctx *c, float *out, const float *inp, const float *weight) {
     nn_reorder_run(&l->w_in, c, l->w, weight);
-    layers_mem_set(c, l->m_src, inp, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
     if (l->lp) nn_reorder_run(&l->bw_src_in, c, l->bw_src, inp); /* kept for backward-weights */
-    layers_mem_set(c, l->m_dst, out, l->name);
+    layers_mem_set(l->m_dst, out, l->name);
     EXEC(c, &l->fwd, {DNNL_ARG_SRC, l->lp ? l->m_bw_src : l->m_src}, {DNNL_ARG_WEIGHTS, l->m_w},
          {DNNL_ARG_DST, l->m_dst});
 }
@@ -221,8 +221,8 @@ void conv_forward(conv_layer *l, nn_ctx *c, float *out, const float *inp, const 
 void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const float *dout,
                    const float *inp) {
     if (l->mode != NN_TRAIN) DIE("conv_backward on inference layer %s", l->name);
-    layers_mem_set(c, l->m_src, inp, l->name);
-    layers_mem_set(c, l->m_ddst, dout, l->name);
+    layers_mem_set(l->m_src, inp, l->name);
+    layers_mem_set(l->m_ddst, dout, l->name);
     if (l->m_bw_src && !l->lp) nn_reorder_run(&l->bw_src_in, c, l->bw_src, inp); /* lp: conv_forward did */
     if (l->m_bw_ddst) nn_reorder_run(&l->bw_ddst_in, c, l->bw_ddst, dout);
     EXEC(c, &l->bwd_weights, {DNNL_ARG_SRC, l->m_bw_src ? l->m_bw_src : l->m_src},
@@ -230,7 +230,7 @@ void conv_backward(conv_layer *l, nn_ctx *c, float *dinp, float *dweight, const 
     nn_reorder_run(&l->dw_out, c, dweight, l->dw);
     if (l->need_dinp && dinp) {
         if (l->m_wb) nn_reorder_run(&l->wb_in, c, l->wb, l->w);
-        layers_mem_set(c, l->m_dsrc, dinp, l->name);
+        layers_mem_set(l->m_dsrc, dinp, l->name);
         EXEC(c, &l->bwd_data, {DNNL_ARG_DIFF_DST, l->lp ? l->m_bw_ddst : l->m_ddst},
              {DNNL_ARG_WEIGHTS, l->m_wb ? l->m_wb : l->m_w},
              {DNNL_ARG_DIFF_SRC, l->m_dsrc});

@@ -20,16 +20,15 @@ void layers_mem_free(dnnl_memory_t *m);
 /* Memory objects of md without a buffer yet (layers_mem_set points them): *ms[0], ..., *ms[n-1]. */
 int layers_mems_make(nn_ctx *c, const_dnnl_memory_desc_t md, int n, dnnl_memory_t *const ms[], const char *layer,
                      char *err, size_t errlen);
-/* The primitive of *pd, which a dnnl_*_backward_primitive_desc_create returning st made (layers_pd_make;
+/* The primitive of *pd, which a dnnl_*_primitive_desc_create returning st made (layers_pd_make;
  * *pd kept if keep); -1 with err naming `what` if st is a failure. */
-int layers_bwd_make(nn_prim *p, nn_ctx *c, dnnl_status_t st, dnnl_primitive_desc_t *pd, int keep, const char *what,
-                    const char *layer, char *err, size_t errlen);
+int layers_pd_make_st(nn_prim *p, nn_ctx *c, dnnl_status_t st, dnnl_primitive_desc_t *pd, int keep, const char *what,
+                      const char *layer, char *err, size_t errlen);
 /* Point m at p (const only as far as the caller is concerned: oneDNN does not write through a
  * source). oneDNN 3's dnnl_memory_set_data_handle no longer zeroes the padding of blocked
  * formats (2.x's _v2 did); every buffer this module hands out is zeroed at allocation
  * (nn_alloc) and primitives keep the padding of their outputs zero. */
-static inline void layers_mem_set(nn_ctx *c, dnnl_memory_t m, const void *p, const char *layer) {
-    (void)c;
+static inline void layers_mem_set(dnnl_memory_t m, const void *p, const char *layer) {
     DNNL_CHECK(dnnl_memory_set_data_handle(m, (void *)p), layer);
 }
 

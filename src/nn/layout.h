@@ -53,6 +53,12 @@ typedef struct {
 /* Fill L from s (every shape, name and offset; nothing allocated). Returns 0, or EXIT_BADINPUT
  * with err saying which field of s is out of range. */
 int nn_layout_build(nn_layout *L, const model_spec *s, char *err, size_t errlen);
+/* The batches of L->s: training batch >= 1, eval_batch >= 0 and, for ResNet-18, more than one
+ * value per BN channel in the last stage (BN in training; PyTorch refuses it too). Returns 0, or
+ * EXIT_BADINPUT with err; model_create and gpu_model_create check them. */
+int nn_layout_check_batches(const nn_layout *L, char *err, size_t errlen);
+/* Dies unless every label y[0..n) is in [0, L->s.n_classes). */
+void nn_check_labels(const nn_layout *L, const int *y, int n);
 
 #ifdef __cplusplus
 }

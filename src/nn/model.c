@@ -125,7 +125,6 @@ static void add_bn(nn_layout *L, const char *name, int ch, size_t *g, size_t *b,
 
 static int out_size(int i, int k, int s, int p) { return (i + 2 * p - k) / s + 1; }
 
-/* Fill L from s; returns 0 or EXIT_BADINPUT with err. */
 int nn_layout_build(nn_layout *L, const model_spec *s, char *err, size_t errlen) {
     memset(L, 0, sizeof *L);
     L->s = *s;
@@ -190,6 +189,17 @@ int nn_layout_build(nn_layout *L, const model_spec *s, char *err, size_t errlen)
     L->feat = cin;
     L->fc_w = add_tensor(L, 0, T_FC_WEIGHT, "fc", "weight", 2, s->n_classes, L->feat, 0, 0);
     L->fc_b = add_tensor(L, 0, T_FC_BIAS, "fc", "bias", 1, s->n_classes, 0, 0, 0);
+    return 0;
+}
+
+int nn_layout_check_batches(const nn_layout *L, char *err, size_t errlen) {
+    const model_spec *s = &L->s;
+    if (s->batch < 1) return seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
+    if (s->eval_batch < 0) return seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
+    const block_def *last = &L->blk[N_BLOCKS - 1];
+    if (s->arch == MODEL_RESNET18 && (long)s->batch * last->oh * last->ow < 2)
+        return seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
+                      last->oh, last->ow);
     return 0;
 }
 
@@ -410,22 +420,7 @@ static void net_free(net *t) {
 
 model *model_create(const model_spec *s, char *err, size_t errlen) {
     model *m = xcalloc(1, sizeof *m);
-    if (nn_layout_build(&m->L, s, err, errlen)) goto fail;
-    if (s->batch < 1) {
-        seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
-        goto fail;
-    }
-    if (s->eval_batch < 0) {
-        seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
-        goto fail;
-    }
-    /* BN in training mode needs more than one value per channel (PyTorch refuses it too). */
-    const block_def *last = &m->L.blk[N_BLOCKS - 1];
-    if (s->arch == MODEL_RESNET18 && (long)s->batch * last->oh * last->ow < 2) {
-        seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
-               last->oh, last->ow);
-        goto fail;
-    }
+    if (nn_layout_build(&m->L, s, err, errlen) || nn_layout_check_batches(&m->L, err, errlen)) goto fail;
     m->host_sync = 1;
     if (s->device == MODEL_CUDA) {
         m->gpu = gpu_model_create(&m->L, (gpu_precision)s->precision, err, errlen);
@@ -589,10 +584,9 @@ static void net_forward(model *m, net *t, const float *x) {
     fc_forward(t->logits, t->feat, P + L->fc_w, P + L->fc_b, t->n, L->feat, L->s.n_classes);
 }
 
-static void check_labels(const model *m, const int *y, int n) {
+void nn_check_labels(const nn_layout *L, const int *y, int n) {
     for (int i = 0; i < n; i++)
-        if (y[i] < 0 || y[i] >= m->L.s.n_classes)
-            DIE("label %d of sample %d outside [0, %d)", y[i], i, m->L.s.n_classes);
+        if (y[i] < 0 || y[i] >= L->s.n_classes) DIE("label %d of sample %d outside [0, %d)", y[i], i, L->s.n_classes);
 }
 
 float model_train_step(model *m, const float *x, const int *y) {
@@ -608,7 +602,7 @@ float model_train_step(model *m, const float *x, const int *y) {
     const float *P = m->params;
     float *G = m->grads;
     const int n = t->n, k = L->s.n_classes;
-    check_labels(m, y, n);
+    nn_check_labels(L, y, n);
 
     const int linear = L->s.arch == MODEL_LINEAR; /* x is then the (n, feat) input of the fc layer as it is */
     if (linear)
@@ -660,7 +654,7 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
     if (n_valid < 0 || n_valid > t->n) DIE("model_eval: n_valid %d outside [0, %d]", n_valid, t->n);
     if (n_valid == 0) return;
     const int k = m->L.s.n_classes;
-    check_labels(m, y, n_valid);
+    nn_check_labels(&m->L, y, n_valid);
     if (m->gpu)
         gpu_model_eval(m->gpu, x, n_valid, t->logits);
     else if (m->L.s.arch == MODEL_LINEAR) /* the padding rows need no logits */
