@@ -9,6 +9,7 @@
 #include <mpi-ext.h> /* MPIX_Query_cuda_support */
 #endif
 #include <stdint.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,11 @@ void comm_on_timeout(void (*fn)(void *), void *arg) {
 /* A rank that gives up on a wait: the writer records the status and stops the job at once;
  * another rank tells the writer (a note) and waits for it to do so, at most NOTE_GRACE_S. */
 __attribute__((noreturn)) static void give_up(int kind, const char *what) {
+    static atomic_int giving_up;
+    if (atomic_exchange(&giving_up, 1)) { /* another thread of this rank gives up already: it ends the process */
+        nap((long)(NOTE_GRACE_S + 5.0) * 1000000000L);
+        comm_abort(EXIT_RUNTIME);
+    }
     fflush(stderr);
     snprintf(g_detail, sizeof g_detail, "rank %d on %s waited for %s", g_rank, g_host, what);
     g_detail_stop = kind == NOTE_STOP;
