@@ -346,7 +346,8 @@ static int on_completion(server_ctx *c, int idx) {
 
 static void server_handle(server_ctx *c, int i) {
     srv *sv = &c->sv;
-    msg_hdr *h = &sv->in[i];
+    const msg_hdr hc = sv->in[i]; /* a copy: the receive into in[i] is posted again below, and i's next */
+    const msg_hdr *h = &hc;       /* header may arrive into it before this function ends */
     const int kind = h->kind;
     if (sv->lost[i]) { /* given up on, and back (SIGCONT): its exchange is not applied; it is told to stop */
         if (kind == MSG_EXCHANGE) {
