@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "train/setup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <omp.h>
@@ -294,18 +295,22 @@ static int check_not_input(const experiment *e, const char *config_path, const c
  * run file was written by another rank), so that the key that changed can be named. Returns 0,
  * or -1 with m filled. */
 static int ckpt_experiment(const char *dir, long label, int log_rank, char *saved, size_t n, uint64_t *run_id, char *m, size_t mn) {
-    for (int k = -1; k < 65536; k++) { /* k = -1: the log rank's file, then ranks 0, 1, ... while there are files */
-        if (k == log_rank) continue;
-        const int rank = k < 0 ? log_rank : k;
-        if (k >= 0 && !ckpt_exists(dir, label, rank)) break;
+    char sd[4200];
+    snprintf(sd, sizeof sd, "%s/step-%ld", dir, label);
+    DIR *d = opendir(sd); /* every rank file, not ranks 0, 1, ... up to the first missing: a worker that left has none */
+    struct dirent *de = NULL;
+    int rc = 1;
+    for (int k = -1; rc && (k < 0 || (d && (de = readdir(d)))); k = 0) { /* k = -1: the log rank's file first */
+        int rank = log_rank;
+        if (k >= 0 && (sscanf(de->d_name, "rank-%d.h5", &rank) != 1 || rank == log_rank)) continue;
         char mk[ERRLEN];
         ckpt_file *f = ckpt_open(dir, label, rank, mk, sizeof mk);
-        const int rc = !f || ckpt_get_str(f, "experiment", saved, n) || !(*run_id = ckpt_file_run_id(f));
+        rc = !f || ckpt_get_str(f, "experiment", saved, n) || !(*run_id = ckpt_file_run_id(f));
         if (rc && k < 0) snprintf(m, mn, "%s", f ? ckpt_error(f) : mk); /* the message if no rank file holds it */
         ckpt_free(f);
-        if (!rc) return 0;
     }
-    return -1;
+    if (d) closedir(d);
+    return rc ? -1 : 0;
 }
 
 /* Rank 0: whether this run continues an earlier one (checkpoint.h). Returns 0 or EXIT_BADINPUT. */
