@@ -12,6 +12,7 @@
  * Every mpiexec runs under `timeout` (mpiutil.h). The signals come from the DSGD_TEST_SIGNAL
  * hook (checkpoint.h), which raises a real signal in a rank at a chosen step. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 
 #include "mpiutil.h"
 #include "nn/layers.h"
+#include "train/checkpoint.h"
 #include "testutil.h"
 
 static char g_dir[256];
@@ -288,6 +290,17 @@ START_TEST(test_servers_async) {
         if (k == 0) { /* resumed as another method: its log rank's file (rank 0, a worker here) holds no experiment;
                          the key that changed is named from the file that does */
             st = run_env("", 3, cfg, "--resume --set method=allreduce", out, sizeof out);
+            ck_assert_msg(st == 2 && strstr(out, "key 'method': the checkpoint was written with method = \"ps\""), "exit %d\n%s", st, out);
+            /* and when a worker before the servers has no rank file (one that had left): every file is read */
+            char dir[600], f1[640], aside[660], e[256];
+            long latest = -1;
+            snprintf(dir, sizeof dir, "%.*s.ckpt", (int)strlen(h5) - 3, h5);
+            ck_assert_msg(ckpt_latest(dir, &latest, e, sizeof e) == 1, "%s: %s", dir, e);
+            snprintf(f1, sizeof f1, "%s/step-%ld/rank-1.h5", dir, latest);
+            snprintf(aside, sizeof aside, "%s.aside", f1);
+            ck_assert_msg(rename(f1, aside) == 0, "%s: %s", f1, strerror(errno));
+            st = run_env("", 3, cfg, "--resume --set method=allreduce", out, sizeof out);
+            ck_assert_int_eq(rename(aside, f1), 0);
             ck_assert_msg(st == 2 && strstr(out, "key 'method': the checkpoint was written with method = \"ps\""), "exit %d\n%s", st, out);
         }
         st = run_env("", m[k].np, cfg, "--resume", out, sizeof out);
