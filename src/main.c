@@ -233,7 +233,6 @@ static void load_experiment(run_setup *r, cli_args *a) {
                config_where("precision"), model_cpu_isa(), comm_host());
         if (!a->check_only) st = EXIT_BADINPUT;
         else if (comm_rank() == 0) printf("note: %s\n(--check ran on %s; the ranks refuse bf16 at start on a node like it)\n\n", err, comm_host());
-        if (!st) err[0] = '\0';
     }
     /* `dsgd-run --check` without mpiexec checks everything but the world size. */
     r->check_only = a->check_only;

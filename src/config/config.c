@@ -36,7 +36,6 @@ enum { SHOWN_CHARS = 120 };
 static void found_text(const config_setting_t *s, char *buf, size_t n) {
     size_t len = 0;
     char num[40];
-    if (n) buf[0] = 0;
     switch (config_setting_type(s)) {
     case CONFIG_TYPE_INT:
     case CONFIG_TYPE_INT64:
