@@ -315,8 +315,7 @@ const char *config_key_suggest(const char *unknown) {
         int dist = edit_distance(unknown, k);
         if (dist < bestd) { bestd = dist; best = k; }
     }
-    int len = (int)strlen(unknown);
-    if (best && bestd <= 3 && 2 * bestd <= len) return best;
+    if (best && bestd <= 3 && 2 * bestd <= (int)strlen(unknown)) return best;
     for (int i = 0; i < NNAMES(aliases); i++)
         if (!strcmp(aliases[i].alias, last)) return aliases[i].key;
     return NULL;

@@ -427,12 +427,8 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
     }
     /* The checkpoint directory: created, writable and this run's alone (locked), checked now
      * rather than when the first checkpoint (or SIGTERM) comes. */
-    if (r0 && !r->check_only) {
-        char m[ERRLEN];
-        if (ckpt_claim(t->ckpt_dir, m, sizeof m) < 0)
-            st = seterr(err, sizeof err, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
-    }
-    setup_agree(st, err);
+    char m[ERRLEN] = "";
+    agree_key(r0 && !r->check_only && ckpt_claim(t->ckpt_dir, m, sizeof m) < 0 ? EXIT_BADINPUT : 0, "checkpoint.path", m);
     /* Every rank's part of the checkpoint must be there and be this checkpoint's, before the run
      * file is touched: a refused resume changes nothing. */
     if (plan->label >= 0 && !r->check_only) {
