@@ -133,10 +133,9 @@ static int check_launcher_world(char *err, size_t errlen) {
         if (!strcmp(launcher_vars[i].var, "SLURM_STEP_NUM_TASKS") && comm_size() > 1) continue;
         char lib[256];
         comm_library_version(lib, sizeof lib);
-        const int mpich = strstr(lib, "MPICH") != NULL, ompi = strstr(lib, "Open MPI") != NULL;
-        const char *use = mpich ? "MPICH's mpiexec (Debian: mpiexec.mpich)"
-                          : ompi ? "Open MPI's mpiexec (Debian: mpiexec.openmpi)"
-                                 : "the mpiexec of the MPI it was built with";
+        const char *use = strstr(lib, "MPICH") ? "MPICH's mpiexec (Debian: mpiexec.mpich)"
+                          : strstr(lib, "Open MPI") ? "Open MPI's mpiexec (Debian: mpiexec.openmpi)"
+                                                    : "the mpiexec of the MPI it was built with";
         if (!strcmp(launcher_vars[i].var, "SLURM_STEP_NUM_TASKS"))
             return seterr(err, errlen, "srun started %d tasks but MPI sees a world of %d rank(s) in each: this MPI library (%.80s) "
                           "is not connected to srun's PMI; launch with `srun --mpi=pmi2` (or pmix) if the MPI supports it, or with "
@@ -233,7 +232,6 @@ static void load_experiment(run_setup *r, cli_args *a) {
                config_where("precision"), model_cpu_isa(), comm_host());
         if (!a->check_only) st = EXIT_BADINPUT;
         else if (comm_rank() == 0) printf("note: %s\n(--check ran on %s; the ranks refuse bf16 at start on a node like it)\n\n", err, comm_host());
-        if (!st) err[0] = '\0';
     }
     /* `dsgd-run --check` without mpiexec checks everything but the world size. */
     r->check_only = a->check_only;

@@ -36,7 +36,6 @@ enum { SHOWN_CHARS = 120 };
 static void found_text(const config_setting_t *s, char *buf, size_t n) {
     size_t len = 0;
     char num[40];
-    if (n) buf[0] = 0;
     switch (config_setting_type(s)) {
     case CONFIG_TYPE_INT:
     case CONFIG_TYPE_INT64:
@@ -409,7 +408,8 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
 /* Validation (pass 3)                                                                       */
 
 static int validate_key(const experiment *e, const key_def *d, const origin *o, char *err, size_t errlen) {
-    char want[512], v[64];
+    char want[512], got[2 * CFG_PATH_MAX];
+    size_t len = 0;
     switch (d->type) {
     case KT_INT:
     case KT_INT64: {
@@ -418,22 +418,17 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
             long long h = config_get_int(config_key_find(d->hi_key), e) - (d->hi_open ? 1 : 0);
             if (h < hi) hi = h;
         }
-        if (x < d->ilo || x > hi) {
-            config_expect_text(d, e, want, sizeof want);
-            return oerr(err, errlen, o, "key '%s': expected %s, got %lld", d->key, want, x);
-        }
-        return 0;
+        if (x >= d->ilo && x <= hi) return 0;
+        snprintf(got, sizeof got, "%lld", x);
+        break;
     }
     case KT_FLOAT: {
         double x = *CFIELD(e, d, double);
         int bad = (d->has_lo && (d->lo_open ? !(x > d->lo) : !(x >= d->lo))) ||
                   (d->has_hi && (d->hi_open ? !(x < d->hi) : !(x <= d->hi)));
-        if (bad) {
-            config_expect_text(d, e, want, sizeof want);
-            config_fmt_double(v, sizeof v, x);
-            return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, v);
-        }
-        return 0;
+        if (!bad) return 0;
+        config_fmt_double(got, sizeof got, x);
+        break;
     }
     case KT_STRING: {
         const char *s = CFIELD(e, d, char);
@@ -441,21 +436,15 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         if (d->str_check == S_RUNNAME)
             for (const char *c = s; *c; c++)
                 if (!isalnum((unsigned char)*c) && !strchr("._+-", *c)) bad = 1;
-        if (bad) {
-            char got[2 * CFG_PATH_MAX];
-            size_t len = 0;
-            config_put_quoted(got, sizeof got, &len, s);
-            config_expect_text(d, e, want, sizeof want);
-            return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
-        }
-        return 0;
+        if (!bad) return 0;
+        config_put_quoted(got, sizeof got, &len, s);
+        break;
     }
     case KT_ENUM: {
         const int idx = *CFIELD(e, d, int);
         if (idx < 0 || idx >= d->n_names) DIE("key %s holds no known name", d->key);
         if (d->built & (1u << idx)) return 0;
         char built[256] = "";
-        size_t len = 0;
         for (int i = 0; i < d->n_names; i++)
             if (d->built & (1u << i)) config_put(built, sizeof built, &len, "%s%s", len ? ", " : "", d->names[i]);
         return oerr(err, errlen, o, "%s = \"%s\" is not built yet (%s); built %s: %s", d->key,
@@ -490,7 +479,9 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
     }
     case KT_BOOL: return 0;
     }
-    return 0;
+    /* the scalar keys out of range: their value as got */
+    config_expect_text(d, e, want, sizeof want);
+    return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -658,9 +649,8 @@ int config_unused_keys(const experiment *e, char *buf, size_t n) {
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         const key_def *d = config_key_find(k[i].key);
         if (k[i].used || !d || !g_given[d - config_keys]) continue;
-        int w = snprintf(buf + len, len < n ? n - len : 0, "%skey '%s' (%s) has no effect: used only by %s", count ? "; " : "", k[i].key,
-                         g_where[d - config_keys], k[i].used_by);
-        len += w > 0 ? (size_t)w : 0;
+        config_put(buf, n, &len, "%skey '%s' (%s) has no effect: used only by %s", count ? "; " : "", k[i].key,
+                   g_where[d - config_keys], k[i].used_by);
         count++;
     }
     return count;

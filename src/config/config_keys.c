@@ -30,45 +30,36 @@ NAMES(gossip_order_name, gossip_order_kind, gossip_order_names, "stale", "fresh"
 NAMES(delay_dist_name, delay_dist_kind, delay_dist_names, "fixed", "exponential", "lognormal")
 static const char *const resume_names[] = {"never", "auto"};
 #define FSIZE(f) sizeof(((experiment *)0)->f)
-#define K_INT(k, f, d, l, h, u, doc_)                                                           \
-    { .key = k, .type = KT_INT, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d,   \
-      .ilo = l, .ihi = h, .unit = u, .doc = doc_ }
+/* What every key has: its name, type t, and field f of experiment. */
+#define KEY(k, t, f) .key = k, .type = t, .off = offsetof(experiment, f), .size = FSIZE(f)
+#define K_INT(k, f, d, l, h, u, doc_) { KEY(k, KT_INT, f), .dflt = d, .ilo = l, .ihi = h, .unit = u, .doc = doc_ }
 /* A long or uint64_t field (u64 from the field's type). */
-#define K_INT64(k, f, d, l, u, doc_)                                                            \
-    { .key = k, .type = KT_INT64, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d, \
-      .u64 = _Generic(((experiment *)0)->f, uint64_t: 1, default: 0), .ilo = l, .ihi = LLONG_MAX, \
-      .unit = u, .doc = doc_ }
+#define K_INT64(k, f, d, l, u, doc_)                                                                                   \
+    { KEY(k, KT_INT64, f), .dflt = d, .u64 = _Generic(((experiment *)0)->f, uint64_t: 1, default: 0), .ilo = l,        \
+      .ihi = LLONG_MAX, .unit = u, .doc = doc_ }
 /* An integer key (type t: KT_INT or KT_INT64) below another integer key: in [l, hk). */
-#define K_BELOW(k, t, f, d, l, hk, u, doc_)                                                       \
-    { .key = k, .type = t, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d, .ilo = l, \
-      .ihi = (t) == KT_INT ? INT_MAX : LLONG_MAX, .hi_key = hk, .hi_open = 1, .unit = u, .doc = doc_ }
-#define K_FLOAT(k, f, d, hl, lopen, l, hh, hopen, h, u, doc_)                                   \
-    { .key = k, .type = KT_FLOAT, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d, \
-      .has_lo = hl, .lo_open = lopen, .lo = l, .has_hi = hh, .hi_open = hopen, .hi = h,        \
+#define K_BELOW(k, t, f, d, l, hk, u, doc_)                                                                            \
+    { KEY(k, t, f), .dflt = d, .ilo = l, .ihi = (t) == KT_INT ? INT_MAX : LLONG_MAX, .hi_key = hk, .hi_open = 1,       \
       .unit = u, .doc = doc_ }
-#define K_BOOL(k, f, d, doc_)                                                                   \
-    { .key = k, .type = KT_BOOL, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d,  \
+#define K_FLOAT(k, f, d, hl, lopen, l, hh, hopen, h, u, doc_)                                                          \
+    { KEY(k, KT_FLOAT, f), .dflt = d, .has_lo = hl, .lo_open = lopen, .lo = l, .has_hi = hh, .hi_open = hopen,         \
+      .hi = h, .unit = u, .doc = doc_ }
+#define K_BOOL(k, f, d, doc_) { KEY(k, KT_BOOL, f), .dflt = d, .unit = "", .doc = doc_ }
+#define K_STRING(k, f, d, chk, u, doc_) { KEY(k, KT_STRING, f), .dflt_s = d, .str_check = chk, .unit = u, .doc = doc_ }
+#define K_ENUM(k, f, d, nm, blt, pl, nn, doc_)                                                                         \
+    { KEY(k, KT_ENUM, f), .dflt = d, .names = nm, .n_names = NNAMES(nm), .built = blt, .planned = pl, .noun = nn,      \
       .unit = "", .doc = doc_ }
-#define K_STRING(k, f, d, chk, u, doc_)                                                         \
-    { .key = k, .type = KT_STRING, .off = offsetof(experiment, f), .size = FSIZE(f),           \
-      .dflt_s = d, .str_check = chk, .unit = u, .doc = doc_ }
-#define K_ENUM(k, f, d, nm, blt, pl, nn, doc_)                                                  \
-    { .key = k, .type = KT_ENUM, .off = offsetof(experiment, f), .size = FSIZE(f), .dflt = d,  \
-      .names = nm, .n_names = NNAMES(nm), .built = blt, .planned = pl, .noun = nn, .unit = "", \
-      .doc = doc_ }
 
 /* A strictly increasing list of integers, each in [l, hk) (hk: another integer key). */
-#define K_LIST(k, f, fn, ei, l, hk, el, els, vals, note, u, doc_)                               \
-    { .key = k, .type = KT_LIST, .off = offsetof(experiment, f), .size = FSIZE(f),             \
-      .off_n = offsetof(experiment, fn), .elem_int = ei, .n_max = (int)(FSIZE(f) / FSIZE(f[0])), \
-      .ilo = l, .ihi = LLONG_MAX, .hi_key = hk, .hi_open = 1, .elem = el, .elems = els,        \
-      .values = vals, .hi_note = note, .unit = u, .doc = doc_ }
+#define K_LIST(k, f, fn, ei, l, hk, el, els, vals, note, u, doc_)                                                      \
+    { KEY(k, KT_LIST, f), .off_n = offsetof(experiment, fn), .elem_int = ei, .n_max = (int)(FSIZE(f) / FSIZE(f[0])),   \
+      .ilo = l, .ihi = LLONG_MAX, .hi_key = hk, .hi_open = 1, .elem = el, .elems = els, .values = vals,                \
+      .hi_note = note, .unit = u, .doc = doc_ }
 
 /* A fixed-size int array (KT_INTS): each element in [l, h], default dv (n_max values). */
-#define K_INTS(k, f, dv, l, h, nd, u, doc_)                                                      \
-    { .key = k, .type = KT_INTS, .off = offsetof(experiment, f), .size = FSIZE(f),             \
-      .elem_int = 1, .n_max = (int)(FSIZE(f) / FSIZE(f[0])), .ilo = l, .ihi = h, .dflt_ints = dv, .nondecr = nd, \
-      .unit = u, .doc = doc_ }
+#define K_INTS(k, f, dv, l, h, nd, u, doc_)                                                                            \
+    { KEY(k, KT_INTS, f), .elem_int = 1, .n_max = (int)(FSIZE(f) / FSIZE(f[0])), .ilo = l, .ihi = h,                   \
+      .dflt_ints = dv, .nondecr = nd, .unit = u, .doc = doc_ }
 
 #define FASHION "/usr/share/datasets/fashion-mnist/"
 static const int dflt_scale[2] = {256, 480}, dflt_shape[3] = {3, 224, 224};
@@ -294,10 +285,8 @@ const char *config_value_suggest(const key_def *d, const char *v) {
     for (size_t i = 0; i <= n; i++) low[i] = (char)tolower((unsigned char)v[i]);
     const char *best = NULL;
     int bestd = 1000;
-    for (int i = 0; i < d->n_names; i++) /* the field's word for device "gpu" is "cuda" (not "cpu", one letter off) */
-        if (!strcmp(low, "gpu") && !strcmp(d->names[i], "cuda")) return d->names[i];
-    for (int i = 0; i < d->n_names; i++) {
-        const int dist = edit_distance(low, d->names[i]);
+    for (int i = 0; i < d->n_names; i++) { /* the field's word for device "gpu" is "cuda" (not "cpu", one letter off) */
+        const int dist = !strcmp(low, "gpu") && !strcmp(d->names[i], "cuda") ? 0 : edit_distance(low, d->names[i]);
         if (dist < bestd) bestd = dist, best = d->names[i];
     }
     return best && (bestd == 0 || (bestd <= 2 && 2 * bestd <= (int)n)) ? best : NULL;
@@ -326,8 +315,7 @@ const char *config_key_suggest(const char *unknown) {
         int dist = edit_distance(unknown, k);
         if (dist < bestd) { bestd = dist; best = k; }
     }
-    int len = (int)strlen(unknown);
-    if (best && bestd <= 3 && 2 * bestd <= len) return best;
+    if (best && bestd <= 3 && 2 * bestd <= (int)strlen(unknown)) return best;
     for (int i = 0; i < NNAMES(aliases); i++)
         if (!strcmp(aliases[i].alias, last)) return aliases[i].key;
     return NULL;

@@ -64,7 +64,6 @@ void config_put(char *buf, size_t n, size_t *len, const char *fmt, ...) {
 /* The value of key d in e as libconfig text ("0.1", "\"dsgd\"", "[100, 200]", "true"). */
 static void value_text(const key_def *d, const experiment *e, char *buf, size_t n) {
     size_t len = 0;
-    if (n) buf[0] = 0;
     switch (d->type) {
     case KT_INT:
     case KT_INT64: config_fmt_int(buf, n, config_get_int(d, e)); break;
@@ -92,7 +91,6 @@ static void value_text(const key_def *d, const experiment *e, char *buf, size_t 
 /* What is expected of key d, for messages: "an integer >= 1", "a number in [0, 1)". */
 void config_expect_text(const key_def *d, const experiment *e, char *buf, size_t n) {
     size_t len = 0;
-    if (n) buf[0] = 0;
     switch (d->type) {
     case KT_INT:
     case KT_INT64:
@@ -144,7 +142,6 @@ void config_expect_text(const key_def *d, const experiment *e, char *buf, size_t
 int config_to_text(const experiment *e, char *buf, size_t n) {
     size_t len = 0;
     char v[4 * CFG_PATH_MAX + 8], src[CFG_PATH_MAX];
-    if (n) buf[0] = 0;
     /* the source path in a comment: no newlines or control characters that would end it */
     snprintf(src, sizeof src, "%s", e->source);
     for (char *c = src; *c; c++) if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
@@ -214,7 +211,6 @@ static const char *type_name(const key_def *d) {
 static void range_text(const key_def *d, char *buf, size_t n) {
     size_t len = 0;
     char want[512];
-    if (n) buf[0] = 0;
     switch (d->type) {
     case KT_INT:
     case KT_INT64:

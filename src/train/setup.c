@@ -200,17 +200,15 @@ static int earlier_run_live(const char *path, char *dir, size_t n) {
 }
 
 /* The output must be creatable and must not hold an earlier run (never overwritten unless
- * `overwrite`): not a directory, and its nearest existing ancestor a writable directory (the
- * run file creates the missing ones). Returns 0 or EXIT_BADINPUT with err filled. */
-static int check_output(const experiment *e, char *err, size_t errlen) {
+ * `overwrite`): not a directory, not the checkpoint directory ckdir, and its nearest existing
+ * ancestor a writable directory (the run file creates the missing ones). Returns 0 or EXIT_BADINPUT. */
+static int check_output(const experiment *e, const char *ckdir, char *err, size_t errlen) {
     struct stat sb, sc;
     const int out_exists = stat(e->output, &sb) == 0;
     const size_t len = strlen(e->output);
     if (len && e->output[len - 1] == '/')
         return seterr(err, errlen, "%s: key 'output': %s ends in '/'; expected the path of an HDF5 file (e.g. %srun.h5)", config_where("output"),
                       e->output, e->output);
-    char ckdir[CFG_PATH_MAX];
-    ckpt_dir_of(e, ckdir, sizeof ckdir);
     if (!strcmp(ckdir, e->output) || (out_exists && stat(ckdir, &sc) == 0 && sb.st_dev == sc.st_dev && sb.st_ino == sc.st_ino))
         return seterr(err, errlen, "%s: key 'checkpoint.path': %s is the output file's path (key 'output'); choose another checkpoint.path",
                       config_where("checkpoint.path"), ckdir);
@@ -313,10 +311,10 @@ static int ckpt_experiment(const char *dir, long label, int log_rank, char *save
     return rc ? -1 : 0;
 }
 
-/* Rank 0: whether this run continues an earlier one (checkpoint.h). Returns 0 or EXIT_BADINPUT. */
+/* Rank 0: whether this run continues an earlier one (checkpoint.h), into *pl (label -1, else zero, on entry). Returns 0 or
+ * EXIT_BADINPUT. */
 static int plan_resume(const experiment *e, int cli_resume, const char *dir, int log_rank, resume_plan *pl, char *err,
                        size_t errlen) {
-    *pl = (resume_plan){.label = -1};
     const int wants = cli_resume || e->resume == RESUME_AUTO;
     const char *how = cli_resume ? "--resume" : "resume = \"auto\"";
     char m[ERRLEN];
@@ -328,10 +326,10 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
     const int out_exists = stat(e->output, &sb) == 0 && S_ISREG(sb.st_mode);
     static char saved[CFG_TEXT_MAX], now[CFG_TEXT_MAX];
     config_to_text(e, now, sizeof now);
+    char status[512] = "";
+    const int status_bad = out_exists && ckpt_run_attr(e->output, "status", status, sizeof status, m, sizeof m) != 0;
     if (wants && out_exists) {
-        char status[512];
-        if (ckpt_run_attr(e->output, "status", status, sizeof status, m, sizeof m) != 0 ||
-            ckpt_run_attr(e->output, "config", saved, sizeof saved, m, sizeof m) != 0)
+        if (status_bad || ckpt_run_attr(e->output, "config", saved, sizeof saved, m, sizeof m) != 0)
             return seterr(err, errlen, "%s: key 'output': %s", config_where("output"), m);
         if (strcmp(status, "completed") == 0) {
             if (ckpt_compare_config(saved, now, m, sizeof m))
@@ -362,9 +360,7 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
         pl->move_aside = 1;
         return 0;
     }
-    char status[64] = "";
-    if (have && !e->overwrite && out_exists && ckpt_run_attr(e->output, "status", status, sizeof status, m, sizeof m) == 0 &&
-        !strcmp(status, "completed")) /* the run these checkpoints belong to finished: nothing to continue */
+    if (have && !e->overwrite && !status_bad && !strcmp(status, "completed")) /* the run these checkpoints belong to finished */
         return seterr(err, errlen, "%s: key 'output': %s holds a completed run (its checkpoints are in %s); use --set overwrite=true "
                       "to replace it (its checkpoints are then removed) or choose another output", config_where("output"), e->output, dir);
     int other = 0; /* the checkpoint is the run of another output: never this run's to continue or remove */
@@ -418,7 +414,7 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
     if (r0) {
         st = check_not_input(e, config_path, t->ckpt_dir, err, sizeof err);
         if (!st) st = plan_resume(e, cli_resume, t->ckpt_dir, t->log_rank, plan, err, sizeof err);
-        if (!st && plan->label < 0 && !plan->finished && !plan->move_aside) st = check_output(e, err, sizeof err);
+        if (!st && plan->label < 0 && !plan->finished && !plan->move_aside) st = check_output(e, t->ckpt_dir, err, sizeof err);
     }
     if (r0 && !plan->run_id) plan->run_id = ckpt_new_run_id();
     setup_agree(st, err);
@@ -431,12 +427,8 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
     }
     /* The checkpoint directory: created, writable and this run's alone (locked), checked now
      * rather than when the first checkpoint (or SIGTERM) comes. */
-    if (r0 && !r->check_only) {
-        char m[ERRLEN];
-        if (ckpt_claim(t->ckpt_dir, m, sizeof m) < 0)
-            st = seterr(err, sizeof err, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
-    }
-    setup_agree(st, err);
+    char m[ERRLEN] = "";
+    agree_key(r0 && !r->check_only && ckpt_claim(t->ckpt_dir, m, sizeof m) < 0 ? EXIT_BADINPUT : 0, "checkpoint.path", m);
     /* Every rank's part of the checkpoint must be there and be this checkpoint's, before the run
      * file is touched: a refused resume changes nothing. */
     if (plan->label >= 0 && !r->check_only) {
@@ -641,7 +633,7 @@ static int data_provenance(run_setup *r, runlog_attr *attrs, runlog_array_spec *
 }
 
 /* Rename the run file at path to a free name "<stem>.restart<k>.h5" beside it (k = 1, 2, ...),
- * written into aside. Returns 0 or -1 with err filled. */
+ * written into aside. Returns 0 or EXIT_BADINPUT with err filled. */
 static int move_aside(const char *path, char *aside, size_t n, char *err, size_t errlen) {
     size_t len = strlen(path);
     const int h5 = len > 3 && strcmp(path + len - 3, ".h5") == 0;
@@ -649,18 +641,14 @@ static int move_aside(const char *path, char *aside, size_t n, char *err, size_t
         snprintf(aside, n, "%.*s.restart%d.h5", (int)(h5 ? len - 3 : len), path, k);
         struct stat sb;
         if (lstat(aside, &sb) == 0) continue;
-        if (link(path, aside) == 0) {
-            if (unlink(path) == 0) return 0;
-            seterr(err, errlen, "key 'output': %s: kept as %s but cannot remove it: %s", path, aside, strerror(errno));
-            return -1;
-        }
+        if (link(path, aside) == 0)
+            return unlink(path) == 0 ? 0 : seterr(err, errlen, "key 'output': %s: kept as %s but cannot remove it: %s", path, aside,
+                                                  strerror(errno));
         if (errno == EEXIST) continue;
         if (rename(path, aside) == 0) return 0; /* file systems without hard links */
-        seterr(err, errlen, "key 'output': %s: cannot keep it as %s: %s", path, aside, strerror(errno));
-        return -1;
+        return seterr(err, errlen, "key 'output': %s: cannot keep it as %s: %s", path, aside, strerror(errno));
     }
-    seterr(err, errlen, "key 'output': %s: no free name to keep it under", path);
-    return -1;
+    return seterr(err, errlen, "key 'output': %s: no free name to keep it under", path);
 }
 
 /* The run file of meta: continued after the checkpoint's rows (a resume), or created (after
@@ -669,7 +657,6 @@ static int move_aside(const char *path, char *aside, size_t n, char *err, size_t
 static int open_runlog(run_setup *r, const runlog_meta *meta, char *err, size_t errlen) {
     const experiment *e = &r->e;
     trainer *t = &r->t;
-    int st = 0;
     if (t->resume_label >= 0) { /* continue the run file after the checkpoint's rows */
         ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, errlen);
         int64_t rows[4] = {0};
@@ -684,8 +671,8 @@ static int open_runlog(run_setup *r, const runlog_meta *meta, char *err, size_t 
         ckpt_free(f);
     } else {
         char aside[CFG_PATH_MAX + 64] = "";
-        if (r->plan.move_aside && move_aside(e->output, aside, sizeof aside, err, errlen) != 0) st = EXIT_BADINPUT;
-        else if (aside[0])
+        const int st = r->plan.move_aside ? move_aside(e->output, aside, sizeof aside, err, errlen) : 0;
+        if (!st && aside[0])
             printf("dsgd-run: %s had no checkpoint to continue from (cut off before its first one): kept as %s; starting afresh\n",
                    e->output, aside);
         if (!st) t->log = runlog_create(e->output, e->overwrite, meta, err, errlen);

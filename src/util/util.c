@@ -88,15 +88,12 @@ static uint64_t splitmix64(uint64_t *x) {
 }
 
 uint64_t seed_mix(uint64_t a, uint64_t b) {
-    uint64_t x = a;
-    uint64_t h = splitmix64(&x);
-    x = h ^ b;
+    uint64_t x = splitmix64(&a) ^ b;
     return splitmix64(&x);
 }
 
 void rng_seed(rng_t *r, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&seed);
 }
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
