@@ -70,7 +70,7 @@ static void print_usage(FILE *f) {
             "\n"
             "exit status: 0 done, 1 stopped during training (non-finite loss, I/O, a rank waiting\n"
             "longer than comm_timeout_s, too few workers left), 2 bad input, 3 interrupted by\n"
-            "SIGTERM or SIGINT after writing a checkpoint (SIGUSR1: checkpoint and go on).\n"
+            "SIGTERM, SIGINT or SIGHUP after writing a checkpoint (SIGUSR1: checkpoint and go on).\n"
             "docs: docs/config.md (keys), docs/output.md (run file), docs/methods.md (methods)\n");
 }
 
@@ -287,7 +287,7 @@ int main(int argc, char **argv) {
     /* A file-size limit (ulimit -f) makes a too-large write fail with EFBIG, reported like any
      * other write error (exit 1 and a status in the run file), instead of killing the rank. */
     signal(SIGXFSZ, SIG_IGN);
-    /* SIGTERM, SIGINT, SIGUSR1 from the first instant (MPI_Init takes ~0.2 s): a checkpoint at
+    /* SIGTERM, SIGINT, SIGHUP, SIGUSR1 from the first instant (MPI_Init takes ~0.2 s): a checkpoint at
      * the next agreement point, or a clean stop before training (--pack handles its own). */
     const int pack = pack_requested(argc, argv);
     if (!pack) ckpt_install_signals();

@@ -176,6 +176,19 @@ START_TEST(test_usr1_continues) {
 }
 END_TEST
 
+/* SIGHUP (the terminal closed) stops with a checkpoint as SIGTERM does: exit 3, the status names it. */
+START_TEST(test_sighup) {
+    char cfg[512], h5[512], out[1 << 15], status[256];
+    write_cfg("hup", "p = 2;\n", cfg, h5);
+    int st = run_env("DSGD_TEST_SIGNAL=HUP@50", 2, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 3, "exit %d, expected 3\n%s", st, out);
+    read_attr_string(h5, "status", status, sizeof status);
+    ck_assert_msg(!strncmp(status, "interrupted: SIGHUP after step 50", 33), "status '%s'", status);
+    st = run_env("", 2, cfg, "--resume", out, sizeof out);
+    ck_assert_msg(st == 0, "--resume: exit %d\n%s", st, out);
+}
+END_TEST
+
 /* A run SIGKILLed some time after a periodic checkpoint: resume = "auto" continues from the
  * checkpoint, the rows the killed run logged after it are dropped (no duplicates, no gaps), and
  * the curve equals the straight run's. The delay (slept, pure: same values) makes the run long
@@ -562,6 +575,7 @@ int main(void) {
     tcase_add_test(tc, test_shared_checkpoint_dir);
     tcase_add_test(tc, test_allreduce_bitwise);
     tcase_add_test(tc, test_usr1_continues);
+    tcase_add_test(tc, test_sighup);
     tcase_add_test(tc, test_allreduce_signal_in_eval);
     tcase_add_test(tc, test_gossip_sync_bitwise);
     tcase_add_test(tc, test_easgd_sync_bitwise);

@@ -37,15 +37,15 @@
 #define CKPT_SECOND_SIGNAL_S 3
 
 /* What the signals received so far ask for (the strongest). */
-enum { CKPT_SIG_NONE = 0, CKPT_SIG_SAVE = 1 /* SIGUSR1 */, CKPT_SIG_STOP = 2 /* SIGTERM, SIGINT */ };
+enum { CKPT_SIG_NONE = 0, CKPT_SIG_SAVE = 1 /* SIGUSR1 */, CKPT_SIG_STOP = 2 /* SIGTERM, SIGINT, SIGHUP */ };
 
-/* Exit status of a run stopped by SIGTERM / SIGINT after writing its checkpoint (util.h has
+/* Exit status of a run stopped by SIGTERM / SIGINT / SIGHUP after writing its checkpoint (util.h has
  * 0, 1, 2). */
 enum { EXIT_INTERRUPTED = 3 };
 
-/* Install the handlers of SIGTERM, SIGINT and SIGUSR1 for this process. Test hook: environment
- * DSGD_TEST_SIGNAL="<TERM|INT|USR1>@<step>[@<world rank>[@eval]]" makes ckpt_poll_test raise that signal in
- * that rank (default 0) once the loop has completed <step> steps (tests only; docs/checkpoint.md). */
+/* Install the handlers of SIGTERM, SIGINT, SIGHUP and SIGUSR1 for this process. Test hook:
+ * environment DSGD_TEST_SIGNAL="<TERM|INT|HUP|USR1>@<step>[@<world rank>[@eval]]" makes
+ * ckpt_poll_test raise that signal in that rank (default 0) once the loop has completed <step> steps (tests only; docs/checkpoint.md). */
 void ckpt_install_signals(void);
 
 /* CKPT_SIG_* requested by the signals received since the last ckpt_signal_clear. Async-signal

@@ -1,5 +1,5 @@
-/* checkpoint_signal.c — the signal flags of checkpoint.h: the handlers of SIGTERM, SIGINT and
- * SIGUSR1, what the signals received so far ask for, and the DSGD_TEST_SIGNAL test hook. The
+/* checkpoint_signal.c — the signal flags of checkpoint.h: the handlers of SIGTERM, SIGINT,
+ * SIGHUP and SIGUSR1, what the signals received so far ask for, and the DSGD_TEST_SIGNAL test hook. The
  * checkpoint directory is checkpoint.c's, the rank files checkpoint_file.c's. */
 #define _GNU_SOURCE
 #include "train/checkpoint.h"
@@ -42,6 +42,9 @@ void ckpt_install_signals(void) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    /* SIGHUP (the terminal closed) stops as SIGTERM does, under nohup too: UCX (MPICH's ch4:ucx)
+     * replaces an ignored SIGHUP with its own handler before main, so nohup cannot be seen here. */
+    sigaction(SIGHUP, &sa, NULL);
     const char *t = getenv("DSGD_TEST_SIGNAL");
     if (t && *t) {
         char name[16] = "", where[8] = "";
@@ -49,10 +52,11 @@ void ckpt_install_signals(void) {
         int rank = 0;
         int n = sscanf(t, "%15[A-Z0-9]@%ld@%d@%7s", name, &step, &rank, where);
         if (n >= 2 && step >= 0 && (n < 4 || !strcmp(where, "eval"))) {
-            g_test_sig = !strcmp(name, "USR1") ? SIGUSR1 : !strcmp(name, "INT") ? SIGINT : !strcmp(name, "TERM") ? SIGTERM : 0;
+            g_test_sig = !strcmp(name, "USR1") ? SIGUSR1 : !strcmp(name, "INT") ? SIGINT : !strcmp(name, "TERM") ? SIGTERM
+                         : !strcmp(name, "HUP") ? SIGHUP : 0;
             g_test_step = step, g_test_rank = n >= 3 ? rank : 0, g_test_eval = n == 4;
         }
-        if (!g_test_sig) DIE("DSGD_TEST_SIGNAL='%s': expected TERM|INT|USR1@<step>[@<rank>[@eval]]", t);
+        if (!g_test_sig) DIE("DSGD_TEST_SIGNAL='%s': expected TERM|INT|HUP|USR1@<step>[@<rank>[@eval]]", t);
     }
 }
 
@@ -69,6 +73,7 @@ const char *ckpt_signal_name(void) {
     switch (g_signo) {
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
     case SIGUSR1: return "SIGUSR1";
     default: return "";
     }
