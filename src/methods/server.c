@@ -135,7 +135,7 @@ static void server_setup(trainer *t, server_ctx *c) {
             c->r_snap[k] = comm_set_add(sv->set, COMM_RECV, c->snap + lo, len * sizeof(float), p + k, TAG_SNAP);
         }
         c->last = xcalloc((size_t)p, sizeof(msg_hdr)), c->prev = xcalloc((size_t)p, sizeof(msg_hdr));
-        c->rows = xmalloc((size_t)4 * p * sizeof(double));
+        c->rows = xmalloc((size_t)5 * p * sizeof(double));
         c->ev.t = t;
         c->ev.threads = omp_get_max_threads();
         c->next_log = e->log_every;
@@ -214,11 +214,11 @@ static void maybe_log(server_ctx *c, int force) {
         c->rows[p + i] = ns > 0 ? (a->compute_s - b->compute_s) / ns : NAN;
         c->rows[2 * p + i] = ns > 0 ? (a->comm_s - b->comm_s) / ns : NAN;
         c->rows[3 * p + i] = ns > 0 ? (a->wait_s - b->wait_s) / ns : NAN;
+        c->rows[4 * p + i] = NAN; /* the workers' headers carry no data time */
         c->prev[i] = *a;
     }
     long at = it < e->iterations ? it : e->iterations - 1;
-    if (train_log_train(t, it, wall_time() - c->t_start, c->loss_sum / (double)c->n_loss, alpha_at(e, at), c->rows, c->rows + p,
-                        c->rows + 2 * p, c->rows + 3 * p, NULL) != 0)
+    if (train_log_train(t, it, wall_time() - c->t_start, c->loss_sum / (double)c->n_loss, alpha_at(e, at), c->rows) != 0)
         c->status = EXIT_RUNTIME;
     c->loss_sum = 0.0, c->n_loss = 0;
 }

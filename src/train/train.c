@@ -175,13 +175,13 @@ static int write_failed(const trainer *t) {
     return EXIT_RUNTIME;
 }
 
-int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *step_time,
-                    const double *compute, const double *comm, const double *wait, const double *data) {
+int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *rows) {
     const experiment *e = t->e;
     const long total = e->iterations, m = (long)e->p * e->b;
+    const int p = t->p;
     int status = 0;
     if (runlog_train(t->log, step, time_s, loss, alpha) != 0 ||
-        (step_time && runlog_ranks(t->log, step, step_time, compute, comm, wait, data) != 0))
+        (rows && runlog_ranks(t->log, step, rows, rows + p, rows + 2 * p, rows + 3 * p, rows + 4 * p) != 0))
         status = write_failed(t);
     double ips = (double)((step - t->last_log_step) * m) / (time_s - t->last_log_s);
     char eta[32];
@@ -357,13 +357,6 @@ void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *
             for (int k = 0; k < 5; k++) out[k * t->p + r] = buf[r * 5 + k];
 }
 
-/* Log rank: the /train row (and, lock-step, the /ranks row in rows: 5 arrays of p, or NULL). */
-static int log_train(trainer *t, long done, double time_s, double loss, double alpha, const double *rows) {
-    const int p = t->p;
-    if (!rows) return train_log_train(t, done, time_s, loss, alpha, NULL, NULL, NULL, NULL, NULL);
-    return train_log_train(t, done, time_s, loss, alpha, rows, rows + p, rows + 2 * p, rows + 3 * p, rows + 4 * p);
-}
-
 int train_run(trainer *t) {
     const method_ops *M = t->method;
     if (t->worker < 0) return M->serve(t);
@@ -413,7 +406,7 @@ int train_run(trainer *t) {
         if (cadence_log_due(e, s + 1)) {
             const double now = ls.train_s + (wall_time() - seg);
             if (!M->meets) train_gather_rank_times(t, &ls.prev, s + 1 - ls.last_row, gbuf, rows), ls.last_row = s + 1;
-            if (t->log && ls.loss_n && log_train(t, s + 1, now, ls.loss_acc / (double)ls.loss_n, alpha, M->meets ? NULL : rows) != 0)
+            if (t->log && ls.loss_n && train_log_train(t, s + 1, now, ls.loss_acc / (double)ls.loss_n, alpha, M->meets ? NULL : rows) != 0)
                 local = EXIT_RUNTIME;
             if (ls.loss_n) ls.loss_acc = 0.0, ls.loss_n = 0;
             if (!M->meets && (status = comm_agree(local)) != EXIT_OK) break; /* lock-step: a write error stops every rank now */
