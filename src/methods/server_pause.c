@@ -47,7 +47,7 @@ static int server_state(server_ctx *c, ckpt_file *f) {
     int64_t cnt[4] = {sv->version, sv->steps_total, sv->live, sv->diverged};
     int64_t *v = xmalloc((size_t)p * 4 * sizeof(int64_t)); /* last_steps, left, seen_bn, failed */
     for (int i = 0; i < p; i++) v[i] = sv->last_steps[i], v[p + i] = sv->left[i], v[2 * p + i] = sv->seen_bn[i], v[3 * p + i] = sv->failed[i];
-    int rc = (save ? train_ckpt_put_common(t, f, ls0) : train_ckpt_get_common(t, f, ls0)) || ckpt_io_i64(f, "counters", cnt, 4) ||
+    int rc = train_ckpt_common(t, f, ls0) || ckpt_io_i64(f, "counters", cnt, 4) ||
              ckpt_io_f32(f, "center", sv->center, sv->n) || ckpt_io_f32(f, "velocity", sv->vel, sv->n) ||
              ckpt_io_i64(f, "last_steps", v, (size_t)p) || ckpt_io_i64(f, "left", v + p, (size_t)p);
     if (!rc && sv->k == 0) {

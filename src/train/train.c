@@ -239,7 +239,7 @@ void train_log_summary(trainer *t, int status, int why, double train_s) {
 /* Both ways, in one order (ckpt_writing); what only a writer puts (threads, ISA, the data's
  * fingerprints, the experiment, the run file's rows) the resume's checks read (setup.c,
  * checkpoint_file.c). */
-static int ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
+int train_ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
     const int save = ckpt_writing(f);
     int64_t step = t->step, threads = omp_get_max_threads();
     int rc = ckpt_io_i64(f, "step", &step, 1) | ckpt_io_f64(f, "times", (double *)&t->times, 7);
@@ -285,9 +285,6 @@ static int ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
     return rc;
 }
 
-int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls) { return ckpt_common(t, f, (loop_state *)ls); }
-int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls) { return ckpt_common(t, f, ls); }
-
 int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     char err[ERRLEN] = "";
     const double t0 = wall_time();
@@ -299,7 +296,7 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     }
     ckpt_file *f = ckpt_create(t->ckpt_dir, label, t->rank, err, sizeof err);
     if (f) {
-        if (train_ckpt_put_common(t, f, ls) || (t->method->save && t->method->save(t, f)) || ckpt_close(f))
+        if (train_ckpt_common(t, f, (loop_state *)ls) || (t->method->save && t->method->save(t, f)) || ckpt_close(f))
             snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "run file flush failed");
         ckpt_free(f);
     }
@@ -324,7 +321,7 @@ int train_resume(trainer *t, loop_state *ls) {
     char err[ERRLEN] = "";
     ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
     if (f) {
-        if (train_ckpt_get_common(t, f, ls) || (t->method->load && t->method->load(t, f)))
+        if (train_ckpt_common(t, f, ls) || (t->method->load && t->method->load(t, f)))
             snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "the checkpoint's state is inconsistent with the experiment");
         ckpt_free(f);
     }

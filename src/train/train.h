@@ -163,10 +163,9 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls);
  * on every rank (printed) when any rank could not read its part. Collective over the world. */
 int train_resume(trainer *t, loop_state *ls);
 
-/* The common part of a rank's file (above; ls: log rank only): put into a file of ckpt_create, get
- * from one of ckpt_open, in one order; 0 or -1. Used by the server methods too. */
-int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls);
-int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls);
+/* The common part of a rank's file (above; ls: log rank only): put into a file of ckpt_create, or
+ * got from one of ckpt_open (ckpt_writing), in one order; 0 or -1. Used by the server methods too. */
+int train_ckpt_common(trainer *t, ckpt_file *f, loop_state *ls);
 
 /* Collective over the workers: evaluate the model each rank holds (train_evaluate) after `step`
  * steps and `train_s` seconds of training; the log rank prints and appends the /eval row. Returns
