@@ -48,6 +48,17 @@ void srv_reply_center(srv *sv, int i, int stop) {
 
 int srv_stop(const srv *sv) { return sv->diverged ? STOP_DIVERGED : sv->pausing ? STOP_CKPT : STOP_NO; }
 
+/* Post worker i's receives again after a message of `kind`: after an exchange the header, payload
+ * and BN statistics; after a pause the header (the others are still posted); after it left none.
+ * Their tags differ, so the order of the starts cannot matter. */
+static void srv_repost(srv *sv, int i, int kind) {
+    if (kind != MSG_EXCHANGE && kind != MSG_PAUSE) return;
+    comm_set_start(sv->set, sv->r_hdr[i]);
+    if (kind == MSG_PAUSE) return;
+    comm_set_start(sv->set, sv->r_data[i]);
+    if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
+}
+
 static void *eval_main(void *arg) {
     evaluator *ev = arg;
     omp_set_num_threads(ev->threads);
@@ -117,9 +128,7 @@ static void server_setup(trainer *t, server_ctx *c) {
         }
         sv->s_hdr[i] = comm_set_add(sv->set, COMM_SEND, &sv->out[i], sizeof(msg_hdr), i, TAG_RHDR);
         sv->s_data[i] = comm_set_add(sv->set, COMM_SEND, sv->rep[i], n * sizeof(float), i, TAG_RDATA);
-        comm_set_start(sv->set, sv->r_hdr[i]);
-        comm_set_start(sv->set, sv->r_data[i]);
-        if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
+        srv_repost(sv, i, MSG_EXCHANGE);
     }
     if (sv->k == 0) {
         sv->hist_bins = HIST_BINS_PER_WORKER * p;
@@ -350,15 +359,9 @@ static void server_handle(server_ctx *c, int i) {
     const msg_hdr *h = &hc;       /* header may arrive into it before this function ends */
     const int kind = h->kind;
     if (sv->lost[i]) { /* given up on, and back (SIGCONT): its exchange is not applied; it is told to stop */
-        if (kind == MSG_EXCHANGE) {
-            srv_reply_center(sv, i, STOP_DONE);
-            comm_set_start(sv->set, sv->r_data[i]);
-            if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
-            comm_set_start(sv->set, sv->r_hdr[i]);
-        } else if (kind != MSG_PAUSE && sv->k == 0)
-            c->bye[i] = 1; /* it left: keep its wait for the end of the run alive */
-        else if (kind == MSG_PAUSE)
-            comm_set_start(sv->set, sv->r_hdr[i]);
+        if (kind == MSG_EXCHANGE) srv_reply_center(sv, i, STOP_DONE);
+        else if (kind != MSG_PAUSE && sv->k == 0) c->bye[i] = 1; /* it left: keep its wait for the end of the run alive */
+        srv_repost(sv, i, kind);
         return;
     }
     long new_steps = h->steps - sv->last_steps[i];
@@ -367,7 +370,6 @@ static void server_handle(server_ctx *c, int i) {
     if (kind == MSG_PAUSE) {
         srv_pause(sv, CKPT_SIG_SAVE);
         if (!sv->paused[i]) sv->paused[i] = 1, sv->n_paused++;
-        comm_set_start(sv->set, sv->r_hdr[i]); /* data and BN receives are still posted */
     } else if (kind != MSG_EXCHANGE) {
         sv->live--;
         sv->left[i] = 1;
@@ -381,11 +383,8 @@ static void server_handle(server_ctx *c, int i) {
             sv->seen_bn[i] = 1;
         }
         sv->rules->request(sv, i);
-        /* repost for the next exchange of i */
-        comm_set_start(sv->set, sv->r_hdr[i]);
-        comm_set_start(sv->set, sv->r_data[i]);
-        if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
     }
+    srv_repost(sv, i, kind); /* for i's next message */
     if (sv->k == 0) {
         /* backup: a gradient voided at once is computed again after the checkpoint: its loss too */
         const int redone = kind == MSG_EXCHANGE && sv->rules->until_stop && !sv->held[i] && sv->out[i].stop == STOP_CKPT_VOID;
