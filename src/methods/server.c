@@ -40,7 +40,7 @@ void srv_reply_center(srv *sv, int i, int stop) {
     comm_set_wait_or_abort(sv->set, sv->s_hdr[i], "a worker (reply)");
     comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
     memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
-    sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop, .sig = sv->want};
+    sv->out[i] = (msg_hdr){.version = sv->version, .stop = stop, .sig = sv->want};
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
     sv->held[i] = 0;
@@ -199,7 +199,7 @@ static void keepalive(server_ctx *c, int bye) {
         if (comm_set_active(sv->set, sv->s_hdr[i]) && !comm_set_test(sv->set, sv->s_hdr[i]) &&
             (!bye || comm_set_wait(sv->set, sv->s_hdr[i], 1.0) != 0))
             continue;
-        sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = bye ? STOP_DONE : STOP_NO};
+        sv->out[i] = (msg_hdr){.version = sv->version, .stop = bye ? STOP_DONE : STOP_NO};
         comm_set_start(sv->set, sv->s_hdr[i]);
         if (bye) comm_set_wait(sv->set, sv->s_hdr[i], 1.0), c->bye[i] = 0;
     }

@@ -84,7 +84,7 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
     for (int k = 0; k < w->S; k++) {
         msg_hdr *h = &w->shdr[k];
         const int sig = ckpt_signal_pending();
-        *h = (msg_hdr){.kind = kind, .worker = t->worker, .version = w->rhdr[k].version, .steps = steps,
+        *h = (msg_hdr){.kind = kind, .version = w->rhdr[k].version, .steps = steps,
                        .sig = sig > w->relay ? sig : w->relay};
         if (k == 0) {
             h->n_loss = w->n_loss, h->loss_sum = w->loss_sum;
