@@ -67,7 +67,7 @@ typedef struct {
     int b_req, b_push, b_quit, *b_rephdr, *b_rep, last_rep, *bg_done;
     /* main thread requests */
     comm_set *set;
-    int32_t ask, ans, quit_out;
+    int32_t ask, ans, quit_out; /* ask: a pull request, its content unused (the receiver takes the source) */
     int *m_ask, *m_ans, *m_get, *m_send, *m_recv, m_quit, last_push;
     /* records */
     long long *peers;         /* (p) this node's choices; (p·p) on rank 0 at the end */
@@ -315,7 +315,6 @@ static double gossip_step(trainer *t, long s, double alpha) {
 
     /* 1. start the exchange */
     if (j >= 0 && !G.sync && !G.push) {
-        G.ask = me;
         comm_set_start(G.set, G.m_ans[j]);
         comm_set_start(G.set, G.m_get[j]);
         comm_set_start(G.set, G.m_ask[j]);
