@@ -40,11 +40,13 @@ static void data_failed(trainer *t) {
     comm_abort(EXIT_RUNTIME);
 }
 
-/* Loss sum, top-1 and top-5 hits of net on validation samples [begin, end). */
-static void eval_range(trainer *t, model *net, int begin, int end, double sums[3]) {
+/* net on validation samples [begin, end): its mean loss and errors, over every worker's slice
+ * when reduce = 1 (collective over the workers). */
+static eval_result eval_range(trainer *t, model *net, int begin, int end, int reduce) {
     const dataset *v = t->val;
     const int eb = t->eval_batch;
     const size_t sample = (size_t)v->c * v->h * v->w;
+    double loss = 0;
     long top1 = 0, top5 = 0;
     model_eval_begin(net); /* GPU in host sync mode: the host parameters and BN to the device */
     for (int i = begin; i < end; i += eb) {
@@ -52,36 +54,21 @@ static void eval_range(trainer *t, model *net, int begin, int end, double sums[3
         if (loader_eval(&t->train_loader, v, i, cnt, t->eval_x, t->eval_y)) data_failed(t);
         /* Padding samples are never counted; zero them so they are harmless finite inputs. */
         if (cnt < eb) memset(t->eval_x + (size_t)cnt * sample, 0, (size_t)(eb - cnt) * sample * sizeof(float));
-        model_eval(net, t->eval_x, t->eval_y, cnt, &sums[0], &top1, &top5);
+        model_eval(net, t->eval_x, t->eval_y, cnt, &loss, &top1, &top5);
         if (i == begin) ckpt_poll_test_eval(t->step, t->rank); /* tests: a signal during evaluation */
     }
-    sums[1] = (double)top1;
-    sums[2] = (double)top5;
-}
-
-static eval_result eval_from_sums(const double s[4]) {
-    return (eval_result){
-        .loss = s[0] / s[3],
-        .top1_error = 1.0 - s[1] / s[3],
-        .top5_error = 1.0 - s[2] / s[3],
-        .count = (long)s[3],
-    };
+    double s[4] = {loss, (double)top1, (double)top5, (double)(end - begin)}; /* sums: loss, top-1 and top-5 hits, count */
+    if (reduce) comm_workers_sum_f64(s, 4);
+    return (eval_result){.loss = s[0] / s[3], .top1_error = 1.0 - s[1] / s[3], .top5_error = 1.0 - s[2] / s[3], .count = (long)s[3]};
 }
 
 eval_result train_evaluate(trainer *t) {
     int begin, end;
     eval_slice(t->val->n, t->p, t->worker, &begin, &end);
-    double sums[4] = {0, 0, 0, (double)(end - begin)}; /* loss, top1 correct, top5 correct, count */
-    eval_range(t, t->net, begin, end, sums);
-    comm_workers_sum_f64(sums, 4);
-    return eval_from_sums(sums);
+    return eval_range(t, t->net, begin, end, 1);
 }
 
-eval_result train_evaluate_all(trainer *t, model *net) {
-    double sums[4] = {0, 0, 0, (double)t->val->n};
-    eval_range(t, net, 0, t->val->n, sums);
-    return eval_from_sums(sums);
-}
+eval_result train_evaluate_all(trainer *t, model *net) { return eval_range(t, net, 0, t->val->n, 0); }
 
 double train_compute(trainer *t, long data_step, long step) {
     double t0 = wall_time();
