@@ -101,7 +101,6 @@ static int peer_of(const experiment *e, int i, long s) {
 }
 
 static void *gossip_thread(void *arg) {
-    (void)arg;
     comm_set *s = G.bg;
     int *done = G.bg_done;
     for (;;) {
