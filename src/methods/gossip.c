@@ -292,10 +292,6 @@ static void sig_reset(void) {
 /* θ ← (θ + Σ received)/(1 + k) for k received vectors summed in sum. */
 static void mix(float *th, const float *sum, int k, size_t n) {
     if (k == 0) return;
-    if (k == 1) {
-        for (size_t j = 0; j < n; j++) th[j] = 0.5f * (th[j] + sum[j]);
-        return;
-    }
     const float inv = 1.0f / (float)(1 + k);
     for (size_t j = 0; j < n; j++) th[j] = (th[j] + sum[j]) * inv;
 }
