@@ -48,9 +48,8 @@ void srv_reply_center(srv *sv, int i, int stop) {
 
 int srv_stop(const srv *sv) { return sv->diverged ? STOP_DIVERGED : sv->pausing ? STOP_CKPT : STOP_NO; }
 
-/* Post worker i's receives again after a message of `kind`: after an exchange the header, payload
- * and BN statistics; after a pause the header (the others are still posted); after it left none.
- * Their tags differ, so the order of the starts cannot matter. */
+/* Post worker i's receives again after a message of `kind`: the header, and after an exchange its
+ * payload and BN statistics (a pause leaves them posted; after a leave none). Tags differ: any order. */
 static void srv_repost(srv *sv, int i, int kind) {
     if (kind != MSG_EXCHANGE && kind != MSG_PAUSE) return;
     comm_set_start(sv->set, sv->r_hdr[i]);
