@@ -9,13 +9,6 @@
 #include "gpucomm.h"
 #include "util/util.h"
 
-/* DSGD_OVERLAP=0 in the environment: no overlap of copies and communication with computation
- * (to compare, or to rule it out). */
-static int overlap_env(void) {
-    const char *v = getenv("DSGD_OVERLAP");
-    return !(v && strcmp(v, "0") == 0);
-}
-
 /* comm = "nccl": check that no two workers share a GPU (NCCL refuses it: cuda/gpucomm.h), load
  * NCCL, broadcast worker 0's NCCL id over MPI and build the communicator on the model's GPU. */
 static gpucomm *nccl_setup(const experiment *e, model *net, int worker, reduce_agree_fn agree) {
@@ -49,7 +42,10 @@ static gpucomm *nccl_setup(const experiment *e, model *net, int worker, reduce_a
 
 void reducer_with(reducer *r, reduce_path path, model *net, int p, int rank, struct gpucomm *nccl) {
     *r = (reducer){.path = path, .net = net, .p = p, .rank = rank, .nccl = nccl};
-    r->stage = path != REDUCE_HOST && overlap_env();
+    /* DSGD_OVERLAP=0 in the environment: no overlap of copies and communication with computation
+     * (to compare, or to rule it out). */
+    const char *v = getenv("DSGD_OVERLAP");
+    r->stage = path != REDUCE_HOST && !(v && strcmp(v, "0") == 0);
     const int nc = comm_mean_chunks(model_n_params(net));
     r->overlap = path == REDUCE_STAGED && r->stage && p > 1 && nc > 0 && nc <= COMM_MAX_CHUNKS;
 }

@@ -62,7 +62,6 @@ static void backup_request(srv *sv, int i) {
 
 /* A worker left: if fewer than N remain, no step can complete any more: release everyone. */
 static void backup_leave(srv *sv, int i) {
-    (void)i;
     if (sv->live >= backup_n(sv) || sv->version >= sv->t->e->iterations) return;
     if (!sv->starved && sv->k == 0)
         fprintf(stderr, "dsgd-run: backup: %d worker(s) left, fewer than the N = %d a step needs: stopping at step %ld of %ld\n", sv->live,

@@ -60,7 +60,6 @@ static void easgd_request(srv *sv, int i) {
 }
 
 static void easgd_leave(srv *sv, int i) {
-    (void)i;
     if (sv->t->e->synchronous && sv->count > 0 && sv->count == sv->live) easgd_round(sv);
 }
 

@@ -67,7 +67,7 @@ typedef struct {
     int b_req, b_push, b_quit, *b_rephdr, *b_rep, last_rep, *bg_done;
     /* main thread requests */
     comm_set *set;
-    int32_t ask, ans, quit_out;
+    int32_t ask, ans, quit_out; /* ask: a pull request, its content unused (the receiver takes the source) */
     int *m_ask, *m_ans, *m_get, *m_send, *m_recv, m_quit, last_push;
     /* records */
     long long *peers;         /* (p) this node's choices; (p·p) on rank 0 at the end */
@@ -101,7 +101,6 @@ static int peer_of(const experiment *e, int i, long s) {
 }
 
 static void *gossip_thread(void *arg) {
-    (void)arg;
     comm_set *s = G.bg;
     int *done = G.bg_done;
     for (;;) {
@@ -293,10 +292,6 @@ static void sig_reset(void) {
 /* θ ← (θ + Σ received)/(1 + k) for k received vectors summed in sum. */
 static void mix(float *th, const float *sum, int k, size_t n) {
     if (k == 0) return;
-    if (k == 1) {
-        for (size_t j = 0; j < n; j++) th[j] = 0.5f * (th[j] + sum[j]);
-        return;
-    }
     const float inv = 1.0f / (float)(1 + k);
     for (size_t j = 0; j < n; j++) th[j] = (th[j] + sum[j]) * inv;
 }
@@ -315,7 +310,6 @@ static double gossip_step(trainer *t, long s, double alpha) {
 
     /* 1. start the exchange */
     if (j >= 0 && !G.sync && !G.push) {
-        G.ask = me;
         comm_set_start(G.set, G.m_ans[j]);
         comm_set_start(G.set, G.m_get[j]);
         comm_set_start(G.set, G.m_ask[j]);

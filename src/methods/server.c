@@ -40,13 +40,23 @@ void srv_reply_center(srv *sv, int i, int stop) {
     comm_set_wait_or_abort(sv->set, sv->s_hdr[i], "a worker (reply)");
     comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
     memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
-    sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = stop, .sig = sv->want};
+    sv->out[i] = (msg_hdr){.version = sv->version, .stop = stop, .sig = sv->want};
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
     sv->held[i] = 0;
 }
 
 int srv_stop(const srv *sv) { return sv->diverged ? STOP_DIVERGED : sv->pausing ? STOP_CKPT : STOP_NO; }
+
+/* Post worker i's receives again after a message of `kind`: the header, and after an exchange its
+ * payload and BN statistics (a pause leaves them posted; after a leave none). Tags differ: any order. */
+static void srv_repost(srv *sv, int i, int kind) {
+    if (kind != MSG_EXCHANGE && kind != MSG_PAUSE) return;
+    comm_set_start(sv->set, sv->r_hdr[i]);
+    if (kind == MSG_PAUSE) return;
+    comm_set_start(sv->set, sv->r_data[i]);
+    if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
+}
 
 static void *eval_main(void *arg) {
     evaluator *ev = arg;
@@ -117,9 +127,7 @@ static void server_setup(trainer *t, server_ctx *c) {
         }
         sv->s_hdr[i] = comm_set_add(sv->set, COMM_SEND, &sv->out[i], sizeof(msg_hdr), i, TAG_RHDR);
         sv->s_data[i] = comm_set_add(sv->set, COMM_SEND, sv->rep[i], n * sizeof(float), i, TAG_RDATA);
-        comm_set_start(sv->set, sv->r_hdr[i]);
-        comm_set_start(sv->set, sv->r_data[i]);
-        if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
+        srv_repost(sv, i, MSG_EXCHANGE);
     }
     if (sv->k == 0) {
         sv->hist_bins = HIST_BINS_PER_WORKER * p;
@@ -135,7 +143,7 @@ static void server_setup(trainer *t, server_ctx *c) {
             c->r_snap[k] = comm_set_add(sv->set, COMM_RECV, c->snap + lo, len * sizeof(float), p + k, TAG_SNAP);
         }
         c->last = xcalloc((size_t)p, sizeof(msg_hdr)), c->prev = xcalloc((size_t)p, sizeof(msg_hdr));
-        c->rows = xmalloc((size_t)4 * p * sizeof(double));
+        c->rows = xmalloc((size_t)5 * p * sizeof(double));
         c->ev.t = t;
         c->ev.threads = omp_get_max_threads();
         c->next_log = e->log_every;
@@ -190,7 +198,7 @@ static void keepalive(server_ctx *c, int bye) {
         if (comm_set_active(sv->set, sv->s_hdr[i]) && !comm_set_test(sv->set, sv->s_hdr[i]) &&
             (!bye || comm_set_wait(sv->set, sv->s_hdr[i], 1.0) != 0))
             continue;
-        sv->out[i] = (msg_hdr){.worker = i, .version = sv->version, .stop = bye ? STOP_DONE : STOP_NO};
+        sv->out[i] = (msg_hdr){.version = sv->version, .stop = bye ? STOP_DONE : STOP_NO};
         comm_set_start(sv->set, sv->s_hdr[i]);
         if (bye) comm_set_wait(sv->set, sv->s_hdr[i], 1.0), c->bye[i] = 0;
     }
@@ -214,11 +222,11 @@ static void maybe_log(server_ctx *c, int force) {
         c->rows[p + i] = ns > 0 ? (a->compute_s - b->compute_s) / ns : NAN;
         c->rows[2 * p + i] = ns > 0 ? (a->comm_s - b->comm_s) / ns : NAN;
         c->rows[3 * p + i] = ns > 0 ? (a->wait_s - b->wait_s) / ns : NAN;
+        c->rows[4 * p + i] = NAN; /* the workers' headers carry no data time */
         c->prev[i] = *a;
     }
     long at = it < e->iterations ? it : e->iterations - 1;
-    if (train_log_train(t, it, wall_time() - c->t_start, c->loss_sum / (double)c->n_loss, alpha_at(e, at), c->rows, c->rows + p,
-                        c->rows + 2 * p, c->rows + 3 * p, NULL) != 0)
+    if (train_log_train(t, it, wall_time() - c->t_start, c->loss_sum / (double)c->n_loss, alpha_at(e, at), c->rows) != 0)
         c->status = EXIT_RUNTIME;
     c->loss_sum = 0.0, c->n_loss = 0;
 }
@@ -350,15 +358,9 @@ static void server_handle(server_ctx *c, int i) {
     const msg_hdr *h = &hc;       /* header may arrive into it before this function ends */
     const int kind = h->kind;
     if (sv->lost[i]) { /* given up on, and back (SIGCONT): its exchange is not applied; it is told to stop */
-        if (kind == MSG_EXCHANGE) {
-            srv_reply_center(sv, i, STOP_DONE);
-            comm_set_start(sv->set, sv->r_data[i]);
-            if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
-            comm_set_start(sv->set, sv->r_hdr[i]);
-        } else if (kind != MSG_PAUSE && sv->k == 0)
-            c->bye[i] = 1; /* it left: keep its wait for the end of the run alive */
-        else if (kind == MSG_PAUSE)
-            comm_set_start(sv->set, sv->r_hdr[i]);
+        if (kind == MSG_EXCHANGE) srv_reply_center(sv, i, STOP_DONE);
+        else if (kind != MSG_PAUSE && sv->k == 0) c->bye[i] = 1; /* it left: keep its wait for the end of the run alive */
+        srv_repost(sv, i, kind);
         return;
     }
     long new_steps = h->steps - sv->last_steps[i];
@@ -367,7 +369,6 @@ static void server_handle(server_ctx *c, int i) {
     if (kind == MSG_PAUSE) {
         srv_pause(sv, CKPT_SIG_SAVE);
         if (!sv->paused[i]) sv->paused[i] = 1, sv->n_paused++;
-        comm_set_start(sv->set, sv->r_hdr[i]); /* data and BN receives are still posted */
     } else if (kind != MSG_EXCHANGE) {
         sv->live--;
         sv->left[i] = 1;
@@ -381,11 +382,8 @@ static void server_handle(server_ctx *c, int i) {
             sv->seen_bn[i] = 1;
         }
         sv->rules->request(sv, i);
-        /* repost for the next exchange of i */
-        comm_set_start(sv->set, sv->r_hdr[i]);
-        comm_set_start(sv->set, sv->r_data[i]);
-        if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
     }
+    srv_repost(sv, i, kind); /* for i's next message */
     if (sv->k == 0) {
         /* backup: a gradient voided at once is computed again after the checkpoint: its loss too */
         const int redone = kind == MSG_EXCHANGE && sv->rules->until_stop && !sv->held[i] && sv->out[i].stop == STOP_CKPT_VOID;

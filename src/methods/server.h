@@ -25,15 +25,13 @@
 
 /* Header of every message between a worker and a server (either direction). */
 typedef struct {
-    int32_t kind;       /* MSG_* (worker to server) */
-    int32_t worker;
     int64_t version;    /* worker→server: version of the shard its payload derives from;
                            server→worker: version of the shard in the reply */
     int64_t steps;      /* worker→server: local steps the worker has completed */
     int32_t n_loss;     /* worker→server: losses summed in loss_sum (steps since its last exchange) */
     int32_t stop;       /* server→worker: STOP_* */
     int32_t sig;        /* either way: the strongest checkpoint request (CKPT_SIG_*) the sender knows of */
-    int32_t pad_;
+    int32_t kind;       /* MSG_* (worker to server) */
     double loss_sum;
     double step_s, compute_s, comm_s, wait_s; /* worker→server: cumulative seconds (/ranks rows) */
 } msg_hdr;

@@ -71,7 +71,7 @@ typedef struct {
     long n_loss;
     msg_hdr *last;                    /* (p) latest header of each worker */
     msg_hdr *prev;                    /* (p) header at the previous /ranks row */
-    double *rows;                     /* (4p) */
+    double *rows;                     /* (5p) the /ranks row */
     double t_start;
     int status;
     int why;                          /* STOPPED_* (cadence.h) */

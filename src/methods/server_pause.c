@@ -43,11 +43,10 @@ static int server_state(server_ctx *c, ckpt_file *f) {
     const int p = sv->p, save = ckpt_writing(f);
     loop_state ls = {0};
     if (save) ls = (loop_state){.train_s = wall_time() - c->t_start, .loss_acc = c->loss_sum, .loss_n = c->n_loss, .last_row = c->last_row};
-    loop_state *ls0 = sv->k == 0 ? &ls : NULL;
     int64_t cnt[4] = {sv->version, sv->steps_total, sv->live, sv->diverged};
     int64_t *v = xmalloc((size_t)p * 4 * sizeof(int64_t)); /* last_steps, left, seen_bn, failed */
     for (int i = 0; i < p; i++) v[i] = sv->last_steps[i], v[p + i] = sv->left[i], v[2 * p + i] = sv->seen_bn[i], v[3 * p + i] = sv->failed[i];
-    int rc = (save ? train_ckpt_put_common(t, f, ls0) : train_ckpt_get_common(t, f, ls0)) || ckpt_io_i64(f, "counters", cnt, 4) ||
+    int rc = train_ckpt_common(t, f, sv->k == 0 ? &ls : NULL) || ckpt_io_i64(f, "counters", cnt, 4) ||
              ckpt_io_f32(f, "center", sv->center, sv->n) || ckpt_io_f32(f, "velocity", sv->vel, sv->n) ||
              ckpt_io_i64(f, "last_steps", v, (size_t)p) || ckpt_io_i64(f, "left", v + p, (size_t)p);
     if (!rc && sv->k == 0) {

@@ -84,7 +84,7 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
     for (int k = 0; k < w->S; k++) {
         msg_hdr *h = &w->shdr[k];
         const int sig = ckpt_signal_pending();
-        *h = (msg_hdr){.kind = kind, .worker = t->worker, .version = w->rhdr[k].version, .steps = steps,
+        *h = (msg_hdr){.kind = kind, .version = w->rhdr[k].version, .steps = steps,
                        .sig = sig > w->relay ? sig : w->relay};
         if (k == 0) {
             h->n_loss = w->n_loss, h->loss_sum = w->loss_sum;
@@ -125,7 +125,7 @@ static int worker_state(trainer *t, wstate *w, ckpt_file *f) {
     const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
     int64_t ver[64] = {0}, misc[2] = {w->pending, w->n_loss};
     for (int k = 0; k < w->S && k < 64; k++) ver[k] = w->rhdr[k].version;
-    int rc = (ckpt_writing(f) ? train_ckpt_put_common(t, f, NULL) : train_ckpt_get_common(t, f, NULL)) ||
+    int rc = train_ckpt_common(t, f, NULL) ||
              ckpt_io_f32(f, "params", model_params(t->net), n) || ckpt_io_f32(f, "velocity", t->velocity, n) ||
              ckpt_io_f32(f, "bn", model_bn(t->net), nbn) || ckpt_io_i64(f, "versions", ver, (size_t)w->S) ||
              ckpt_io_i64(f, "pending_nloss", misc, 2) || ckpt_io_f64(f, "loss_sum", &w->loss_sum, 1);

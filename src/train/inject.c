@@ -32,18 +32,13 @@ static double draw_delay(const experiment *e, rng_t *r) {
     switch (e->inject.delay_dist) {
     case DELAY_FIXED: return mean;
     case DELAY_EXPONENTIAL: return -mean * log1p(-rng_uniform(r)); /* 1 - u in (0, 1] */
-    case DELAY_LOGNORMAL: {
-        const double sigma = 1.0;
-        return mean * exp(sigma * rng_normal(r) - 0.5 * sigma * sigma);
-    }
+    case DELAY_LOGNORMAL: return mean * exp(rng_normal(r) - 0.5); /* exp(σZ − σ²/2) with σ = 1 */
     }
     return mean;
 }
 
 void inject_init(injector *in, const experiment *e, int worker) {
-    in->e = e;
-    in->worker = worker;
-    in->is_slow = 0;
+    *in = (injector){.e = e, .worker = worker};
     for (int i = 0; i < e->inject.n_slow_ranks; i++)
         if (e->inject.slow_ranks[i] == worker) in->is_slow = 1;
 }

@@ -40,11 +40,13 @@ static void data_failed(trainer *t) {
     comm_abort(EXIT_RUNTIME);
 }
 
-/* Loss sum, top-1 and top-5 hits of net on validation samples [begin, end). */
-static void eval_range(trainer *t, model *net, int begin, int end, double sums[3]) {
+/* net on validation samples [begin, end): its mean loss and errors, over every worker's slice
+ * when reduce = 1 (collective over the workers). */
+static eval_result eval_range(trainer *t, model *net, int begin, int end, int reduce) {
     const dataset *v = t->val;
     const int eb = t->eval_batch;
     const size_t sample = (size_t)v->c * v->h * v->w;
+    double loss = 0;
     long top1 = 0, top5 = 0;
     model_eval_begin(net); /* GPU in host sync mode: the host parameters and BN to the device */
     for (int i = begin; i < end; i += eb) {
@@ -52,36 +54,21 @@ static void eval_range(trainer *t, model *net, int begin, int end, double sums[3
         if (loader_eval(&t->train_loader, v, i, cnt, t->eval_x, t->eval_y)) data_failed(t);
         /* Padding samples are never counted; zero them so they are harmless finite inputs. */
         if (cnt < eb) memset(t->eval_x + (size_t)cnt * sample, 0, (size_t)(eb - cnt) * sample * sizeof(float));
-        model_eval(net, t->eval_x, t->eval_y, cnt, &sums[0], &top1, &top5);
+        model_eval(net, t->eval_x, t->eval_y, cnt, &loss, &top1, &top5);
         if (i == begin) ckpt_poll_test_eval(t->step, t->rank); /* tests: a signal during evaluation */
     }
-    sums[1] = (double)top1;
-    sums[2] = (double)top5;
-}
-
-static eval_result eval_from_sums(const double s[4]) {
-    return (eval_result){
-        .loss = s[0] / s[3],
-        .top1_error = 1.0 - s[1] / s[3],
-        .top5_error = 1.0 - s[2] / s[3],
-        .count = (long)s[3],
-    };
+    double s[4] = {loss, (double)top1, (double)top5, (double)(end - begin)}; /* sums: loss, top-1 and top-5 hits, count */
+    if (reduce) comm_workers_sum_f64(s, 4);
+    return (eval_result){.loss = s[0] / s[3], .top1_error = 1.0 - s[1] / s[3], .top5_error = 1.0 - s[2] / s[3], .count = (long)s[3]};
 }
 
 eval_result train_evaluate(trainer *t) {
     int begin, end;
     eval_slice(t->val->n, t->p, t->worker, &begin, &end);
-    double sums[4] = {0, 0, 0, (double)(end - begin)}; /* loss, top1 correct, top5 correct, count */
-    eval_range(t, t->net, begin, end, sums);
-    comm_workers_sum_f64(sums, 4);
-    return eval_from_sums(sums);
+    return eval_range(t, t->net, begin, end, 1);
 }
 
-eval_result train_evaluate_all(trainer *t, model *net) {
-    double sums[4] = {0, 0, 0, (double)t->val->n};
-    eval_range(t, net, 0, t->val->n, sums);
-    return eval_from_sums(sums);
-}
+eval_result train_evaluate_all(trainer *t, model *net) { return eval_range(t, net, 0, t->val->n, 0); }
 
 double train_compute(trainer *t, long data_step, long step) {
     double t0 = wall_time();
@@ -175,13 +162,13 @@ static int write_failed(const trainer *t) {
     return EXIT_RUNTIME;
 }
 
-int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *step_time,
-                    const double *compute, const double *comm, const double *wait, const double *data) {
+int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *rows) {
     const experiment *e = t->e;
     const long total = e->iterations, m = (long)e->p * e->b;
+    const int p = t->p;
     int status = 0;
     if (runlog_train(t->log, step, time_s, loss, alpha) != 0 ||
-        (step_time && runlog_ranks(t->log, step, step_time, compute, comm, wait, data) != 0))
+        (rows && runlog_ranks(t->log, step, rows, rows + p, rows + 2 * p, rows + 3 * p, rows + 4 * p) != 0))
         status = write_failed(t);
     double ips = (double)((step - t->last_log_step) * m) / (time_s - t->last_log_s);
     char eta[32];
@@ -239,7 +226,7 @@ void train_log_summary(trainer *t, int status, int why, double train_s) {
 /* Both ways, in one order (ckpt_writing); what only a writer puts (threads, ISA, the data's
  * fingerprints, the experiment, the run file's rows) the resume's checks read (setup.c,
  * checkpoint_file.c). */
-static int ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
+int train_ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
     const int save = ckpt_writing(f);
     int64_t step = t->step, threads = omp_get_max_threads();
     int rc = ckpt_io_i64(f, "step", &step, 1) | ckpt_io_f64(f, "times", (double *)&t->times, 7);
@@ -285,9 +272,6 @@ static int ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
     return rc;
 }
 
-int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls) { return ckpt_common(t, f, (loop_state *)ls); }
-int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls) { return ckpt_common(t, f, ls); }
-
 int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     char err[ERRLEN] = "";
     const double t0 = wall_time();
@@ -299,7 +283,7 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     }
     ckpt_file *f = ckpt_create(t->ckpt_dir, label, t->rank, err, sizeof err);
     if (f) {
-        if (train_ckpt_put_common(t, f, ls) || (t->method->save && t->method->save(t, f)) || ckpt_close(f))
+        if (train_ckpt_common(t, f, (loop_state *)ls) || (t->method->save && t->method->save(t, f)) || ckpt_close(f))
             snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "run file flush failed");
         ckpt_free(f);
     }
@@ -324,7 +308,7 @@ int train_resume(trainer *t, loop_state *ls) {
     char err[ERRLEN] = "";
     ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
     if (f) {
-        if (train_ckpt_get_common(t, f, ls) || (t->method->load && t->method->load(t, f)))
+        if (train_ckpt_common(t, f, ls) || (t->method->load && t->method->load(t, f)))
             snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "the checkpoint's state is inconsistent with the experiment");
         ckpt_free(f);
     }
@@ -355,13 +339,6 @@ void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *
     if (t->worker == 0)
         for (int r = 0; r < t->p; r++)
             for (int k = 0; k < 5; k++) out[k * t->p + r] = buf[r * 5 + k];
-}
-
-/* Log rank: the /train row (and, lock-step, the /ranks row in rows: 5 arrays of p, or NULL). */
-static int log_train(trainer *t, long done, double time_s, double loss, double alpha, const double *rows) {
-    const int p = t->p;
-    if (!rows) return train_log_train(t, done, time_s, loss, alpha, NULL, NULL, NULL, NULL, NULL);
-    return train_log_train(t, done, time_s, loss, alpha, rows, rows + p, rows + 2 * p, rows + 3 * p, rows + 4 * p);
 }
 
 int train_run(trainer *t) {
@@ -413,7 +390,7 @@ int train_run(trainer *t) {
         if (cadence_log_due(e, s + 1)) {
             const double now = ls.train_s + (wall_time() - seg);
             if (!M->meets) train_gather_rank_times(t, &ls.prev, s + 1 - ls.last_row, gbuf, rows), ls.last_row = s + 1;
-            if (t->log && ls.loss_n && log_train(t, s + 1, now, ls.loss_acc / (double)ls.loss_n, alpha, M->meets ? NULL : rows) != 0)
+            if (t->log && ls.loss_n && train_log_train(t, s + 1, now, ls.loss_acc / (double)ls.loss_n, alpha, M->meets ? NULL : rows) != 0)
                 local = EXIT_RUNTIME;
             if (ls.loss_n) ls.loss_acc = 0.0, ls.loss_n = 0;
             if (!M->meets && (status = comm_agree(local)) != EXIT_OK) break; /* lock-step: a write error stops every rank now */

@@ -117,10 +117,9 @@ double train_compute(trainer *t, long data_step, long step);
 double train_compute_allreduce(trainer *t, long data_step, long step, long next_data_step, double *wait_s);
 
 /* Log rank: the progress line and /train row after `step` iterations at `time_s` seconds of
- * training with mean loss and α; also /ranks when step_time etc. are not NULL (p values each).
- * Returns 0 or EXIT_RUNTIME after a run-file write error (printed). */
-int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *step_time,
-                    const double *compute, const double *comm, const double *wait, const double *data);
+ * training with mean loss and α; also /ranks when rows is not NULL (5 arrays of p: step, compute,
+ * comm, wait, data). Returns 0 or EXIT_RUNTIME after a run-file write error (printed). */
+int train_log_train(trainer *t, long step, double time_s, double loss, double alpha, const double *rows);
 
 /* Log rank: print and append an /eval row (local = 1: /eval_local). eval_s: how long the
  * evaluation took (for the ETA). Returns 0 or EXIT_RUNTIME after a write error (printed). */
@@ -164,10 +163,9 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls);
  * on every rank (printed) when any rank could not read its part. Collective over the world. */
 int train_resume(trainer *t, loop_state *ls);
 
-/* The common part of a rank's file (above; ls: log rank only): put into a file of ckpt_create, get
- * from one of ckpt_open, in one order; 0 or -1. Used by the server methods too. */
-int train_ckpt_put_common(trainer *t, ckpt_file *f, const loop_state *ls);
-int train_ckpt_get_common(trainer *t, ckpt_file *f, loop_state *ls);
+/* The common part of a rank's file (above; ls: log rank only): put into a file of ckpt_create, or
+ * got from one of ckpt_open (ckpt_writing), in one order; 0 or -1. Used by the server methods too. */
+int train_ckpt_common(trainer *t, ckpt_file *f, loop_state *ls);
 
 /* Collective over the workers: evaluate the model each rank holds (train_evaluate) after `step`
  * steps and `train_s` seconds of training; the log rank prints and appends the /eval row. Returns
