@@ -116,8 +116,6 @@ void gpu_ctx_reserve(gpu_ctx *c, size_t nbytes);
  * after every layer is tuned and before any runs. */
 int gpu_ctx_commit(gpu_ctx *c, char *err, size_t errlen);
 void gpu_ctx_free(gpu_ctx *c);
-/* Wait for everything enqueued on c's stream (dies on an asynchronous error). */
-void gpu_ctx_sync(gpu_ctx *c, const char *where);
 
 /* cudaMalloc of nbytes (256-byte aligned), zeroed; 0 or -1 with err naming `what` and the size. */
 int gpu_malloc(void **p, size_t nbytes, const char *what, char *err, size_t errlen);

@@ -162,8 +162,6 @@ void gpu_ctx_free(gpu_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-void gpu_ctx_sync(gpu_ctx *c, const char *where) { (void)c, (void)where; }
-
 /* ---- convolution ---- */
 
 typedef struct {
