@@ -61,7 +61,6 @@ static void launch_binary(gpu_ctx *c, void *out, const void *x, const void *y, s
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->relu = relu;
     l->n = n, l->c = ch, l->h = h, l->w = w;
@@ -141,7 +140,6 @@ void gpu_bn_free(gpu_bn_layer *l) {
 int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, gpu_mode mode,
                   char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->count = (size_t)n * ch * h * w;
     snprintf(l->what, sizeof l->what, "layer %s (relu, (%d, %d, %d, %d))", name, n, ch, h, w);
@@ -161,7 +159,6 @@ void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *do
 int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu,
                  gpu_mode mode, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->relu = relu;
     l->count = (size_t)n * ch * h * w;
