@@ -116,8 +116,6 @@ int gpu_ctx_commit(gpu_ctx *c, char *err, size_t errlen) {
     return 0;
 }
 
-void gpu_ctx_sync(gpu_ctx *c, const char *where) { CUDA_CHECK(cudaStreamSynchronize(c->stream), where); }
-
 void gpu_ctx_free(gpu_ctx *c) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->blas) cublasDestroy(c->blas);

@@ -116,8 +116,6 @@ void gpu_ctx_reserve(gpu_ctx *c, size_t nbytes);
  * after every layer is tuned and before any runs. */
 int gpu_ctx_commit(gpu_ctx *c, char *err, size_t errlen);
 void gpu_ctx_free(gpu_ctx *c);
-/* Wait for everything enqueued on c's stream (dies on an asynchronous error). */
-void gpu_ctx_sync(gpu_ctx *c, const char *where);
 
 /* cudaMalloc of nbytes (256-byte aligned), zeroed; 0 or -1 with err naming `what` and the size. */
 int gpu_malloc(void **p, size_t nbytes, const char *what, char *err, size_t errlen);
@@ -208,7 +206,6 @@ const char *gpu_bf16_fallback(const gpu_ctx *c, const char *kind);
 
 /* ---- batch normalisation, torch.nn.BatchNorm2d (eps 1e-5, momentum 0.1), optional ReLU --- */
 typedef struct {
-    const char *name;
     char what[GPU_WHAT_LEN];
     gpu_mode mode;
     int relu;                       /* ReLU after the normalisation (our kernel, in place) */
@@ -245,7 +242,6 @@ void gpu_bn_free(gpu_bn_layer *l);
 
 /* ---- ReLU --------------------------------------------------------------------------------- */
 typedef struct {
-    const char *name;
     char what[GPU_WHAT_LEN];
     gpu_mode mode;
     size_t count;
@@ -260,7 +256,6 @@ void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *do
 
 /* ---- elementwise add, optionally followed by ReLU ----------------------------------------- */
 typedef struct {
-    const char *name;
     char what[GPU_WHAT_LEN];
     gpu_mode mode;
     int relu;
@@ -278,7 +273,6 @@ void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout
 
 /* ---- pooling: max k x k (stride, pad; padding excluded) or global average ---------------- */
 typedef struct {
-    const char *name;
     char what[GPU_WHAT_LEN];
     gpu_mode mode;
     int max;                        /* 1: max pooling (cuDNN), 0: global average (our kernels) */

@@ -151,10 +151,6 @@ static const gpu_algo_memo *memo_find(const gpu_ctx *c, const gpu_algo_memo *key
     return NULL;
 }
 
-static void memo_add(gpu_ctx *c, const gpu_algo_memo *m) {
-    if (c->n_memo < GPU_MEMO_MAX) c->memo[c->n_memo++] = *m;
-}
-
 #define MAX_PERF 16
 
 /* r[0..got) from cuDNN's rows p of any direction (the same fields). */
@@ -255,7 +251,7 @@ static int conv_choose(gpu_conv_layer *l, gpu_ctx *c, int dir, const void *x, co
         /* cuDNN picks kernels by algorithm AND math type; GPU_FP32 keeps FMA math whatever the
          * row says (cuDNN "cudnnSetConvolutionMathType"). */
         key.math = c->prec == GPU_FP32 ? CUDNN_FMA_MATH : r[i].math;
-        memo_add(c, &key);
+        if (c->n_memo < GPU_MEMO_MAX) c->memo[c->n_memo++] = key;
     }
 
     size_t ws = 0;

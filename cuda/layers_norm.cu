@@ -9,26 +9,11 @@
 /* max(x, 0) with NaN kept (as oneDNN's and PyTorch's ReLU), so divergence stays visible. */
 __device__ __forceinline__ float relu1(float x) { return x > 0.0f ? x : (x != x ? x : 0.0f); }
 
-/* out = relu(inp); out may alias inp (hence no __restrict__). vec: all pointers 16-byte aligned. */
-template <typename S> static __global__ void relu_forward_kernel(S *out, const S *inp, size_t n, int vec) {
-    constexpr int V = 16 / sizeof(S);
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t done = 0;
-    if (vec) {
-        const size_t nv = n / V;
-        for (size_t i = i0; i < nv; i += stride) {
-            pack16<S> p = reinterpret_cast<const pack16<S> *>(inp)[i];
-#pragma unroll
-            for (int j = 0; j < V; j++) stf(p.v[j], relu1(ldf(p.v[j])));
-            reinterpret_cast<pack16<S> *>(out)[i] = p;
-        }
-        done = nv * V;
-    }
-    for (size_t i = done + i0; i < n; i += stride) stf(out[i], relu1(ldf(inp[i])));
-}
-
-/* The fp32 operations of binary_kernel: dout where out > 0, else 0 (ReLU backward); [relu](a + b). */
+/* The fp32 operations of binary_kernel: relu(x), y unused (ReLU forward as binary_kernel(out,
+ * inp, inp): the compiler drops y's loads); dout where out > 0, else 0 (ReLU backward); [relu](a + b). */
+struct relu_op {
+    __device__ float operator()(float x, float) const { return relu1(x); }
+};
 struct mask_op {
     __device__ float operator()(float d, float o) const { return o > 0.0f ? d : 0.0f; }
 };
@@ -61,22 +46,11 @@ static __global__ void binary_kernel(S *out, const S *x, const S *y, size_t n, i
     for (size_t i = done + i0; i < n; i += stride) stf(out[i], op(ldf(x[i]), ldf(y[i])));
 }
 
-/* Elements per thread of a kernel call on S: 16 / sizeof(S) when vectorised, else 1. */
-static size_t work_items(size_t n, int vec, size_t act_bytes) { return vec ? n / (16 / act_bytes) : n; }
-
-/* bf: the buffers hold bf16 (the context's activation type), else fp32 (a BN layer's io32). */
-static void launch_relu_forward(gpu_ctx *c, void *out, const void *inp, size_t n, const char *what, int bf) {
-    const int vec = aligned16(out) && aligned16(inp);
-    const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
-    WITH_ACT_TYPE(bf, relu_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((S *)out, (const S *)inp, n, vec));
-    CUDA_CHECK(cudaGetLastError(), what);
-}
-
 /* binary_kernel on n values (bf: bf16, else fp32). */
 template <typename Op>
 static void launch_binary(gpu_ctx *c, void *out, const void *x, const void *y, size_t n, Op op, const char *what, int bf) {
     const int vec = aligned16(out) && aligned16(x) && aligned16(y);
-    const int blocks = grid_for(c, work_items(n, vec, bf ? 2 : 4));
+    const int blocks = grid_for(c, vec ? n / (bf ? 8 : 4) : n); /* vectorised: 16 bytes per work item */
     WITH_ACT_TYPE(bf,
                   binary_kernel<<<blocks, THREADS, 0, c->stream>>>((S *)out, (const S *)x, (const S *)y, n, vec, op));
     CUDA_CHECK(cudaGetLastError(), what);
@@ -87,7 +61,6 @@ static void launch_binary(gpu_ctx *c, void *out, const void *x, const void *y, s
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->relu = relu;
     l->n = n, l->c = ch, l->h = h, l->w = w;
@@ -139,7 +112,7 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, con
                                                             l->x_desc, out, l->stat_desc, gamma, beta, running_mean,
                                                             running_var, l->eps),
                     l->what);
-    if (l->relu) launch_relu_forward(c, out, out, l->count, l->what, is_bf16(c) && !l->io32);
+    if (l->relu) launch_binary(c, out, out, out, l->count, relu_op(), l->what, is_bf16(c) && !l->io32);
 }
 
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
@@ -167,7 +140,6 @@ void gpu_bn_free(gpu_bn_layer *l) {
 int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, gpu_mode mode,
                   char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->count = (size_t)n * ch * h * w;
     snprintf(l->what, sizeof l->what, "layer %s (relu, (%d, %d, %d, %d))", name, n, ch, h, w);
@@ -176,7 +148,7 @@ int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch
 }
 
 void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp) {
-    launch_relu_forward(c, out, inp, l->count, l->what, is_bf16(c));
+    launch_binary(c, out, inp, inp, l->count, relu_op(), l->what, is_bf16(c));
 }
 
 void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *out) {
@@ -187,7 +159,6 @@ void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *do
 int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu,
                  gpu_mode mode, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->relu = relu;
     l->count = (size_t)n * ch * h * w;

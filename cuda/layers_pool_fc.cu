@@ -36,7 +36,6 @@ static __global__ void avgpool_backward_kernel(S *__restrict__ dinp, const S *__
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
                   int stride, int pad, gpu_mode mode, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->max = max;
     l->n = n, l->c = ch, l->ih = ih, l->iw = iw;

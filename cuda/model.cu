@@ -42,21 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* GPU_BF16: w16 := the conv and fc weights of params, rounded to bf16 (before every use, so that
- * uploads and updates of params are always seen). */
-static void cast_weights(gpu_model *g) {
-    for (int i = 0; i < g->n_wmap; i++)
-        gpu_f32_to_bf16(&g->ctx, (uint16_t *)g->w16 + g->wmap[i].off16, g->params + g->wmap[i].off, g->wmap[i].n);
-}
-
-/* The training network reads input slot s (fp32: xa is the slot itself). */
-static void use_slot(gpu_model *g, gpu_net *t, int s) {
-    t->slot = s;
-    t->x = t->xs[s];
-    t->y = t->ys[s];
-    if (!g->w16) t->xa = t->x;
-}
-
 /* Entry points that use the compute stream on their own: not between begin and end. */
 static void not_in_step(const gpu_model *g, const char *what) {
     if (g->ov.in_step) DIE("%s between gpu_model_train_begin and gpu_model_train_end", what);
@@ -228,14 +213,16 @@ static void net_backward(gpu_model *g, gpu_net *t) {
 }
 
 /* The first `rows` input rows from the host (x; NULL: already in t->x) into t->x and, in bf16, t->xa;
- * the bf16 weights. */
+ * the bf16 weights: w16 := the conv and fc weights of params, rounded to bf16 (before every use,
+ * so that uploads and updates of params are always seen). */
 static void net_input(gpu_model *g, gpu_net *t, const float *x, int rows, const char *what) {
     gpu_ctx *c = &g->ctx;
     const size_t nx = input_count(&g->L, rows);
     if (x) CUDA_CHECK(cudaMemcpyAsync(t->x, x, nx * sizeof(float), cudaMemcpyHostToDevice, c->stream), what);
     if (g->w16) {
         gpu_f32_to_bf16(c, t->xa, t->x, nx);
-        cast_weights(g);
+        for (int i = 0; i < g->n_wmap; i++)
+            gpu_f32_to_bf16(c, (uint16_t *)g->w16 + g->wmap[i].off16, g->params + g->wmap[i].off, g->wmap[i].n);
     }
 }
 
@@ -249,7 +236,10 @@ void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *gr
     not_in_step(g, "gpu_model_train_begin");
     if (!x) { /* the staged minibatch: its slot, once its copy is done */
         if (o->staged_tag < 0) DIE("gpu_model_train_begin: no minibatch staged (gpu_model_stage)");
-        use_slot(g, t, 1 - t->slot);
+        t->slot = 1 - t->slot;
+        t->x = t->xs[t->slot];
+        t->y = t->ys[t->slot];
+        if (!g->w16) t->xa = t->x; /* fp32: the slot itself */
         CUDA_CHECK(cudaStreamWaitEvent(c->stream, o->staged, 0), "train step: wait for the staged minibatch");
     } else {
         nn_check_labels(L, y, n);

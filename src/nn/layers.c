@@ -51,13 +51,6 @@ dnnl_memory_desc_t layers_md4(int n, int ch, int h, int w, dnnl_data_type_t dt, 
 
 dnnl_memory_desc_t nn_md4(int n, int ch, int h, int w, dnnl_format_tag_t tag) { return layers_md4(n, ch, h, w, dnnl_f32, tag); }
 
-static dnnl_memory_desc_t md1(int n) {
-    dnnl_memory_desc_t md;
-    dnnl_dims_t dims = {n};
-    DNNL_CHECK(dnnl_memory_desc_create_with_tag(&md, 1, dims, dnnl_f32, dnnl_x), "descriptor");
-    return md;
-}
-
 /* A clone of md that the caller owns (layers_md_free); NULL for NULL. */
 dnnl_memory_desc_t layers_md_clone(const_dnnl_memory_desc_t md) {
     dnnl_memory_desc_t c = NULL;
@@ -285,7 +278,9 @@ int bn_init(bn_layer *l, nn_ctx *c, const char *name, const_dnnl_memory_desc_t d
     const int nm = mode == NN_TRAIN ? 4 : 2; /* the gradients' too in training */
     dnnl_memory_t *const data[] = {&l->m_src, &l->m_dst, &l->m_dsrc, &l->m_ddst};
     dnnl_memory_t *const stats[] = {&l->m_scale, &l->m_shift, &l->m_dscale, &l->m_dshift};
-    dnnl_memory_desc_t stat = md1(l->c); /* (C): γ, β, µ, σ² */
+    dnnl_memory_desc_t stat; /* (C): γ, β, µ, σ² */
+    dnnl_dims_t stat_dims = {l->c};
+    DNNL_CHECK(dnnl_memory_desc_create_with_tag(&stat, 1, stat_dims, dnnl_f32, dnnl_x), "descriptor");
     rc = layers_mems_make(c, data_md, nm, data, name, err, errlen) ||
                  layers_mems_make(c, stat, nm, stats, name, err, errlen) ||
                  layers_mem_make(&l->m_mean, c, stat, l->mean, name, err, errlen) ||

@@ -162,8 +162,6 @@ void gpu_ctx_free(gpu_ctx *c) {
     memset(c, 0, sizeof *c);
 }
 
-void gpu_ctx_sync(gpu_ctx *c, const char *where) { (void)c, (void)where; }
-
 /* ---- convolution ---- */
 
 typedef struct {
@@ -314,7 +312,6 @@ typedef struct {
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->relu = relu;
     l->n = n, l->c = ch, l->h = h, l->w = w;
@@ -397,7 +394,6 @@ int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch
                   char *err, size_t errlen) {
     (void)c, (void)err, (void)errlen;
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->count = (size_t)n * ch * h * w;
     snprintf(l->what, sizeof l->what, "layer %s (mock relu)", name);
@@ -433,7 +429,6 @@ int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, 
                  gpu_mode mode, char *err, size_t errlen) {
     (void)c, (void)err, (void)errlen;
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->relu = relu;
     l->count = (size_t)n * ch * h * w;
@@ -471,7 +466,6 @@ typedef struct {
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
                   int stride, int pad, gpu_mode mode, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
-    l->name = name;
     l->mode = mode;
     l->max = max;
     l->n = n, l->c = ch, l->ih = ih, l->iw = iw;
