@@ -45,20 +45,18 @@ static htri_t obj_exists(hid_t f, const char *name) {
  * file type's class), else the file is not one of ours. */
 static int root_read(hid_t f, const char *name, int optional, H5T_class_t cls, hid_t mtype, void *out, const char *path,
                      char *err, size_t errlen) {
-    char what[300];
-    snprintf(what, sizeof what, "attribute %s of /", name);
     htri_t e = H5Aexists(f, name);
-    if (e < 0) return h5_fail(-1, err, errlen, path, "H5Aexists", what);
+    if (e < 0) return runlog_attr_fail("H5Aexists", "/", name, path, err, errlen);
     if (e == 0 && optional) return 0;
     if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no root attribute %s)", name);
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    if (a < 0) return h5_fail(-1, err, errlen, path, "H5Aopen", what);
+    if (a < 0) return runlog_attr_fail("H5Aopen", "/", name, path, err, errlen);
     hid_t t = H5Aget_type(a);
     H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
     if (t >= 0) H5Tclose(t);
     int rc = c != cls ? refuse(err, errlen, path, "it is not a dsgd-run run file (root attribute %s is not %s)", name,
                                cls == H5T_STRING ? "a string" : "an integer")
-           : H5Aread(a, mtype, out) < 0 ? h5_fail(-1, err, errlen, path, "H5Aread", what) : 0;
+           : H5Aread(a, mtype, out) < 0 ? runlog_attr_fail("H5Aread", "/", name, path, err, errlen) : 0;
     H5Aclose(a);
     return rc;
 }

@@ -105,27 +105,17 @@ static int put(ckpt_file *f, const char *name, hid_t ftype, hid_t mtype, const v
     return failed ? ferr(f, failed, name) : 0;
 }
 
-/* Open dataset name of a reader: its id and number of values; -1 with f->err filled. */
-static hid_t open_1d(ckpt_file *f, const char *name, hssize_t *len) {
-    if (f->err[0]) return -1;
-    if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0) {
-        seterr(f->err, sizeof f->err, "%s: no dataset '%s' (a checkpoint of another method or version?)", f->path, name);
-        return -1;
-    }
-    hid_t ds = H5Dopen2(f->file, name, H5P_DEFAULT);
-    if (ds < 0) return ferr(f, "H5Dopen2", name);
-    hid_t sp = H5Dget_space(ds);
-    *len = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-    if (sp >= 0) H5Sclose(sp);
-    return ds;
-}
-
 /* Dataset name of a reader into v: exactly n values of type tname, or (tname = NULL) a string of
  * fewer than n bytes, NUL-terminated. */
 static int get(ckpt_file *f, const char *name, hid_t mtype, void *v, size_t n, const char *tname) {
-    hssize_t have = -1;
-    hid_t ds = open_1d(f, name, &have);
-    if (ds < 0) return -1;
+    if (f->err[0]) return -1;
+    if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0)
+        return seterr(f->err, sizeof f->err, "%s: no dataset '%s' (a checkpoint of another method or version?)", f->path, name), -1;
+    hid_t ds = H5Dopen2(f->file, name, H5P_DEFAULT);
+    if (ds < 0) return ferr(f, "H5Dopen2", name);
+    hid_t sp = H5Dget_space(ds);
+    const hssize_t have = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (sp >= 0) H5Sclose(sp);
     int rc = 0;
     if (!tname && (have < 0 || (size_t)have >= n))
         rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' is too long (%lld bytes)", f->path, name, (long long)have);
