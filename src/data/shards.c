@@ -20,19 +20,8 @@
 #include <unistd.h>
 
 #include "data/image.h"
-#include "util/h5msg.h"
+#include "io/h5.h"
 #include "util/util.h"
-
-/* ------------------------------------------------------------------------------------------ */
-/* HDF5 errors (the pattern of src/io/runlog.c).                                               */
-
-/* "<path>: HDF5 <call> failed for <object>: <outermost> (<innermost>)"; returns code. */
-static int h5fail(int code, char *err, size_t errlen, const char *path, const char *call, const char *object) {
-    char detail[800];
-    h5_message(detail, sizeof detail);
-    seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
-    return code;
-}
 
 static void h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
@@ -43,72 +32,39 @@ void shard_name(char *buf, size_t n, const char *split, int k, int n_shards) {
     snprintf(buf, n, "%s-%05d-of-%05d.h5", split, k, n_shards);
 }
 
-/* A scalar attribute: file_type in the file, *v as mem_type. */
-static int attr_write(hid_t obj, const char *name, hid_t file_type, hid_t mem_type, const void *v) {
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = s < 0 ? -1 : H5Acreate2(obj, name, file_type, s, H5P_DEFAULT, H5P_DEFAULT);
-    int rc = a < 0 || H5Awrite(a, mem_type, v) < 0 ? -1 : 0;
-    if (a >= 0) H5Aclose(a);
-    if (s >= 0) H5Sclose(s);
-    return rc;
-}
-
-static int attr_i64(hid_t obj, const char *name, int64_t v) { return attr_write(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v); }
-static int attr_u64(hid_t obj, const char *name, uint64_t v) { return attr_write(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v); }
-
-/* A fixed-length (NUL-terminated) ASCII string attribute: h5py reads it as bytes or str. */
-static int attr_str(hid_t obj, const char *name, const char *v) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0) return -1;
-    H5Tset_size(t, strlen(v) + 1);
-    H5Tset_strpad(t, H5T_STR_NULLTERM);
-    int rc = attr_write(obj, name, t, t, v);
-    H5Tclose(t);
-    return rc;
-}
+/* Scalar attributes; strings fixed-length ASCII. */
+static int attr_i64(hid_t obj, const char *name, int64_t v) { return h5_attr_write(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v) != NULL; }
+static int attr_u64(hid_t obj, const char *name, uint64_t v) { return h5_attr_write(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v) != NULL; }
+static int attr_str(hid_t obj, const char *name, const char *v) { return h5_attr_write_str(obj, name, v, 0) != NULL; }
 
 /* A 1-D dataset of n elements (contiguous; n may be 0). file_type is what the file stores,
  * mem_type what data holds. Space allocated at creation and never filled (every byte is
  * written), except for variable-length strings, which HDF5 must fill. */
 static int write_1d(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, hsize_t n, const void *data) {
-    hid_t s = H5Screate_simple(1, &n, NULL);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
     const int vlen = H5Tis_variable_str(file_type) > 0;
     int rc = -1;
-    if (s >= 0 && dcpl >= 0 && H5Pset_obj_track_times(dcpl, 0) >= 0 && H5Pset_layout(dcpl, H5D_CONTIGUOUS) >= 0 &&
-        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0 && (vlen || H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0)) {
-        hid_t d = H5Dcreate2(loc, name, file_type, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-        if (d >= 0) {
-            rc = n == 0 || H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0 ? 0 : -1;
-            H5Dclose(d);
-        }
-    }
+    if (dcpl >= 0 && H5Pset_obj_track_times(dcpl, 0) >= 0 && H5Pset_layout(dcpl, H5D_CONTIGUOUS) >= 0 &&
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0 && (vlen || H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0))
+        rc = h5_write_1d(loc, name, file_type, mem_type, n, data, dcpl) ? -1 : 0;
     if (dcpl >= 0) H5Pclose(dcpl);
-    if (s >= 0) H5Sclose(s);
     return rc;
 }
 
 /* n strings as a fixed-length ASCII dataset (width = longest + 1), or variable-length UTF-8
  * when vlen (long, many paths). */
 static int write_strings(hid_t loc, const char *name, const char *const *v, hsize_t n, int vlen) {
-    hid_t t = H5Tcopy(H5T_C_S1);
+    size_t w = 1;
+    for (hsize_t i = 0; !vlen && i < n; i++)
+        if (strlen(v[i]) + 1 > w) w = strlen(v[i]) + 1;
+    hid_t t = h5_string_type(vlen ? H5T_VARIABLE : w, vlen);
     if (t < 0) return -1;
-    int rc = -1;
     char *flat = NULL;
-    if (vlen) {
-        H5Tset_size(t, H5T_VARIABLE);
-        H5Tset_cset(t, H5T_CSET_UTF8);
-        rc = write_1d(loc, name, t, t, n, v);
-    } else {
-        size_t w = 1;
-        for (hsize_t i = 0; i < n; i++)
-            if (strlen(v[i]) + 1 > w) w = strlen(v[i]) + 1;
-        H5Tset_size(t, w);
-        H5Tset_strpad(t, H5T_STR_NULLTERM);
+    if (!vlen) {
         flat = xcalloc(n ? n : 1, w);
         for (hsize_t i = 0; i < n; i++) memcpy(flat + i * w, v[i], strlen(v[i]));
-        rc = write_1d(loc, name, t, t, n, flat);
     }
+    int rc = write_1d(loc, name, t, t, n, vlen ? (const void *)v : flat);
     free(flat);
     H5Tclose(t);
     return rc;
@@ -124,20 +80,11 @@ static int write_common_attrs(hid_t f, const shard_meta *m, const char *kind) {
            write_strings(f, "classes", m->classes, (hsize_t)m->n_classes, 0);
 }
 
-/* A new file at path (fails if it exists), default (earliest) format bounds: any HDF5 >= 1.8
- * and h5py read it. */
-static hid_t create_excl(const char *path) {
-    hid_t fcpl = H5Pcreate(H5P_FILE_CREATE);
-    hid_t f = H5Fcreate(path, H5F_ACC_EXCL, fcpl, H5P_DEFAULT);
-    H5Pclose(fcpl);
-    return f;
-}
-
 /* Close file f (what: "the shard", "the index") at path after writing it. Returns EXIT_RUNTIME
  * when the writes failed (rc; obj names what failed, NULL: reported already) or the close does. */
 static int close_written(hid_t f, int rc, const char *obj, const char *path, const char *what, char *err, size_t errlen) {
-    if (rc && obj) h5fail(EXIT_RUNTIME, err, errlen, path, "write", obj);
-    if (H5Fclose(f) < 0 && !rc) return h5fail(EXIT_RUNTIME, err, errlen, path, "H5Fclose", what);
+    if (rc && obj) h5_fail(EXIT_RUNTIME, err, errlen, path, "write", obj);
+    if (H5Fclose(f) < 0 && !rc) return h5_fail(EXIT_RUNTIME, err, errlen, path, "H5Fclose", what);
     return rc ? EXIT_RUNTIME : 0;
 }
 
@@ -145,8 +92,9 @@ int shard_write(const char *path, const shard_meta *m, int64_t n, const uint8_t 
                 const int16_t *label, const uint16_t *height, const uint16_t *width, const int32_t *source_index,
                 int64_t n_skipped, const int32_t *skipped, char *err, size_t errlen) {
     h5_quiet();
-    hid_t f = create_excl(path);
-    if (f < 0) return h5fail(EXIT_RUNTIME, err, errlen, path, "H5Fcreate", "the shard");
+    /* a new file (fails if it exists), default (earliest) format bounds: any HDF5 >= 1.8 and h5py read it */
+    hid_t f = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    if (f < 0) return h5_fail(EXIT_RUNTIME, err, errlen, path, "H5Fcreate", "the shard");
     const char *obj = "root attributes";
     int rc = write_common_attrs(f, m, "shard") || attr_str(f, "split", m->split) || attr_i64(f, "shard", m->shard) ||
              attr_i64(f, "n_shards", m->n_shards) || attr_i64(f, "n", n) || attr_i64(f, "skipped", n_skipped);
@@ -165,8 +113,8 @@ int shard_write(const char *path, const shard_meta *m, int64_t n, const uint8_t 
 int shards_write_index(const char *path, const shard_meta *m, const shards_index_split *splits, int n_splits, char *err,
                        size_t errlen) {
     h5_quiet();
-    hid_t f = create_excl(path);
-    if (f < 0) return h5fail(EXIT_RUNTIME, err, errlen, path, "H5Fcreate", "the index");
+    hid_t f = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT); /* as in shard_write */
+    if (f < 0) return h5_fail(EXIT_RUNTIME, err, errlen, path, "H5Fcreate", "the index");
     char list[64] = "";
     for (int i = 0; i < n_splits; i++)
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? "," : "", splits[i].split);
@@ -192,7 +140,7 @@ int shards_write_index(const char *path, const shard_meta *m, const shards_index
              write_1d(g, "skipped", H5T_STD_I64LE, H5T_NATIVE_INT64, (hsize_t)sp->n_shards, sp->skipped) ||
              write_1d(g, "nbytes", H5T_STD_U64LE, H5T_NATIVE_UINT64, (hsize_t)sp->n_shards, sp->nbytes) ||
              write_strings(g, "sources", sp->sources, (hsize_t)sp->n_sources, 1);
-        if (rc) h5fail(EXIT_RUNTIME, err, errlen, path, "write", obj), reported = 1; /* before HDF5 clears its messages */
+        if (rc) h5_fail(EXIT_RUNTIME, err, errlen, path, "write", obj), reported = 1; /* before HDF5 clears its messages */
         for (int k = 0; k < sp->n_shards; k++) free(names[k]);
         free(names);
         H5Gclose(g);
@@ -234,7 +182,7 @@ static int read_attr_i64(hid_t obj, const char *path, const char *name, int64_t 
     long long x = 0;
     int rc = a < 0 || H5Aread(a, H5T_NATIVE_LLONG, &x) < 0;
     if (a >= 0) H5Aclose(a);
-    if (rc) return h5fail(EXIT_BADINPUT, err, errlen, path, "H5Aread", name);
+    if (rc) return h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Aread", name);
     *v = x;
     return 0;
 }
@@ -243,28 +191,7 @@ static int read_attr_i64(hid_t obj, const char *path, const char *name, int64_t 
 static int read_attr_str(hid_t obj, const char *path, const char *name, char *buf, size_t n, char *err, size_t errlen) {
     buf[0] = '\0';
     if (H5Aexists(obj, name) <= 0) return no_attr(path, name, err, errlen);
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    hid_t t = a < 0 ? -1 : H5Aget_type(a);
-    int rc = -1;
-    if (t >= 0 && H5Tget_class(t) == H5T_STRING) {
-        if (H5Tis_variable_str(t) > 0) {
-            char *s = NULL;
-            hid_t mt = H5Tcopy(H5T_C_S1);
-            H5Tset_size(mt, H5T_VARIABLE);
-            if (H5Aread(a, mt, &s) >= 0) snprintf(buf, n, "%s", s ? s : ""), rc = 0;
-            H5free_memory(s);
-            H5Tclose(mt);
-        } else {
-            size_t sz = H5Tget_size(t);
-            char *tmp = xcalloc(sz + 1, 1);
-            if (H5Aread(a, t, tmp) >= 0) snprintf(buf, n, "%s", tmp), rc = 0;
-            free(tmp);
-        }
-    }
-    if (t >= 0) H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-    if (rc) return h5fail(EXIT_BADINPUT, err, errlen, path, "H5Aread (a string)", name);
-    return 0;
+    return h5_attr_read_str(obj, name, buf, n) ? h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Aread (a string)", name) : 0;
 }
 
 /* The format attributes: ours, this version, this kind ("shard" or "index"). */
@@ -294,7 +221,7 @@ static hid_t open_1d(hid_t f, const char *path, const char *name, H5T_class_t cl
         return -1;
     }
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
-    if (d < 0) { h5fail(EXIT_BADINPUT, err, errlen, path, "H5Dopen2", name); return -1; }
+    if (d < 0) { h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Dopen2", name); return -1; }
     hid_t s = H5Dget_space(d), t = H5Dget_type(d);
     hsize_t dims[1] = {0};
     int ok = s >= 0 && t >= 0 && H5Sget_simple_extent_ndims(s) == 1 && H5Sget_simple_extent_dims(s, dims, NULL) == 1 &&
@@ -318,7 +245,7 @@ static int read_1d(hid_t f, const char *path, const char *name, int64_t want, hi
     if (d < 0) return EXIT_BADINPUT;
     int rc = len == 0 || H5Dread(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0 ? 0 : -1;
     H5Dclose(d);
-    return rc ? h5fail(EXIT_BADINPUT, err, errlen, path, "H5Dread", name) : 0;
+    return rc ? h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Dread", name) : 0;
 }
 
 /* Read a fixed-length string dataset (our /classes, /<split>/shards) into a fresh array of
@@ -332,12 +259,10 @@ static char *read_strings(hid_t f, const char *path, const char *name, int64_t *
     char *buf = NULL;
     if (H5Tis_variable_str(t) > 0) seterr(err, errlen, "%s: /%s holds variable-length strings; expected fixed-length", path, name);
     else {
-        hid_t mt = H5Tcopy(H5T_C_S1);
-        H5Tset_size(mt, w);
-        H5Tset_strpad(mt, H5T_STR_NULLTERM);
+        hid_t mt = h5_string_type(w, 0);
         buf = xcalloc((size_t)(len ? len : 1), w);
         if (len && H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
-            h5fail(EXIT_BADINPUT, err, errlen, path, "H5Dread", name);
+            h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Dread", name);
             free(buf), buf = NULL;
         }
         H5Tclose(mt);
@@ -416,7 +341,7 @@ static int add_shard(shards *s, int k, const char *path, char *split, char *err,
         return seterr(err, errlen, "%s: not an HDF5 file (%lld bytes); expected a pack shard", path, (long long)sb.st_size);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
-        h5fail(EXIT_BADINPUT, err, errlen, path, "H5Fopen", "the shard");
+        h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Fopen", "the shard");
         const char *t = strstr(err, "(truncated file");
         if (t) { /* "path: truncated: N bytes (HDF5: truncated file: eof = ..., stored_eof = ...)" */
             char m[ERRLEN];
@@ -463,7 +388,7 @@ static int add_shard(shards *s, int k, const char *path, char *split, char *err,
             if (dcpl >= 0) H5Pclose(dcpl);
             if (!rc && jlen > 0) {
                 haddr_t a = H5Dget_offset(d);
-                if (a == HADDR_UNDEF) rc = h5fail(EXIT_BADINPUT, err, errlen, path, "H5Dget_offset", "/jpeg");
+                if (a == HADDR_UNDEF) rc = h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Dget_offset", "/jpeg");
                 else base = (uint64_t)a;
             }
             H5Dclose(d);
@@ -532,7 +457,7 @@ int shards_open(shards **out, const char *dir, const char *split, char *err, siz
         return seterr(err, errlen, "%s: no %s: not a directory packed by dsgd-run --pack, or its packing did not finish (the index is "
                       "written last)", dir, SHARDS_INDEX);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return h5fail(EXIT_BADINPUT, err, errlen, path, "H5Fopen", "the index");
+    if (f < 0) return h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Fopen", "the index");
     int rc = check_format(f, path, "index", err, errlen);
     char splits[64] = "";
     if (!rc) rc = read_attr_str(f, path, "splits", splits, sizeof splits, err, errlen);
@@ -546,7 +471,7 @@ int shards_open(shards **out, const char *dir, const char *split, char *err, siz
     hid_t g = -1;
     if (!rc) {
         g = H5Gopen2(f, split, H5P_DEFAULT);
-        if (g < 0) rc = h5fail(EXIT_BADINPUT, err, errlen, path, "H5Gopen2", split);
+        if (g < 0) rc = h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Gopen2", split);
     }
     char gpath[4200];
     snprintf(gpath, sizeof gpath, "%s:/%s", path, split);

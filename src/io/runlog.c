@@ -78,7 +78,6 @@
 #include "runlog.h"
 #include "runlog_internal.h"
 
-#include "util/h5msg.h"
 #include "util/util.h"
 
 #include <errno.h>
@@ -95,14 +94,6 @@
 /* ------------------------------------------------------------------------------------------ */
 /* Errors.                                                                                     */
 
-/* Fill err with "<path>: HDF5 <call> failed for <object>: <HDF5's messages>"; returns -1. */
-int runlog_h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object) {
-    char detail[800];
-    h5_message(detail, sizeof detail);
-    seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
-    return -1;
-}
-
 /* Fill err with "<path>: <what>: <strerror(errno)>"; returns -1. */
 int runlog_syserr(char *err, size_t errlen, const char *path, const char *what) {
     seterr(err, errlen, "%s: %s: %s", path, what, strerror(errno));
@@ -118,37 +109,24 @@ int runlog_is_own_attr(const char *name) {
     return 0;
 }
 
+/* err filled for call (when not NULL) failing on attribute name of objname; returns 0 or -1. */
+int runlog_attr_fail(const char *call, const char *objname, const char *name, const char *path, char *err, size_t errlen) {
+    if (!call) return 0;
+    char what[300];
+    snprintf(what, sizeof what, "attribute %s of %s", name, objname);
+    return h5_fail(-1, err, errlen, path, call, what);
+}
+
 /* Write a scalar attribute of file type ftype from buf (memory type mtype) on obj. */
 int runlog_attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype,
                       const void *buf, const char *path, char *err, size_t errlen) {
-    char what[300];
-    snprintf(what, sizeof what, "attribute %s of %s", name, objname);
-    hid_t space = H5Screate(H5S_SCALAR);
-    if (space < 0) return runlog_h5fail(err, errlen, path, "H5Screate", what);
-    htri_t exists = H5Aexists(obj, name);
-    if (exists < 0) { H5Sclose(space); return runlog_h5fail(err, errlen, path, "H5Aexists", what); }
-    if (exists > 0 && H5Adelete(obj, name) < 0) { H5Sclose(space); return runlog_h5fail(err, errlen, path, "H5Adelete", what); }
-    hid_t a = H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
-    H5Sclose(space);
-    if (a < 0) return runlog_h5fail(err, errlen, path, "H5Acreate2", what);
-    if (H5Awrite(a, mtype, buf) < 0) { H5Aclose(a); return runlog_h5fail(err, errlen, path, "H5Awrite", what); }
-    if (H5Aclose(a) < 0) return runlog_h5fail(err, errlen, path, "H5Aclose", what);
-    return 0;
+    return runlog_attr_fail(h5_attr_write(obj, name, ftype, mtype, buf), objname, name, path, err, errlen);
 }
 
 /* Variable-length UTF-8 string attribute (h5py reads it as str). NULL is written as "". */
 int runlog_attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path,
                        char *err, size_t errlen) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t < 0) return runlog_h5fail(err, errlen, path, "H5Tcopy", "string type");
-    if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
-        H5Tclose(t);
-        return runlog_h5fail(err, errlen, path, "H5Tset_size/H5Tset_cset", "string type");
-    }
-    const char *s = v ? v : "";
-    int rc = runlog_attr_write(obj, objname, name, t, t, &s, path, err, errlen);
-    H5Tclose(t);
-    return rc;
+    return runlog_attr_fail(h5_attr_write_str(obj, name, v ? v : "", 1), objname, name, path, err, errlen);
 }
 
 /* Dataset obj of f (parent groups created) with its units and description attributes, and
@@ -158,17 +136,17 @@ static int make_dataset(hid_t f, const char *obj, hid_t ftype, int nd, const hsi
                         const hsize_t *chunk, hid_t fill_type, const void *fill, const char *units, const char *description,
                         const char *columns, const char *path, char *err, size_t errlen) {
     hid_t space = H5Screate_simple(nd, dims, maxd);
-    if (space < 0) return runlog_h5fail(err, errlen, path, "H5Screate_simple", obj);
+    if (space < 0) return h5_fail(-1, err, errlen, path, "H5Screate_simple", obj);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE);
     hid_t ds = H5I_INVALID_HID;
-    if (dcpl < 0 || lcpl < 0) runlog_h5fail(err, errlen, path, "H5Pcreate", obj);
-    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) runlog_h5fail(err, errlen, path, "H5Pset_create_intermediate_group", obj);
+    if (dcpl < 0 || lcpl < 0) h5_fail(-1, err, errlen, path, "H5Pcreate", obj);
+    else if (H5Pset_create_intermediate_group(lcpl, 1) < 0) h5_fail(-1, err, errlen, path, "H5Pset_create_intermediate_group", obj);
     else if (chunk ? H5Pset_chunk(dcpl, nd, chunk) < 0 : H5Pset_layout(dcpl, H5D_CONTIGUOUS) < 0)
-        runlog_h5fail(err, errlen, path, chunk ? "H5Pset_chunk" : "H5Pset_layout", obj);
-    else if (fill && H5Pset_fill_value(dcpl, fill_type, fill) < 0) runlog_h5fail(err, errlen, path, "H5Pset_fill_value", obj);
-    else if (H5Pset_obj_track_times(dcpl, 0) < 0) runlog_h5fail(err, errlen, path, "H5Pset_obj_track_times", obj);
+        h5_fail(-1, err, errlen, path, chunk ? "H5Pset_chunk" : "H5Pset_layout", obj);
+    else if (fill && H5Pset_fill_value(dcpl, fill_type, fill) < 0) h5_fail(-1, err, errlen, path, "H5Pset_fill_value", obj);
+    else if (H5Pset_obj_track_times(dcpl, 0) < 0) h5_fail(-1, err, errlen, path, "H5Pset_obj_track_times", obj);
     else if ((ds = H5Dcreate2(f, obj, ftype, space, lcpl, dcpl, H5P_DEFAULT)) < 0)
-        runlog_h5fail(err, errlen, path, "H5Dcreate2", obj);
+        h5_fail(-1, err, errlen, path, "H5Dcreate2", obj);
     if (lcpl >= 0) H5Pclose(lcpl);
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Sclose(space);
@@ -176,7 +154,7 @@ static int make_dataset(hid_t f, const char *obj, hid_t ftype, int nd, const hsi
     int rc = runlog_attr_string(ds, obj, "units", units, path, err, errlen) < 0 ||
              runlog_attr_string(ds, obj, "description", description, path, err, errlen) < 0 ||
              (columns && runlog_attr_string(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
-    if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Dclose", obj);
+    if (H5Dclose(ds) < 0 && rc == 0) rc = h5_fail(-1, err, errlen, path, "H5Dclose", obj);
     return rc;
 }
 
@@ -202,18 +180,18 @@ static int append(runlog *r, const char *gname, const char *name, hid_t mtype, h
     int rank = cols ? 2 : 1;
     hsize_t total[2] = {n0 + n, cols}, start[2] = {n0, 0}, count[2] = {n, cols};
     hid_t ds = H5Dopen2(r->file, obj, H5P_DEFAULT);
-    if (ds < 0) return runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", obj);
-    if (H5Dset_extent(ds, total) < 0) { H5Dclose(ds); return runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", obj); }
+    if (ds < 0) return h5_fail(-1, r->err, sizeof r->err, r->path, "H5Dopen2", obj);
+    if (H5Dset_extent(ds, total) < 0) { H5Dclose(ds); return h5_fail(-1, r->err, sizeof r->err, r->path, "H5Dset_extent", obj); }
     hid_t fspace = H5Dget_space(ds), mspace = H5Screate_simple(rank, count, NULL);
     int rc = 0;
-    if (fspace < 0 || mspace < 0) rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dget_space/H5Screate_simple", obj);
+    if (fspace < 0 || mspace < 0) rc = h5_fail(-1, r->err, sizeof r->err, r->path, "H5Dget_space/H5Screate_simple", obj);
     else if (H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, count, NULL) < 0)
-        rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Sselect_hyperslab", obj);
+        rc = h5_fail(-1, r->err, sizeof r->err, r->path, "H5Sselect_hyperslab", obj);
     else if (H5Dwrite(ds, mtype, mspace, fspace, H5P_DEFAULT, buf) < 0)
-        rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", obj);
+        rc = h5_fail(-1, r->err, sizeof r->err, r->path, "H5Dwrite", obj);
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
-    if (H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dclose", obj);
+    if (H5Dclose(ds) < 0 && rc == 0) rc = h5_fail(-1, r->err, sizeof r->err, r->path, "H5Dclose", obj);
     return rc;
 }
 
@@ -372,11 +350,11 @@ int runlog_utc_now(char *buf, size_t n) {
  * on the format; a file opened keeps its own and must be checked). */
 hid_t runlog_memory_fapl(int create, const char *path, char *err, size_t errlen) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl < 0) return runlog_h5fail(err, errlen, path, "H5Pcreate", "file access properties");
+    if (fapl < 0) return h5_fail(-1, err, errlen, path, "H5Pcreate", "file access properties");
     if (H5Pset_fapl_core(fapl, MEM_INCREMENT, 0) < 0 ||
         (create && H5Pset_libver_bounds(fapl, H5F_LIBVER_EARLIEST, H5F_LIBVER_V18) < 0)) {
         H5Pclose(fapl);
-        return runlog_h5fail(err, errlen, path, "H5Pset_fapl_core/H5Pset_libver_bounds", "file access properties");
+        return h5_fail(-1, err, errlen, path, "H5Pset_fapl_core/H5Pset_libver_bounds", "file access properties");
     }
     return fapl;
 }
@@ -384,7 +362,7 @@ hid_t runlog_memory_fapl(int create, const char *path, char *err, size_t errlen)
 /* Root attributes (status as its empty fixed-size slot), groups and empty datasets of a new file. */
 static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char *path, char *err, size_t errlen) {
     unsigned maj, min, rel;
-    if (H5get_libversion(&maj, &min, &rel) < 0) return runlog_h5fail(err, errlen, path, "H5get_libversion", "/");
+    if (H5get_libversion(&maj, &min, &rel) < 0) return h5_fail(-1, err, errlen, path, "H5get_libversion", "/");
     char h5ver[32], created[32], host[256];
     snprintf(h5ver, sizeof h5ver, "%u.%u.%u", maj, min, rel);
     if (runlog_utc_now(created, sizeof created) < 0) return runlog_syserr(err, errlen, path, "cannot read the UTC time");
@@ -472,7 +450,7 @@ runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, 
     char name[PATHLEN];
     if (runlog_temp_name(name, sizeof name, path, "mem") == 0) r->file = H5Fcreate(name, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
-    if (r->file < 0) runlog_h5fail(err, errlen, path, "H5Fcreate", "the in-memory file");
+    if (r->file < 0) h5_fail(-1, err, errlen, path, "H5Fcreate", "the in-memory file");
     if (r->file < 0 || build_layout(r, r->file, meta, path, err, errlen) < 0 || runlog_publish(r, overwrite, err, errlen) < 0) {
         runlog_free(r);
         return NULL;
@@ -553,11 +531,11 @@ static int array_write(runlog *r, int index, const void *data, long rows, int f6
                       a->grows ? "at most " : "", a->rows), -1;
     hsize_t dims[2] = {(hsize_t)rows, (hsize_t)a->cols};
     hid_t ds = H5Dopen2(r->file, a->obj, H5P_DEFAULT);
-    int rc = ds < 0 ? runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dopen2", a->obj) : 0;
-    if (rc == 0 && a->grows && H5Dset_extent(ds, dims) < 0) rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dset_extent", a->obj);
+    int rc = ds < 0 ? h5_fail(-1, r->err, sizeof r->err, r->path, "H5Dopen2", a->obj) : 0;
+    if (rc == 0 && a->grows && H5Dset_extent(ds, dims) < 0) rc = h5_fail(-1, r->err, sizeof r->err, r->path, "H5Dset_extent", a->obj);
     if (rc == 0 && rows > 0 && H5Dwrite(ds, f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_LLONG, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-        rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dwrite", a->obj);
-    if (ds >= 0 && H5Dclose(ds) < 0 && rc == 0) rc = runlog_h5fail(r->err, sizeof r->err, r->path, "H5Dclose", a->obj);
+        rc = h5_fail(-1, r->err, sizeof r->err, r->path, "H5Dwrite", a->obj);
+    if (ds >= 0 && H5Dclose(ds) < 0 && rc == 0) rc = h5_fail(-1, r->err, sizeof r->err, r->path, "H5Dclose", a->obj);
     if (rc != 0) r->failed = 1;
     return rc;
 }

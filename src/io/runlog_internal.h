@@ -7,9 +7,9 @@
 
 #include "runlog.h"
 
+#include "io/h5.h"
 #include "util/util.h"
 
-#include <hdf5.h>
 #include <stdint.h>
 
 enum {
@@ -111,9 +111,9 @@ struct runlog {
 };
 
 /* runlog.c */
-int runlog_h5fail(char *err, size_t errlen, const char *path, const char *call, const char *object);
 int runlog_syserr(char *err, size_t errlen, const char *path, const char *what);
 int runlog_is_own_attr(const char *name);
+int runlog_attr_fail(const char *call, const char *objname, const char *name, const char *path, char *err, size_t errlen);
 int runlog_attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype, const void *buf,
                const char *path, char *err, size_t errlen);
 int runlog_attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path, char *err,

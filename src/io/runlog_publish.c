@@ -12,13 +12,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-/* The type of the status attribute: a fixed-size UTF-8 string of STATUS_LEN bytes, NUL-terminated. */
-static hid_t status_type(void) {
-    hid_t t = H5Tcopy(H5T_C_S1);
-    if (t >= 0 && (H5Tset_size(t, STATUS_LEN) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) H5Tclose(t), t = H5I_INVALID_HID;
-    return t;
-}
-
 /* Write v (cut to STATUS_LEN - 1 bytes at a UTF-8 character boundary) into root attribute
  * status of f: overwritten in place when it is already the fixed-size slot, else (a file of an
  * earlier dsgd-run, or a new file) created as one. */
@@ -30,16 +23,16 @@ int runlog_status_write(hid_t f, const char *v, const char *path, char *err, siz
         while (n > 0 && ((unsigned char)v[n] & 0xC0) == 0x80) n--; /* v[n] continues a character */
     }
     memcpy(buf, v, n);
-    hid_t t = status_type();
-    if (t < 0) return runlog_h5fail(err, errlen, path, "H5Tcopy/H5Tset_size", "attribute status of /");
+    hid_t t = h5_string_type(STATUS_LEN, 1); /* the slot: a fixed-size UTF-8 string, NUL-terminated */
+    if (t < 0) return h5_fail(-1, err, errlen, path, "H5Tcopy/H5Tset_size", "attribute status of /");
     htri_t e = H5Aexists(f, "status");
     hid_t a = e > 0 ? H5Aopen(f, "status", H5P_DEFAULT) : H5I_INVALID_HID;
     hid_t ft = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
     htri_t same = ft >= 0 ? H5Tequal(ft, t) : -1;
     if (ft >= 0) H5Tclose(ft);
-    int rc = e < 0 ? runlog_h5fail(err, errlen, path, "H5Aexists", "attribute status of /") : 0;
-    if (rc == 0 && same > 0 && H5Awrite(a, t, buf) < 0) rc = runlog_h5fail(err, errlen, path, "H5Awrite", "attribute status of /");
-    if (a >= 0 && H5Aclose(a) < 0 && rc == 0) rc = runlog_h5fail(err, errlen, path, "H5Aclose", "attribute status of /");
+    int rc = e < 0 ? h5_fail(-1, err, errlen, path, "H5Aexists", "attribute status of /") : 0;
+    if (rc == 0 && same > 0 && H5Awrite(a, t, buf) < 0) rc = h5_fail(-1, err, errlen, path, "H5Awrite", "attribute status of /");
+    if (a >= 0 && H5Aclose(a) < 0 && rc == 0) rc = h5_fail(-1, err, errlen, path, "H5Aclose", "attribute status of /");
     /* none yet, or something else than the slot (replaced): created as the slot */
     if (rc == 0 && same <= 0) rc = runlog_attr_write(f, "/", "status", t, t, buf, path, err, errlen);
     H5Tclose(t);
@@ -108,16 +101,16 @@ static int first_name(const char *tmp, const char *path, int overwrite, char *er
  * still ours), or first_name() for the first publication. */
 int runlog_publish(runlog *r, int overwrite, char *err, size_t errlen) {
     double t0 = wall_time();
-    if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) return runlog_h5fail(err, errlen, r->path, "H5Fflush", "the in-memory file");
+    if (H5Fflush(r->file, H5F_SCOPE_LOCAL) < 0) return h5_fail(-1, err, errlen, r->path, "H5Fflush", "the in-memory file");
     ssize_t n = H5Fget_file_image(r->file, NULL, 0);
-    if (n <= 0) return runlog_h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
+    if (n <= 0) return h5_fail(-1, err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
     if ((size_t)n > r->image_cap) {
         free(r->image);
         r->image_cap = (size_t)n + (size_t)n / 4;
         r->image = xmalloc(r->image_cap);
     }
     if (H5Fget_file_image(r->file, r->image, (size_t)n) != n)
-        return runlog_h5fail(err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
+        return h5_fail(-1, err, errlen, r->path, "H5Fget_file_image", "the in-memory file");
     char tmp[PATHLEN];
     if (runlog_temp_name(tmp, sizeof tmp, r->path, "new") < 0) return seterr(err, errlen, "output path too long: %s", r->path), -1;
     int fd = write_new_file(tmp, r->image, (size_t)n, err, errlen), rc = fd < 0 ? -1 : 0;
@@ -162,9 +155,9 @@ int runlog_status_in_place(runlog *r) {
     snprintf(msg, sizeof msg, "stopped: run-file write error: %s", r->err);
     if (!still_ours(r, err, sizeof err)) return -1;
     hid_t f = H5Fopen(r->path, H5F_ACC_RDWR, H5P_DEFAULT);
-    int rc = f < 0 ? runlog_h5fail(err, sizeof err, r->path, "H5Fopen", "the published run file") : 0;
+    int rc = f < 0 ? h5_fail(-1, err, sizeof err, r->path, "H5Fopen", "the published run file") : 0;
     if (rc == 0) rc = runlog_status_write(f, msg, r->path, err, sizeof err);
-    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) rc = runlog_h5fail(err, sizeof err, r->path, "H5Fclose", "the published run file");
+    if (f >= 0 && H5Fclose(f) < 0 && rc == 0) rc = h5_fail(-1, err, sizeof err, r->path, "H5Fclose", "the published run file");
     H5Eclear2(H5E_DEFAULT);
     if (rc != 0) fprintf(stderr, "dsgd-run: cannot record the status in %s either: %s\n", r->path, err);
     return rc;

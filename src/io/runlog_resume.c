@@ -4,8 +4,6 @@
  * over the old file. */
 #include "runlog_internal.h"
 
-#include "util/h5msg.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -47,20 +45,18 @@ static htri_t obj_exists(hid_t f, const char *name) {
  * file type's class), else the file is not one of ours. */
 static int root_read(hid_t f, const char *name, int optional, H5T_class_t cls, hid_t mtype, void *out, const char *path,
                      char *err, size_t errlen) {
-    char what[300];
-    snprintf(what, sizeof what, "attribute %s of /", name);
     htri_t e = H5Aexists(f, name);
-    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", what);
+    if (e < 0) return runlog_attr_fail("H5Aexists", "/", name, path, err, errlen);
     if (e == 0 && optional) return 0;
     if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no root attribute %s)", name);
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    if (a < 0) return runlog_h5fail(err, errlen, path, "H5Aopen", what);
+    if (a < 0) return runlog_attr_fail("H5Aopen", "/", name, path, err, errlen);
     hid_t t = H5Aget_type(a);
     H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
     if (t >= 0) H5Tclose(t);
     int rc = c != cls ? refuse(err, errlen, path, "it is not a dsgd-run run file (root attribute %s is not %s)", name,
                                cls == H5T_STRING ? "a string" : "an integer")
-           : H5Aread(a, mtype, out) < 0 ? runlog_h5fail(err, errlen, path, "H5Aread", what) : 0;
+           : H5Aread(a, mtype, out) < 0 ? runlog_attr_fail("H5Aread", "/", name, path, err, errlen) : 0;
     H5Aclose(a);
     return rc;
 }
@@ -69,17 +65,12 @@ static int root_read(hid_t f, const char *name, int optional, H5T_class_t cls, h
  * optional one). */
 static int root_string(hid_t f, const char *name, int optional, char **out, const char *path, char *err, size_t errlen) {
     *out = NULL;
-    hid_t t = H5Tcopy(H5T_C_S1);
+    hid_t t = h5_string_type(H5T_VARIABLE, 1);
     char *s = NULL;
-    int rc = 0;
-    if (t < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)
-        rc = runlog_h5fail(err, errlen, path, "H5Tcopy/H5Tset_size/H5Tset_cset", "string type");
-    else rc = root_read(f, name, optional, H5T_STRING, t, &s, path, err, errlen);
-    if (rc == 0) {
-        size_t n = s ? strlen(s) : 0;
-        *out = xmalloc(n + 1);
-        memcpy(*out, s ? s : "", n + 1);
-    }
+    int rc = t < 0 ? h5_fail(-1, err, errlen, path, "H5Tcopy/H5Tset_size/H5Tset_cset", "string type")
+                   : root_read(f, name, optional, H5T_STRING, t, &s, path, err, errlen);
+    const char *v = s ? s : "";
+    if (rc == 0) *out = memcpy(xmalloc(strlen(v) + 1), v, strlen(v) + 1);
     if (s) H5free_memory(s);
     if (t >= 0) H5Tclose(t);
     return rc;
@@ -89,12 +80,12 @@ static int root_string(hid_t f, const char *name, int optional, char **out, cons
  * unlimited rows. Its rows into *n. -1 with err filled if it is missing or shaped otherwise. */
 static int open_column(hid_t f, const char *obj, int cols, hsize_t *n, const char *path, char *err, size_t errlen) {
     htri_t e = obj_exists(f, obj);
-    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Lexists", obj);
+    if (e < 0) return h5_fail(-1, err, errlen, path, "H5Lexists", obj);
     if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no dataset %s)", obj);
     hid_t ds = H5Dopen2(f, obj, H5P_DEFAULT);
-    if (ds < 0) return runlog_h5fail(err, errlen, path, "H5Dopen2", obj);
+    if (ds < 0) return h5_fail(-1, err, errlen, path, "H5Dopen2", obj);
     hid_t space = H5Dget_space(ds);
-    if (space < 0) { H5Dclose(ds); return runlog_h5fail(err, errlen, path, "H5Dget_space", obj); }
+    if (space < 0) { H5Dclose(ds); return h5_fail(-1, err, errlen, path, "H5Dget_space", obj); }
     hsize_t dims[2] = {0, 0}, maxd[2] = {0, 0};
     int nd = H5Sget_simple_extent_ndims(space);
     int ok = nd == (cols ? 2 : 1) && H5Sget_simple_extent_dims(space, dims, maxd) >= 0 && maxd[0] == H5S_UNLIMITED;
@@ -128,10 +119,10 @@ static int open_array(hid_t f, const runlog_meta *meta, int i, const char *obj, 
     char wants[96];
     shape_text(wants, sizeof wants, a->cols ? 2 : 1, want, a->float64);
     htri_t e = obj_exists(f, obj);
-    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Lexists", obj);
+    if (e < 0) return h5_fail(-1, err, errlen, path, "H5Lexists", obj);
     if (e == 0) return refuse(err, errlen, path, "the run file has no fixed array %s, the experiment has one (%s)", obj, wants);
     hid_t ds = H5Dopen2(f, obj, H5P_DEFAULT);
-    if (ds < 0) return runlog_h5fail(err, errlen, path, "H5Dopen2", obj);
+    if (ds < 0) return h5_fail(-1, err, errlen, path, "H5Dopen2", obj);
     hid_t space = H5Dget_space(ds), t = H5Dget_type(ds);
     hsize_t dims[2] = {0, 0}, maxd[2] = {0, 0};
     int nd = space < 0 ? -1 : H5Sget_simple_extent_ndims(space);
@@ -211,7 +202,7 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
 
     /* The optional groups: present exactly when meta asks for them. */
     htri_t has_el = obj_exists(f, "/eval_local"), has_ranks = obj_exists(f, "/ranks");
-    if (has_el < 0 || has_ranks < 0) return runlog_h5fail(err, errlen, path, "H5Lexists", has_el < 0 ? "/eval_local" : "/ranks");
+    if (has_el < 0 || has_ranks < 0) return h5_fail(-1, err, errlen, path, "H5Lexists", has_el < 0 ? "/eval_local" : "/ranks");
     if ((has_el > 0) != r->has_eval_local)
         return refuse(err, errlen, path, has_el ? "the run file has /eval_local, the experiment none (eval_local = 0)"
                                                 : "the run file has no /eval_local, the experiment eval_local = 1");
@@ -245,7 +236,7 @@ static int open_layout(runlog *r, const runlog_meta *meta, const runlog_rows *ke
 static int cut_column(runlog *r, const char *obj, hsize_t keep, hsize_t width, int is_step, int64_t *last_step, char *err,
                       size_t errlen) {
     hid_t ds = H5Dopen2(r->file, obj, H5P_DEFAULT);
-    if (ds < 0) return runlog_h5fail(err, errlen, r->path, "H5Dopen2", obj);
+    if (ds < 0) return h5_fail(-1, err, errlen, r->path, "H5Dopen2", obj);
     int rc = 0;
     if (is_step && keep > 0) { /* element keep - 1 */
         hsize_t one = 1, at = keep - 1;
@@ -253,13 +244,13 @@ static int cut_column(runlog *r, const char *obj, hsize_t keep, hsize_t width, i
         hid_t fspace = H5Dget_space(ds), mspace = H5Screate_simple(1, &one, NULL);
         if (fspace < 0 || mspace < 0 || H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &at, NULL, &one, NULL) < 0 ||
             H5Dread(ds, H5T_NATIVE_INT64, mspace, fspace, H5P_DEFAULT, &v) < 0)
-            rc = runlog_h5fail(err, errlen, r->path, "H5Dread", obj);
+            rc = h5_fail(-1, err, errlen, r->path, "H5Dread", obj);
         if (mspace >= 0) H5Sclose(mspace);
         if (fspace >= 0) H5Sclose(fspace);
         if (v > *last_step) *last_step = v;
     }
     hsize_t dims[2] = {keep, width};
-    if (rc == 0 && H5Dset_extent(ds, dims) < 0) rc = runlog_h5fail(err, errlen, r->path, "H5Dset_extent", obj);
+    if (rc == 0 && H5Dset_extent(ds, dims) < 0) rc = h5_fail(-1, err, errlen, r->path, "H5Dset_extent", obj);
     H5Dclose(ds);
     return rc;
 }
@@ -276,12 +267,7 @@ static int cut_rows(runlog *r, const runlog_rows *keep, int64_t *last_step, char
 
 /* Delete root attribute name of f if it is there. */
 static int drop_root_attr(hid_t f, const char *name, const char *path, char *err, size_t errlen) {
-    char what[300];
-    snprintf(what, sizeof what, "attribute %s of /", name);
-    htri_t e = H5Aexists(f, name);
-    if (e < 0) return runlog_h5fail(err, errlen, path, "H5Aexists", what);
-    if (e > 0 && H5Adelete(f, name) < 0) return runlog_h5fail(err, errlen, path, "H5Adelete", what);
-    return 0;
+    return runlog_attr_fail(h5_attr_delete(f, name), "/", name, path, err, errlen);
 }
 
 /* The root attributes of a resume: the earlier run's end-of-run attributes removed (status
@@ -354,7 +340,7 @@ static int read_file(runlog *r, char *err, size_t errlen) {
     }
     /* A file of the earlier SWMR writer (superblock version 3) would not survive its image. */
     H5F_info2_t info;
-    if (H5Fget_info2(r->file, &info) < 0) return runlog_h5fail(err, errlen, path, "H5Fget_info2", "/");
+    if (H5Fget_info2(r->file, &info) < 0) return h5_fail(-1, err, errlen, path, "H5Fget_info2", "/");
     if (info.super.version > 1)
         return refuse(err, errlen, path, "it was written in the HDF5 1.10 format (superblock version %u) by an earlier dsgd-run, "
                       "which this one cannot continue: finish it with that version, or start afresh", info.super.version);

@@ -8,7 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +15,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "io/h5.h"
 #include "util/util.h"
 
 /* ---- directories -------------------------------------------------------------------------- */
@@ -174,21 +174,8 @@ int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char 
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) return seterr(err, errlen, "%s: cannot open the run file (HDF5 H5Fopen failed: not an HDF5 file?)", path), -1;
     int rc = 0;
-    if (H5Aexists(f, name) > 0) {
-        hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-        hid_t t = a >= 0 ? H5Aget_type(a) : -1;
-        /* read as stored (the character set of the file's type): a variable-length string HDF5
-         * allocates, a fixed-length one into a buffer one byte longer */
-        const int vlen = t >= 0 && H5Tis_variable_str(t) > 0;
-        char *s = t < 0 || vlen ? NULL : xcalloc(H5Tget_size(t) + 1, 1);
-        rc = t < 0 || H5Aread(a, t, vlen ? (void *)&s : s) < 0 ? -1 : 0;
-        if (!rc) snprintf(buf, n, "%s", s ? s : "");
-        if (vlen) H5free_memory(s);
-        else free(s);
-        if (t >= 0) H5Tclose(t);
-        if (a >= 0) H5Aclose(a);
-        if (rc) seterr(err, errlen, "%s: cannot read the attribute '%s'", path, name);
-    }
+    if (H5Aexists(f, name) > 0 && (rc = h5_attr_read_str(f, name, buf, n)) < 0)
+        seterr(err, errlen, "%s: cannot read the attribute '%s'", path, name);
     H5Fclose(f);
     return rc;
 }

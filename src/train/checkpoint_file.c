@@ -6,13 +6,13 @@
 #include "train/checkpoint.h"
 
 #include <errno.h>
-#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "io/h5.h"
 #include "util/util.h"
 
 /* ---- rank files --------------------------------------------------------------------------- */
@@ -101,38 +101,21 @@ ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t er
 
 static int put(ckpt_file *f, const char *name, hid_t ftype, hid_t mtype, const void *v, size_t n) {
     if (f->err[0]) return -1;
-    hsize_t dims[1] = {(hsize_t)n};
-    hid_t sp = H5Screate_simple(1, dims, NULL);
-    if (sp < 0) return ferr(f, "H5Screate_simple", name);
-    hid_t ds = H5Dcreate2(f->file, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Sclose(sp);
-    if (ds < 0) return ferr(f, "H5Dcreate2", name);
-    int rc = n && H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0 ? ferr(f, "H5Dwrite", name) : 0;
-    if (H5Dclose(ds) < 0 && !rc) rc = ferr(f, "H5Dclose", name);
-    return rc;
-}
-
-/* Open dataset name of a reader: its id and number of values; -1 with f->err filled. */
-static hid_t open_1d(ckpt_file *f, const char *name, hssize_t *len) {
-    if (f->err[0]) return -1;
-    if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0) {
-        seterr(f->err, sizeof f->err, "%s: no dataset '%s' (a checkpoint of another method or version?)", f->path, name);
-        return -1;
-    }
-    hid_t ds = H5Dopen2(f->file, name, H5P_DEFAULT);
-    if (ds < 0) return ferr(f, "H5Dopen2", name);
-    hid_t sp = H5Dget_space(ds);
-    *len = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
-    if (sp >= 0) H5Sclose(sp);
-    return ds;
+    const char *failed = h5_write_1d(f->file, name, ftype, mtype, (hsize_t)n, v, H5P_DEFAULT);
+    return failed ? ferr(f, failed, name) : 0;
 }
 
 /* Dataset name of a reader into v: exactly n values of type tname, or (tname = NULL) a string of
  * fewer than n bytes, NUL-terminated. */
 static int get(ckpt_file *f, const char *name, hid_t mtype, void *v, size_t n, const char *tname) {
-    hssize_t have = -1;
-    hid_t ds = open_1d(f, name, &have);
-    if (ds < 0) return -1;
+    if (f->err[0]) return -1;
+    if (H5Lexists(f->file, name, H5P_DEFAULT) <= 0)
+        return seterr(f->err, sizeof f->err, "%s: no dataset '%s' (a checkpoint of another method or version?)", f->path, name), -1;
+    hid_t ds = H5Dopen2(f->file, name, H5P_DEFAULT);
+    if (ds < 0) return ferr(f, "H5Dopen2", name);
+    hid_t sp = H5Dget_space(ds);
+    const hssize_t have = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+    if (sp >= 0) H5Sclose(sp);
     int rc = 0;
     if (!tname && (have < 0 || (size_t)have >= n))
         rc = -1, seterr(f->err, sizeof f->err, "%s: dataset '%s' is too long (%lld bytes)", f->path, name, (long long)have);
