@@ -38,10 +38,6 @@
  * structures they share. */
 #include "model_internal.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
 /* Entry points that use the compute stream on their own: not between begin and end. */
 static void not_in_step(const gpu_model *g, const char *what) {
     if (g->ov.in_step) DIE("%s between gpu_model_train_begin and gpu_model_train_end", what);

@@ -123,7 +123,6 @@ static void png_error_fn(png_structp png, png_const_charp msg) {
 }
 
 static void png_warning_fn(png_structp png, png_const_charp msg) {
-    (void)msg;
     ((struct png_msgs *)png_get_error_ptr(png))->warnings++;
 }
 

@@ -12,8 +12,6 @@
 #include "methods/server.h"
 #include "optim/sgd.h"
 
-#include <string.h>
-
 static int easgd_exchange_after(const trainer *t, long s) { return (s + 1) % t->e->tau == 0 || s + 1 == t->e->iterations; }
 
 static void easgd_worker_reply(trainer *t, const float *center) {

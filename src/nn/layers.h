@@ -48,7 +48,6 @@
 #define DSGD_NN_LAYERS_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>

@@ -39,8 +39,6 @@
 #include "gpu.h"
 #include "util/util.h"
 
-
-
 /* One BasicBlock's layers and buffers in a network. */
 typedef struct {
     conv_layer conv1, conv2, convd;

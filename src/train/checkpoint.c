@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/file.h>
