@@ -319,7 +319,6 @@ int main(int argc, char **argv) {
     static run_setup r; /* the phases: src/train/setup.h, docs/architecture.md */
     load_experiment(&r, &args);                        /* 1. the experiment, agreed by every rank */
     setup_data(&r);                                    /* 2. training and validation data */
-    if (!r.world_unchecked) setup_memory(&r);          /*    a step at b fits this node's memory */
     resume_prepare(&r, args.config_path, args.resume); /* 3. an earlier run; output, checkpoints */
     if (args.check_only) {                             /*    --check: the report, and stop */
         check_report(&r);

@@ -155,6 +155,10 @@ START_TEST(test_bad_input_every_rank) {
                "available per rank (2 rank(s) here)");
     snprintf(ckpt, sizeof ckpt, "%s/hugeb.ckpt", g_dir);
     ck_assert_msg(stat(ckpt, &sb0) != 0 && stat(h5, &sb0) != 0, "the refused run wrote %s or %s", h5, ckpt);
+    /* synthetic 4096² inputs at b = 4096: refused before the loader's 768 GiB minibatch buffer (was
+     * an out-of-memory exit 1 without a key) */
+    expect_bad(2, cfg, "--set data.format=synthetic --set data.shape=[3,4096,4096] --set b=4096",
+               "--set b=4096: key 'b': a training step at b = 4096 needs at least", NULL);
     char cmd[800], out[1 << 14];
     snprintf(cmd, sizeof cmd, "timeout 120 ./dsgd-run --check --set model.width=1024 --set b=30000 %s", cfg);
     ck_assert_int_eq(run(cmd, out, sizeof out), 0);

@@ -86,6 +86,8 @@ void setup_print_threads(const thread_budget *b, FILE *f) {
                    "threads or data.threads, or run fewer ranks per node (docs/data.md, \"Loading\")\n", total, b->cores);
 }
 
+static int memory_fits(const run_setup *r, char *err, size_t errlen);
+
 /* data.format = "jpeg": the pack's train and val shards and the threaded loader (not started). */
 static int data_jpeg(run_setup *r, int lrank, char *err, size_t errlen) {
     const experiment *e = &r->e;
@@ -115,6 +117,7 @@ static int data_jpeg(run_setup *r, int lrank, char *err, size_t errlen) {
         a->crop = crop, a->scale_min = e->data.scale[0], a->scale_max = e->data.scale[1];
         a->eval_resize = e->data.eval_resize, a->interp = interp;
     }
+    if ((st = memory_fits(r, err, errlen))) return st;
     if ((st = loader_init_jpeg(&r->t.train_loader, &jc, e->p, lrank, 0, err, errlen)))
         setup_blame(e, "keys 'p', 'b', 'data.dir'", err, errlen);
     return st;
@@ -139,6 +142,7 @@ static int data_idx(run_setup *r, int lrank, char *err, size_t errlen) {
                     train->n_classes);
     /* The loader refuses a layout (p, b against the set's size) or the images themselves (a
      * constant channel cannot be normalised): blame what is at fault. */
+    if (!st) st = memory_fits(r, err, errlen);
     if (!st && (st = loader_init(&r->t.train_loader, train, e->p, lrank, e->b, e->seed, err, errlen)))
         setup_blame(e, strstr(err, "is constant") ? "key 'data.train_images'" : "keys 'p', 'b'", err, errlen);
     return st;
@@ -158,8 +162,9 @@ void setup_data(run_setup *r) {
                              .n_classes = classes};
         r->val = r->train;
         r->val.n = e->p * e->b; /* one minibatch per worker */
-        if ((st = loader_init_synthetic(&t->train_loader, r->train.c, r->train.h, r->train.w, classes, e->p, lrank, e->b, e->seed,
-                                        err, sizeof err)))
+        st = memory_fits(r, err, sizeof err);
+        if (!st && (st = loader_init_synthetic(&t->train_loader, r->train.c, r->train.h, r->train.w, classes, e->p, lrank, e->b,
+                                               e->seed, err, sizeof err)))
             setup_blame(e, "keys 'p', 'b', 'data.shape', 'data.classes'", err, sizeof err);
     } else st = data_idx(r, lrank, err, sizeof err);
     setup_agree(st, err);
@@ -508,11 +513,12 @@ int setup_check_memory(const run_setup *r, int ranks_here, char *line, size_t n)
     return need > avail ? EXIT_BADINPUT : 0;
 }
 
-void setup_memory(const run_setup *r) {
-    char mem[512], err[ERRLEN] = "";
-    int st = setup_check_memory(r, comm_local_size(), mem, sizeof mem);
-    if (st) snprintf(err, sizeof err, "%s: key 'b': %s; lower b (or run fewer ranks per node)", config_where("b"), mem);
-    setup_agree(st, err);
+/* setup_check_memory with this node's ranks, before the loader's buffers are allocated (none under
+ * --check without mpiexec). Returns 0, or EXIT_BADINPUT with err filled (key 'b'). */
+static int memory_fits(const run_setup *r, char *err, size_t errlen) {
+    char mem[512];
+    if (r->world_unchecked || !setup_check_memory(r, comm_local_size(), mem, sizeof mem)) return 0;
+    return seterr(err, errlen, "%s: key 'b': %s; lower b (or run fewer ranks per node)", config_where("b"), mem);
 }
 
 void setup_model(run_setup *r) {

@@ -1,6 +1,6 @@
 /* setup.h — the phases of one rank's run, in the order main() (src/main.c) calls them:
  *   1. main.c: the experiment, read and checked against the MPI world by every rank
- *   2. setup_data      the training and validation sets, the loader; setup_memory: b fits
+ *   2. setup_data      the training and validation sets; b fits the memory; the loader
  *   3. resume_prepare  the earlier run this one continues; the output and checkpoint directory
  *      (--check: main.c reports and stops here)
  *   4. setup_model     threads, GPU, model, buffers, NCCL, the method's init
@@ -63,13 +63,10 @@ void setup_data(run_setup *r);
  * step holds 2.6–4.8 sets per sample, measured: docs/perf.md) against the memory
  * available here (MemAvailable, or the cgroup's limit if lower) shared by ranks_here ranks. Fills
  * line with the numbers (a sentence; "" on a GPU) and returns EXIT_BADINPUT when it does not fit,
- * else 0. setup_model refuses such a b (key 'b'); --check reports it. */
+ * else 0. setup_data refuses such a b on every rank (exit 2, key 'b') before the loader's buffers
+ * exist, rather than the OOM killer ending the run by a signal (--check: only under mpiexec, where
+ * the ranks are on the nodes that will run it); --check reports it. */
 int setup_check_memory(const run_setup *r, int ranks_here, char *line, size_t n);
-/* Collective: setup_check_memory on every rank with the ranks of its node; a b that does not fit
- * ends every rank's run (setup_agree: exit 2, key 'b', the numbers) rather than the kernel's OOM
- * killer ending it by a signal. main: after setup_data, before anything is created (--check:
- * only under mpiexec, where the ranks are on the nodes that will run it). */
-void setup_memory(const run_setup *r);
 
 /* Rank 0: continue (--resume: cli_resume, or resume = "auto") or start afresh; the output and the
  * checkpoint directory are never an input (config_path, the data); then every rank checks its part
