@@ -258,6 +258,20 @@ START_TEST(test_existing_output_refused) {
     expect_bad(2, cfg, set, "key 'checkpoint.path'", "is the output file's path");
     expect_bad(2, cfg, "--set output=/proc/dsgd-test.h5", "key 'output'", "no file can be created in /proc");
     ck_assert_msg(access(dir, F_OK) != 0, "a refused run created %s", dir);
+    /* a link to nothing as output, a regular file as checkpoint.path: named as such (the run's
+     * exclusive create said "already exists"; --check passed both) */
+    char link[700];
+    snprintf(link, sizeof link, "%s/dangling.h5", g_dir);
+    ck_assert_int_eq(symlink("/nonexistent/dsgd-target.h5", link), 0);
+    snprintf(set, sizeof set, "--check --set output=%s", link);
+    expect_bad(2, cfg, set, "key 'output'", "is a symbolic link to nothing");
+    snprintf(link, sizeof link, "%s/plain-file", g_dir);
+    fclose(fopen(link, "w"));
+    snprintf(set, sizeof set, "--check --set checkpoint.path=%s", link);
+    expect_bad(2, cfg, set, "key 'checkpoint.path'", "exists and is not a directory");
+    ck_assert_int_eq(unlink(link), 0);
+    snprintf(link, sizeof link, "%s/dangling.h5", g_dir);
+    ck_assert_int_eq(unlink(link), 0);
     double s[64];
     for (int k = 0; k < 2; k++) { /* a run, then the same run again over it */
         ck_assert_int_eq(dsgd(2, cfg, k ? "--set overwrite=true" : NULL, out, sizeof out), 0);

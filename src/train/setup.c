@@ -217,6 +217,11 @@ static int check_output(const experiment *e, const char *ckdir, char *err, size_
     if (!strcmp(ckdir, e->output) || (out_exists && stat(ckdir, &sc) == 0 && sb.st_dev == sc.st_dev && sb.st_ino == sc.st_ino))
         return seterr(err, errlen, "%s: key 'checkpoint.path': %s is the output file's path (key 'output'); choose another checkpoint.path",
                       config_where("checkpoint.path"), ckdir);
+    if (stat(ckdir, &sc) == 0 && !S_ISDIR(sc.st_mode))
+        return seterr(err, errlen, "%s: key 'checkpoint.path': %s exists and is not a directory", config_where("checkpoint.path"), ckdir);
+    if (!out_exists && lstat(e->output, &sc) == 0)
+        return seterr(err, errlen, "%s: key 'output': %s is a symbolic link to nothing; remove it or choose another output",
+                      config_where("output"), e->output);
     if (out_exists) {
         if (S_ISDIR(sb.st_mode))
             return seterr(err, errlen, "%s: key 'output': %s is a directory; expected the path of an HDF5 file", config_where("output"), e->output);
