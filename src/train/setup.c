@@ -86,7 +86,65 @@ void setup_print_threads(const thread_budget *b, FILE *f) {
                    "threads or data.threads, or run fewer ranks per node (docs/data.md, \"Loading\")\n", total, b->cores);
 }
 
-static int memory_fits(const run_setup *r, char *err, size_t errlen);
+/* No rank evaluates more than ceil(n_val / p) images (a server evaluating the center: all of
+ * them), so a larger eval.batch would only allocate memory that is never used. */
+static int eval_batch_of(const run_setup *r) {
+    const experiment *e = &r->e;
+    const int max_slice = method_has_servers(e->method) ? r->val.n : (r->val.n + e->p - 1) / e->p;
+    return e->eval.batch < max_slice ? e->eval.batch : max_slice;
+}
+
+/* The one translation from the experiment's words (config.h) to the model's (model.h). */
+static model_spec spec_of(const run_setup *r) {
+    const experiment *e = &r->e;
+    return (model_spec){
+        .arch = e->model.arch == ARCH_LINEAR ? MODEL_LINEAR : MODEL_RESNET18,
+        .width = e->model.width,
+        .stem = e->model.stem == STEM_IMAGENET ? MODEL_STEM_IMAGENET : MODEL_STEM_CIFAR,
+        .in_c = r->train.c, .in_h = r->train.h, .in_w = r->train.w, .n_classes = r->train.n_classes,
+        .batch = e->b, .eval_batch = eval_batch_of(r), .threads = r->budget.compute,
+        .device = e->device == DEVICE_CUDA ? MODEL_CUDA : MODEL_CPU,
+        .precision = e->precision == PRECISION_TF32 ? MODEL_TF32 : e->precision == PRECISION_BF16 ? MODEL_BF16 : MODEL_FP32,
+    };
+}
+
+/* Bytes this node can still give a process: /proc/meminfo's MemAvailable, lowered to what the
+ * cgroup (v2: memory.max − memory.current) allows; 0 if neither can be read. */
+static double node_available_bytes(void) {
+    double avail = 0.0, max = 0.0, cur = 0.0;
+    char line[256];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) avail *= 1024.0;
+    if (f) fclose(f);
+    FILE *m = fopen("/sys/fs/cgroup/memory.max", "r"), *c = fopen("/sys/fs/cgroup/memory.current", "r");
+    if (m && c && fscanf(m, "%lf", &max) == 1 && fscanf(c, "%lf", &cur) == 1 && max > cur && (avail == 0.0 || max - cur < avail))
+        avail = max - cur;
+    if (m) fclose(m);
+    if (c) fclose(c);
+    return avail;
+}
+
+int setup_check_memory(const run_setup *r, int ranks_here, char *line, size_t n) {
+    const experiment *e = &r->e;
+    const model_spec s = spec_of(r);
+    const double per_sample = 4.0 * (double)model_spec_activation_floats(&s);
+    const double need = (2.5 * e->b + s.eval_batch) * per_sample, avail = node_available_bytes() / (ranks_here > 0 ? ranks_here : 1);
+    if (n) line[0] = '\0';
+    if (e->device == DEVICE_CUDA || avail <= 0.0) return 0; /* the GPU's memory is the device's to refuse (cudaMalloc) */
+    snprintf(line, n, "a training step at b = %d needs at least %.1f GiB per rank (2.5·b + eval batch %d samples × %.2f MiB of "
+             "activations), and this node has %.1f GiB available per rank (%d rank(s) here)", e->b, need / 1073741824.0, s.eval_batch,
+             per_sample / 1048576.0, avail / 1073741824.0, ranks_here);
+    return need > avail ? EXIT_BADINPUT : 0;
+}
+
+/* setup_check_memory with this node's ranks, before the loader's buffers are allocated (none under
+ * --check without mpiexec). Returns 0, or EXIT_BADINPUT with err filled (key 'b'). */
+static int memory_fits(const run_setup *r, char *err, size_t errlen) {
+    char mem[512];
+    if (r->world_unchecked || !setup_check_memory(r, comm_local_size(), mem, sizeof mem)) return 0;
+    return seterr(err, errlen, "%s: key 'b': %s; lower b (or run fewer ranks per node)", config_where("b"), mem);
+}
 
 /* data.format = "jpeg": the pack's train and val shards and the threaded loader (not started). */
 static int data_jpeg(run_setup *r, int lrank, char *err, size_t errlen) {
@@ -465,66 +523,6 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
 }
 
 /* ---- model and method ------------------------------------------------------------------- */
-
-/* No rank evaluates more than ceil(n_val / p) images (a server evaluating the center: all of
- * them), so a larger eval.batch would only allocate memory that is never used. */
-static int eval_batch_of(const run_setup *r) {
-    const experiment *e = &r->e;
-    const int max_slice = method_has_servers(e->method) ? r->val.n : (r->val.n + e->p - 1) / e->p;
-    return e->eval.batch < max_slice ? e->eval.batch : max_slice;
-}
-
-/* The one translation from the experiment's words (config.h) to the model's (model.h). */
-static model_spec spec_of(const run_setup *r) {
-    const experiment *e = &r->e;
-    return (model_spec){
-        .arch = e->model.arch == ARCH_LINEAR ? MODEL_LINEAR : MODEL_RESNET18,
-        .width = e->model.width,
-        .stem = e->model.stem == STEM_IMAGENET ? MODEL_STEM_IMAGENET : MODEL_STEM_CIFAR,
-        .in_c = r->train.c, .in_h = r->train.h, .in_w = r->train.w, .n_classes = r->train.n_classes,
-        .batch = e->b, .eval_batch = eval_batch_of(r), .threads = r->budget.compute,
-        .device = e->device == DEVICE_CUDA ? MODEL_CUDA : MODEL_CPU,
-        .precision = e->precision == PRECISION_TF32 ? MODEL_TF32 : e->precision == PRECISION_BF16 ? MODEL_BF16 : MODEL_FP32,
-    };
-}
-
-/* Bytes this node can still give a process: /proc/meminfo's MemAvailable, lowered to what the
- * cgroup (v2: memory.max − memory.current) allows; 0 if neither can be read. */
-static double node_available_bytes(void) {
-    double avail = 0.0, max = 0.0, cur = 0.0;
-    char line[256];
-    FILE *f = fopen("/proc/meminfo", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) avail *= 1024.0;
-    if (f) fclose(f);
-    FILE *m = fopen("/sys/fs/cgroup/memory.max", "r"), *c = fopen("/sys/fs/cgroup/memory.current", "r");
-    if (m && c && fscanf(m, "%lf", &max) == 1 && fscanf(c, "%lf", &cur) == 1 && max > cur && (avail == 0.0 || max - cur < avail))
-        avail = max - cur;
-    if (m) fclose(m);
-    if (c) fclose(c);
-    return avail;
-}
-
-int setup_check_memory(const run_setup *r, int ranks_here, char *line, size_t n) {
-    const experiment *e = &r->e;
-    const model_spec s = spec_of(r);
-    const double per_sample = 4.0 * (double)model_spec_activation_floats(&s);
-    const double need = (2.5 * e->b + s.eval_batch) * per_sample, avail = node_available_bytes() / (ranks_here > 0 ? ranks_here : 1);
-    if (n) line[0] = '\0';
-    if (e->device == DEVICE_CUDA || avail <= 0.0) return 0; /* the GPU's memory is the device's to refuse (cudaMalloc) */
-    snprintf(line, n, "a training step at b = %d needs at least %.1f GiB per rank (2.5·b + eval batch %d samples × %.2f MiB of "
-             "activations), and this node has %.1f GiB available per rank (%d rank(s) here)", e->b, need / 1073741824.0, s.eval_batch,
-             per_sample / 1048576.0, avail / 1073741824.0, ranks_here);
-    return need > avail ? EXIT_BADINPUT : 0;
-}
-
-/* setup_check_memory with this node's ranks, before the loader's buffers are allocated (none under
- * --check without mpiexec). Returns 0, or EXIT_BADINPUT with err filled (key 'b'). */
-static int memory_fits(const run_setup *r, char *err, size_t errlen) {
-    char mem[512];
-    if (r->world_unchecked || !setup_check_memory(r, comm_local_size(), mem, sizeof mem)) return 0;
-    return seterr(err, errlen, "%s: key 'b': %s; lower b (or run fewer ranks per node)", config_where("b"), mem);
-}
 
 void setup_model(run_setup *r) {
     const experiment *e = &r->e;
