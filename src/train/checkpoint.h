@@ -119,6 +119,11 @@ ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t 
 ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t errlen);
 /* 1 if <dir>/step-<label>/rank-<rank>.h5 exists. */
 int ckpt_exists(const char *dir, long label, int rank);
+/* The experiment (text) and run id checkpoint `label` in dir was written with: from rank first's
+ * file, else from any rank file of the checkpoint that holds it (a checkpoint of another method or
+ * p, whose run file another rank wrote), so that the key that changed can be named. Returns 0, or
+ * -1 with err filled from rank first's file. */
+int ckpt_find_experiment(const char *dir, long label, int first, char *text, size_t n, uint64_t *run_id, char *err, size_t errlen);
 
 /* Datasets of n values (n may be 0) under name (no '/'). ckpt_get_* checks that the dataset
  * exists with exactly n values of that type; an error names the file and the dataset. */

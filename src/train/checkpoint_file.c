@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "train/checkpoint.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,26 @@ int ckpt_exists(const char *dir, long label, int rank) {
     char p[4200];
     rank_path(p, sizeof p, dir, label, rank, 0);
     return access(p, R_OK) == 0;
+}
+
+int ckpt_find_experiment(const char *dir, long label, int first, char *text, size_t n, uint64_t *run_id, char *err, size_t errlen) {
+    char sd[4200];
+    rank_path(sd, sizeof sd, dir, label, 0, 0);
+    *strrchr(sd, '/') = '\0';
+    DIR *d = opendir(sd); /* every rank file, not ranks 0, 1, ... up to the first missing: a worker that left has none */
+    struct dirent *de = NULL;
+    int rc = 1;
+    for (int k = -1; rc && (k < 0 || (d && (de = readdir(d)))); k = 0) { /* k = -1: rank first's file first */
+        int rank = first;
+        if (k >= 0 && (sscanf(de->d_name, "rank-%d.h5", &rank) != 1 || rank == first)) continue;
+        char mk[ERRLEN];
+        ckpt_file *f = ckpt_open(dir, label, rank, mk, sizeof mk);
+        rc = !f || ckpt_get_str(f, "experiment", text, n) || !(*run_id = ckpt_file_run_id(f));
+        if (rc && k < 0) snprintf(err, errlen, "%s", f ? ckpt_error(f) : mk); /* the message if no rank file holds it */
+        ckpt_free(f);
+    }
+    if (d) closedir(d);
+    return rc ? -1 : 0;
 }
 
 ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t errlen) {

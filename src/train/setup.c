@@ -3,7 +3,6 @@
 #define _GNU_SOURCE
 #include "train/setup.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <omp.h>
@@ -356,29 +355,6 @@ static int check_not_input(const experiment *e, const char *config_path, const c
     return 0;
 }
 
-/* The experiment (text) and run id checkpoint `label` in dir was written with: from this run's log
- * rank's file, else from the rank file that holds it (a checkpoint of another method or p, whose
- * run file was written by another rank), so that the key that changed can be named. Returns 0,
- * or -1 with m filled. */
-static int ckpt_experiment(const char *dir, long label, int log_rank, char *saved, size_t n, uint64_t *run_id, char *m, size_t mn) {
-    char sd[4200];
-    snprintf(sd, sizeof sd, "%s/step-%ld", dir, label);
-    DIR *d = opendir(sd); /* every rank file, not ranks 0, 1, ... up to the first missing: a worker that left has none */
-    struct dirent *de = NULL;
-    int rc = 1;
-    for (int k = -1; rc && (k < 0 || (d && (de = readdir(d)))); k = 0) { /* k = -1: the log rank's file first */
-        int rank = log_rank;
-        if (k >= 0 && (sscanf(de->d_name, "rank-%d.h5", &rank) != 1 || rank == log_rank)) continue;
-        char mk[ERRLEN];
-        ckpt_file *f = ckpt_open(dir, label, rank, mk, sizeof mk);
-        rc = !f || ckpt_get_str(f, "experiment", saved, n) || !(*run_id = ckpt_file_run_id(f));
-        if (rc && k < 0) snprintf(m, mn, "%s", f ? ckpt_error(f) : mk); /* the message if no rank file holds it */
-        ckpt_free(f);
-    }
-    if (d) closedir(d);
-    return rc ? -1 : 0;
-}
-
 /* Rank 0: whether this run continues an earlier one (checkpoint.h), into *pl (label -1, else zero, on entry). Returns 0 or
  * EXIT_BADINPUT. */
 static int plan_resume(const experiment *e, int cli_resume, const char *dir, int log_rank, resume_plan *pl, char *err,
@@ -411,7 +387,7 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
         if (!out_exists)
             return seterr(err, errlen, "%s: key 'output': %s: %s found the checkpoint %s/step-%ld, but its run file %s is missing; "
                           "restore it, or remove %s to start afresh", config_where("output"), e->output, how, dir, l, e->output, dir);
-        if (ckpt_experiment(dir, l, log_rank, saved, sizeof saved, &pl->run_id, m, sizeof m))
+        if (ckpt_find_experiment(dir, l, log_rank, saved, sizeof saved, &pl->run_id, m, sizeof m))
             return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
         if (ckpt_compare_config(saved, now, m, sizeof m))
             return seterr(err, errlen, "%s: %s: cannot continue %s/step-%ld: %s", e->source, how, dir, l, m);
@@ -435,7 +411,7 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
     if (have) {
         uint64_t id;
         char out[CFG_PATH_MAX];
-        other = !ckpt_experiment(dir, l, log_rank, saved, sizeof saved, &id, m, sizeof m) &&
+        other = !ckpt_find_experiment(dir, l, log_rank, saved, sizeof saved, &id, m, sizeof m) &&
                 !config_text_string(saved, "output", out, sizeof out) && strcmp(out, e->output) != 0;
     }
     if (other)
