@@ -5,20 +5,29 @@
 #   make check      install missing Debian packages, build and run every test (Check + MPI)
 #   make check-slurm  the batch-job loop on a real one-node Slurm started on localhost
 #   make deps       install missing Debian packages only (root: apt-get; else print the line)
+#   make show-deps  what CC, OPT and each library resolved to, and from where
 #   make CUDA=1     the same ./dsgd-run with the GPU backend (cuda/: nvcc, cuDNN, cuBLAS; NCCL if
 #                   nccl.h is found) as well;
 #                   `make CUDA=1 check` also builds and runs test/gpu/ (they skip without a GPU),
 #                   `make CUDA=1 gpu-tests` builds them only
 #
-# Knobs: CC (an MPI compiler wrapper), OPT, NP (ranks for `make run`), CONFIG, RUN_ARGS;
+# Knobs: CC (a C compiler that compiles and links MPI programs: mpicc by default; Cray: cc,
+# Intel MPI: mpiicx, Open MPI beside MPICH on Debian: mpicc.openmpi), OPT, NP (ranks for
+# `make run`), CONFIG, RUN_ARGS;
+# HDF5_ROOT, LIBCONFIG_ROOT, ZLIB_ROOT, LIBJPEG_ROOT, LIBPNG_ROOT, CHECK_ROOT (a library's prefix,
+# with include/ and lib/ or lib64/, e.g. from `module show hdf5`; otherwise pkg-config, the module
+# environment's variables, h5cc: docs/build.md); `make show-deps` prints what was found where;
 # ONEDNN_ROOT (a site's oneDNN >= 3.0 install, e.g. after `module load onednn`; default: oneDNN
 # 3.2 from PyPI unpacked into build/onednn by tools/get_onednn.py on the first build);
-# CUDA (0/1), CUDA_HOME, NVCC, CUDA_ARCH (compute capabilities to build for);
+# CUDA (0/1), CUDA_HOME, NVCC, CUDA_ARCH (compute capabilities to build for), CUDNN_HOME,
+# NCCL_HOME (cuDNN's and NCCL's prefixes when they are not under CUDA_HOME);
 # NCCL (auto/0/1: comm = "nccl"; auto = 1 when CUDA=1 and nccl.h is found).
 
+# CC: mpicc; where there is none on PATH, cc (Cray's wrapper links MPI itself; elsewhere
+# tools/check-deps.sh stops the build saying what to set).
 CC      ?= mpicc
 ifeq ($(origin CC),default)
-CC      := mpicc
+CC      := $(if $(shell command -v mpicc 2>/dev/null),mpicc,cc)
 endif
 OPT     ?= -O3 -march=native
 CFLAGS  ?= $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp
@@ -34,15 +43,73 @@ MPI_IMPL := $(shell if $(CC) -show 2>/dev/null | grep -q mpich; then echo mpich;
 MPIEXEC ?= $(firstword $(shell command -v mpiexec.$(MPI_IMPL) 2>/dev/null) mpiexec)
 CUDA    ?= 0
 
-# pkg-config names and the Debian packages that provide them. oneDNN is not among them: Debian 12
-# has only oneDNN 2.6 and src/nn/layers*.c need the 3.x C API (see ONEDNN_ROOT below).
-PKGS    := libconfig hdf5 zlib libjpeg
-# dsgd-run --pack: libpng decodes PNG sources (libjpeg above also encodes the shards' JPEGs).
-PKGS    += libpng
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
-CHECK_CFLAGS = $(shell pkg-config --cflags check 2>/dev/null)
-CHECK_LIBS   = $(shell pkg-config --libs check 2>/dev/null)
+# ---- The libraries: libconfig, HDF5, zlib, libjpeg(-turbo), libpng (dsgd-run --pack), and Check
+# (the unit tests only). oneDNN is not among them: Debian 12 has only oneDNN 2.6 and
+# src/nn/layers*.c need the 3.x C API (see ONEDNN_ROOT below). Each one, the first that applies:
+#   1. <LIB>_ROOT (make HDF5_ROOT=/prefix, or the environment, as Lmod/Spack modules set it):
+#      -I<prefix>/include, -L<prefix>/lib64 or lib, -l<lib>;
+#   2. pkg-config's entry (hdf5, libconfig, zlib, libjpeg, libpng, check), as on Debian;
+#   3. another variable of the module environment whose prefix has the header (HDF5_DIR,
+#      HDF5_HOME, EBROOTHDF5, ...: the third argument below);
+#   4. HDF5 only: the -I and -L of `h5cc -show` (or h5pcc), HDF5's own compiler wrapper;
+#   5. nothing but -l<lib>: the compiler's own paths (Cray's cc adds cray-hdf5's flags itself).
+# tools/check-deps.sh then compiles and links a probe with each (`make show-deps` prints them).
+# Every -L directory outside the system's /usr/lib* and /lib* also becomes a RUNPATH entry, so
+# that the binary finds its libraries on a compute node without LD_LIBRARY_PATH (docs/build.md).
+# lib_detect: make prefix, pkg-config name, module variables, header, -l name.
+lib_dirs  = $(wildcard $(1)/lib64/lib$(2).so $(1)/lib/lib$(2).so $(1)/lib/*-linux-gnu/lib$(2).so $(1)/lib64/lib$(2).a $(1)/lib/lib$(2).a)
+lib_dir   = $(patsubst %/,%,$(dir $(firstword $(call lib_dirs,$(1),$(2)) $(1)/lib/)))
+first_var = $(firstword $(foreach v,$(1),$(if $(wildcard $(patsubst %/,%,$($(v)))/include/$(2)),$(v))))
+define lib_detect
+$(1)_PC  := $$(if $$($(1)_ROOT),,$$(shell pkg-config --exists $(2) 2>/dev/null && echo y))
+$(1)_VAR := $$(if $$($(1)_ROOT),$(1)_ROOT,$$(if $$($(1)_PC),,$$(call first_var,$(3),$(4))))
+ifneq ($$($(1)_VAR),)
+$(1)_PREFIX := $$(patsubst %/,%,$$($$($(1)_VAR)))
+$(1)_CFLAGS := -I$$($(1)_PREFIX)/include
+$(1)_LIBS   := -L$$(call lib_dir,$$($(1)_PREFIX),$(5)) -l$(5)
+$(1)_FROM   := $$($(1)_VAR)=$$($(1)_PREFIX)
+else ifneq ($$($(1)_PC),)
+$(1)_CFLAGS := $$(shell pkg-config --cflags $(2) 2>/dev/null)
+$(1)_LIBS   := $$(shell pkg-config --libs $(2) 2>/dev/null)
+$(1)_FROM   := pkg-config $(2)
+else
+$(1)_CFLAGS :=
+$(1)_LIBS   := -l$(5)
+$(1)_FROM   := the compiler's own paths; no $(1)_ROOT, no pkg-config $(2)$(if $(3),$(comma) none of $(3))
+endif
+endef
+comma := ,
+$(eval $(call lib_detect,LIBCONFIG,libconfig,LIBCONFIG_DIR LIBCONFIG_HOME EBROOTLIBCONFIG,libconfig.h,config))
+$(eval $(call lib_detect,HDF5,hdf5,HDF5_DIR HDF5_HOME EBROOTHDF5 CRAY_HDF5_PREFIX,hdf5.h,hdf5))
+$(eval $(call lib_detect,ZLIB,zlib,ZLIB_DIR ZLIB_HOME EBROOTZLIB,zlib.h,z))
+$(eval $(call lib_detect,LIBJPEG,libjpeg,LIBJPEG_DIR JPEG_ROOT LIBJPEG_TURBO_ROOT EBROOTLIBJPEGMINTURBO,jpeglib.h,jpeg))
+$(eval $(call lib_detect,LIBPNG,libpng,LIBPNG_DIR PNG_ROOT EBROOTLIBPNG,png.h,png))
+$(eval $(call lib_detect,CHECK,check,CHECK_DIR EBROOTCHECK,check.h,check))
+# Check from a prefix: its static library's own needs too (pkg-config's check.pc lists them).
+ifneq ($(CHECK_VAR),)
+CHECK_LIBS  += -lm -lrt -pthread
+endif
+# HDF5 without a prefix or a pkg-config entry (its autotools installs ship no hdf5.pc): the
+# include and library directories its compiler wrapper passes.
+ifeq ($(HDF5_VAR)$(HDF5_PC),)
+H5CC := $(firstword $(shell command -v h5cc h5pcc 2>/dev/null))
+ifneq ($(H5CC),)
+H5CC_SHOW := $(shell $(H5CC) -show 2>/dev/null)
+ifneq ($(filter -I%,$(H5CC_SHOW)),)
+HDF5_CFLAGS := $(filter -I%,$(H5CC_SHOW))
+HDF5_LIBS   := $(addprefix -L,$(firstword $(patsubst -L%,%,$(filter -L%,$(H5CC_SHOW))) \
+                 $(patsubst %/,%,$(dir $(filter %/libhdf5.so %/libhdf5.a,$(H5CC_SHOW)))))) -lhdf5
+HDF5_FROM   := $(H5CC) -show
+endif
+endif
+endif
+PKGS_USED  := LIBCONFIG HDF5 ZLIB LIBJPEG LIBPNG
+PKG_CFLAGS := $(strip $(foreach l,$(PKGS_USED),$($(l)_CFLAGS)))
+uniq        = $(if $(1),$(firstword $(1)) $(call uniq,$(filter-out $(firstword $(1)),$(1))))
+RPATH_DIRS := $(call uniq,$(filter-out /usr/lib% /lib%,$(patsubst -L%,%,$(filter -L%,$(foreach l,$(PKGS_USED) CHECK,$($(l)_LIBS))))))
+rpath_of    = $(foreach d,$(filter $(RPATH_DIRS),$(patsubst -L%,%,$(filter -L%,$(1)))),-Wl,-rpath,$(d))
+PKG_LIBS   := $(strip $(foreach l,$(PKGS_USED),$($(l)_LIBS)) $(call rpath_of,$(foreach l,$(PKGS_USED),$($(l)_LIBS))))
+CHECK_LIBS   := $(strip $(CHECK_LIBS) $(call rpath_of,$(CHECK_LIBS)))
 # oneDNN 3.x: a site's install (make ONEDNN_ROOT=/path: include/ and lib/ or lib64/ below it),
 # or by default oneDNN 3.2 (PyPI onednn-cpu-gomp 2023.2.0, GNU OpenMP runtime) that
 # tools/get_onednn.py fetches with pip into build/onednn when it is missing (sha256-pinned).
@@ -76,6 +143,9 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 GPU_LIB   := build/libgpu.a
 GPU_TESTS :=
+# CUDNN_HOME, NCCL_HOME: below (CUDA=1), and test/gpu/mock's headers.
+CUDNN_HOME ?= $(patsubst %/,%,$($(call first_var,CUDNN_ROOT CUDNN_DIR CUDNN_PATH EBROOTCUDNN,cudnn.h)))
+NCCL_HOME ?= $(patsubst %/,%,$($(call first_var,NCCL_ROOT NCCL_DIR EBROOTNCCL,nccl.h)))
 ifeq ($(filter 0 1,$(CUDA)),)
 $(error CUDA=$(CUDA): use CUDA=1 (build the GPU backend) or CUDA=0 (the default, CPU only))
 endif
@@ -94,20 +164,33 @@ NVCCFLAGS ?= -O3 -std=c++17 -lineinfo -Xcompiler -Wall,-Wextra,-Wno-unused-param
 GPU_SRC   := $(wildcard cuda/*.cu)
 GPU_OBJ   := $(GPU_SRC:%.cu=build/%.o)
 GPU_TESTS := $(patsubst test/gpu/%.c,build/test/gpu/%,$(wildcard test/gpu/test_*.c))
-INCLUDES  += -I$(CUDA_HOME)/include
-LDLIBS    += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas -lcudart -lstdc++ -ldl
+# cuDNN from a prefix of its own (module load cudnn; NVIDIA's tarball): CUDNN_HOME, or the module
+# environment's CUDNN_ROOT, CUDNN_DIR, CUDNN_PATH, EBROOTCUDNN whose include/ has cudnn.h;
+# otherwise under CUDA_HOME or the system's paths. Its include and library directories come
+# before CUDA_HOME's, with a RUNPATH entry.
+CUDNN_LIBDIR := $(if $(CUDNN_HOME),$(call lib_dir,$(CUDNN_HOME),cudnn))
+INCLUDES  += $(if $(CUDNN_HOME),-I$(CUDNN_HOME)/include) -I$(CUDA_HOME)/include
+LDLIBS    += $(if $(CUDNN_LIBDIR),-L$(CUDNN_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDNN_LIBDIR)) \
+             -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublas -lcudart -lstdc++ -ldl
 # NCCL (comm = "nccl", cuda/gpucomm.cu): compiled in when nccl.h is found; libnccl.so.2 is opened
 # at run time (dlopen), never linked, so the binary also starts where NCCL is absent. The
-# directory of the libnccl.so.2 seen here is the last place tried at run time.
+# directory of the libnccl.so.2 seen here is the last place tried at run time. NCCL from a
+# prefix of its own (module load nccl): NCCL_HOME, or the module environment's NCCL_ROOT,
+# NCCL_DIR, EBROOTNCCL whose include/ has nccl.h; searched before CUDA_HOME and the system's paths.
 NCCL      ?= auto
-NCCL_HDR  := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
-NCCL_LIB  := $(firstword $(wildcard $(CUDA_HOME)/lib64/libnccl.so.2 /usr/local/lib/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2))
+NCCL_HDR  := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
+NCCL_LIB  := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/lib/libnccl.so.2 $(NCCL_HOME)/lib64/libnccl.so.2) $(CUDA_HOME)/lib64/libnccl.so.2 /usr/local/lib/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2))
 NCCL_ON   := $(if $(filter auto,$(NCCL)),$(if $(NCCL_HDR),1,0),$(NCCL))
 ifeq ($(NCCL_ON),1)
 ifeq ($(NCCL_HDR),)
-$(error NCCL=1: no nccl.h under $(CUDA_HOME)/include, /usr/local/include or /usr/include; install NCCL's headers (libnccl-dev) or build with NCCL=0)
+$(error NCCL=1: no nccl.h under $(if $(NCCL_HOME),$(NCCL_HOME)/include$(comma) )$(CUDA_HOME)/include, /usr/local/include or /usr/include; set NCCL_HOME=<NCCL's prefix> (module load nccl), install NCCL's headers (libnccl-dev) or build with NCCL=0)
 endif
 NCCL_FLAGS := -DDSGD_NCCL=1 -I$(dir $(NCCL_HDR)) $(if $(NCCL_LIB),-DDSGD_NCCL_LIBDIR='"$(patsubst %/,%,$(dir $(NCCL_LIB)))"')
+endif
+# Said on every `make CUDA=1` (not in sub-makes): whether comm = "nccl" is compiled in, from where.
+ifeq ($(MAKELEVEL)$(filter clean show-deps,$(MAKECMDGOALS)),0)
+$(info make CUDA=1: $(if $(filter 1,$(NCCL_ON)),NCCL compiled in (comm = "nccl"): nccl.h from $(patsubst %/,%,$(dir $(NCCL_HDR)))$(comma) libnccl.so.2 opened at run time$(if $(NCCL_LIB),$(comma) last tried in $(patsubst %/,%,$(dir $(NCCL_LIB)))),NCCL not compiled in (comm = "nccl" refused at run time): $(if $(filter 0,$(NCCL)),NCCL=0,no nccl.h under $(if $(NCCL_HOME),$(NCCL_HOME)/include$(comma) )$(CUDA_HOME)/include$(comma) /usr/local/include or /usr/include: set NCCL_HOME=<NCCL's prefix>)))
+$(info make CUDA=1: cuDNN from $(or $(CUDNN_HOME),$(CUDA_HOME) or the system's paths))
 endif
 endif
 
@@ -117,10 +200,31 @@ all: $(BIN)
 deps:
 	@sh tools/install-deps.sh
 
-# Stops the build with the Debian package to install when a library is missing.
-build/.deps-ok: tools/check-deps.sh $(ONEDNN_STAMP)
-	@ONEDNN_CFLAGS="$(ONEDNN_CFLAGS)" sh tools/check-deps.sh
+# Stops the build, saying what to set or install, when CC does not compile and link an MPI
+# program or one of the libraries with the flags found above (tools/check-deps.sh); Check only
+# for the test programs (build/.check-ok). Both run again when CC or a library's flags change
+# (build/.config).
+DEPS_ENV = CC="$(CC)" ONEDNN_CFLAGS="$(ONEDNN_CFLAGS)" $(foreach l,$(1),$(l)_CFLAGS="$($(l)_CFLAGS)" \
+           $(l)_LIBS="$(strip $($(l)_LIBS) $(call rpath_of,$($(l)_LIBS)))" $(l)_FROM="$($(l)_FROM)")
+DEPS_LINE = $(CC) | $(PKG_CFLAGS) | $(PKG_LIBS) | $(CHECK_CFLAGS) $(CHECK_LIBS) | $(ONEDNN_CFLAGS)
+build/.config: FORCE
+	@mkdir -p build
+	@echo "$(DEPS_LINE)" | cmp -s - $@ || echo "$(DEPS_LINE)" > $@
+build/.deps-ok: tools/check-deps.sh $(ONEDNN_STAMP) build/.config
+	@$(call DEPS_ENV,$(PKGS_USED)) sh tools/check-deps.sh
 	@mkdir -p build && touch $@
+build/.check-ok: tools/check-deps.sh build/.config | build/.deps-ok
+	@$(call DEPS_ENV,CHECK) sh tools/check-deps.sh --check
+	@touch $@
+
+# What CC, OPT and each library resolved to, and from where (the knobs above; docs/build.md).
+.PHONY: show-deps
+show-deps:
+	@echo "CC:       $(CC) (MPI: $(or $(MPI_IMPL),not recognised from -show/--showme; launcher $(MPIEXEC)))"
+	@echo "OPT:      $(OPT)"
+	@$(foreach l,$(PKGS_USED) CHECK,printf '%-9s %s\n          cflags: %s\n          libs:   %s\n' "$(l):" "$($(l)_FROM)" "$($(l)_CFLAGS)" "$($(l)_LIBS)";)
+	@echo "oneDNN:   $(ONEDNN_PREFIX)"
+	@echo "RUNPATH:  $(strip $(ONEDNN_LIBDIR) $(RPATH_DIRS))"
 
 build/onednn/.version: tools/get_onednn.py
 	@mkdir -p build
@@ -128,8 +232,9 @@ build/onednn/.version: tools/get_onednn.py
 
 # The compiler flags of the objects in build/: a change of CC, OPT or CFLAGS (e.g. the portable
 # OPT of test/gpu/bundle.sh) rebuilds every object instead of mixing flags in one binary.
+# A change of the libraries' flags (another HDF5_ROOT, a module) does the same.
 build/.cflags: FORCE | build/.deps-ok
-	@echo "$(CC) $(CFLAGS) $(ONEDNN_PREFIX)" | cmp -s - $@ || echo "$(CC) $(CFLAGS) $(ONEDNN_PREFIX)" > $@
+	@echo "$(CC) $(CFLAGS) $(ONEDNN_PREFIX) $(PKG_CFLAGS) $(PKG_LIBS)" | cmp -s - $@ || echo "$(CC) $(CFLAGS) $(ONEDNN_PREFIX) $(PKG_CFLAGS) $(PKG_LIBS)" > $@
 
 build/%.o: %.c build/.cflags | build/.deps-ok
 	@mkdir -p $(dir $@)
@@ -167,7 +272,7 @@ $(TEST_DATA): test/gpu/make_data.sh configs/linear.cfg
 	@bash test/gpu/make_data.sh --raw $(@D) 10000 2000 configs/linear.cfg
 build/test/test_methods build/test/test_faults build/test/test_checkpoint: | $(TEST_DATA)
 
-build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h test/jpegutil.h $(wildcard test/gpu/testgpu.h) $(LIB) $(GPU_LIB) build/.cflags | build/.deps-ok
+build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiutil.h test/jpegutil.h $(wildcard test/gpu/testgpu.h) $(LIB) $(GPU_LIB) build/.cflags | build/.check-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) -Itest $(PKG_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIB) $(GPU_LIB) $(CHECK_LIBS) $(LDLIBS)
 
@@ -176,7 +281,7 @@ build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiut
 # GPU model's wiring, tested by `make check` on machines without a GPU. Needs only the CUDA and
 # cuDNN headers; skipped (with a line saying so) where they are absent.
 CUDA_HDRS := $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h)
-CUDNN_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
+CUDNN_HDR := $(firstword $(wildcard $(if $(CUDNN_HOME),$(CUDNN_HOME)/include/cudnn.h) $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
 MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap build/mock/test_gpu_comm)
 MOCK_MODEL := build/mock/model.o build/mock/model_build.o build/mock/model_overlap.o build/mock/device.o
 MOCK_OBJ  := $(MOCK_MODEL) build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/gpucomm.o
@@ -185,7 +290,7 @@ CXX_MOCK  ?= g++
 # cuda/gpucomm.cu over the mock too, with NCCL where nccl.h is found: libnccl.so.2 is then the
 # one-rank CPU stand-in test/gpu/mock/mock_nccl.c, which the mock tests open through
 # DSGD_NCCL_LIBRARY (test_gpu_comm sets it to MOCK_NCCL_LIB).
-MOCK_NCCL_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
+MOCK_NCCL_HDR := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h /usr/local/include/nccl.h /usr/include/nccl.h))
 MOCK_NCCL_LIB := $(CURDIR)/build/mock/libnccl.so.2
 MOCK_NCCL := $(if $(MOCK_NCCL_HDR),-DDSGD_NCCL=1 -I$(dir $(MOCK_NCCL_HDR)))
 $(MOCK_MODEL): build/mock/%.o: cuda/%.cu cuda/gpu.h cuda/layers.h cuda/common.h cuda/internal.h cuda/model_internal.h src/nn/layout.h | build/.deps-ok
@@ -202,7 +307,7 @@ build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
 	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) $(MOCK_INC) -c $< -o $@
 # The model.h-level test over the mock: src/nn/model.c's GPU dispatch (host mirrors, sync modes)
 # on cuda/model*.cu over the CPU stand-ins.
-build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.deps-ok
+build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.check-ok
 	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) \
 	    $(if $(MOCK_NCCL_HDR),-DMOCK_NCCL_LIB='"$(MOCK_NCCL_LIB)"') -o $@ $< $(LIB) $(MOCK_OBJ) \
 	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) $(ONEDNN_LIBS) -lm -ldl
