@@ -29,7 +29,22 @@ CC      ?= mpicc
 ifeq ($(origin CC),default)
 CC      := $(if $(shell command -v mpicc 2>/dev/null),mpicc,cc)
 endif
-OPT     ?= -O3 -march=native
+# dsgd-run's own code (oneDNN picks its kernels at run time whatever OPT is): on x86-64 the
+# AVX2 level (x86-64-v3; -march=haswell for a compiler older than GCC 11 / Clang 12), so that a
+# binary built on a site's login node runs on its compute nodes and the other way round, tuned
+# for the building CPU (-mtune changes no instruction set: measured as fast as -march=native in
+# decode + augment, docs/build.md); elsewhere (aarch64, ...) the compiler's default target.
+# OPT="-O3 -march=native" for the building CPU only.
+probe_flags = $(shell $(CC) $(1) -E -x c /dev/null >/dev/null 2>&1 && echo y)
+ifeq ($(origin OPT),undefined)
+TARGET_ARCH_NAME := $(firstword $(subst -, ,$(shell $(CC) -dumpmachine 2>/dev/null || uname -m)))
+ifeq ($(TARGET_ARCH_NAME),x86_64)
+OPT     := -O3 $(if $(call probe_flags,-march=x86-64-v3 -mtune=native),-march=x86-64-v3 -mtune=native,$(if \
+                    $(call probe_flags,-march=x86-64-v3),-march=x86-64-v3,-march=haswell))
+else
+OPT     := -O3
+endif
+endif
 CFLAGS  ?= $(OPT) -g -std=gnu11 -Wall -Wextra -Wno-unused-parameter -fopenmp
 NP      ?= 2
 CONFIG  ?= configs/quickstart.cfg
