@@ -6,6 +6,7 @@
 #   make check-slurm  the batch-job loop on a real one-node Slurm started on localhost
 #   make deps       install missing Debian packages only (root: apt-get; else print the line)
 #   make show-deps  what CC, OPT and each library resolved to, and from where
+#   make check-build  build a copy as a user with modules would (no root, cc, no Check/hdf5.pc)
 #   make CUDA=1     the same ./dsgd-run with the GPU backend (cuda/: nvcc, cuDNN, cuBLAS; NCCL if
 #                   nccl.h is found) as well;
 #                   `make CUDA=1 check` also builds and runs test/gpu/ (they skip without a GPU),
@@ -394,6 +395,14 @@ build/bin/mpiexec: FORCE | build/.deps-ok
 .PHONY: check-openmpi
 check-openmpi: deps
 	@ONEDNN_PREFIX="$(ONEDNN_PREFIX)" sh test/openmpi.sh
+
+# dsgd-run built as a cluster user with modules builds it (test/build-modules.sh): a copy of the
+# tree, as user nobody, the compiler named cc and no mpicc on PATH, no Check, no hdf5.pc (HDF5
+# from HDF5_ROOT), no LD_LIBRARY_PATH; then --version, --check and a 1-rank run, ldd through the
+# RUNPATH. Not part of check (it compiles the whole tree once more); CI runs it (.ci/run).
+.PHONY: check-build
+check-build:
+	@timeout -k 10 900 sh test/build-modules.sh
 
 # A one-node Slurm cluster on localhost (slurm-wlm, munge: installed if missing, as root), the
 # sweep -> sbatch -> run files -> plot loop through it (test/slurm/run.sh). CI runs it after check.
