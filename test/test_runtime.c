@@ -1,6 +1,6 @@
 /* test_runtime.c — dsgd-run's launch on cluster nodes: what is answered without MPI_Init (L10),
- * the thread level asked of MPI (L9) and the refusal when MPI_THREAD_MULTIPLE is missing (L8).
- * Runs from the repository root with ./dsgd-run built (make
+ * the thread level asked of MPI (L9) and the refusal when MPI_THREAD_MULTIPLE is missing (L8),
+ * and the thread budget from the affinity masks of a node's ranks (L3) and on GPU ranks (L6). Runs from the repository root with ./dsgd-run built (make
  * check); every mpiexec under `timeout`.
  *
  * MPI is watched through an LD_PRELOAD shim compiled here with cc (g_shim): with SHIM_NOINIT set,
@@ -10,6 +10,7 @@
  * MPI_Get_library_version's string (to see the advice for Cray MPICH and Open MPI). */
 #define _GNU_SOURCE
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 
 #include "mpiutil.h"
 #include "testutil.h"
+#include "train/setup.h"
 
 static char g_dir[256], g_shim[300], g_cfg[300];
 
@@ -155,6 +157,94 @@ START_TEST(test_thread_multiple_missing) {
 }
 END_TEST
 
+/* The "threads per rank" line of `mpiexec -n 2 LAUNCH ./dsgd-run --check` (rank 0's). */
+static void threads_line(const char *launch, char *line, size_t n) {
+    char cmd[2048], out[1 << 16];
+    snprintf(cmd, sizeof cmd, "timeout -k 5 " MPI_TIMEOUT " mpiexec %s ./dsgd-run --check %s", launch, g_cfg);
+    ck_assert_msg(run(cmd, out, sizeof out) == 0, "%s:\n%.3000s", cmd, out);
+    const char *l = strstr(out, "threads per rank:");
+    ck_assert_msg(l != NULL, "%s: no threads line:\n%.3000s", cmd, out);
+    snprintf(line, n, "%.*s", (int)strcspn(l, "\n"), l);
+}
+
+/* L3: the mask is divided only among the node's ranks bound to the very same mask. */
+START_TEST(test_thread_budget_masks) {
+    char h5[400], line[512], want[256];
+    snprintf(h5, sizeof h5, "%s/budget.h5", g_dir);
+    write_cfg(g_cfg, NULL, h5);
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int first = -1, second = -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) {
+            if (first < 0) first = c;
+            else if (second < 0) second = c;
+        }
+    const int ncpu = CPU_COUNT(&set), half = ncpu / 2 > 1 ? ncpu / 2 : 1;
+    /* unbound (Hydra's default): both ranks share the mask, half each */
+    threads_line("-bind-to none -n 2", line, sizeof line);
+    snprintf(want, sizeof want, "on %d core(s): cores ", half);
+    ck_assert_msg(strstr(line, want) && strstr(line, "shared by 2 ranks of this node"), "unbound: %s", line);
+    /* both bound to the same one CPU (taskset): shared, 1 core */
+    char launch[256];
+    snprintf(launch, sizeof launch, "-bind-to none -n 2 taskset -c %d", first);
+    threads_line(launch, line, sizeof line);
+    snprintf(want, sizeof want, "on 1 core(s): cores %d shared by 2 ranks", first);
+    ck_assert_msg(strstr(line, want) != NULL, "taskset: %s", line);
+    if (second < 0) {
+        fprintf(stderr, "test_thread_budget_masks: one CPU: the bound cases SKIPPED\n");
+        return;
+    }
+    /* bound by Hydra to a core each: own masks, not divided again */
+    threads_line("-bind-to core -n 2", line, sizeof line);
+    ck_assert_msg(strstr(line, "on 1 core(s): cores ") && strstr(line, "(own mask)"), "-bind-to core: %s", line);
+    /* rank 0 bound to both CPUs, rank 1 to one: differing masks, rank 0 keeps its 2 */
+    snprintf(launch, sizeof launch, "-bind-to none -n 2 sh -c 'if [ \"$PMI_RANK\" = 0 ]; then exec taskset -c %d,%d \"$0\" \"$@\"; "
+             "else exec taskset -c %d \"$0\" \"$@\"; fi'", first, second, second);
+    threads_line(launch, line, sizeof line);
+    snprintf(want, sizeof want, "on 2 core(s): cores %d", first);
+    ck_assert_msg(strstr(line, want) && strstr(line, "(own mask)"), "differing masks: %s", line);
+}
+END_TEST
+
+/* L6 (and the arithmetic of L3): the budget of a rank by device. */
+START_TEST(test_thread_budget_device) {
+    experiment e;
+    memset(&e, 0, sizeof e);
+    e.method = METHOD_ALLREDUCE;
+    e.data.format = FORMAT_JPEG;
+    e.device = DEVICE_CPU;
+    thread_budget b = setup_thread_budget(&e, 16, 4);
+    ck_assert_int_eq(b.cores, 4);
+    ck_assert_int_eq(b.data, 1);
+    ck_assert_int_eq(b.compute, 3);
+    ck_assert_int_eq(b.sharing, 4);
+    b = setup_thread_budget(&e, 32, 1); /* bound to its own 32 cores: not divided */
+    ck_assert_int_eq(b.cores, 32);
+    ck_assert_int_eq(b.data, 8);
+    ck_assert_int_eq(b.compute, 24);
+    e.device = DEVICE_CUDA; /* a GPU rank: decoding gets the cores but one */
+    b = setup_thread_budget(&e, 16, 4);
+    ck_assert_int_eq(b.data, 3);
+    ck_assert_int_eq(b.compute, 1);
+    b = setup_thread_budget(&e, 64, 4);
+    ck_assert_int_eq(b.data, 15);
+    ck_assert_int_eq(b.compute, 1);
+    b = setup_thread_budget(&e, 1, 1);
+    ck_assert_int_eq(b.data, 1);
+    ck_assert_int_eq(b.compute, 1);
+    e.data.threads = 5; /* given: kept */
+    b = setup_thread_budget(&e, 16, 1);
+    ck_assert_int_eq(b.data, 5);
+    ck_assert_int_eq(b.compute, 11);
+    e.data.threads = 0;
+    e.data.format = FORMAT_IDX; /* no decode threads */
+    b = setup_thread_budget(&e, 16, 1);
+    ck_assert_int_eq(b.data, 0);
+    ck_assert_int_eq(b.compute, 16);
+}
+END_TEST
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dsgd-test-runtime-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -177,6 +267,8 @@ int main(void) {
     tcase_add_test(tc, test_answers_without_mpi_init);
     tcase_add_test(tc, test_thread_level_asked);
     tcase_add_test(tc, test_thread_multiple_missing);
+    tcase_add_test(tc, test_thread_budget_masks);
+    tcase_add_test(tc, test_thread_budget_device);
     suite_add_tcase(s, tc);
     int st = run_suite(s);
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

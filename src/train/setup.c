@@ -64,22 +64,69 @@ static void setup_blame(const experiment *e, const char *keys, char *err, size_t
 
 /* ---- data ------------------------------------------------------------------------------- */
 
-static thread_budget choose_threads(const experiment *e, int ranks_on_node) {
-    cpu_set_t set;
-    int ncpu = 1;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) ncpu = CPU_COUNT(&set);
-    thread_budget b = {.cores = ncpu / ranks_on_node};
+thread_budget setup_thread_budget(const experiment *e, int cpus, int sharing) {
+    thread_budget b = {.cores = cpus / (sharing > 0 ? sharing : 1), .sharing = sharing > 0 ? sharing : 1};
     if (b.cores < 1) b.cores = 1;
-    if (e->data.format == FORMAT_JPEG) b.data = e->data.threads > 0 ? e->data.threads : (b.cores / 4 > 1 ? b.cores / 4 : 1);
+    /* A GPU rank computes on the GPU: the cores oneDNN would take go to decoding (L6). */
+    const int data_auto = e->device == DEVICE_CUDA ? b.cores - 1 : b.cores / 4;
+    if (e->data.format == FORMAT_JPEG) b.data = e->data.threads > 0 ? e->data.threads : (data_auto > 1 ? data_auto : 1);
     b.compute = e->threads > 0 ? e->threads : (b.cores - b.data > 1 ? b.cores - b.data : 1);
     b.comm = e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH;
     return b;
 }
 
+/* The CPUs of set as a list ("0-3,8-11") into buf. */
+static void cpu_list(const cpu_set_t *set, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE && len + 1 < n; c++) {
+        if (!CPU_ISSET(c, set)) continue;
+        int last = c;
+        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, set)) last++;
+        int k = last == c ? snprintf(buf + len, n - len, "%s%d", len ? "," : "", c)
+                          : snprintf(buf + len, n - len, "%s%d-%d", len ? "," : "", c, last);
+        if (k < 0 || (size_t)k >= n - len) { /* too long: end with an ellipsis */
+            if (n > 4) snprintf(buf + (len < n - 4 ? len : n - 4), 4, "...");
+            return;
+        }
+        len += (size_t)k;
+        c = last;
+    }
+}
+
+/* The thread budget of this rank from its affinity mask (L3): the node's ranks all-gather their
+ * masks (collective over the node); the mask's CPUs are divided among the ranks of this node
+ * bound to the very same mask (all of them when unbound, as under Hydra's default; 1 when each
+ * is bound to its own cores, as under srun --cpus-per-task or Open MPI's default binding; the
+ * ranks of one socket under --bind-to socket). ranks_on_node other than comm_local_size()
+ * (--check without mpiexec: the experiment's world): that many ranks taken to share this mask. */
+static thread_budget choose_threads(const experiment *e, int ranks_on_node) {
+    cpu_set_t own;
+    CPU_ZERO(&own);
+    if (sched_getaffinity(0, sizeof own, &own) != 0) CPU_SET(0, &own);
+    int sharing = ranks_on_node;
+    if (ranks_on_node == comm_local_size()) {
+        const int n = comm_local_size();
+        cpu_set_t *all = xmalloc((size_t)n * sizeof *all);
+        comm_node_allgather(&own, sizeof own, all);
+        sharing = 0;
+        for (int i = 0; i < n; i++) sharing += CPU_EQUAL(&all[i], &own);
+        free(all);
+    }
+    thread_budget b = setup_thread_budget(e, CPU_COUNT(&own), sharing);
+    cpu_list(&own, b.cpus, sizeof b.cpus);
+    return b;
+}
+
 void setup_print_threads(const thread_budget *b, FILE *f) {
     const int total = b->compute + b->data + b->comm;
-    fprintf(f, "threads per rank: %d compute (oneDNN, key 'threads') + %d decode (data.threads) + %d communication = %d on %d core(s)\n",
-            b->compute, b->data, b->comm, total, b->cores);
+    char how[256];
+    if (b->sharing > 1)
+        snprintf(how, sizeof how, "cores %s shared by %d ranks of this node (one mask: a 1/%d share each, not pinned)", b->cpus,
+                 b->sharing, b->sharing);
+    else snprintf(how, sizeof how, "cores %s (own mask)", b->cpus);
+    fprintf(f, "threads per rank: %d compute (oneDNN, key 'threads') + %d decode (data.threads) + %d communication = %d on %d core(s): %s\n",
+            b->compute, b->data, b->comm, total, b->cores, how);
     if (total > b->cores)
         fprintf(f, "warning: %d threads per rank on %d core(s): oversubscribed, steps will be slower than they need be; lower "
                    "threads or data.threads, or run fewer ranks per node (docs/data.md, \"Loading\")\n", total, b->cores);
