@@ -1,6 +1,7 @@
 /* test_runtime.c — dsgd-run's launch on cluster nodes: what is answered without MPI_Init (L10),
  * the thread level asked of MPI (L9) and the refusal when MPI_THREAD_MULTIPLE is missing (L8),
- * and the thread budget from the affinity masks of a node's ranks (L3) and on GPU ranks (L6). Runs from the repository root with ./dsgd-run built (make
+ * the thread budget from the affinity masks of a node's ranks (L3) and on GPU ranks (L6), and the
+ * memory check's cgroup limit (P4). Runs from the repository root with ./dsgd-run built (make
  * check); every mpiexec under `timeout`.
  *
  * MPI is watched through an LD_PRELOAD shim compiled here with cc (g_shim): with SHIM_NOINIT set,
@@ -245,6 +246,101 @@ START_TEST(test_thread_budget_device) {
 }
 END_TEST
 
+static void fake(const char *rel, const char *text) {
+    char path[600], cmd[700];
+    snprintf(path, sizeof path, "%s/%s", g_dir, rel);
+    snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname %s)\"", path);
+    ck_assert_int_eq(system(cmd), 0);
+    write_file(path, text);
+}
+
+#define GiB 1073741824.0
+
+/* P4: the job's limit through /proc/self/cgroup, v2 and v1, walking up to the root. */
+START_TEST(test_cgroup_memory) {
+    char proc[600], root[600], where[512];
+    double avail = 0;
+    /* v2: the limit on the job, the step below it unlimited */
+    snprintf(proc, sizeof proc, "%s/v2/proc", g_dir);
+    snprintf(root, sizeof root, "%s/v2/cg", g_dir);
+    fake("v2/proc", "0::/system.slice/slurmstepd.scope/job_7/step_0/user/task_0\n");
+    fake("v2/cg/system.slice/slurmstepd.scope/job_7/memory.max", "4294967296\n");
+    fake("v2/cg/system.slice/slurmstepd.scope/job_7/memory.current", "1073741824\n");
+    fake("v2/cg/system.slice/slurmstepd.scope/job_7/step_0/memory.max", "max\n");
+    fake("v2/cg/system.slice/slurmstepd.scope/job_7/step_0/memory.current", "1000\n");
+    fake("v2/cg/system.slice/slurmstepd.scope/job_7/step_0/user/task_0/memory.max", "max\n");
+    ck_assert_int_eq(setup_cgroup_memory(proc, root, &avail, where, sizeof where), 1);
+    ck_assert_close(avail, 3 * GiB, 0);
+    ck_assert_msg(strstr(where, "/job_7/memory.max = 4.0 GiB, 1.0 GiB of it in use") != NULL, "%s", where);
+    /* a smaller limit further down wins */
+    fake("v2/cg/system.slice/slurmstepd.scope/job_7/step_0/memory.max", "2147483648\n");
+    fake("v2/cg/system.slice/slurmstepd.scope/job_7/step_0/memory.current", "1610612736\n");
+    ck_assert_int_eq(setup_cgroup_memory(proc, root, &avail, where, sizeof where), 1);
+    ck_assert_close(avail, 0.5 * GiB, 0);
+    ck_assert_msg(strstr(where, "/job_7/step_0/memory.max = 2.0 GiB") != NULL, "%s", where);
+    /* v2 inside a cgroup namespace (a container): "0::/", the limit at the root */
+    fake("v2ns/proc", "0::/\n");
+    fake("v2ns/cg/memory.max", "8589934592\n");
+    fake("v2ns/cg/memory.current", "0\n");
+    snprintf(proc, sizeof proc, "%s/v2ns/proc", g_dir);
+    snprintf(root, sizeof root, "%s/v2ns/cg", g_dir);
+    ck_assert_int_eq(setup_cgroup_memory(proc, root, &avail, where, sizeof where), 1);
+    ck_assert_close(avail, 8 * GiB, 0);
+    /* v1 in a hybrid hierarchy (the memory controller on v1, "0::" for the rest) */
+    fake("v1/proc", "12:pids:/slurm/uid_0/job_5/step_0\n4:memory:/slurm/uid_0/job_5/step_0/task_0\n1:name=systemd:/x\n0::/x\n");
+    fake("v1/cg/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    fake("v1/cg/memory/slurm/memory.limit_in_bytes", "9223372036854771712\n");
+    fake("v1/cg/memory/slurm/uid_0/job_5/memory.limit_in_bytes", "8589934592\n");
+    fake("v1/cg/memory/slurm/uid_0/job_5/memory.usage_in_bytes", "2147483648\n");
+    fake("v1/cg/memory/slurm/uid_0/job_5/step_0/memory.limit_in_bytes", "9223372036854771712\n");
+    fake("v1/cg/memory/slurm/uid_0/job_5/step_0/task_0/memory.limit_in_bytes", "9223372036854771712\n");
+    snprintf(proc, sizeof proc, "%s/v1/proc", g_dir);
+    snprintf(root, sizeof root, "%s/v1/cg", g_dir);
+    ck_assert_int_eq(setup_cgroup_memory(proc, root, &avail, where, sizeof where), 1);
+    ck_assert_close(avail, 6 * GiB, 0);
+    ck_assert_msg(strstr(where, "memory/slurm/uid_0/job_5/memory.limit_in_bytes = 8.0 GiB, 2.0 GiB of it in use") != NULL, "%s", where);
+    /* v1 with the memory controller mounted together with others ("3:cpu,memory:/p") */
+    fake("v1b/proc", "3:cpu,memory:/pbs_jobs.service/jobid/400.srv\n");
+    fake("v1b/cg/memory/pbs_jobs.service/jobid/400.srv/memory.limit_in_bytes", "1073741824\n");
+    fake("v1b/cg/memory/pbs_jobs.service/jobid/400.srv/memory.usage_in_bytes", "0\n");
+    snprintf(proc, sizeof proc, "%s/v1b/proc", g_dir);
+    snprintf(root, sizeof root, "%s/v1b/cg", g_dir);
+    ck_assert_int_eq(setup_cgroup_memory(proc, root, &avail, where, sizeof where), 1);
+    ck_assert_close(avail, 1 * GiB, 0);
+    /* no limit anywhere, and no file: 0 */
+    fake("none/proc", "4:memory:/a/b\n");
+    fake("none/cg/memory/a/b/memory.limit_in_bytes", "9223372036854771712\n");
+    snprintf(proc, sizeof proc, "%s/none/proc", g_dir);
+    snprintf(root, sizeof root, "%s/none/cg", g_dir);
+    ck_assert_int_eq(setup_cgroup_memory(proc, root, &avail, where, sizeof where), 0);
+    ck_assert_int_eq(setup_cgroup_memory("/nonexistent/cgroup", root, &avail, where, sizeof where), 0);
+    /* this machine's own cgroup, for the log (no assertion: a test machine may have no limit) */
+    if (setup_cgroup_memory("/proc/self/cgroup", "/sys/fs/cgroup", &avail, where, sizeof where))
+        fprintf(stderr, "this machine: %s (%.1f GiB left)\n", where, avail / GiB);
+    else fprintf(stderr, "this machine: no memory limit in its cgroup (MemAvailable decides)\n");
+}
+END_TEST
+
+/* P4 end to end: a job cgroup too small for b is refused on every rank naming the cgroup. */
+START_TEST(test_cgroup_refusal) {
+    char cmd[2048], out[1 << 16], h5[400];
+    snprintf(h5, sizeof h5, "%s/cgroup.h5", g_dir);
+    write_cfg(g_cfg, NULL, h5);
+    fake("small/proc", "0::/job_9\n");
+    fake("small/cg/job_9/memory.max", "1024\n"); /* 1 KiB: less than a step of the linear model at b = 8 (1.4 KiB) */
+    fake("small/cg/job_9/memory.current", "0\n");
+    snprintf(cmd, sizeof cmd, "timeout -k 5 " MPI_TIMEOUT " mpiexec -n 2 env DSGD_PROC_CGROUP=%s/small/proc DSGD_CGROUP_ROOT=%s/small/cg "
+             "./dsgd-run %s", g_dir, g_dir, g_cfg);
+    int st = run(cmd, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'b'") && strstr(out, "small/cg/job_9/memory.max = 0.0 GiB"), "exit %d:\n%.3000s", st, out);
+    ck_assert_msg(!exists(h5), "a run file was written");
+    /* a larger limit: the same run goes */
+    fake("small/cg/job_9/memory.max", "1073741824\n");
+    st = run(cmd, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d:\n%.3000s", st, out);
+}
+END_TEST
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/dsgd-test-runtime-XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -269,6 +365,8 @@ int main(void) {
     tcase_add_test(tc, test_thread_multiple_missing);
     tcase_add_test(tc, test_thread_budget_masks);
     tcase_add_test(tc, test_thread_budget_device);
+    tcase_add_test(tc, test_cgroup_memory);
+    tcase_add_test(tc, test_cgroup_refusal);
     suite_add_tcase(s, tc);
     int st = run_suite(s);
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

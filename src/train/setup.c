@@ -154,20 +154,89 @@ static model_spec spec_of(const run_setup *r) {
     };
 }
 
-/* Bytes this node can still give a process: /proc/meminfo's MemAvailable, lowered to what the
- * cgroup (v2: memory.max − memory.current) allows; 0 if neither can be read. */
-static double node_available_bytes(void) {
-    double avail = 0.0, max = 0.0, cur = 0.0;
+/* The first number in file path into *v (0 if it could be read; "max" reads as no limit: -1). */
+static int read_number(const char *path, double *v) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char w[64] = "";
+    const int ok = fscanf(f, "%63s", w) == 1;
+    fclose(f);
+    if (!ok) return -1;
+    if (!strcmp(w, "max")) return *v = -1.0, 0;
+    char *end;
+    *v = strtod(w, &end);
+    return *end ? -1 : 0;
+}
+
+int setup_cgroup_memory(const char *proc_cgroup, const char *root, double *avail, char *where, size_t n) {
+    FILE *f = fopen(proc_cgroup, "r");
+    if (!f) return 0;
+    char line[4096], v1[4096] = "", v2[4096] = "";
+    int has_v1 = 0, has_v2 = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c1 = '\0', *c2 = '\0'; /* "hierarchy-ID:controllers:path" */
+        const char *ctl = c1 + 1, *path = c2 + 1;
+        if (!strcmp(line, "0") && !*ctl) has_v2 = 1, snprintf(v2, sizeof v2, "%s", path);
+        for (const char *t = ctl; *t;) { /* v1: "4:memory:/path" (or "memory" among others: "3:cpu,memory:/p") */
+            const size_t k = strcspn(t, ",");
+            if (k == 6 && !strncmp(t, "memory", 6)) has_v1 = 1, snprintf(v1, sizeof v1, "%s", path);
+            t += k + (t[k] == ',');
+        }
+    }
+    fclose(f);
+    if (!has_v1 && !has_v2) return 0;
+    /* v1 owns the memory controller when it has it (a hybrid hierarchy's v2 part has none). */
+    const char *sub = has_v1 ? "/memory" : "", *limit_file = has_v1 ? "memory.limit_in_bytes" : "memory.max",
+               *used_file = has_v1 ? "memory.usage_in_bytes" : "memory.current";
+    char path[4096 + 64];
+    snprintf(path, sizeof path, "%s", has_v1 ? v1 : v2);
+    int found = 0;
+    for (;;) { /* from the process's cgroup up to the root: the least left under any limit */
+        char dir[8192], file[8300];
+        snprintf(dir, sizeof dir, "%s%s%s", root, sub, strcmp(path, "/") ? path : "");
+        double lim = -1.0, used = 0.0;
+        snprintf(file, sizeof file, "%s/%s", dir, limit_file);
+        /* v1 writes "no limit" as a huge number (PAGE_COUNTER_MAX pages, ~2^63) */
+        if (read_number(file, &lim) == 0 && lim > 0 && lim < 0x1p60) {
+            snprintf(file, sizeof file, "%s/%s", dir, used_file);
+            if (read_number(file, &used) != 0) used = 0.0;
+            const double left = lim > used ? lim - used : 0.0;
+            if (!found || left < *avail) {
+                *avail = left, found = 1;
+                snprintf(where, n, "cgroup %s/%s = %.1f GiB, %.1f GiB of it in use", dir, limit_file, lim / 1073741824.0,
+                         used / 1073741824.0);
+            }
+        }
+        if (!strcmp(path, "/") || !path[0]) break;
+        char *slash = strrchr(path, '/');
+        if (slash == path) path[1] = '\0';
+        else *slash = '\0';
+    }
+    return found;
+}
+
+/* Bytes this node can still give this job: the smaller of /proc/meminfo's MemAvailable and what
+ * the job's memory cgroup leaves (setup_cgroup_memory: /proc/self/cgroup under /sys/fs/cgroup,
+ * or DSGD_PROC_CGROUP under DSGD_CGROUP_ROOT: tests); where the number comes from into where; 0
+ * if neither can be read. */
+static double node_available_bytes(char *where, size_t n) {
+    double avail = 0.0, cg = 0.0;
     char line[256];
     FILE *f = fopen("/proc/meminfo", "r");
     while (f && fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) avail *= 1024.0;
     if (f) fclose(f);
-    FILE *m = fopen("/sys/fs/cgroup/memory.max", "r"), *c = fopen("/sys/fs/cgroup/memory.current", "r");
-    if (m && c && fscanf(m, "%lf", &max) == 1 && fscanf(c, "%lf", &cur) == 1 && max > cur && (avail == 0.0 || max - cur < avail))
-        avail = max - cur;
-    if (m) fclose(m);
-    if (c) fclose(c);
+    snprintf(where, n, "MemAvailable of /proc/meminfo = %.1f GiB", avail / 1073741824.0);
+    const char *proc = getenv("DSGD_PROC_CGROUP"), *root = getenv("DSGD_CGROUP_ROOT");
+    char cgw[512];
+    if (setup_cgroup_memory(proc && *proc ? proc : "/proc/self/cgroup", root && *root ? root : "/sys/fs/cgroup", &cg, cgw, sizeof cgw) &&
+        (avail == 0.0 || cg < avail)) {
+        avail = cg;
+        snprintf(where, n, "%s", cgw);
+    }
     return avail;
 }
 
@@ -175,12 +244,14 @@ int setup_check_memory(const run_setup *r, int ranks_here, char *line, size_t n)
     const experiment *e = &r->e;
     const model_spec s = spec_of(r);
     const double per_sample = 4.0 * (double)model_spec_activation_floats(&s);
-    const double need = (2.5 * e->b + s.eval_batch) * per_sample, avail = node_available_bytes() / (ranks_here > 0 ? ranks_here : 1);
+    char where[700];
+    const double need = (2.5 * e->b + s.eval_batch) * per_sample,
+                 avail = node_available_bytes(where, sizeof where) / (ranks_here > 0 ? ranks_here : 1);
     if (n) line[0] = '\0';
     if (e->device == DEVICE_CUDA || avail <= 0.0) return 0; /* the GPU's memory is the device's to refuse (cudaMalloc) */
     snprintf(line, n, "a training step at b = %d needs at least %.1f GiB per rank (2.5·b + eval batch %d samples × %.2f MiB of "
-             "activations), and this node has %.1f GiB available per rank (%d rank(s) here)", e->b, need / 1073741824.0, s.eval_batch,
-             per_sample / 1048576.0, avail / 1073741824.0, ranks_here);
+             "activations), and this node has %.1f GiB available per rank (%d rank(s) here; the limit: %s)", e->b, need / 1073741824.0,
+             s.eval_batch, per_sample / 1048576.0, avail / 1073741824.0, ranks_here, where);
     return need > avail ? EXIT_BADINPUT : 0;
 }
 

@@ -36,6 +36,16 @@ typedef struct {
  * the arithmetic above; cpus and the mask's list are left to the caller). */
 thread_budget setup_thread_budget(const experiment *e, int cpus, int sharing);
 
+/* The memory the job's cgroup leaves this process, from proc_cgroup (the format of
+ * /proc/self/cgroup) and the cgroup file system mounted at root (/sys/fs/cgroup): v2 (the line
+ * "0::<path>"): root<path>/memory.max − memory.current; v1 (the line naming the "memory"
+ * controller): root/memory<path>/memory.limit_in_bytes − memory.usage_in_bytes; each at the
+ * process's cgroup and every ancestor up to the root, the least left taken (a limit is set on
+ * the job, the process sits in a step or task cgroup below it). "max" and v1's huge no-limit
+ * value are no limit. Returns 1 with *avail (bytes) and where ("cgroup <dir>/<file> = X GiB, Y GiB
+ * of it in use") filled; 0 when no limit was found (no such file, no memory controller). */
+int setup_cgroup_memory(const char *proc_cgroup, const char *root, double *avail, char *where, size_t n);
+
 /* What rank 0 decides about an earlier run of the experiment (resume_prepare), for every rank. */
 typedef struct {
     long label;      /* checkpoint to continue from; -1: start afresh */
