@@ -1,6 +1,7 @@
 /* main.c — dsgd-run's command line: the options, the launcher and world checks, --status,
- * --help, --version, --pack, the experiment (phase 1) and the --check report; then main() runs
- * the phases of src/train/setup.h in order:
+ * --help, --version, --pack, the experiment (phase 1: read before MPI_Init, which then asks for
+ * the thread level the method needs) and the --check report; then main() runs the phases of
+ * src/train/setup.h in order:
  *
  *   dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg
  *
@@ -147,10 +148,52 @@ static int check_launcher_world(char *err, size_t errlen) {
     return 0;
 }
 
-/* --status RUNFILE, --version, --help: answered without an experiment. Returns the exit status,
- * or -1 when the command line asks for none of them. */
-static int cli_answer(const cli_args *a) {
-    const int r0 = comm_rank() == 0;
+/* Before MPI_Init: the rank the launcher gave this process (its environment), 0 without one.
+ * Only launcher rank 0 prints what is answered before MPI_Init (every process reaches the same
+ * answer). */
+static int launcher_rank(void) {
+    static const char *vars[] = {"PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK",
+                                 "PALS_RANKID", "ALPS_APP_PE", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return 0;
+}
+
+/* Before MPI_Init: the world size the launcher exported (launcher_vars; srun's only above one
+ * task), 0 without a launcher. */
+static int launcher_world(void) {
+    for (size_t i = 0; i < sizeof launcher_vars / sizeof launcher_vars[0]; i++) {
+        const char *v = getenv(launcher_vars[i].var);
+        const int n = v ? atoi(v) : 0;
+        if (n > 1 || (n == 1 && strcmp(launcher_vars[i].var, "SLURM_STEP_NUM_TASKS"))) return n;
+    }
+    return 0;
+}
+
+/* 1 if a launcher started this process, so that MPI_Init joins the launcher's world (PMI, PMIx,
+ * Open MPI's, MVAPICH's, Cray PALS/ALPS variables, or srun with more than one task); 0 when it
+ * was started by hand (a login node, a batch script's own shell), where MPI_Init would make a
+ * singleton world. */
+static int under_launcher(void) {
+    static const char *vars[] = {"PMI_RANK", "PMI_SIZE", "PMI_FD", "PMI_PORT", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE",
+                                 "MV2_COMM_WORLD_SIZE", "PALS_RANKID", "ALPS_APP_PE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return launcher_world() > 1;
+}
+
+/* A method whose communication thread calls MPI while the main thread does: asynchronous gossip
+ * (src/methods/gossip.c). Every other thread of dsgd-run (decode, evaluation, oneDNN) never calls
+ * MPI, so MPI_THREAD_FUNNELED does for the rest. */
+static int needs_thread_multiple(const experiment *e) {
+    return (e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH) && !e->synchronous;
+}
+
+/* --status RUNFILE, --version, --help: answered without an experiment and without MPI (r0: this
+ * process prints). Returns the exit status, or -1 when the command line asks for none of them. */
+static int cli_answer(const cli_args *a, int r0) {
     if (a->status_of) { /* how a run ended: job scripts decide by this, not by mpiexec's exit code */
         char status[1024], version[64] = "", m[ERRLEN];
         int bad = ckpt_run_attr(a->status_of, "dsgd_version", version, sizeof version, m, sizeof m);
@@ -164,15 +207,26 @@ static int cli_answer(const cli_args *a) {
         return st;
     }
     if (!a->help && !a->version) return -1;
-    if (r0 && a->version) {
+    if (a->version) {
         char mpi[256], dnn[128], h5[64], nccl[ERRLEN + 64];
-        comm_library_version(mpi, sizeof mpi);
-        model_backend_version(dnn, sizeof dnn);
-        runlog_library_version(h5, sizeof h5);
-        gpucomm_version(nccl, sizeof nccl);
+        comm_library_version(mpi, sizeof mpi); /* MPI_Get_library_version: allowed before MPI_Init */
         const char *forced = getenv("DSGD_CUDA_AWARE");
-        printf("dsgd-run %s\n  backend: %s\n  run file: %s\n  MPI: %s (CUDA-aware: %s)\n  comm nccl: %s\n", DSGD_VERSION, dnn, h5, mpi,
-               comm_gpu_aware() ? (forced && strcmp(forced, "1") == 0 ? "yes (forced: DSGD_CUDA_AWARE=1)" : "yes") : "no", nccl);
+        const int forced01 = forced && (!strcmp(forced, "0") || !strcmp(forced, "1"));
+        /* MPI says whether it is CUDA-aware only once initialised: asked under a launcher, where
+         * MPI_Init joins its world (mpiexec -n 1 dsgd-run --version), never in a singleton. */
+        const int ask = !forced01 && under_launcher();
+        if (ask) comm_init(NULL, NULL);
+        const int aware = forced01 || ask ? comm_gpu_aware() : -1;
+        if (ask) comm_finalize();
+        if (r0) {
+            model_backend_version(dnn, sizeof dnn);
+            runlog_library_version(h5, sizeof h5);
+            gpucomm_version(nccl, sizeof nccl);
+            printf("dsgd-run %s\n  backend: %s\n  run file: %s\n  MPI: %s (CUDA-aware: %s)\n  comm nccl: %s\n", DSGD_VERSION, dnn, h5, mpi,
+                   aware < 0 ? "not asked: MPI is not started outside a launcher; mpiexec -n 1 dsgd-run --version asks it"
+                   : aware ? (forced01 ? "yes (forced: DSGD_CUDA_AWARE=1)" : "yes")
+                   : forced01 ? "no (forced: DSGD_CUDA_AWARE=0)" : "no", nccl);
+        }
     }
     if (r0 && a->help) { print_usage(stdout); printf("\nexperiment keys:\n"); config_print_keys(stdout); }
     return 0;
@@ -181,31 +235,32 @@ static int cli_answer(const cli_args *a) {
 /* --p-from-world: the allocation decides p (p = ranks − servers). The file was read once for the
  * method and its servers; it is read again with p set last, so that every check on p (backups,
  * slow ranks, ...) sees it. Returns 0 or EXIT_BADINPUT with err filled. */
-static int p_from_world(experiment *e, cli_args *a, char *err, size_t errlen) {
+static int p_from_world(experiment *e, cli_args *a, int world, char *err, size_t errlen) {
     static char p_set[32];
     const int servers = method_has_servers(e->method) ? e->servers : 0;
-    const int p = comm_size() - servers, p_file = e->p;
+    const int p = world - servers, p_file = e->p;
     if (p >= 1 && p != p_file && comm_rank() == 0 && !a->print_config)
         printf("dsgd-run: p = %d from the MPI world (--p-from-world: %d rank(s) - %d server(s)); the experiment "
-               "said p = %d, so m = p·b = %d instead of %d\n", p, comm_size(), servers, p_file, p * e->b, p_file * e->b);
+               "said p = %d, so m = p·b = %d instead of %d\n", p, world, servers, p_file, p * e->b, p_file * e->b);
     if (p < 1)
         return seterr(err, errlen, "--p-from-world: MPI started %d rank(s), but method %s needs %d server rank(s) plus at least one "
-                      "worker", comm_size(), method_name(e->method), servers);
+                      "worker", world, method_name(e->method), servers);
     if (a->n_sets == MAX_SETS) return seterr(err, errlen, "more than %d --set options", MAX_SETS - 1);
     snprintf(p_set, sizeof p_set, "p=%d", p);
     a->sets[a->n_sets++] = p_set;
     return config_load(e, a->config_path, a->sets, a->n_sets, err, errlen);
 }
 
-/* Phase 1: the experiment. Every rank reads it; all reach the same verdict (exit 2 on bad input).
- * --print-config prints it and exits 0. Then the world is checked against it (not under --check
- * without mpiexec) and r->t gets this rank's role. */
-static void load_experiment(run_setup *r, cli_args *a) {
+/* Phase 1a, before MPI_Init: the experiment. Every process reads it and reaches the same verdict,
+ * so bad input exits 2 on every rank without MPI (r0 prints the message); --print-config prints it
+ * and exits 0 (--p-from-world: the world size the launcher exported, 1 without one). The method
+ * read here decides the thread level asked of MPI (needs_thread_multiple). */
+static void read_experiment(run_setup *r, cli_args *a, int r0) {
     experiment *e = &r->e;
     char err[ERRLEN] = "";
     int st = config_load(e, a->config_path, a->sets, a->n_sets, err, sizeof err);
-    /* --check without mpiexec cannot know the allocation: the file's p is checked as it is. */
-    if (!st && a->p_from_world && !(a->check_only && comm_size() == 1)) st = p_from_world(e, a, err, sizeof err);
+    if (!st && a->print_config && a->p_from_world)
+        st = p_from_world(e, a, launcher_world() > 0 ? launcher_world() : 1, err, sizeof err);
     /* What this binary cannot do is bad input already here, so that --check (and tools/sweep.py
      * through --print-config) refuses it on a login node without a GPU too. */
     if (!st && e->device == DEVICE_CUDA && !gpu_built())
@@ -218,10 +273,25 @@ static void load_experiment(run_setup *r, cli_args *a) {
         static char text[1 << 16];
         if (config_to_text(e, text, sizeof text) >= (int)sizeof text - 1)
             st = seterr(err, sizeof err, "--print-config: the experiment does not fit in %zu bytes", sizeof text);
-        else if (comm_rank() == 0) fputs(text, stdout);
-        setup_agree(st, err);
-        comm_finalize();
-        exit(0);
+        else if (r0) fputs(text, stdout);
+    }
+    if (st && r0) fprintf(stderr, "dsgd-run: %s\n", err);
+    if (st || a->print_config) exit(st);
+}
+
+/* Phase 1b, after MPI_Init: the experiment against the world (--p-from-world; not under --check
+ * without mpiexec), the thread level MPI gave, this node's CPU; r->t gets this rank's role. */
+static void load_experiment(run_setup *r, cli_args *a) {
+    experiment *e = &r->e;
+    char err[ERRLEN] = "";
+    int st = 0;
+    /* --check without mpiexec cannot know the allocation: the file's p is checked as it is. */
+    if (a->p_from_world && !(a->check_only && comm_size() == 1)) st = p_from_world(e, a, comm_size(), err, sizeof err);
+    if (!st && needs_thread_multiple(e) && comm_mpi_initialized() && !comm_thread_multiple()) {
+        char adv[640];
+        comm_thread_multiple_advice(adv, sizeof adv);
+        st = seterr(err, sizeof err, "%s: key 'method': method %s (asynchronous) answers its peers from a communication thread and "
+                    "needs MPI_THREAD_MULTIPLE: %s", config_where("method"), method_name(e->method), adv);
     }
     /* bf16 on the CPU: refused before anything is written where this node cannot run it.
      * --check and --print-config may run on a login node of another CPU: a note there. */
@@ -275,6 +345,9 @@ static void check_report(const run_setup *r) {
                    e->servers, config_world_size(e), config_world_size(e));
         else printf("not checked: p = %d must equal the number of MPI ranks (mpiexec -n %d)\n", e->p, e->p);
     }
+    if (!comm_mpi_initialized() && needs_thread_multiple(e))
+        printf("not checked: method %s (asynchronous) needs MPI_THREAD_MULTIPLE of the MPI it runs with (refused at start "
+               "without it; docs/build.md, \"MPI\")\n", method_name(e->method));
     if (r->plan.label >= 0)
         printf("resume: continues %s from the checkpoint after %ld iterations (%s)%s\n", e->output, r->plan.label, r->t.ckpt_dir,
                r->not_bitwise ? "; with other threads or ISA than the checkpoint's: not bitwise (checkpoint.bitwise = false)" : "");
@@ -291,33 +364,46 @@ int main(int argc, char **argv) {
      * the next agreement point, or a clean stop before training (--pack handles its own). */
     const int pack = pack_requested(argc, argv);
     if (!pack) ckpt_install_signals();
-    /* The launcher's node-local rank picks this rank's GPU before MPI_Init, where a CUDA-aware MPI
-     * creates its CUDA context (on the current device); gpu_select checks it later. */
-    gpu_select_early();
-    comm_init(&argc, &argv);
     char err[ERRLEN] = "";
     if (pack) { /* dsgd-run --pack SRC OUT ...: src/data/pack.h */
+        gpu_select_early();
+        comm_init(&argc, &argv);
         int st = check_launcher_world(err, sizeof err);
         if (st && comm_rank() == 0) fprintf(stderr, "dsgd-run: %s\n", err);
         if (!st) st = pack_main(argc, argv);
         comm_finalize();
         return st;
     }
-    /* A rank still waiting for another 25 s after a SIGTERM gives up (Slurm kills 30 s after it). */
-    comm_on_stop(ckpt_stop_age, 25.0);
-
+    /* The command line, --status, --version, --help, the experiment and --print-config are
+     * answered before MPI_Init, by every process alike (launcher rank 0 prints): a singleton
+     * MPI_Init (dsgd-run started by hand on a login node) hangs or fails on some stacks (Intel MPI
+     * under Slurm's PMI, Cray PMI), and the experiment's method decides the thread level asked of
+     * MPI (docs/build.md, "MPI"). */
+    const int r0 = launcher_rank() == 0;
     static cli_args args;
     int st = parse_args(argc, argv, &args, err, sizeof err);
-    if (!st) st = check_launcher_world(err, sizeof err);
+    if (st && r0) fprintf(stderr, "dsgd-run: %s\n", err);
+    if (!st) st = cli_answer(&args, r0);
+    if (st >= 0) return st;
+    static run_setup r; /* the phases: src/train/setup.h, docs/architecture.md */
+    read_experiment(&r, &args, r0);                    /* 1a. the experiment, read by every process */
+    if (args.check_only && !under_launcher())
+        comm_init_self(); /* --check started by hand: a world of one, no MPI */
+    else {
+        /* The launcher's node-local rank picks this rank's GPU before MPI_Init, where a CUDA-aware
+         * MPI creates its CUDA context (on the current device); gpu_select checks it later. */
+        gpu_select_early();
+        comm_init_thread(&argc, &argv, needs_thread_multiple(&r.e));
+    }
+    /* A rank still waiting for another 25 s after a SIGTERM gives up (Slurm kills 30 s after it). */
+    comm_on_stop(ckpt_stop_age, 25.0);
+    st = check_launcher_world(err, sizeof err);
     if (st && comm_rank() == 0) fprintf(stderr, "dsgd-run: %s\n", err);
-    if (!st) st = cli_answer(&args);
-    if (st >= 0) {
+    if (st) {
         comm_finalize();
         return st;
     }
-
-    static run_setup r; /* the phases: src/train/setup.h, docs/architecture.md */
-    load_experiment(&r, &args);                        /* 1. the experiment, agreed by every rank */
+    load_experiment(&r, &args);                        /* 1b. the experiment against the world */
     setup_data(&r);                                    /* 2. training and validation data */
     resume_prepare(&r, args.config_path, args.resume); /* 3. an earlier run; output, checkpoints */
     if (args.check_only) {                             /*    --check: the report, and stop */

@@ -152,7 +152,7 @@ START_TEST(test_bad_input_every_rank) {
      * the kernel; --check (without mpiexec) reports the same estimate. */
     make_cfg("hugeb", "", cfg, h5);
     expect_bad(2, cfg, "--set model.width=1024 --set b=30000", "--set b=30000: key 'b': a training step at b = 30000 needs at least",
-               "available per rank (2 rank(s) here)");
+               "available per rank (2 rank(s) here; the limit: ");
     snprintf(ckpt, sizeof ckpt, "%s/hugeb.ckpt", g_dir);
     ck_assert_msg(stat(ckpt, &sb0) != 0 && stat(h5, &sb0) != 0, "the refused run wrote %s or %s", h5, ckpt);
     /* synthetic 4096² inputs at b = 4096: refused before the loader's 768 GiB minibatch buffer (was

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "util/util.h"
 
@@ -36,6 +37,7 @@ static int g_thread_multiple;
  * the core with computation and answers a peer within ~0.2 ms. */
 #define NAP_BG_MAX_NS 200000L
 static char g_host[MPI_MAX_PROCESSOR_NAME];
+static MPI_Comm g_node = MPI_COMM_NULL; /* the ranks of this node (MPI_COMM_TYPE_SHARED) */
 
 static void mpi_check(int rc, const char *call, const char *file, int line) {
     if (rc == MPI_SUCCESS) return;
@@ -48,10 +50,20 @@ static void mpi_check(int rc, const char *call, const char *file, int line) {
 }
 #define mpiCheck(call) mpi_check((call), #call, __FILE__, __LINE__)
 
-int comm_init(int *argc, char ***argv) {
+/* MPI_THREAD_* as a word, for messages. */
+static const char *level_name(int level) {
+    return level == MPI_THREAD_MULTIPLE ? "MPI_THREAD_MULTIPLE" : level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+         : level == MPI_THREAD_FUNNELED ? "MPI_THREAD_FUNNELED" : "MPI_THREAD_SINGLE";
+}
+static int g_provided = -1; /* MPI_Init_thread's `provided`; -1: MPI not initialised (comm_init_self) */
+
+int comm_init_thread(int *argc, char ***argv, int multiple) {
     int provided = MPI_THREAD_SINGLE;
-    /* MULTIPLE: the gossip methods answer peers from a communication thread. */
-    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    /* FUNNELED: only the main thread calls MPI (the loader's decode threads, the servers'
+     * evaluation thread and oneDNN's threads never do); MULTIPLE for the asynchronous gossip
+     * methods, whose communication thread answers peers while the main thread exchanges too. */
+    MPI_Init_thread(argc, argv, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
+    g_provided = provided;
     g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
@@ -62,7 +74,7 @@ int comm_init(int *argc, char ***argv) {
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node));
     mpiCheck(MPI_Comm_rank(node, &g_local_rank));
     mpiCheck(MPI_Comm_size(node, &g_local_size));
-    mpiCheck(MPI_Comm_free(&node));
+    g_node = node;
     g_workers = MPI_COMM_WORLD;
     g_nworkers = g_size;
     /* Naps of a few µs: without this the kernel's default 50 µs timer slack stretches every
@@ -71,9 +83,46 @@ int comm_init(int *argc, char ***argv) {
     return 0;
 }
 
+int comm_init(int *argc, char ***argv) { return comm_init_thread(argc, argv, 0); }
+
+void comm_init_self(void) {
+    g_rank = 0, g_size = 1, g_local_rank = 0, g_local_size = 1, g_nworkers = 1, g_is_worker = 1;
+    g_provided = -1;
+    if (gethostname(g_host, sizeof g_host) != 0) snprintf(g_host, sizeof g_host, "localhost");
+    g_host[sizeof g_host - 1] = '\0';
+}
+
+int comm_mpi_initialized(void) { return g_provided >= 0; }
+
+void comm_thread_multiple_advice(char *buf, size_t n) {
+    char lib[256];
+    comm_library_version(lib, sizeof lib);
+    const char *fix =
+        strstr(lib, "CRAY MPICH") || strstr(lib, "Cray MPICH")
+            ? "Cray MPICH grants it only when asked: export MPICH_MAX_THREAD_SAFETY=multiple before the launch (the job "
+              "scripts' site block, jobs/README.md)"
+        : strstr(lib, "Intel(R) MPI") || strstr(lib, "Intel MPI")
+            ? "Intel MPI grants it with its release (the default since 2019) or release_mt library (I_MPI_LIBRARY_KIND, "
+              "or `source <impi>/env/vars.sh release_mt`); before 2019 with a build linked by `mpiicc -mt_mpi`"
+        : strstr(lib, "Open MPI")
+            ? "Open MPI grants it when built with thread support (the default since 3.0; `ompi_info | grep -i thread` "
+              "should say MPI_THREAD_MULTIPLE: yes); else use an Open MPI module built so (--enable-mpi-thread-multiple "
+              "before 3.0)"
+        : strstr(lib, "MVAPICH")
+            ? "MVAPICH2 grants it with MV2_ENABLE_AFFINITY=0 set at launch (and a build with --enable-threads=multiple)"
+        : strstr(lib, "MPICH")
+            ? "MPICH grants it when built with --enable-threads=multiple (the default); on Cray MPICH export "
+              "MPICH_MAX_THREAD_SAFETY=multiple before the launch"
+            : "use an MPI library (or its setting) that grants it: Cray MPICH: export MPICH_MAX_THREAD_SAFETY=multiple; "
+              "Open MPI: a build with thread support; Intel MPI: I_MPI_LIBRARY_KIND=release or release_mt";
+    snprintf(buf, n, "this MPI (%.120s) gave %s; %s (docs/build.md, \"MPI\")", lib,
+             g_provided >= 0 ? level_name(g_provided) : "no thread level (not initialised)", fix);
+}
+
 void comm_set_workers(int p) {
     if (p < 1 || p > g_size) DIE("comm_set_workers: p = %d with %d ranks", p, g_size);
     g_is_worker = g_rank < p;
+    if (!comm_mpi_initialized()) return; /* comm_init_self: a world of one */
     MPI_Comm c;
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, g_is_worker ? 0 : 1, g_rank, &c));
     if (g_workers != MPI_COMM_WORLD) mpiCheck(MPI_Comm_free(&g_workers));
@@ -252,6 +301,8 @@ const char *comm_stop_detail(void) { return g_detail; }
 int comm_stop_after_signal(void) { return g_detail_stop; }
 
 void comm_finalize(void) {
+    if (!comm_mpi_initialized()) return; /* comm_init_self */
+    if (g_node != MPI_COMM_NULL) MPI_Comm_free(&g_node);
     if (g_note_req != MPI_REQUEST_NULL) { /* no note came: take the receive back */
         MPI_Cancel(&g_note_req);
         MPI_Wait(&g_note_req, MPI_STATUS_IGNORE);
@@ -266,6 +317,7 @@ const char *comm_host(void) { return g_host; }
 
 /* The largest v over the world; what: as COLLECTIVE's. */
 static long max_long(long v, const char *what) {
+    if (g_size == 1) return v;
     long out = v;
     COLLECTIVE(MPI_Iallreduce(&v, &out, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD, &req), what);
     return out;
@@ -274,6 +326,15 @@ static long max_long(long v, const char *what) {
 int comm_max_int(int code) { return (int)max_long(code, NULL); }
 
 int comm_thread_multiple(void) { return g_thread_multiple; }
+
+void comm_node_allgather(const void *in, size_t nbytes, void *out) {
+    if (nbytes > (size_t)INT32_MAX) DIE("comm_node_allgather: %zu bytes per rank", nbytes);
+    if (g_local_size == 1 || g_node == MPI_COMM_NULL) {
+        memcpy(out, in, nbytes);
+        return;
+    }
+    COLLECTIVE(MPI_Iallgather(in, (int)nbytes, MPI_BYTE, out, (int)nbytes, MPI_BYTE, g_node, &req), NULL);
+}
 
 int comm_gpu_aware(void) {
     const char *env = getenv("DSGD_CUDA_AWARE");
@@ -312,6 +373,7 @@ void comm_workers_barrier(void) {
 }
 
 int comm_finish(int code, int writer) {
+    if (g_size == 1) return code;
     MPI_Request req;
     int out = code;
     mpiCheck(MPI_Iallreduce(&code, &out, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req));
@@ -443,13 +505,14 @@ void comm_bcast(void *buf, size_t nbytes, int root) {
 }
 
 void comm_barrier(void) {
+    if (g_size == 1) return;
     COLLECTIVE(MPI_Ibarrier(MPI_COMM_WORLD, &req), NULL);
 }
 
 void comm_abort(int code) {
     fflush(stdout);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, code);
+    if (comm_mpi_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
 }
 

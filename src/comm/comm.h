@@ -12,8 +12,21 @@
  * ~160–190 ms at p = 2 where the same data in <= 4 MB chunks takes ~15 ms (measured). */
 #define COMM_CHUNK_BYTES (4u << 20)
 
-/* MPI_Init; returns 0. Records rank, size, node-local rank/size and host name. */
+/* MPI_Init_thread asking for MPI_THREAD_MULTIPLE if multiple (a method whose communication
+ * thread calls MPI while the main thread does: asynchronous gossip), else MPI_THREAD_FUNNELED
+ * (only the main thread calls MPI); returns 0. Records rank, size, node-local rank/size (the
+ * MPI_COMM_TYPE_SHARED communicator, kept for comm_node_allgather) and host name. What was
+ * granted: comm_thread_multiple. */
+int comm_init_thread(int *argc, char ***argv, int multiple);
+/* comm_init_thread(argc, argv, 0). */
 int comm_init(int *argc, char ***argv);
+/* A world of one without MPI: MPI_Init is never called (`dsgd-run --check` outside a launcher, where
+ * a singleton MPI_Init may hang or fail: Intel MPI under Slurm's PMI, Cray PMI). Rank 0 of 1, node
+ * rank 0 of 1, the host name from gethostname. Collectives return at once (one rank),
+ * comm_finalize does nothing, comm_abort exits; no point-to-point call may be made. */
+void comm_init_self(void);
+/* 1 after comm_init_thread, 0 before it or after comm_init_self. */
+int comm_mpi_initialized(void);
 void comm_finalize(void);
 int comm_rank(void);
 int comm_size(void);
@@ -125,6 +138,14 @@ int comm_gpu_aware(void);
 
 /* 1 if MPI gave MPI_THREAD_MULTIPLE (needed by a communication thread). */
 int comm_thread_multiple(void);
+/* Why MPI_THREAD_MULTIPLE is missing and what grants it on this MPI library (named by
+ * MPI_Get_library_version): Cray MPICH MPICH_MAX_THREAD_SAFETY=multiple, Open MPI a build with
+ * thread support, Intel MPI the release_mt library, ... One sentence into buf (no trailing period). */
+void comm_thread_multiple_advice(char *buf, size_t n);
+
+/* Collective over the ranks of this node (MPI_COMM_TYPE_SHARED; set-up only, no timeout): rank
+ * i's nbytes of in land at out + i·nbytes, i = comm_local_rank() (out: comm_local_size()·nbytes). */
+void comm_node_allgather(const void *in, size_t nbytes, void *out);
 
 /* Collective over the workers: in-place sum of n doubles. */
 void comm_workers_sum_f64(double *buf, int n);

@@ -140,8 +140,8 @@ const key_def config_keys[] = {
     K_STRING("data.dir", data.dir, "", S_ANY, "path",
              "jpeg: the pack directory written by dsgd-run --pack (index.h5 and the train/val shards)"),
     K_INT("data.threads", data.threads, 0, 0, 1024, "threads",
-          "jpeg: decode threads per rank, working ahead of training; 0: a quarter of the rank's cores, at least 1 "
-          "(docs/data.md, Loading)"),
+          "jpeg: decode threads per rank, working ahead of training; 0: a quarter of the rank's cores (device cuda: the "
+          "cores but one), at least 1 (docs/data.md, Loading)"),
     K_ENUM("data.augment", data.augment, AUGMENT_SCALE, augment_names, 0x7u, NULL, "augmentations",
            "jpeg training transform: scale (He et al. 2015 §3.4: shorter side in data.scale, random crop, flip, PCA "
            "lighting), rrc (torchvision RandomResizedCrop + flip), none (shorter side to data.crop, centre crop)"),
@@ -165,7 +165,8 @@ const key_def config_keys[] = {
     K_INT64("log_every", log_every, 20, 1, "iterations",
             "progress line and /train row every this many iterations"),
     K_INT("threads", threads, 0, 0, 1024, "threads",
-          "compute threads per rank; 0: the node's cores / the ranks on the node"),
+          "compute threads per rank; 0: the rank's cores (its affinity mask, shared with the node's ranks bound to the "
+          "same mask) less the decode threads (docs/data.md, Loading)"),
     K_STRING("output", output, "", S_ANY, "path",
              "HDF5 run file; \"\" means runs/<name>.h5; never an input of the run (experiment file, data files), "
              "whatever overwrite says"),

@@ -171,9 +171,12 @@ static int gossip_setup(trainer *t, char *err, size_t errlen) {
         }
         return 0;
     }
-    if (!comm_thread_multiple())
-        return seterr(err, errlen, "%s: method %s (asynchronous) needs an MPI library with MPI_THREAD_MULTIPLE; "
-                                   "this one does not provide it: use synchronous = true", e->source, method_name(e->method));
+    if (!comm_thread_multiple()) { /* main.c refuses this at start already; kept for callers without it */
+        char adv[640];
+        comm_thread_multiple_advice(adv, sizeof adv);
+        return seterr(err, errlen, "%s: method %s (asynchronous) answers its peers from a communication thread and needs "
+                                   "MPI_THREAD_MULTIPLE: %s", e->source, method_name(e->method), adv);
+    }
     pthread_mutex_init(&G.mu, NULL);
     G.bg = comm_set_new(2 * p + 3);
     G.bg_done = xmalloc((size_t)(2 * p + 3) * sizeof(int));

@@ -64,22 +64,69 @@ static void setup_blame(const experiment *e, const char *keys, char *err, size_t
 
 /* ---- data ------------------------------------------------------------------------------- */
 
-static thread_budget choose_threads(const experiment *e, int ranks_on_node) {
-    cpu_set_t set;
-    int ncpu = 1;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) ncpu = CPU_COUNT(&set);
-    thread_budget b = {.cores = ncpu / ranks_on_node};
+thread_budget setup_thread_budget(const experiment *e, int cpus, int sharing) {
+    thread_budget b = {.cores = cpus / (sharing > 0 ? sharing : 1), .sharing = sharing > 0 ? sharing : 1};
     if (b.cores < 1) b.cores = 1;
-    if (e->data.format == FORMAT_JPEG) b.data = e->data.threads > 0 ? e->data.threads : (b.cores / 4 > 1 ? b.cores / 4 : 1);
+    /* A GPU rank computes on the GPU: the cores oneDNN would take go to decoding (L6). */
+    const int data_auto = e->device == DEVICE_CUDA ? b.cores - 1 : b.cores / 4;
+    if (e->data.format == FORMAT_JPEG) b.data = e->data.threads > 0 ? e->data.threads : (data_auto > 1 ? data_auto : 1);
     b.compute = e->threads > 0 ? e->threads : (b.cores - b.data > 1 ? b.cores - b.data : 1);
     b.comm = e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH;
     return b;
 }
 
+/* The CPUs of set as a list ("0-3,8-11") into buf. */
+static void cpu_list(const cpu_set_t *set, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE && len + 1 < n; c++) {
+        if (!CPU_ISSET(c, set)) continue;
+        int last = c;
+        while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, set)) last++;
+        int k = last == c ? snprintf(buf + len, n - len, "%s%d", len ? "," : "", c)
+                          : snprintf(buf + len, n - len, "%s%d-%d", len ? "," : "", c, last);
+        if (k < 0 || (size_t)k >= n - len) { /* too long: end with an ellipsis */
+            if (n > 4) snprintf(buf + (len < n - 4 ? len : n - 4), 4, "...");
+            return;
+        }
+        len += (size_t)k;
+        c = last;
+    }
+}
+
+/* The thread budget of this rank from its affinity mask (L3): the node's ranks all-gather their
+ * masks (collective over the node); the mask's CPUs are divided among the ranks of this node
+ * bound to the very same mask (all of them when unbound, as under Hydra's default; 1 when each
+ * is bound to its own cores, as under srun --cpus-per-task or Open MPI's default binding; the
+ * ranks of one socket under --bind-to socket). ranks_on_node other than comm_local_size()
+ * (--check without mpiexec: the experiment's world): that many ranks taken to share this mask. */
+static thread_budget choose_threads(const experiment *e, int ranks_on_node) {
+    cpu_set_t own;
+    CPU_ZERO(&own);
+    if (sched_getaffinity(0, sizeof own, &own) != 0) CPU_SET(0, &own);
+    int sharing = ranks_on_node;
+    if (ranks_on_node == comm_local_size()) {
+        const int n = comm_local_size();
+        cpu_set_t *all = xmalloc((size_t)n * sizeof *all);
+        comm_node_allgather(&own, sizeof own, all);
+        sharing = 0;
+        for (int i = 0; i < n; i++) sharing += CPU_EQUAL(&all[i], &own);
+        free(all);
+    }
+    thread_budget b = setup_thread_budget(e, CPU_COUNT(&own), sharing);
+    cpu_list(&own, b.cpus, sizeof b.cpus);
+    return b;
+}
+
 void setup_print_threads(const thread_budget *b, FILE *f) {
     const int total = b->compute + b->data + b->comm;
-    fprintf(f, "threads per rank: %d compute (oneDNN, key 'threads') + %d decode (data.threads) + %d communication = %d on %d core(s)\n",
-            b->compute, b->data, b->comm, total, b->cores);
+    char how[256];
+    if (b->sharing > 1)
+        snprintf(how, sizeof how, "cores %s shared by %d ranks of this node (one mask: a 1/%d share each, not pinned)", b->cpus,
+                 b->sharing, b->sharing);
+    else snprintf(how, sizeof how, "cores %s (own mask)", b->cpus);
+    fprintf(f, "threads per rank: %d compute (oneDNN, key 'threads') + %d decode (data.threads) + %d communication = %d on %d core(s): %s\n",
+            b->compute, b->data, b->comm, total, b->cores, how);
     if (total > b->cores)
         fprintf(f, "warning: %d threads per rank on %d core(s): oversubscribed, steps will be slower than they need be; lower "
                    "threads or data.threads, or run fewer ranks per node (docs/data.md, \"Loading\")\n", total, b->cores);
@@ -107,20 +154,89 @@ static model_spec spec_of(const run_setup *r) {
     };
 }
 
-/* Bytes this node can still give a process: /proc/meminfo's MemAvailable, lowered to what the
- * cgroup (v2: memory.max − memory.current) allows; 0 if neither can be read. */
-static double node_available_bytes(void) {
-    double avail = 0.0, max = 0.0, cur = 0.0;
+/* The first number in file path into *v (0 if it could be read; "max" reads as no limit: -1). */
+static int read_number(const char *path, double *v) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char w[64] = "";
+    const int ok = fscanf(f, "%63s", w) == 1;
+    fclose(f);
+    if (!ok) return -1;
+    if (!strcmp(w, "max")) return *v = -1.0, 0;
+    char *end;
+    *v = strtod(w, &end);
+    return *end ? -1 : 0;
+}
+
+int setup_cgroup_memory(const char *proc_cgroup, const char *root, double *avail, char *where, size_t n) {
+    FILE *f = fopen(proc_cgroup, "r");
+    if (!f) return 0;
+    char line[4096], v1[4096] = "", v2[4096] = "";
+    int has_v1 = 0, has_v2 = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c1 = '\0', *c2 = '\0'; /* "hierarchy-ID:controllers:path" */
+        const char *ctl = c1 + 1, *path = c2 + 1;
+        if (!strcmp(line, "0") && !*ctl) has_v2 = 1, snprintf(v2, sizeof v2, "%s", path);
+        for (const char *t = ctl; *t;) { /* v1: "4:memory:/path" (or "memory" among others: "3:cpu,memory:/p") */
+            const size_t k = strcspn(t, ",");
+            if (k == 6 && !strncmp(t, "memory", 6)) has_v1 = 1, snprintf(v1, sizeof v1, "%s", path);
+            t += k + (t[k] == ',');
+        }
+    }
+    fclose(f);
+    if (!has_v1 && !has_v2) return 0;
+    /* v1 owns the memory controller when it has it (a hybrid hierarchy's v2 part has none). */
+    const char *sub = has_v1 ? "/memory" : "", *limit_file = has_v1 ? "memory.limit_in_bytes" : "memory.max",
+               *used_file = has_v1 ? "memory.usage_in_bytes" : "memory.current";
+    char path[4096 + 64];
+    snprintf(path, sizeof path, "%s", has_v1 ? v1 : v2);
+    int found = 0;
+    for (;;) { /* from the process's cgroup up to the root: the least left under any limit */
+        char dir[8192], file[8300];
+        snprintf(dir, sizeof dir, "%s%s%s", root, sub, strcmp(path, "/") ? path : "");
+        double lim = -1.0, used = 0.0;
+        snprintf(file, sizeof file, "%s/%s", dir, limit_file);
+        /* v1 writes "no limit" as a huge number (PAGE_COUNTER_MAX pages, ~2^63) */
+        if (read_number(file, &lim) == 0 && lim > 0 && lim < 0x1p60) {
+            snprintf(file, sizeof file, "%s/%s", dir, used_file);
+            if (read_number(file, &used) != 0) used = 0.0;
+            const double left = lim > used ? lim - used : 0.0;
+            if (!found || left < *avail) {
+                *avail = left, found = 1;
+                snprintf(where, n, "cgroup %s/%s = %.1f GiB, %.1f GiB of it in use", dir, limit_file, lim / 1073741824.0,
+                         used / 1073741824.0);
+            }
+        }
+        if (!strcmp(path, "/") || !path[0]) break;
+        char *slash = strrchr(path, '/');
+        if (slash == path) path[1] = '\0';
+        else *slash = '\0';
+    }
+    return found;
+}
+
+/* Bytes this node can still give this job: the smaller of /proc/meminfo's MemAvailable and what
+ * the job's memory cgroup leaves (setup_cgroup_memory: /proc/self/cgroup under /sys/fs/cgroup,
+ * or DSGD_PROC_CGROUP under DSGD_CGROUP_ROOT: tests); where the number comes from into where; 0
+ * if neither can be read. */
+static double node_available_bytes(char *where, size_t n) {
+    double avail = 0.0, cg = 0.0;
     char line[256];
     FILE *f = fopen("/proc/meminfo", "r");
     while (f && fgets(line, sizeof line, f))
         if (sscanf(line, "MemAvailable: %lf kB", &avail) == 1) avail *= 1024.0;
     if (f) fclose(f);
-    FILE *m = fopen("/sys/fs/cgroup/memory.max", "r"), *c = fopen("/sys/fs/cgroup/memory.current", "r");
-    if (m && c && fscanf(m, "%lf", &max) == 1 && fscanf(c, "%lf", &cur) == 1 && max > cur && (avail == 0.0 || max - cur < avail))
-        avail = max - cur;
-    if (m) fclose(m);
-    if (c) fclose(c);
+    snprintf(where, n, "MemAvailable of /proc/meminfo = %.1f GiB", avail / 1073741824.0);
+    const char *proc = getenv("DSGD_PROC_CGROUP"), *root = getenv("DSGD_CGROUP_ROOT");
+    char cgw[512];
+    if (setup_cgroup_memory(proc && *proc ? proc : "/proc/self/cgroup", root && *root ? root : "/sys/fs/cgroup", &cg, cgw, sizeof cgw) &&
+        (avail == 0.0 || cg < avail)) {
+        avail = cg;
+        snprintf(where, n, "%s", cgw);
+    }
     return avail;
 }
 
@@ -128,12 +244,14 @@ int setup_check_memory(const run_setup *r, int ranks_here, char *line, size_t n)
     const experiment *e = &r->e;
     const model_spec s = spec_of(r);
     const double per_sample = 4.0 * (double)model_spec_activation_floats(&s);
-    const double need = (2.5 * e->b + s.eval_batch) * per_sample, avail = node_available_bytes() / (ranks_here > 0 ? ranks_here : 1);
+    char where[700];
+    const double need = (2.5 * e->b + s.eval_batch) * per_sample,
+                 avail = node_available_bytes(where, sizeof where) / (ranks_here > 0 ? ranks_here : 1);
     if (n) line[0] = '\0';
     if (e->device == DEVICE_CUDA || avail <= 0.0) return 0; /* the GPU's memory is the device's to refuse (cudaMalloc) */
     snprintf(line, n, "a training step at b = %d needs at least %.1f GiB per rank (2.5·b + eval batch %d samples × %.2f MiB of "
-             "activations), and this node has %.1f GiB available per rank (%d rank(s) here)", e->b, need / 1073741824.0, s.eval_batch,
-             per_sample / 1048576.0, avail / 1073741824.0, ranks_here);
+             "activations), and this node has %.1f GiB available per rank (%d rank(s) here; the limit: %s)", e->b, need / 1073741824.0,
+             s.eval_batch, per_sample / 1048576.0, avail / 1073741824.0, ranks_here, where);
     return need > avail ? EXIT_BADINPUT : 0;
 }
 

@@ -19,12 +19,32 @@
 #include "data/shards.h"
 #include "train/train.h"
 
-/* The threads of one rank (docs/data.md, "Loading"): cores = the CPUs this process may run on
- * divided by the ranks sharing the node (at least 1); data = data.threads, or for data.format =
- * "jpeg" a quarter of the cores (at least 1), else none; compute (oneDNN) = `threads`, or the
- * cores left to it (at least 1); comm = the gossip methods' communication thread (it naps, so it
- * takes no core from the others but is counted). */
-typedef struct { int cores, compute, data, comm; } thread_budget;
+/* The threads of one rank (docs/data.md, "Loading"): cores = the CPUs of this process's affinity
+ * mask divided by the ranks of its node bound to the same mask (sharing: all of them when unbound,
+ * 1 when each rank has its own cores; at least 1 core); data = data.threads, or for data.format =
+ * "jpeg" a quarter of the cores on device "cpu", the cores but one on device "cuda" (oneDNN
+ * computes nothing there), at least 1; none for other formats; compute (oneDNN) = `threads`, or
+ * the cores left to it (at least 1); comm = the gossip methods' communication thread (it naps,
+ * so it takes no core from the others but is counted). cpus: the mask's CPU list ("0-3,8"). */
+typedef struct {
+    int cores, compute, data, comm;
+    int sharing;    /* ranks of this node with this very mask (1: its own) */
+    char cpus[128]; /* the affinity mask's CPUs, e.g. "0-15" */
+} thread_budget;
+
+/* The budget of a rank whose mask has cpus CPUs shared by `sharing` ranks of its node (pure:
+ * the arithmetic above; cpus and the mask's list are left to the caller). */
+thread_budget setup_thread_budget(const experiment *e, int cpus, int sharing);
+
+/* The memory the job's cgroup leaves this process, from proc_cgroup (the format of
+ * /proc/self/cgroup) and the cgroup file system mounted at root (/sys/fs/cgroup): v2 (the line
+ * "0::<path>"): root<path>/memory.max − memory.current; v1 (the line naming the "memory"
+ * controller): root/memory<path>/memory.limit_in_bytes − memory.usage_in_bytes; each at the
+ * process's cgroup and every ancestor up to the root, the least left taken (a limit is set on
+ * the job, the process sits in a step or task cgroup below it). "max" and v1's huge no-limit
+ * value are no limit. Returns 1 with *avail (bytes) and where ("cgroup <dir>/<file> = X GiB, Y GiB
+ * of it in use") filled; 0 when no limit was found (no such file, no memory controller). */
+int setup_cgroup_memory(const char *proc_cgroup, const char *root, double *avail, char *where, size_t n);
 
 /* What rank 0 decides about an earlier run of the experiment (resume_prepare), for every rank. */
 typedef struct {

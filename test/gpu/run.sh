@@ -645,7 +645,8 @@ else
     fi
     # A CUDA-aware MPI moves the gradients on device memory (reducer_mean, src/comm/reduce.h); DSGD_CUDA_AWARE=0
     # forces the host path, which must train the same.
-    if [ -x "$BIN" ] && "${BENV[@]}" "$BIN" --version 2>/dev/null | grep -q 'CUDA-aware: yes'; then
+    # (under mpiexec: dsgd-run started by hand answers --version without MPI_Init, so without asking)
+    if [ -x "$BIN" ] && "${BENV[@]}" "${MPIEXEC[@]}" -n 1 "$BIN" --version 2>/dev/null | grep -q 'CUDA-aware: yes'; then
         benv_saved=("${BENV[@]}")
         BENV+=("DSGD_CUDA_AWARE=0")
         train "e. run cuda p=2 DSGD_CUDA_AWARE=0 (host path)" 2 cuda "$R/cuda_p2_host.h5" --set iterations=20 --set eval.every=20
