@@ -348,6 +348,63 @@ START_TEST(test_servers_async) {
 }
 END_TEST
 
+/* T7: a SIGTERM while server 0 evaluates the center (made long: DSGD_TEST_EVAL_DELAY_MS pauses
+ * 15 s after every one of the 4 evaluation batches, 60 s in all, while every rank would give up
+ * 25 s after a SIGTERM) — server 0 abandons the evaluation, the checkpoint is written and every
+ * rank exits 3 long before the evaluation could have finished; the resume evaluates that
+ * snapshot of the center again, so /eval has every row, in order. With at_start: the same for
+ * the evaluation at the start. */
+static void check_stop_in_center_eval(const char *tag, const char *method, int at_start) {
+    char cfg[512], h5[512], out[1 << 15], status[256], extra[512], args[64];
+    snprintf(extra, sizeof extra, "method = \"%s\";\np = 2;\ninject = { slow_ranks = [0, 1]; delay_ms = 20.0; };\n", method);
+    write_cfg(tag, extra, cfg, h5);
+    snprintf(args, sizeof args, "--set eval.at_start=%s", at_start ? "true" : "false");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* server 0 is rank 2; its t->step is 0, so the signal comes in its first evaluation */
+    int st = run_env("DSGD_TEST_SIGNAL=TERM@0@2@eval DSGD_TEST_EVAL_DELAY_MS=15000", 3, cfg, args, out, sizeof out);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    ck_assert_msg(st == 3, "%s: exit %d, expected 3\n%s", tag, st, out);
+    ck_assert_msg(strstr(out, "checkpoint: step "), "%s: no checkpoint written:\n%s", tag, out);
+    const long label = at_start ? 0 : 60;
+    char want[160];
+    if (at_start) snprintf(want, sizeof want, "evaluation at the start abandoned for the checkpoint");
+    else snprintf(want, sizeof want, "evaluation of the center at iteration %ld abandoned for the checkpoint", label);
+    /* the whole run, start-up included, well inside the 25 s every rank waits after a SIGTERM
+     * (the evaluation alone would take 45 s more) */
+    ck_assert_msg(secs < 20.0, "%s: the interrupted run took %.1f s\n%s", tag, secs, out);
+    ck_assert_msg(strstr(out, want), "%s: no '%s':\n%s", tag, want, out);
+    read_attr_string(h5, "status", status, sizeof status);
+    ck_assert_msg(strstr(status, "interrupted: SIGTERM after step") && strstr(status, "checkpoint written"), "%s: status '%s'", tag, status);
+    ck_assert_int_eq(read_1d(h5, "/eval/step", ga, MAXR), 0); /* nothing logged for the abandoned evaluation */
+
+    snprintf(args, sizeof args, "--resume --set eval.at_start=%s", at_start ? "true" : "false");
+    st = run_env("", 3, cfg, args, out, sizeof out);
+    ck_assert_msg(st == 0, "%s --resume: exit %d\n%s", tag, st, out);
+    read_attr_string(h5, "status", status, sizeof status);
+    ck_assert_msg(!strcmp(status, "completed"), "%s: status '%s'", tag, status);
+    /* every evaluation once, in order: the abandoned one (done again) first */
+    long n = read_1d(h5, "/eval/step", ga, MAXR);
+    const double steps[] = {0, 60, 120, 180, 240};
+    const double *w = at_start ? steps : steps + 1;
+    const long nw = at_start ? 5 : 4;
+    ck_assert_msg(n == nw, "%s: %ld /eval rows, expected %ld\n%s", tag, n, nw, out);
+    for (long i = 0; i < n; i++) ck_assert_msg(ga[i] == w[i], "%s: /eval/step row %ld = %g, expected %g", tag, i, ga[i], w[i]);
+    n = read_1d(h5, "/eval/time_s", ga, MAXR);
+    for (long i = 1; i < n; i++) ck_assert_msg(ga[i] >= ga[i - 1], "%s: /eval/time_s goes back at row %ld", tag, i);
+    if (at_start) ck_assert_msg(ga[0] == 0.0, "%s: the evaluation at the start has time %g", tag, ga[0]);
+    n = read_1d(h5, "/eval/top1_error", ga, MAXR);
+    for (long i = 0; i < n; i++) ck_assert_msg(ga[i] > 0.0 && ga[i] < 1.0, "%s: /eval/top1_error row %ld = %g", tag, i, ga[i]);
+    ck_assert_msg(ga[n - 1] < 0.3, "%s: final top-1 error %g", tag, ga[n - 1]);
+}
+
+START_TEST(test_server_stop_in_eval) {
+    check_stop_in_center_eval("se_ps", "ps", 0);
+    check_stop_in_center_eval("se_bk", "backup", 1);
+}
+END_TEST
+
 START_TEST(test_errors) {
     char cfg[512], h5[512], out[1 << 15];
     /* --resume with nothing to continue */
@@ -584,6 +641,10 @@ int main(void) {
     tcase_add_test(tc, test_kill_after_periodic);
     tcase_add_test(tc, test_gossip_push_async);
     suite_add_tcase(s, tc);
+    TCase *tse = tcase_create("server_eval"); /* CK_RUN_CASE=server_eval runs it alone */
+    tcase_set_timeout(tse, 600);
+    tcase_add_test(tse, test_server_stop_in_eval);
+    suite_add_tcase(s, tse);
     int rc = run_suite(s);
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd) != 0) return 1;

@@ -5,6 +5,7 @@
  * version, a truncated shard, a shard missing from the directory, counts that disagree with the
  * index, train and val with different classes. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
 #include <hdf5.h>
 #include <stdint.h>
@@ -134,6 +135,76 @@ START_TEST(test_round_trip) {
     ck_assert_int_eq(shards_open_files(&t, list, 2, err, sizeof err), EXIT_BADINPUT);
     ck_assert_ptr_nonnull(strstr(err, "val-00000-of-00001.h5"));
     ck_assert_ptr_nonnull(strstr(err, "split 'val' where 'train' was expected"));
+}
+END_TEST
+
+/* Open file descriptors of this process (/proc/self/fd; its own directory fd counted each time). */
+static int open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* P5: what rank 0 read (shards_pack) makes on another rank (shards_unpack) the same set — counts,
+ * classes, per-sample arrays, fingerprint, bytes — without opening any file until a read, and
+ * then only the shard read from; a file missing or cut short there is named at its first read. */
+START_TEST(test_pack_unpack_lazy) {
+    const char *dir = pack_dir("p");
+    make_pack(dir, classes);
+    shards *t, *u;
+    char err[ERRLEN];
+    ck_assert_msg(shards_open(&t, dir, "train", err, sizeof err) == 0, "%s", err);
+    size_t len = 0;
+    void *buf = shards_pack(t, &len);
+    ck_assert_uint_gt(len, 7 * 22);
+    const int before = open_fds();
+    ck_assert_msg(shards_unpack(&u, buf, len, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(open_fds(), before); /* no file opened */
+    ck_assert_int_eq(shards_count(u), 7);
+    ck_assert_int_eq(shards_n_shards(u), 2);
+    ck_assert_int_eq(shards_skipped(u), 2);
+    ck_assert_int_eq(shards_n_classes(u), 3);
+    ck_assert_int_eq(shards_max_side(u), 480);
+    ck_assert_str_eq(shards_class_name(u, 1), "n02");
+    ck_assert_uint_eq(shards_max_nbytes(u), shards_max_nbytes(t));
+    ck_assert_int_eq(shards_same_classes(t, u, err, sizeof err), 0);
+    ck_assert(shards_fingerprint(u) == shards_fingerprint(t));
+    uint8_t b[4096];
+    for (int64_t g = 0; g < 7; g++) {
+        ck_assert_str_eq(shards_file(u, g), shards_file(t, g));
+        ck_assert_int_eq(shards_label(u, g), shards_label(t, g));
+        ck_assert_int_eq(shards_source_index(u, g), shards_source_index(t, g));
+    }
+    /* sample 4 is in shard 1: that file is opened, shard 0's is not */
+    ck_assert_msg(shards_read(u, 4, b, err, sizeof err) == 0, "%s", err);
+    for (size_t j = 0; j < sample_len(1, 1); j++) ck_assert_uint_eq(b[j], sample_byte(1, 1, j));
+    ck_assert_int_eq(open_fds(), before + 1);
+    ck_assert_msg(shards_read(u, 6, b, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(open_fds(), before + 1); /* kept open */
+    ck_assert_msg(shards_read(u, 0, b, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(open_fds(), before + 2);
+    shards_close(u);
+    ck_assert_int_eq(open_fds(), before);
+    /* a malformed buffer is refused */
+    ck_assert_int_eq(shards_unpack(&u, buf, len - 1, err, sizeof err), EXIT_BADINPUT);
+    ck_assert_ptr_null(u);
+    ck_assert_msg(strstr(err, "malformed"), "%s", err);
+    /* this node's copy: shard 0 missing, shard 1 cut short — named at the first read */
+    char p0[600], p1[600];
+    snprintf(p0, sizeof p0, "%s/train-00000-of-00002.h5", dir);
+    snprintf(p1, sizeof p1, "%s/train-00001-of-00002.h5", dir);
+    ck_assert_msg(shards_unpack(&u, buf, len, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(unlink(p0), 0);
+    ck_assert_int_eq(truncate(p1, 100), 0); /* before its samples end */
+    ck_assert_int_eq(shards_read(u, 0, b, err, sizeof err), EXIT_RUNTIME);
+    ck_assert_msg(strstr(err, p0) && strstr(err, "No such file"), "%s", err);
+    ck_assert_int_eq(shards_read(u, 6, b, err, sizeof err), EXIT_RUNTIME);
+    ck_assert_msg(strstr(err, p1) && strstr(err, "truncated"), "%s", err);
+    shards_close(u), shards_close(t);
+    free(buf);
 }
 END_TEST
 
@@ -268,6 +339,7 @@ static Suite *suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_round_trip);
+    tcase_add_test(tc, test_pack_unpack_lazy);
     tcase_add_test(tc, test_missing_and_empty);
     tcase_add_test(tc, test_other_version);
     tcase_add_test(tc, test_foreign_file);

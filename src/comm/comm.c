@@ -504,6 +504,14 @@ void comm_bcast(void *buf, size_t nbytes, int root) {
     mpiCheck(MPI_Bcast(buf, (int)nbytes, MPI_BYTE, root, MPI_COMM_WORLD));
 }
 
+void comm_bcast_bounded(void *buf, size_t nbytes, int root, const char *what) {
+    if (g_size == 1) return;
+    for (size_t off = 0; off < nbytes; off += COMM_CHUNK_BYTES) {
+        int cnt = (int)(nbytes - off < COMM_CHUNK_BYTES ? nbytes - off : COMM_CHUNK_BYTES);
+        COLLECTIVE(MPI_Ibcast((char *)buf + off, cnt, MPI_BYTE, root, MPI_COMM_WORLD, &req), what);
+    }
+}
+
 void comm_barrier(void) {
     if (g_size == 1) return;
     COLLECTIVE(MPI_Ibarrier(MPI_COMM_WORLD, &req), NULL);

@@ -159,6 +159,9 @@ void comm_allreduce_sum_f64(double *buf, int n);
 
 /* Collective: broadcast n bytes from root. */
 void comm_bcast(void *buf, size_t nbytes, int root);
+/* The same, bounded by comm_timeout_s (a longer wait: comm_timeout_abort(what), exit 1 on every
+ * rank); in chunks of COMM_CHUNK_BYTES, so any size. For set-up, where one rank reads for all. */
+void comm_bcast_bounded(void *buf, size_t nbytes, int root, const char *what);
 
 void comm_barrier(void);
 

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,7 +155,7 @@ int shards_write_index(const char *path, const shard_meta *m, const shards_index
 struct shards {
     int n_files;
     char **paths;
-    int *fds;
+    _Atomic int *fds;      /* (n_files) -1: not open yet (a set from shards_unpack opens on the first read) */
     int64_t *first;        /* (n_files + 1) first sample of each shard */
     int64_t n, skipped;
     uint64_t *pos;         /* (n) absolute file offset of sample i's bytes */
@@ -435,7 +436,10 @@ int shards_open_files(shards **out, const char *const *paths, int n_paths, char 
     s->paths = xcalloc((size_t)n_paths, sizeof *s->paths);
     s->fds = xmalloc((size_t)n_paths * sizeof *s->fds);
     s->first = xcalloc((size_t)n_paths + 1, sizeof *s->first);
-    for (int k = 0; k < n_paths; k++) s->fds[k] = -1, s->paths[k] = strdup(paths[k]);
+    for (int k = 0; k < n_paths; k++) {
+        s->fds[k] = -1;
+        s->paths[k] = strdup(paths[k]);
+    }
     char split[32] = ""; /* every file must be of the first one's split */
     int rc = 0;
     for (int k = 0; k < n_paths && !rc; k++) rc = add_shard(s, k, paths[k], split, err, errlen);
@@ -533,11 +537,38 @@ static int file_of(const shards *s, int64_t i) {
 
 const char *shards_file(const shards *s, int64_t i) { return s->paths[file_of(s, i)]; }
 
+/* The fd of shard k, opened now if it is not yet (a set from shards_unpack: the rank that read
+ * the metadata checked the file; here it must exist and hold its last sample's bytes). Any
+ * number of threads: the first open to be stored wins, the others are closed. -1 with err set. */
+static int shard_fd(const shards *s, int k, char *err, size_t errlen) {
+    int fd = atomic_load(&s->fds[k]);
+    if (fd >= 0) return fd;
+    fd = open(s->paths[k], O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        seterr(err, errlen, "%s: %s (data.dir must hold the same pack on every node)", s->paths[k], strerror(errno));
+        return -1;
+    }
+    const int64_t last = s->first[k + 1] - 1;
+    const uint64_t end = last >= s->first[k] ? s->pos[last] + s->nbytes[last] : 0;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size < end) {
+        seterr(err, errlen, "%s: truncated: the file has %lld bytes, its samples end at byte %llu (data.dir must hold the same pack "
+               "on every node)", s->paths[k], (long long)sb.st_size, (unsigned long long)end);
+        close(fd);
+        return -1;
+    }
+    int none = -1;
+    if (!atomic_compare_exchange_strong(&s->fds[k], &none, fd)) close(fd), fd = none;
+    return fd;
+}
+
 int shards_read(const shards *s, int64_t i, uint8_t *buf, char *err, size_t errlen) {
     const int k = file_of(s, i);
+    const int fd = shard_fd(s, k, err, errlen);
+    if (fd < 0) return EXIT_RUNTIME;
     size_t want = s->nbytes[i], got = 0;
     while (got < want) {
-        ssize_t r = pread(s->fds[k], buf + got, want - got, (off_t)(s->pos[i] + got));
+        ssize_t r = pread(fd, buf + got, want - got, (off_t)(s->pos[i] + got));
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
             seterr(err, errlen, "%s: sample %lld: %s at byte %llu (%zu of %zu bytes read)", s->paths[k], (long long)(i - s->first[k]),
@@ -608,4 +639,101 @@ uint64_t shards_fingerprint(const shards *s) {
         h = fnv(h, (uint32_t)s->source[i]);
     }
     return h;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* One rank reads, the others receive (shards_pack, shards_unpack).                             */
+
+#define PACK_MAGIC 0x31736472616873ULL /* "shards1" */
+
+/* Append n bytes at *at of buf (grown as needed; *cap its size). */
+static void put(uint8_t **buf, size_t *at, size_t *cap, const void *v, size_t n) {
+    if (*at + n > *cap) {
+        size_t c = *cap ? *cap : 4096;
+        while (c < *at + n) c *= 2;
+        uint8_t *b = realloc(*buf, c);
+        if (!b) DIE("out of memory for %zu bytes of pack metadata", c);
+        *buf = b, *cap = c;
+    }
+    memcpy(*buf + *at, v, n);
+    *at += n;
+}
+
+void *shards_pack(const shards *s, size_t *len) {
+    uint8_t *b = NULL;
+    size_t at = 0, cap = 0;
+    const int64_t h[8] = {(int64_t)PACK_MAGIC, s->n_files, s->n, s->skipped, (int64_t)s->max_nbytes, s->max_side, s->n_classes, 0};
+    put(&b, &at, &cap, h, sizeof h);
+    put(&b, &at, &cap, s->split, sizeof s->split);
+    for (int k = 0; k < s->n_files; k++) {
+        const uint32_t l = (uint32_t)strlen(s->paths[k]);
+        put(&b, &at, &cap, &l, sizeof l);
+        put(&b, &at, &cap, s->paths[k], l);
+    }
+    const size_t n = (size_t)s->n;
+    put(&b, &at, &cap, s->first, ((size_t)s->n_files + 1) * sizeof *s->first);
+    put(&b, &at, &cap, s->pos, n * sizeof *s->pos);
+    put(&b, &at, &cap, s->nbytes, n * sizeof *s->nbytes);
+    put(&b, &at, &cap, s->label, n * sizeof *s->label);
+    put(&b, &at, &cap, s->height, n * sizeof *s->height);
+    put(&b, &at, &cap, s->width, n * sizeof *s->width);
+    put(&b, &at, &cap, s->source, n * sizeof *s->source);
+    put(&b, &at, &cap, s->classes, (size_t)s->n_classes * sizeof *s->classes);
+    *len = at;
+    return b;
+}
+
+/* Take n bytes at *at of buf (len bytes) into v; -1 when the buffer ends first. */
+static int take(const uint8_t *buf, size_t len, size_t *at, void *v, size_t n) {
+    if (n > len - *at) return -1;
+    memcpy(v, buf + *at, n);
+    *at += n;
+    return 0;
+}
+
+int shards_unpack(shards **out, const void *buffer, size_t len, char *err, size_t errlen) {
+    *out = NULL;
+    const uint8_t *buf = buffer;
+    size_t at = 0;
+    int64_t h[8];
+    if (take(buf, len, &at, h, sizeof h) || h[0] != (int64_t)PACK_MAGIC || h[1] < 1 || h[1] > INT32_MAX || h[2] < 0 ||
+        h[2] > INT32_MAX || h[6] < 1 || h[6] > SHARDS_MAX_CLASSES)
+        return seterr(err, errlen, "pack metadata received from another rank: malformed (%zu bytes)", len);
+    shards *s = xcalloc(1, sizeof *s);
+    s->n_files = (int)h[1], s->n = h[2], s->skipped = h[3], s->max_nbytes = (size_t)h[4], s->max_side = (int)h[5];
+    s->n_classes = (int)h[6];
+    s->paths = xcalloc((size_t)s->n_files, sizeof *s->paths);
+    s->fds = xmalloc((size_t)s->n_files * sizeof *s->fds);
+    s->first = xcalloc((size_t)s->n_files + 1, sizeof *s->first);
+    for (int k = 0; k < s->n_files; k++) s->fds[k] = -1;
+    int bad = take(buf, len, &at, s->split, sizeof s->split);
+    s->split[sizeof s->split - 1] = '\0';
+    for (int k = 0; k < s->n_files && !bad; k++) {
+        uint32_t l = 0;
+        bad = take(buf, len, &at, &l, sizeof l) || l > len - at;
+        if (!bad) {
+            s->paths[k] = xmalloc((size_t)l + 1);
+            bad = take(buf, len, &at, s->paths[k], l);
+            s->paths[k][l] = '\0';
+        }
+    }
+    const size_t n = (size_t)s->n;
+    if (!bad) {
+        grow(s, s->n ? s->n : 1);
+        s->classes = xcalloc((size_t)s->n_classes, sizeof *s->classes);
+        bad = take(buf, len, &at, s->first, ((size_t)s->n_files + 1) * sizeof *s->first) ||
+              take(buf, len, &at, s->pos, n * sizeof *s->pos) || take(buf, len, &at, s->nbytes, n * sizeof *s->nbytes) ||
+              take(buf, len, &at, s->label, n * sizeof *s->label) || take(buf, len, &at, s->height, n * sizeof *s->height) ||
+              take(buf, len, &at, s->width, n * sizeof *s->width) || take(buf, len, &at, s->source, n * sizeof *s->source) ||
+              take(buf, len, &at, s->classes, (size_t)s->n_classes * sizeof *s->classes) || at != len;
+    }
+    for (int k = 0; k < s->n_files && !bad; k++) bad = s->first[k + 1] < s->first[k];
+    bad = bad || s->first[0] != 0 || s->first[s->n_files] != s->n;
+    if (bad) {
+        shards_close(s);
+        return seterr(err, errlen, "pack metadata received from another rank: malformed (%zu bytes)", len);
+    }
+    for (int c = 0; c < s->n_classes; c++) s->classes[c][SHARDS_WNID_MAX] = '\0';
+    *out = s;
+    return 0;
 }

@@ -77,7 +77,7 @@ int shards_write_index(const char *path, const shard_meta *m, const shards_index
  *
  * shards_open reads every shard's /offset, /label, /height, /width and /source_index into
  * memory, takes /jpeg's file offset (H5Dget_offset) and keeps one plain read-only fd per shard;
- * HDF5 is closed again. Sample i of the split (shards in index order, samples in shard order)
+ * HDF5 is closed again. (A run opens the pack on rank 0 only: shards_pack / shards_unpack below.) Sample i of the split (shards in index order, samples in shard order)
  * is then one pread(). Checked on open: the directory and its index exist; every listed shard
  * exists, is a shard of this format and version (another version: an error naming the file and
  * both versions), of this split, with the classes of the index, consistent offsets (non-
@@ -120,6 +120,17 @@ int shards_verify(const shards *s, int per_shard, int64_t *checked, char *err, s
  * height, width and source index, in set order): packing again (another seed, quality or
  * max_side, other images) changes it. For checkpoints: a resume must read the same pack. */
 uint64_t shards_fingerprint(const shards *s);
+
+/* One rank reads, the others receive (start-up at large p: docs/data.md, "Loading"). shards_pack
+ * returns everything shards_open read — the shard paths, the per-sample arrays, the classes —
+ * as one malloc'ed buffer of *len bytes (~22 bytes per sample: 28 MB for ImageNet's train set)
+ * for a broadcast. shards_unpack makes a set from such a buffer without touching the file
+ * system: the same samples, accessors, fingerprint and reads; each shard file is opened on the
+ * first read of one of its samples (shards_read: the open fails naming the file if it is
+ * missing there or shorter than its samples need, EXIT_RUNTIME). Returns 0, or EXIT_BADINPUT
+ * for a malformed buffer. */
+void *shards_pack(const shards *s, size_t *len);
+int shards_unpack(shards **out, const void *buf, size_t len, char *err, size_t errlen);
 
 /* Train and val must have the same class list (same count, same wnids in the same order):
  * 0 or EXIT_BADINPUT naming both sets' first differing class. */

@@ -58,11 +58,22 @@ static void srv_repost(srv *sv, int i, int kind) {
     if (sv->r_bn[i] >= 0) comm_set_start(sv->set, sv->r_bn[i]);
 }
 
+/* After every evaluation batch: 1 to abandon the evaluation (server 0 asked for it on a stop
+ * request; at the start, a stop signal itself), else 0 after the test hook's pause. */
+static int eval_between(void *arg) {
+    evaluator *ev = arg;
+    for (double slept = 0.0;; slept += 0.01) {
+        if (atomic_load(&ev->abandon) || (ev->at_start && ckpt_signal_pending() == CKPT_SIG_STOP)) return 1;
+        if (slept >= ev->delay_s) return 0;
+        nanosleep(&(struct timespec){0, 10000000L}, NULL); /* 10 ms */
+    }
+}
+
 static void *eval_main(void *arg) {
     evaluator *ev = arg;
     omp_set_num_threads(ev->threads);
     double t0 = wall_time();
-    ev->r = train_evaluate_all(ev->t, ev->t->net);
+    ev->r = train_evaluate_all(ev->t, ev->t->net, eval_between, ev);
     ev->seconds = wall_time() - t0;
     atomic_store(&ev->finished, 1);
     return NULL;
@@ -146,6 +157,8 @@ static void server_setup(trainer *t, server_ctx *c) {
         c->rows = xmalloc((size_t)5 * p * sizeof(double));
         c->ev.t = t;
         c->ev.threads = omp_get_max_threads();
+        const char *d = getenv("DSGD_TEST_EVAL_DELAY_MS"); /* tests: a long evaluation (docs/testing.md) */
+        c->ev.delay_s = d && *d ? atof(d) / 1000.0 : 0.0;
         c->next_log = e->log_every;
         c->next_eval = e->eval.every;
         c->next_ckpt = e->checkpoint.every ? e->checkpoint.every : -1;
@@ -273,21 +286,52 @@ void srv_bn_average(const srv *sv, float *bn, size_t nbn) {
             for (size_t j = 0; j < nbn; j++) bn[j] += sv->bnlast[i][j] / (float)cnt;
 }
 
-/* Server 0: if an assembled snapshot waits and the evaluator is free, move it into the model
- * (with the workers' average BN statistics) and start the evaluation. */
-static void snapshot_launch(server_ctx *c) {
-    srv *sv = &c->sv;
-    trainer *t = sv->t;
-    if (!c->q.ready || atomic_load(&c->ev.running)) return;
-    const size_t nbn = model_n_bn(t->net);
-    memcpy(model_params(t->net), c->snap, model_n_params(t->net) * sizeof(float));
-    if (nbn) srv_bn_average(sv, model_bn(t->net), nbn);
-    c->q.eval_label = c->q.label;
-    c->q.eval_time = c->q.time_s;
-    c->q.ready = 0;
+/* Server 0: evaluate the model (t->net: a snapshot of the center) on the thread, logged as
+ * iteration `label` at wall clock time_s. */
+static void eval_start(server_ctx *c, long label, double time_s) {
+    c->q.eval_label = label;
+    c->q.eval_time = time_s;
+    c->q.abandoned = 0;
+    atomic_store(&c->ev.abandon, 0);
     atomic_store(&c->ev.finished, 0);
     atomic_store(&c->ev.running, 1);
     if (pthread_create(&c->ev.th, NULL, eval_main, &c->ev) != 0) DIE("pthread_create failed for the evaluation thread");
+}
+
+/* Server 0: a stop request (SIGTERM, SIGINT, SIGHUP, here or relayed) while workers train: the
+ * checkpoint comes next, and evaluations wait for after the resume. */
+static int stopping(const server_ctx *c) { return c->sv.pausing && c->sv.want == CKPT_SIG_STOP && c->sv.live > 0; }
+
+/* Server 0: if an assembled snapshot waits and the evaluator is free, move it into the model
+ * (with the workers' average BN statistics) and start the evaluation. Not while an abandoned
+ * evaluation's center is in the model, nor while stopping (it is saved with the checkpoint). */
+static void snapshot_launch(server_ctx *c) {
+    srv *sv = &c->sv;
+    trainer *t = sv->t;
+    if (!c->q.ready || atomic_load(&c->ev.running) || c->q.abandoned || stopping(c)) return;
+    const size_t nbn = model_n_bn(t->net);
+    memcpy(model_params(t->net), c->snap, model_n_params(t->net) * sizeof(float));
+    if (nbn) srv_bn_average(sv, model_bn(t->net), nbn);
+    c->q.ready = 0;
+    eval_start(c, c->q.label, c->q.time_s);
+}
+
+/* A server starts pausing for a checkpoint (CKPT_SIG_* want): from now on its replies say
+ * STOP_CKPT and no new synchronous round starts. */
+static void srv_pause(srv *sv, int want) {
+    sv->pausing = 1;
+    if (want > sv->want) sv->want = want;
+}
+
+/* Server 0, while workers train: on a stop request (a signal here; one relayed by a worker is
+ * in sv->want already) the running evaluation is abandoned after its current batch, so that the
+ * checkpoint is written within the scheduler's grace period (an evaluation of 50,000 images takes
+ * minutes on a CPU node); it is saved with the checkpoint and done again after the resume. */
+static void check_abandon(server_ctx *c) {
+    srv *sv = &c->sv;
+    if (sv->k != 0 || sv->live == 0) return;
+    if (ckpt_signal_pending() == CKPT_SIG_STOP) srv_pause(sv, CKPT_SIG_STOP);
+    if (stopping(c) && atomic_load(&c->ev.running)) atomic_store(&c->ev.abandon, 1);
 }
 
 /* Server 0: log a finished evaluation (wait = 1: wait for it). */
@@ -296,11 +340,19 @@ static void eval_collect(server_ctx *c, int wait) {
     if (!wait && !atomic_load(&c->ev.finished)) return;
     while (!atomic_load(&c->ev.finished)) { /* keep the waiting workers' wait bounded meanwhile */
         keepalive(c, 0);
+        if (c->in_loop) check_abandon(c);
         nanosleep(&(struct timespec){0, 10000000L}, NULL); /* 10 ms */
     }
     pthread_join(c->ev.th, NULL);
     atomic_store(&c->ev.running, 0);
     trainer *t = c->sv.t;
+    if (c->ev.r.count == 0) { /* abandoned: its center stays in the model until the checkpoint */
+        c->q.abandoned = 1;
+        printf("note: evaluation of the center at iteration %ld abandoned for the checkpoint (stop request); it is done "
+               "again after --resume\n", c->q.eval_label);
+        fflush(stdout);
+        return;
+    }
     c->last_eval = c->q.eval_label;
     if (train_log_eval(t, c->q.eval_label, c->q.eval_time, &c->ev.r, c->ev.seconds, 0) != 0) c->status = EXIT_RUNTIME;
     if (!isfinite(c->ev.r.loss)) {
@@ -308,13 +360,6 @@ static void eval_collect(server_ctx *c, int wait) {
         c->sv.diverged = 1;
         c->status = EXIT_RUNTIME;
     }
-}
-
-/* A server starts pausing for a checkpoint (CKPT_SIG_* want): from now on its replies say
- * STOP_CKPT and no new synchronous round starts. */
-static void srv_pause(srv *sv, int want) {
-    sv->pausing = 1;
-    if (want > sv->want) sv->want = want;
 }
 
 /* Server 0 after each request: rows, snapshots, periodic checkpoints. */
@@ -452,6 +497,7 @@ static int server_loop(server_ctx *c) {
     c->t_start = c->t_start < 0 ? wall_time() + c->t_start : wall_time(); /* resumed: the time so far */
     for (int i = 0; i < sv->p; i++) sv->heard[i] = wall_time();
     c->checked = wall_time();
+    c->in_loop = 1;
     for (;;) {
         check_silence(c);
         keepalive(c, 0);
@@ -459,12 +505,18 @@ static int server_loop(server_ctx *c) {
         ckpt_poll_test(srv_iteration(sv), t->rank); /* tests: a signal to a server */
         const int sig = ckpt_signal_pending();
         if (sig && sv->live > 0) srv_pause(sv, sig);
+        if (sv->k == 0) check_abandon(c);
+        /* an evaluation abandoned before a checkpoint (that checkpoint's, after a resume; or one
+         * that could not be written because every worker left meanwhile): evaluated now */
+        if (sv->k == 0 && c->q.abandoned && !stopping(c) && !atomic_load(&c->ev.running)) eval_start(c, c->q.eval_label, c->q.eval_time);
         if (sv->pausing) {
             int held = 0;
             for (int i = 0; i < sv->p; i++) held += sv->held[i];
             if (held && held + sv->n_paused == sv->live) srv_void_round(c);
         }
         if (sv->k == 0 && sv->pausing && sv->live > 0 && sv->n_paused == sv->live && !c->q.asked) {
+            /* A periodic or SIGUSR1 checkpoint waits for the evaluations; a stop request (also one
+             * arriving meanwhile) abandons the running one and saves it with what waits. */
             eval_collect(c, 1);
             snapshot_launch(c);
             eval_collect(c, 1);
@@ -505,6 +557,7 @@ static int server_loop(server_ctx *c) {
             if (i >= 0) server_handle(c, i);
         }
     }
+    c->in_loop = 0;
     free(done);
     return 0;
 }
@@ -571,9 +624,16 @@ int server_serve(trainer *t) {
     }
     if (c.sv.k == 0 && t->e->eval.at_start && t->resume_label < 0) {
         double ev0 = wall_time();
-        eval_result r = train_evaluate_all(t, t->net);
-        if (train_log_eval(t, 0, 0.0, &r, wall_time() - ev0, 0) != 0) c.status = EXIT_RUNTIME;
-        c.last_eval = 0;
+        c.ev.at_start = 1; /* a stop signal abandons it (the workers wait at the start meanwhile) */
+        eval_result r = train_evaluate_all(t, t->net, eval_between, &c.ev);
+        c.ev.at_start = 0;
+        if (r.count == 0) { /* the initial model, saved with the checkpoint and evaluated after the resume */
+            c.q.abandoned = 1, c.q.eval_label = 0, c.q.eval_time = 0.0;
+            printf("note: evaluation at the start abandoned for the checkpoint (stop request); it is done again after --resume\n");
+        } else {
+            if (train_log_eval(t, 0, 0.0, &r, wall_time() - ev0, 0) != 0) c.status = EXIT_RUNTIME;
+            c.last_eval = 0;
+        }
     }
     server_loop(&c);
     if (c.sv.k == 0) server0_finish(&c);

@@ -31,7 +31,10 @@ typedef struct {
     trainer *t;
     pthread_t th;
     atomic_int running, finished;
+    atomic_int abandon;  /* server 0 asks the thread to stop after its current batch (a stop request) */
+    int at_start;        /* the evaluation at the start (no thread): a stop signal abandons it directly */
     int threads;
+    double delay_s;      /* test hook DSGD_TEST_EVAL_DELAY_MS: a pause after every evaluation batch */
     eval_result r;
     double seconds;
 } evaluator;
@@ -45,9 +48,12 @@ typedef struct {
     int ready;         /* an assembled snapshot waits for the evaluator */
     long label;        /* iteration of the snapshot being assembled / ready */
     double time_s;     /* wall clock of it */
-    long eval_label;   /* the one the thread evaluates */
+    long eval_label;   /* the one the thread evaluates (or abandoned) */
     double eval_time;
     long skipped;
+    int abandoned;     /* the evaluation of eval_label was abandoned for a stop request; its center
+                          and BN statistics are still the model's (t->net): saved with the
+                          checkpoint and evaluated again after the resume */
 } snapq;
 
 typedef struct {
@@ -63,6 +69,7 @@ typedef struct {
     float *snapbuf;                   /* (n) */
     int r_req, s_snap;
     int quit;
+    int in_loop;                      /* server 0 is in server_loop (a stop request can still be checkpointed) */
     /* logging (server 0) */
     long next_log, next_eval;
     long last_row;                    /* iteration of the last /train row */

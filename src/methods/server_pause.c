@@ -7,7 +7,8 @@
  * server (MSG_PAUSE) and waits. Synchronous rules complete a round in progress; one that cannot
  * complete because workers wait is voided (STOP_CKPT_VOID: not applied; easgd sends it again
  * after the checkpoint; backup recomputes the gradient). When every live worker waits, nothing
- * is in flight: server 0 finishes its evaluation, tells the other servers (SNAP_CKPT) and the
+ * is in flight: server 0 finishes its evaluation (a stop request abandons it instead, and the
+ * checkpoint keeps the snapshots left to evaluate: server_state), tells the other servers (SNAP_CKPT) and the
  * workers (TAG_CKGO) to write their files, collects their acks, commits, and sends everyone the
  * verdict (TAG_CKFIN: go on, or stop after a SIGTERM). Workers that have left take no part. */
 #define _GNU_SOURCE
@@ -51,7 +52,11 @@ static int server_state(server_ctx *c, ckpt_file *f) {
              ckpt_io_i64(f, "last_steps", v, (size_t)p) || ckpt_io_i64(f, "left", v + p, (size_t)p);
     if (!rc && sv->k == 0) {
         const size_t nbn = model_n_bn(t->net);
-        int64_t s0[9] = {sv->stale_sum, sv->n_dropped, c->next_log, c->next_eval, c->last_eval, c->next_ckpt, c->q.skipped, sv->dropped_len, 0};
+        /* s0[8]: the evaluations a stop request left undone (1: the abandoned one, its center and BN
+         * statistics in the model; 2: an assembled snapshot waiting for the evaluator), done after
+         * the resume; 0 in a checkpoint without (and in those of earlier versions) */
+        int64_t s0[9] = {sv->stale_sum, sv->n_dropped, c->next_log, c->next_eval, c->last_eval, c->next_ckpt, c->q.skipped, sv->dropped_len,
+                         (int64_t)(c->q.abandoned ? 1 : 0) | (c->q.ready ? 2 : 0)};
         double *hd = xmalloc((size_t)p * 10 * sizeof(double));
         float *bn = xcalloc((size_t)p * (nbn ? nbn : 1), sizeof(float)), *avg = xcalloc(nbn ? nbn : 1, sizeof(float));
         for (int i = 0; i < p; i++) {
@@ -72,6 +77,21 @@ static int server_state(server_ctx *c, ckpt_file *f) {
              ckpt_io_i64(f, "dropped", (int64_t *)sv->dropped, (size_t)sv->dropped_len) ||
              ckpt_io_f64(f, "worker_headers", hd, (size_t)p * 10) || ckpt_io_f32(f, "worker_bn", bn, (size_t)p * nbn) ||
              ckpt_io_i64(f, "seen_bn", v + 2 * p, (size_t)p);
+        if (!rc && !save && (s0[8] < 0 || s0[8] > 3)) rc = -1;
+        if (!rc && s0[8]) { /* the evaluations to do again: labels and times, centers (and the abandoned one's BN) */
+            double pe[4] = {(double)c->q.eval_label, c->q.eval_time, (double)c->q.label, c->q.time_s};
+            rc = ckpt_io_f64(f, "pending_eval", pe, 4) ||
+                 ((s0[8] & 1) && (ckpt_io_f32(f, "abandoned_center", model_params(t->net), model_n_params(t->net)) ||
+                                  ckpt_io_f32(f, "abandoned_bn", model_bn(t->net), nbn))) ||
+                 ((s0[8] & 2) && ckpt_io_f32(f, "waiting_center", c->snap, model_n_params(t->net)));
+            if (!rc && !save) {
+                c->q.abandoned = (int)(s0[8] & 1), c->q.eval_label = (long)pe[0], c->q.eval_time = pe[1];
+                c->q.ready = (int)(s0[8] >> 1 & 1), c->q.label = (long)pe[2], c->q.time_s = pe[3];
+                const long top = (long)t->e->iterations;
+                if ((c->q.abandoned && (c->q.eval_label < 0 || c->q.eval_label > top)) || (c->q.ready && (c->q.label < 0 || c->q.label > top)))
+                    rc = -1; /* iterations this run cannot have */
+            }
+        }
         sv->stale_sum = s0[0], sv->n_dropped = s0[1], c->next_log = (long)s0[2], c->next_eval = (long)s0[3], c->last_eval = (long)s0[4];
         c->next_ckpt = (long)s0[5], c->q.skipped = (long)s0[6];
         c->loss_sum = ls.loss_acc, c->n_loss = ls.loss_n, c->last_row = ls.last_row;

@@ -41,8 +41,9 @@ static void data_failed(trainer *t) {
 }
 
 /* net on validation samples [begin, end): its mean loss and errors, over every worker's slice
- * when reduce = 1 (collective over the workers). */
-static eval_result eval_range(trainer *t, model *net, int begin, int end, int reduce) {
+ * when reduce = 1 (collective over the workers). abandon (reduce = 0 only; may be NULL): asked
+ * after every batch; nonzero stops the evaluation, and the result has count = 0. */
+static eval_result eval_range(trainer *t, model *net, int begin, int end, int reduce, int (*abandon)(void *), void *arg) {
     const dataset *v = t->val;
     const int eb = t->eval_batch;
     const size_t sample = (size_t)v->c * v->h * v->w;
@@ -56,6 +57,7 @@ static eval_result eval_range(trainer *t, model *net, int begin, int end, int re
         if (cnt < eb) memset(t->eval_x + (size_t)cnt * sample, 0, (size_t)(eb - cnt) * sample * sizeof(float));
         model_eval(net, t->eval_x, t->eval_y, cnt, &loss, &top1, &top5);
         if (i == begin) ckpt_poll_test_eval(t->step, t->rank); /* tests: a signal during evaluation */
+        if (abandon && abandon(arg)) return (eval_result){.count = 0};
     }
     double s[4] = {loss, (double)top1, (double)top5, (double)(end - begin)}; /* sums: loss, top-1 and top-5 hits, count */
     if (reduce) comm_workers_sum_f64(s, 4);
@@ -65,10 +67,12 @@ static eval_result eval_range(trainer *t, model *net, int begin, int end, int re
 eval_result train_evaluate(trainer *t) {
     int begin, end;
     eval_slice(t->val->n, t->p, t->worker, &begin, &end);
-    return eval_range(t, t->net, begin, end, 1);
+    return eval_range(t, t->net, begin, end, 1, NULL, NULL);
 }
 
-eval_result train_evaluate_all(trainer *t, model *net) { return eval_range(t, net, 0, t->val->n, 0); }
+eval_result train_evaluate_all(trainer *t, model *net, int (*abandon)(void *), void *arg) {
+    return eval_range(t, net, 0, t->val->n, 0, abandon, arg);
+}
 
 double train_compute(trainer *t, long data_step, long step) {
     double t0 = wall_time();

@@ -86,8 +86,10 @@ typedef struct {
 eval_result train_evaluate(trainer *t);
 
 /* Evaluate net on the whole validation set on this rank alone (a server evaluating the
- * center); uses t's evaluation buffers. */
-eval_result train_evaluate_all(trainer *t, model *net);
+ * center); uses t's evaluation buffers. abandon (NULL: never) is called with arg after every
+ * evaluation batch; when it returns nonzero the evaluation stops there and the result has
+ * count = 0 (nothing to log: server 0 abandons an evaluation on a stop request, src/methods/server.c). */
+eval_result train_evaluate_all(trainer *t, model *net, int (*abandon)(void *arg), void *arg);
 
 /* One worker's local computation of step `step`: the minibatch of data step `data_step`
  * (loader_batch), forward and backward (model_train_step: grads overwritten, BN statistics
