@@ -269,6 +269,20 @@ assert ",DSGD_RUNS_DIR=runs" in c0[8] and "-J" in c0, c0
 assert ["-W", "depend=afterany:700[].srv"] == c1[c1.index("-W"):c1.index("-W") + 2] and c1[8].endswith(",DSGD_RUN_ID=700"), c1
 assert j[1]["run_ids"] == {"chp-allreduce-p2": "700_0", "chp-gossip_pull-p2": "700_1"}, j[1]
 PYEOF
+cp "$dir/interrupted.h5" "$dir/runs/chp-allreduce-p2.700_0.h5" && cp "$dir/runs/t1-allreduce-p2.101.h5" "$dir/runs/chp-gossip_pull-p2.700_1.h5"
+: >"$FAKE_SUBMITS"
+(cd "$dir" && $PY "$repo/tools/sweep.py" --continue sweeps/chp --dsgd "$repo/dsgd-run") >"$dir/cont-pbs.log" 2>&1
+rc=$?
+$PY - "$dir/sweeps/chp/sweep.json" <<'PYEOF' >"$dir/cp.check" 2>&1 && [ $rc = 0 ] && [ "$(wc -l <"$FAKE_SUBMITS")" = 1 ] && ok "sweep.py --continue (PBS): qsub for the interrupted point alone, EXP its own file, DSGD_RUN_ID=700_0, no -J / -W" || bad "sweep --continue pbs: exit $rc: $(cat "$dir/cp.check" "$dir/cont-pbs.log")"
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"]
+x = j[-1]
+assert len(j) == 3 and x["link"] == 2 and x["points"] == ["chp-allreduce-p2"] and x["run_ids"] == {"chp-allreduce-p2": "700_0"}, x
+c = x["command"]
+assert "-J" not in c and "-W" not in c and c[:7] == ["qsub", "-l", "select=2:ncpus=8:mpiprocs=1", "-l", "place=scatter:excl", "-l", "walltime=00:10:00"], c
+env = c[c.index("-v") + 1].split(",")
+assert env[0] == "EXP=sweeps/chp/chp-allreduce-p2.cfg" and env[-1] == "DSGD_RUN_ID=700_0", env
+PYEOF
 $PY tools/sweep.py configs/linear.cfg --vary p=2 --name t5 --dir "$dir/sweeps" --scheduler pbs --dry-run >"$dir/log" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "give --cores-per-node" "$dir/log" && ok "PBS CPU points without --cores-per-node: refused (L2)" || bad "pbs without cores: exit $rc: $(cat "$dir/log")"

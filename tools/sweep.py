@@ -549,7 +549,9 @@ def main():
     limit_s = time_seconds(limit, a.scheduler) if limit else None
     if a.chain == "auto":
         chain = max(1, math.ceil(1.25 * longest * 3600 / limit_s)) if longest and limit_s else 1
-        print(f"sweep.py: --chain auto: {chain} job(s) per point (the longest point's estimate × 1.25 / {limit})")
+        print(f"sweep.py: --chain auto: {chain} job(s) per point " +
+              (f"(the longest point's estimate × 1.25 / {limit})" if longest else
+               "(no estimate: give --chain K, tools/paper.py --max-time, or --rank-img-s; or tools/sweep.py --continue later)"))
     else:
         chain = int(a.chain)
     if longest and limit_s and longest * 3600 > chain * limit_s:
