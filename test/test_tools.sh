@@ -159,7 +159,7 @@ case "$1" in
 --status) exit 2 ;;
 esac
 echo "args: $*" >>"$FAKE_LOG"
-echo "env: MPICH_MAX_THREAD_SAFETY=${MPICH_MAX_THREAD_SAFETY-unset} HYDRA_LAUNCHER_EXTRA_ARGS=${HYDRA_LAUNCHER_EXTRA_ARGS-unset} SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK-unset}" >>"$FAKE_LOG"
+echo "env: MPICH_MAX_THREAD_SAFETY=${MPICH_MAX_THREAD_SAFETY-unset} HYDRA_LAUNCHER_EXTRA_ARGS=${HYDRA_LAUNCHER_EXTRA_ARGS-unset} SRUN_CPUS_PER_TASK=${SRUN_CPUS_PER_TASK-unset} SLURM_GPUS_PER_TASK=${SLURM_GPUS_PER_TASK-unset}" >>"$FAKE_LOG"
 FAKE
 cat >"$dir/fake-mpiexec" <<'FAKE'
 #!/bin/sh
@@ -174,19 +174,19 @@ export FAKE_LOG="$dir/fake.log"
 : >"$FAKE_LOG"
 printf '#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\nexec "$@"\n' >"$dir/fakebin/srun"   # srun OPTIONS CMD: runs CMD
 chmod +x "$dir/fakebin/srun"
-(cd "$dir" && SLURM_SUBMIT_DIR="$dir" SLURM_JOB_ID=140 SLURM_NTASKS=2 SLURM_CPUS_PER_TASK=8 SLURM_JOB_END_TIME=2000000000 DSGD_LAUNCH="srun --mpi=pmi2" \
+(cd "$dir" && SLURM_SUBMIT_DIR="$dir" SLURM_JOB_ID=140 SLURM_NTASKS=2 SLURM_CPUS_PER_TASK=8 SLURM_GPUS_PER_TASK=1 SLURM_JOB_END_TIME=2000000000 DSGD_LAUNCH="srun --mpi=pmi2" \
     DSGD_BIN="$dir/fake-dsgd" DSGD_RUNS_DIR=scr/r bash jobs/slurm/dsgd.sbatch t1-allreduce-p2.cfg) >"$dir/fake1.log" 2>&1
 grep -q "^args: --p-from-world --set resume=\"auto\" --set output=\"scr/r/t1-allreduce-p2.140.h5\" --set checkpoint.bitwise=false --set stop_at=1999999880 t1-allreduce-p2.cfg" "$FAKE_LOG" \
     && ok "dsgd.sbatch: output in DSGD_RUNS_DIR, checkpoint.bitwise=false, stop_at = SLURM_JOB_END_TIME - 120" || bad "dsgd.sbatch arguments: $(cat "$FAKE_LOG")"
-grep -q "^env: MPICH_MAX_THREAD_SAFETY=multiple HYDRA_LAUNCHER_EXTRA_ARGS=--cpu-bind=none SRUN_CPUS_PER_TASK=8" "$FAKE_LOG" \
+grep -q "^env: MPICH_MAX_THREAD_SAFETY=multiple HYDRA_LAUNCHER_EXTRA_ARGS=--cpu-bind=none SRUN_CPUS_PER_TASK=8 SLURM_GPUS_PER_TASK=1$" "$FAKE_LOG" \
     && ok "dsgd.sbatch: MPICH_MAX_THREAD_SAFETY=multiple, HYDRA_LAUNCHER_EXTRA_ARGS=--cpu-bind=none, srun launch: SRUN_CPUS_PER_TASK from --cpus-per-task" \
     || bad "dsgd.sbatch environment: $(cat "$FAKE_LOG")"
 : >"$FAKE_LOG"
 end=$(date -d 2030-01-01T00:00:00 +%s)
-(cd "$dir" && SLURM_SUBMIT_DIR="$dir" SLURM_JOB_ID=141 SLURM_NTASKS=2 SLURM_CPUS_PER_TASK=8 DSGD_LAUNCH=env DSGD_BIN="$dir/fake-dsgd" DSGD_STOP_MARGIN_S=300 \
+(cd "$dir" && SLURM_SUBMIT_DIR="$dir" SLURM_JOB_ID=141 SLURM_NTASKS=2 SLURM_CPUS_PER_TASK=8 SLURM_GPUS_PER_TASK=1 DSGD_LAUNCH=env DSGD_BIN="$dir/fake-dsgd" DSGD_STOP_MARGIN_S=300 \
     FAKE_SQUEUE_END=2030-01-01T00:00:00 SLURM_JOB_END_TIME= bash jobs/slurm/dsgd.sbatch t1-allreduce-p2.cfg) >"$dir/fake2.log" 2>&1
-grep -q -- "--set stop_at=$((end - 300)) " "$FAKE_LOG" && grep -q "SRUN_CPUS_PER_TASK=unset" "$FAKE_LOG" \
-    && ok "dsgd.sbatch: stop_at from squeue's end time - DSGD_STOP_MARGIN_S; no SRUN_CPUS_PER_TASK for a launcher other than srun (Hydra's proxies)" \
+grep -q -- "--set stop_at=$((end - 300)) " "$FAKE_LOG" && grep -q "SRUN_CPUS_PER_TASK=unset SLURM_GPUS_PER_TASK=unset$" "$FAKE_LOG" \
+    && ok "dsgd.sbatch: stop_at from squeue's end time - DSGD_STOP_MARGIN_S; a launcher other than srun (Hydra's proxies): no SRUN_CPUS_PER_TASK, no per-task GPU request (L7)" \
     || bad "dsgd.sbatch with squeue: $(cat "$FAKE_LOG") $(cat "$dir/fake2.log")"
 : >"$FAKE_LOG"
 printf 'nodeB\nnodeA\nnodeB\n' >"$dir/nodes-il"
