@@ -196,6 +196,12 @@ chk "squeue: timed out" "| s-gossip_pull-b64 | 1006 | 1006 TIMEOUT | timed out a
 chk "squeue: a job it no longer holds: from the run file" "| s-gossip_pull-b32 | 1005 | 1005 (no record) | stale (no publication for 36"
 chk "squeue: said so" "Scheduler (slurm): sacct failed: sacct: error: Slurm accounting storage is disabled; squeue used instead (jobs the controller still holds, no exit codes)."
 
+# 4c. plot_runs.py (same runfiles.stale): the hour-old killed run is stale, the fresh one running (or killed).
+$PY tools/plot_runs.py "$dir/r/runs/s-gossip_pull-b32.1005.h5" "$dir/r/runs/s-allreduce-b32.1002.h5" --out "$dir/pl" >"$dir/pl.md" 2>"$dir/pl.err"
+grep -q "^| s-gossip_pull-b32.1005.h5 | .* | stale (no publication for 36[0-9][0-9] s) |$" "$dir/pl.md" \
+    && grep -q "^| s-allreduce-b32.1002.h5 | .* | running (or killed) |$" "$dir/pl.md" \
+    && ok "plot_runs: the killed run stale, the fresh one running (or killed)" || bad "plot_runs table: $(cat "$dir/pl.md" "$dir/pl.err")"
+
 # 5. only the truncated file: nothing to report, exit 2 naming it.
 $PY tools/report.py "$dir/r/runs/s-gossip_push-b32.1010.h5" --out "$dir/t" >"$dir/t.log" 2>&1
 rc=$?
