@@ -287,4 +287,34 @@ done
 unset FAKE_QSTAT_NO_JSON
 grep -q -- "-x -t -f -F json 1001.pbs01 1002.pbs01 1005.pbs01 1006.pbs01 1007.pbs01 1010.pbs01 1011.pbs01 1012 1020\[\].pbs01" "$dir/qstat.args" \
     && ok "qstat asked for the sweep's jobs with -x -t (history, subjobs)" || bad "qstat arguments: $(head -n 1 "$dir/qstat.args")"
+
+# 7. today's job scripts in a Slurm array: run files named by each task's own SLURM_JOB_ID (sacct's
+#    JobIDRaw), sweep.json naming only the array job 1030; the pending task as sacct's 1030_[2].
+mkdir -p "$dir/r/runs2"
+cp "$dir/r/runs/s-allreduce-b16.1001.h5" "$dir/r/runs2/s-allreduce-b16.1031.h5"
+cp "$dir/r/runs/s-allreduce-b32.1002.h5" "$dir/r/runs2/s-allreduce-b32.1032.h5"
+cp -r "$S" "$dir/r/sweeps/arr"
+$PY - "$dir/r/sweeps/arr/sweep.json" "$dir/r/runs2" <<'EOF' || bad "cannot write the array sweep.json"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ("chain", "time"):
+    del d[k]
+d["name"], d["runs_dir"] = "arr", sys.argv[2]
+d["jobs"] = [{"command": ["sbatch"], "points": ["s-allreduce-b16", "s-allreduce-b32", "s-allreduce-b64"], "job_id": "1030"},
+             {"command": ["sbatch"], "points": ["s-gossip_pull-b16"], "error": "sbatch: error: Batch job submission failed: Invalid account"}]
+json.dump(d, open(sys.argv[1], "w"), indent=1)
+EOF
+mkdir -p "$dir/bin4"
+printf '#!/bin/sh\nprintf "1030_0|1031|COMPLETED|0:0|00:00:09\\n1030_1|1032|RUNNING|0:0|00:00:31\\n1030_[2]|1030|PENDING|0:0|00:00:00\\n"\n' >"$dir/bin4/sacct"
+chmod +x "$dir/bin4/sacct"
+PATH="$dir/bin4:$PATH" $PY tools/report.py "$dir/r/sweeps/arr" --out "$dir/rep" --targets 0.3,0.2 --overwrite >"$dir/rep.txt" 2>"$dir/rep.err"
+rc=$?
+n=0
+for want in "| s-allreduce-b16 | 1031 | 1030_0 COMPLETED 0:0 00:00:09 | completed (step 200 of 200) |" \
+            "| s-allreduce-b32 | 1032 | 1030_1 RUNNING 0:0 00:00:31 | running (job 1030_1, step 200 of 200) |" \
+            "| s-allreduce-b64 | 1030_2 | 1030_2 PENDING 0:0 00:00:00 | pending (job 1030_2) |" \
+            "| s-gossip_pull-b16 | - | - | not submitted: sbatch: error: Batch job submission failed: Invalid account |"; do
+    row "$want" && n=$((n + 1)) || bad "array: no '$want' in: $(grep -F '| s-' "$dir/rep.md")"
+done
+[ $rc = 0 ] && [ $n = 4 ] && ok "a Slurm array of today's scripts: tasks matched to run files by JobIDRaw, the pending task named; a job sbatch refused"
 exit $fail

@@ -176,7 +176,9 @@ def collect(args):
             for stem in sw["points"]:
                 for path in run_files_of(sw, stem):
                     add_file(path, stem, os.path.basename(path)[len(stem) + 1:-3], sw)
-                runs.append({"path": None, "point": stem, "run_id": None, "sweep": sw, "links": job_links(sw, stem)})
+                errs = [j["error"] for j in sw["jobs"] if stem in j.get("points", []) and j.get("error") and not j.get("job_id")]
+                runs.append({"path": None, "point": stem, "run_id": None, "sweep": sw, "links": job_links(sw, stem),
+                             "submit_error": errs[-1] if errs else None})
         elif os.path.isfile(a):
             add_file(a, None, None, None)
         elif os.path.isdir(a):
@@ -327,6 +329,8 @@ def run_state(run, now, stale_after):
         return "failed before a run file", f"failed before a run file ({job_text(last, chain)})"
     if links:
         return "pending", f"no run file yet ({job_text(links[-1], chain)}, unknown to the scheduler's accounting)"
+    if run.get("submit_error"):
+        return "failed before a run file", f"not submitted: {run['submit_error']}"
     return "pending", "pending (no run file yet)"
 
 
