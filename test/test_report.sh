@@ -301,11 +301,13 @@ for k in ("chain", "time"):
     del d[k]
 d["name"], d["runs_dir"] = "arr", sys.argv[2]
 d["jobs"] = [{"command": ["sbatch"], "points": ["s-allreduce-b16", "s-allreduce-b32", "s-allreduce-b64"], "job_id": "1030"},
-             {"command": ["sbatch"], "points": ["s-gossip_pull-b16"], "error": "sbatch: error: Batch job submission failed: Invalid account"}]
+             {"command": ["sbatch"], "points": ["s-gossip_pull-b16"], "error": "sbatch: error: Batch job submission failed: Invalid account"},
+             {"command": ["sbatch"], "points": ["s-gossip_push-b16"], "job_id": "1033", "link": 0, "run_ids": {"s-gossip_push-b16": "1033"}},
+             {"command": ["sbatch"], "points": ["s-gossip_push-b16"], "job_id": "1034", "link": 1, "run_ids": {"s-gossip_push-b16": "1033"}}]
 json.dump(d, open(sys.argv[1], "w"), indent=1)
 EOF
 mkdir -p "$dir/bin4"
-printf '#!/bin/sh\nprintf "1030_0|1031|COMPLETED|0:0|00:00:09\\n1030_1|1032|RUNNING|0:0|00:00:31\\n1030_[2]|1030|PENDING|0:0|00:00:00\\n"\n' >"$dir/bin4/sacct"
+printf '#!/bin/sh\nprintf "1030_0|1031|COMPLETED|0:0|00:00:09\\n1030_1|1032|RUNNING|0:0|00:00:31\\n1030_[2]|1030|PENDING|0:0|00:00:00\\n1033|1033|FAILED|2:0|00:00:01\\n1034|1034|CANCELLED by 0|0:0|00:00:00\\n"\n' >"$dir/bin4/sacct"
 chmod +x "$dir/bin4/sacct"
 PATH="$dir/bin4:$PATH" $PY tools/report.py "$dir/r/sweeps/arr" --out "$dir/rep" --targets 0.3,0.2 --overwrite >"$dir/rep.txt" 2>"$dir/rep.err"
 rc=$?
@@ -313,8 +315,9 @@ n=0
 for want in "| s-allreduce-b16 | 1031 | 1030_0 COMPLETED 0:0 00:00:09 | completed (step 200 of 200) |" \
             "| s-allreduce-b32 | 1032 | 1030_1 RUNNING 0:0 00:00:31 | running (job 1030_1, step 200 of 200) |" \
             "| s-allreduce-b64 | 1030_2 | 1030_2 PENDING 0:0 00:00:00 | pending (job 1030_2) |" \
-            "| s-gossip_pull-b16 | - | - | not submitted: sbatch: error: Batch job submission failed: Invalid account |"; do
+            "| s-gossip_pull-b16 | - | - | not submitted: sbatch: error: Batch job submission failed: Invalid account |" \
+            "| s-gossip_push-b16 | 1033 | 1033 (link 1) FAILED 2:0 00:00:01; 1034 (link 2) CANCELLED 0:0 00:00:00 | failed before a run file (job 1033, link 1 of 2: FAILED, exit 2:0) |"; do
     row "$want" && n=$((n + 1)) || bad "array: no '$want' in: $(grep -F '| s-' "$dir/rep.md")"
 done
-[ $rc = 0 ] && [ $n = 4 ] && ok "a Slurm array of today's scripts: tasks matched to run files by JobIDRaw, the pending task named; a job sbatch refused"
+[ $rc = 0 ] && [ $n = 5 ] && ok "a Slurm array of today's scripts: tasks matched to run files by JobIDRaw, the pending task named; a job sbatch refused; a chain whose first link failed (exit 2), the next cancelled"
 exit $fail

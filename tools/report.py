@@ -178,7 +178,7 @@ def collect(args):
                     add_file(path, stem, os.path.basename(path)[len(stem) + 1:-3], sw)
                 errs = [j["error"] for j in sw["jobs"] if stem in j.get("points", []) and j.get("error") and not j.get("job_id")]
                 runs.append({"path": None, "point": stem, "run_id": None, "sweep": sw, "links": job_links(sw, stem),
-                             "submit_error": errs[-1] if errs else None})
+                             "submit_error": errs[0] if errs else None})
         elif os.path.isfile(a):
             add_file(a, None, None, None)
         elif os.path.isdir(a):
@@ -275,6 +275,10 @@ def job_text(ln, chain, with_state=True):
     return s
 
 
+def never_ran(job):
+    return job["state"] == "CANCELLED" and job["elapsed"] in ("", "00:00:00", "0:00")
+
+
 def run_state(run, now, stale_after):
     """(kind, text) of a run: kind one of completed, running, pending, chained, interrupted,
     timed out, killed, stale, failed, failed before a run file, unreadable; text says it all, with
@@ -287,7 +291,10 @@ def run_state(run, now, stale_after):
     going = [ln for ln in known if accounting.is_active(ln["job"]) and not accounting.is_queued(ln["job"])]
     queued = [ln for ln in known if accounting.is_queued(ln["job"])]
     done = [ln for ln in known if not accounting.is_active(ln["job"])]
-    last = max(done, key=lambda ln: ln["link"]) if done else None
+    # the link that decides: the last one that ran (a later link cancelled before it started, e.g.
+    # the rest of a chain after a failure, says nothing about the run)
+    ran = [ln for ln in done if not never_ran(ln["job"])]
+    last = max(ran or done, key=lambda ln: ln["link"]) if done else None
     cont = f"resumable: tools/sweep.py --continue {sw['dir'].rstrip('/')}" if sw else "resumable: DSGD_RUN_ID=<its run id> (jobs/README.md)"
     if run.get("error"):
         return "unreadable", f"unreadable run file ({run['error']})" + (f"; {job_text(links[-1], chain)}" if links else "")
@@ -324,7 +331,7 @@ def run_state(run, now, stale_after):
         return "running", "running" + (f" ({step_text(r)})" if len(r["t_step"]) else "")
     if last is not None:
         j = last["job"]
-        if j["state"] == "CANCELLED" and j["elapsed"] in ("", "00:00:00"):
+        if never_ran(j):
             return "failed before a run file", f"cancelled before it started ({job_text(last, chain)})"
         return "failed before a run file", f"failed before a run file ({job_text(last, chain)})"
     if links:
@@ -653,7 +660,7 @@ def main():
     train = group_runs([r for r in read if not r["synthetic"]])
     synth = group_runs([r for r in read if r["synthetic"]])
     outs = []
-    if train or not synth:
+    if train:
         outs += [a.out + ".png", a.out + ".pdf"]
     if synth:
         sp = a.out + ("-scaling" if train else "")
