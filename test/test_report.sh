@@ -154,6 +154,10 @@ grep -q "^| 2 | gossip_pull (s-gossip_pull-b32) | 1 | killed | 32 | " "$dir/rep.
 grep -q "^| 2 | allreduce (s-allreduce-b32) | 1 | running | 32 | .* (so far) | " "$dir/rep.md" && ok "the main table: running, numbers so far" \
     || bad "main table running row: $(grep 's-allreduce-b32' "$dir/rep.md")"
 
+# The runs directory given too, before the sweep: each file still reported once, with its jobs.
+PATH="$dir/bin:$PATH" $PY tools/report.py "$dir/r/runs" "$S" --out "$dir/rep2" --targets 0.3,0.2 >/dev/null 2>&1
+[ "$(grep -c '^| s-' "$dir/rep2.md")" = 10 ] && grep -q "^| s-gossip_push-b16 | 1007 | 1007 (link 1) FAILED" "$dir/rep2.md" \
+    && ok "runs directory and sweep together: 10 rows, the jobs kept" || bad "runs dir + sweep: $(grep '^| s-' "$dir/rep2.md")"
 [ -n "${TEST_REPORT_KEEP:-}" ] && cp "$dir/rep.md" "$dir/rep.png" "$TEST_REPORT_KEEP/"  # a sample of the report (a directory)
 
 # 4. no accounting (sacct fails as without slurmdbd; squeue fails too): states from the run files.

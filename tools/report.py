@@ -169,7 +169,8 @@ def collect(args):
         runs.append(run)
         return run
 
-    for a in args:
+    # sweeps first, so that a run file also reached through a directory argument keeps its sweep's jobs
+    for a in sorted(args, key=lambda x: not os.path.isfile(os.path.join(x, "sweep.json"))):
         if os.path.isfile(os.path.join(a, "sweep.json")):
             sw = load_sweep(a)
             sweeps.append(sw)
