@@ -156,8 +156,8 @@ def job_links(sweep, stem):
 
 
 def collect(args):
-    """(runs, sweeps, errors): runs = [{"path" (None: no run file), "point", "run_id", "sweep",
-    "links"}], one per run file found and one per job (chain of links) without a run file."""
+    """(runs, sweeps): runs = [{"path" (None: no run file), "point", "run_id", "sweep", "links"}],
+    one per run file found, and per sweep point a placeholder holding its jobs (attach_jobs)."""
     sweeps, runs, seen = [], [], set()
 
     def add_file(path, point, run_id, sweep):
@@ -220,9 +220,10 @@ def attach_jobs(runs, acct):
         for rid, lns in rest.items():
             out.append({"path": None, "point": r["point"], "run_id": rid, "sweep": r["sweep"], "links": lns})
     for r in out:
-        if r["path"] is not None and r["sweep"] is not None and not r["links"] and r["run_id"] in acct:
-            j = acct[r["run_id"]]  # a run submitted by hand under this point's name (another job id)
-            r["links"].append({"link": 0, "id": r["run_id"], "run_ids": [r["run_id"]], "query": r["run_id"], "array": False, "job": j,
+        jid = (r["run_id"] or "").rstrip("_")
+        if r["path"] is not None and r["sweep"] is not None and not r["links"] and jid in acct:
+            # a run submitted by hand under this point's name (another job id)
+            r["links"].append({"link": 0, "id": jid, "run_ids": [r["run_id"]], "query": jid, "array": False, "job": acct[jid],
                                "by_hand": True})
         r["links"].sort(key=lambda ln: ln["link"])
     return out
