@@ -177,7 +177,7 @@ build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiut
 # cuDNN headers; skipped (with a line saying so) where they are absent.
 CUDA_HDRS := $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h)
 CUDNN_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
-MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap build/mock/test_gpu_comm)
+MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap build/mock/test_gpu_comm build/mock/test_gpu_ops)
 MOCK_MODEL := build/mock/model.o build/mock/model_build.o build/mock/model_overlap.o build/mock/device.o
 MOCK_OBJ  := $(MOCK_MODEL) build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/gpucomm.o
 MOCK_INC  := -I$(CUDA_HOME)/include $(if $(CUDNN_HDR),-I$(dir $(CUDNN_HDR)))
@@ -204,7 +204,7 @@ build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
 # on cuda/model*.cu over the CPU stand-ins.
 build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.deps-ok
 	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) \
-	    $(if $(MOCK_NCCL_HDR),-DMOCK_NCCL_LIB='"$(MOCK_NCCL_LIB)"') -o $@ $< $(LIB) $(MOCK_OBJ) \
+	    $(if $(MOCK_NCCL_HDR),-DMOCK_NCCL_LIB='"$(MOCK_NCCL_LIB)"') -o $@ $< $(LIB) $(MOCK_OBJ) $(LIB) \
 	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) $(ONEDNN_LIBS) -lm -ldl
 
 # dsgd-run over the stand-ins (device = "cuda" without a GPU): test_gpu_overlap runs it under
