@@ -237,10 +237,12 @@ on_signal() {
     trap '' TERM INT
     echo "run.sh: SIG$1 after $(elapsed) s: stopping" >&2
     if [ -n "$CUR_PID" ]; then
-        kill -TERM "$CUR_PID" 2> /dev/null # timeout passes it on to the step's process group
+        # timeout passes SIGTERM on to the step's process group (mpiexec passes it on to the
+        # ranks, which stop at their next agreement point); after 5 s the group gets SIGKILL.
+        kill -TERM "$CUR_PID" 2> /dev/null
         local i
-        for i in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$CUR_PID" 2> /dev/null || break; sleep 0.2; done
-        kill -KILL "$CUR_PID" 2> /dev/null
+        for i in $(seq 1 25); do kill -0 "$CUR_PID" 2> /dev/null || break; sleep 0.2; done
+        kill -KILL -- "-$CUR_PID" 2> /dev/null || kill -KILL "$CUR_PID" 2> /dev/null
         [ -f "$tmp/step.out" ] && cat "$tmp/step.out" >> "$CUR_LOG"
         echo "==== $CUR_NAME: CUT by SIG$1" >> "$CUR_LOG"
         record "$CUR_NAME" "CUT" $(( $(now) - CUR_T )) "SIG$1 to run.sh: stopped; $(step_note "$tmp/step.out" 2> /dev/null)" "$CUR_LOG"
