@@ -177,7 +177,7 @@ build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiut
 # cuDNN headers; skipped (with a line saying so) where they are absent.
 CUDA_HDRS := $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h)
 CUDNN_HDR := $(firstword $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
-MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap build/mock/test_gpu_comm build/mock/test_gpu_ops)
+MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap build/mock/test_gpu_comm build/mock/test_gpu_ops build/mock/test_conv_tune)
 MOCK_MODEL := build/mock/model.o build/mock/model_build.o build/mock/model_overlap.o build/mock/device.o
 MOCK_OBJ  := $(MOCK_MODEL) build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/gpucomm.o
 MOCK_INC  := -I$(CUDA_HOME)/include $(if $(CUDNN_HDR),-I$(dir $(CUDNN_HDR)))
@@ -200,6 +200,14 @@ build/mock/libnccl.so.2: test/gpu/mock/mock_nccl.c | build/.deps-ok
 build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) $(MOCK_INC) -c $< -o $@
+# cuda/layers_conv.cu's algorithm choice (gpu_conv_tune) over the runtime stand-ins and the cuDNN
+# convolution stand-ins of test_conv_tune.c.
+build/mock/layers_conv.o: cuda/layers_conv.cu cuda/layers.h cuda/layers_internal.h cuda/common.h | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(MOCK_INC) -c $< -o $@
+build/mock/test_conv_tune: test/gpu/mock/test_conv_tune.c build/mock/layers_conv.o build/mock/mock_cuda.o $(LIB) | build/.deps-ok
+	$(CC) $(CFLAGS) -Isrc -Icuda $(MOCK_INC) $(CHECK_CFLAGS) -o $@ $< build/mock/layers_conv.o build/mock/mock_cuda.o $(LIB) \
+	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) -lm
 # The model.h-level test over the mock: src/nn/model.c's GPU dispatch (host mirrors, sync modes)
 # on cuda/model*.cu over the CPU stand-ins.
 build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.deps-ok
