@@ -1,7 +1,8 @@
 #!/bin/bash
 # run.sh — the GPU check of dsgd-run, in one call, within a time budget (default 400 s: with a
-# machine's start, one run and a second try fit a 15-minute GPU allocation). The steps most
-# needed come first, so that a run cut short by the budget still has them:
+# machine's start and the transfers, one call fits a 15-minute GPU allocation; give it a time
+# limit of at least the budget + 40 s). The steps most needed come first, so that a run cut
+# short by the budget still has them:
 #
 #   a. the machine: nvidia-smi, driver, CUDA, cuDNN, PyTorch, glibc; the binaries' libraries
 #      (or the build); an MPI smoke test (2 ranks, the linear model on the CPU)
