@@ -298,7 +298,7 @@ build/test/%: test/%.c test/testutil.h test/h5ref.h test/alloccount.h test/mpiut
 # cuDNN headers; skipped (with a line saying so) where they are absent.
 CUDA_HDRS := $(wildcard $(CUDA_HOME)/include/cuda_runtime_api.h)
 CUDNN_HDR := $(firstword $(wildcard $(if $(CUDNN_HOME),$(CUDNN_HOME)/include/cudnn.h) $(CUDA_HOME)/include/cudnn.h /usr/local/include/cudnn.h /usr/include/cudnn.h))
-MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap build/mock/test_gpu_comm)
+MOCK_TEST := $(if $(and $(CUDA_HDRS),$(CUDNN_HDR)),build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_overlap build/mock/test_gpu_comm build/mock/test_gpu_ops build/mock/test_conv_tune)
 MOCK_MODEL := build/mock/model.o build/mock/model_build.o build/mock/model_overlap.o build/mock/device.o
 MOCK_OBJ  := $(MOCK_MODEL) build/mock/mock_layers.o build/mock/mock_cuda.o build/mock/gpucomm.o
 MOCK_INC  := -I$(CUDA_HOME)/include $(if $(CUDNN_HDR),-I$(dir $(CUDNN_HDR)))
@@ -321,11 +321,19 @@ build/mock/libnccl.so.2: test/gpu/mock/mock_nccl.c | build/.deps-ok
 build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) $(MOCK_INC) -c $< -o $@
+# cuda/layers_conv.cu's algorithm choice (gpu_conv_tune) over the runtime stand-ins and the cuDNN
+# convolution stand-ins of test_conv_tune.c.
+build/mock/layers_conv.o: cuda/layers_conv.cu cuda/layers.h cuda/layers_internal.h cuda/common.h | build/.deps-ok
+	@mkdir -p $(dir $@)
+	$(CXX_MOCK) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Wno-unused-parameter -Isrc -Icuda $(MOCK_INC) -c $< -o $@
+build/mock/test_conv_tune: test/gpu/mock/test_conv_tune.c build/mock/layers_conv.o build/mock/mock_cuda.o $(LIB) | build/.check-ok
+	$(CC) $(CFLAGS) -Isrc -Icuda $(MOCK_INC) $(CHECK_CFLAGS) -o $@ $< build/mock/layers_conv.o build/mock/mock_cuda.o $(LIB) \
+	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) -lm
 # The model.h-level test over the mock: src/nn/model.c's GPU dispatch (host mirrors, sync modes)
 # on cuda/model*.cu over the CPU stand-ins.
 build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h test/gpu/testgpu.h test/gpu/bf16.h | build/.check-ok
 	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) -Itest $(MOCK_INC) $(PKG_CFLAGS) $(CHECK_CFLAGS) \
-	    $(if $(MOCK_NCCL_HDR),-DMOCK_NCCL_LIB='"$(MOCK_NCCL_LIB)"') -o $@ $< $(LIB) $(MOCK_OBJ) \
+	    $(if $(MOCK_NCCL_HDR),-DMOCK_NCCL_LIB='"$(MOCK_NCCL_LIB)"') -o $@ $< $(LIB) $(MOCK_OBJ) $(LIB) \
 	    -lstdc++ $(CHECK_LIBS) $(PKG_LIBS) $(ONEDNN_LIBS) -lm -ldl
 
 # dsgd-run over the stand-ins (device = "cuda" without a GPU): test_gpu_overlap runs it under
@@ -356,7 +364,7 @@ CHECK_SLOW  := build/test/test_faults build/test/test_methods build/test/test_jp
                build/test/test_checkpoint build/test/test_mpi test/test_tools.sh build/mock/test_gpu_overlap
 CHECK_ISA   := $(foreach l,$(shell sh test/isa-levels.sh),check-isa/$(l)/build/test/test_model check-isa/$(l)/build/test/test_layers)
 CHECK_RUNS  := $(addprefix check-run/,$(filter $(TESTS) $(MOCK_TEST) test/test_tools.sh,$(CHECK_SLOW))) $(CHECK_ISA) \
-               $(addprefix check-run/,$(filter-out $(CHECK_SLOW),$(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/hdf5-api.sh))
+               $(addprefix check-run/,$(filter-out $(CHECK_SLOW),$(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/gpu/test_run_sh.sh test/hdf5-api.sh test/test_report.sh))
 CHECK_ENV   := PATH="$(CURDIR)/build/bin:$$PATH" CC="$(CC)" ONEDNN_CFLAGS="$(ONEDNN_CFLAGS)"
 
 check: deps

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libconfig.h>
+
 #include "common.h"
 
 /* ---- devices, versions, host memory ------------------------------------------------------- */
@@ -59,10 +61,59 @@ int gpu_launcher_local_rank(const char **var) {
     return -1;
 }
 
+/* v without the quotes of a --set string value ("cuda" or cuda) is "cuda". */
+static int is_cuda(const char *v) {
+    const size_t n = strlen(v);
+    if (n >= 2 && v[0] == '"' && v[n - 1] == '"') return n == 6 && strncmp(v + 1, "cuda", 4) == 0;
+    return strcmp(v, "cuda") == 0;
+}
+
+int gpu_early_wanted(int argc, char *const *argv) {
+    int device = -1; /* from --set: 1 cuda, 0 anything else; -1 not set */
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "--help") || !strcmp(s, "-h") || !strcmp(s, "--version") || !strcmp(s, "--status") ||
+            !strcmp(s, "--print-config") || !strcmp(s, "--check") || !strcmp(s, "--pack"))
+            return 0; /* no training: nothing on a GPU before MPI_Init */
+        if (!strcmp(s, "--set") || !strncmp(s, "--set=", 6)) {
+            const char *kv = s[5] == '=' ? s + 6 : (i + 1 < argc ? argv[++i] : NULL);
+            if (kv && !strncmp(kv, "device=", 7)) device = is_cuda(kv + 7);
+        } else if (s[0] != '-') path = s;
+    }
+    if (device >= 0) return device;
+    if (!path) return 0;
+    /* The experiment file's top-level device (absent: "cpu", config_keys.c). A file that cannot be
+     * read or parsed: 0 (the run stops with that error after MPI_Init anyway). */
+    config_t cfg;
+    config_init(&cfg);
+    int want = 0;
+    const char *v = NULL;
+    if (config_read_file(&cfg, path) && config_lookup_string(&cfg, "device", &v)) want = strcmp(v, "cuda") == 0;
+    config_destroy(&cfg);
+    return want;
+}
+
 int gpu_select_early(void) {
+    /* This process's command line, as the kernel keeps it (main's argv is not passed here). */
+    char buf[16384];
+    char *argv[256];
+    int argc = 0;
+    FILE *f = fopen("/proc/self/cmdline", "rb");
+    if (!f) return -1; /* not Linux: no early choice; gpu_select chooses after MPI_Init */
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    for (size_t i = 0; i < n && argc < 255; i += strlen(buf + i) + 1) argv[argc++] = buf + i;
+    argv[argc] = NULL;
+    return gpu_select_early_argv(argc, argv);
+}
+
+int gpu_select_early_argv(int argc, char *const *argv) {
     early.dev = -1, early.local_rank = -1, early.count = 0, early.var = NULL;
     const char *off = getenv("DSGD_GPU_EARLY");
     if (off && strcmp(off, "0") == 0) return -1;
+    if (!gpu_early_wanted(argc, argv)) return -1; /* a device = "cpu" rank makes no CUDA context */
     const char *var = NULL;
     const int lr = gpu_launcher_local_rank(&var);
     if (lr < 0) return -1;

@@ -54,11 +54,20 @@ void gpu_version(char *buf, size_t n);
 int gpu_launcher_local_rank(const char **var);
 
 /* Before MPI_Init (src/main.c): make GPU (launcher local rank mod count) current, so that a
- * CUDA-aware MPI creates its context on this rank's GPU instead of every rank's on GPU 0. Returns
- * the device, or -1 (no launcher variable, no GPU, or DSGD_GPU_EARLY=0 in the environment): then
- * gpu_select alone chooses. In a CUDA build on a machine with GPUs this makes a CUDA context even
- * for device = "cpu" runs (DSGD_GPU_EARLY=0 avoids it). */
+ * CUDA-aware MPI creates its context on this rank's GPU instead of every rank's on GPU 0 — only
+ * in a process that will train with device = "cuda" (gpu_early_wanted, on this process's command
+ * line from /proc/self/cmdline): since CUDA 12 cudaSetDevice creates the primary context (~0.5 s,
+ * ~0.5 GB of device memory), which a device = "cpu" rank, --help or --version must not pay.
+ * Returns the device, or -1 (not a cuda run, no launcher variable, no GPU, no /proc, or
+ * DSGD_GPU_EARLY=0 in the environment): then gpu_select alone chooses. */
 int gpu_select_early(void);
+/* gpu_select_early on the command line argv[0..argc) (tests). */
+int gpu_select_early_argv(int argc, char *const *argv);
+/* 1 if dsgd-run's command line argv[0..argc) trains with device = "cuda": the last
+ * `--set device=...` (quoted or not), else the experiment file's top-level `device` (libconfig;
+ * absent, unreadable or unparsable: 0). 0 with --help, --version, --status, --print-config,
+ * --check or --pack. Plain C, no CUDA call. */
+int gpu_early_wanted(int argc, char *const *argv);
 
 /* Choose this process's GPU: visible device local_rank mod count, where local_rank is the
  * rank's index among the ranks of its node (MPI_Comm_split_type shared) and count the devices

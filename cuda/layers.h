@@ -157,7 +157,9 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
  * x and dw like w (fp32) for training, dx may be NULL without need_dinp; with GPU_BF16 the
  * backward filter is tuned on the layer's dw16 and dw is not written), the fastest deterministic
  * one that succeeds within the workspace cap (the fastest non-deterministic one only when no
- * deterministic one does); cudnnGet*Algorithm_v7 (heuristics) when Find fails. The buffers are
+ * deterministic one does); cudnnGet*Algorithm_v7 (heuristics) when Find fails. A heuristic row is
+ * a claim, not a measurement, so each is run once on these buffers, in order, and the first that
+ * runs is taken (error naming the direction and every row tried when none does). The buffers are
  * those the layer will run on (cuDNN may pick kernels by pointer alignment); y, dx and dw are
  * overwritten with garbage. Reserves the workspace (gpu_ctx_reserve). Shapes already tuned on c
  * reuse the choice. */
@@ -167,7 +169,8 @@ int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, v
  * candidates with cudnnFind*AlgorithmEx as above; "heuristic" takes cuDNN's heuristics
  * (cudnnGet*Algorithm_v7: no timing, so every process with the same GPU, cuDNN and shapes picks
  * the same algorithms — for comparisons between runs, test/gpu/run.sh), with the same rule:
- * the first deterministic one that fits the cap and the precision. Another value is an error of
+ * the first deterministic one that fits the cap and the precision and runs (tried once; no
+ * 1 GiB tuning workspace: only what the tried algorithms need). Another value is an error of
  * gpu_ctx_init. */
 #define GPU_ALGO_ENV "DSGD_CUDNN_ALGO"
 

@@ -92,8 +92,10 @@ static int align_of(const void *p) {
     return al;
 }
 
-/* The tuning workspace: GPU_CONV_WS_CAP, or a quarter of the free memory, halved until
- * cudaMalloc succeeds (none at all below 1 MiB: then only algorithms without workspace). */
+/* The tuning workspace and the per-direction cap: GPU_CONV_WS_CAP, or a quarter of the free
+ * memory. cudnnFind gets that much at once, halved until cudaMalloc succeeds (none at all below
+ * 1 MiB: then only algorithms without workspace). In heuristic mode nothing is allocated here:
+ * the trial run of each chosen algorithm (conv_try) grows the workspace to what it needs. */
 static int find_prepare(gpu_ctx *c, char *err, size_t errlen) {
     if (c->find_ready) return 0;
     size_t fr = 0, tot = 0;
@@ -102,6 +104,12 @@ static int find_prepare(gpu_ctx *c, char *err, size_t errlen) {
     if (fr / 4 < cap) cap = fr / 4;
     cap &= ~(size_t)255;
     c->find_ws = NULL;
+    c->find_ws_nbytes = 0;
+    if (c->heuristic) {
+        c->ws_cap = cap;
+        c->find_ready = 1;
+        return 0;
+    }
     while (cap >= ((size_t)1 << 20)) {
         if (cudaMalloc(&c->find_ws, cap) == cudaSuccess) break;
         cudaGetLastError();
@@ -124,20 +132,21 @@ typedef struct {
     cudnnDeterminism_t determinism;
 } perf_row;
 
-/* The first usable row (Find sorts by time, Get_v7 by expected performance): succeeded, fits
- * the cap, and computes in the precision asked for: never fp16 down-conversion, and no tensor
- * cores (TF32) for GPU_FP32. Deterministic algorithms first (bitwise reproducible steps; the
- * others sum with atomics), any usable one when none is. */
-static int pick(const perf_row *r, int n, const gpu_ctx *c) {
+/* The usable rows in order of preference into order[] (Find sorts by time, Get_v7 by expected
+ * performance); returns how many. Usable: succeeded, fits the cap, and computes in the precision
+ * asked for: never fp16 down-conversion, and no tensor cores (TF32) for GPU_FP32. Deterministic
+ * algorithms first (bitwise reproducible steps; the others sum with atomics), then the others. */
+static int pick_order(const perf_row *r, int n, const gpu_ctx *c, int *order) {
+    int k = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++) {
             if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > c->ws_cap) continue;
             if (r[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
             if (c->prec == GPU_FP32 && r[i].math == CUDNN_TENSOR_OP_MATH) continue;
-            if (pass == 0 && r[i].determinism != CUDNN_DETERMINISTIC) continue;
-            return i;
+            if ((pass == 0) != (r[i].determinism == CUDNN_DETERMINISTIC)) continue;
+            order[k++] = i;
         }
-    return -1;
+    return k;
 }
 
 static const gpu_algo_memo *memo_find(const gpu_ctx *c, const gpu_algo_memo *key) {
@@ -216,6 +225,89 @@ static int conv_perf(gpu_conv_layer *l, gpu_ctx *c, int dir, int use_find, const
     return got < 0 ? 0 : (got > maxc ? maxc : got);
 }
 
+/* Set direction dir of l to algorithm algo with math type math, and size its workspace (l->*_ws). */
+static int conv_set(gpu_conv_layer *l, gpu_ctx *c, int dir, int algo, cudnnMathType_t math, char *err, size_t errlen) {
+    size_t ws = 0;
+    if (dir == 0) {
+        l->fwd_algo = (cudnnConvolutionFwdAlgo_t)algo;
+        l->fwd_math = math;
+        CUDNN_TRY(cudnnSetConvolutionMathType(l->fwd_desc, math), l->what);
+        CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(c->dnn, l->x_desc, l->w_desc, l->fwd_desc, l->y_desc,
+                                                          l->fwd_algo, &ws),
+                  l->what);
+        l->fwd_ws = ws;
+    } else if (dir == 1) {
+        l->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)algo;
+        l->bwd_data_math = math;
+        CUDNN_TRY(cudnnSetConvolutionMathType(l->bwd_data_desc, math), l->what);
+        CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, l->w_desc, l->y_desc, l->bwd_data_desc,
+                                                               l->x_desc, l->bwd_data_algo, &ws),
+                  l->what);
+        l->bwd_data_ws = ws;
+    } else {
+        l->bwd_filter_algo = (cudnnConvolutionBwdFilterAlgo_t)algo;
+        l->bwd_filter_math = math;
+        CUDNN_TRY(cudnnSetConvolutionMathType(l->bwd_filter_desc, math), l->what);
+        CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, l->x_desc, l->y_desc, l->bwd_filter_desc,
+                                                                 l->w_desc, l->bwd_filter_algo, &ws),
+                  l->what);
+        l->bwd_filter_ws = ws;
+    }
+    return 0;
+}
+
+/* The workspace direction dir of l needs with its algorithm (conv_set). */
+static size_t dir_ws(const gpu_conv_layer *l, int dir) {
+    return dir == 0 ? l->fwd_ws : dir == 1 ? l->bwd_data_ws : l->bwd_filter_ws;
+}
+
+/* Run direction dir of l once, with the algorithm conv_set gave it, on the tuning buffers (whose
+ * contents do not matter: Find writes them too) and the tuning workspace, grown to the
+ * algorithm's need. 0 if it ran; else -1 with why (cuDNN's status, or the CUDA error of its
+ * kernels: a non-sticky one is cleared, a sticky one comes back at the next call anyway). */
+static int conv_try(gpu_conv_layer *l, gpu_ctx *c, int dir, const void *x, const void *w, void *y, void *dx, void *dw,
+                    char *why, size_t whylen) {
+    const size_t ws = dir_ws(l, dir);
+    if (ws > c->find_ws_nbytes) {
+        if (c->find_ws) cudaFree(c->find_ws);
+        c->find_ws = NULL;
+        c->find_ws_nbytes = 0;
+        if (cudaMalloc(&c->find_ws, ws) != cudaSuccess) {
+            cudaGetLastError();
+            c->find_ws = NULL;
+            snprintf(why, whylen, "no %zu-byte workspace (cudaMalloc failed)", ws);
+            return -1;
+        }
+        c->find_ws_nbytes = ws;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cudnnStatus_t st;
+    if (dir == 0)
+        st = cudnnConvolutionForward(c->dnn, &one, l->x_desc, x, l->w_desc, w, l->fwd_desc, l->fwd_algo, c->find_ws,
+                                     c->find_ws_nbytes, &zero, l->y_desc, y);
+    else if (dir == 1)
+        st = cudnnConvolutionBackwardData(c->dnn, &one, l->w_desc, w, l->y_desc, y, l->bwd_data_desc, l->bwd_data_algo,
+                                          c->find_ws, c->find_ws_nbytes, &zero, l->x_desc, dx);
+    else
+        st = cudnnConvolutionBackwardFilter(c->dnn, &one, l->x_desc, x, l->y_desc, y, l->bwd_filter_desc,
+                                            l->bwd_filter_algo, c->find_ws, c->find_ws_nbytes, &zero, l->w_desc, dw);
+    if (st != CUDNN_STATUS_SUCCESS) {
+        char b[768];
+        snprintf(why, whylen, "%.200s", gpu_cudnn_status(st, b, sizeof b));
+        cudaGetLastError();
+        return -1;
+    }
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        char b[256];
+        snprintf(why, whylen, "%.200s", gpu_cuda_status(e, b, sizeof b));
+        cudaGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
 /* Choose, set and size the algorithm of direction dir. */
 static int conv_choose(gpu_conv_layer *l, gpu_ctx *c, int dir, const void *x, const void *w, void *y, void *dx,
                        void *dw, char *err, size_t errlen) {
@@ -233,54 +325,53 @@ static int conv_choose(gpu_conv_layer *l, gpu_ctx *c, int dir, const void *x, co
     if (m) {
         key.algo = m->algo;
         key.math = m->math;
-    } else {
-        perf_row r[MAX_PERF];
-        int n = c->heuristic ? 0 : conv_perf(l, c, dir, 1, x, w, y, dx, dw, r, err, errlen);
-        if (n < 0) return -1;
-        int i = c->heuristic ? -1 : pick(r, n, c);
-        if (i < 0) { /* heuristic mode, or Find failed or found nothing usable: cuDNN's heuristics */
-            n = conv_perf(l, c, dir, 0, x, w, y, dx, dw, r, err, errlen);
-            if (n < 0) return -1;
-            i = pick(r, n, c);
-        }
-        if (i < 0)
-            return seterr(err, errlen, "%s: no cuDNN %s algorithm runs within a %zu-byte workspace", l->what,
-                          dir_name[dir], c->ws_cap),
-                   -1;
-        key.algo = r[i].algo;
+        if (conv_set(l, c, dir, key.algo, key.math, err, errlen)) return -1;
+        gpu_ctx_reserve(c, dir_ws(l, dir));
+        return 0;
+    }
+    perf_row r[MAX_PERF];
+    int order[MAX_PERF];
+    int n = c->heuristic ? 0 : conv_perf(l, c, dir, 1, x, w, y, dx, dw, r, err, errlen);
+    if (n < 0) return -1;
+    int k = c->heuristic ? 0 : pick_order(r, n, c, order);
+    if (k > 0) { /* Find ran each of them: the fastest usable one */
+        key.algo = r[order[0]].algo;
         /* cuDNN picks kernels by algorithm AND math type; GPU_FP32 keeps FMA math whatever the
          * row says (cuDNN "cudnnSetConvolutionMathType"). */
-        key.math = c->prec == GPU_FP32 ? CUDNN_FMA_MATH : r[i].math;
-        if (c->n_memo < GPU_MEMO_MAX) c->memo[c->n_memo++] = key;
-    }
-
-    size_t ws = 0;
-    if (dir == 0) {
-        l->fwd_algo = (cudnnConvolutionFwdAlgo_t)key.algo;
-        l->fwd_math = key.math;
-        CUDNN_TRY(cudnnSetConvolutionMathType(l->fwd_desc, key.math), l->what);
-        CUDNN_TRY(cudnnGetConvolutionForwardWorkspaceSize(c->dnn, l->x_desc, l->w_desc, l->fwd_desc, l->y_desc,
-                                                          l->fwd_algo, &ws),
-                  l->what);
-        l->fwd_ws = ws;
-    } else if (dir == 1) {
-        l->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)key.algo;
-        l->bwd_data_math = key.math;
-        CUDNN_TRY(cudnnSetConvolutionMathType(l->bwd_data_desc, key.math), l->what);
-        CUDNN_TRY(cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, l->w_desc, l->y_desc, l->bwd_data_desc,
-                                                               l->x_desc, l->bwd_data_algo, &ws),
-                  l->what);
-        l->bwd_data_ws = ws;
+        key.math = c->prec == GPU_FP32 ? CUDNN_FMA_MATH : r[order[0]].math;
+        if (conv_set(l, c, dir, key.algo, key.math, err, errlen)) return -1;
     } else {
-        l->bwd_filter_algo = (cudnnConvolutionBwdFilterAlgo_t)key.algo;
-        l->bwd_filter_math = key.math;
-        CUDNN_TRY(cudnnSetConvolutionMathType(l->bwd_filter_desc, key.math), l->what);
-        CUDNN_TRY(cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, l->x_desc, l->y_desc, l->bwd_filter_desc,
-                                                                 l->w_desc, l->bwd_filter_algo, &ws),
-                  l->what);
-        l->bwd_filter_ws = ws;
+        /* Heuristic mode, or Find failed or found nothing usable: cuDNN's heuristics, whose rows
+         * are claims, not measurements (a row marked SUCCESS can fail to execute: cuDNN's own
+         * mnistCUDNN sample, NVIDIA/cudnn-frontend#16). So each is run once on the tuning buffers,
+         * in order, and the first that runs is taken (as PyTorch walks its heuristic list). */
+        n = conv_perf(l, c, dir, 0, x, w, y, dx, dw, r, err, errlen);
+        if (n < 0) return -1;
+        k = pick_order(r, n, c, order);
+        char tried[512] = "";
+        size_t tl = 0;
+        int ok = 0;
+        for (int j = 0; j < k && !ok; j++) {
+            key.algo = r[order[j]].algo;
+            key.math = c->prec == GPU_FP32 ? CUDNN_FMA_MATH : r[order[j]].math;
+            if (conv_set(l, c, dir, key.algo, key.math, err, errlen)) return -1;
+            char why[256];
+            ok = conv_try(l, c, dir, x, w, y, dx, dw, why, sizeof why) == 0;
+            if (!ok) {
+                if (tl < sizeof tried)
+                    tl += (size_t)snprintf(tried + tl, sizeof tried - tl, "%s%s: %s", tl ? "; " : "", algo_name(dir, key.algo), why);
+                if (getenv("DSGD_GPU_VERBOSE") && strcmp(getenv("DSGD_GPU_VERBOSE"), "0") != 0)
+                    fprintf(stderr, "dsgd-run: %s: cuDNN's heuristic %s algorithm %s fails to run (%s): trying the next\n", l->what,
+                            dir_name[dir], algo_name(dir, key.algo), why);
+            }
+        }
+        if (!ok)
+            return seterr(err, errlen, "%s: no cuDNN %s algorithm runs within a %zu-byte workspace%s%s", l->what, dir_name[dir],
+                          c->ws_cap, tried[0] ? "; tried " : "", tried),
+                   -1;
     }
-    gpu_ctx_reserve(c, ws);
+    if (c->n_memo < GPU_MEMO_MAX) c->memo[c->n_memo++] = key;
+    gpu_ctx_reserve(c, dir_ws(l, dir));
     return 0;
 }
 

@@ -33,12 +33,14 @@ static inline cudnnDataType_t act_dnn_type(const gpu_ctx *c) { return is_bf16(c)
 
 /* ---- storage types: float, or bf16 bits in a uint16_t ------------------------------------- */
 
+#ifdef __CUDACC__ /* (g++ compiles layers_conv.cu over test/gpu/mock, which uses none of these) */
 __device__ __forceinline__ float ldf(float x) { return x; }
 /* bf16 -> fp32 is exact: the bf16 bits are the high half of the fp32 bits. */
 __device__ __forceinline__ float ldf(uint16_t b) { return __uint_as_float((unsigned)b << 16); }
 __device__ __forceinline__ void stf(float &d, float v) { d = v; }
 /* fp32 -> bf16, round to nearest even (NaN stays NaN); cuda_bf16.h "__float2bfloat16_rn". */
 __device__ __forceinline__ void stf(uint16_t &d, float v) { d = __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+#endif
 
 /* Run the statement (a kernel launch) with S the storage type of the activations: uint16_t
  * (bf16 bits) if bf, else float. */

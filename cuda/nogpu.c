@@ -17,6 +17,10 @@ int gpu_launcher_local_rank(const char **var) { return -1; }
 
 int gpu_select_early(void) { return -1; }
 
+int gpu_select_early_argv(int argc, char *const *argv) { return -1; }
+
+int gpu_early_wanted(int argc, char *const *argv) { return 0; }
+
 int gpu_select(int local_rank, int local_size, char *desc, size_t desclen, char *err, size_t errlen) {
     if (desclen) desc[0] = '\0';
     return seterr(err, errlen, NOT_BUILT);

@@ -18,7 +18,9 @@ Network: torchvision.models.resnet18(num_classes=K) for width 64, 3 input channe
 ImageNet stem (the paper's network); otherwise tools/make_reference.py's ResNetW (torchvision's
 ResNet/BasicBlock with width, channels and stem as parameters). Timing as tools/bench_torch.py:
 warm-up steps excluded, then `reps` timings of `steps` steps each (fewer when --max-seconds is
-reached, at least 3), median (min, max) img/s. Every row also goes out as one machine-readable
+reached, at least 3), median (min, max) img/s. Rows run batch by batch, the most needed first
+(fp32, bf16 channels_last, bf16 NCHW, tf32); --budget S starts no row after S seconds, so that a
+run under a time limit ends between rows. Every row also goes out as one machine-readable
 line that test/gpu/report.py reads:
 
     BENCH impl=torch width=64 stem=imagenet input=3x224x224 classes=1000 batch=32 precision=fp32
@@ -50,6 +52,8 @@ def parse_args():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--max-seconds", type=float, default=30.0, help="timed seconds per row (after warm-up)")
+    p.add_argument("--budget", type=float, default=0.0,
+                   help="seconds from the start after which no further row is started (0: no limit)")
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu (to test this script)")
     a = p.parse_args()
     try:
@@ -159,25 +163,30 @@ def main():
     print(f"{'precision':>9} {'layout':>13} {'batch':>6} {'img/s(med)':>11} {'img/s(min)':>11} {'img/s(max)':>11}"
           f" {'ms/step':>9}  settings")
     failed = 0
-    for prec in a.precs:
-        # bf16: NCHW first (dsgd-run's layout), then channels_last (PyTorch's usual bf16 layout).
-        for layout in (("nchw", "channels_last") if prec == "bf16" else ("nchw",)):
-            for b in a.batches:
-                common = (f"impl=torch width={a.width} stem={a.stem} input={a.c}x{a.h}x{a.w} classes={a.classes}"
-                          f" batch={b} precision={prec} layout={layout}")
-                try:
-                    med, lo, hi, n, settings = bench_row(a, dev, b, prec, layout == "channels_last")
-                except Exception as e:  # e.g. out of memory: record the row, go on with the next
-                    failed += 1
-                    print(f"{prec:>9} {layout:>13} {b:6d}  error: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else ''}")
-                    print(f"BENCH {common} status=error", flush=True)
-                    if cuda:
-                        torch.cuda.empty_cache()
-                    continue
-                print(f"{prec:>9} {layout:>13} {b:6d} {med:11.1f} {lo:11.1f} {hi:11.1f} {1e3 * b / med:9.2f}  {settings}")
-                print(f"BENCH {common} status=ok img_s_med={med:.1f} img_s_min={lo:.1f} img_s_max={hi:.1f}"
-                      f" ms_step={1e3 * b / med:.3f} reps={n} steps={a.steps}", flush=True)
+    # The rows most needed first, batch by batch (a run cut short keeps them): fp32, bf16
+    # channels_last (PyTorch's usual bf16 layout), bf16 NCHW (dsgd-run's layout), tf32.
+    order = (("fp32", "nchw"), ("bf16", "channels_last"), ("bf16", "nchw"), ("tf32", "nchw"))
+    rows = [(b, prec, layout) for b in a.batches for prec, layout in order if prec in a.precs]
+    t_begin = time.perf_counter()
+    for k, (b, prec, layout) in enumerate(rows):
+        if a.budget > 0 and time.perf_counter() - t_begin > a.budget:
+            print(f"INFO impl=torch budget={a.budget:g}s reached: {len(rows) - k} rows not run", flush=True)
+            break
+        common = (f"impl=torch width={a.width} stem={a.stem} input={a.c}x{a.h}x{a.w} classes={a.classes}"
+                  f" batch={b} precision={prec} layout={layout}")
+        try:
+            med, lo, hi, n, settings = bench_row(a, dev, b, prec, layout == "channels_last")
+        except Exception as e:  # e.g. out of memory: record the row, go on with the next
+            failed += 1
+            print(f"{prec:>9} {layout:>13} {b:6d}  error: {type(e).__name__}: "
+                  f"{str(e).splitlines()[0] if str(e) else ''}")
+            print(f"BENCH {common} status=error", flush=True)
+            if cuda:
+                torch.cuda.empty_cache()
+            continue
+        print(f"{prec:>9} {layout:>13} {b:6d} {med:11.1f} {lo:11.1f} {hi:11.1f} {1e3 * b / med:9.2f}  {settings}")
+        print(f"BENCH {common} status=ok img_s_med={med:.1f} img_s_min={lo:.1f} img_s_max={hi:.1f}"
+              f" ms_step={1e3 * b / med:.3f} reps={n} steps={a.steps}", flush=True)
     return 1 if failed else 0
 
 

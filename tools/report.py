@@ -72,7 +72,7 @@ from runfiles import (PUBLICATION_FLOOR_S, STALE_MULTIPLE, checkpoint_step, conf
                       read_run, stale, time_to)  # (tools/runfiles.py)
 
 # Keys that do not make two runs different points (docs/config.md, "What makes two runs identical").
-NOT_THE_POINT = ("name", "output", "overwrite", "resume", "seed", "comm_timeout_s", "log_every", "threads")
+NOT_THE_POINT = ("name", "output", "overwrite", "resume", "stop_at", "seed", "comm_timeout_s", "log_every", "threads")
 
 
 def die(msg):

@@ -1,7 +1,8 @@
 #!/bin/bash
 # run.sh — the GPU check of dsgd-run, in one call, within a time budget (default 400 s: with a
-# machine's start, one run and a second try fit a 15-minute GPU allocation). The steps most
-# needed come first, so that a run cut short by the budget still has them:
+# machine's start and the transfers, one call fits a 15-minute GPU allocation; give it a time
+# limit of at least the budget + 40 s). The steps most needed come first, so that a run cut
+# short by the budget still has them:
 #
 #   a. the machine: nvidia-smi, driver, CUDA, cuDNN, PyTorch, glibc; the binaries' libraries
 #      (or the build); an MPI smoke test (2 ranks, the linear model on the CPU)
@@ -10,20 +11,23 @@
 #      150 steps of b = 64, allreduce), device = cuda, p = 1: exits 0, writes its run file, final
 #      top-1 error < 0.35
 #   d. throughput: build/bench_gpu and tools/bench_torch_gpu.py, ResNet-18 width 64, ImageNet
-#      stem, 3x224x224, 1000 classes, b = 32, 64, 128, fp32 / tf32 / bf16 (PyTorch's bf16 in NCHW
-#      as dsgd-run, and channels_last as a row of its own); the table goes into summary.md at once
-#   d2. a short JPEG run: a tiny ImageFolder tree (make_jpeg_tree.py: 2,000 + 500 Fashion-MNIST
+#      stem, 3x224x224, 1000 classes, b = 32 and 256, fp32 / tf32 / bf16 (PyTorch's bf16 in NCHW
+#      as dsgd-run, and channels_last as a row of its own); 3 warm-up steps, 3 timings of 5
+#      steps, 3 s a row; the table goes into summary.md and to stdout at once
+#   e. NCCL: test_gpu_comm (device vectors, the CUDA-aware path's scaling, a one-rank NCCL
+#      all-reduce; DSGD_REQUIRE_NCCL=1 on a GPU machine: an NCCL that cannot be loaded fails),
+#      then comm = "nccl" at p = 1 (20 steps, loss curve as step c's MPI run's)
+#   f. a short JPEG run: a tiny ImageFolder tree (make_jpeg_tree.py: 2,000 + 500 Fashion-MNIST
 #      images as JPEGs of 40–64 px) packed with dsgd-run --pack, then test/gpu/jpeg_short.cfg
 #      (data.format = "jpeg", 100 steps of b = 64 at 32 px), device = cuda, p = 1: final top-1 < 0.35
-#   e. optional, as the budget allows: test_gpu_model (the GPU network against the CPU model),
-#      test_gpu_device (the same through model.h), test_gpu_comm (device vectors, the CUDA-aware
-#      path's scaling, a one-rank NCCL all-reduce), test_gpu_overlap (copies and all-reduce
+#   g. optional, as the budget allows: test_gpu_model (the GPU network against the CPU model),
+#      test_gpu_device (the same through model.h), test_gpu_overlap (copies and all-reduce
 #      overlapped with the GPU's work, also under mpiexec -n 2 and -n 3); more runs: device = cpu
 #      at p = 1 (cuda and cpu loss curves agree over the first 10 steps, rel <= 1e-3, fp32), cuda
-#      at p = 2 (both ranks on one GPU); comm = "nccl": p = 1 (20 steps, loss curve as the MPI
-#      run's) and p = 2 (with one GPU: refused at start, exit 2, naming key 'comm'; with two:
-#      trained and checked); with a CUDA-aware MPI also p = 2 with DSGD_CUDA_AWARE=0 (the host
-#      path) against the default; p = 2 with DSGD_OVERLAP=0 (no overlap) against the default
+#      at p = 2 (both ranks on one GPU); comm = "nccl" at p = 2 (with one GPU: refused at start,
+#      exit 2, naming key 'comm'; with two: trained and checked); with a CUDA-aware MPI also p = 2
+#      with DSGD_CUDA_AWARE=0 (the host path) against the default; p = 2 with DSGD_OVERLAP=0 (no
+#      overlap) against the default
 #   summary.md: every step with its status and time, and img/s dsgd-run vs PyTorch
 #
 # Tests and runs choose cuDNN's convolution algorithms by its heuristics (DSGD_CUDNN_ALGO=heuristic:
@@ -40,8 +44,11 @@
 #
 # RESULTS_DIR gets at most six files: summary.md (also printed at the end), env.log, checks.log
 # (tests), runs.log (training runs and their checks), bench.log, runs.tar.gz (the HDF5 run
-# files). Every step runs under `timeout`; a failing step is recorded and the script goes on.
-# summary.md is rewritten after every step, so a killed run still leaves one.
+# files). Every step runs under `timeout` (and every other call of dsgd-run under `timeout
+# $GPUCHECK_CMD_TIMEOUT`, default 60 s); a failing step is recorded and the script goes on.
+# summary.md is rewritten after every step, so a killed run still leaves one; SIGTERM or SIGINT
+# (the call cut from outside) stops the running step, records it as CUT, and prints summary.md
+# (with the throughput table if step d has run) before exiting 1.
 #
 # Exit status: 0 every check passed; 1 a check failed or timed out; 2 no GPU here (nothing run)
 # or bad arguments.
@@ -85,6 +92,8 @@ simulate=${GPUCHECK_SIMULATE:-0}
 T0=$(date +%s)
 deadline=$(( T0 + budget ))
 reserve=15 # seconds kept for the report at the end
+qt=${GPUCHECK_CMD_TIMEOUT:-60} # dsgd-run --version / --help: a singleton MPI_Init that hangs costs this, not the call
+case $qt in '' | *[!0-9]*) echo "run.sh: GPUCHECK_CMD_TIMEOUT=$qt: expected whole seconds" >&2; exit 2 ;; esac
 tmp=$(mktemp -d /tmp/dsgd-gpucheck.XXXXXX) || exit 2
 trap 'rm -rf "$tmp"' EXIT
 
@@ -185,8 +194,13 @@ run_step() {
     } >> "$log"
     local t rc out=$tmp/step.out
     t=$(now)
-    timeout -k 10 "$limit" "$@" > "$out" 2>&1
+    # In the background, so that a SIGTERM / SIGINT to this script runs its trap (on_signal) at
+    # once instead of after the step.
+    timeout -k 10 "$limit" "$@" > "$out" 2>&1 &
+    CUR_PID=$! CUR_NAME=$name CUR_LOG=$log CUR_T=$t
+    wait "$CUR_PID"
     rc=$?
+    CUR_PID=
     cat "$out" >> "$log"
     local secs=$(( $(now) - t )) st
     LAST_NOTE=$(step_note "$out")
@@ -201,6 +215,9 @@ run_step() {
 }
 
 finish() {
+    [ -z "${FINISHING:-}" ] || return 0
+    FINISHING=1
+    trap '' TERM INT
     if [ -d "$tmp/runs" ] && [ -n "$(ls -A "$tmp/runs" 2>/dev/null)" ]; then
         tar -C "$tmp" -czf "$results/runs.tar.gz" runs 2>> "$RUNS_LOG"
     fi
@@ -213,6 +230,30 @@ finish() {
     done
     exit $bad
 }
+
+# The call cut from outside (its time limit, ^C): stop the running step, record it, and print what
+# there is (finish) instead of dying with nothing on stdout.
+CUR_PID=
+on_signal() {
+    trap '' TERM INT
+    echo "run.sh: SIG$1 after $(elapsed) s: stopping" >&2
+    if [ -n "$CUR_PID" ]; then
+        # timeout passes SIGTERM on to the step's process group (mpiexec passes it on to the
+        # ranks, which stop at their next agreement point); after 5 s the group gets SIGKILL.
+        kill -TERM "$CUR_PID" 2> /dev/null
+        local i
+        for i in $(seq 1 25); do kill -0 "$CUR_PID" 2> /dev/null || break; sleep 0.2; done
+        kill -KILL -- "-$CUR_PID" 2> /dev/null || kill -KILL "$CUR_PID" 2> /dev/null
+        [ -f "$tmp/step.out" ] && cat "$tmp/step.out" >> "$CUR_LOG"
+        echo "==== $CUR_NAME: CUT by SIG$1" >> "$CUR_LOG"
+        record "$CUR_NAME" "CUT" $(( $(now) - CUR_T )) "SIG$1 to run.sh: stopped; $(step_note "$tmp/step.out" 2> /dev/null)" "$CUR_LOG"
+        CUR_PID=
+    fi
+    record "run.sh stopped" "CUT" 0 "SIG$1 after $(elapsed) s: the steps after this were not run" "$ENV_LOG"
+    finish
+}
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
 
 # ---- a. the machine -----------------------------------------------------------------------------
 echo "run.sh: results in $results; budget $budget s"
@@ -410,10 +451,22 @@ fi
 MPIEXEC+=(${MPIEXEC_FLAGS:-})
 BENV+=("CK_DEFAULT_TIMEOUT=300")
 
+# dsgd-run --version, once (an MPI singleton: under a timeout, as every dsgd-run here).
+VERSION_OUT=""
 if [ -x "$BIN" ]; then
-    { echo; echo "==== dsgd-run --version"; "${BENV[@]}" "$BIN" --version 2>&1; } >> "$ENV_LOG"
-    BACKEND=$("${BENV[@]}" "$BIN" --version 2>&1 | grep -iE 'cuda|gpu' | head -n 1)
-    [ -n "$BACKEND" ] || BACKEND="none in --version: $("${BENV[@]}" "$BIN" --version 2>&1 | grep -i backend | head -n 1)"
+    t=$(now)
+    # under mpiexec: dsgd-run started by hand answers --version without MPI_Init, so without asking
+    # whether the MPI is CUDA-aware (step g reads that line)
+    VERSION_OUT=$(timeout -k 5 "$qt" "${BENV[@]}" "${MPIEXEC[@]}" -n 1 "$BIN" --version 2>&1)
+    rc=$?
+    { echo; echo "==== dsgd-run --version (exit $rc)"; echo "$VERSION_OUT"; } >> "$ENV_LOG"
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+        record "a. dsgd-run --version" "TIMEOUT" $(( $(now) - t )) "killed after $qt s (MPI_Init of a singleton hangs?)" "$ENV_LOG"
+    elif [ $rc != 0 ]; then
+        record "a. dsgd-run --version" "FAIL ($rc)" $(( $(now) - t )) "$(echo "$VERSION_OUT" | tail -n 1 | cut -c1-200)" "$ENV_LOG"
+    fi
+    BACKEND=$(echo "$VERSION_OUT" | grep -iE 'cuda|gpu' | head -n 1)
+    [ -n "$BACKEND" ] || BACKEND="none in --version: $(echo "$VERSION_OUT" | grep -i backend | head -n 1)"
     BACKEND=$(echo "$BACKEND" | sed 's/^[[:space:]]*//')
 fi
 
@@ -475,12 +528,8 @@ gpu_test() { # NAME BINARY LIMIT [VAR=VALUE...]
     if [ $rc = 0 ] && [ $have_gpu = 1 ] && grep -qiE 'no GPU.*skip' "$tmp/step.out"; then
         amend_last "FAIL" "(skipped itself on a GPU machine)"
     fi
-    # CUDA cannot be used in a child forked after the parent initialised it: if every test of a
-    # Check run failed that way, run it once more in one process (CK_FORK=no) to see the results.
-    if [ $rc != 0 ] && [ $rc != 124 ] && [ $rc != 137 ] &&
-        grep -qiE 'initialization error|^0%: Checks' "$tmp/step.out"; then
-        run_step "$name (again, CK_FORK=no)" "$CHECKS_LOG" "$limit" "${BENV[@]}" "$@" CK_FORK=no "$bin"
-    fi
+    # No rerun on failure: every test program already runs in one process (CK_NOFORK,
+    # testgpu.h's run_suite_nofork, which CK_FORK cannot override), so a rerun would repeat it.
 }
 # On the GPU machine a test that cannot start CUDA fails instead of skipping; the chosen
 # convolution algorithms go to the logs; test_gpu_model adds ResNet-18 at 224x224. Tests and
@@ -500,7 +549,7 @@ if [ "$simulate" = 1 ]; then
     extra=(--set iterations=40 --set eval.every=20)
     max_top1=0.9
 fi
-if [ -x "$BIN" ] && "${BENV[@]}" "$BIN" --help 2>/dev/null | grep -qE '^  precision[[:space:]]'; then
+if [ -x "$BIN" ] && timeout -k 5 "$qt" "${BENV[@]}" "$BIN" --help 2>/dev/null | grep -qE '^  precision[[:space:]]'; then
     cuda_prec=(--set precision=fp32)
 else
     cuda_prec=()
@@ -533,8 +582,10 @@ if [ "$simulate" = 1 ]; then
     SHAPE=(--width 8 --stem cifar --input 1x28x28 --classes 10 --batch 8,16 --reps 3 --steps 2 --warmup 1 --max-seconds 3)
     DEVARG=(--device cpu)
 else
-    SHAPE=(--width 64 --stem imagenet --input 3x224x224 --classes 1000 --batch 32,64,128 --reps 5 --steps 8 --warmup 5
-           --max-seconds 6)
+    # b = 32 (the paper's per-GPU minibatch) and 256; 3 warm-ups (cudnn.benchmark / cudnnFind are
+    # done at the first), 3 timings of 5 steps, 3 s a row.
+    SHAPE=(--width 64 --stem imagenet --input 3x224x224 --classes 1000 --batch 32,256 --reps 3 --steps 5 --warmup 3
+           --max-seconds 3)
     DEVARG=()
 fi
 if [ -x "$BENCH" ]; then
@@ -544,8 +595,12 @@ else
     record "d. bench_gpu (dsgd-run)" "FAIL" 0 "not built: no $BENCH" "$BENCH_LOG"
 fi
 if [ -n "$PY" ]; then
+    # --budget: no row is started within 15 s of the step's limit, so a capped run ends between
+    # rows (the ones it printed stay in bench.log); the rows most needed come first.
+    tb=$(( deadline - reserve - $(now) ))
+    [ "$tb" -le 150 ] || tb=150
     run_step "d. bench_torch_gpu.py (PyTorch)" "$BENCH_LOG" 150 env PYTHONUNBUFFERED=1 "$PY" "$root/tools/bench_torch_gpu.py" \
-        "${SHAPE[@]}" --precision fp32,tf32,bf16 ${DEVARG[@]+"${DEVARG[@]}"}
+        "${SHAPE[@]}" --precision fp32,tf32,bf16 --budget $(( tb > 30 ? tb - 15 : 15 )) ${DEVARG[@]+"${DEVARG[@]}"}
 else
     record "d. bench_torch_gpu.py (PyTorch)" "FAIL" 0 "no python3 with torch, torchvision, h5py" "$BENCH_LOG"
 fi
@@ -560,54 +615,12 @@ else
     BENCH_MD="No throughput table: $( [ -n "$py_any" ] && echo 'no BENCH lines in bench.log' || echo 'no python3')."
 fi
 write_summary
+# ... and to stdout now: whatever happens to the rest of the call, the table is out.
+printf '\n## Throughput (step d), %s\n\n%s\n\n' "$GPU_NAME" "$BENCH_MD"
 
-# ---- d2. a short JPEG run (data.format = "jpeg", docs/data.md): a tiny ImageFolder tree made from
-# the truncated Fashion-MNIST (make_jpeg_tree.py), packed with dsgd-run --pack, trained with the
-# decode threads feeding the GPU (the next minibatch staged during each step) -------------------------
-JT=$tmp/jpeg
-jextra=(--set "data.dir=\"$JT/pack\"")
-[ "$simulate" = 1 ] && jextra+=(--set iterations=30 --set eval.every=15 --set threads=1 --set data.threads=1)
-[ "$dev" = cuda ] && jextra+=(${cuda_prec[@]+"${cuda_prec[@]}"})
-if [ -z "$PY" ]; then
-    record "d2. jpeg: tree + pack" "FAIL" 0 "no python3 with numpy and Pillow (torch, torchvision, h5py)" "$RUNS_LOG"
-elif [ ! -x "$BIN" ]; then
-    record "d2. jpeg: tree + pack" "FAIL" 0 "no $BIN" "$RUNS_LOG"
-else
-    rm -rf "$JT"
-    if run_step "d2. jpeg: tree + pack" "$RUNS_LOG" 120 bash -c '"$1" "$2" "$3" "$4/tree" 2000 500 && shift 4 && "$@"' _ \
-        "$PY" "$here/make_jpeg_tree.py" "$DATA" "$JT" "${BENV[@]}" "$BIN" --pack "$JT/tree" "$JT/pack" --shard-images 1000; then
-        if run_step "d2. run jpeg $dev p=1" "$RUNS_LOG" 180 "${BENV[@]}" "${MPIEXEC[@]}" -n 1 "$BIN" --set p=1 \
-            --set "output=$R/jpeg_p1.h5" --set overwrite=true --set "device=$dev" "${jextra[@]}" "$here/jpeg_short.cfg"; then
-            RUN_OK[$R/jpeg_p1.h5]=1
-        fi
-        check_final "d2. check jpeg $dev p=1: top-1 < $max_top1" "$R/jpeg_p1.h5"
-    fi
-fi
-
-# ---- e. the optional checks, as time allows: the other tests, then more runs -------------------------
-gpu_test "e. test_gpu_model" "$TDIR/test_gpu_model" 180
-if [ "$simulate" = 1 ]; then
-    gpu_test "e. test_gpu_device" "$TDIR/test_gpu_device" 120 DSGD_TEST_GPU_AS_CPU=1
-else
-    gpu_test "e. test_gpu_device" "$TDIR/test_gpu_device" 120
-fi
-gpu_test "e. test_gpu_comm" "$TDIR/test_gpu_comm" 120
-# Its MPI cases re-run the test under this script's mpiexec; its dsgd-run case needs the full
-# Fashion-MNIST under /usr/share/datasets (else it says skipped).
-gpu_test "e. test_gpu_overlap" "$TDIR/test_gpu_overlap" 180 "DSGD_TEST_MPIEXEC=${MPIEXEC[*]}" "DSGD_TEST_BIN=$BIN"
-
-train "e. run cpu p=1" 1 cpu "$R/cpu_p1.h5"
-check_final "e. check cpu p=1: top-1 < $max_top1" "$R/cpu_p1.h5"
-if [ -n "${RUN_OK[$R/cuda_p1.h5]:-}" ] && [ -n "${RUN_OK[$R/cpu_p1.h5]:-}" ] && [ -n "$PY_H5" ]; then
-    run_step "e. loss curves cuda vs cpu (10 steps)" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
-        "$R/cuda_p1.h5" "$R/cpu_p1.h5" --steps 10 --rtol 1e-3
-else
-    record "e. loss curves cuda vs cpu (10 steps)" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
-fi
-train "e. run cuda p=2 (one GPU)" 2 "$dev" "$R/cuda_p2.h5"
-check_final "e. check cuda p=2: top-1 < $max_top1" "$R/cuda_p2.h5"
-
-# comm = "nccl" (docs/gpu.md, "Communication"). compare_runs NAME A.h5 B.h5: the first 10 losses.
+# ---- e. NCCL (docs/gpu.md, "Communication"): the only checks of the NCCL wait loop, before the
+# longer tests. On a GPU machine NCCL must load (DSGD_REQUIRE_NCCL=1: fails instead of skipping).
+# compare_runs NAME A.h5 B.h5: the first 10 losses.
 compare_runs() {
     if [ -n "${RUN_OK[$2]:-}" ] && [ -n "${RUN_OK[$3]:-}" ] && [ -n "$PY_H5" ]; then
         run_step "$1" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare "$2" "$3" --steps 10 --rtol 1e-3
@@ -615,6 +628,11 @@ compare_runs() {
         record "$1" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
     fi
 }
+if [ $have_gpu = 1 ]; then
+    gpu_test "e. test_gpu_comm" "$TDIR/test_gpu_comm" 120 DSGD_REQUIRE_NCCL=1
+else
+    gpu_test "e. test_gpu_comm" "$TDIR/test_gpu_comm" 120
+fi
 if [ "$simulate" = 1 ]; then
     record "e. comm = nccl" "SKIP" 0 "simulated: comm = nccl needs device = cuda" "$RUNS_LOG"
 else
@@ -622,16 +640,65 @@ else
     # the first 10 losses as the MPI run's (the same arithmetic; cuDNN may pick other algorithms).
     train "e. run cuda p=1 comm=nccl (20 steps)" 1 cuda "$R/nccl_p1.h5" --set comm=nccl --set iterations=20 --set eval.every=20
     compare_runs "e. loss curves nccl vs mpi, p=1" "$R/nccl_p1.h5" "$R/cuda_p1.h5"
+fi
+
+# ---- f. a short JPEG run (data.format = "jpeg", docs/data.md): a tiny ImageFolder tree made from
+# the truncated Fashion-MNIST (make_jpeg_tree.py), packed with dsgd-run --pack, trained with the
+# decode threads feeding the GPU (the next minibatch staged during each step) -------------------------
+JT=$tmp/jpeg
+jextra=(--set "data.dir=\"$JT/pack\"")
+[ "$simulate" = 1 ] && jextra+=(--set iterations=30 --set eval.every=15 --set threads=1 --set data.threads=1)
+[ "$dev" = cuda ] && jextra+=(${cuda_prec[@]+"${cuda_prec[@]}"})
+if [ -z "$PY" ]; then
+    record "f. jpeg: tree + pack" "FAIL" 0 "no python3 with numpy and Pillow (torch, torchvision, h5py)" "$RUNS_LOG"
+elif [ ! -x "$BIN" ]; then
+    record "f. jpeg: tree + pack" "FAIL" 0 "no $BIN" "$RUNS_LOG"
+else
+    rm -rf "$JT"
+    if run_step "f. jpeg: tree + pack" "$RUNS_LOG" 120 bash -c '"$1" "$2" "$3" "$4/tree" 2000 500 && shift 4 && "$@"' _ \
+        "$PY" "$here/make_jpeg_tree.py" "$DATA" "$JT" "${BENV[@]}" "$BIN" --pack "$JT/tree" "$JT/pack" --shard-images 1000; then
+        if run_step "f. run jpeg $dev p=1" "$RUNS_LOG" 180 "${BENV[@]}" "${MPIEXEC[@]}" -n 1 "$BIN" --set p=1 \
+            --set "output=$R/jpeg_p1.h5" --set overwrite=true --set "device=$dev" "${jextra[@]}" "$here/jpeg_short.cfg"; then
+            RUN_OK[$R/jpeg_p1.h5]=1
+        fi
+        check_final "f. check jpeg $dev p=1: top-1 < $max_top1" "$R/jpeg_p1.h5"
+    fi
+fi
+
+# ---- g. the optional checks, as time allows: the other tests, then more runs -------------------------
+gpu_test "g. test_gpu_model" "$TDIR/test_gpu_model" 180
+if [ "$simulate" = 1 ]; then
+    gpu_test "g. test_gpu_device" "$TDIR/test_gpu_device" 120 DSGD_TEST_GPU_AS_CPU=1
+else
+    gpu_test "g. test_gpu_device" "$TDIR/test_gpu_device" 120
+fi
+# Its MPI cases re-run the test under this script's mpiexec; its dsgd-run case needs the full
+# Fashion-MNIST under /usr/share/datasets (else it says skipped).
+gpu_test "g. test_gpu_overlap" "$TDIR/test_gpu_overlap" 180 "DSGD_TEST_MPIEXEC=${MPIEXEC[*]}" "DSGD_TEST_BIN=$BIN"
+
+train "g. run cpu p=1" 1 cpu "$R/cpu_p1.h5"
+check_final "g. check cpu p=1: top-1 < $max_top1" "$R/cpu_p1.h5"
+if [ -n "${RUN_OK[$R/cuda_p1.h5]:-}" ] && [ -n "${RUN_OK[$R/cpu_p1.h5]:-}" ] && [ -n "$PY_H5" ]; then
+    run_step "g. loss curves cuda vs cpu (10 steps)" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
+        "$R/cuda_p1.h5" "$R/cpu_p1.h5" --steps 10 --rtol 1e-3
+else
+    record "g. loss curves cuda vs cpu (10 steps)" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
+fi
+train "g. run cuda p=2 (one GPU)" 2 "$dev" "$R/cuda_p2.h5"
+check_final "g. check cuda p=2: top-1 < $max_top1" "$R/cuda_p2.h5"
+
+# comm = "nccl" at p = 2 (p = 1 ran in e.).
+if [ "$simulate" != 1 ]; then
     ngpu=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
     [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && ngpu=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
     if [ "${ngpu:-0}" -ge 2 ]; then
-        train "e. run cuda p=2 comm=nccl" 2 cuda "$R/nccl_p2.h5" --set comm=nccl
-        check_final "e. check cuda p=2 comm=nccl: top-1 < $max_top1" "$R/nccl_p2.h5"
-        compare_runs "e. loss curves nccl vs mpi, p=2" "$R/nccl_p2.h5" "$R/cuda_p2.h5"
+        train "g. run cuda p=2 comm=nccl" 2 cuda "$R/nccl_p2.h5" --set comm=nccl
+        check_final "g. check cuda p=2 comm=nccl: top-1 < $max_top1" "$R/nccl_p2.h5"
+        compare_runs "g. loss curves nccl vs mpi, p=2" "$R/nccl_p2.h5" "$R/cuda_p2.h5"
     elif [ -x "$BIN" ]; then
         # Two workers on one GPU: NCCL refuses them ("Duplicate GPU detected"), so dsgd-run stops
         # every rank before training: exit 2, a message naming key 'comm', no run file.
-        run_step "e. cuda p=2 comm=nccl on one GPU: refused" "$RUNS_LOG" 120 bash -c '
+        run_step "g. cuda p=2 comm=nccl on one GPU: refused" "$RUNS_LOG" 120 bash -c '
             out=$1; shift
             "$@" > "$out.log" 2>&1; rc=$?
             cat "$out.log"
@@ -645,15 +712,14 @@ else
     fi
     # A CUDA-aware MPI moves the gradients on device memory (reducer_mean, src/comm/reduce.h); DSGD_CUDA_AWARE=0
     # forces the host path, which must train the same.
-    # (under mpiexec: dsgd-run started by hand answers --version without MPI_Init, so without asking)
-    if [ -x "$BIN" ] && "${BENV[@]}" "${MPIEXEC[@]}" -n 1 "$BIN" --version 2>/dev/null | grep -q 'CUDA-aware: yes'; then
+    if [ -x "$BIN" ] && grep -q 'CUDA-aware: yes' <<< "$VERSION_OUT"; then
         benv_saved=("${BENV[@]}")
         BENV+=("DSGD_CUDA_AWARE=0")
-        train "e. run cuda p=2 DSGD_CUDA_AWARE=0 (host path)" 2 cuda "$R/cuda_p2_host.h5" --set iterations=20 --set eval.every=20
+        train "g. run cuda p=2 DSGD_CUDA_AWARE=0 (host path)" 2 cuda "$R/cuda_p2_host.h5" --set iterations=20 --set eval.every=20
         BENV=("${benv_saved[@]}")
-        compare_runs "e. loss curves CUDA-aware vs host path, p=2" "$R/cuda_p2.h5" "$R/cuda_p2_host.h5"
+        compare_runs "g. loss curves CUDA-aware vs host path, p=2" "$R/cuda_p2.h5" "$R/cuda_p2_host.h5"
     else
-        record "e. CUDA-aware MPI path" INFO 0 "MPI is not CUDA-aware: p = 2 ran the host path (DSGD_CUDA_AWARE has nothing to turn off)" "$RUNS_LOG"
+        record "g. CUDA-aware MPI path" INFO 0 "MPI is not CUDA-aware: p = 2 ran the host path (DSGD_CUDA_AWARE has nothing to turn off)" "$RUNS_LOG"
     fi
 fi
 
@@ -663,13 +729,13 @@ fi
 if [ "$simulate" != 1 ]; then
     benv_saved=("${BENV[@]}")
     BENV+=("DSGD_OVERLAP=0")
-    train "e. run cuda p=2 DSGD_OVERLAP=0 (20 steps)" 2 cuda "$R/cuda_p2_nooverlap.h5" --set iterations=20 --set eval.every=20
+    train "g. run cuda p=2 DSGD_OVERLAP=0 (20 steps)" 2 cuda "$R/cuda_p2_nooverlap.h5" --set iterations=20 --set eval.every=20
     BENV=("${benv_saved[@]}")
     if [ -n "${RUN_OK[$R/cuda_p2_nooverlap.h5]:-}" ] && [ -n "${RUN_OK[$R/cuda_p2.h5]:-}" ] && [ -n "$PY_H5" ]; then
-        run_step "e. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
+        run_step "g. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" compare \
             "$R/cuda_p2.h5" "$R/cuda_p2_nooverlap.h5" --steps 10 --rtol 1e-5
     else
-        record "e. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
+        record "g. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
     fi
 fi
 

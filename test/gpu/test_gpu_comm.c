@@ -30,6 +30,12 @@
  *                     (over the mock with MOCK_CUDA_DEVICES=4: ranks 2 and 1 disagree, GPU 2 kept);
  *                     DSGD_GPU_EARLY=0 and no variable leave the choice to gpu_select. Runs last
  *                     and puts device 0 back.
+ *   test_early_only_cuda  the early choice only for a command line that trains with device =
+ *                     "cuda" (--set, quoted or not, the last one winning; else the experiment
+ *                     file's device; not for --help, --version, --check, --pack, --status, a
+ *                     device = "cpu", absent, unreadable or unparsable file), and not for this
+ *                     program's own command line (the old gpu_select_early chose a GPU, making a
+ *                     CUDA context, for any process a launcher started).
  *
  * Over the CPU stand-ins (build/mock/test_gpu_comm, `make check`) cuda/gpucomm.cu runs on the
  * one-rank NCCL of test/gpu/mock/mock_nccl.c (build/mock/libnccl.so.2, set as DSGD_NCCL_LIBRARY
@@ -48,6 +54,7 @@
 #include <string.h>
 
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
@@ -315,6 +322,10 @@ END_TEST
 static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
                                             "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
 
+/* A dsgd-run command line that trains with device = "cuda" (gpu_early_wanted). */
+static char *const cuda_argv[] = {"dsgd-run", "--set", "device=cuda", "x.cfg", NULL};
+#define EARLY() gpu_select_early_argv(4, cuda_argv)
+
 START_TEST(test_device_choice) {
     char desc[256], err[ERRLEN];
 #ifdef MOCK_NCCL_LIB
@@ -325,7 +336,7 @@ START_TEST(test_device_choice) {
     ck_assert(cudaGetDeviceCount(&count) == cudaSuccess && count >= 1);
     const char *var = "x";
     ck_assert_int_eq(gpu_launcher_local_rank(&var), -1);
-    ck_assert_int_eq(gpu_select_early(), -1);
+    ck_assert_int_eq(EARLY(), -1);
     /* mpiexec inside a Slurm job: Hydra's MPI_LOCALRANKID, not the inherited SLURM_LOCALID. */
     setenv("SLURM_LOCALID", "0", 1);
     ck_assert_int_eq(gpu_launcher_local_rank(&var), 0);
@@ -337,7 +348,7 @@ START_TEST(test_device_choice) {
     ck_assert_int_eq(gpu_launcher_local_rank(&var), 2);
     unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
     const int want = 2 % count;
-    ck_assert_int_eq(gpu_select_early(), want);
+    ck_assert_int_eq(EARLY(), want);
     ck_assert(cudaGetDevice(&cur) == cudaSuccess);
     ck_assert_int_eq(cur, want);
     /* The node-local MPI rank agrees: kept, and said so. */
@@ -357,15 +368,89 @@ START_TEST(test_device_choice) {
     printf("  launcher MPI_LOCALRANKID=2, MPI local rank 1 of 4: %s\n", desc);
     /* Turned off: no early choice, the split decides. */
     setenv("DSGD_GPU_EARLY", "0", 1);
-    ck_assert_int_eq(gpu_select_early(), -1);
+    ck_assert_int_eq(EARLY(), -1);
     unsetenv("DSGD_GPU_EARLY");
     ck_assert_int_eq(gpu_select(1, 4, desc, sizeof desc, err, sizeof err), 0);
     ck_assert(cudaGetDevice(&cur) == cudaSuccess && cur == 1 % count);
     ck_assert_msg(strstr(desc, "MPI_LOCALRANKID") == NULL, "desc: %s", desc);
     /* Back to device 0 for whatever follows. */
     unsetenv("MPI_LOCALRANKID"), unsetenv("SLURM_LOCALID");
-    ck_assert_int_eq(gpu_select_early(), -1);
+    ck_assert_int_eq(EARLY(), -1);
     ck_assert_int_eq(gpu_select(0, 1, desc, sizeof desc, err, sizeof err), 0);
+#ifdef MOCK_NCCL_LIB
+    unsetenv("MOCK_CUDA_DEVICES");
+#endif
+}
+END_TEST
+
+/* N9: only a process that trains with device = "cuda" chooses (and so creates a CUDA context on)
+ * a GPU before MPI_Init; a device = "cpu" rank, --help, --version, ... make no context. */
+START_TEST(test_early_only_cuda) {
+#ifdef MOCK_NCCL_LIB
+    setenv("MOCK_CUDA_DEVICES", "4", 1);
+#endif
+    for (size_t i = 0; i < sizeof launcher_vars / sizeof launcher_vars[0]; i++) unsetenv(launcher_vars[i]);
+    int count = 0, cur = -1;
+    ck_assert(cudaGetDeviceCount(&count) == cudaSuccess && count >= 1);
+    char dir[] = "/tmp/dsgd-early.XXXXXX";
+    ck_assert(mkdtemp(dir) != NULL);
+    char cpu_cfg[64], cuda_cfg[64], no_dev[64], bad_cfg[64];
+    snprintf(cpu_cfg, sizeof cpu_cfg, "%s/cpu.cfg", dir);
+    snprintf(cuda_cfg, sizeof cuda_cfg, "%s/cuda.cfg", dir);
+    snprintf(no_dev, sizeof no_dev, "%s/none.cfg", dir);
+    snprintf(bad_cfg, sizeof bad_cfg, "%s/bad.cfg", dir);
+    const char *texts[4] = {"method = \"allreduce\";\ndevice = \"cpu\";\n", "method = \"allreduce\";\ndevice = \"cuda\";\n",
+                            "method = \"allreduce\";\n", "device = \"cuda\"\n  oops {\n"};
+    const char *paths[4] = {cpu_cfg, cuda_cfg, no_dev, bad_cfg};
+    for (int i = 0; i < 4; i++) {
+        FILE *f = fopen(paths[i], "w");
+        ck_assert(f != NULL);
+        fputs(texts[i], f);
+        fclose(f);
+    }
+    struct {
+        const char *args[6];
+        int want;
+    } cases[] = {
+        {{"dsgd-run", cpu_cfg}, 0},
+        {{"dsgd-run", cuda_cfg}, 1},
+        {{"dsgd-run", no_dev}, 0}, /* device's default: cpu */
+        {{"dsgd-run", bad_cfg}, 0},
+        {{"dsgd-run", "/nonexistent/x.cfg"}, 0},
+        {{"dsgd-run", "--set", "device=cuda", cpu_cfg}, 1},
+        {{"dsgd-run", "--set=device=\"cuda\"", cpu_cfg}, 1},
+        {{"dsgd-run", "--set", "device=cpu", cuda_cfg}, 0},
+        {{"dsgd-run", "--set", "device=cuda", "--set", "device=cpu", cuda_cfg}, 0}, /* the last --set wins */
+        {{"dsgd-run", "--set", "p=2", cuda_cfg}, 1},
+        {{"dsgd-run", "--version"}, 0},
+        {{"dsgd-run", "--help"}, 0},
+        {{"dsgd-run", "--check", cuda_cfg}, 0},
+        {{"dsgd-run", "--pack", "a", "b"}, 0},
+        {{"dsgd-run", "--status", "x.h5"}, 0},
+    };
+    setenv("MPI_LOCALRANKID", "3", 1);
+    const int want_dev = 3 % count;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int argc = 0;
+        while (argc < 6 && cases[k].args[argc]) argc++;
+        ck_assert_int_eq(gpu_early_wanted(argc, (char *const *)cases[k].args), cases[k].want);
+        ck_assert(cudaSetDevice(0) == cudaSuccess);
+        const int got = gpu_select_early_argv(argc, (char *const *)cases[k].args);
+        ck_assert(cudaGetDevice(&cur) == cudaSuccess);
+        ck_assert_msg(got == (cases[k].want ? want_dev : -1) && cur == (cases[k].want ? want_dev : 0),
+                      "case %zu (%s %s %s): gpu_select_early %d, current device %d", k, cases[k].args[1],
+                      argc > 2 ? cases[k].args[2] : "", argc > 3 ? cases[k].args[3] : "", got, cur);
+    }
+    /* This test program's own command line names no experiment: no early choice. */
+    ck_assert_int_eq(gpu_select_early(), -1);
+    printf("  early GPU choice: %zu command lines, only device = \"cuda\" runs choose GPU %d before MPI_Init\n",
+           sizeof cases / sizeof cases[0], want_dev);
+    unsetenv("MPI_LOCALRANKID");
+    ck_assert_int_eq(gpu_select_early_argv(2, (char *const[]){"dsgd-run", cpu_cfg, NULL}), -1);
+    char desc[256], err[ERRLEN];
+    ck_assert_int_eq(gpu_select(0, 1, desc, sizeof desc, err, sizeof err), 0);
+    for (int i = 0; i < 4; i++) remove(paths[i]);
+    rmdir(dir);
 #ifdef MOCK_NCCL_LIB
     unsetenv("MOCK_CUDA_DEVICES");
 #endif
@@ -384,6 +469,7 @@ static Suite *gpu_comm_suite(void) {
     tcase_add_test(tc, test_nccl_finalize_bounded);
 #endif
     tcase_add_test(tc, test_device_choice);
+    tcase_add_test(tc, test_early_only_cuda);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -167,6 +167,21 @@ static float *h_act(gpu_precision prec, const void *d, size_t n) {
     return h;
 }
 
+/* The activation type a BN or max-pool layer of a prec context takes: prec, or fp32 where the
+ * layer runs the bf16 fallback (io32: cuDNN refused bf16 for it, or DSGD_BF16_FALLBACK; its
+ * tensors are fp32 and cuda/model.cu casts around it). Says which path the layer took, once per
+ * context and kind. The host inputs are rounded to bf16 already, so fp32 copies carry the same
+ * values; the caller rounds the fp32 outputs to bf16 as model.cu's casts do. */
+static int expect_io32 = -1; /* test_bf16_fallback: 1 (every bf16 BN / max-pool layer on the fallback) */
+static gpu_precision io_prec(gpu_precision prec, int io32, const gpu_ctx *c, const char *kind, const char *name) {
+    if (prec != GPU_BF16) return prec;
+    const char *why = gpu_bf16_fallback(c, kind);
+    ck_assert_int_eq(io32, why && *why);
+    if (expect_io32 >= 0) ck_assert_msg(io32 == expect_io32, "%s: bf16 fallback %d, expected %d", name, io32, expect_io32);
+    printf("    %s bf16 path: %s%s\n", name, io32 ? "fallback, fp32 tensors: " : "cuDNN bf16 (no fallback)", io32 ? why : "");
+    return io32 ? GPU_FP32 : prec;
+}
+
 /* The element off of an activation buffer. */
 static void *act_at(gpu_precision prec, void *base, size_t off) { return (char *)base + off * act_bytes(prec); }
 
@@ -346,16 +361,20 @@ static void bn_case(const char *name, gpu_precision prec, int relu, int n, int c
     ck_assert_msg(gpu_bn_init(&gb, &gc, name, n, ch, h, w, relu, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(gpu_bn_init(&gbi, &gc, name, n, ch, h, w, relu, GPU_INFER, err, sizeof err) == 0, "%s", err);
     commit(&gc);
-    /* γ, β and the statistics are fp32 in every precision; x, y, dy, dx are activations. */
+    ck_assert_int_eq(gb.io32, gbi.io32);
+    const gpu_precision io = io_prec(prec, gb.io32, &gc, "bn", name);
+    /* γ, β and the statistics are fp32 in every precision; x, y, dy, dx are activations (of io). */
     float *gg = d_from(gamma, (size_t)ch), *gbe = d_from(beta, (size_t)ch);
     float *grm = d_from(rm, (size_t)ch), *grv = d_from(rv, (size_t)ch);
     float *gdg = d_zero((size_t)ch), *gdb = d_zero((size_t)ch);
-    void *gx = d_act(prec, x, nx), *gdy = d_act(prec, dy, nx);
-    void *gy = d_act_zero(prec, nx), *gdx = d_act_zero(prec, nx), *gyi = d_act_zero(prec, nx);
+    void *gx = d_act(io, x, nx), *gdy = d_act(io, dy, nx);
+    void *gy = d_act_zero(io, nx), *gdx = d_act_zero(io, nx), *gyi = d_act_zero(io, nx);
     gpu_bn_forward(&gb, &gc, gy, gx, gg, gbe, grm, grv);
     gpu_bn_backward(&gb, &gc, gdx, gdg, gdb, gdy, gx, gy, gg);
     gpu_bn_forward(&gbi, &gc, gyi, gx, gg, gbe, grm, grv);
-    float *y = h_act(prec, gy, nx), *dx = h_act(prec, gdx, nx), *yi = h_act(prec, gyi, nx);
+    float *y = h_act(io, gy, nx), *dx = h_act(io, gdx, nx), *yi = h_act(io, gyi, nx);
+    /* The fallback's fp32 results, rounded as model.cu's cast after the layer rounds them. */
+    act_round(prec, y, nx), act_round(prec, dx, nx), act_round(prec, yi, nx);
     float *rm1 = h_from(grm, (size_t)ch), *rv1 = h_from(grv, (size_t)ch);
     float *dg = h_from(gdg, (size_t)ch), *db = h_from(gdb, (size_t)ch);
     CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, nx, tol);
@@ -541,12 +560,15 @@ static void pool_case(const char *name, gpu_precision prec, int max, int n, int 
     ck_assert_msg(gpu_pool_init(&gpi, &gc, name, n, ch, h, w, max, 3, 2, 1, GPU_INFER, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(gp.oh, cp.oh);
     ck_assert_int_eq(gp.ow, cp.ow);
-    void *gx = d_act(prec, x, nx), *gdy = d_act(prec, dy, ny), *gy = d_act_zero(prec, ny), *gyi = d_act_zero(prec, ny);
-    void *gdx = d_act_zero(prec, nx);
+    ck_assert_int_eq(gp.io32, gpi.io32);
+    const gpu_precision io = max ? io_prec(prec, gp.io32, &gc, "pool", name) : prec;
+    void *gx = d_act(io, x, nx), *gdy = d_act(io, dy, ny), *gy = d_act_zero(io, ny), *gyi = d_act_zero(io, ny);
+    void *gdx = d_act_zero(io, nx);
     gpu_pool_forward(&gp, &gc, gy, gx);
     gpu_pool_backward(&gp, &gc, gdx, gdy, gx, gy);
     gpu_pool_forward(&gpi, &gc, gyi, gx);
-    float *y = h_act(prec, gy, ny), *dx = h_act(prec, gdx, nx), *yi = h_act(prec, gyi, ny);
+    float *y = h_act(io, gy, ny), *dx = h_act(io, gdx, nx), *yi = h_act(io, gyi, ny);
+    act_round(prec, y, ny), act_round(prec, dx, nx), act_round(prec, yi, ny); /* the fallback's casts */
     /* bf16: max pooling selects (exact); the average and every gradient are rounded once. */
     const double tol_fwd = max ? 0.0 : b16 ? TOL_BF16 : 1e-6, tol_bwd = b16 ? (max ? TOL_BF16_GRAD : TOL_BF16) : 1e-6;
     CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, ny, tol_fwd);
@@ -561,6 +583,84 @@ static void pool_case(const char *name, gpu_precision prec, int max, int n, int 
     free(x), free(dy), free(y_ref), free(dx_ref), free(y), free(dx), free(yi);
 }
 
+/* Max-pool backward where windows tie (common in bf16, whose 8-bit mantissa makes equal values
+ * likely): each window's gradient must reach dx once, at one of its maxima (PyTorch: the first;
+ * cuDNN's CUDNN_POOLING_MAX_DETERMINISTIC does not document it), not once per tied position.
+ * x takes 4 positive levels (ties in most windows), dy > 0, so a duplicated route cannot cancel:
+ * Σdx = Σdy per plane (k x k / stride windows, pad), and for non-overlapping windows (stride = k,
+ * no padding) per window, with exactly one position receiving it. Prints how the ties were routed. */
+static void pool_ties_case(const char *name, gpu_precision prec, int n, int ch, int h, int w, int k, int stride, int pad) {
+    if (skip_bf16(prec, name)) return;
+    printf("  %s %s (%d, %d, %d, %d), %dx%d/%d pad %d, tied maxima\n", name, prec_name(prec), n, ch, h, w, k, k, stride, pad);
+    char err[ERRLEN];
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)(n * ch * k), (uint64_t)(h * 100 + w + stride)));
+    gpu_ctx gc;
+    gctx(&gc, prec);
+    gpu_pool_layer gp;
+    ck_assert_msg(gpu_pool_init(&gp, &gc, name, n, ch, h, w, 1, k, stride, pad, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
+    const gpu_precision io = io_prec(prec, gp.io32, &gc, "pool", name);
+    const size_t planes = (size_t)n * ch, hw = (size_t)h * w, ohw = (size_t)gp.oh * gp.ow;
+    const size_t nx = planes * hw, ny = planes * ohw;
+    float *x = malloc(nx * 4 + 4), *dy = malloc(ny * 4 + 4);
+    for (size_t i = 0; i < nx; i++) x[i] = 1.0f + 0.25f * (float)rng_below(&r, 4);  /* exact in bf16 */
+    for (size_t i = 0; i < ny; i++) dy[i] = 0.5f + (float)rng_uniform(&r);
+    act_round(prec, dy, ny);
+    void *gx = d_act(io, x, nx), *gdy = d_act(io, dy, ny), *gy = d_act_zero(io, ny), *gdx = d_act_zero(io, nx);
+    gpu_pool_forward(&gp, &gc, gy, gx);
+    gpu_pool_backward(&gp, &gc, gdx, gdy, gx, gy);
+    float *dx = h_act(io, gdx, nx);
+    act_round(prec, dx, nx);
+    /* Windows with a tie, and the plane sums (fp64). */
+    size_t tied = 0, windows = 0;
+    double worst = 0.0, ratio_sum = 0.0;
+    for (size_t p = 0; p < planes; p++) {
+        double sdx = 0.0, sdy = 0.0;
+        for (size_t i = 0; i < hw; i++) sdx += dx[p * hw + i];
+        for (int oy = 0; oy < gp.oh; oy++)
+            for (int ox = 0; ox < gp.ow; ox++) {
+                const float g = dy[p * ohw + (size_t)oy * gp.ow + ox];
+                sdy += g;
+                float m = -1.0f;
+                int cnt = 0, got = 0;
+                for (int pass = 0; pass < 2; pass++)
+                    for (int ky = 0; ky < k; ky++)
+                        for (int kx = 0; kx < k; kx++) {
+                            const int iy = oy * stride - pad + ky, ix = ox * stride - pad + kx;
+                            if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+                            const float v = x[p * hw + (size_t)iy * w + ix];
+                            if (pass == 0 && v > m) m = v;
+                            if (pass == 1 && v == m) cnt++, got += dx[p * hw + (size_t)iy * w + ix] != 0.0f;
+                        }
+                windows++;
+                tied += cnt > 1;
+                if (stride == k && pad == 0) { /* windows do not overlap: each one on its own */
+                    double s = 0.0;
+                    for (int ky = 0; ky < k; ky++)
+                        for (int kx = 0; kx < k; kx++) s += dx[p * hw + (size_t)(oy * k + ky) * w + ox * k + kx];
+                    ck_assert_msg(got == 1 && fabs(s - g) <= (prec == GPU_BF16 ? 0.0 : 1e-6) * g,
+                                  "%s: plane %zu window (%d, %d): %d tied maxima, %d of them got gradient, sum %.9g, dy %.9g",
+                                  name, p, oy, ox, cnt, got, s, (double)g);
+                }
+            }
+        const double rel = fabs(sdx - sdy) / sdy;
+        if (rel > worst) worst = rel;
+        ratio_sum += sdx / sdy;
+    }
+    /* One bf16 rounding of each dx (a sum of up to ceil(k/stride)^2 contributions): < 2^-8 each. */
+    const double tol = prec == GPU_BF16 ? 4e-3 : 1e-6;
+    printf("    %zu of %zu windows tied; sum(dx)/sum(dy) per plane %.6f on average, worst |rel| %.2e (<= %.0e): %s\n", tied,
+           windows, ratio_sum / (double)planes, worst, tol,
+           worst <= tol ? "each window's gradient routed once" : "gradient DUPLICATED across tied positions");
+    ck_assert_msg(tied * 4 > windows, "%s: only %zu of %zu windows tied: the case tests nothing", name, tied, windows);
+    ck_assert_msg(worst <= tol, "%s: max-pool backward does not conserve the gradient over tied maxima: sum(dx)/sum(dy) - 1 up to %.3e "
+                  "(%.4f on average): ties are routed to every tied position", name, worst, ratio_sum / (double)planes);
+    gpu_pool_free(&gp);
+    d_free_all();
+    gpu_ctx_free(&gc);
+    free(x), free(dy), free(dx);
+}
+
 START_TEST(test_pool) {
     for (int b16 = 0; b16 <= 1; b16++) {
         const gpu_precision p = b16 ? GPU_BF16 : GPU_FP32;
@@ -571,7 +671,26 @@ START_TEST(test_pool) {
         pool_case("avgpool 4x4", p, 0, 2, 8, 4, 4);
         pool_case("avgpool 1x1", p, 0, 3, 5, 1, 1);
         pool_case("avgpool 9x9", p, 0, 2, 64, 9, 9); /* planes of more than 32 values */
+        pool_ties_case("maxpool ties", p, 2, 8, 12, 12, 3, 2, 1); /* ResNet's stem pooling */
+        pool_ties_case("maxpool ties 2x2", p, 2, 8, 12, 12, 2, 2, 0);
     }
+}
+END_TEST
+
+/* The bf16 fallback (cuDNN refusing bf16 BN / max pooling), forced with DSGD_BF16_FALLBACK=all:
+ * those layers take fp32 tensors, which the cases above then hand them (fp32 copies of the
+ * bf16-rounded inputs, outputs rounded to bf16 as model.cu's casts do), with the same
+ * tolerances. Last in the suite (the variable stays set if a case fails). */
+START_TEST(test_bf16_fallback) {
+    setenv("DSGD_BF16_FALLBACK", "all", 1);
+    expect_io32 = 1;
+    bn_case("bn", GPU_BF16, 0, 8, 16, 6, 6);
+    bn_case("bn+relu stem", GPU_BF16, 1, 2, 8, 16, 16);
+    pool_case("maxpool 12x12", GPU_BF16, 1, 2, 8, 12, 12);
+    pool_case("maxpool 56x56", GPU_BF16, 1, 2, 4, 56, 56);
+    pool_ties_case("maxpool ties", GPU_BF16, 2, 8, 12, 12, 3, 2, 1);
+    expect_io32 = -1;
+    unsetenv("DSGD_BF16_FALLBACK");
 }
 END_TEST
 
@@ -863,6 +982,7 @@ int main(void) {
     tcase_add_test(tc, test_casts);
     tcase_add_test(tc, test_bn_bf16);
     tcase_add_test(tc, test_conv_bf16);
+    tcase_add_test(tc, test_bf16_fallback);
     suite_add_tcase(s, tc);
     return run_suite_nofork(s);
 }

@@ -461,7 +461,29 @@ void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout
 typedef struct {
     pool_layer cl;
     const void *x_fwd, *y_fwd;
+    int k, stride, pad;
 } mock_pool;
+
+/* MOCK_POOL_TIES=every: max-pool backward sends a window's gradient to every position that ties
+ * for its maximum (what cuDNN might do; test_gpu_ops's pool_ties_case must then fail). */
+static void pool_backward_every_tie(const gpu_pool_layer *l, const mock_pool *m, float *dx, const float *dy, const float *x) {
+    const size_t hw = (size_t)l->ih * l->iw, ohw = (size_t)l->oh * l->ow;
+    memset(dx, 0, (size_t)l->n * l->c * hw * sizeof(float));
+    for (size_t p = 0; p < (size_t)l->n * l->c; p++)
+        for (int oy = 0; oy < l->oh; oy++)
+            for (int ox = 0; ox < l->ow; ox++) {
+                float mx = -INFINITY;
+                for (int pass = 0; pass < 2; pass++)
+                    for (int ky = 0; ky < m->k; ky++)
+                        for (int kx = 0; kx < m->k; kx++) {
+                            const int iy = oy * m->stride - m->pad + ky, ix = ox * m->stride - m->pad + kx;
+                            if (iy < 0 || iy >= l->ih || ix < 0 || ix >= l->iw) continue;
+                            const size_t i = p * hw + (size_t)iy * l->iw + ix;
+                            if (pass == 0 && x[i] > mx) mx = x[i];
+                            if (pass == 1 && x[i] == mx) dx[i] += dy[p * ohw + (size_t)oy * l->ow + ox];
+                        }
+            }
+}
 
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
                   int stride, int pad, gpu_mode mode, char *err, size_t errlen) {
@@ -475,6 +497,7 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
     if (!max) return 0;
     l->io32 = mock_io32(c, "pool");
     mock_pool *m = calloc(1, sizeof *m);
+    m->k = k, m->stride = stride, m->pad = pad;
     dnnl_memory_desc_t md = nn_md4(n, ch, ih, iw, dnnl_nchw);
     if (pool_init(&m->cl, cpu(), name, md, 1, k, stride, pad, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
         return free(m), -1;
@@ -519,7 +542,13 @@ void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c0, void *dinp, const void *d
         mock_pool *m = tab_get(l);
         if (inp != m->x_fwd || out != m->y_fwd) DIE("mock: %s backward without its forward's input and output", l->what);
         float *dy = act_in(c, dout, ny), *dx = act_scratch(c, dinp, nx);
-        pool_backward(&m->cl, cpu(), dx, dy);
+        const char *ties = getenv("MOCK_POOL_TIES");
+        if (ties && strcmp(ties, "every") == 0) {
+            float *x = act_in(c, inp, nx);
+            pool_backward_every_tie(l, m, dx, dy, x);
+            act_done(c, x);
+        } else
+            pool_backward(&m->cl, cpu(), dx, dy);
         act_out(c, dinp, dx, nx);
         act_done(c, dy);
         return;
