@@ -18,12 +18,14 @@
  * Tolerances (relative L2 error ‖gpu − cpu‖ / max(‖cpu‖, 1e-3 √n), the floor so that a tensor of
  * near-zero values is held to an absolute 1e-3 scale): GPU_FP32 is IEEE fp32 (cuda/gpu.h), so
  * only the summation order differs from oneDNN's: loss 1e-5 (relative), logits 1e-4, gradients
- * 1e-3 overall and 5e-3 per tensor, BN running statistics 1e-5 after one step; after six SGD steps
+ * 5e-3 overall and 1.5e-2 per tensor, BN running statistics 1e-5 after one step; after six SGD steps
  * (α = 0.005, Nesterov µ = 0.9, λ = 1e-4) losses, parameters and BN statistics 1e-2: the two
  * trajectories drift apart as training amplifies rounding differences (measured over the CPU
  * stand-ins of test/gpu/mock, plain-layout oneDNN against model.c's blocked one, CIFAR stem,
- * width 16: gradients 4.1e-4 overall and 8.8e-4 for the worst tensor after one step, a BN bias
- * gradient summing 1568 values that nearly cancel; after six steps losses 1.1e-3, parameters
+ * width 16: gradients 4.1e-4 overall and 8.8e-4 for the worst tensor after one step on an AVX-512
+ * machine, 3.1e-3 and 7.5e-3 (layer2.0.bn1.bias) on an AVX2-only one, whose oneDNN kernels sum in
+ * yet another order — a BN bias gradient sums 1568 values that nearly cancel, and BN's backward
+ * amplifies what differs; hence 5e-3 overall and 1.5e-2 per tensor; after six steps losses 1.1e-3, parameters
  * 1.0e-3, BN statistics 3.5e-3 apart; the ImageNet-stem case stays within 1e-5); host sync against
  * device mode, both on the GPU, 1e-5 (gradients 1e-4: cuDNN's backward-filter algorithms may sum
  * in a different order on every call).
@@ -48,11 +50,12 @@
 
 #define TOL_LOSS 1e-5
 #define TOL_LOGITS 1e-4
-#define TOL_GRAD 1e-3
-#define TOL_GRAD_TENSOR 5e-3
+#define TOL_GRAD 5e-3
+#define TOL_GRAD_TENSOR 1.5e-2
 #define TOL_BN 1e-5
 #define TOL_TRAINED 1e-2
 #define TOL_MODES 1e-5
+#define TOL_MODES_GRAD 1e-3 /* host sync against device mode, both on the GPU: the tolerance this check always had */
 #define MORE_STEPS 5
 
 static const float ALPHA = 0.005f, MU = 0.9f, LAMBDA = 1e-4f;
@@ -281,9 +284,9 @@ START_TEST(test_modes) {
     model_download(d, MODEL_PARAMS | MODEL_GRADS | MODEL_BN);
     const double ep = rel_err(model_params(d), model_params(h), n), eg = rel_err(model_grads(d), model_grads(h), n);
     const double eb = rel_err(model_bn(d), model_bn(h), nbn);
-    ck_assert_msg(ep <= TOL_MODES && eg <= TOL_GRAD && eb <= TOL_MODES,
+    ck_assert_msg(ep <= TOL_MODES && eg <= TOL_MODES_GRAD && eb <= TOL_MODES,
                   "%s: after %d steps, device mode against host sync: params %.3g, grads %.3g, bn %.3g (tol %g; grads %g)",
-                  k->name, steps, ep, eg, eb, TOL_MODES, TOL_GRAD);
+                  k->name, steps, ep, eg, eb, TOL_MODES, TOL_MODES_GRAD);
     const int same = !memcmp(model_params(d), model_params(h), n * sizeof(float));
     printf("%s: host sync vs device mode after %d steps: params %.2g%s, grads %.2g, bn %.2g\n", k->name, steps, ep,
            same ? " (bitwise equal)" : "", eg, eb);
