@@ -1,6 +1,7 @@
 #!/bin/sh
-# run.sh — the batch-job workflow on a real Slurm: a one-node Slurm cluster on localhost, started
-# in a private temporary directory, gets real sbatch submissions of jobs/slurm/dsgd.sbatch, from
+# run.sh — the batch-job workflow on a real Slurm: a multi-node Slurm cluster on localhost (one
+# slurmd per node, the machine's cores split between the nodes), started in a private temporary
+# directory, gets real sbatch submissions of jobs/slurm/dsgd.sbatch, from
 # tools/sweep.py and by hand; the jobs' states, run files and output files are checked, and
 # tools/plot_runs.py plots the runs. (test/test_tools.sh tests the same scripts without a
 # scheduler, with SLURM_* set by hand.)
@@ -10,19 +11,25 @@
 #
 # 1. Debian's slurm-wlm and munge are installed if missing (apt-get, as root; otherwise the exact
 #    command is printed and the test fails).
-# 2. munged, slurmctld and slurmd run as root, in the foreground (-F / -D) as background
-#    processes of this script, with everything in $TMPDIR/dsgd-slurm.XXXXXX: slurm.conf (through
-#    SLURM_CONF), munge key and socket, state, spool, logs, and free TCP ports. No file under
-#    /etc, /run or /var is written. One node, "localhost" (127.0.0.1), declared with at
-#    least 8 CPUs whatever the machine has (SlurmdParameters=config_overrides), so a 3-rank job
-#    fits on a 2-core machine.
+# 2. munged, slurmctld and DSGD_SLURM_NODES (default 5) slurmd run as root, in the foreground
+#    (-F / -D) as background processes of this script, with everything in
+#    $TMPDIR/dsgd-slurm.XXXXXX: slurm.conf and cgroup.conf (through SLURM_CONF), munge key and
+#    socket, state, spool, logs, and free TCP ports. No file under /etc, /run or /var is written;
+#    the only thing outside it is each node's cgroup (slurm_<node>/ in the cgroup v1 hierarchies),
+#    removed at exit. The nodes c<port>n1 ... (all 127.0.0.1, a slurmd each: `slurmd -N`, Debian's
+#    Slurm has multiple-slurmd) get one core each, really: task/cgroup (a cpuset per job) plus
+#    task/affinity, and core specialization (CpuSpecList) reserving every other core, so node i's
+#    jobs run on core (i-1) mod cores — with 2 cores, odd nodes on core 0, even nodes on core 1.
+#    Without a usable cgroup v1 cpuset (or DSGD_SLURM_CGROUP=0) the nodes are 1-CPU slots and
+#    nothing is bound; a NOT ENFORCED line says so. Jobs ask for one rank per node, as on a CPU
+#    cluster; a 5-rank job (EASGD at p = 4) has 5 nodes. Jobs run as root (the test is root).
 # 3. tools/sweep.py submits methods allreduce and ps at p = 2, m = 64 (linear model, 300
 #    iterations) from a scratch copy of the submission directory (nothing is written into the
 #    repository); every job must end COMPLETED with exit code 0:0 and leave dsgd-<id>.out and
 #    runs/<stem>.<id>.h5 with status "completed" and a last /eval row at step 300; plot_runs.py
 #    must draw them and list both in its table.
 #    3b. the same with --array: allreduce and gossip_pull (2 ranks each) as one job array.
-# 4. dsgd.sbatch submitted by hand on 3 tasks with method ps and an experiment saying p = 1:
+# 4. dsgd.sbatch submitted by hand on 3 nodes with method ps and an experiment saying p = 1:
 #    p = 3 − 1 server = 2 in the run file (dsgd-run --p-from-world).
 # 5. Requeue: a job with checkpoint.every = 100 (3000 iterations, slowed by an injected delay) is
 #    requeued with `scontrol requeue` once its first checkpoint exists; the requeued job (same job
@@ -31,8 +38,10 @@
 #    iterations up to 3000 (no duplicates, no gaps), time_s never going back; plot_runs.py draws it.
 #
 # MPI inside the jobs: the job script's default DSGD_LAUNCH="mpiexec -n $SLURM_NTASKS". Debian's
-# MPICH (Hydra) sees the allocation and starts its proxy with `srun -N 1 -n 1 hydra_pmi_proxy`,
-# which works with MpiDefault=none; no HYDRA_* setting is needed.
+# MPICH (Hydra) sees the allocation and starts a proxy on every node with
+# `srun -N <nodes> -n <nodes> hydra_pmi_proxy`, which works with MpiDefault=none; no HYDRA_*
+# setting is needed. Each proxy, and the ranks it starts, run in their node's cpuset. All nodes
+# have the machine's host name, so MPICH connects the ranks through shared memory.
 #
 # 6. (--fig1-small OUTDIR only, instead of 3-5) a small Figure 1 through the commands of
 #    docs/reproduce.md: Fashion-MNIST as a --pack of JPEGs (tools/idx_to_tree.py, 12,000 train and
@@ -136,7 +145,7 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/dsgd-slurm.XXXXXX") || { echo "FAIL: mktemp -d"; 
 # Our daemons and jobs carry MARK in their environment (this shell does not): teardown finds every
 # process of the test cluster by it, and only those.
 MARK="DSGD_SLURM_TEST_CLUSTER=$T"
-pid_munged='' pid_ctld='' pid_slurmd='' pid_watch=''
+pid_munged='' pid_ctld='' pid_slurmd='' pid_watch='' PFX=''
 
 # The pids of live processes with MARK in their environment.
 marked() {
@@ -160,6 +169,17 @@ wait_gone() {
         _n=$((_n + 1))
     done
     return 1
+}
+# Remove the cgroups the test cluster's slurmds left (slurm_<node>/... in each v1 hierarchy; Slurm
+# removes a job's on its end but keeps slurm_<node> and its system cgroup). Fails quietly where a
+# process still holds one.
+rm_cgroups() {
+    [ -n "$PFX" ] || PFX=$(cat "$T/run/node-prefix" 2>/dev/null)   # (the watchdog learns it late)
+    [ -n "$PFX" ] || return 0
+    for _d in /sys/fs/cgroup/*/slurm_"$PFX"[0-9]*; do
+        [ -d "$_d" ] && find "$_d" -depth -type d -exec rmdir {} \; 2>/dev/null
+    done
+    return 0
 }
 # TERM, then KILL, every process with MARK; prints their pids
 reap_marked() {
@@ -186,14 +206,22 @@ cleanup() {
             while [ $n -lt 30 ] && [ -n "$(timeout 10 squeue -h -o %i 2>/dev/null)" ]; do sleep 0.5; n=$((n + 1)); done
         fi
     fi
-    # slurmd first (it stops with its steps), then slurmctld, then munged
-    for p in "$pid_slurmd" "$pid_ctld" "$pid_munged"; do
+    # the slurmds first (they stop with their steps), then slurmctld, then munged
+    # shellcheck disable=SC2086
+    [ -n "${pid_slurmd# }" ] && kill -TERM $pid_slurmd 2>/dev/null && { wait_gone "$pid_slurmd" 15 || kill -KILL $pid_slurmd 2>/dev/null; }
+    for p in "$pid_ctld" "$pid_munged"; do
         alive "$p" && kill -TERM "$p" 2>/dev/null && { wait_gone "$p" 15 || kill -KILL "$p" 2>/dev/null; }
     done
     # anything else of ours: slurmstepd, job scripts, mpiexec, hydra proxies, dsgd-run ranks
     left=$(reap_marked)
     [ -n "$left" ] && info "stopped leftover processes of the test cluster: $left"
+    # shellcheck disable=SC2086
     wait $pid_munged $pid_ctld $pid_slurmd 2>/dev/null
+    rm_cgroups
+    if [ -n "$PFX" ] && ls -d /sys/fs/cgroup/*/slurm_"$PFX"[0-9]* >/dev/null 2>&1; then
+        echo "FAIL: cgroups of the test cluster left: $(ls -d /sys/fs/cgroup/*/slurm_"$PFX"[0-9]* | tr '\n' ' ')"
+        rc=1
+    fi
     left=$(marked | tr '\n' ' ')
     if [ -n "$left" ]; then
         echo "FAIL: processes of the test cluster still running after teardown: $left"
@@ -221,6 +249,7 @@ trap 'exit 1' PIPE
     trap 'kill $! 2>/dev/null; exit 0' TERM   # the teardown ends it, and its sleep
     while kill -0 $$ 2>/dev/null; do sleep 1 & wait $!; done
     reap_marked >/dev/null
+    rm_cgroups
     [ "$KEEP" = 1 ] || rm -rf "$T"
 ) </dev/null >/dev/null 2>&1 &
 pid_watch=$!
@@ -248,63 +277,120 @@ until munge -n -S "$SOCK" 2>/dev/null | unmunge -S "$SOCK" >/dev/null 2>&1; do
 done
 ok "munged (pid $pid_munged) on $SOCK: a credential encodes and decodes"
 
-# two free TCP ports (another Slurm on this machine keeps its 6817/6818)
+# NNODES slurmd "nodes" on localhost, each its own slurmd (slurmd -N NAME: Debian's Slurm is built
+# with multiple-slurmd), its own port, spool and log. Their names carry the controller's port so
+# that two test clusters on one machine never share a cgroup (Slurm's are slurm_<node name>/...).
+NNODES=${DSGD_SLURM_NODES:-5}
+case "$NNODES" in ''|*[!0-9]*) fatal "DSGD_SLURM_NODES='$NNODES': expected a number of nodes (3..16)" ;; esac
+[ "$NNODES" -ge 3 ] && [ "$NNODES" -le 16 ] || fatal "DSGD_SLURM_NODES=$NNODES: expected 3..16"
+# free TCP ports: the controller's and one per slurmd (another Slurm here keeps its 6817/6818)
 ports=$($PY -c '
-import socket
-ss = [socket.socket() for _ in range(2)]
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]) + 1)]
 for s in ss: s.bind(("", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))') || fatal "cannot find free TCP ports"
-CTLD_PORT=${ports% *}
-SLURMD_PORT=${ports#* }
-NCPU=$(nproc)
-[ "$NCPU" -lt 8 ] && NCPU=8
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$NNODES") || fatal "cannot find free TCP ports"
+CTLD_PORT=${ports%% *}
+NODE_PORTS=${ports#* }
+PFX=c${CTLD_PORT}n
+echo "$PFX" >"$T/run/node-prefix"
+NODES="${PFX}[1-$NNODES]"
+NODE_NAMES=$(i=1; while [ $i -le "$NNODES" ]; do printf '%s%s ' "$PFX" $i; i=$((i + 1)); done)
+NCORE=$(nproc)
+# Cores are split between the nodes with cgroups (cgroup v1 cpuset, Slurm's task/cgroup) and
+# core specialization: node i has the machine's NCORE cores, all but core (i-1) mod NCORE reserved
+# for the system (CpuSpecList), so its jobs get exactly that core, in a cpuset they cannot leave,
+# and task/affinity binds each task to it; slurmd itself is confined to the reserved cores. With
+# 2 cores: odd nodes' jobs run on core 0, even nodes' on core 1. Without a writable cgroup v1
+# cpuset hierarchy (cgroup v2 needs systemd in Slurm 22.05; a container may mount none), or with
+# DSGD_SLURM_CGROUP=0, each node declares 1 CPU and nothing is bound (said below).
+CGROUP=${DSGD_SLURM_CGROUP:-1}
+CG_ROOT=/sys/fs/cgroup
+if [ "$CGROUP" = 1 ]; then
+    if [ ! -f "$CG_ROOT/cpuset/cpuset.cpus" ] || [ ! -d "$CG_ROOT/freezer" ]; then
+        CGROUP=0 CG_WHY="no cgroup v1 cpuset and freezer hierarchies under $CG_ROOT"
+    elif ! mkdir "$CG_ROOT/cpuset/dsgd-probe.$$" 2>/dev/null; then
+        CGROUP=0 CG_WHY="cannot create a cgroup under $CG_ROOT/cpuset"
+    else
+        rmdir "$CG_ROOT/cpuset/dsgd-probe.$$"
+    fi
+else
+    CG_WHY="DSGD_SLURM_CGROUP=$CGROUP"
+fi
 export SLURM_CONF="$T/etc/slurm.conf"
 : >"$T/etc/plugstack.conf"
+if [ "$CGROUP" = 1 ]; then
+    PLUGINS="ProctrackType=proctrack/cgroup
+TaskPlugin=task/cgroup,task/affinity"
+    cat >"$T/etc/cgroup.conf" <<EOF
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=$CG_ROOT
+ConstrainCores=yes
+ConstrainRAMSpace=no
+ConstrainDevices=no
+EOF
+else
+    PLUGINS="ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none"
+fi
 cat >"$SLURM_CONF" <<EOF
-# one-node test cluster of test/slurm/run.sh (removed at exit)
+# $NNODES-node test cluster of test/slurm/run.sh on localhost (removed at exit)
 ClusterName=dsgdtest
 SlurmctldHost=localhost(127.0.0.1)
 SlurmctldPort=$CTLD_PORT
-SlurmdPort=$SLURMD_PORT
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$SOCK
+# cred_expire: also how long a requeued job waits before it may start again (default 120 s)
+AuthInfo=socket=$SOCK,cred_expire=30
 StateSaveLocation=$T/state
-SlurmdSpoolDir=$T/spool
+SlurmdSpoolDir=$T/spool/%n
 SlurmctldPidFile=$T/run/slurmctld.pid
-SlurmdPidFile=$T/run/slurmd.pid
+SlurmdPidFile=$T/run/slurmd-%n.pid
 SlurmctldLogFile=$T/log/slurmctld.log
-SlurmdLogFile=$T/log/slurmd.log
+SlurmdLogFile=$T/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
 PlugStackConfig=$T/etc/plugstack.conf
 MailProg=/bin/true
-# no cgroups, no binding, no accounting: what a container allows
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+$PLUGINS
 JobAcctGatherType=jobacct_gather/none
+# no slurmdbd: finished jobs are recorded by jobcomp/filetxt, which sacct -c reads
 AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$T/log/jobcomp.txt
 SwitchType=switch/none
 MpiDefault=none
 SchedulerType=sched/builtin
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-# the node declares more CPUs than the machine may have; keep it in service anyway
 SlurmdParameters=config_overrides
 ReturnToService=2
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout=60
 MessageTimeout=10
 InactiveLimit=0
-KillWait=5
+# time limits as a site has them, only shorter: SIGTERM at the limit (no grace: OverTimeLimit=0),
+# SIGKILL KillWait s later
+KillWait=15
+OverTimeLimit=0
 Waittime=0
 MinJobAge=600
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$NCPU Sockets=1 CoresPerSocket=$NCPU ThreadsPerCore=1 State=UNKNOWN
-PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+PartitionName=test Nodes=$NODES Default=YES MaxTime=INFINITE State=UP
 EOF
+i=1
+for port in $NODE_PORTS; do
+    node=$PFX$i
+    core=$(((i - 1) % NCORE))
+    if [ "$CGROUP" = 1 ] && [ "$NCORE" -gt 1 ]; then
+        spec=$(c=0; while [ $c -lt "$NCORE" ]; do [ $c -ne $core ] && printf '%s,' $c; c=$((c + 1)); done)
+        echo "NodeName=$node NodeAddr=127.0.0.1 Port=$port CPUs=$NCORE Sockets=1 CoresPerSocket=$NCORE ThreadsPerCore=1 CpuSpecList=${spec%,} State=UNKNOWN"
+    else
+        echo "NodeName=$node NodeAddr=127.0.0.1 Port=$port CPUs=1 Sockets=1 CoresPerSocket=1 ThreadsPerCore=1 State=UNKNOWN"
+    fi
+    mkdir -p "$T/spool/$node"
+    i=$((i + 1))
+done >>"$SLURM_CONF"
 
 env "$MARK" slurmctld -D -f "$SLURM_CONF" >"$T/log/slurmctld.out" 2>&1 &
 pid_ctld=$!
@@ -316,18 +402,42 @@ until timeout 10 scontrol ping 2>/dev/null | grep -q "is UP"; do
     n=$((n + 1))
 done
 ok "slurmctld (pid $pid_ctld) up on port $CTLD_PORT"
-env "$MARK" slurmd -D -N localhost -f "$SLURM_CONF" >"$T/log/slurmd.out" 2>&1 &
-pid_slurmd=$!
+for node in $NODE_NAMES; do
+    env "$MARK" slurmd -D -N "$node" -f "$SLURM_CONF" >"$T/log/slurmd-$node.out" 2>&1 &
+    pid_slurmd="$pid_slurmd $!"
+done
 n=0
 while :; do
-    st=$(timeout 10 sinfo -h -n localhost -o %T 2>/dev/null)
-    [ "$st" = idle ] && break
-    alive "$pid_slurmd" || fatal "Slurm cannot run here: slurmd exited at start: $(last_words "$T/log/slurmd.out")"
-    [ $n -ge 120 ] && fatal "Slurm cannot run here: node localhost not idle after 60 s (sinfo says '${st:-nothing}'; $(timeout 10 scontrol show node localhost 2>/dev/null | grep -o 'Reason=.*'))"
+    idle=$(timeout 10 sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | grep -c .)
+    [ "$idle" = "$NNODES" ] && break
+    for p in $pid_slurmd; do
+        alive "$p" || fatal "Slurm cannot run here: a slurmd (pid $p) exited at start: $(for f in "$T"/log/slurmd-*.out; do last_words "$f"; done)"
+    done
+    [ $n -ge 120 ] && fatal "Slurm cannot run here: $idle of $NNODES nodes idle after 60 s (sinfo: $(timeout 10 sinfo -h -N -o '%N %T' 2>/dev/null | tr '\n' ' '); $(timeout 10 scontrol show node 2>/dev/null | grep -o 'Reason=.*' | head -n 1))"
     sleep 0.5
     n=$((n + 1))
 done
-ok "slurmd (pid $pid_slurmd) up: sinfo shows node localhost idle, $NCPU CPUs declared ($(nproc) here)"
+ok "$NNODES slurmd (pids$pid_slurmd) up: sinfo shows nodes $NODES idle ($NCORE cores here)"
+# What is really split: each node's job cpuset, read back from a one-task step on every node.
+if [ "$CGROUP" = 1 ]; then
+    timeout 60 srun -N "$NNODES" -n "$NNODES" --time=1 sh -c 'echo "$SLURMD_NODENAME $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status) $(cat '"$CG_ROOT"'/cpuset$(sed -n "s/^[0-9]*:cpuset://p" /proc/self/cgroup)/cpuset.cpus)"' \
+        2>"$T/log/srun-cores.log" | sort >"$T/node-cores"
+    bad_nodes=
+    i=1
+    for node in $NODE_NAMES; do
+        want=$(((i - 1) % NCORE))
+        grep -qx "$node $want $want" "$T/node-cores" || bad_nodes="$bad_nodes $node"
+        i=$((i + 1))
+    done
+    if [ -z "$bad_nodes" ]; then
+        ok "cores split by cgroup cpusets and task/affinity: $(awk '{printf "%s%s core %s", s, $1, $3; s=", "}' "$T/node-cores")"
+    else
+        bad "node cpusets (node, affinity mask, cgroup cpuset.cpus) not the expected core for$bad_nodes: $(tr '\n' ';' <"$T/node-cores") $(tail -n 2 "$T/log/srun-cores.log" | tr '\n' ' ')"
+    fi
+else
+    echo "   NOT ENFORCED: the nodes' cores are not split ($CG_WHY): ProctrackType=proctrack/linuxproc, TaskPlugin=task/none, every task may run on every core"
+fi
+[ "$(id -u)" -eq 0 ] && info "jobs run as root here (the test cluster's slurmd runs as root and the test submits as root)"
 
 # The submission directory: a scratch copy of what jobs need (nothing is written to the repository).
 W=$T/work
@@ -413,9 +523,9 @@ if [ "$MODE" = check ]; then
 # 3. a sweep, submitted for real: allreduce (2 ranks) and ps (2 workers + 1 server), p = 2, m = 64
 # ---------------------------------------------------------------------------------------------
 section "tools/sweep.py, submitted with sbatch"
-# --ranks-per-node 3: both points on the one node (2 and 3 tasks); --time: a bound on each job.
+# --ranks-per-node 1 (a CPU cluster): allreduce on 2 nodes, ps on 3; --time: a bound on each job.
 (cd "$W" && env "$MARK" timeout 120 $PY "$REPO/tools/sweep.py" configs/linear.cfg --vary method=allreduce,ps --vary p=2 \
-    --m 64 --set iterations=300 --set eval.every=100 --name slurmtest --ranks-per-node 3 --job-args=--time=5) \
+    --m 64 --set iterations=300 --set eval.every=100 --name slurmtest --ranks-per-node 1 --job-args=--time=5) \
     >"$T/log/sweep.log" 2>&1
 rc=$?
 sed 's/^/   | /' "$T/log/sweep.log"
@@ -472,7 +582,7 @@ done <"$T/pairs"
 # ---------------------------------------------------------------------------------------------
 section "tools/sweep.py --array, submitted with sbatch"
 (cd "$W" && env "$MARK" timeout 120 $PY "$REPO/tools/sweep.py" configs/linear.cfg --vary method=allreduce,gossip_pull --vary p=2 \
-    --m 64 --set iterations=300 --set eval.every=100 --name slurmarray --array --ranks-per-node 2 --job-args=--time=5) \
+    --m 64 --set iterations=300 --set eval.every=100 --name slurmarray --array --ranks-per-node 1 --job-args=--time=5) \
     >"$T/log/sweep-array.log" 2>&1
 rc=$?
 sed 's/^/   | /' "$T/log/sweep-array.log"
@@ -504,10 +614,9 @@ fi
 # 4. dsgd.sbatch by hand: p from the allocation (3 tasks, ps with 1 server: p = 2)
 # ---------------------------------------------------------------------------------------------
 section "sbatch jobs/slurm/dsgd.sbatch by hand, p from the allocation"
-# --ntasks-per-node=3, not just --ntasks=3: the script's #SBATCH --ntasks-per-node=1 would cap a
-# one-node job at one task ("Requested node configuration is not available"). The experiment says
-# p = 1 (linear.cfg: 2); the allocation must decide: 3 ranks - 1 server = 2 workers, m = 2 * 32.
-j=$(cd "$W" && env "$MARK" timeout 30 sbatch --parsable --nodes=1 --ntasks-per-node=3 --time=5 \
+# 3 nodes, the script's one rank per node. The experiment says p = 1 (linear.cfg: 2); the
+# allocation must decide: 3 ranks - 1 server = 2 workers, m = 2 * 32.
+j=$(cd "$W" && env "$MARK" timeout 30 sbatch --parsable --nodes=3 --time=5 \
     jobs/slurm/dsgd.sbatch configs/linear.cfg --set method=ps --set p=1 --set iterations=300 --set eval.every=100 \
     2>"$T/log/sbatch.log")
 rc=$?
@@ -515,7 +624,7 @@ j=${j%%;*}
 if [ $rc -ne 0 ] || [ -z "$j" ]; then
     bad "sbatch dsgd.sbatch: exit status $rc: $(cat "$T/log/sbatch.log")"
 else
-    ok "submitted job $j (1 node, 3 tasks)"
+    ok "submitted job $j (3 nodes, a task on each)"
     wait_jobs "$j" || bad "job $j not ended within $JOB_TIMEOUT s"
     check_job "$j" "runs/linear.$j.h5" 300 p=2 m=64 method=ps
     grep -q "3 rank(s)" "$W/dsgd-$j.out" 2>/dev/null && ok "job $j: the job script saw 3 ranks (SLURM_NTASKS)" \
@@ -524,7 +633,7 @@ fi
 
 # A bad experiment: dsgd-run's exit status 2 must reach Slurm (FAILED, 2:0) with its message in
 # the job's output; this also shows the checks above can fail.
-j=$(cd "$W" && env "$MARK" timeout 30 sbatch --parsable --nodes=1 --ntasks-per-node=2 --time=5 \
+j=$(cd "$W" && env "$MARK" timeout 30 sbatch --parsable --nodes=2 --time=5 \
     jobs/slurm/dsgd.sbatch configs/linear.cfg --set alpha.bse=1 2>"$T/log/sbatch-bad.log")
 rc=$?
 j=${j%%;*}
@@ -546,7 +655,7 @@ fi
 section "scontrol requeue of a running job: it resumes from its checkpoint"
 # 3000 iterations with a 2 ms delay per step on worker 0: about 8 s here, long enough to be
 # requeued after its first checkpoint (every 100 iterations); log and evaluate every 100.
-j=$(cd "$W" && env "$MARK" timeout 30 sbatch --parsable --nodes=1 --ntasks-per-node=2 --time=5 \
+j=$(cd "$W" && env "$MARK" timeout 30 sbatch --parsable --nodes=2 --time=5 \
     jobs/slurm/dsgd.sbatch configs/linear.cfg --set iterations=3000 --set log_every=100 --set eval.every=500 \
     --set checkpoint.every=100 --set inject.slow_ranks=[0] --set inject.delay_ms=2.0 2>"$T/log/sbatch-rq.log")
 rc=$?
@@ -619,12 +728,12 @@ section "small Figure 1: tools/paper.py fig1 --p 2,4 --m 64, submitted with sbat
 # The paper's files with what a 2-core machine affords instead of ResNet-18 on ImageNet: a linear
 # model (ResNet-18 costs seconds per step here), 28-pixel crops of S in [28, 32], 1500 iterations
 # with alpha x0.1 at 500 and 1000 (the paper's 150k / 300k of our 450k, scaled), alpha_0 = 0.01
-# (0.1 diverges on the linear model). Every job on the one node (--ranks-per-node 8, the node's
-# declared CPUs); --exclusive: one job at a time, so wall clocks compare.
+# (0.1 diverges on the linear model). One rank per node (--ranks-per-node 1) on exclusive nodes,
+# one job at a time (--dependency=singleton: the jobs share the name dsgd), so wall clocks compare.
 (cd "$W" && env "$MARK" timeout 300 $PY "$REPO/tools/paper.py" fig1 --p 2,4 --m 64 --data-dir "$T/fm-pack" \
     --set model.arch=linear --set data.crop=28 --set 'data.scale=[28,32]' --set data.eval_resize=28 --set data.classes=10 \
     --set iterations=1500 --set alpha.base=0.01 --set 'alpha.steps=[500,1000]' --set eval.every=50 --set log_every=20 \
-    --set checkpoint.every=0 --name fig1-small --ranks-per-node 8 --job-args='--time=10 --exclusive') >"$T/log/fig1.log" 2>&1
+    --set checkpoint.every=0 --name fig1-small --ranks-per-node 1 --job-args='--time=10 --exclusive --dependency=singleton') >"$T/log/fig1.log" 2>&1
 rc=$?
 sed 's/^/   | /' "$T/log/fig1.log"
 [ $rc -eq 0 ] || fatal "tools/paper.py fig1: exit status $rc"
@@ -662,11 +771,11 @@ section "small scaling sweep: tools/paper.py scaling --p 1,2,4, submitted with s
 mkdir -p "$W/configs/paper" && cp configs/paper/* "$W/configs/paper/" || fatal "cannot copy configs/paper"
 # What 2 cores afford instead of ResNet-18 at 224²: ResNet-18 width 16 on 3x32x32 synthetic inputs
 # with 10 classes, 30 steps of b = 16 per worker (weak scaling: m grows with p), evaluation only
-# at the end; one job at a time (--exclusive), so the img/s compare.
+# at the end; one rank per node, one job at a time (--dependency=singleton), so the img/s compare.
 (cd "$W" && env "$MARK" timeout 300 $PY "$REPO/tools/paper.py" scaling --p 1,2,4 --methods allreduce,easgd,gossip_pull,gossip_push \
     --set model.width=16 --set model.stem=cifar --set 'data.shape=[3,32,32]' --set data.classes=10 --set b=16 \
     --set iterations=30 --set 'alpha.steps=[10,20]' --set eval.every=30 --set eval.at_start=false --set log_every=10 --set checkpoint.every=0 --set threads=1 \
-    --name scaling-small --ranks-per-node 8 --job-args='--time=10 --exclusive') >"$T/log/scaling.log" 2>&1
+    --name scaling-small --ranks-per-node 1 --job-args='--time=10 --exclusive --dependency=singleton') >"$T/log/scaling.log" 2>&1
 rc=$?
 sed 's/^/   | /' "$T/log/scaling.log"
 [ $rc -eq 0 ] || fatal "tools/paper.py scaling: exit status $rc"
