@@ -95,20 +95,42 @@ if errs:
 sys.exit(1 if errs else 0)
 EOF
 
-# 4. tools/paper.py --dry-run: every figure's jobs, CPU and GPU, Slurm and PBS.
+# 4. tools/paper.py --dry-run: every figure's jobs, CPU and GPU, Slurm and PBS; the time limit
+#    (T1), chains (T2), whole nodes (L1, L2) and cores per GPU rank (L6, L7).
 out=$($PY tools/paper.py fig1 --dir "$dir/sw" --dry-run 2>&1)
-echo "$out" | grep -q -- "--nodes=9 --ntasks=9 .*fig1-easgd-p8.cfg" && echo "$out" | grep -q -- "--array=0-1 .*ranks16.list" \
-    && ok "paper.py fig1 --dry-run: EASGD at p = 8 on 9 nodes (a server), allreduce + gossip_push at p = 16 as one array" \
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "no time limit: give --time .*the longest point, fig1-allreduce-p8, needs about 18.4 h" && [ ! -e "$dir/sw/fig1" ] \
+    && echo "$out" | grep -q "fig1-easgd-p8: 9 rank(s), 450000 iterations of b = 32: about 18.4 h, 165 node-hours" \
+    && ok "paper.py fig1 without --time: refused (exit 2), naming the longest point's estimate (18.4 h; easgd p = 8: 165 node-hours)" \
+    || bad "paper.py fig1 without --time: exit $rc: $out"
+out=$($PY tools/paper.py fig1 --time 12:00:00 --dir "$dir/sw" --dry-run 2>&1)
+echo "$out" | grep -q -- "--nodes=9 --ntasks=9 --ntasks-per-node=1 --exclusive --mem=0 --time=12:00:00 .*fig1-easgd-p8.cfg" && echo "$out" | grep -q -- "--array=0-1 .*ranks16.list" \
+    && ok "paper.py fig1 --time 12:00:00: EASGD at p = 8 on 9 whole nodes (a server), allreduce + gossip_push at p = 16 as one array" \
     || bad "paper.py fig1 --dry-run: $out"
 n=$(ls "$dir/sw/fig1"/*.cfg 2>/dev/null | wc -l)
 [ "$n" = 6 ] && grep -q '^b = 16;' "$dir/sw/fig1/fig1-gossip_push-p16.cfg" && ok "fig1: 6 points written, gossip_push p16 with b = 16" || bad "fig1: $n points"
-out=$($PY tools/paper.py fig2 --gpu 4 --dir "$dir/sw" --dry-run 2>&1)
-echo "$out" | grep -q -- "--nodes=32 --ntasks=128 --ntasks-per-node=4 --gpus-per-node=4 --array=0-1 .*ranks128.list" \
-    && echo "$out" | grep -q -- "device=cuda" && ok "paper.py fig2 --gpu 4: p = 128 on 32 GPU nodes, device=cuda" || bad "paper.py fig2 --gpu 4: $out"
-out=$($PY tools/paper.py backup --scheduler pbs --dir "$dir/sw" --dry-run 2>&1)
-echo "$out" | grep -q "qsub -l select=19:ncpus=1:mpiprocs=1 .*backup-p18.cfg" && ok "paper.py backup --scheduler pbs: p = 18 + 1 server" || bad "paper.py backup pbs: $out"
+# 18.4 h × 1.25 / 12 h: chains of 2; --max-time 3-00:00:00 with 24-hour jobs: 3.
+$PY -c "import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if s['chain'] == 2 and s['time'] == '12:00:00' and len(s['jobs']) == 8 and s['jobs'][1]['link'] == 1 else 1)" "$dir/sw/fig1/sweep.json" \
+    && ok "paper.py fig1 --time 12:00:00: chains of 2 jobs (the 18.4 h estimate × 1.25), 4 jobs × 2 links in sweep.json" || bad "fig1 chain: $(echo "$out" | tail -n 3)"
+out=$($PY tools/paper.py fig1 --time 24:00:00 --max-time 3-00:00:00 --dir "$dir/sw" --dry-run 2>&1)
+echo "$out" | grep -q "4 × a chain of 3" && echo "$out" | grep -q -- "DSGD_RUN_ID=<link-0 id>' '--dependency=afterany:<link-1 id>' jobs/slurm/dsgd.sbatch .*fig1-easgd-p8.cfg" \
+    && ok "paper.py --max-time 3-00:00:00 --time 24:00:00: a chain of 3 per job, each link after the one before" || bad "paper.py --max-time: $out"
+out=$($PY tools/paper.py fig2 --gpu 4 --time 24:00:00 --dir "$dir/sw" --dry-run 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "give --cores-per-node N" && ok "paper.py --gpu without --cores-per-node: refused (L6)" || bad "paper.py --gpu without cores: $out"
+out=$($PY tools/paper.py fig2 --gpu 4 --cores-per-node 64 --time 24:00:00 --dir "$dir/sw" --dry-run 2>&1)
+echo "$out" | grep -q -- "--nodes=32 --ntasks=128 --ntasks-per-node=4 --gpus-per-node=4 --cpus-per-task=16 --time=24:00:00 .*--array=0-1 .*ranks128.list" \
+    && echo "$out" | grep -q -- "device=cuda" && ok "paper.py fig2 --gpu 4 --cores-per-node 64: p = 128 on 32 GPU nodes, 16 cores per GPU rank, device=cuda" || bad "paper.py fig2 --gpu 4: $out"
+out=$($PY tools/paper.py fig1 --gpu 4 --cores-per-node 64 --time 24:00:00 --dir "$dir/sw" --dry-run 2>&1)
+echo "$out" | grep -q -- "sbatch --parsable --ntasks=9 --gpus-per-task=1 --cpus-per-task=16 --time=24:00:00 .*fig1-easgd-p8.cfg" \
+    && ok "paper.py fig1 --gpu 4: EASGD p = 8 + server as 9 tasks of one GPU each, no --nodes (L7)" || bad "paper.py fig1 --gpu 4: $out"
+out=$($PY tools/paper.py backup --scheduler pbs --cores-per-node 32 --time 48:00:00 --dir "$dir/sw" --dry-run 2>&1)
+echo "$out" | grep -q "qsub -l select=19:ncpus=32:mpiprocs=1 -l place=scatter:excl -l walltime=48:00:00 .*backup-p18.cfg" \
+    && ok "paper.py backup --scheduler pbs: p = 18 + 1 server, whole 32-core nodes, scatter:excl, walltime" || bad "paper.py backup pbs: $out"
+out=$($PY tools/paper.py fig1 --scheduler pbs --gpu 4 --cores-per-node 64 --time 24:00:00 --dir "$dir/sw" --dry-run 2>&1)
+echo "$out" | grep -q "qsub -l select=9:ncpus=16:mpiprocs=1:ngpus=1 -l walltime=24:00:00 .*fig1-easgd-p8.cfg" \
+    && ok "paper.py fig1 --scheduler pbs --gpu 4: chunks of one GPU and 16 cores" || bad "paper.py pbs gpu: $out"
 out=$($PY tools/paper.py scaling --p 1,2 --dir "$dir/sw" --dry-run 2>&1)
-[ "$(ls "$dir/sw/scaling"/*.cfg | wc -l)" = 8 ] && ok "paper.py scaling --p 1,2: 4 methods x 2 node counts" || bad "paper.py scaling: $out"
+[ "$(ls "$dir/sw/scaling"/*.cfg | wc -l)" = 8 ] && ok "paper.py scaling --p 1,2: 4 methods x 2 node counts (no time limit needed)" || bad "paper.py scaling: $out"
 
 # 5. report.py on a sweep: two finished allreduce runs (a repeat: another seed), a gossip_pull run
 #    marked as stopped and a ps run whose status is removed (as a run still going, or killed, has

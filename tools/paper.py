@@ -2,7 +2,8 @@
 """paper.py — submit one of the papers' experiments whole, as Slurm (or PBS) job arrays, through
 tools/sweep.py: the points are the experiment files of configs/paper/ (docs/reproduce.md).
 
-    tools/paper.py fig1    [--gpu G] [--scheduler slurm|pbs] [--data-dir DIR] [--dry-run] ...
+    tools/paper.py fig1    --time T [--max-time TOTAL] [--gpu G --cores-per-node N] [--scheduler slurm|pbs]
+                           [--data-dir DIR] [--runs-dir DIR] [--dry-run] ...
     tools/paper.py fig2    ...      # Jin et al. Figure 2: pull gossip vs all-reduce, p = 32, 64, 128
     tools/paper.py backup  ...      # Chen et al.: N = 16 gradients per step + 0, 1, 2 backup workers
     tools/paper.py scaling [--methods allreduce,easgd,...] [--p 1,2,4,8,16] [--m 256] ...
@@ -22,9 +23,22 @@ tools/sweep.py: the points are the experiment files of configs/paper/ (docs/repr
   submission directory). `--set KEY=VALUE` (repeatable): more overrides for every point.
 - `--p LIST --m M`: the figure at other node counts (e.g. a small trial): one file per method
   (its smallest p) is the template, p takes the listed values and b = M/p.
+- Resources (tools/sweep.py): CPU points ask for whole nodes (Slurm --exclusive --mem=0, PBS
+  ncpus=<cores per node> with place=scatter:excl) or `--cpus-per-rank C`; `--gpu G` gives each
+  GPU rank `--cores-per-node N` / G cores for its JPEG decoder (N: required with --gpu, or
+  DSGD_CORES_PER_NODE in the job script's site block; PBS CPU points need it too).
+- Time: the paper's figures (fig1, fig2, backup) need `--time T` (each job's wall time; a time in
+  --job-args counts too): without it paper.py refuses, naming the longest point's estimated time
+  (`--dry-run` prints every point's). A point longer than T runs as a chain of K jobs, each
+  continuing the last: `--max-time TOTAL` (the most a point may take in all) gives K = TOTAL / T
+  rounded up; without it K comes from the longest point's estimate × 1.25 (tools/sweep.py --chain
+  auto). `--rank-img-s R`: your measured img/s per worker rank (tools/report.py on the scaling
+  sweep) instead of docs/reproduce.md's CPU figures. `--runs-dir DIR`: run files and checkpoints
+  on scratch (DSGD_RUNS_DIR).
 - `--name` (default: the figure), `--dir`, `--array`/no: one job array per world size (default
   on), `--job-args`, `--dsgd`, `--dry-run`: as tools/sweep.py, which this calls (and whose
-  sweeps/<name>/sweep.json tools/report.py reads).
+  sweeps/<name>/sweep.json tools/report.py reads). Unfinished points later: tools/sweep.py
+  --continue sweeps/<name>.
 
 Report: /usr/bin/python3 tools/report.py sweeps/fig1 --out plots/fig1
 """
@@ -36,6 +50,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import sweep  # noqa: E402  (time_seconds, site_default: the same rules as the submission)
 FIGURES = {"fig1": "fig1-*.cfg", "fig2": "fig2-*.cfg", "backup": "chen-*.cfg", "scaling": "scaling.cfg"}
 
 
@@ -75,6 +91,12 @@ def main():
     ap.add_argument("--no-array", action="store_true", help="one job per point instead of job arrays")
     ap.add_argument("--job-args", default="", metavar="'OPTIONS'", help="more sbatch / qsub options (write --job-args='...')")
     ap.add_argument("--dsgd", default="./dsgd-run")
+    ap.add_argument("--cores-per-node", type=int, default=None, metavar="N",
+                    help="cores per node (--gpu: N/G per GPU rank; PBS CPU chunks); default: the job script's DSGD_CORES_PER_NODE")
+    ap.add_argument("--time", metavar="T", help="wall time of each job (required for fig1, fig2, backup)")
+    ap.add_argument("--max-time", metavar="TOTAL", help="the most one point may take in all: a chain of TOTAL/T jobs")
+    ap.add_argument("--rank-img-s", type=float, default=0, metavar="R", help="measured img/s per worker rank (cost estimate)")
+    ap.add_argument("--runs-dir", metavar="DIR", help="where run files and checkpoints go (default: the job script's DSGD_RUNS_DIR)")
     ap.add_argument("--dry-run", action="store_true", help="write the sweep and print the jobs; submit nothing")
     a = ap.parse_args()
 
@@ -114,10 +136,23 @@ def main():
             cmd += ["--job-set", "device=cuda"]
         else:
             sets.insert(0, "device=cuda")
+        script = sweep.SCRIPTS[a.scheduler]
+        cores = a.cores_per_node if a.cores_per_node is not None else int(sweep.site_default(script, "DSGD_CORES_PER_NODE") or 0)
+        if not cores and not a.cpus_per_rank:
+            die(f"--gpu {a.gpu}: give --cores-per-node N (the nodes' cores: each GPU rank asks for N/{a.gpu} for its JPEG "
+                f"decoder; or set DSGD_CORES_PER_NODE in {script}'s site block), or --cpus-per-rank C")
+        if cores and cores < a.gpu:
+            die(f"--cores-per-node {cores}: fewer cores than --gpu {a.gpu}")
         if a.scheduler == "slurm":
             cmd += ["--ranks-per-node", str(a.gpu), "--gpus-per-node", str(a.gpu)]
-        else:
+            if not a.cpus_per_rank:
+                cmd += ["--cores-per-node", str(cores)]
+        else:  # one chunk per GPU rank: its cores are the node's share of one GPU
             cmd += ["--ranks-per-node", "1", "--gpus-per-node", "1"]
+            if not a.cpus_per_rank:
+                cmd += ["--cpus-per-rank", str(cores // a.gpu)]
+    elif a.cores_per_node is not None:
+        cmd += ["--cores-per-node", str(a.cores_per_node)]
     if a.ranks_per_node and a.gpu:
         die("--ranks-per-node is for CPU nodes; --gpu G puts G ranks on a node")
     if a.ranks_per_node:
@@ -126,6 +161,23 @@ def main():
         cmd += ["--cpus-per-rank", str(a.cpus_per_rank)]
     for s in sets:
         cmd += ["--set", s]
+    if a.time:
+        cmd += ["--time", a.time]
+        if a.max_time:
+            t, total = sweep.time_seconds(a.time, a.scheduler), sweep.time_seconds(a.max_time, a.scheduler)
+            if not t or total is None:
+                die(f"--time {a.time} / --max-time {a.max_time}: expected wall times such as 24:00:00 or 3-00:00:00")
+            cmd += ["--chain", str(max(1, -(-total // t)))]
+        else:
+            cmd += ["--chain", "auto"]
+    elif a.max_time:
+        die("--max-time goes with --time (each job's wall time; the chain is --max-time / --time jobs)")
+    if a.figure != "scaling":
+        cmd.append("--require-time")
+    if a.rank_img_s:
+        cmd += ["--rank-img-s", str(a.rank_img_s)]
+    if a.runs_dir:
+        cmd += ["--runs-dir", a.runs_dir]
     if a.job_args:
         cmd.append(f"--job-args={a.job_args}")
     if a.dry_run:
