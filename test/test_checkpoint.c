@@ -119,6 +119,9 @@ static void check_bitwise(const char *tag, const char *extra, int np, const char
     read_attr_string(h52, "status", status, sizeof status);
     ck_assert_str_eq(status, "completed");
     ck_assert_int_eq(read_attr_long(h52, "resumes"), 1);
+    char at[1024];
+    read_attr_string(h52, "resumed_at", at, sizeof at);
+    ck_assert_msg(strstr(at, "checkpoint ") && !strstr(at, "not bitwise"), "resumed_at '%s'", at); /* the same threads and ISA */
     assert_same(h5, h52, "/train/loss");
     assert_same(h5, h52, "/train/step");
     assert_same(h5, h52, "/train/alpha");
@@ -165,7 +168,7 @@ START_TEST(test_usr1_continues) {
     char cfg[512], h5[512], cfg2[512], h52[512], ck[600], out[1 << 15];
     write_cfg("u_ref", "p = 2;\n", cfg, h5);
     ck_assert_int_eq(run_env("", 2, cfg, NULL, out, sizeof out), 0);
-    write_cfg("u_sig", "p = 2;\n", cfg2, h52);
+    write_cfg("u_sig", "p = 2;\ncheckpoint = { keep_completed = true; };\n", cfg2, h52);
     int st = run_env("DSGD_TEST_SIGNAL=USR1@70", 2, cfg2, NULL, out, sizeof out);
     ck_assert_msg(st == 0, "exit %d\n%s", st, out);
     ck_assert_msg(strstr(out, "checkpoint: step 70 written"), "%s", out);
@@ -372,9 +375,9 @@ START_TEST(test_errors) {
     ck_assert_int_eq(run_env("DSGD_TEST_SIGNAL=TERM@30", 2, cfg, NULL, out, sizeof out), 3);
     st = run_env("", 3, cfg, "--resume --set p=3", out, sizeof out);
     ck_assert_msg(st == 2 && strstr(out, "key 'p'"), "exit %d\n%s", st, out);
-    /* a completed run keeps its checkpoints: the same run again is told the run is complete
+    /* a completed run that keeps its checkpoints: the same run again is told the run is complete
      * (not to continue it with --resume), and the file is left alone */
-    write_cfg("e3", "p = 1;\ncheckpoint = { every = 100; };\n", cfg, h5);
+    write_cfg("e3", "p = 1;\ncheckpoint = { every = 100; keep_completed = true; };\n", cfg, h5);
     ck_assert_int_eq(run_env("", 1, cfg, NULL, out, sizeof out), 0);
     char s1[128], s2[128];
     file_sum(h5, s1, sizeof s1);
@@ -434,7 +437,7 @@ START_TEST(test_threads_change) {
     ck_assert_msg(st == 0, "allowed resume: exit %d\n%s", st, out);
     char at[1024];
     read_attr_string(h5, "resumed_at", at, sizeof at);
-    ck_assert_msg(strstr(at, "not bitwise") != NULL, "resumed_at '%s'", at);
+    ck_assert_msg(strstr(at, "(not bitwise: threads 1 -> 2)") != NULL, "resumed_at '%s'", at); /* T5: says how */
 }
 END_TEST
 
@@ -445,7 +448,7 @@ END_TEST
  * taken for this one. */
 START_TEST(test_refusals_keep_files) {
     char cfg[512], h5[512], out[1 << 15], s1[128], s2[128], cmd[3000];
-    write_cfg("r1", "p = 2;\ncheckpoint = { every = 40; };\n", cfg, h5);
+    write_cfg("r1", "p = 2;\ncheckpoint = { every = 40; keep = 1; };\n", cfg, h5); /* keep = 1: no checkpoint before to fall back to */
     ck_assert_int_eq(run_env("DSGD_TEST_SIGNAL=TERM@100", 2, cfg, NULL, out, sizeof out), 3);
     char ck[300];
     snprintf(ck, sizeof ck, "%s/r1.ckpt", g_dir);
@@ -542,7 +545,7 @@ START_TEST(test_shared_checkpoint_dir) {
         struct timespec ts = {0, 10000000};
         nanosleep(&ts, NULL);
     }
-    int st = run_env("", 2, cfg2, NULL, out, sizeof out);
+    int st = run_env("DSGD_CKPT_LOCK_WAIT_S=0", 2, cfg2, NULL, out, sizeof out); /* refused at once: no wait (P7) */
     ck_assert_msg(st == 2 && strstr(out, "in use by another run"), "second run on the same checkpoint.path: exit %d\n%s", st, out);
     ck_assert_msg(access(h52, F_OK) != 0, "the refused run wrote %s", h52);
     /* overwrite = true over the output of the run still going, with another checkpoint.path:
@@ -560,6 +563,201 @@ START_TEST(test_shared_checkpoint_dir) {
 }
 END_TEST
 
+
+/* 1 if path exists. */
+static int exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* P2: checkpoints every 50 steps and a SIGTERM at 130: step-100 and step-130 stay (checkpoint.keep
+ * = 2), step-50 is gone; every part, the step directory and `latest` were fsync'ed (strace, where
+ * it is installed) before the commit; a truncated part of the newest checkpoint (a crash of a
+ * node before its pages reached the disk) makes the resume take the one before it, with a message,
+ * and the run still ends bitwise equal to a straight one — for a part of rank 1 (the parts'
+ * check on every rank) and of rank 0 (which holds the experiment); with checkpoint.keep = 1 there
+ * is nothing to fall back to: refused, naming the part. The completed run's checkpoints go. */
+START_TEST(test_keep_and_fallback) {
+    char cfg[512], h5[512], cfg2[512], h52[512], ck[600], out[1 << 15], cmd[2048], p[700];
+    write_cfg("kf_ref", "p = 2;\n", cfg, h5);
+    ck_assert_int_eq(run_env("", 2, cfg, NULL, out, sizeof out), 0);
+    const int traced = system("strace -V >/dev/null 2>&1") == 0;
+    if (!traced) fprintf(stderr, "test_keep_and_fallback: no strace: the fsync calls are not counted\n");
+    for (int k = 0; k < 3; k++) {
+        const int victim = k == 0 ? 1 : 0, keep = k == 2 ? 1 : 2;
+        char tag[32], extra[200], trace[600];
+        snprintf(tag, sizeof tag, "kf%d", k);
+        snprintf(extra, sizeof extra, "p = 2;\ncheckpoint = { every = 50; keep = %d; };\n", keep);
+        write_cfg(tag, extra, cfg2, h52);
+        snprintf(ck, sizeof ck, "%s/%s.ckpt", g_dir, tag);
+        snprintf(trace, sizeof trace, "%s/%s.strace", g_dir, tag);
+        snprintf(cmd, sizeof cmd, "DSGD_TEST_SIGNAL=TERM@130 timeout -k 5 " MPI_TIMEOUT " %s%s mpiexec -n 2 ./dsgd-run %s",
+                 traced && k == 0 ? "strace -f -qq -y -e trace=fsync -o " : "", traced && k == 0 ? trace : "", cfg2);
+        int st = run(cmd, out, sizeof out);
+        ck_assert_msg(st == 3, "%s: exit %d\n%s", tag, st, out);
+        assert_latest(ck, "step-130");
+        for (int l = 50; l <= 130; l += l == 100 ? 30 : 50) {
+            snprintf(p, sizeof p, "%s/step-%d/rank-0.h5", ck, l);
+            ck_assert_msg(exists(p) == (l == 130 || (l == 100 && keep == 2)), "%s: %s %s", tag, p, exists(p) ? "kept" : "missing");
+        }
+        if (traced && k == 0) { /* each part, its directory, the directory of the steps and `latest`'s temporary */
+            const char *need[] = {"step-130.tmp/rank-0.h5>", "step-130.tmp/rank-1.h5>", "step-130.tmp>", "kf0.ckpt>", "kf0.ckpt/.latest."};
+            for (size_t i = 0; i < sizeof need / sizeof *need; i++) {
+                snprintf(cmd, sizeof cmd, "grep -c 'fsync([0-9]*<[^>]*%s' %s", need[i], trace);
+                ck_assert_msg(run(cmd, out, sizeof out) == 0 && atoi(out) >= 1, "no fsync of %s in %s", need[i], trace);
+            }
+        }
+        snprintf(p, sizeof p, "%s/step-130/rank-%d.h5", ck, victim);
+        snprintf(cmd, sizeof cmd, "truncate -s 2000 %s", p);
+        ck_assert(run(cmd, NULL, 0) == 0);
+        st = run_env("", 2, cfg2, "--resume", out, sizeof out);
+        if (keep == 1) {
+            ck_assert_msg(st == 2 && strstr(out, p), "%s: keep = 1, truncated part: exit %d\n%s", tag, st, out);
+            continue;
+        }
+        ck_assert_msg(st == 0 && strstr(out, "step-130 cannot be read") && strstr(out, "resuming from the one before it") &&
+                          strstr(out, "resuming from") && strstr(out, ": 100 of 240 iterations done"),
+                      "%s: resume after a truncated part: exit %d\n%s", tag, st, out);
+        assert_same(h5, h52, "/train/loss");
+        assert_same(h5, h52, "/eval/loss");
+        assert_same(h5, h52, "/ranks/step");
+        assert_axis(h52, 240);
+        ck_assert_msg(!exists(ck), "%s: the completed run's checkpoint directory %s is still there", tag, ck);
+    }
+}
+END_TEST
+
+/* Completed runs: their checkpoints are removed (checkpoint.keep_completed = false, the default),
+ * the directory too unless it holds files of the user; kept with keep_completed = true. */
+START_TEST(test_completed_rule) {
+    char cfg[512], h5[512], ck[600], out[1 << 15], p[700];
+    write_cfg("cr1", "p = 1;\ncheckpoint = { every = 100; };\n", cfg, h5);
+    snprintf(ck, sizeof ck, "%s/cr1.ckpt", g_dir);
+    ck_assert(mkdir(ck, 0777) == 0);
+    snprintf(p, sizeof p, "%s/notes.txt", ck);
+    write_file(p, "mine\n");
+    int st = run_env("", 1, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d\n%s", st, out);
+    ck_assert_msg(strstr(out, "checkpoint: step 200 written"), "%s", out);
+    snprintf(p, sizeof p, "%s/notes.txt", ck);
+    ck_assert_msg(exists(p), "the user's %s was removed", p);
+    const char *gone[] = {"latest", "step-100", "step-200", ".lock"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) {
+        snprintf(p, sizeof p, "%s/%s", ck, gone[i]);
+        ck_assert_msg(!exists(p), "%s is still there after the run completed", p);
+    }
+    write_cfg("cr2", "p = 1;\ncheckpoint = { every = 100; keep_completed = true; };\n", cfg, h5);
+    snprintf(ck, sizeof ck, "%s/cr2.ckpt", g_dir);
+    ck_assert_int_eq(run_env("", 1, cfg, NULL, out, sizeof out), 0);
+    assert_latest(ck, "step-200");
+    snprintf(p, sizeof p, "%s/step-100/rank-0.h5", ck);
+    ck_assert_msg(exists(p), "keep_completed = true: %s is gone", p);
+}
+END_TEST
+
+/* P7: a checkpoint directory locked by another process (a node that failed holds its lock until
+ * the lease expires) is waited for: refused after DSGD_CKPT_LOCK_WAIT_S seconds while held; taken
+ * when the holder lets go within the wait. */
+START_TEST(test_lock_wait) {
+    char cfg[512], h5[512], ck[600], out[1 << 15], cmd[2048];
+    write_cfg("lw", "p = 2;\n", cfg, h5);
+    snprintf(ck, sizeof ck, "%s/lw.ckpt", g_dir);
+    ck_assert(mkdir(ck, 0777) == 0);
+    /* the holder: flock(1) keeps <dir>/.lock locked for 6 s */
+    snprintf(cmd, sizeof cmd, "flock -x %s/.lock sleep 6 >/dev/null 2>&1 & sleep 0.5", ck);
+    ck_assert(run(cmd, NULL, 0) == 0);
+    const double t0 = wall_time();
+    int st = run_env("DSGD_CKPT_LOCK_WAIT_S=1", 2, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "in use by another run") && strstr(out, "still after 1 s of waiting") &&
+                      strstr(out, "waiting up to 1 s"),
+                  "held lock, 1 s wait: exit %d\n%s", st, out);
+    ck_assert_msg(!exists(h5), "the refused run wrote %s", h5);
+    st = run_env("DSGD_CKPT_LOCK_WAIT_S=60", 2, cfg, NULL, out, sizeof out);
+    ck_assert_msg(st == 0 && strstr(out, "waiting up to 60 s"), "lock released within the wait: exit %d\n%s", st, out);
+    ck_assert_msg(wall_time() - t0 >= 5.0, "the run did not wait for the lock (%.1f s)", wall_time() - t0);
+}
+END_TEST
+
+/* stop_at: a few seconds into the run every rank checkpoints and the run stops with exit 3 and
+ * status "interrupted: time limit (stop_at) after step N, ..."; --resume (with another stop_at,
+ * not part of the experiment) completes it — for allreduce bitwise equal to a straight run; for ps
+ * (asynchronous, with a server) the rows continue to the end. The slow rank makes the runs last
+ * ~6 s (pure delays: the same values). */
+START_TEST(test_stop_at) {
+    struct { const char *tag, *extra; int np, bitwise; } m[] = {
+        {"sta", "p = 2;\ninject = { slow_ranks = [0]; delay_ms = 25.0; };\n", 2, 1},
+        {"stp", "method = \"ps\";\np = 2;\ninject = { slow_ranks = [0]; delay_ms = 25.0; };\n", 3, 0},
+    };
+    for (size_t k = 0; k < sizeof m / sizeof *m; k++) {
+        char cfg[512], h5[512], cfg2[512], h52[512], out[1 << 15], status[256], set[64], tag2[64];
+        if (m[k].bitwise) {
+            write_cfg(m[k].tag, m[k].extra, cfg, h5);
+            ck_assert_int_eq(run_env("", m[k].np, cfg, NULL, out, sizeof out), 0);
+        }
+        snprintf(tag2, sizeof tag2, "%s_cut", m[k].tag);
+        write_cfg(tag2, m[k].extra, cfg2, h52);
+        snprintf(set, sizeof set, "--set stop_at=%ld", (long)time(NULL) + 4);
+        int st = run_env("", m[k].np, cfg2, set, out, sizeof out);
+        ck_assert_msg(st == 3, "%s with %s: exit %d, expected 3\n%s", m[k].tag, set, st, out);
+        ck_assert_msg(strstr(out, "stopped by time limit (stop_at) after step"), "%s:\n%s", m[k].tag, out);
+        read_attr_string(h52, "status", status, sizeof status);
+        long n = -1;
+        ck_assert_msg(sscanf(status, "interrupted: time limit (stop_at) after step %ld, checkpoint written", &n) == 1 && n > 0 && n < 240,
+                      "%s: status '%s'", m[k].tag, status);
+        snprintf(set, sizeof set, "--resume --set stop_at=%ld", (long)time(NULL) + 3600);
+        st = run_env("", m[k].np, cfg2, set, out, sizeof out);
+        ck_assert_msg(st == 0, "%s --resume: exit %d\n%s", m[k].tag, st, out);
+        read_attr_string(h52, "status", status, sizeof status);
+        ck_assert_msg(!strcmp(status, "completed"), "%s: status '%s'", m[k].tag, status);
+        if (m[k].bitwise) {
+            assert_same(h5, h52, "/train/loss");
+            assert_same(h5, h52, "/eval/loss");
+            assert_same(h5, h52, "/ranks/step");
+            assert_axis(h52, 240);
+        } else {
+            n = read_1d(h52, "/train/step", ga, MAXR);
+            ck_assert_msg(n >= 20 && ga[n - 1] == 240.0, "%s: %ld /train rows, last %g", m[k].tag, n, n ? ga[n - 1] : -1.0);
+            for (long i = 1; i < n; i++) ck_assert_msg(ga[i] > ga[i - 1], "%s: /train/step row %ld = %g after %g", m[k].tag, i, ga[i], ga[i - 1]);
+        }
+    }
+    /* a stop_at already past is refused, naming the key */
+    char cfg[512], h5[512], out[1 << 15], set[64];
+    write_cfg("stx", "p = 2;\n", cfg, h5);
+    snprintf(set, sizeof set, "--set stop_at=%ld", (long)time(NULL) - 10);
+    int st = run_env("", 2, cfg, set, out, sizeof out);
+    ck_assert_msg(st == 2 && strstr(out, "key 'stop_at'") && strstr(out, "already past"), "past stop_at: exit %d\n%s", st, out);
+}
+END_TEST
+
+/* What may differ between the parts of one run: stop_at and checkpoint.* (and an experiment text
+ * of an earlier version without the new keys) are accepted, b is not. */
+START_TEST(test_compare_config_keys) {
+    static experiment e;
+    static char now[CFG_TEXT_MAX], saved[CFG_TEXT_MAX], old[CFG_TEXT_MAX];
+    char err[ERRLEN];
+    config_defaults(&e);
+    snprintf(e.output, sizeof e.output, "x.h5");
+    config_to_text(&e, saved, sizeof saved);
+    /* the text of a version without stop_at, checkpoint.keep, checkpoint.keep_completed */
+    size_t o = 0;
+    for (const char *l = saved; *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l + 1) : strlen(l);
+        char line[4 * CFG_PATH_MAX];
+        snprintf(line, sizeof line, "%.*s", (int)len, l);
+        if (strncmp(line, "stop_at =", 9) && !strstr(line, " keep = ") && !strstr(line, " keep_completed = ")) memcpy(old + o, l, len), o += len;
+        l += len;
+    }
+    old[o] = '\0';
+    ck_assert_msg(strlen(old) + 50 < strlen(saved) && strlen(old) > strlen(saved) - 80, "%zu of %zu bytes", strlen(old), strlen(saved));
+    e.stop_at = 1900000000L, e.checkpoint.keep = 3, e.checkpoint.keep_completed = 1;
+    config_to_text(&e, now, sizeof now);
+    ck_assert_msg(ckpt_compare_config(saved, now, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ckpt_compare_config(old, now, err, sizeof err) == 0, "%s", err);
+    e.b = 16;
+    config_to_text(&e, now, sizeof now);
+    ck_assert(ckpt_compare_config(old, now, err, sizeof err) != 0);
+    ck_assert_msg(strstr(err, "key 'b'"), "%s", err);
+}
+END_TEST
+
 int main(void) {
     if (test_data_missing()) return 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/dsgd_test_checkpoint_%d", (int)getpid());
@@ -569,6 +767,11 @@ int main(void) {
     Suite *s = suite_create("checkpoint");
     TCase *tc = tcase_create("checkpoint");
     tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_compare_config_keys);
+    tcase_add_test(tc, test_keep_and_fallback);
+    tcase_add_test(tc, test_completed_rule);
+    tcase_add_test(tc, test_lock_wait);
+    tcase_add_test(tc, test_stop_at);
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_refusals_keep_files);
     tcase_add_test(tc, test_threads_change);

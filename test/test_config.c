@@ -591,6 +591,27 @@ START_TEST(test_set_overrides) {
 END_TEST
 
 /* comm: NCCL needs the GPU backend's device and the method that all-reduces its gradients. */
+/* The keys of checkpoints and time limits (docs/checkpoint.md): stop_at (Unix seconds, 0 =
+ * none; 64-bit), checkpoint.keep >= 1 (default 2), checkpoint.keep_completed (default false). */
+START_TEST(test_checkpoint_keys) {
+    ck_assert_msg(load_text("", NULL, 0) == 0, "%s", err);
+    ck_assert_int_eq(e.stop_at, 0);
+    ck_assert_int_eq(e.checkpoint.keep, 2);
+    ck_assert_int_eq(e.checkpoint.keep_completed, 0);
+    char *sets[] = {"stop_at=4102444800L", "checkpoint.keep=1", "checkpoint.keep_completed=true"};
+    ck_assert_msg(load_text("", sets, 3) == 0, "%s", err);
+    ck_assert(e.stop_at == 4102444800L); /* 2100-01-01: past 32 bits */
+    ck_assert_int_eq(e.checkpoint.keep, 1);
+    ck_assert_int_eq(e.checkpoint.keep_completed, 1);
+    static char buf[CFG_TEXT_MAX];
+    config_to_text(&e, buf, sizeof buf);
+    ck_assert_msg(strstr(buf, "stop_at = 4102444800L;") && strstr(buf, "keep = 1;") && strstr(buf, "keep_completed = true;"), "%s", buf);
+    EXPECT_ERROR("stop_at = -1;\n", ":1: key 'stop_at': expected an integer >= 0, got -1");
+    EXPECT_ERROR("checkpoint = { keep = 0; };\n", ":1: key 'checkpoint.keep': expected an integer in [1, 1000], got 0");
+    EXPECT_SET_ERROR("", "checkpoint.keep_completed=2", "key 'checkpoint.keep_completed'");
+}
+END_TEST
+
 START_TEST(test_comm_key) {
     config_defaults(&e);
     ck_assert_str_eq(comm_name(e.comm), "mpi");
@@ -843,7 +864,7 @@ END_TEST
 START_TEST(test_print_keys_and_table) {
     char keys[64][64];
     int nk = table_keys(keys, 64);
-    ck_assert_int_eq(nk, 58);
+    ck_assert_int_eq(nk, 61);
     char *help = capture(print_keys_, NULL);
     for (int i = 0; i < nk; i++) {
         char k[80];
@@ -941,6 +962,7 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_inject_set);
     tcase_add_test(tc, test_enums_and_unbuilt);
     tcase_add_test(tc, test_fail_needs_two_workers);
+    tcase_add_test(tc, test_checkpoint_keys);
     tcase_add_test(tc, test_comm_key);
     tcase_add_test(tc, test_include);
     tcase_add_test(tc, test_set_overrides);

@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -417,6 +420,37 @@ START_TEST(test_pack_tree) {
 }
 END_TEST
 
+/* P1: HDF5 takes a flock on every file it opens (shared for reading), and fails "unable to lock
+ * file" where another process holds a conflicting lock — or where the file system has no locks
+ * (Lustre without flock, NFS without a lock daemon): the same error. dsgd-run opens its inputs with
+ * HDF5's file locking off (io/h5.h), so `--check` on a pack whose index and a shard another process
+ * holds exclusively locked passes. (The lock is this test's: flock locks belong to an open file
+ * description, and dsgd-run, a child, opens its own.) */
+START_TEST(test_locked_pack) {
+    const char *src = dirp("src"), *out = dirp("out");
+    ck_assert_msg(pack("--max-side 64 --shards 3 --seed 5 --threads 1", src, out) == 0, "%s", out_log);
+    char cfg[600], text[1400], shard[600], index[600], cmd[1400];
+    snprintf(cfg, sizeof cfg, "%s/locked.cfg", g_dir);
+    snprintf(text, sizeof text, "name = \"locked\";\nmodel = { arch = \"linear\"; };\nb = 2;\niterations = 4;\np = 1;\n"
+             "data = { format = \"jpeg\"; dir = \"%s\"; crop = 32; scale = [32, 40]; eval_resize = 36; };\noutput = \"%s/locked.h5\";\n",
+             out, g_dir);
+    write_file(cfg, text);
+    snprintf(shard, sizeof shard, "%s/train-00001-of-00003.h5", out);
+    snprintf(index, sizeof index, "%s/index.h5", out);
+    int fs = open(shard, O_RDWR), fi = open(index, O_RDWR);
+    ck_assert_msg(fs >= 0 && fi >= 0, "%s or %s: %s", shard, index, strerror(errno));
+    ck_assert(flock(fs, LOCK_EX | LOCK_NB) == 0 && flock(fi, LOCK_EX | LOCK_NB) == 0);
+    snprintf(cmd, sizeof cmd, "env -u HDF5_USE_FILE_LOCKING timeout -k 5 " MPI_TIMEOUT " ./dsgd-run --check %s", cfg);
+    int rc = run(cmd, out_log, sizeof out_log);
+    ck_assert_msg(rc == 0 && strstr(out_log, "OK") && !strstr(out_log, "unable to lock"), "--check with a locked shard: exit %d\n%.3000s", rc, out_log);
+    /* the index and shards of a pack are only read, so a run does not lock them either */
+    snprintf(cmd, sizeof cmd, "env -u HDF5_USE_FILE_LOCKING timeout -k 5 " MPI_TIMEOUT " mpiexec -n 1 ./dsgd-run %s", cfg);
+    rc = run(cmd, out_log, sizeof out_log);
+    ck_assert_msg(rc == 0 && !strstr(out_log, "unable to lock"), "a run with a locked shard: exit %d\n%.3000s", rc, out_log);
+    close(fs), close(fi);
+}
+END_TEST
+
 START_TEST(test_reproducible_ranks_threads) {
     const char *src = dirp("src");
     int rc = pack("--max-side 64 --shards 3 --seed 5 --threads 2", src, dirp("a"));
@@ -645,6 +679,7 @@ static Suite *suite(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_pack_tree);
+    tcase_add_test(tc, test_locked_pack);
     tcase_add_test(tc, test_reproducible_ranks_threads);
     tcase_add_test(tc, test_existing_out_refused);
     tcase_add_test(tc, test_bad_trees);

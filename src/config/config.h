@@ -98,10 +98,13 @@ typedef struct {
     char output[CFG_PATH_MAX];
     int overwrite;          /* allow replacing an existing output file */
     resume_kind resume;     /* never, or auto: continue from the checkpoint if there is one */
+    long stop_at;           /* Unix time (s) after which the run checkpoints and stops (exit 3); 0: none */
     struct {
         long every;         /* write a checkpoint every this many iterations; 0: only on signals */
         char path[CFG_PATH_MAX]; /* checkpoint directory; "": <output without .h5>.ckpt */
         int bitwise;        /* a CPU resume must have the checkpoint's compute threads and ISA per rank */
+        int keep;           /* committed checkpoints kept (the newest and keep - 1 before it), >= 1 */
+        int keep_completed; /* 1: a completed run keeps its checkpoints; 0: they are removed */
     } checkpoint;
     comm_kind comm;         /* mpi, or nccl (allreduce on device cuda) */
     device_kind device;     /* cpu or cuda */

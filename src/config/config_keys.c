@@ -175,6 +175,10 @@ const key_def config_keys[] = {
     K_ENUM("resume", resume, RESUME_NEVER, resume_names, 0x3u, NULL, "resume modes",
            "never: start afresh (an existing output is refused); auto: continue from the checkpoint and run file "
            "of an earlier run of this experiment if there is a checkpoint, else start afresh (--resume: must continue)"),
+    K_INT64("stop_at", stop_at, 0, 0, "s (Unix time)",
+            "from this time on (seconds since 1970, UTC; 0: never) every rank writes a checkpoint at the next point the "
+            "method allows and the run stops with exit status 3, as after a SIGTERM; job scripts set it to the job's end "
+            "minus a margin; not part of the experiment (a continuation may have another); see docs/checkpoint.md"),
     K_INT64("checkpoint.every", checkpoint.every, 0, 0, "iterations",
             "write a checkpoint every this many iterations (0: only on SIGTERM / SIGUSR1); see docs/checkpoint.md"),
     K_STRING("checkpoint.path", checkpoint.path, "", S_ANY, "path",
@@ -184,6 +188,11 @@ const key_def config_keys[] = {
            "a resume on device cpu must run each rank with the compute threads and the oneDNN ISA its checkpoint part "
            "was written with (the order of oneDNN's sums depends on them, so only then does the run continue bitwise); "
            "false: continue with others, recorded in the run file"),
+    K_INT("checkpoint.keep", checkpoint.keep, 2, 1, 1000, "checkpoints",
+          "committed checkpoints kept: the newest and the keep - 1 before it (a resume falls back to an older one when "
+          "the newest cannot be read); 1: only the newest"),
+    K_BOOL("checkpoint.keep_completed", checkpoint.keep_completed, 0,
+           "keep the checkpoints of a run that completed; false: they are removed once its run file says completed"),
     K_ENUM("comm", comm, COMM_MPI, comm_names, 0x3u, NULL, "communication libraries",
            "how allreduce averages gradients: mpi (MPI_Allreduce; on device cuda through host memory unless "
            "MPI is CUDA-aware) or nccl (NCCL on the GPUs; device cuda, one GPU per worker)"),

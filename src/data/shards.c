@@ -339,7 +339,7 @@ static int add_shard(shards *s, int k, const char *path, char *split, char *err,
     } H5E_END_TRY;
     if (is_h5 <= 0)
         return seterr(err, errlen, "%s: not an HDF5 file (%lld bytes); expected a pack shard", path, (long long)sb.st_size);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT); /* unlocked: h5.h */
     if (f < 0) {
         h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Fopen", "the shard");
         const char *t = strstr(err, "(truncated file");
@@ -456,7 +456,7 @@ int shards_open(shards **out, const char *dir, const char *split, char *err, siz
     if (stat(path, &sb) != 0)
         return seterr(err, errlen, "%s: no %s: not a directory packed by dsgd-run --pack, or its packing did not finish (the index is "
                       "written last)", dir, SHARDS_INDEX);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT); /* unlocked: h5.h */
     if (f < 0) return h5_fail(EXIT_BADINPUT, err, errlen, path, "H5Fopen", "the index");
     int rc = check_format(f, path, "index", err, errlen);
     char splits[64] = "";

@@ -35,6 +35,51 @@ int h5_fail(int code, char *err, size_t errlen, const char *path, const char *ca
     return code;
 }
 
+/* H5Pset_file_locking: 1.10.7 and later 1.10 releases, 1.12.1 and later, 1.13 on (not 1.11, 1.12.0). */
+#if H5_VERS_MAJOR > 1 || (H5_VERS_MAJOR == 1 && (H5_VERS_MINOR > 12 || (H5_VERS_MINOR == 12 && H5_VERS_RELEASE >= 1) ||   \
+                                                 (H5_VERS_MINOR == 10 && H5_VERS_RELEASE >= 7)))
+#define H5_HAS_FILE_LOCKING_PROPERTY 1
+#endif
+
+int h5_unlock(hid_t fapl) {
+#ifdef H5_HAS_FILE_LOCKING_PROPERTY
+    return H5Pset_file_locking(fapl, 0, 1) < 0 ? -1 : 0;
+#else
+    (void)fapl; /* no such property: HDF5_USE_FILE_LOCKING=FALSE (docs/data.md) */
+    return 0;
+#endif
+}
+
+hid_t h5_fapl_unlocked(hid_t base) {
+    hid_t fapl = base == H5P_DEFAULT ? H5Pcreate(H5P_FILE_ACCESS) : H5Pcopy(base);
+    if (fapl >= 0 && h5_unlock(fapl) < 0) H5Pclose(fapl), fapl = H5I_INVALID_HID;
+    return fapl;
+}
+
+/* H5Pclose(fapl), keeping the error stack of the call before it for the caller's message (every
+ * API call clears it first). */
+static void close_keeping_errors(hid_t fapl) {
+    hid_t stack = H5Eget_current_stack();
+    H5Pclose(fapl);
+    if (stack >= 0) H5Eset_current_stack(stack);
+}
+
+hid_t h5_fopen(const char *path, unsigned flags, hid_t fapl) {
+    hid_t a = h5_fapl_unlocked(fapl);
+    if (a < 0) return H5I_INVALID_HID;
+    hid_t f = H5Fopen(path, flags, a);
+    close_keeping_errors(a);
+    return f;
+}
+
+hid_t h5_fcreate(const char *path, unsigned flags, hid_t fapl) {
+    hid_t a = h5_fapl_unlocked(fapl);
+    if (a < 0) return H5I_INVALID_HID;
+    hid_t f = H5Fcreate(path, flags, H5P_DEFAULT, a);
+    close_keeping_errors(a);
+    return f;
+}
+
 hid_t h5_string_type(size_t size, int utf8) {
     hid_t t = H5Tcopy(H5T_C_S1);
     if (t >= 0 && (H5Tset_size(t, size) < 0 || (utf8 && H5Tset_cset(t, H5T_CSET_UTF8) < 0))) H5Tclose(t), t = H5I_INVALID_HID;

@@ -9,6 +9,29 @@
 #include <hdf5.h>
 #include <stddef.h>
 
+/* A file access property list with HDF5's file locking off (H5Pset_file_locking(fapl, false,
+ * true), HDF5 >= 1.10.7 / 1.12.1; older libraries have no such property and keep their default),
+ * for every H5Fopen/H5Fcreate of dsgd-run's files (docs/data.md, "File locking"): HDF5 flock()s
+ * every file it opens (shared for reading, exclusive for writing) and fails "unable to lock file"
+ * where the file system has no locks (Lustre mounted without flock, NFS without a lock daemon:
+ * ENOSYS, ENOLCK, ENOTSUPP; HDF5's ignore_when_disabled forgives only ENOSYS) or another process
+ * holds a conflicting one. Nothing of dsgd-run needs those locks: inputs are only read, and every
+ * file it writes is new, under a name no other process opens until it is complete (a checkpoint
+ * part in step-<N>.tmp/, the run file's temporary before its rename). The environment variable
+ * HDF5_USE_FILE_LOCKING, when set, still overrides this (HDF5 reads it after the property list).
+ * base: a file access list to start from (copied; H5P_DEFAULT: a new one). The caller closes the
+ * result (H5Pclose); H5I_INVALID_HID on failure (HDF5's error stack says why). */
+hid_t h5_fapl_unlocked(hid_t base);
+
+/* h5_fapl_unlocked's setting on an existing file access list fapl: 0, or -1. */
+int h5_unlock(hid_t fapl);
+
+/* H5Fopen(path, flags, fapl) and H5Fcreate(path, flags, H5P_DEFAULT, fapl) with file locking off
+ * (h5_fapl_unlocked of fapl, which may be H5P_DEFAULT). The file's id, or H5I_INVALID_HID with
+ * HDF5's error stack telling why. */
+hid_t h5_fopen(const char *path, unsigned flags, hid_t fapl);
+hid_t h5_fcreate(const char *path, unsigned flags, hid_t fapl);
+
 /* "<outermost> (<innermost>)" of the current thread's HDF5 error stack (just one when they are
  * the same, "no message from HDF5" when it is empty) into buf; clears the stack. */
 void h5_message(char *buf, size_t n);

@@ -351,7 +351,7 @@ int runlog_utc_now(char *buf, size_t n) {
 hid_t runlog_memory_fapl(int create, const char *path, char *err, size_t errlen) {
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
     if (fapl < 0) return h5_fail(-1, err, errlen, path, "H5Pcreate", "file access properties");
-    if (H5Pset_fapl_core(fapl, MEM_INCREMENT, 0) < 0 ||
+    if (H5Pset_fapl_core(fapl, MEM_INCREMENT, 0) < 0 || h5_unlock(fapl) < 0 || /* unlocked: h5.h */
         (create && H5Pset_libver_bounds(fapl, H5F_LIBVER_EARLIEST, H5F_LIBVER_V18) < 0)) {
         H5Pclose(fapl);
         return h5_fail(-1, err, errlen, path, "H5Pset_fapl_core/H5Pset_libver_bounds", "file access properties");

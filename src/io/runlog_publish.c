@@ -154,7 +154,7 @@ int runlog_status_in_place(runlog *r) {
     char msg[ERRLEN + 64], err[ERRLEN];
     snprintf(msg, sizeof msg, "stopped: run-file write error: %s", r->err);
     if (!still_ours(r, err, sizeof err)) return -1;
-    hid_t f = H5Fopen(r->path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t f = h5_fopen(r->path, H5F_ACC_RDWR, H5P_DEFAULT); /* unlocked: h5.h */
     int rc = f < 0 ? h5_fail(-1, err, sizeof err, r->path, "H5Fopen", "the published run file") : 0;
     if (rc == 0) rc = runlog_status_write(f, msg, r->path, err, sizeof err);
     if (f >= 0 && H5Fclose(f) < 0 && rc == 0) rc = h5_fail(-1, err, sizeof err, r->path, "H5Fclose", "the published run file");

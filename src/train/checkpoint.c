@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/file.h>
@@ -16,6 +17,7 @@
 
 #include "io/h5.h"
 #include "util/util.h"
+#include <time.h>
 
 /* ---- directories -------------------------------------------------------------------------- */
 
@@ -49,17 +51,60 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ft
 }
 static int rm_rf(const char *path) { return nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) == 0 || errno == ENOENT ? 0 : -1; }
 
-/* Remove the step directories in dir (step_name): all of them, or all but step-<keep>. Returns 0,
- * or -1 with err naming the last one that could not be removed. */
-static int rm_steps(const char *dir, long keep, char *err, size_t errlen) {
+static int g_keep = 2; /* ckpt_set_keep */
+
+void ckpt_set_keep(int keep) { g_keep = keep >= 1 ? keep : 1; }
+
+static int by_label_desc(const void *a, const void *b) {
+    const long x = *(const long *)a, y = *(const long *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The committed step directories (step-<N>, not .tmp) of dir with N < below, newest first, into
+ * labels (at most n); returns how many were written. */
+static int list_steps(const char *dir, long below, long *labels, int n) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    long *all = NULL;
+    size_t k = 0, cap = 0;
+    while ((de = readdir(d))) {
+        long l;
+        int tmp;
+        if (!step_name(de->d_name, &l, &tmp) || tmp || l >= below) continue;
+        if (k == cap) {
+            long *more = realloc(all, (cap ? 2 * cap : 16) * sizeof *all);
+            if (!more) break; /* out of memory: the newest found so far */
+            all = more, cap = cap ? 2 * cap : 16;
+        }
+        all[k++] = l;
+    }
+    closedir(d);
+    if (k) qsort(all, k, sizeof *all, by_label_desc);
+    const int m = (size_t)n < k ? n : (int)k;
+    for (int i = 0; i < m; i++) labels[i] = all[i];
+    free(all);
+    return m;
+}
+
+long ckpt_previous(const char *dir, long below) {
+    long l = -1;
+    return list_steps(dir, below, &l, 1) > 0 ? l : -1;
+}
+
+/* Remove the step directories in dir (step_name) but those in keep[0..n_keep). Returns 0, or -1
+ * with err naming the last one that could not be removed. */
+static int rm_steps(const char *dir, const long *keep, int n_keep, char *err, size_t errlen) {
     DIR *d = opendir(dir);
     if (!d) return 0;
     struct dirent *de;
     int rc = 0;
     while ((de = readdir(d))) {
         long l;
-        int tmp;
-        if (step_name(de->d_name, &l, &tmp) && (l != keep || tmp)) {
+        int tmp, kept = 0;
+        if (!step_name(de->d_name, &l, &tmp)) continue;
+        for (int i = 0; i < n_keep && !tmp; i++) kept |= keep[i] == l;
+        if (!kept) {
             char p[4200];
             snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
             if (rm_rf(p) < 0) rc = syserr(err, errlen, p, "cannot remove");
@@ -67,6 +112,24 @@ static int rm_steps(const char *dir, long keep, char *err, size_t errlen) {
     }
     closedir(d);
     return rc;
+}
+
+/* fsync the file or directory at path (opened read-only: Linux syncs a directory, or a file
+ * written through another descriptor, by any descriptor of it). 0, or -1 with errno set. */
+static int fsync_path(const char *path) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    /* some file systems cannot fsync a directory (EINVAL, EROFS, ENOTSUP): nothing to wait for */
+    if (rc != 0 && (errno == EINVAL || errno == EROFS || errno == ENOTSUP)) rc = 0;
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+int ckpt_fsync(const char *path, char *err, size_t errlen) {
+    return fsync_path(path) == 0 ? 0 : syserr(err, errlen, path, "cannot fsync");
 }
 
 int ckpt_latest(const char *dir, long *label, char *err, size_t errlen) {
@@ -110,15 +173,25 @@ int ckpt_commit(const char *dir, long label, char *err, size_t errlen) {
     snprintf(fin, sizeof fin, "%s/step-%ld", dir, label);
     snprintf(lt, sizeof lt, "%s/.latest.%ld", dir, (long)getpid());
     snprintf(lf, sizeof lf, "%s/latest", dir);
+    /* Every part was fsync'ed by its writer (ckpt_close) before it reported; their names in
+     * step-<label>.tmp/ are made durable here, the rename and `latest` below: after a crash of the
+     * node (not only of the process) `latest` names a complete checkpoint. */
+    if (ckpt_fsync(tmp, err, errlen)) return -1;
     if (rm_rf(fin) < 0) return syserr(err, errlen, fin, "cannot remove an older checkpoint of the same step");
     if (rename(tmp, fin) != 0) return syserr(err, errlen, fin, "cannot rename the new checkpoint into place");
+    if (ckpt_fsync(dir, err, errlen)) return -1;
     FILE *f = fopen(lt, "w");
     if (!f) return syserr(err, errlen, lt, "cannot create");
     int bad = fprintf(f, "step-%ld\n", label) < 0;
     bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
     if (fclose(f) != 0 || bad) { unlink(lt); return syserr(err, errlen, lt, "cannot write"); }
     if (rename(lt, lf) != 0) { unlink(lt); return syserr(err, errlen, lf, "cannot replace"); }
-    rm_steps(dir, label, err, errlen); /* the new checkpoint is committed: the older ones go */
+    if (ckpt_fsync(dir, err, errlen)) return -1;
+    /* Committed: keep it and the checkpoint.keep - 1 before it; the others go, and so do step
+     * directories after it (a resume that fell back from an unreadable newer one) and .tmp ones. */
+    long keep[1001];
+    keep[0] = label;
+    rm_steps(dir, keep, 1 + list_steps(dir, label, keep + 1, g_keep - 1), err, errlen);
     return 0;
 }
 
@@ -132,7 +205,16 @@ int ckpt_remove_all(const char *dir, char *err, size_t errlen) {
     char p[4200];
     snprintf(p, sizeof p, "%s/latest", dir);
     if (unlink(p) != 0 && errno != ENOENT && errno != ENOTDIR) return syserr(err, errlen, p, "cannot remove");
-    return rm_steps(dir, -1, err, errlen);
+    return rm_steps(dir, NULL, 0, err, errlen);
+}
+
+int ckpt_remove_completed(const char *dir, char *err, size_t errlen) {
+    if (ckpt_remove_all(dir, err, errlen)) return -1;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.lock", dir);
+    unlink(p);  /* this process holds it: nobody waits on it once the run has ended */
+    rmdir(dir); /* only if nothing else is in it (files of the user stay, and so does the directory) */
+    return 0;
 }
 
 int ckpt_claim(const char *dir, char *err, size_t errlen) {
@@ -142,13 +224,27 @@ int ckpt_claim(const char *dir, char *err, size_t errlen) {
     snprintf(p, sizeof p, "%s/.lock", dir);
     int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) return syserr(err, errlen, p, "cannot create the lock file");
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno == EWOULDBLOCK) {
-            seterr(err, errlen, "%s is in use by another run (it holds the lock %s): two runs cannot share a checkpoint directory", dir, p);
+    /* A lock held by a node that failed outlives it until its lease expires or it is evicted
+     * (NFSv4: ~90 s, Lustre similar): a requeued run started elsewhere waits for it, bounded. */
+    const char *w = getenv("DSGD_CKPT_LOCK_WAIT_S");
+    const double wait_s = w && *w ? atof(w) : CKPT_LOCK_WAIT_S, t0 = wall_time();
+    for (int said = 0; flock(fd, LOCK_EX | LOCK_NB) != 0;) {
+        if (errno == EINTR) continue;
+        if (errno != EWOULDBLOCK) break; /* file systems without locks: go on unlocked */
+        const double waited = wall_time() - t0;
+        if (waited >= wait_s || ckpt_signal_pending() == CKPT_SIG_STOP) {
+            char after[64] = "";
+            if (waited > 0.5) snprintf(after, sizeof after, ", still after %.0f s of waiting", waited);
+            seterr(err, errlen, "%s is in use by another run (it holds the lock %s%s): two runs cannot share a checkpoint "
+                   "directory", dir, p, after);
             close(fd);
             return -1;
         }
-        /* file systems without locks: go on unlocked */
+        if (!said++)
+            fprintf(stderr, "dsgd-run: %s is locked by another process (%s); waiting up to %.0f s for it (the lock of a node "
+                    "that failed is released when its lease expires)\n", dir, p, wait_s), fflush(stderr);
+        struct timespec ts = {0, 250000000};
+        nanosleep(&ts, NULL);
     }
     return fd;
 }
@@ -170,7 +266,7 @@ int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char 
     buf[0] = '\0';
     struct stat sb;
     if (stat(path, &sb) != 0) return seterr(err, errlen, "%s: cannot open the run file: %s", path, strerror(errno)), -1;
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t f = h5_fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT); /* unlocked: h5.h */
     if (f < 0) return seterr(err, errlen, "%s: cannot open the run file (HDF5 H5Fopen failed: not an HDF5 file?)", path), -1;
     int rc = 0;
     if (H5Aexists(f, name) > 0 && (rc = h5_attr_read_str(f, name, buf, n)) < 0)
@@ -181,8 +277,8 @@ int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char 
 
 /* Keys that may differ between the parts of one run. */
 static int ignored_key(const char *key) {
-    static const char *const ok[] = {"resume", "overwrite", "checkpoint.every", "checkpoint.path", "checkpoint.bitwise",
-                                     "comm_timeout_s", "threads", "log_every"};
+    static const char *const ok[] = {"resume", "overwrite", "stop_at", "checkpoint.every", "checkpoint.path", "checkpoint.bitwise",
+                                     "checkpoint.keep", "checkpoint.keep_completed", "comm_timeout_s", "threads", "log_every"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++)
         if (!strcmp(ok[i], key)) return 1;
     return 0;
@@ -223,6 +319,12 @@ int ckpt_compare_config(const char *saved, const char *now, char *err, size_t er
     for (;;) {
         int ha = next_kv(&a, ga, ka, sizeof ka, va, sizeof va), hb = next_kv(&b, gb, kb, sizeof kb, vb, sizeof vb);
         if (!ha && !hb) return 0;
+        /* a key that may change and that one side lacks (an experiment of an earlier version): skipped */
+        while (hb && (!ha || strcmp(ka, kb) != 0) && ignored_key(kb))
+            hb = next_kv(&b, gb, kb, sizeof kb, vb, sizeof vb);
+        while (ha && (!hb || strcmp(ka, kb) != 0) && ignored_key(ka))
+            ha = next_kv(&a, ga, ka, sizeof ka, va, sizeof va);
+        if (!ha && !hb) return 0;
         if (!ha || !hb || strcmp(ka, kb) != 0) {
             seterr(err, errlen, "the checkpoint's experiment has other keys (%s) than this one (%s): written by another version of dsgd-run?",
                    ha ? ka : "(end)", hb ? kb : "(end)");
@@ -230,8 +332,8 @@ int ckpt_compare_config(const char *saved, const char *now, char *err, size_t er
         }
         if (!ignored_key(ka) && strcmp(va, vb) != 0) {
             seterr(err, errlen, "key '%s': the checkpoint was written with %s = %s, the experiment now has %s = %s; a run continues "
-                   "only with the experiment it started with (only resume, overwrite, checkpoint.*, comm_timeout_s, threads and "
-                   "log_every may change)", ka, ka, va, ka, vb);
+                   "only with the experiment it started with (only resume, overwrite, stop_at, checkpoint.*, comm_timeout_s, "
+                   "threads and log_every may change)", ka, ka, va, ka, vb);
             return -1;
         }
     }

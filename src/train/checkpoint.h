@@ -13,7 +13,9 @@
  * A checkpoint is written into <dir>/step-<label>.tmp/, every writer reports to a coordinator,
  * and only when all succeeded does the coordinator rename the directory and then replace
  * `latest` (write a temporary, rename over it): a kill at any instant leaves `latest` naming a
- * complete checkpoint (or none). Older step directories are removed after the commit.
+ * complete checkpoint (or none). Each part, the directory entries and `latest` are fsync'ed, so
+ * this holds after a crash of the node too. The checkpoint.keep newest committed checkpoints stay;
+ * a resume falls back to the one before when the newest cannot be read.
  *
  * Signals (ckpt_install_signals): SIGUSR1 asks for a checkpoint and training continues (Slurm's
  * `--signal=USR1@<s>` warning before the time limit); SIGTERM and SIGINT ask for a checkpoint and
@@ -48,14 +50,25 @@ enum { EXIT_INTERRUPTED = 3 };
  * ckpt_poll_test raise that signal in that rank (default 0) once the loop has completed <step> steps (tests only; docs/checkpoint.md). */
 void ckpt_install_signals(void);
 
-/* CKPT_SIG_* requested by the signals received since the last ckpt_signal_clear. Async-signal
- * safe to call anywhere. */
+/* CKPT_SIG_* requested by the signals received since the last ckpt_signal_clear, and
+ * CKPT_SIG_STOP once the wall clock has reached stop_at (ckpt_set_stop_at): the run then stops as
+ * after a SIGTERM, at the next point where the method can checkpoint. Async-signal safe to call
+ * anywhere. */
 int ckpt_signal_pending(void);
+
+/* The experiment's stop_at (Unix time, seconds; 0: none): from then on ckpt_signal_pending asks
+ * for a checkpoint and a stop. Unlike a SIGTERM it arms no give-up (ckpt_stop_age stays -1) and
+ * does not make a later SIGTERM a second one (CKPT_SECOND_SIGNAL_S): the scheduler's SIGTERM at
+ * the time limit, the fallback, is then acted on as a first. */
+void ckpt_set_stop_at(long unix_s);
+/* 1 when stop_at has passed and no SIGTERM / SIGINT / SIGHUP has come (the stop is stop_at's). */
+int ckpt_time_up(void);
 
 /* Seconds since the first SIGTERM / SIGINT, or -1 if none (comm_on_stop). */
 double ckpt_stop_age(void);
 
-/* Name of the strongest signal received ("SIGTERM", ...), "" if none. */
+/* Name of the strongest signal received ("SIGTERM", ...), "time limit (stop_at)" when
+ * ckpt_time_up, "" if none. */
 const char *ckpt_signal_name(void);
 
 /* Forget a SIGUSR1 request (after its checkpoint); a stop request stays. */
@@ -77,8 +90,12 @@ int ckpt_latest(const char *dir, long *label, char *err, size_t errlen);
 
 /* Rank 0 at the start of a run that may write checkpoints: create dir (and its parents), check
  * it is writable, and lock it for this process (flock on <dir>/.lock, held until exit; where the
- * file system has no locks, none). Returns the lock's file descriptor, or -1 with err filled:
- * not creatable, not writable, or locked by another run. */
+ * file system has no locks, none). A lock held by another process is waited for, up to
+ * CKPT_LOCK_WAIT_S seconds (environment DSGD_CKPT_LOCK_WAIT_S: other seconds; tests) or a stop
+ * request, polled every 0.25 s, with one line on stderr: the lock of a node that failed lasts
+ * until its lease expires (NFSv4 ~90 s). Returns the lock's file descriptor, or -1 with err
+ * filled: not creatable, not writable, or locked by another run (still, after the wait). */
+#define CKPT_LOCK_WAIT_S 120
 int ckpt_claim(const char *dir, char *err, size_t errlen);
 /* 1 when another process holds dir's lock (a run still going: ckpt_claim), else 0 (no lock file,
  * a free lock, or a file system without locks). Creates nothing. */
@@ -90,15 +107,32 @@ int ckpt_in_use(const char *dir);
  * stale one a killed run left). */
 int ckpt_prepare(const char *dir, long label, char *err, size_t errlen);
 
-/* Coordinator, after every writer succeeded: step-<label>.tmp -> step-<label>, `latest` :=
- * step-<label> (atomically), then remove every other step-* directory. */
+/* Coordinator, after every writer succeeded (each fsync'ed its part: ckpt_close): fsync
+ * step-<label>.tmp, rename it to step-<label>, fsync dir, `latest` := step-<label> (a temporary,
+ * fsync, rename, fsync dir), then remove the step-* directories but step-<label> and the
+ * checkpoint.keep - 1 newest before it (ckpt_set_keep): those after it (left by a resume that
+ * fell back from them) and every .tmp go too. */
 int ckpt_commit(const char *dir, long label, char *err, size_t errlen);
+
+/* How many committed checkpoints ckpt_commit keeps (checkpoint.keep, >= 1; default 2). */
+void ckpt_set_keep(int keep);
+
+/* The newest committed step directory of dir (step-<N>, N < below), or -1 if none: what a resume
+ * falls back to when checkpoint `below` cannot be read. */
+long ckpt_previous(const char *dir, long below);
+
+/* fsync the file or directory path (a directory's entries; file systems that cannot fsync a
+ * directory are let be). 0, or -1 with err filled. */
+int ckpt_fsync(const char *path, char *err, size_t errlen);
 
 /* Coordinator, after a writer failed: remove step-<label>.tmp (the previous checkpoint stays). */
 void ckpt_abandon(const char *dir, long label);
 
 /* Remove every checkpoint in dir (`latest`, step-*), keeping the directory (overwrite = true). */
 int ckpt_remove_all(const char *dir, char *err, size_t errlen);
+/* A run that completed (checkpoint.keep_completed = false): ckpt_remove_all, then the lock file,
+ * then dir itself if nothing else is in it (files of the user stay, and so does the directory). */
+int ckpt_remove_completed(const char *dir, char *err, size_t errlen);
 
 typedef struct ckpt_file ckpt_file;
 
@@ -143,8 +177,8 @@ int ckpt_io_f64(ckpt_file *f, const char *name, double *v, size_t n);
 int ckpt_io_i64(ckpt_file *f, const char *name, int64_t *v, size_t n);
 int ckpt_writing(const ckpt_file *f);
 
-/* Close (writers: the file is complete on disk after this). Returns 0 or -1; the message is in
- * ckpt_error(f) until ckpt_free. */
+/* Close (writers: the file is complete on disk after this: flushed, closed, fsync'ed). Returns
+ * 0 or -1; the message is in ckpt_error(f) until ckpt_free. */
 int ckpt_close(ckpt_file *f);
 /* The first error of f ("" if none). */
 const char *ckpt_error(const ckpt_file *f);
@@ -158,11 +192,13 @@ int ckpt_run_attr(const char *path, const char *name, char *buf, size_t n, char 
 /* Before a resume touches anything: was rank `rank`'s part of checkpoint `label` in dir written
  * with `threads` compute threads and oneDNN ISA `isa` (nn_isa_name)? Each part records them
  * ("threads", "isa"); oneDNN's summation order, and so bitwise continuation on a CPU, depends on
- * both. *differs: 1 if either differs. Returns 0 (also when the rank has no part, or when they
- * differ and !strict), or EXIT_BADINPUT with err naming key 'threads' (both counts) or both ISAs,
- * and checkpoint.bitwise (the key that allows it). */
+ * both. *differs: 1 if either differs, and then how (hn bytes) says what changed, e.g. "threads
+ * 1 -> 2", "oneDNN ISA avx512_core -> avx2" or both, for the run file's resume note ("" when
+ * nothing differs). Returns 0 (also when the rank has no part, or when they differ and !strict),
+ * or EXIT_BADINPUT with err naming key 'threads' (both counts) or both ISAs, and
+ * checkpoint.bitwise (the key that allows it). */
 int ckpt_check_machine(const char *dir, long label, int rank, int threads, const char *isa, int strict, int *differs,
-                       char *err, size_t errlen);
+                       char *how, size_t hn, char *err, size_t errlen);
 
 /* Was rank `rank`'s part of checkpoint `label` in dir written on the data whose fingerprints
  * (train, val: shards_fingerprint; 0 for other formats) are fp? Returns 0, or EXIT_BADINPUT with

@@ -54,7 +54,7 @@ ckpt_file *ckpt_create(const char *dir, long label, int rank, char *err, size_t 
     ckpt_file *f = xcalloc(1, sizeof *f);
     rank_path(f->path, sizeof f->path, dir, label, rank, 1);
     f->writing = 1;
-    f->file = H5Fcreate(f->path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    f->file = h5_fcreate(f->path, H5F_ACC_EXCL, H5P_DEFAULT); /* unlocked: h5.h */
     /* Every file names its checkpoint, so a file moved between checkpoints is noticed. */
     const int64_t l[3] = {label, rank, (int64_t)g_run_id};
     if (f->file < 0) seterr(err, errlen, "%s: cannot create the checkpoint file (HDF5 H5Fcreate failed)", f->path);
@@ -104,7 +104,7 @@ ckpt_file *ckpt_open(const char *dir, long label, int rank, char *err, size_t er
     if (access(f->path, R_OK) != 0)
         seterr(err, errlen, "%s: %s (the checkpoint has no state for rank %d: was it written with another p or method?)", f->path,
                strerror(errno), rank);
-    else if ((f->file = H5Fopen(f->path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0)
+    else if ((f->file = h5_fopen(f->path, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0)
         seterr(err, errlen, "%s: cannot open the checkpoint file (HDF5 H5Fopen failed: not an HDF5 file, or truncated?)", f->path);
     else if (ckpt_get_i64(f, "label_rank_run", l, 3))
         seterr(err, errlen, "%s", f->err);
@@ -173,6 +173,10 @@ int ckpt_close(ckpt_file *f) {
     if (f->writing && H5Fflush(f->file, H5F_SCOPE_LOCAL) < 0) ferr(f, "H5Fflush", "the file");
     if (H5Fclose(f->file) < 0) ferr(f, "H5Fclose", "the file");
     f->file = H5I_INVALID_HID;
+    /* on disk before the writer reports success (a crash of the node must not lose the pages of a
+     * part that `latest` will name; H5Fflush only hands them to the kernel) */
+    char e[ERRLEN];
+    if (f->writing && !f->err[0] && ckpt_fsync(f->path, e, sizeof e)) seterr(f->err, sizeof f->err, "%s", e);
     return f->err[0] ? -1 : 0;
 }
 
@@ -194,8 +198,9 @@ int ckpt_check_data(const char *dir, long label, int rank, const uint64_t fp[2],
 }
 
 int ckpt_check_machine(const char *dir, long label, int rank, int threads, const char *isa, int strict, int *differs,
-                       char *err, size_t errlen) {
+                       char *how, size_t hn, char *err, size_t errlen) {
     *differs = 0;
+    if (hn) how[0] = '\0';
     if (!ckpt_exists(dir, label, rank)) return 0; /* a rank without a part (a worker that had left) */
     ckpt_file *f = ckpt_open(dir, label, rank, err, errlen);
     if (!f) return EXIT_BADINPUT;
@@ -206,6 +211,10 @@ int ckpt_check_machine(const char *dir, long label, int rank, int threads, const
         st = seterr(err, errlen, "%s", ckpt_error(f));
     else if (had != threads || strcmp(had_isa, isa) != 0) {
         *differs = 1;
+        char th[64] = "";
+        if (had != threads) snprintf(th, sizeof th, "threads %lld -> %d", (long long)had, threads);
+        if (strcmp(had_isa, isa) != 0) snprintf(how, hn, "%s%soneDNN ISA %s -> %s", th, th[0] ? ", " : "", had_isa, isa);
+        else snprintf(how, hn, "%s", th);
         if (strict && had != threads)
             st = seterr(err, errlen, "%s: key 'threads': rank %d's checkpoint (%s/step-%ld) was written with %lld compute "
                         "thread(s), this run has %d; with other threads oneDNN sums in another order and the run would not "

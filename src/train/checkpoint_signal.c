@@ -17,6 +17,11 @@
 static volatile sig_atomic_t g_sig = CKPT_SIG_NONE, g_signo = 0;
 static struct timespec g_stop_at; /* when the first stop request arrived */
 static int g_test_sig = 0, g_test_rank = 0, g_test_eval = 0;
+/* stop_at (ckpt_set_stop_at): a stop request of its own, apart from g_sig, so that it neither
+ * arms the give-up after a SIGTERM (ckpt_stop_age) nor makes the scheduler's SIGTERM at the limit
+ * count as a second one (on_signal). */
+static volatile long g_stop_time = 0;
+static volatile sig_atomic_t g_time_up = 0;
 static long g_test_step = -1;
 
 static void on_signal(int signo) {
@@ -60,7 +65,21 @@ void ckpt_install_signals(void) {
     }
 }
 
-int ckpt_signal_pending(void) { return g_sig; }
+void ckpt_set_stop_at(long unix_s) { g_stop_time = unix_s > 0 ? unix_s : 0, g_time_up = 0; }
+
+/* 1 once the wall clock has reached stop_at (clock_gettime: async-signal-safe, a vDSO call). */
+static int time_up(void) {
+    if (!g_time_up && g_stop_time > 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        if ((long)now.tv_sec >= g_stop_time) g_time_up = 1;
+    }
+    return g_time_up;
+}
+
+int ckpt_signal_pending(void) { return g_sig != CKPT_SIG_STOP && time_up() ? CKPT_SIG_STOP : g_sig; }
+
+int ckpt_time_up(void) { return g_sig != CKPT_SIG_STOP && time_up(); }
 
 double ckpt_stop_age(void) {
     if (g_sig != CKPT_SIG_STOP) return -1.0;
@@ -70,6 +89,7 @@ double ckpt_stop_age(void) {
 }
 
 const char *ckpt_signal_name(void) {
+    if (ckpt_time_up()) return "time limit (stop_at)";
     switch (g_signo) {
     case SIGTERM: return "SIGTERM";
     case SIGINT: return "SIGINT";

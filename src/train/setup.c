@@ -364,7 +364,12 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
     char m[ERRLEN];
     long l = -1;
     int have = ckpt_latest(dir, &l, m, sizeof m);
-    if (have < 0) return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
+    if (have < 0) { /* `latest` unreadable, or naming a step directory that is not there: the newest one there */
+        l = ckpt_previous(dir, LONG_MAX);
+        if (l < 0) return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
+        fprintf(stderr, "dsgd-run: %s; taking the newest checkpoint there, %s/step-%ld\n", m, dir, l);
+        have = 1;
+    }
     pl->had_ckpt = have;
     struct stat sb;
     const int out_exists = stat(e->output, &sb) == 0 && S_ISREG(sb.st_mode);
@@ -387,8 +392,13 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
         if (!out_exists)
             return seterr(err, errlen, "%s: key 'output': %s: %s found the checkpoint %s/step-%ld, but its run file %s is missing; "
                           "restore it, or remove %s to start afresh", config_where("output"), e->output, how, dir, l, e->output, dir);
-        if (ckpt_find_experiment(dir, l, log_rank, saved, sizeof saved, &pl->run_id, m, sizeof m))
-            return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
+        /* a checkpoint whose parts cannot be read (cut short by a crash of a node): the one before it */
+        for (long prev; ckpt_find_experiment(dir, l, log_rank, saved, sizeof saved, &pl->run_id, m, sizeof m); l = prev) {
+            if ((prev = ckpt_previous(dir, l)) < 0)
+                return seterr(err, errlen, "%s: key 'checkpoint.path': %s", config_where("checkpoint.path"), m);
+            fprintf(stderr, "dsgd-run: checkpoint %s/step-%ld cannot be read (%s): resuming from the one before it, %s/step-%ld\n",
+                    dir, l, m, dir, prev);
+        }
         if (ckpt_compare_config(saved, now, m, sizeof m))
             return seterr(err, errlen, "%s: %s: cannot continue %s/step-%ld: %s", e->source, how, dir, l, m);
         pl->label = l;
@@ -428,6 +438,36 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
 /* Every rank, before a resume: its part of checkpoint `label` is there and is that checkpoint's
  * (a worker of a method with servers that had left before the checkpoint has no part). */
 static int check_rank_part(const experiment *e, const char *dir, long label, int rank, int has_servers, int worker, char *err,
+                           size_t errlen);
+
+/* Every rank: the parts of checkpoint plan->label of ranks first..last (this rank's; every rank's
+ * for --check without mpiexec) can be read, else — on every rank together — the checkpoint before
+ * it, with a message saying so (a crash of a node can leave a part cut short, docs/checkpoint.md);
+ * when there is none before, every rank stops (exit 2) naming the part. */
+static void resume_readable(run_setup *r, int first, int last) {
+    const experiment *e = &r->e;
+    trainer *t = &r->t;
+    const int servers = method_has_servers(e->method);
+    for (;;) {
+        char err[ERRLEN] = "";
+        int st = 0;
+        for (int k = first; k <= last && !st; k++) {
+            const int worker = k == t->rank ? t->worker : servers && k >= e->p ? -1 : k;
+            st = check_rank_part(e, t->ckpt_dir, r->plan.label, k, servers, worker, err, sizeof err) ? EXIT_BADINPUT : 0;
+        }
+        if (!comm_max_int(st)) return;
+        long prev = t->rank == 0 ? ckpt_previous(t->ckpt_dir, r->plan.label) : -1;
+        comm_bcast(&prev, sizeof prev, 0);
+        if (prev < 0) setup_agree(st, err); /* exits */
+        if (st) fprintf(stderr, "dsgd-run: rank %d: %s\n", t->rank, err);
+        if (t->rank == 0)
+            fprintf(stderr, "dsgd-run: checkpoint %s/step-%ld cannot be read: resuming from the one before it, %s/step-%ld\n",
+                    t->ckpt_dir, r->plan.label, t->ckpt_dir, prev);
+        r->plan.label = prev;
+    }
+}
+
+static int check_rank_part(const experiment *e, const char *dir, long label, int rank, int has_servers, int worker, char *err,
                            size_t errlen) {
     char m[ERRLEN] = "";
     if (has_servers && worker >= 0) {
@@ -460,8 +500,14 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
         if (!st) st = plan_resume(e, cli_resume, t->ckpt_dir, t->log_rank, plan, err, sizeof err);
         if (!st && plan->label < 0 && !plan->finished && !plan->move_aside) st = check_output(e, t->ckpt_dir, err, sizeof err);
     }
+    if (r0 && !st && e->stop_at > 0 && e->stop_at <= (long)time(NULL))
+        st = seterr(err, sizeof err, "%s: key 'stop_at': %ld is already past (now %ld): the run would stop after its first step; "
+                    "give a later time (Unix seconds, e.g. date -d '+1 hour' +%%s) or 0 (none)", config_where("stop_at"), e->stop_at,
+                    (long)time(NULL));
     if (r0 && !plan->run_id) plan->run_id = ckpt_new_run_id();
     setup_agree(st, err);
+    ckpt_set_stop_at(e->stop_at);
+    ckpt_set_keep(e->checkpoint.keep);
     comm_bcast(plan, sizeof *plan, 0);
     ckpt_set_run_id(plan->run_id);
     if (plan->finished) {
@@ -474,19 +520,21 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
     char m[ERRLEN] = "";
     agree_key(r0 && !r->check_only && ckpt_claim(t->ckpt_dir, m, sizeof m) < 0 ? EXIT_BADINPUT : 0, "checkpoint.path", m);
     /* Every rank's part of the checkpoint must be there and be this checkpoint's, before the run
-     * file is touched: a refused resume changes nothing. */
-    if (plan->label >= 0 && !r->check_only) {
-        st = check_rank_part(e, t->ckpt_dir, plan->label, t->rank, method_has_servers(e->method), t->worker, err, sizeof err);
-        setup_agree(st, err);
-    }
-    /* A CPU run continues bitwise only with the threads and ISA its checkpoint was written with:
-     * refused unless checkpoint.bitwise = false (then recorded with the resume). `--check` without
-     * mpiexec checks every rank's part. */
+     * file is touched: a refused resume changes nothing; one that cannot be read, the checkpoint
+     * before it. `--check` without mpiexec checks every rank's part. */
     const int first = r->world_unchecked ? 0 : t->rank, last = r->world_unchecked ? config_world_size(e) - 1 : t->rank;
+    if (plan->label >= 0) resume_readable(r, first, last);
+    /* A CPU run continues bitwise only with the threads and ISA its checkpoint was written with:
+     * refused unless checkpoint.bitwise = false (then recorded with the resume: how, for the first
+     * rank that differs). */
+    char how[160] = "";
     for (int k = first; plan->label >= 0 && e->device != DEVICE_CUDA && k <= last && !st; k++) {
         int differs = 0;
-        st = ckpt_check_machine(t->ckpt_dir, plan->label, k, r->budget.compute, nn_isa_name(), e->checkpoint.bitwise, &differs, err,
-                                sizeof err);
+        char h[128] = "";
+        st = ckpt_check_machine(t->ckpt_dir, plan->label, k, r->budget.compute, nn_isa_name(), e->checkpoint.bitwise, &differs, h,
+                                sizeof h, err, sizeof err);
+        if (differs && !how[0] && k) snprintf(how, sizeof how, "rank %d: %.100s", k, h);
+        else if (differs && !how[0]) snprintf(how, sizeof how, "%.100s", h);
         r->not_bitwise |= differs;
     }
     /* The data must be the pack the checkpoint was written with (packed again: other samples). */
@@ -495,6 +543,9 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
         st = EXIT_BADINPUT, setup_blame(e, "key 'data.dir'", err, sizeof err);
     setup_agree(st, err);
     r->not_bitwise = comm_max_int(r->not_bitwise);
+    const int top = comm_max_int(how[0] ? comm_size() - t->rank : 0); /* the lowest rank that differs tells */
+    if (top) comm_bcast(how, sizeof how, comm_size() - top);
+    snprintf(r->not_bitwise_how, sizeof r->not_bitwise_how, "%s", how);
     t->resume_label = plan->label;
 }
 
@@ -548,7 +599,7 @@ void setup_model(run_setup *r) {
 static void record_timeout(void *arg) {
     trainer *t = arg;
     if (!t->log) return;
-    runlog_set_attr_string(t->log, "status", ckpt_signal_pending() == CKPT_SIG_STOP || comm_stop_after_signal()
+    runlog_set_attr_string(t->log, "status", (ckpt_signal_pending() == CKPT_SIG_STOP && !ckpt_time_up()) || comm_stop_after_signal()
                                                  ? "stopped: SIGTERM or SIGINT while waiting for another rank (no checkpoint)"
                                                  : "stopped: communication timeout (comm_timeout_s)");
     if (comm_stop_detail()[0]) runlog_set_attr_string(t->log, "stop_detail", comm_stop_detail());
@@ -649,8 +700,9 @@ static int open_runlog(run_setup *r, const runlog_meta *meta, char *err, size_t 
         if (f && !err[0]) {
             const runlog_rows keep = {.train = rows[0], .eval = rows[1], .eval_local = rows[2], .ranks = rows[3]};
             char note[CFG_PATH_MAX + 160];
-            snprintf(note, sizeof note, "checkpoint %s/step-%ld%s", t->ckpt_dir, t->resume_label,
-                     r->not_bitwise ? " (other compute threads or oneDNN ISA than the checkpoint's: not bitwise)" : "");
+            char nb[200] = "";
+            if (r->not_bitwise) snprintf(nb, sizeof nb, " (not bitwise: %s)", r->not_bitwise_how);
+            snprintf(note, sizeof note, "checkpoint %s/step-%ld%s", t->ckpt_dir, t->resume_label, nb);
             t->log = runlog_resume(e->output, meta, &keep, note, err, errlen);
         }
         ckpt_free(f);
@@ -770,6 +822,12 @@ int setup_close(run_setup *r, int st) {
         comm_abort(st);
     }
     st = comm_finish(st, log_rank); /* bounded: a rank stopped at the very end does not hold the job */
+    /* A completed run's checkpoints go (checkpoint.keep_completed = false): its run file, published
+     * and closed, says completed, and nothing continues a completed run (docs/checkpoint.md). */
+    char m[ERRLEN];
+    if (st == EXIT_OK && t->rank == 0 && !r->check_only && !e->checkpoint.keep_completed &&
+        ckpt_remove_completed(t->ckpt_dir, m, sizeof m))
+        fprintf(stderr, "dsgd-run: removing the completed run's checkpoints: %s\n", m);
     model_host_free(t->net, t->x), model_host_free(t->net, t->y), model_host_free(t->net, t->eval_x), model_host_free(t->net, t->eval_y);
     free(t->velocity);
     reducer_free(&t->red);

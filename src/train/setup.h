@@ -48,6 +48,7 @@ typedef struct {
     thread_budget budget;          /* 2 */
     resume_plan plan;              /* 3 */
     int not_bitwise;               /* 3: a CPU resume with other threads or ISA (checkpoint.bitwise) */
+    char not_bitwise_how[160];     /* 3: how, e.g. "threads 1 -> 2" (the lowest rank that differs) */
     char gpu_desc[256], comm_desc[160]; /* 4: "GPU 0 of 1: ...", "; all-reduce: ..." */
     char device_desc[512];         /* 5: the run file's `device` */
     int data_array;                /* 5: index of data/decode_warnings (jpeg) */
