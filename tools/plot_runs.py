@@ -10,7 +10,9 @@ PNG and PDF; and a summary table (final top-1 error, time to a target error, img
 
 Writes OUT.png, OUT.pdf (the four curve panels) and OUT-steptime.png, OUT-steptime.pdf. Runs
 that are still going are read like finished ones (dsgd-run replaces the file whole at each
-publication: docs/output.md); their rows are marked "running" in the table. Runs of the same method and p (e.g. a
+publication: docs/output.md); their rows are marked "running (or killed)" in the table, and
+"stale (no publication for N s)" once the file is older than 10 times its publication interval
+(runfiles.stale: killed, or hung; tools/report.py asks the scheduler). Runs of the same method and p (e.g. a
 requeued job's pieces, or repeats) get the same colour. An existing OUT.* is never replaced
 unless --overwrite. Needs h5py and matplotlib (Debian: python3-h5py, python3-matplotlib).
 """
@@ -18,6 +20,7 @@ import argparse
 import math
 import os
 import sys
+import time
 
 import matplotlib
 
@@ -25,7 +28,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from runfiles import img_per_s, read_run, time_to  # noqa: E402  (tools/runfiles.py)
+from runfiles import img_per_s, read_run, stale, time_to  # noqa: E402  (tools/runfiles.py)
 
 
 def die(msg):
@@ -155,7 +158,8 @@ def main():
         tt = "-" if t is None else (f"{t:.3g} s" if t < 3600 else f"{t / 3600:.2f} h")
         done = int(r["t_step"][-1]) if len(r["t_step"]) else 0
         ips = img_per_s(r)
-        status = r["status"] or "running (or killed)"
+        age = stale(r, time.time())
+        status = r["status"] or ("running (or killed)" if age is None else f"stale (no publication for {age:.0f} s)")
         print(f"| {os.path.basename(r['path'])} | {r['method']} | {r['p']} | {r['b']} | {r['m']} | {done}/{r['iterations']} | "
               f"{final} | {tt} | {'-' if math.isnan(ips) else f'{ips:.0f}'} | {status} |")
     print(f"\nwrote {', '.join(outs)}", file=sys.stderr)
