@@ -89,6 +89,12 @@ esac
 PY=/usr/bin/python3
 JOB_TIMEOUT=${DSGD_SLURM_JOB_TIMEOUT:-240}
 KEEP=${DSGD_SLURM_KEEP:-0}
+# (read here: every DSGD_* variable is unset below, before the cluster starts)
+NNODES=${DSGD_SLURM_NODES:-}
+CGROUP=${DSGD_SLURM_CGROUP:-1}
+WALK_TIMEOUT=${DSGD_SLURM_WALK_TIMEOUT:-720}
+WALK_DELAY_MS=${DSGD_SLURM_WALK_DELAY_MS:-120}
+WALK_MARGIN=${DSGD_SLURM_WALK_MARGIN_S:-10}
 REPO=$(pwd)
 t0=$(date +%s)
 fail=0
@@ -303,8 +309,7 @@ ok "munged (pid $pid_munged) on $SOCK: a credential encodes and decodes"
 # with multiple-slurmd), its own port, spool and log. Their names carry the controller's port so
 # that two test clusters on one machine never share a cgroup (Slurm's are slurm_<node name>/...).
 # The walk-through runs its three points (2 + 3 + 2 ranks) and a 2-rank job side by side: 9 nodes.
-NNODES=${DSGD_SLURM_NODES:-5}
-[ "$WALK" = 1 ] && NNODES=${DSGD_SLURM_NODES:-9}
+[ -n "$NNODES" ] || { NNODES=5; [ "$WALK" = 1 ] && NNODES=9; }
 case "$NNODES" in ''|*[!0-9]*) fatal "DSGD_SLURM_NODES='$NNODES': expected a number of nodes (3..16)" ;; esac
 [ "$NNODES" -ge 3 ] && [ "$NNODES" -le 16 ] || fatal "DSGD_SLURM_NODES=$NNODES: expected 3..16"
 # free TCP ports: the controller's and one per slurmd (another Slurm here keeps its 6817/6818)
@@ -327,7 +332,6 @@ NCORE=$(nproc)
 # 2 cores: odd nodes' jobs run on core 0, even nodes' on core 1. Without a writable cgroup v1
 # cpuset hierarchy (cgroup v2 needs systemd in Slurm 22.05; a container may mount none), or with
 # DSGD_SLURM_CGROUP=0, each node declares 1 CPU and nothing is bound (said below).
-CGROUP=${DSGD_SLURM_CGROUP:-1}
 CG_ROOT=/sys/fs/cgroup
 if [ "$CGROUP" = 1 ]; then
     if [ ! -f "$CG_ROOT/cpuset/cpuset.cpus" ] || [ ! -d "$CG_ROOT/freezer" ]; then
@@ -831,14 +835,11 @@ if [ "$WALK" = 1 ]; then
 tw=$(date +%s)
 # the job id of a job or array task (1234_0 -> its own JobId, whose output is dsgd-<that>.out)
 raw_id() { timeout 10 scontrol show job -o "$1" 2>/dev/null | sed -n 's/^JobId=\([0-9]*\) .*/\1/p' | head -n 1; }
-WALK_TIMEOUT=${DSGD_SLURM_WALK_TIMEOUT:-720}
 # Each step of every worker sleeps WALK_DELAY_MS (inject.delay_ms; slept, not computed: the cores
 # stay free), so a point is over 1500 x 0.12 s = 180 s of training: more than two jobs even where
 # a run does not stop itself and Slurm's SIGTERM comes as late as 89 s after the start (slurmctld
 # checks time limits every 30 s); with stop_at (10 s before the end) 4-5 jobs.
-WALK_DELAY_MS=${DSGD_SLURM_WALK_DELAY_MS:-120}
 # The run stops (checkpoint, exit 3) this long before the job's end (key stop_at, set by dsgd.sbatch).
-WALK_MARGIN=${DSGD_SLURM_WALK_MARGIN_S:-10}
 section "walk-through: data (Fashion-MNIST as JPEG shards)"
 mkdir -p "$W/configs/paper" && cp configs/paper/* "$W/configs/paper/" || fatal "cannot copy configs/paper"
 $PY tools/idx_to_tree.py "$T/fm-src" --train 12000 --val 2000 >"$T/log/tree.log" 2>&1 || fatal "idx_to_tree.py: $(tail -n 2 "$T/log/tree.log")"
