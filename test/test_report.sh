@@ -170,7 +170,7 @@ touch -d '1 hour ago' "$dir/r/runs/s-gossip_pull-b32.1005.h5"
 PATH="$dir/bin2:$PATH" $PY tools/report.py "$S" --out "$dir/rep" --targets 0.3,0.2 --overwrite >"$dir/rep.txt" 2>"$dir/rep.err"
 rc=$?
 [ $rc = 0 ] && ok "report without accounting: exit 0" || bad "report without accounting: exit $rc: $(tail -n 3 "$dir/rep.err")"
-chk "no accounting: said so" "Scheduler (slurm): sacct failed: sacct: error: Slurm accounting storage is disabled; squeue failed: slurm_load_jobs error: Unable to contact slurm controller (connect failure); states from the run files alone."
+chk "no accounting: said so" "Scheduler (slurm): sacct failed: sacct: error: Slurm accounting storage is disabled; sacct -c failed: sacct: error: Slurm accounting storage is disabled; squeue failed: slurm_load_jobs error: Unable to contact slurm controller (connect failure); states from the run files alone."
 grep -q "^| s-gossip_pull-b32 | 1005 | 1005 (no record) | stale (no publication for 36[0-9][0-9] s) at step [0-9]* of 100000; checkpoint $ck: resumable" "$dir/rep.md" \
     && ok "no accounting: the killed run is stale (no publication for ~3600 s)" || bad "stale row: $(grep 's-gossip_pull-b32 ' "$dir/rep.md")"
 chk "no accounting: a fresh file without a status is running" "| s-allreduce-b32 | 1002 | 1002 (no record) | running (step 200 of 200) |"
@@ -198,7 +198,41 @@ chk "squeue: pending, with the reason" "| s-allreduce-b64 | 1003 | 1003 PENDING 
 chk "squeue: the chain's next link" "next: job 1008, link 2 of 3: Dependency, pending |"
 chk "squeue: timed out" "| s-gossip_pull-b64 | 1006 | 1006 TIMEOUT | timed out at step 120 of 200, checkpoint written (job 1006, link 1 of 3: TIMEOUT); resumable"
 chk "squeue: a job it no longer holds: from the run file" "| s-gossip_pull-b32 | 1005 | 1005 (no record) | stale (no publication for 36"
-chk "squeue: said so" "Scheduler (slurm): sacct failed: sacct: error: Slurm accounting storage is disabled; squeue used instead (jobs the controller still holds, no exit codes)."
+chk "squeue: said so" "Scheduler (slurm): sacct failed: sacct: error: Slurm accounting storage is disabled; sacct -c failed: sacct: error: Slurm accounting storage is disabled; squeue (jobs the controller holds) used instead."
+
+# 4b'. Slurm's own sacct (Debian's slurm-client) without a database: `sacct -c` reads the job
+#     completion log (JobCompType=jobcomp/filetxt, records as slurmctld writes them); squeue (the
+#     fake of 4b) the queue. Skipped where sacct is not installed.
+if command -v sacct >/dev/null 2>&1; then
+    mkdir -p "$dir/slurm" "$dir/bin5"
+    cp "$dir/bin3/squeue" "$dir/bin5/squeue"
+    printf 'ClusterName=t\nSlurmctldHost=localhost\nAccountingStorageType=accounting_storage/none\nJobCompType=jobcomp/filetxt\nJobCompLoc=%s\nNodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=test Nodes=localhost Default=YES\n' \
+        "$dir/slurm/jobcomp.txt" >"$dir/slurm/slurm.conf"
+    for rec in 1001:COMPLETED:0:0 1004:FAILED:2:0 1005:OUT_OF_MEMORY:0:125 1006:TIMEOUT:0:0 1007:FAILED:3:0; do
+        IFS=: read -r id st ec sg <<EOF
+$rec
+EOF
+        echo "JobId=$id UserId=root(0) GroupId=root(0) Name=dsgd JobState=$st Partition=test TimeLimit=10 StartTime=2026-12-03T19:00:00 EndTime=2026-12-03T19:00:07 NodeList=n[1-2] NodeCnt=2 ProcCnt=2 WorkDir=$dir/r ReservationName= Tres=cpu=2,node=2,billing=2 Account= QOS= WcKey= Cluster=t SubmitTime=2026-12-03T18:59:59 EligibleTime=2026-12-03T18:59:59 DerivedExitCode=0:0 ExitCode=$ec:$sg "
+    done >"$dir/slurm/jobcomp.txt"
+    touch "$dir/r/runs/s-gossip_pull-b32.1005.h5"
+    SLURM_CONF="$dir/slurm/slurm.conf" PATH="$dir/bin5:$PATH" $PY tools/report.py "$S" --out "$dir/rep" --targets 0.3,0.2 --overwrite >"$dir/rep.txt" 2>"$dir/rep.err"
+    rc=$?
+    n=0
+    for want in "| s-allreduce-b16 | 1001 | 1001 COMPLETED 0:0 00:00:07 | completed (step 200 of 200) |" \
+                "| s-allreduce-b32 | 1002 | 1002 RUNNING | running (job 1002, link 1 of 3, step 200 of 200) |" \
+                "| s-gossip_pull-b16 | 1004 | 1004 FAILED 2:0 00:00:07 | failed before a run file (job 1004, link 1 of 3: FAILED, exit 2:0) |" \
+                "| s-gossip_pull-b32 | 1005 | 1005 OUT_OF_MEMORY 0:125 00:00:07 | killed at step" \
+                "| s-gossip_pull-b64 | 1006 | 1006 TIMEOUT 0:0 00:00:07 | timed out at step 120 of 200, checkpoint written" \
+                "| s-gossip_push-b16 | 1007 | 1007 (link 1) FAILED 3:0 00:00:07; 1008 (link 2) PENDING; 1009 (link 3) PENDING | interrupted (SIGTERM) at step 120 of 200, checkpoint written; next: job 1008, link 2 of 3: Dependency, pending |" \
+                "Scheduler (slurm): sacct failed: Slurm accounting storage is disabled; sacct -c (finished jobs) and squeue (jobs the controller holds) used instead."; do
+        row "$want" && n=$((n + 1)) || bad "sacct -c: no '$want' in: $(grep -F -e '| s-' -e 'Scheduler' "$dir/rep.md")"
+    done
+    [ $rc = 0 ] && [ $n = 7 ] && ok "Slurm's sacct -c (jobcomp/filetxt) and squeue: finished jobs with exit codes, queued and running ones"
+    touch -d '1 hour ago' "$dir/r/runs/s-gossip_pull-b32.1005.h5"
+else
+    echo "skipped: Slurm's sacct -c (no sacct installed)"
+fi
+
 
 # 4c. plot_runs.py (same runfiles.stale): the hour-old killed run is stale, the fresh one running (or killed).
 $PY tools/plot_runs.py "$dir/r/runs/s-gossip_pull-b32.1005.h5" "$dir/r/runs/s-allreduce-b32.1002.h5" --out "$dir/pl" >"$dir/pl.md" 2>"$dir/pl.err"

@@ -17,9 +17,11 @@ PATH, it failed: its message), so that the caller falls back to the run files al
 Sources: Slurm `sacct -n -P -X -j IDS -o JobID,JobIDRaw,State,ExitCode,Elapsed` (Slurm 22.05
 sacct(1): -X allocations only, -P "|"-separated; with -j the start time defaults to the epoch,
 so old jobs are found; pending array tasks come as one record "1240_[2-5%2]"). Where sacct cannot
-answer (no slurmdbd: "Slurm accounting storage is disabled"), `squeue --states=all -h -r -j IDS
--o "%i|%A|%T|%r"` answers for the jobs the controller still holds (pending, running, and finished
-ones for MinJobAge, 300 s by default), without exit codes. PBS (OpenPBS / PBS Pro):
+answer (no slurmdbd: "Slurm accounting storage is disabled"), `sacct -c` (the same fields from the
+job completion log, JobCompType=jobcomp/filetxt: finished jobs only) and `squeue --states=all -h
+-r -j IDS -o "%i|%A|%T|%r"` (the jobs the controller still holds: pending, running, and finished
+ones for MinJobAge, 300 s by default; no exit codes) answer together, squeue's record winning
+for a job it shows queued or running (a requeued job). PBS (OpenPBS / PBS Pro):
 `qstat -x -t -f -F json IDS` (history: finished jobs need the server's job_history_enable), else
 the text of `qstat -x -t -f IDS`. Every command runs under a timeout; nothing here raises.
 """
@@ -188,27 +190,38 @@ def parse_qstat_text(text):
     return out
 
 
+def _sacct(ids, extra, timeout):
+    jobs = {}
+    for k in range(0, len(ids), 200):
+        out, err = _run(["sacct"] + extra + ["-n", "-P", "-X", "-j", ",".join(ids[k:k + 200]),
+                                             "-o", "JobID,JobIDRaw,State,ExitCode,Elapsed"], timeout)
+        if err:
+            return {}, err
+        jobs.update(parse_sacct(out))
+    return jobs, None
+
+
 def query(scheduler, ids, timeout=60):
     ids = sorted({str(i) for i in ids if i})
     if not ids:
         return {}, None
     jobs, note = {}, None
     if scheduler == "slurm":
-        for k in range(0, len(ids), 200):
-            out, err = _run(["sacct", "-n", "-P", "-X", "-j", ",".join(ids[k:k + 200]),
-                             "-o", "JobID,JobIDRaw,State,ExitCode,Elapsed"], timeout)
-            if err:
-                note = err
-                break
-            jobs.update(parse_sacct(out))
-        if note:
-            jobs = {}
-            out, err = _run(["squeue", "--states=all", "-h", "-r", "-j", ",".join(ids), "-o", "%i|%A|%T|%r"], timeout)
-            jobs = parse_squeue(out or "")  # (squeue fails for a single job id it no longer holds)
-            if jobs:
-                note += "; squeue used instead (jobs the controller still holds, no exit codes)"
-            elif err:
-                note += f"; {err}"
+        jobs, note = _sacct(ids, [], timeout)
+        if note is None:
+            return jobs, None
+        # No accounting database: the job completion log (finished jobs, with exit codes) and the
+        # controller's queue (pending and running jobs, and finished ones for MinJobAge).
+        done, note_c = _sacct(ids, ["-c"], timeout)
+        out, note_q = _run(["squeue", "--states=all", "-h", "-r", "-j", ",".join(ids), "-o", "%i|%A|%T|%r"], timeout)
+        queue = parse_squeue(out or "")  # (squeue fails for a single job id it no longer holds)
+        jobs = dict(done)
+        for jid, j in queue.items():
+            if jid not in jobs or is_active(j):
+                jobs[jid] = j
+        used = [x for x, ok in (("sacct -c (finished jobs)", not note_c), ("squeue (jobs the controller holds)", queue)) if ok]
+        why = [note_c.replace("sacct failed:", "sacct -c failed:", 1) if note_c else None, None if queue else note_q]
+        note = "; ".join([note] + [w for w in why if w] + ([" and ".join(used) + " used instead"] if used else []))
         return jobs, note
     if scheduler == "pbs":
         qids = []

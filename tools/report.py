@@ -29,7 +29,8 @@ the other methods at that p.
 The state of every run ("Runs and jobs": one row per run, with its jobs) comes from its run file's
 status (docs/output.md) and, for sweeps, from the scheduler's record of the jobs in sweep.json
 (each link of a chain; run files of other job ids under a point's name are looked up too):
-Slurm's sacct (squeue where sacct has no database), PBS's qstat -x (tools/accounting.py). States:
+Slurm's sacct (without a database: sacct -c, the job completion log, and squeue), PBS's qstat -x
+(tools/accounting.py). States:
 completed; running (the job runs); pending (queued, no run file yet); chained (stopped with a
 checkpoint, its next link queued: link k of K, counted from 1); interrupted (checkpoint written:
 resumable, `tools/sweep.py --continue SWEEP`); timed out (TIMEOUT, with the checkpoint if any);
