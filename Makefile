@@ -412,13 +412,16 @@ check-openmpi: deps
 check-build:
 	@timeout -k 10 900 sh test/build-modules.sh
 
-# A one-node Slurm cluster on localhost (slurm-wlm, munge: installed if missing, as root), the
-# sweep -> sbatch -> run files -> plot loop through it (test/slurm/run.sh). CI runs it after check.
+# A multi-node Slurm cluster on localhost (slurm-wlm, munge: installed if missing, as root; one
+# slurmd per node, cores split by cgroups), the sweep -> sbatch -> run files -> plot loop through
+# it, then the walk-through of docs/reproduce.md with 1-minute chained jobs, a SIGKILL and the
+# report's job states (test/slurm/run.sh --all; --walkthrough alone, or no option for the loop
+# alone). CI runs it after check; about 10 minutes on 2 cores (docs/testing.md).
 .PHONY: check-slurm
 check-slurm: deps
 	@$(MAKE) --no-print-directory $(BIN)
 	@$(MAKE) --no-print-directory build/bin/mpiexec
-	@PATH="$(CURDIR)/build/bin:$$PATH" timeout -k 10 900 sh test/slurm/run.sh
+	@PATH="$(CURDIR)/build/bin:$$PATH" timeout -k 10 1200 sh test/slurm/run.sh --all
 
 # A small Figure 1 (Jin et al.) on the same local Slurm: tools/paper.py fig1 at p = 2, 4 on packed
 # Fashion-MNIST, then tools/report.py: plots/fig1-small.{md,png,pdf} (docs/reproduce.md §8).
