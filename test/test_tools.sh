@@ -50,7 +50,12 @@ rc=$?
 #    SLURM_JOB_END_TIME an hour away, so a dsgd-run that knows stop_at gets it.
 cp "$dir/sweeps/t1/t1-allreduce-p2.cfg" "$dir/sweeps/t1/t1-ps-p2.cfg" "$dir/"
 mkdir -p "$dir/fakebin"
-printf '#!/bin/sh\necho "${FAKE_SQUEUE_END:-N/A}"\n' >"$dir/fakebin/squeue"
+# Asked for the bare id of an array (FAKE_SQUEUE_ARRAY) it lists one line per running task, as squeue does.
+cat >"$dir/fakebin/squeue" <<'FAKE'
+#!/bin/sh
+echo "${FAKE_SQUEUE_END:-N/A}"
+case " $* " in *" -j ${FAKE_SQUEUE_ARRAY:-none} "*) echo "${FAKE_SQUEUE_END:-N/A}" ;; esac
+FAKE
 cat >"$dir/fakebin/qstat" <<'FAKE'
 #!/bin/sh
 [ -n "${FAKE_QSTAT:-}" ] || { echo "qstat: fake: no such job" >&2; exit 1; }
@@ -188,6 +193,14 @@ end=$(date -d 2030-01-01T00:00:00 +%s)
 grep -q -- "--set stop_at=$((end - 300)) " "$FAKE_LOG" && grep -q "SRUN_CPUS_PER_TASK=unset SLURM_GPUS_PER_TASK=unset$" "$FAKE_LOG" \
     && ok "dsgd.sbatch: stop_at from squeue's end time - DSGD_STOP_MARGIN_S; a launcher other than srun (Hydra's proxies): no SRUN_CPUS_PER_TASK, no per-task GPU request (L7)" \
     || bad "dsgd.sbatch with squeue: $(cat "$FAKE_LOG") $(cat "$dir/fake2.log")"
+# The last task of an array has the array's job id; its end time is asked under its own id <array>_<task>.
+: >"$FAKE_LOG"
+(cd "$dir" && SLURM_SUBMIT_DIR="$dir" SLURM_JOB_ID=142 SLURM_ARRAY_JOB_ID=142 SLURM_ARRAY_TASK_ID=1 SLURM_NTASKS=2 DSGD_LAUNCH=env \
+    DSGD_BIN="$dir/fake-dsgd" DSGD_STOP_MARGIN_S=300 FAKE_SQUEUE_END=2030-01-01T00:00:00 FAKE_SQUEUE_ARRAY=142 SLURM_JOB_END_TIME= \
+    bash jobs/slurm/dsgd.sbatch pts.list) >"$dir/fake3.log" 2>&1
+grep -q -- "--set stop_at=$((end - 300)) " "$FAKE_LOG" \
+    && ok "dsgd.sbatch: an array's last task (job id = array id) asks squeue for its own end time (<array>_<task>): stop_at set" \
+    || bad "dsgd.sbatch, array task 142_1: no stop_at: $(cat "$FAKE_LOG") $(cat "$dir/fake3.log")"
 : >"$FAKE_LOG"
 printf 'nodeB\nnodeA\nnodeB\n' >"$dir/nodes-il"
 start=$(date -d "2030-01-01 00:00:00" +%s)
