@@ -3,7 +3,8 @@
 #   make            build ./dsgd-run (CPU backend: oneDNN; never needs nvcc)
 #   make run        install missing Debian packages, build, run configs/quickstart.cfg on 2 ranks
 #   make check      install missing Debian packages, build and run every test (Check + MPI)
-#   make check-slurm  the batch-job loop on a real one-node Slurm started on localhost
+#   make check-slurm  the batch-job loop and the walk-through of docs/reproduce.md (chained 1-minute
+#                   jobs, a SIGKILL, the report's job states) on a multi-node Slurm on localhost
 #   make deps       install missing Debian packages only (root: apt-get; else print the line)
 #   make show-deps  what CC, OPT and each library resolved to, and from where
 #   make check-build  build a copy as a user with modules would (no root, cc, no Check/hdf5.pc)

@@ -162,7 +162,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-# 2. a one-node cluster in a private directory
+# 2. a multi-node cluster in a private directory
 # ---------------------------------------------------------------------------------------------
 # Nothing from a surrounding Slurm (CI inside a Slurm job, a site's SBATCH_* defaults, DSGD_*
 # settings) may leak into the test.
