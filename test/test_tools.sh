@@ -53,13 +53,15 @@ mkdir -p "$dir/fakebin"
 # Asked for the bare id of an array (FAKE_SQUEUE_ARRAY) it lists one line per running task, as squeue does.
 cat >"$dir/fakebin/squeue" <<'FAKE'
 #!/bin/sh
+[ -n "${FAKE_SQUEUE_EMPTY:-}" ] && exit 1   # squeue that fails: no output
 echo "${FAKE_SQUEUE_END:-N/A}"
 case " $* " in *" -j ${FAKE_SQUEUE_ARRAY:-none} "*) echo "${FAKE_SQUEUE_END:-N/A}" ;; esac
 FAKE
 cat >"$dir/fakebin/qstat" <<'FAKE'
 #!/bin/sh
 [ -n "${FAKE_QSTAT:-}" ] || { echo "qstat: fake: no such job" >&2; exit 1; }
-printf 'Job Id: %s\n    Resource_List.walltime = 02:00:00\n    stime = Tue Jan  1 00:00:00 2030\n' "$2"
+if [ -n "${FAKE_QSTAT_NOSTIME:-}" ]; then printf 'Job Id: %s\n    Resource_List.walltime = 02:00:00\n' "$2"
+else printf 'Job Id: %s\n    Resource_List.walltime = 02:00:00\n    stime = Tue Jan  1 00:00:00 2030\n' "$2"; fi
 FAKE
 chmod +x "$dir/fakebin"/*
 PATH="$dir/fakebin:$PATH"
@@ -125,17 +127,27 @@ rc=$?
     || bad "interrupted job: exit $rc: $(tail -3 "$dir/int.log")"
 cp "$dir/runs/t1-allreduce-p2.130.h5" "$dir/interrupted.h5"
 sum=$(md5sum <"$dir/runs/t1-allreduce-p2.130.h5")
-# Its continuation on an allocation of another size: refused by the script (no --p-from-world), exit 2.
+# Its continuation on an allocation of another size: p from the allocation, refused by dsgd-run
+# against the checkpoint's p (key 'p'), exit 2, run file untouched.
 (export SLURM_JOB_ID=131 DSGD_RUN_ID=130 SLURM_NTASKS=3 DSGD_LAUNCH="timeout -k 5 $T mpiexec -n 3"; sb cont-world.log)
 rc=$?
-[ $rc = 2 ] && grep -q "has 2 rank(s) (method allreduce, p = 2), this allocation 3: refused" "$dir/cont-world.log" \
+[ $rc = 2 ] && grep -q "says 2 rank(s) (method allreduce, p = 2), this allocation has 3" "$dir/cont-world.log" \
+    && grep -q "key 'p': the checkpoint was written with p = 2" "$dir/cont-world.log" \
     && [ "$(md5sum <"$dir/runs/t1-allreduce-p2.130.h5")" = "$sum" ] \
     && ok "continuation on 3 tasks of a p = 2 run: refused, exit 2, run file untouched (T3)" || bad "world-size check: exit $rc: $(tail -3 "$dir/cont-world.log")"
+# A run whose p came from its allocation (3 tasks, the experiment says p = 2) continues on 3 tasks.
+(export SLURM_JOB_ID=132 SLURM_NTASKS=3 DSGD_LAUNCH="timeout -k 5 $T mpiexec -n 3" DSGD_TEST_SIGNAL=TERM@300; sb w3.log)
+rc1=$?
+(export SLURM_JOB_ID=133 DSGD_RUN_ID=132 SLURM_NTASKS=3 DSGD_LAUNCH="timeout -k 5 $T mpiexec -n 3"; sb w3c.log)
+rc=$?
+[ $rc1 = 3 ] && [ $rc = 0 ] && ./dsgd-run --status "$dir/runs/t1-allreduce-p2.132.h5" | grep -q "^completed" \
+    && ok "a run with p = 3 from its allocation (experiment p = 2), interrupted, continues with DSGD_RUN_ID on 3 tasks to completion" \
+    || bad "p-from-world continuation: exit $rc1 then $rc: $(tail -3 "$dir/w3.log") $(tail -3 "$dir/w3c.log")"
 printf 'localhost\nlocalhost\nlocalhost\n' > "$dir/nodes3"
 (cd "$dir" && PBS_O_WORKDIR="$dir" PBS_JOBID=402.srv PBS_NODEFILE="$dir/nodes3" EXP=t1-allreduce-p2.cfg DSGD_RUN_ID=130 \
     DSGD_MPIEXEC="timeout -k 5 $T mpiexec" bash jobs/pbs/dsgd.pbs) >"$dir/pbs-world.log" 2>&1
 rc=$?
-[ $rc = 2 ] && grep -q "this allocation 3: refused" "$dir/pbs-world.log" && ok "dsgd.pbs: the same continuation on 3 MPI processes refused, exit 2" \
+[ $rc = 2 ] && grep -q "this allocation has 3" "$dir/pbs-world.log" && grep -q "key .p.: the checkpoint was written with p = 2" "$dir/pbs-world.log" && ok "dsgd.pbs: the same continuation on 3 MPI processes refused, exit 2" \
     || bad "dsgd.pbs world-size check: exit $rc: $(tail -3 "$dir/pbs-world.log")"
 # A continuation that dsgd-run refuses (another experiment: b = 16) exits 2, not the old run file's 3 (T4).
 (export SLURM_JOB_ID=132 DSGD_RUN_ID=130; sb cont-refused.log --set b=16)
@@ -197,10 +209,20 @@ grep -q -- "--set stop_at=$((end - 300)) " "$FAKE_LOG" && grep -q "SRUN_CPUS_PER
 : >"$FAKE_LOG"
 (cd "$dir" && SLURM_SUBMIT_DIR="$dir" SLURM_JOB_ID=142 SLURM_ARRAY_JOB_ID=142 SLURM_ARRAY_TASK_ID=1 SLURM_NTASKS=2 DSGD_LAUNCH=env \
     DSGD_BIN="$dir/fake-dsgd" DSGD_STOP_MARGIN_S=300 FAKE_SQUEUE_END=2030-01-01T00:00:00 FAKE_SQUEUE_ARRAY=142 SLURM_JOB_END_TIME= \
-    bash jobs/slurm/dsgd.sbatch pts.list) >"$dir/fake3.log" 2>&1
+    bash jobs/slurm/dsgd.sbatch pts.list) >"$dir/fake3a.log" 2>&1
 grep -q -- "--set stop_at=$((end - 300)) " "$FAKE_LOG" \
     && ok "dsgd.sbatch: an array's last task (job id = array id) asks squeue for its own end time (<array>_<task>): stop_at set" \
-    || bad "dsgd.sbatch, array task 142_1: no stop_at: $(cat "$FAKE_LOG") $(cat "$dir/fake3.log")"
+    || bad "dsgd.sbatch, array task 142_1: no stop_at: $(cat "$FAKE_LOG") $(cat "$dir/fake3a.log")"
+# No end time to be had (squeue fails, SLURM_JOB_END_TIME unset: the job script run by hand), or one
+# within the margin: no stop_at (date -d "" is today's midnight, which dsgd-run refused as past: exit 2).
+for case_ in "FAKE_SQUEUE_EMPTY=1 SLURM_JOB_END_TIME=" "SLURM_JOB_END_TIME=$(($(date +%s) + 60))"; do
+    : >"$FAKE_LOG"
+    (cd "$dir" && env $case_ SLURM_SUBMIT_DIR="$dir" SLURM_JOB_ID=143 SLURM_NTASKS=2 DSGD_LAUNCH=env DSGD_BIN="$dir/fake-dsgd" \
+        bash jobs/slurm/dsgd.sbatch t1-allreduce-p2.cfg) >"$dir/fake3b.log" 2>&1
+    grep -q "^args: " "$FAKE_LOG" && ! grep -q "stop_at" "$FAKE_LOG" && grep -q "no stop_at" "$dir/fake3b.log" \
+        && ok "dsgd.sbatch ($case_): no end time or one within the margin: started without stop_at, said so" \
+        || bad "dsgd.sbatch ($case_): $(cat "$FAKE_LOG") $(cat "$dir/fake3b.log")"
+done
 : >"$FAKE_LOG"
 printf 'nodeB\nnodeA\nnodeB\n' >"$dir/nodes-il"
 start=$(date -d "2030-01-01 00:00:00" +%s)
@@ -208,6 +230,14 @@ start=$(date -d "2030-01-01 00:00:00" +%s)
     DSGD_MPIEXEC="$dir/fake-mpiexec" DSGD_BIN="$dir/fake-dsgd" bash jobs/pbs/dsgd.pbs) >"$dir/fake3.log" 2>&1
 grep -q "^hosts: nodeA nodeB nodeB $" "$FAKE_LOG" && grep -q "^mpiexec: -n 3 -f .* --set output=\"runs/t1-allreduce-p2.400_1.h5\" --set checkpoint.bitwise=false --set stop_at=$((start + 7200 - 120)) t1-allreduce-p2.cfg" "$FAKE_LOG" \
     && ok "dsgd.pbs: host file sorted (L11), array task 400[1] -> run id 400_1, stop_at = stime + walltime - 120" || bad "dsgd.pbs: $(cat "$FAKE_LOG") $(cat "$dir/fake3.log")"
+: >"$FAKE_LOG"
+now=$(date +%s)
+(cd "$dir" && PBS_O_WORKDIR="$dir" PBS_JOBID=403.srv PBS_NODEFILE="$dir/nodes-il" EXP=t1-allreduce-p2.cfg FAKE_QSTAT=1 FAKE_QSTAT_NOSTIME=1 \
+    DSGD_MPIEXEC="$dir/fake-mpiexec" DSGD_BIN="$dir/fake-dsgd" bash jobs/pbs/dsgd.pbs) >"$dir/fake3c.log" 2>&1
+sa=$(sed -n 's/.*--set stop_at=\([0-9]*\).*/\1/p' "$FAKE_LOG")
+[ -n "$sa" ] && [ "$sa" -ge $((now + 7200 - 120)) ] && [ "$sa" -le $((now + 7200 - 120 + 60)) ] \
+    && ok "dsgd.pbs: no stime in qstat: stop_at from this script's start + walltime - 120 (not today's midnight)" \
+    || bad "dsgd.pbs without stime: stop_at '$sa', now $now: $(cat "$FAKE_LOG") $(cat "$dir/fake3c.log")"
 : >"$FAKE_LOG"
 (cd "$dir" && PBS_O_WORKDIR="$dir" PBS_JOBID=401.srv PBS_NODEFILE="$dir/nodes-il" EXP=t1-allreduce-p2.cfg DSGD_HOSTFILE_UNIQ=1 \
     DSGD_MPIEXEC="$dir/fake-mpiexec" DSGD_BIN="$dir/fake-dsgd" bash jobs/pbs/dsgd.pbs) >"$dir/fake4.log" 2>&1
