@@ -103,6 +103,16 @@ rc=$?
     && echo "$out" | grep -q "fig1-easgd-p8: 9 rank(s), 450000 iterations of b = 32: about 18.4 h, 165 node-hours" \
     && ok "paper.py fig1 without --time: refused (exit 2), naming the longest point's estimate (18.4 h; easgd p = 8: 165 node-hours)" \
     || bad "paper.py fig1 without --time: exit $rc: $out"
+# Time limits that cannot be meant: refused with the reason, nothing written.
+for case_ in "--time 0|a zero time limit" "--time 90 --scheduler pbs --cores-per-node 32|a chain of 920 jobs per point (90 = 90 s each" \
+             "--time 1-00:00:00 --scheduler pbs --cores-per-node 32|PBS takes a walltime as" \
+             "--time 24:00:00 --max-time 1:00:00|is less than one job's --time"; do
+    args=${case_%%|*}
+    out=$($PY tools/paper.py fig1 $args --dir "$dir/sw" --dry-run 2>&1)
+    rc=$?
+    [ $rc = 2 ] && echo "$out" | grep -qF "${case_#*|}" && [ ! -e "$dir/sw/fig1" ] \
+        && ok "paper.py fig1 $args: refused (exit 2), nothing written" || bad "paper.py fig1 $args: exit $rc: $out"
+done
 out=$($PY tools/paper.py fig1 --time 12:00:00 --dir "$dir/sw" --dry-run 2>&1)
 echo "$out" | grep -q -- "--nodes=9 --ntasks=9 --ntasks-per-node=1 --exclusive --mem=0 --time=12:00:00 .*fig1-easgd-p8.cfg" && echo "$out" | grep -q -- "--array=0-1 .*ranks16.list" \
     && ok "paper.py fig1 --time 12:00:00: EASGD at p = 8 on 9 whole nodes (a server), allreduce + gossip_push at p = 16 as one array" \

@@ -167,6 +167,8 @@ def main():
             t, total = sweep.time_seconds(a.time, a.scheduler), sweep.time_seconds(a.max_time, a.scheduler)
             if not t or total is None:
                 die(f"--time {a.time} / --max-time {a.max_time}: expected wall times such as 24:00:00 or 3-00:00:00")
+            if total < t:
+                die(f"--max-time {a.max_time} is less than one job's --time {a.time}: it is the most a point may take in all")
             cmd += ["--chain", str(max(1, -(-total // t)))]
         else:
             cmd += ["--chain", "auto"]

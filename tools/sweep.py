@@ -71,6 +71,9 @@ import shutil
 import subprocess
 import sys
 
+# More links per point than this is refused (a --time read in other units than meant, a
+# --rank-img-s far too small): it would flood the scheduler's queue.
+MAX_CHAIN = 100
 SERVER_METHODS = ("ps", "easgd", "backup")
 SCRIPTS = {"slurm": "jobs/slurm/dsgd.sbatch", "pbs": "jobs/pbs/dsgd.pbs"}
 # The cost estimate (docs/reproduce.md §4, "Cost of Figure 1"): ResNet-18 width 64 at 224² trains
@@ -547,6 +550,10 @@ def main():
             + (f"; the longest point, {worst['stem']}, needs about {fmt_hours(worst['estimate_h'])} (above)"
                if worst["estimate_h"] else ""))
     limit_s = time_seconds(limit, a.scheduler) if limit else None
+    if limit and limit_s == 0:
+        die(f"--time {limit}: a zero time limit (Slurm reads it as no limit at all): give each job's wall time")
+    if limit and a.scheduler == "pbs" and "-" in limit:
+        die(f"--time {limit}: PBS takes a walltime as [[H:]M:]S (e.g. 72:00:00), not D-H:M:S")
     if a.chain == "auto":
         chain = max(1, math.ceil(1.25 * longest * 3600 / limit_s)) if longest and limit_s else 1
         print(f"sweep.py: --chain auto: {chain} job(s) per point " +
@@ -554,6 +561,11 @@ def main():
                "(no estimate: give --chain K, tools/paper.py --max-time, or --rank-img-s; or tools/sweep.py --continue later)"))
     else:
         chain = int(a.chain)
+    if chain > MAX_CHAIN:
+        die(f"a chain of {chain} jobs per point ({limit} = {limit_s} s each, as {a.scheduler} reads it"
+            + (": a bare number is seconds for PBS, minutes for Slurm" if limit and limit.isdigit() else "")
+            + f"): more than {MAX_CHAIN} is almost certainly a wrong --time, --max-time or --rank-img-s; "
+            "give a longer --time (or --chain K)")
     if longest and limit_s and longest * 3600 > chain * limit_s:
         print(f"sweep.py: warning: the longest point's estimate, {fmt_hours(longest)}, exceeds {chain} job(s) × {limit}: "
               f"it will need more (--chain, or tools/sweep.py --continue later)", file=sys.stderr)
