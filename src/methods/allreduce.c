@@ -29,7 +29,7 @@ static int allreduce_init(trainer *t, char *err, size_t errlen) {
     return 0;
 }
 
-static int allreduce_step(trainer *t, long step, double alpha, double *mean_loss) {
+static step_out allreduce_step(trainer *t, long step, double alpha) {
     const experiment *e = t->e;
     model *net = t->net;
 
@@ -62,8 +62,7 @@ static int allreduce_step(trainer *t, long step, double alpha, double *mean_loss
     t->times.update_s += t4 - t3;
     t->times.step_s += t4 - t0;
     /* The averaged gradient is identical on every rank, so every rank sees the same verdict. */
-    *mean_loss = finite ? loss / (double)t->p : NAN;
-    return 1;
+    return (step_out){.took = METHOD_STEP_TOOK, .loss = finite ? loss / (double)t->p : NAN};
 }
 
 /* Before each evaluation the nodes' BN running statistics are averaged, so that every rank

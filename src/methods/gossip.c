@@ -523,7 +523,7 @@ static int gossip_begin(trainer *t) {
 }
 
 /* method_ops.step: node i's step s, or none once it has failed (inject.fail_rank). */
-static int gossip_node_step(trainer *t, long s, double alpha, double *loss) {
+static step_out gossip_node_step(trainer *t, long s, double alpha) {
     const experiment *e = t->e;
     if (G.closing) sig_reset(), G.closing = 0; /* the epoch the last meeting point closed */
     G.pos = s + 1; /* a node announcing from a wait in this step will complete it */
@@ -535,10 +535,9 @@ static int gossip_node_step(trainer *t, long s, double alpha, double *loss) {
     }
     if (failed && s == e->inject.fail_step)
         fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other nodes go on\n", t->rank, s);
-    if (failed) return 0;
+    if (failed) return (step_out){.took = METHOD_STEP_NONE};
     G.steps_done++;
-    *loss = gossip_step(t, s, alpha);
-    return 1;
+    return (step_out){.took = METHOD_STEP_TOOK, .loss = gossip_step(t, s, alpha)};
 }
 
 /* method_ops.signal: a signal here or on another node (announcements) makes the target step this

@@ -11,12 +11,10 @@
  *             as long as the loop (gossip's communication thread; a server method's worker reads
  *             its checkpoint here); returns the status every rank agrees on, having released
  *             what it set up when that is not 0 (message printed)
- *   step      every iteration s (0-based) with the step size α_s: this rank's step; returns
- *             METHOD_STEP_TOOK with *loss (NaN: non-finite), METHOD_STEP_NONE when the rank took
- *             no step (a failed gossip node), or METHOD_STEP_END (meets = METHOD_MEETS_SERVERS:
- *             the servers' reply ended this worker's run; t->step is set). Lock-step methods
- *             (meets = 0) return the mean over the nodes, the same on every rank, and agree on
- *             t->sig inside the step
+ *   step      every iteration s (0-based) with the step size α_s: this rank's step, returned as a
+ *             step_out (below); it prints nothing and closes nothing — the loop decides what
+ *             follows. Lock-step methods (meets = 0) return the mean loss over the nodes, the same
+ *             on every rank, and agree on t->sig inside the step
  *   signal    meets = 1, after each step: pass on signals between meeting points; returns 1 when
  *             a signal makes step `done` this node's meeting point for a checkpoint
  *   meet      meets = 1, at meeting points (evaluations, periodic checkpoints, signal meetings),
@@ -48,11 +46,23 @@
 
 #include "train/train.h"
 
+/* What a method's step returns. took: METHOD_STEP_TOOK (loss is this step's; NaN: non-finite),
+ * METHOD_STEP_NONE (this rank took no step: a failed gossip node) or METHOD_STEP_END (meets =
+ * METHOD_MEETS_SERVERS: the servers' reply ended this worker's run; t->step is set). status:
+ * EXIT_OK, or EXIT_RUNTIME with why (STOPPED_*, train.h): the step could not be completed — e.g.
+ * STOPPED_DATA, the loader failed (loader_error says why) — and the loop stops the run. */
+typedef struct {
+    int took;
+    double loss;
+    int status;
+    int why;
+} step_out;
+
 struct method_ops {
     const char *name;
     int (*init)(trainer *t, char *err, size_t errlen);
     int (*begin)(trainer *t);
-    int (*step)(trainer *t, long s, double alpha, double *loss);
+    step_out (*step)(trainer *t, long s, double alpha);
     int (*signal)(trainer *t, long done);
     long (*meet)(trainer *t, long done, int sigmeet);
     void (*quiesce)(trainer *t);

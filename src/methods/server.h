@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "methods/method.h"
 #include "train/train.h"
 
 /* Rows of server 0's staleness histogram (ps): this many per worker. */
@@ -119,7 +120,7 @@ void srv_count_dropped(srv *sv, long v);
  * the workers' begin, step and end (server_worker.c), for train_run; init is method_init_rank0. */
 int server_serve(trainer *t);
 int srv_worker_begin(trainer *t);
-int srv_worker_step(trainer *t, long s, double alpha, double *loss);
+step_out srv_worker_step(trainer *t, long s, double alpha);
 int srv_worker_end(trainer *t, int status);
 #define SERVER_METHOD_OPS                                                                                                     \
     .init = method_init_rank0, .serve = server_serve, .begin = srv_worker_begin, .step = srv_worker_step, .end = srv_worker_end, \

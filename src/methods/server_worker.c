@@ -225,25 +225,25 @@ int srv_worker_begin(trainer *t) {
     return st;
 }
 
-int srv_worker_step(trainer *t, long s, double alpha, double *loss) {
+step_out srv_worker_step(trainer *t, long s, double alpha) {
     wstate *w = &W;
     const server_rules *R = t->method->rules;
     model *net = t->net;
     const int resend = w->resend;
     w->resend = 0;
-    if (w->gone || (resend && exchange_ends(t, w, s)) || (!R->until_stop && s >= t->e->iterations)) return METHOD_STEP_END;
+    if (w->gone || (resend && exchange_ends(t, w, s)) || (!R->until_stop && s >= t->e->iterations)) return (step_out){.took = METHOD_STEP_END};
     if (inject_failed(t->e, t->worker, s)) {
         fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other workers go on\n", t->rank, s);
         w->failed = 1;
-        return METHOD_STEP_END;
+        return (step_out){.took = METHOD_STEP_END};
     }
     const double t0 = wall_time();
     /* backup: the data of the step whose parameters the worker holds (server 0's version) */
     const long data_step = R->until_stop ? (long)w->rhdr[0].version : s;
-    *loss = train_compute(t, data_step, s);
-    w->loss_sum += *loss;
+    const double loss = train_compute(t, data_step, s);
+    w->loss_sum += loss;
     w->n_loss++;
-    int finite = isfinite(*loss);
+    int finite = isfinite(loss);
     if (finite && R->local_update) {
         const double u0 = wall_time();
         finite = sgd_update(model_params(net), model_grads(net), t->velocity, model_n_params(net), (float)alpha, (float)t->e->momentum,
@@ -258,7 +258,7 @@ int srv_worker_step(trainer *t, long s, double alpha, double *loss) {
         w->status = EXIT_RUNTIME, end = 1;
     } else if (R->until_stop || !R->exchange_after || R->exchange_after(t, s)) end = exchange_ends(t, w, s + 1);
     t->times.step_s += wall_time() - t0;
-    return end ? METHOD_STEP_END : METHOD_STEP_TOOK;
+    return (step_out){.took = end ? METHOD_STEP_END : METHOD_STEP_TOOK, .loss = loss};
 }
 
 int srv_worker_end(trainer *t, int status) {

@@ -13,6 +13,20 @@ static inline int cadence_log_due(const experiment *e, long done) { return done 
 static inline int cadence_eval_due(const experiment *e, long done) { return done % e->eval.every == 0 || done == e->iterations; }
 /* A periodic checkpoint: every checkpoint.every steps (0: never). */
 static inline int cadence_ckpt_due(const experiment *e, long done) { return e->checkpoint.every && done % e->checkpoint.every == 0; }
+/* What is due once `done` steps (server: iterations) are complete after `before` were: the
+ * CADENCE_* whose period was crossed in (before, done] — a /train row every log_every and after
+ * the last, an evaluation every eval.every and after the last, a periodic checkpoint every
+ * checkpoint.every (0: never). Pure; the one rule of the loop (done = before + 1) and of server 0,
+ * whose counts jump. */
+enum { CADENCE_LOG = 1u, CADENCE_EVAL = 2u, CADENCE_CKPT = 4u };
+static inline int cadence_crossed(long before, long done, long every) { return every > 0 && done / every > before / every; }
+static inline unsigned cadence_due(const experiment *e, long before, long done) {
+    if (done <= before) return 0;
+    const int last = before < e->iterations && done >= e->iterations;
+    return (cadence_crossed(before, done, e->log_every) || last ? CADENCE_LOG : 0u) |
+           (cadence_crossed(before, done, e->eval.every) || last ? CADENCE_EVAL : 0u) |
+           (cadence_crossed(before, done, e->checkpoint.every) ? CADENCE_CKPT : 0u);
+}
 /* Counters (the server loop, whose iterations jump): the first multiple of `every` beyond it. */
 static inline long cadence_next(long it, long every) { return (it / every + 1) * every; }
 

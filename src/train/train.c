@@ -276,6 +276,39 @@ int train_ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
     return rc;
 }
 
+int ckpt_write_rank(trainer *t, long label, loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen) {
+    ckpt_file *f = ckpt_create(t->ckpt_dir, label, t->rank, err, errlen);
+    if (!f) return -1;
+    if (train_ckpt_common(t, f, ls) || (part && part(ctx, f)) || ckpt_close(f))
+        snprintf(err, errlen, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "run file flush failed");
+    ckpt_free(f);
+    return err[0] ? -1 : 0;
+}
+
+int ckpt_read_rank(trainer *t, long label, loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen) {
+    ckpt_file *f = ckpt_open(t->ckpt_dir, label, t->rank, err, errlen);
+    if (!f) return -1;
+    if (train_ckpt_common(t, f, ls) || (part && part(ctx, f)))
+        snprintf(err, errlen, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "the checkpoint's state is inconsistent with the experiment");
+    ckpt_free(f);
+    return err[0] ? -1 : 0;
+}
+
+void ckpt_say_written(const trainer *t, long label, double seconds) {
+    printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, seconds);
+    fflush(stdout);
+}
+
+/* The method's save / load entry as a ckpt_part_fn (ctx: the trainer). */
+static int method_save(void *ctx, ckpt_file *f) {
+    trainer *t = ctx;
+    return t->method->save ? t->method->save(t, f) : 0;
+}
+static int method_load(void *ctx, ckpt_file *f) {
+    trainer *t = ctx;
+    return t->method->load ? t->method->load(t, f) : 0;
+}
+
 int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     char err[ERRLEN] = "";
     const double t0 = wall_time();
@@ -285,13 +318,7 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
         if (t->rank == 0) fprintf(stderr, "dsgd-run: checkpoint at step %ld not written: %s\n", label, err);
         return EXIT_RUNTIME;
     }
-    ckpt_file *f = ckpt_create(t->ckpt_dir, label, t->rank, err, sizeof err);
-    if (f) {
-        if (train_ckpt_common(t, f, (loop_state *)ls) || (t->method->save && t->method->save(t, f)) || ckpt_close(f))
-            snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "run file flush failed");
-        ckpt_free(f);
-    }
-    st = err[0] ? EXIT_RUNTIME : 0;
+    st = ckpt_write_rank(t, label, (loop_state *)ls, method_save, t, err, sizeof err) ? EXIT_RUNTIME : 0;
     if (st) fprintf(stderr, "dsgd-run: rank %d: checkpoint at step %ld: %s\n", t->rank, label, err);
     st = comm_agree(st);
     if (t->rank == 0) {
@@ -303,20 +330,13 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
     }
     st = comm_agree(st);
     if (!st) t->last_ckpt = label;
-    if (t->log && !st)
-        printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0), fflush(stdout);
+    if (t->log && !st) ckpt_say_written(t, label, wall_time() - t0);
     return st;
 }
 
 int train_resume(trainer *t, loop_state *ls) {
     char err[ERRLEN] = "";
-    ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
-    if (f) {
-        if (train_ckpt_common(t, f, ls) || (t->method->load && t->method->load(t, f)))
-            snprintf(err, sizeof err, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "the checkpoint's state is inconsistent with the experiment");
-        ckpt_free(f);
-    }
-    int st = err[0] ? EXIT_BADINPUT : 0;
+    int st = ckpt_read_rank(t, t->resume_label, ls, method_load, t, err, sizeof err) ? EXIT_BADINPUT : 0;
     if (st) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
     return comm_max_int(st);
 }
@@ -373,8 +393,9 @@ int train_run(trainer *t) {
     for (long s = t->step; status == EXIT_OK && (s < e->iterations || servers); s++) {
         const double alpha = alpha_at(e, s);
         ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
-        double loss = 0.0;
-        const int took = M->step(t, s, alpha, &loss);
+        const step_out o = M->step(t, s, alpha);
+        const int took = o.took;
+        const double loss = o.loss;
         if (took == METHOD_STEP_END) break;
         if (took && !isfinite(loss) && !M->meets) { /* the same mean loss on every rank: all stop here */
             ls.train_s += wall_time() - seg;

@@ -64,6 +64,9 @@ typedef struct trainer {
                                  without: the job then ends with MPI_Abort (comm_finish), as a
                                  stopped process never exits */
 
+    void *mstate;             /* the method's own state on this rank (method_ops.begin/init allocate
+                                 it, .end frees it; NULL: none): no method keeps file-scope state */
+
     uint64_t data_fp[2];      /* data.format = "jpeg": shards_fingerprint of train and val (0: other
                                  formats), recorded in checkpoints and checked by a resume */
 
@@ -135,7 +138,7 @@ void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *
 /* Why a run stopped early (the run file's `status`): a run-file write error, a non-finite
  * loss or gradient, or too few workers left to complete a step (backup); a status of
  * EXIT_INTERRUPTED needs no reason. */
-enum { STOPPED_WRITE = 0, STOPPED_NONFINITE = 1, STOPPED_WORKERS = 2, STOPPED_CHECKPOINT = 3 };
+enum { STOPPED_WRITE = 0, STOPPED_NONFINITE = 1, STOPPED_WORKERS = 2, STOPPED_CHECKPOINT = 3, STOPPED_DATA = 4 };
 /* status EXIT_INTERRUPTED (checkpoint.h): "stopped: <signal> after step N; checkpoint written". */
 
 /* Log rank: the end-of-run summary lines and run-file attributes. why: STOPPED_* (used when
@@ -168,6 +171,19 @@ int train_resume(trainer *t, loop_state *ls);
 /* The common part of a rank's file (above; ls: log rank only): put into a file of ckpt_create, or
  * got from one of ckpt_open (ckpt_writing), in one order; 0 or -1. Used by the server methods too. */
 int train_ckpt_common(trainer *t, ckpt_file *f, loop_state *ls);
+
+/* One rank's part of a checkpoint, the one writer and the one reader every round uses (the loop's
+ * train_checkpoint, the servers' round, a server method's worker pausing): this rank's file of
+ * checkpoint `label` in t->ckpt_dir, created (ckpt_create) or opened (ckpt_open); the common part
+ * (train_ckpt_common; ls: the log rank's loop state, else NULL); then part(ctx, f), the owner's own
+ * state (NULL: none); then closed. Returns 0, or -1 with the reason in err (nothing printed). Not
+ * collective: the caller's round agrees and commits (ckpt_commit). */
+typedef int (*ckpt_part_fn)(void *ctx, ckpt_file *f);
+int ckpt_write_rank(trainer *t, long label, loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen);
+int ckpt_read_rank(trainer *t, long label, loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen);
+/* The committing rank, once `label` is committed: the one "checkpoint: step N written" line,
+ * `seconds` after the round began. */
+void ckpt_say_written(const trainer *t, long label, double seconds);
 
 /* Collective over the workers: evaluate the model each rank holds (train_evaluate) after `step`
  * steps and `train_s` seconds of training; the log rank prints and appends the /eval row. Returns
