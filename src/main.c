@@ -20,6 +20,7 @@
 #include "data/shards.h"
 #include "io/runlog.h"
 #include "methods/method.h"
+#include "run/loop.h"
 #include "nn/model.h"
 #include "gpu.h"
 #include "gpucomm.h"

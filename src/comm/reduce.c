@@ -102,44 +102,6 @@ void reducer_mean(reducer *r, int which, double *wait_s) {
     }
 }
 
-void reducer_grads_overlapped(reducer *r, double *waited, double *t_computed) {
-    model *net = r->net;
-    const size_t n = model_n_params(net);
-    const int nc = comm_mean_chunks(n);
-    float *host = model_grads(net);
-    int done[COMM_MAX_CHUNKS];
-    int next = nc - 1;          /* the next chunk to start: they start from the end down */
-    int n_done = 0, barrier = waited == NULL;
-    double idle0 = wall_time();
-    *t_computed = -1.0;
-    while (n_done < nc) {
-        int progress = 0;
-        const size_t ready = model_grads_host_ready(net); /* host [ready, n) is this step's gradient */
-        if (ready < n && !barrier) {
-            /* The agreement point of every path of reducer_mean, at the first group. */
-            comm_workers_wait(waited);
-            barrier = 1;
-        }
-        if (ready == 0 && *t_computed < 0) *t_computed = wall_time();
-        for (; next >= 0; next--) {
-            size_t lo, hi;
-            comm_mean_chunk_range(n, next, &lo, &hi);
-            if (lo < ready) break;
-            comm_mean_chunk_start(host, n, next);
-            progress = 1;
-        }
-        const int k = comm_mean_chunks_test(done);
-        for (int i = 0; i < k; i++) {
-            size_t lo, hi;
-            comm_mean_chunk_range(n, done[i], &lo, &hi);
-            model_grads_upload_range(net, lo, hi);
-        }
-        n_done += k;
-        if (progress || k > 0) idle0 = wall_time();
-        else comm_pause(wall_time() - idle0);
-    }
-}
-
 void reducer_free(reducer *r) {
     gpucomm_free(r->nccl);
     r->nccl = NULL;

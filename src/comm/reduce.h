@@ -11,7 +11,7 @@
  *                   device vector, then the division by p on the device
  *   REDUCE_STAGED   GPU model, other MPI: model_download, comm_allreduce_mean_f32 on the page-
  *                   locked host mirror, model_upload; for the gradient, overlapped with the
- *                   backward pass chunk by chunk (reducer_grads_overlapped) unless DSGD_OVERLAP=0
+ *                   backward pass chunk by chunk (allreduce_grads, src/methods/allreduce.h) unless DSGD_OVERLAP=0
  *
  * Every path gives the same bits as REDUCE_HOST's sum-then-scale (NCCL's ncclAvg: when p is a
  * power of two, cuda/gpucomm.h). A wait longer than comm_timeout_s stops every rank
@@ -29,9 +29,9 @@ typedef enum { REDUCE_HOST, REDUCE_NCCL, REDUCE_DEVICE, REDUCE_STAGED } reduce_p
 
 typedef struct reducer {
     reduce_path path;
-    int overlap;              /* REDUCE_STAGED, p > 1, DSGD_OVERLAP not 0: reducer_grads_overlapped */
+    int overlap;              /* REDUCE_STAGED, p > 1, DSGD_OVERLAP not 0: the gradient reduced during the backward pass (allreduce_grads) */
     int stage;                /* GPU model and DSGD_OVERLAP not 0: the next minibatch is staged on
-                                 the device while a step computes (train_compute_allreduce) */
+                                 the device while a step computes (allreduce_grads) */
     model *net;
     int p, rank;
     struct gpucomm *nccl;     /* REDUCE_NCCL: the workers' communicator (cuda/gpucomm.h) */
@@ -62,14 +62,6 @@ void reducer_describe(const reducer *r, char *buf, size_t n);
  * first waits at the worker barrier and adds the seconds spent there to *wait_s, so /ranks
  * wait_s means the same on every path. */
 void reducer_mean(reducer *r, int which, double *wait_s);
-
-/* r->overlap only, while a step started with MODEL_STAGE_GRADS runs (model_train_begin): the
- * gradient's mean, each 4 MB chunk of comm_allreduce_mean_f32 started as soon as its floats are
- * on the host (the chunks from the end of the vector down) and uploaded to the device once
- * reduced; the worker barrier is taken when the first group arrives (its seconds added to *waited).
- * Returns when every chunk is back on the device; *t_computed: the wall time at which the whole
- * gradient was on the host. The same bits as reducer_mean(r, MODEL_GRADS, ...). */
-void reducer_grads_overlapped(reducer *r, double *waited, double *t_computed);
 
 /* Release (every rank; NCCL: gpucomm_free's bounded finalize). */
 void reducer_free(reducer *r);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 
 #include "comm/comm.h"
+#include "methods/allreduce.h"
 #include "methods/method.h"
 #include "train/checkpoint.h"
 #include "util/util.h"
@@ -45,7 +46,8 @@ static step_out allreduce_step(trainer *t, long step, double alpha) {
     /* The gradient, averaged over the workers (compute and all-reduce, overlapped on a GPU; the
      * next step's minibatch is staged meanwhile): adds data, compute, delay, comm and wait. */
     const long next = step + 1 < e->iterations ? step + 1 : -1;
-    double loss = train_compute_allreduce(t, step, step, next, &t->times.wait_s);
+    double loss;
+    if (allreduce_grads(t, step, step, next, &t->times.wait_s, &loss)) return (step_out){.status = EXIT_RUNTIME, .why = STOPPED_DATA};
     double t2 = wall_time();
     /* The loss sum carries the signal requests (checkpoint.h) at no extra cost: every rank
      * learns at the same step that some rank asked for a checkpoint (and a stop). */

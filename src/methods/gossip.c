@@ -299,8 +299,9 @@ static void mix(float *th, const float *sum, int k, size_t n) {
     for (size_t j = 0; j < n; j++) th[j] = (th[j] + sum[j]) * inv;
 }
 
-/* One gossip step of node i at step s. Returns the loss (NaN: non-finite). */
-static double gossip_step(trainer *t, long s, double alpha) {
+/* One gossip step of node i at step s: *loss (NaN: non-finite). Returns 0, or -1 when the loader
+ * could not deliver (the loop then stops every rank). */
+static int gossip_step(trainer *t, long s, double alpha, double *loss_out) {
     const experiment *e = t->e;
     model *net = t->net;
     float *th = model_params(net);
@@ -327,7 +328,8 @@ static double gossip_step(trainer *t, long s, double alpha) {
     const double c0 = wall_time() - t0;
 
     /* 2. the gradient at θ_i */
-    double loss = train_compute(t, s, s);
+    double loss;
+    if (train_compute(t, s, s, &loss)) return -1;
 
     /* 3. finish the exchange: what this node received */
     double w0 = wall_time();
@@ -387,7 +389,8 @@ static double gossip_step(trainer *t, long s, double alpha) {
     t->times.wait_s += c1;
     t->times.update_s += u1 - u0;
     t->times.step_s += wall_time() - t0;
-    return finite ? loss : NAN;
+    *loss_out = finite ? loss : NAN;
+    return 0;
 }
 
 /* The most evaluations a run makes (at the start, every eval.every steps, at the end): the rows of
@@ -455,7 +458,7 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
         if (G.n_evals == G.max_evals) phi_reserve(G.n_evals + 1);
         G.phi[G.n_evals++] = d;
     }
-    if (!isfinite(r.loss)) cadence_nonfinite_eval(t, why, step, "the nodes"), status = EXIT_RUNTIME;
+    if (!isfinite(r.loss)) train_say_nonfinite_eval(t, why, step, "the nodes"), status = EXIT_RUNTIME;
     return comm_agree(status);
 }
 
@@ -537,7 +540,9 @@ static step_out gossip_node_step(trainer *t, long s, double alpha) {
         fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other nodes go on\n", t->rank, s);
     if (failed) return (step_out){.took = METHOD_STEP_NONE};
     G.steps_done++;
-    return (step_out){.took = METHOD_STEP_TOOK, .loss = gossip_step(t, s, alpha)};
+    step_out o = {.took = METHOD_STEP_TOOK};
+    if (gossip_step(t, s, alpha, &o.loss)) o.status = EXIT_RUNTIME, o.why = STOPPED_DATA;
+    return o;
 }
 
 /* method_ops.signal: a signal here or on another node (announcements) makes the target step this

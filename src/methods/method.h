@@ -27,6 +27,8 @@
  *             train_evaluate_and_log
  *   end       after the loop (collective): the method's last records and release; returns status
  *   serve     the methods with server ranks: the whole run of a server rank (t->worker < 0)
+ *   run       instead of the loop (src/run/loop.c): the whole run of this rank, for methods whose
+ *             ranks keep their own loops (the methods with servers)
  *   runlog_arrays  optional, after init and before training (setup_runlog, on the log rank):
  *             the method's own run-file arrays, which it then writes by their index (runlog.h)
  *   meets     0 (METHOD_MEETS_EVERY_STEP): lock-step — every step is collective, a non-finite
@@ -69,6 +71,7 @@ struct method_ops {
     int (*evaluate)(trainer *t, long done, double train_s, int status, int *why);
     int (*end)(trainer *t, int status);
     int (*serve)(trainer *t);
+    int (*run)(trainer *t);
     /* Checkpoints (src/train/checkpoint.h): write this rank's method state into f / read it back
      * (after init; f is this rank's file). Return 0 or -1 (message in ckpt_error(f)). Methods
      * whose ranks hold no state of their own beyond the model's may leave them NULL. */

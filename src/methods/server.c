@@ -356,7 +356,7 @@ static void eval_collect(server_ctx *c, int wait) {
     c->last_eval = c->q.eval_label;
     if (train_log_eval(t, c->q.eval_label, c->q.eval_time, &c->ev.r, c->ev.seconds, 0) != 0) c->status = EXIT_RUNTIME;
     if (!isfinite(c->ev.r.loss)) {
-        cadence_nonfinite_eval(t, &c->why, c->q.eval_label, "the center");
+        train_say_nonfinite_eval(t, &c->why, c->q.eval_label, "the center");
         c->sv.diverged = 1;
         c->status = EXIT_RUNTIME;
     }
@@ -602,7 +602,7 @@ summary:
     int why = c->why;
     if (sv->diverged) why = STOPPED_NONFINITE, c->status = EXIT_RUNTIME;
     else if (sv->starved) why = STOPPED_WORKERS, c->status = EXIT_RUNTIME;
-    train_log_summary(t, c->status, why, train_s);
+    train_log_summary(t, c->status, why, train_s, 0);
     if (c->q.skipped) printf("%ld evaluation(s) skipped: evaluating the center took longer than eval.every iterations\n", c->q.skipped);
     if (e->method == METHOD_BACKUP)
         printf("backup: %lld gradients dropped (arrived after the first N = %d of their step)\n", sv->n_dropped, e->p - e->backups);

@@ -122,8 +122,9 @@ int server_serve(trainer *t);
 int srv_worker_begin(trainer *t);
 step_out srv_worker_step(trainer *t, long s, double alpha);
 int srv_worker_end(trainer *t, int status);
+int srv_run(trainer *t);
 #define SERVER_METHOD_OPS                                                                                                     \
-    .init = method_init_rank0, .serve = server_serve, .begin = srv_worker_begin, .step = srv_worker_step, .end = srv_worker_end, \
+    .init = method_init_rank0, .serve = server_serve, .run = srv_run, .begin = srv_worker_begin, .step = srv_worker_step, .end = srv_worker_end, \
     .meets = METHOD_MEETS_SERVERS
 
 #endif

@@ -174,7 +174,7 @@ int srv_ckpt_round(server_ctx *c) {
     if (!worst) {
         printf("checkpoint: step %ld written to %s/step-%ld (%.2f s)\n", label, t->ckpt_dir, label, wall_time() - t0);
         fflush(stdout);
-        if (stop) cadence_say_stopped(label);
+        if (stop) train_say_stopped(label);
     }
     if (worst) c->why = STOPPED_CHECKPOINT;
     srv_unpause(sv);

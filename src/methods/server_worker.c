@@ -240,7 +240,8 @@ step_out srv_worker_step(trainer *t, long s, double alpha) {
     const double t0 = wall_time();
     /* backup: the data of the step whose parameters the worker holds (server 0's version) */
     const long data_step = R->until_stop ? (long)w->rhdr[0].version : s;
-    const double loss = train_compute(t, data_step, s);
+    double loss;
+    if (train_compute(t, data_step, s, &loss)) return (step_out){.status = EXIT_RUNTIME, .why = STOPPED_DATA};
     w->loss_sum += loss;
     w->n_loss++;
     int finite = isfinite(loss);
@@ -254,7 +255,7 @@ step_out srv_worker_step(trainer *t, long s, double alpha) {
     int end = 0;
     if (!finite) { /* srv_worker_end tells the servers (MSG_DIVERGED), which stop every rank */
         int why = STOPPED_WRITE;
-        cadence_nonfinite_loss(t, &why, 1, s + 1, alpha, "stopping every rank");
+        train_say_nonfinite_loss(t, &why, 1, s + 1, alpha, "stopping every rank");
         w->status = EXIT_RUNTIME, end = 1;
     } else if (R->until_stop || !R->exchange_after || R->exchange_after(t, s)) end = exchange_ends(t, w, s + 1);
     t->times.step_s += wall_time() - t0;
@@ -273,4 +274,24 @@ int srv_worker_end(trainer *t, int status) {
     }
     worker_free(w);
     return w->status;
+}
+
+/* method_ops.run: a server rank runs the server loop; a worker steps until the servers' reply
+ * ends its run (they keep the cadence), then leaves. */
+int srv_run(trainer *t) {
+    if (t->worker < 0) return server_serve(t);
+    int st = srv_worker_begin(t);
+    if (st != EXIT_OK) return st;
+    comm_barrier(); /* the whole world starts together (server_serve's twin) */
+    for (long s = t->step;; s++) {
+        ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
+        const step_out o = srv_worker_step(t, s, alpha_at(t->e, s));
+        if (o.status != EXIT_OK && o.why == STOPPED_DATA) {
+            fprintf(stderr, "dsgd-run: rank %d: data loading failed: %s; stopping every rank\n", t->rank, loader_error(&t->train_loader));
+            comm_abort(EXIT_RUNTIME);
+        }
+        if (o.took == METHOD_STEP_END) break;
+        t->step = s + 1;
+    }
+    return srv_worker_end(t, EXIT_OK);
 }

@@ -1,11 +1,11 @@
-/* cadence.h — the one place that decides when a training loop logs, evaluates, checkpoints and
- * stops, and that says why it stopped. Its clients are the one loop of src/train/train.c (allreduce,
- * gossip) and the worker and server loops of the methods with servers (src/methods/server*.c). `done` counts
- * the steps (server: iterations) completed, from 1; `why` is the STOPPED_* of the summary. */
+/* cadence.h — the one rule of when a run logs, evaluates and checkpoints: pure functions of the
+ * experiment and the counts. Its clients are the loop (src/run/loop.c: allreduce, gossip), server 0
+ * of the methods with servers (src/methods/server.c), whose counts jump, and gossip's meeting points.
+ * `done` counts the steps (server: iterations) completed, from 1. */
 #ifndef DSGD_CADENCE_H
 #define DSGD_CADENCE_H
 
-#include "train/train.h"
+#include "config/config.h"
 
 /* A /train row after `done` steps: every log_every steps and after the last. */
 static inline int cadence_log_due(const experiment *e, long done) { return done % e->log_every == 0 || done == e->iterations; }
@@ -29,20 +29,5 @@ static inline unsigned cadence_due(const experiment *e, long before, long done) 
 }
 /* Counters (the server loop, whose iterations jump): the first multiple of `every` beyond it. */
 static inline long cadence_next(long it, long every) { return (it / every + 1) * every; }
-
-/* A non-finite training loss or gradient after `done` steps at step size alpha: *why and the
- * message, with `then` (what happens now). local = 1: this rank's own loss, said by this rank;
- * 0: a loss every rank agrees on, said by the log rank. */
-void cadence_nonfinite_loss(const trainer *t, int *why, int local, long done, double alpha, const char *then);
-/* A non-finite validation loss of `what` (the model, the nodes, the center): *why, and the log
- * rank says so. */
-void cadence_nonfinite_eval(const trainer *t, int *why, long done, const char *what);
-/* The stop message after the checkpoint at `done` that a stop signal asked for (log rank). */
-void cadence_say_stopped(long done);
-
-/* Collective over the world (allreduce, gossip): the checkpoint at `label` and what the signal
- * that may have asked for it wants. Returns 0 (go on; a save request is cleared), EXIT_INTERRUPTED
- * (a stop signal: said once) or EXIT_RUNTIME (not written: *why). */
-int cadence_checkpoint(trainer *t, int *why, long label, const loop_state *ls);
 
 #endif

@@ -5,7 +5,7 @@
  *      (--check: main.c reports and stops here)
  *   4. setup_model     threads, GPU, model, buffers, NCCL, the method's init
  *   5. setup_runlog    the run file (log rank), the start-up lines
- *   6. train_run       (train.h)
+ *   6. train_run       (src/run/loop.h)
  *   7. setup_close     the run file closed, the exit status agreed, everything freed
  * Each phase is collective over the world and ends every rank's run (setup_agree: exit 2 on bad
  * input) when any rank fails, with the failing rank's message. docs/architecture.md. */

@@ -1,10 +1,8 @@
-/* train.c — the one training loop every worker rank runs (train_run; method.h says which entries
- * of a method it calls): α schedule, the method's step, progress lines, /train and /ranks rows,
- * evaluation, checkpoints and the non-finite stop when src/train/cadence.h says they are due; and
- * the helpers every method uses (the local computation, evaluation, logging, checkpoint files).
- * The server ranks of the methods with servers run their serve loop (src/methods/server.c,
- * method_ops.serve), which keeps the cadence for their workers with the same cadence and logging
- * functions.
+/* train.c — the library every method's step and the loop above them use (src/run/loop.c runs
+ * the loop): a worker's local computation, evaluation, the progress lines and run-file rows,
+ * the /ranks times, the end-of-run summary, and one rank's part of a checkpoint (the common state
+ * and the one writer and reader). Nothing here decides when anything happens, closes the run file
+ * or stops a rank: a failure becomes a return value.
  *
  * Time axis: time_s is the wall clock since training began with evaluation and checkpoint time
  * excluded, so curves of different methods compare training speed only
@@ -18,27 +16,12 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "methods/method.h"
 #include "nn/layers.h"
 #include "optim/sgd.h"
-#include "train/cadence.h"
 #include "train/checkpoint.h"
 #include "util/util.h"
 
 _Static_assert(sizeof(phase_times) == 7 * sizeof(double), "phase_times is stored as 7 doubles in checkpoints");
-
-/* The loader could not deliver (a read error, a damaged pack, stuck decode threads): say so,
- * close the run file with that status on the log rank, and stop every rank now rather than let
- * the others wait comm_timeout_s at the next collective. */
-static void data_failed(trainer *t) {
-    fprintf(stderr, "dsgd-run: rank %d: data loading failed: %s; stopping every rank\n", t->rank, loader_error(&t->train_loader));
-    if (t->log) {
-        runlog_set_attr_string(t->log, "status", "stopped: data loading failed (see the log)");
-        runlog_close(t->log);
-        t->log = NULL;
-    }
-    comm_abort(EXIT_RUNTIME);
-}
 
 /* net on validation samples [begin, end): its mean loss and errors, over every worker's slice
  * when reduce = 1 (collective over the workers). abandon (reduce = 0 only; may be NULL): asked
@@ -49,18 +32,25 @@ static eval_result eval_range(trainer *t, model *net, int begin, int end, int re
     const size_t sample = (size_t)v->c * v->h * v->w;
     double loss = 0;
     long top1 = 0, top5 = 0;
+    int failed = 0;
     model_eval_begin(net); /* GPU in host sync mode: the host parameters and BN to the device */
     for (int i = begin; i < end; i += eb) {
         int cnt = end - i < eb ? end - i : eb;
-        if (loader_eval(&t->train_loader, v, i, cnt, t->eval_x, t->eval_y)) data_failed(t);
+        if (loader_eval(&t->train_loader, v, i, cnt, t->eval_x, t->eval_y)) {
+            fprintf(stderr, "dsgd-run: rank %d: data loading failed: %s\n", t->rank, loader_error(&t->train_loader));
+            failed = 1;
+            break;
+        }
         /* Padding samples are never counted; zero them so they are harmless finite inputs. */
         if (cnt < eb) memset(t->eval_x + (size_t)cnt * sample, 0, (size_t)(eb - cnt) * sample * sizeof(float));
         model_eval(net, t->eval_x, t->eval_y, cnt, &loss, &top1, &top5);
         if (i == begin) ckpt_poll_test_eval(t->step, t->rank); /* tests: a signal during evaluation */
         if (abandon && abandon(arg)) return (eval_result){.count = 0};
     }
-    double s[4] = {loss, (double)top1, (double)top5, (double)(end - begin)}; /* sums: loss, top-1 and top-5 hits, count */
-    if (reduce) comm_workers_sum_f64(s, 4);
+    /* sums: loss, top-1 and top-5 hits, count, ranks whose loader failed (all ranks still meet here) */
+    double s[5] = {loss, (double)top1, (double)top5, (double)(end - begin), (double)failed};
+    if (reduce) comm_workers_sum_f64(s, 5);
+    if (s[4] > 0) return (eval_result){.loss = NAN, .top1_error = NAN, .top5_error = NAN, .count = 0, .failed = 1};
     return (eval_result){.loss = s[0] / s[3], .top1_error = 1.0 - s[1] / s[3], .top5_error = 1.0 - s[2] / s[3], .count = (long)s[3]};
 }
 
@@ -74,79 +64,21 @@ eval_result train_evaluate_all(trainer *t, model *net, int (*abandon)(void *), v
     return eval_range(t, net, 0, t->val->n, 0, abandon, arg);
 }
 
-double train_compute(trainer *t, long data_step, long step) {
+int train_compute(trainer *t, long data_step, long step, double *loss) {
     double t0 = wall_time();
     const float *x;
     const int *y;
     /* the loader's own buffer where it has one (no copy), else t->x, t->y filled */
-    if (loader_batch_view(&t->train_loader, data_step, t->x, t->y, &x, &y)) data_failed(t);
+    if (loader_batch_view(&t->train_loader, data_step, t->x, t->y, &x, &y)) return -1;
     double t1 = wall_time();
-    double loss = model_train_step(t->net, x, y);
+    *loss = model_train_step(t->net, x, y);
     const double delay = inject_delay_s(&t->inj, step);
     inject_sleep(delay);
     double t2 = wall_time();
     t->times.data_s += t1 - t0;
     t->times.compute_s += t2 - t1 - delay;
     t->times.delay_s += delay;
-    return loss;
-}
-
-/* The minibatch of data step ds into t->x, t->y, or nothing if it is staged on the device; then
- * the step begins on it. Returns the seconds spent assembling it. */
-static double begin_step(trainer *t, long ds, int flags) {
-    const int staged = model_staged_tag(t->net) == ds;
-    const double t0 = wall_time();
-    if (!staged && loader_batch(&t->train_loader, ds, t->x, t->y)) data_failed(t);
-    const double d = staged ? 0.0 : wall_time() - t0;
-    model_train_begin(t->net, staged ? NULL : t->x, staged ? NULL : t->y, flags);
-    return d;
-}
-
-/* While the step runs: the minibatch of data step ds (>= 0) into the staging buffers and on its
- * way to the device. Returns the seconds spent assembling it. */
-static double stage_next(trainer *t, long ds) {
-    float *x;
-    int *y;
-    if (ds < 0 || !model_stage_buffers(t->net, &x, &y)) return 0.0;
-    const double t0 = wall_time();
-    if (loader_batch(&t->train_loader, ds, x, y)) data_failed(t);
-    const double d = wall_time() - t0;
-    model_stage_batch(t->net, ds);
-    return d;
-}
-
-double train_compute_allreduce(trainer *t, long data_step, long step, long next_data_step, double *wait_s) {
-    model *net = t->net;
-    reducer *red = &t->red;
-    if (!red->stage) {
-        const double loss = train_compute(t, data_step, step);
-        const double t0 = wall_time();
-        reducer_mean(red, MODEL_GRADS, wait_s);
-        t->times.comm_s += wall_time() - t0;
-        return loss;
-    }
-    const double delay = inject_delay_s(&t->inj, step);
-    inject_sleep(delay);
-    t->times.delay_s += delay;
-    const double t0 = wall_time();
-    double data = begin_step(t, data_step, red->overlap ? MODEL_STAGE_GRADS : 0);
-    data += stage_next(t, next_data_step);
-    t->times.data_s += data;
-    double waited = 0.0, t_computed, loss; /* waited: the barrier's seconds on the overlapped path */
-    if (red->overlap) {
-        reducer_grads_overlapped(red, wait_s ? &waited : NULL, &t_computed);
-        loss = model_train_end(net);
-    } else {
-        loss = model_train_end(net);
-        t_computed = wall_time();
-        reducer_mean(red, MODEL_GRADS, wait_s);
-    }
-    const double t_end = wall_time();
-    if (t_computed < 0) t_computed = t_end;
-    if (wait_s) *wait_s += waited;
-    t->times.compute_s += t_computed - t0 - data - waited;
-    t->times.comm_s += t_end - t_computed + waited;
-    return loss;
+    return 0;
 }
 
 static void format_eta(double s, char *buf, size_t n) {
@@ -204,11 +136,11 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
     return rc != 0 ? write_failed(t) : 0;
 }
 
-void train_log_summary(trainer *t, int status, int why, double train_s) {
+void train_log_summary(trainer *t, int status, int why, double train_s, int evaluation_excluded) {
     const long m = (long)t->e->p * t->e->b;
     double ips = train_s > 0 ? (double)(t->step * m) / train_s : 0.0;
     printf("%s: %ld steps, %.1f s training%s, %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : status == EXIT_INTERRUPTED ? "interrupted" : "stopped", t->step, train_s,
-           !t->method->serve ? " (evaluation excluded)" : "", ips, m);
+           evaluation_excluded ? " (evaluation excluded)" : "", ips, m);
     runlog_set_attr_double(t->log, "train_time_s", train_s);
     runlog_set_attr_double(t->log, "images_per_s", ips);
     runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
@@ -222,6 +154,7 @@ void train_log_summary(trainer *t, int status, int why, double train_s) {
                                             : why == STOPPED_NONFINITE ? "stopped: non-finite loss or gradient"
                                             : why == STOPPED_WORKERS   ? "stopped: fewer workers left than a step needs"
                                             : why == STOPPED_CHECKPOINT ? "stopped: a checkpoint could not be written"
+                                            : why == STOPPED_DATA ? "stopped: data loading failed (see the log)"
                                                                        : "stopped: run-file write error");
 }
 
@@ -299,57 +232,39 @@ void ckpt_say_written(const trainer *t, long label, double seconds) {
     fflush(stdout);
 }
 
-/* The method's save / load entry as a ckpt_part_fn (ctx: the trainer). */
-static int method_save(void *ctx, ckpt_file *f) {
-    trainer *t = ctx;
-    return t->method->save ? t->method->save(t, f) : 0;
-}
-static int method_load(void *ctx, ckpt_file *f) {
-    trainer *t = ctx;
-    return t->method->load ? t->method->load(t, f) : 0;
-}
-
-int train_checkpoint(trainer *t, long label, const loop_state *ls) {
-    char err[ERRLEN] = "";
-    const double t0 = wall_time();
-    if (t->method->quiesce) t->method->quiesce(t);
-    int st = t->rank == 0 && ckpt_prepare(t->ckpt_dir, label, err, sizeof err) ? EXIT_RUNTIME : 0;
-    if (comm_agree(st)) {
-        if (t->rank == 0) fprintf(stderr, "dsgd-run: checkpoint at step %ld not written: %s\n", label, err);
-        return EXIT_RUNTIME;
-    }
-    st = ckpt_write_rank(t, label, (loop_state *)ls, method_save, t, err, sizeof err) ? EXIT_RUNTIME : 0;
-    if (st) fprintf(stderr, "dsgd-run: rank %d: checkpoint at step %ld: %s\n", t->rank, label, err);
-    st = comm_agree(st);
-    if (t->rank == 0) {
-        if (st) ckpt_abandon(t->ckpt_dir, label);
-        else if (ckpt_commit(t->ckpt_dir, label, err, sizeof err)) {
-            fprintf(stderr, "dsgd-run: checkpoint at step %ld not committed: %s\n", label, err);
-            st = EXIT_RUNTIME;
-        }
-    }
-    st = comm_agree(st);
-    if (!st) t->last_ckpt = label;
-    if (t->log && !st) ckpt_say_written(t, label, wall_time() - t0);
-    return st;
-}
-
-int train_resume(trainer *t, loop_state *ls) {
-    char err[ERRLEN] = "";
-    int st = ckpt_read_rank(t, t->resume_label, ls, method_load, t, err, sizeof err) ? EXIT_BADINPUT : 0;
-    if (st) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
-    return comm_max_int(st);
-}
-
 int train_evaluate_and_log(trainer *t, long step, double train_s, int status, int *why) {
     double ev0 = wall_time();
     eval_result r = train_evaluate(t);
+    if (r.failed) { /* a rank's loader failed (it said so): every rank knows from the same sum */
+        *why = STOPPED_DATA;
+        return EXIT_RUNTIME;
+    }
     if (t->log && train_log_eval(t, step, train_s, &r, wall_time() - ev0, 0) != 0) status = EXIT_RUNTIME;
     /* A diverged model (e.g. BN running statistics overflowed) can train on finite losses yet
      * evaluate to NaN; the reduced loss is the same on every rank, so all stop together. */
-    if (!isfinite(r.loss)) cadence_nonfinite_eval(t, why, step, "the model"), status = EXIT_RUNTIME;
+    if (!isfinite(r.loss)) train_say_nonfinite_eval(t, why, step, "the model"), status = EXIT_RUNTIME;
     /* The log rank's output failure stops everyone together. */
     return comm_agree(status);
+}
+
+void train_say_nonfinite_loss(const trainer *t, int *why, int local, long done, double alpha, const char *then) {
+    *why = STOPPED_NONFINITE;
+    if (local || t->log)
+        fprintf(stderr, "dsgd-run: rank %d: non-finite loss or gradient at step %ld (α = %.4g): %s; %s keeps what was logged. "
+                        "Try a smaller alpha.base or a warm-up.\n", t->rank, done, alpha, then, t->e->output);
+}
+
+void train_say_nonfinite_eval(const trainer *t, int *why, long done, const char *what) {
+    *why = STOPPED_NONFINITE;
+    if (t->log)
+        fprintf(stderr, "dsgd-run: non-finite validation loss at step %ld: %s diverged; stopping every rank; %s keeps what was "
+                        "logged. Try a smaller alpha.base or a warm-up.\n", done, what, t->e->output);
+}
+
+void train_say_stopped(long done) {
+    printf("stopped by %s after step %ld; continue with --resume (or resume = \"auto\")\n",
+           ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", done);
+    fflush(stdout);
 }
 
 void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *buf, double *out) {
@@ -365,94 +280,3 @@ void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *
             for (int k = 0; k < 5; k++) out[k * t->p + r] = buf[r * 5 + k];
 }
 
-int train_run(trainer *t) {
-    const method_ops *M = t->method;
-    if (t->worker < 0) return M->serve(t);
-    int status = M->begin ? M->begin(t) : EXIT_OK;
-    if (status != EXIT_OK) return status;
-    int (*evaluate)(trainer *, long, double, int, int *) = M->evaluate ? M->evaluate : train_evaluate_and_log;
-    const experiment *e = t->e;
-    int local = EXIT_OK;        /* meets = 1: a problem of this rank, agreed at the next evaluation */
-    int why = STOPPED_WRITE;
-    loop_state ls = {.prev = t->times};
-    double *gbuf = xmalloc((size_t)t->p * 5 * sizeof(double)), *rows = xmalloc((size_t)t->p * 5 * sizeof(double));
-
-    /* servers: begin read this worker's checkpoint; server 0 evaluates */
-    const int servers = M->meets == METHOD_MEETS_SERVERS; /* the servers keep the cadence (method.h) */
-    if (!servers && t->resume_label >= 0) { /* continue where the checkpoint stood: no evaluation at start */
-        status = train_resume(t, &ls);
-        /* The first /ranks row covers the steps since the resume, on every rank (only the log
-         * rank's file holds where the last row stood). */
-        ls.prev = t->times, ls.last_row = t->step;
-    } else if (!servers && e->eval.at_start) status = evaluate(t, 0, 0.0, EXIT_OK, &why);
-    if (M->meets == METHOD_MEETS_AT_POINTS) comm_workers_barrier();
-    else comm_barrier(); /* the whole world starts together */
-    double seg = wall_time(); /* the time axis: training wall clock, evaluations and checkpoints excluded */
-    /* From step 0 or where the checkpoint stood (gossip: this node's own step, as a checkpoint
-     * after a signal cuts each node at its own). */
-    for (long s = t->step; status == EXIT_OK && (s < e->iterations || servers); s++) {
-        const double alpha = alpha_at(e, s);
-        ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
-        const step_out o = M->step(t, s, alpha);
-        const int took = o.took;
-        const double loss = o.loss;
-        if (took == METHOD_STEP_END) break;
-        if (took && !isfinite(loss) && !M->meets) { /* the same mean loss on every rank: all stop here */
-            ls.train_s += wall_time() - seg;
-            cadence_nonfinite_loss(t, &why, 0, s + 1, alpha, "stopping every rank");
-            status = EXIT_RUNTIME;
-            break;
-        }
-        if (took && !isfinite(loss)) { /* a diverged node keeps stepping (in lock-step its peers need
-                                           it); the evaluation of the NaN average stops everyone */
-            if (why != STOPPED_NONFINITE) cadence_nonfinite_loss(t, &why, 1, s + 1, alpha, "every rank stops at the next evaluation");
-            local = EXIT_RUNTIME;
-        }
-        t->step = s + 1;
-        if (took) ls.loss_acc += loss, ls.loss_n++;
-        if (servers) continue; /* the servers' replies log, evaluate, checkpoint and stop */
-
-        if (cadence_log_due(e, s + 1)) {
-            const double now = ls.train_s + (wall_time() - seg);
-            if (!M->meets) train_gather_rank_times(t, &ls.prev, s + 1 - ls.last_row, gbuf, rows), ls.last_row = s + 1;
-            if (t->log && ls.loss_n && train_log_train(t, s + 1, now, ls.loss_acc / (double)ls.loss_n, alpha, M->meets ? NULL : rows) != 0)
-                local = EXIT_RUNTIME;
-            if (ls.loss_n) ls.loss_acc = 0.0, ls.loss_n = 0;
-            if (!M->meets && (status = comm_agree(local)) != EXIT_OK) break; /* lock-step: a write error stops every rank now */
-        }
-
-        /* A signal here or on another node: meet at the step the method names. */
-        const int sigmeet = M->signal ? M->signal(t, s + 1) : 0;
-        const int eval = cadence_eval_due(e, s + 1), periodic = cadence_ckpt_due(e, s + 1);
-        if (eval) {
-            /* The nodes meet: waiting here for slower nodes is training time (an average over the
-             * nodes exists only once every node has done s + 1 steps); the evaluation is not. */
-            if (M->meets) comm_workers_barrier();
-            ls.train_s += wall_time() - seg;
-            status = evaluate(t, s + 1, ls.train_s, local, &why);
-            seg = wall_time();
-            if (status != EXIT_OK) break;
-        }
-        /* A checkpoint every checkpoint.every steps, and when a signal asked for one (lock-step:
-         * the step agreed on t->sig; meets: the meeting point did), so every rank decides alike. */
-        long label = s + 1;
-        if (M->meet && (eval || periodic || sigmeet)) label = M->meet(t, s + 1, sigmeet);
-        if (periodic || t->sig) {
-            if (M->meets) comm_workers_barrier();
-            ls.train_s += wall_time() - seg;
-            if ((status = cadence_checkpoint(t, &why, label, &ls)) != EXIT_OK) break;
-            seg = wall_time();
-        }
-    }
-    free(gbuf), free(rows);
-    if (M->end) status = M->end(t, status);
-    if (t->log) {
-        const double steps = t->step > 0 ? (double)t->step : 1.0;
-        const phase_times *ph = &t->times;
-        train_log_summary(t, status, why, ls.train_s);
-        printf("rank 0 time per step: data %.2f ms, compute %.2f ms, communication %.2f ms (waiting %.2f ms), update %.2f ms\n",
-               1e3 * ph->data_s / steps, 1e3 * ph->compute_s / steps, 1e3 * ph->comm_s / steps, 1e3 * ph->wait_s / steps,
-               1e3 * ph->update_s / steps);
-    }
-    return status;
-}

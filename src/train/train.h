@@ -1,6 +1,8 @@
-/* train.h — the training loop every method runs in (Jin et al. 2016 §2): the state one rank
- * holds, the timers, and the entry point train_run. A method (src/methods/) supplies the
- * per-step work; this file supplies the schedule, logging, evaluation and stopping. */
+/* train.h — the library under the methods (Jin et al. 2016 §2): the state one rank holds, the
+ * timers, and what every method's step and the loop above them use — the local computation,
+ * evaluation, progress lines and run-file rows, the summary, and one rank's part of a checkpoint.
+ * It decides nothing and includes no methods/ header: the loop (src/run/loop.h) decides when,
+ * a method (src/methods/method.h) what a step does. */
 #ifndef DSGD_TRAIN_H
 #define DSGD_TRAIN_H
 
@@ -82,6 +84,7 @@ typedef struct {
     double top1_error;  /* fraction in [0, 1] */
     double top5_error;
     long count;         /* samples evaluated (= validation set size) */
+    int failed;         /* 1: a rank's loader failed (said on that rank); loss and errors are NaN */
 } eval_result;
 
 /* Evaluate the model the rank holds now on its slice of the validation set and reduce over
@@ -97,29 +100,10 @@ eval_result train_evaluate_all(trainer *t, model *net, int (*abandon)(void *arg)
 /* One worker's local computation of step `step`: the minibatch of data step `data_step`
  * (loader_batch), forward and backward (model_train_step: grads overwritten, BN statistics
  * updated), then the injected straggler delay (inject group). Adds to t->times data_s,
- * compute_s and delay_s. Returns the mean loss of the minibatch. No allocation. */
-double train_compute(trainer *t, long data_step, long step);
-
-/* One worker's step of synchronous all-reduce SGD up to the update: train_compute(t, data_step,
- * step) then reducer_mean(&t->red, MODEL_GRADS, wait_s), with the same result bit for bit, but
- * on a GPU overlapped where it can be (docs/gpu.md, "Overlap"; t->red.stage, t->red.overlap):
- *   - next_data_step >= 0 (the data step of this worker's next call; -1: unknown, or none):
- *     while the GPU computes, the host assembles that minibatch (loader_batch) in page-locked
- *     memory and a copy stream puts it on the device (model_stage_batch), so the next call, if
- *     its data_step is that one, starts on data already there; any other data_step is loaded as
- *     train_compute does and the staged one is dropped;
- *   - REDUCE_STAGED (GPU model, p > 1, MPI without CUDA support): the gradient reaches the host
- *     group by group while the backward pass runs (MODEL_STAGE_GRADS) and is reduced chunk by
- *     chunk meanwhile (reducer_grads_overlapped).
- * A CPU model, or DSGD_OVERLAP=0 in the environment, takes train_compute and reducer_mean
- * as they are. The injected straggler delay is slept before the step's computation starts on a
- * GPU (after it on the CPU), so that it is never hidden behind the GPU's work.
- * Adds to t->times data_s (minibatches assembled, this one's and the next's), compute_s (until the
- * whole gradient is computed: on the overlapped path until its last group is on the host), delay_s,
- * comm_s (the all-reduce: on the overlapped path what is left of it once the gradient is computed,
- * plus the barrier) and, through wait_s, the barrier. Returns this worker's mean loss. No
- * allocation. Collective over the workers, as reducer_mean. */
-double train_compute_allreduce(trainer *t, long data_step, long step, long next_data_step, double *wait_s);
+ * compute_s and delay_s. *loss: the mean loss of the minibatch. Returns 0, or -1 when the loader
+ * could not deliver (loader_error(&t->train_loader) says why; nothing computed): the step then
+ * returns STOPPED_DATA and the loop stops the run. No allocation. */
+int train_compute(trainer *t, long data_step, long step, double *loss);
 
 /* Log rank: the progress line and /train row after `step` iterations at `time_s` seconds of
  * training with mean loss and α; also /ranks when rows is not NULL (5 arrays of p: step, compute,
@@ -139,14 +123,26 @@ void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *
  * loss or gradient, or too few workers left to complete a step (backup); a status of
  * EXIT_INTERRUPTED needs no reason. */
 enum { STOPPED_WRITE = 0, STOPPED_NONFINITE = 1, STOPPED_WORKERS = 2, STOPPED_CHECKPOINT = 3, STOPPED_DATA = 4 };
+
+/* A non-finite training loss or gradient after `done` steps at step size alpha: *why and the
+ * message, with `then` (what happens now). local = 1: this rank's own loss, said by this rank;
+ * 0: a loss every rank agrees on, said by the log rank. */
+void train_say_nonfinite_loss(const trainer *t, int *why, int local, long done, double alpha, const char *then);
+/* A non-finite validation loss of `what` (the model, the nodes, the center): *why, and the log
+ * rank says so. */
+void train_say_nonfinite_eval(const trainer *t, int *why, long done, const char *what);
+/* The stop message after the checkpoint at `done` that a stop signal asked for (log rank). */
+void train_say_stopped(long done);
 /* status EXIT_INTERRUPTED (checkpoint.h): "stopped: <signal> after step N; checkpoint written". */
 
 /* Log rank: the end-of-run summary lines and run-file attributes. why: STOPPED_* (used when
- * status != EXIT_OK); train_s: training wall clock; t->step steps of m = p·b images done. */
-void train_log_summary(trainer *t, int status, int why, double train_s);
+ * status != EXIT_OK); train_s: training wall clock; t->step steps of m = p·b images done;
+ * evaluation_excluded: 1 when train_s excludes evaluation (the loop; a server's evaluation thread
+ * runs beside training). */
+void train_log_summary(trainer *t, int status, int why, double train_s, int evaluation_excluded);
 
-/* The training-loop state a checkpoint carries besides the model and the method's state: kept
- * by the log rank (loss_acc.. prev) and by every rank (times). */
+/* The training-loop state a checkpoint carries besides the model and the method's state (the
+ * log rank's file only; t->times is in every rank's). */
 typedef struct {
     double train_s;           /* training wall clock so far (the run file's time axis) */
     double loss_acc;          /* loss summed since the last /train row */
@@ -154,19 +150,6 @@ typedef struct {
     long last_row;            /* step of the last /train row */
     phase_times prev;         /* times at the last /ranks row */
 } loop_state;
-
-/* Collective over the world: write the checkpoint after `label` iterations into t->ckpt_dir
- * (checkpoint.h): the method's quiesce first; then every rank that holds state writes its file (common state: t->times, step;
- * log rank: *ls, the run file's rows — flushed first — and the experiment; then the method's
- * save callback), worker 0 / the log rank commits once all succeeded. Prints one line on the log
- * rank. Returns 0, or EXIT_RUNTIME on every rank when any rank failed (printed; the previous
- * checkpoint stays). Valid only where every rank of the world calls it (allreduce, gossip). */
-int train_checkpoint(trainer *t, long label, const loop_state *ls);
-
-/* Read the common state of t->resume_label's checkpoint: t->times, t->step, and on the log rank
- * *ls and the progress-line state; then the method's load callback. Returns 0, or EXIT_BADINPUT
- * on every rank (printed) when any rank could not read its part. Collective over the world. */
-int train_resume(trainer *t, loop_state *ls);
 
 /* The common part of a rank's file (above; ls: log rank only): put into a file of ckpt_create, or
  * got from one of ckpt_open (ckpt_writing), in one order; 0 or -1. Used by the server methods too. */
@@ -191,12 +174,5 @@ void ckpt_say_written(const trainer *t, long label, double seconds);
  * a non-finite validation loss stops every rank (*why = STOPPED_NONFINITE). The default
  * method_ops.evaluate. */
 int train_evaluate_and_log(trainer *t, long step, double train_s, int status, int *why);
-
-/* Run the whole experiment (collective): the one training loop on a worker rank (method.h says
- * which entries of the method it calls), the method's `serve` on a server rank. Returns EXIT_OK,
- * EXIT_INTERRUPTED after a SIGTERM / SIGINT and its checkpoint, EXIT_BADINPUT when a checkpoint
- * could not be read, or EXIT_RUNTIME after a non-finite loss or gradient, a run-file write error
- * or a checkpoint that could not be written (all ranks agree). */
-int train_run(trainer *t);
 
 #endif

@@ -1,7 +1,7 @@
 /* test_gpu_overlap.c — the overlap of copies and communication with the GPU's work (docs/gpu.md,
  * "Overlap"): the training step in parts (model.h model_train_begin / model_grads_host_ready /
  * model_grads_upload_range / model_train_end), minibatch staging (model_stage_*) and the routine
- * that drives both for allreduce (src/train train_compute_allreduce), each against the path it
+ * that drives both for allreduce (src/methods/allreduce.h allreduce_grads), each against the path it
  * replaces. Networks: ResNet-18 width 4, CIFAR stem, 1x8x8, b = 4 (fp32 and bf16); width 4,
  * ImageNet stem, 3x32x32, b = 2; width 32, CIFAR stem, 1x8x8, b = 4 (2.8 M parameters: three 4 MB
  * all-reduce chunks, whose borders fall inside gradient groups); the linear model, 1x8x8, b = 4.
@@ -19,7 +19,7 @@
  *                   four steps; the staging buffers overwritten after a stage (the copy has read
  *                   them: model_stage_buffers waits) — each step against model_train_step on the
  *                   minibatch it should have used.
- *   test_trainer    train_compute_allreduce against loader_batch + model_train_step on a second
+ *   test_trainer    allreduce_grads against loader_batch + model_train_step on a second
  *                   model, over data steps with jumps and wrong or missing guesses of the next one
  *                   (a staged minibatch must be used only for its own data step), at t.p = 1 and
  *                   at t.p = 2 with one MPI worker (the chunked overlap path runs, its all-reduce
@@ -27,7 +27,7 @@
  *                   event is made, and (over the mock) no malloc beyond the layers' own, counted
  *                   on model_train_step (the stand-ins' oneDNN memory objects).
  *   test_mpi        under `mpiexec -n 2` and `-n 3` (this program re-run with --mpi-child):
- *                   per rank, one model through train_compute_allreduce (overlapped) and one
+ *                   per rank, one model through allreduce_grads (overlapped) and one
  *                   through train_compute + reducer_mean (REDUCE_STAGED), 5 SGD steps:
  *                   losses, gradients, parameters equal; parameters equal across ranks.
  *   test_dsgd_run   dsgd-run itself, 2 ranks, device = "cuda", 12 steps of ResNet-18 width 4 on
@@ -61,6 +61,7 @@
 #include "mpiutil.h"
 #include "nn/model.h"
 #include "testgpu.h"
+#include "methods/allreduce.h"
 #include "train/train.h"
 #include "util/util.h"
 
@@ -451,7 +452,8 @@ static void trainer_case(const ov_case *k, int p_trainer) {
         if (c == 1) objects = mock_cuda_objects ? mock_cuda_objects() : 0; /* every buffer exists after the first call */
         alloc_count = 0;
         alloc_armed = c >= 1;
-        const double loss = train_compute_allreduce(&t, CALL_DS[c], c, CALL_NEXT[c], &wait);
+        double loss;
+        ck_assert_int_eq(allreduce_grads(&t, CALL_DS[c], c, CALL_NEXT[c], &wait, &loss), 0);
         alloc_armed = 0;
         if (c >= 1) mallocs += alloc_count;
         /* the reference: the minibatch of this data step, model_train_step (its allocations are
@@ -489,7 +491,7 @@ static void trainer_case(const ov_case *k, int p_trainer) {
     /* On a GPU the CUDA runtime's own bookkeeping could show here; over the mock every allocation
      * is the layers'. */
     if (g_exact)
-        ck_assert_msg(mallocs == ref_mallocs, "%ld allocations in train_compute_allreduce, %ld in the layers it calls", mallocs,
+        ck_assert_msg(mallocs == ref_mallocs, "%ld allocations in allreduce_grads, %ld in the layers it calls", mallocs,
                       ref_mallocs);
     free(g), free(gr);
     trainer_free(&t), trainer_free(&tr);
@@ -529,8 +531,9 @@ static int mpi_child_case(const ov_case *k, int rank, int p) {
     int bad = 0;
     double wa = 0, wb = 0;
     for (int step = 0; step < MPI_STEPS; step++) {
-        const double la = train_compute_allreduce(&ta, step, step, step + 1 < MPI_STEPS ? step + 1 : -1, &wa);
-        const double lb = train_compute(&tb, step, step);
+        double la, lb;
+        ck_assert_int_eq(allreduce_grads(&ta, step, step, step + 1 < MPI_STEPS ? step + 1 : -1, &wa, &la), 0);
+        ck_assert_int_eq(train_compute(&tb, step, step, &lb), 0);
         reducer_mean(&tb.red, MODEL_GRADS, &wb);
         grads_of(a, ga);
         grads_of(b, gb);
