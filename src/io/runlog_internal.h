@@ -1,7 +1,9 @@
 /* runlog_internal.h — what the three files of the run file share, for src/io/ only: the runlog
  * struct, its limits, the column tables and the helpers used across files. runlog.c creates and
- * writes the file (its header comment has the whole design); runlog_publish.c publishes the
- * in-memory file's image and keeps the status slot; runlog_resume.c continues a run's file. */
+ * writes the file and decides when to publish it (its header comment has the whole design);
+ * runlog_publish.c publishes an in-memory file's image and keeps the status slot, knowing nothing
+ * of the runlog; runlog_resume.c continues a run's file. Arrows: runlog_resume.c -> runlog.c ->
+ * runlog_publish.c, each -> h5.c (the HDF5 and errno messages). */
 #ifndef DSGD_RUNLOG_INTERNAL_H
 #define DSGD_RUNLOG_INTERNAL_H
 
@@ -74,6 +76,13 @@ static const char *const own_attrs[] = {"method", "p", "b", "m", "seed", "iterat
  * without final_attributes. */
 static const char *const usual_final_attrs[] = {"status", "train_time_s", "images_per_s", "steps_completed"};
 
+/* The buffer of a file image (runlog_publish), grown as needed and kept for the next one: cap
+ * bytes at data (NULL, 0 before the first). */
+typedef struct {
+    unsigned char *data;
+    size_t cap;
+} image_buf;
+
 /* One method array of meta.arrays: fixed shape, or growing rows (spec.grows). */
 typedef struct {
     char *obj; /* "/" + spec name */
@@ -104,34 +113,28 @@ struct runlog {
                          reuse while open, notices another run that replaced it (overwrite) */
     double publish_s; /* meta.publish_s */
     double last_publish, publish_cost; /* monotonic time of the last publication, its seconds */
-    unsigned char *image; /* the file image buffer of the last publication */
-    size_t image_cap;
+    image_buf image;  /* the file image buffer of the last publication */
     char path[PATHLEN];
     char err[ERRLEN];
 };
 
 /* runlog.c */
-int runlog_syserr(char *err, size_t errlen, const char *path, const char *what);
 int runlog_is_own_attr(const char *name);
-int runlog_attr_fail(const char *call, const char *objname, const char *name, const char *path, char *err, size_t errlen);
-int runlog_attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype, const void *buf,
-               const char *path, char *err, size_t errlen);
-int runlog_attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path, char *err,
-                size_t errlen);
-int runlog_write_buffers(runlog *r);
 void runlog_free(runlog *r);
 runlog *runlog_new(const char *path, const runlog_meta *meta);
 int runlog_check_meta(const runlog_meta *meta, const char *fn, const char *path, char *err, size_t errlen);
 int runlog_utc_now(char *buf, size_t n);
 hid_t runlog_memory_fapl(int create, const char *path, char *err, size_t errlen);
+/* Publish r's in-memory file now (runlog_publish) and note when and at what cost, for the
+ * wall-clock bound (part 3 of runlog.c's header comment). 0, or -1 with err filled. */
+int runlog_publish_now(runlog *r, int overwrite, char *err, size_t errlen);
 
-/* runlog_publish.c */
+/* runlog_publish.c: publishing an in-memory file at path, *fd open on the file published last
+ * (-1: none yet), its image in *image; nothing of the runlog. */
 extern const char *runlog_already_exists_fmt;
 int runlog_status_write(hid_t f, const char *v, const char *path, char *err, size_t errlen);
 int runlog_temp_name(char *out, size_t outlen, const char *path, const char *tag);
-int runlog_publish(runlog *r, int overwrite, char *err, size_t errlen);
-int runlog_publish_all(runlog *r);
-int runlog_publish_if_due(runlog *r);
-int runlog_status_in_place(runlog *r);
+int runlog_publish(hid_t file, const char *path, int *fd, image_buf *image, int overwrite, char *err, size_t errlen);
+int runlog_status_in_place(const char *path, int fd, const char *why);
 
 #endif
