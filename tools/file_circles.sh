@@ -5,6 +5,8 @@
 #   sh tools/file_circles.sh [OBJDIR]      OBJDIR: the objects of src/ (default build/src, as
 #                                          `make dsgd-run` leaves them)
 #   sh tools/file_circles.sh -v [OBJDIR]   also every arrow: A -> B  name name ...
+#   sh tools/file_circles.sh -i [OBJDIR]   also count includes (the review's attribution, below)
+#   (options may be combined: -v -i; run from the repository root: -i reads src/)
 #
 # Output: one line per pair of files that each take a name from the other,
 #   pair  src/config/config.c <-> src/config/config_print.c  (A takes: x y; B takes: z)
@@ -20,9 +22,23 @@
 # header is compiled into each user, so the review's "types taken from config_internal.h" arrows
 # (architecture-review.md §2) are not counted here. Names from outside src/ (libc, MPI, HDF5,
 # oneDNN, cuda/) are ignored.
+# With -i, an include counts too, as architecture-review.md §2 counts it: A -> B also when A
+# includes B's header, whether or not A uses anything of it (types, macros, enums included); the
+# header of B is dir/B.h or dir/B_internal.h beside dir/B.c (so config_keys.h is config_keys.c's,
+# runlog_internal.h runlog.c's); a header with no such .c (method.h, layout.h) belongs to no
+# file. A header that also declares another file's functions (checkpoint.h: checkpoint_signal.c's
+# too) is counted as its namesake's only, so -i can show a pair that nm does not. The name shown
+# for such an arrow is "#include:<header>".
 set -eu
-verbose=0
-if [ "${1:-}" = "-v" ]; then verbose=1; shift; fi
+verbose=0 includes=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    -v) verbose=1 ;;
+    -i) includes=1 ;;
+    *) break ;;
+    esac
+    shift
+done
 objdir=${1:-build/src}
 [ -d "$objdir" ] || { echo "file_circles.sh: no directory $objdir (run make dsgd-run first)" >&2; exit 1; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/file_circles.XXXXXX")
@@ -36,6 +52,16 @@ while read -r o; do
     f=src/${o#"$objdir"/}; f=${f%.o}.c
     nm --defined-only -g "$o" | awk -v f="$f" 'NF == 3 && $2 ~ /^[A-Z]$/ { print $3, f }' >> "$tmp/def"
     nm -u "$o" | awk -v f="$f" '{ print f, $NF }' >> "$tmp/use"
+    [ "$includes" = 1 ] || continue
+    [ -f "$f" ] || { echo "file_circles.sh: -i: no $f (run from the repository root)" >&2; exit 1; }
+    dir=${f%/*}
+    sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" | while read -r h; do
+        if [ -f "$dir/$h" ]; then hp=$dir/$h; elif [ -f "src/$h" ]; then hp=src/$h; else continue; fi
+        owner=${hp%_internal.h}; owner=${owner%.h}.c
+        [ -f "$owner" ] && [ "$owner" != "$f" ] || continue
+        echo "#include:${hp#src/} $owner" >> "$tmp/def"
+        echo "$f #include:${hp#src/}" >> "$tmp/use"
+    done
 done < "$tmp/objs"
 
 awk -v verbose="$verbose" '

@@ -1,13 +1,14 @@
 /* runlog_internal.h — what the three files of the run file share, for src/io/ only: the runlog
  * struct, its limits, the column tables and the helpers used across files. runlog.c creates and
  * writes the file and decides when to publish it (its header comment has the whole design);
- * runlog_publish.c publishes an in-memory file's image and keeps the status slot, knowing nothing
- * of the runlog; runlog_resume.c continues a run's file. Arrows: runlog_resume.c -> runlog.c ->
- * runlog_publish.c, each -> h5.c (the HDF5 and errno messages). */
+ * runlog_publish.c (runlog_publish.h) publishes an in-memory file's image and keeps the status
+ * slot, knowing nothing of the runlog; runlog_resume.c continues a run's file. Arrows:
+ * runlog_resume.c -> runlog.c -> runlog_publish.c, each -> h5.c (the HDF5 and errno messages). */
 #ifndef DSGD_RUNLOG_INTERNAL_H
 #define DSGD_RUNLOG_INTERNAL_H
 
 #include "runlog.h"
+#include "runlog_publish.h"
 
 #include "io/h5.h"
 #include "util/util.h"
@@ -22,8 +23,6 @@ enum {
     RANKS_BUF = 256,    /* /ranks rows buffered before an append */
     ARRAY_CHUNK = 1024, /* rows per chunk of a growing method array */
     MAX_RANKS = 1 << 20, /* most /ranks columns (bounds the buffer size computation) */
-    PATHLEN = 4096,
-    STATUS_LEN = 512,   /* bytes of the fixed-size status attribute, its terminating NUL included */
 };
 #define MEM_INCREMENT ((size_t)1 << 20) /* growth step of the in-memory file */
 #define PUBLISH_S 5.0                   /* default meta.publish_s */
@@ -76,13 +75,6 @@ static const char *const own_attrs[] = {"method", "p", "b", "m", "seed", "iterat
  * without final_attributes. */
 static const char *const usual_final_attrs[] = {"status", "train_time_s", "images_per_s", "steps_completed"};
 
-/* The buffer of a file image (runlog_publish), grown as needed and kept for the next one: cap
- * bytes at data (NULL, 0 before the first). */
-typedef struct {
-    unsigned char *data;
-    size_t cap;
-} image_buf;
-
 /* One method array of meta.arrays: fixed shape, or growing rows (spec.grows). */
 typedef struct {
     char *obj; /* "/" + spec name */
@@ -128,13 +120,5 @@ hid_t runlog_memory_fapl(int create, const char *path, char *err, size_t errlen)
 /* Publish r's in-memory file now (runlog_publish) and note when and at what cost, for the
  * wall-clock bound (part 3 of runlog.c's header comment). 0, or -1 with err filled. */
 int runlog_publish_now(runlog *r, int overwrite, char *err, size_t errlen);
-
-/* runlog_publish.c: publishing an in-memory file at path, *fd open on the file published last
- * (-1: none yet), its image in *image; nothing of the runlog. */
-extern const char *runlog_already_exists_fmt;
-int runlog_status_write(hid_t f, const char *v, const char *path, char *err, size_t errlen);
-int runlog_temp_name(char *out, size_t outlen, const char *path, const char *tag);
-int runlog_publish(hid_t file, const char *path, int *fd, image_buf *image, int overwrite, char *err, size_t errlen);
-int runlog_status_in_place(const char *path, int fd, const char *why);
 
 #endif

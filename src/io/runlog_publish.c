@@ -4,7 +4,10 @@
  * and renamed over the output (link() the first time); and the fixed-size status slot, written
  * in place into the published file when a publication fails. When to publish (part 3) is
  * runlog.c's. */
-#include "runlog_internal.h"
+#include "runlog_publish.h"
+
+#include "io/h5.h"
+#include "util/util.h"
 
 #include <errno.h>
 #include <fcntl.h>
