@@ -1,5 +1,6 @@
 /* config.c — loading and validating the experiment file (config.h) by the key table
- * (config_keys.c; the printing is config_print.c).
+ * (config_keys.c, whose value-as-text helpers word the messages; the printing is config_print.c,
+ * which this file never calls).
  *
  * Loading happens in three passes so that an override can repair a bad file value:
  *   1. parse the file with libconfig and store every key (type errors and unknown keys stop here),
@@ -12,7 +13,7 @@
  * libconfig 1.5 silently wraps integer literals that do not fit in 32 bits unless they carry
  * an L suffix (3000000000 reads as -1294967296); scan_int_literals() rejects those before
  * libconfig sees the text. */
-#include "config_internal.h"
+#include "config_keys.h"
 
 #include "util/util.h"
 
@@ -486,23 +487,6 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
 
 /* ---------------------------------------------------------------------------------------- */
 /* Public API                                                                                */
-
-void config_defaults(experiment *e) {
-    memset(e, 0, sizeof *e);
-    for (int i = 0; i < config_n_keys; i++) {
-        const key_def *d = &config_keys[i];
-        switch (d->type) {
-        case KT_INT:
-        case KT_INT64:
-        case KT_BOOL:
-        case KT_ENUM: config_set_int(d, e, (long long)d->dflt); break;
-        case KT_FLOAT: *FIELD(e, d, double) = d->dflt; break;
-        case KT_STRING: config_set_string(d, e, d->dflt_s); break;
-        case KT_LIST: *config_list_n(d, e) = 0; break;
-        case KT_INTS: memcpy(FIELD(e, d, int), d->dflt_ints, (size_t)d->n_max * sizeof(int)); break;
-        }
-    }
-}
 
 /* output = "" stands for runs/<name>.h5. */
 static int resolve_output(experiment *e, const origin *o, char *err, size_t errlen) {

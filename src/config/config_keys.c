@@ -1,13 +1,19 @@
-/* config_keys.c — the key table: every key of the experiment file with its type, field, range,
- * default, unit and one line of documentation (config_keys[]), from which config.c loads and
- * validates and config_print.c prints; the names of the enums' values; finding a key, and "did you
- * mean"; reading and writing the field a key describes. */
-#include "config_internal.h"
+/* config_keys.c — the key layer: the key table, every key of the experiment file with its type,
+ * field, range, default, unit and one line of documentation (config_keys[]); the names of the
+ * enums' values; finding a key, and "did you mean"; reading and writing the field a key
+ * describes; every key at its default (config_defaults); values as libconfig text and what a key
+ * expects. config.c (loading and validating) and config_print.c (printing) both build on this file
+ * and never call each other. */
+#include "config_keys.h"
 
 #include "util/util.h"
 
 #include <ctype.h>
 #include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #define NNAMES(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
@@ -208,7 +214,7 @@ const key_def config_keys[] = {
 };
 #define N_KEYS ((int)(sizeof(config_keys) / sizeof(config_keys[0])))
 const int config_n_keys = N_KEYS;
-_Static_assert(N_KEYS <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS (config_internal.h)");
+_Static_assert(N_KEYS <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS (config_keys.h)");
 
 /* Common misnomers of the keys (other frameworks' names), offered as "did you mean". */
 static const struct { const char *alias, *key; } aliases[] = {
@@ -329,4 +335,126 @@ const char *config_key_suggest(const char *unknown) {
     for (int i = 0; i < NNAMES(aliases); i++)
         if (!strcmp(aliases[i].alias, last)) return aliases[i].key;
     return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The defaults, and values as text (for config.c's messages and config_print.c's output)    */
+
+/* Every key at its default (config.h). */
+void config_defaults(experiment *e) {
+    memset(e, 0, sizeof *e);
+    for (int i = 0; i < config_n_keys; i++) {
+        const key_def *d = &config_keys[i];
+        switch (d->type) {
+        case KT_INT:
+        case KT_INT64:
+        case KT_BOOL:
+        case KT_ENUM: config_set_int(d, e, (long long)d->dflt); break;
+        case KT_FLOAT: *FIELD(e, d, double) = d->dflt; break;
+        case KT_STRING: config_set_string(d, e, d->dflt_s); break;
+        case KT_LIST: *config_list_n(d, e) = 0; break;
+        case KT_INTS: memcpy(FIELD(e, d, int), d->dflt_ints, (size_t)d->n_max * sizeof(int)); break;
+        }
+    }
+}
+
+/* Shortest "%.*g" that reads back to exactly x (whole numbers below 1e15 without an exponent),
+ * always with a '.' or an exponent so libconfig reads it as a float. */
+void config_fmt_double(char *buf, size_t n, double x) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    if (strchr(buf, 'e') && x == floor(x) && fabs(x) < 1e15) snprintf(buf, n, "%.0f", x); /* 300, not 3e+02 */
+    if (!strpbrk(buf, ".eEni")) { /* "1" -> "1.0"; leave inf/nan alone */
+        size_t l = strlen(buf);
+        if (l + 3 <= n) memcpy(buf + l, ".0", 3);
+    }
+}
+
+/* An integer as libconfig text: an L suffix where it does not fit in 32 bits. */
+void config_fmt_int(char *buf, size_t n, long long v) {
+    snprintf(buf, n, "%lld%s", v, (v > INT_MAX || v < INT_MIN) ? "L" : "");
+}
+
+/* Append s as a libconfig string literal (escaped) to buf at *len, snprintf-style: *len keeps
+ * counting past n so the caller can tell the full length. */
+void config_put_quoted(char *buf, size_t n, size_t *len, const char *s) {
+    char tmp[8];
+    if (*len + 1 < n) buf[*len] = '"';
+    (*len)++;
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        const char *piece = tmp;
+        if (*c == '"') piece = "\\\"";
+        else if (*c == '\\') piece = "\\\\";
+        else if (*c == '\n') piece = "\\n";
+        else if (*c == '\t') piece = "\\t";
+        else if (*c == '\r') piece = "\\r";
+        else if (*c < 0x20 || *c == 0x7f) snprintf(tmp, sizeof tmp, "\\x%02x", *c);
+        else { tmp[0] = (char)*c; tmp[1] = 0; }
+        for (const char *p = piece; *p; p++) { if (*len + 1 < n) buf[*len] = *p; (*len)++; }
+    }
+    if (*len + 1 < n) buf[*len] = '"';
+    (*len)++;
+    if (n) buf[*len < n ? *len : n - 1] = 0;
+}
+
+/* printf-append to buf at *len, snprintf-style (see config_put_quoted). */
+void config_put(char *buf, size_t n, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(*len < n ? buf + *len : NULL, *len < n ? n - *len : 0, fmt, ap);
+    va_end(ap);
+    if (w > 0) *len += (size_t)w;
+}
+
+/* What is expected of key d, for messages: "an integer >= 1", "a number in [0, 1)". */
+void config_expect_text(const key_def *d, const experiment *e, char *buf, size_t n) {
+    size_t len = 0;
+    switch (d->type) {
+    case KT_INT:
+    case KT_INT64:
+    case KT_LIST: {
+        long long hi = d->ihi;
+        const char *what = d->type == KT_LIST ? "a strictly increasing list of integers, each" : "an integer";
+        if (d->hi_key) {
+            config_put(buf, n, &len, "%s >= %lld and %s %s", what, d->ilo, d->hi_open ? "<" : "<=", d->hi_key);
+            if (e) config_put(buf, n, &len, " (%lld)", config_get_int(config_key_find(d->hi_key), e));
+        } else if ((d->type == KT_INT && hi == INT_MAX) || hi == LLONG_MAX)
+            config_put(buf, n, &len, "%s >= %lld", what, d->ilo);
+        else config_put(buf, n, &len, "%s in [%lld, %lld]", what, d->ilo, hi);
+        break;
+    }
+    case KT_FLOAT: {
+        char lo[40], hi[40];
+        config_fmt_double(lo, sizeof lo, d->lo);
+        config_fmt_double(hi, sizeof hi, d->hi);
+        /* show bounds as written in the docs: 0 and 1, not 0.0 and 1.0 */
+        for (char *s = lo; s; s = s == lo ? hi : NULL) {
+            size_t l = strlen(s);
+            if (l > 2 && !strcmp(s + l - 2, ".0")) s[l - 2] = 0;
+        }
+        if (d->has_lo && d->has_hi)
+            config_put(buf, n, &len, "a number in %c%s, %s%c", d->lo_open ? '(' : '[', lo, hi, d->hi_open ? ')' : ']');
+        else if (d->has_lo) config_put(buf, n, &len, "a number %s %s", d->lo_open ? ">" : ">=", lo);
+        else if (d->has_hi) config_put(buf, n, &len, "a number %s %s", d->hi_open ? "<" : "<=", hi);
+        else config_put(buf, n, &len, "a number");
+        break;
+    }
+    case KT_INTS:
+        if (d->nondecr) config_put(buf, n, &len, "[min, max]: %d integers in [%lld, %lld] with min <= max", d->n_max, d->ilo, d->ihi);
+        else config_put(buf, n, &len, "a list of %d integers, each in [%lld, %lld]", d->n_max, d->ilo, d->ihi);
+        break;
+    case KT_BOOL: config_put(buf, n, &len, "a boolean (true or false)"); break;
+    case KT_STRING:
+        if (d->str_check == S_RUNNAME)
+            config_put(buf, n, &len, "a non-empty string of letters, digits and ._+- (at most %zu characters)", d->size - 1);
+        else config_put(buf, n, &len, "a %sstring of at most %zu characters", d->str_check == S_NONEMPTY ? "non-empty " : "",
+                        d->size - 1);
+        break;
+    case KT_ENUM:
+        config_put(buf, n, &len, "one of ");
+        for (int i = 0; i < d->n_names; i++) config_put(buf, n, &len, "%s\"%s\"", i ? ", " : "", d->names[i]);
+        break;
+    }
 }

@@ -3,6 +3,7 @@
 
 #include "util/util.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,18 @@ int h5_fail(int code, char *err, size_t errlen, const char *path, const char *ca
     h5_message(detail, sizeof detail);
     seterr(err, errlen, "%s: HDF5 %s failed for %s: %s", path, call, object, detail);
     return code;
+}
+
+int h5_syserr(char *err, size_t errlen, const char *path, const char *what) {
+    seterr(err, errlen, "%s: %s: %s", path, what, strerror(errno));
+    return -1;
+}
+
+int h5_attr_fail(const char *call, const char *objname, const char *name, const char *path, char *err, size_t errlen) {
+    if (!call) return 0;
+    char what[300];
+    snprintf(what, sizeof what, "attribute %s of %s", name, objname);
+    return h5_fail(-1, err, errlen, path, call, what);
 }
 
 /* H5Pset_file_locking: 1.10.7 and later 1.10 releases, 1.12.1 and later, 1.13 on (not 1.11, 1.12.0). */
@@ -140,4 +153,14 @@ const char *h5_write_1d(hid_t loc, const char *name, hid_t ftype, hid_t mtype, h
     const char *failed = n && H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0 ? "H5Dwrite" : NULL;
     if (H5Dclose(ds) < 0 && !failed) failed = "H5Dclose";
     return failed;
+}
+
+int h5_attr_write_err(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype, const void *buf,
+                      const char *path, char *err, size_t errlen) {
+    return h5_attr_fail(h5_attr_write(obj, name, ftype, mtype, buf), objname, name, path, err, errlen);
+}
+
+int h5_attr_string_err(hid_t obj, const char *objname, const char *name, const char *v, const char *path, char *err,
+                       size_t errlen) {
+    return h5_attr_fail(h5_attr_write_str(obj, name, v ? v : "", 1), objname, name, path, err, errlen);
 }

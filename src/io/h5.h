@@ -2,7 +2,8 @@
  * checkpoint rank files (src/train/checkpoint_file.c, checkpoint.c) and the pack
  * (src/data/shards.c). HDF5 public API only (H5E, H5A, H5D, H5S, H5T; nothing 1.12 or 1.14
  * changed). The writers return NULL, or the name of the HDF5 call that failed with HDF5's error
- * stack left as it is, for the caller's message (h5_fail, or its own). */
+ * stack left as it is, for the caller's message (h5_fail, or its own); the *_err variants below
+ * word that message themselves. */
 #ifndef DSGD_H5_H
 #define DSGD_H5_H
 
@@ -38,6 +39,22 @@ void h5_message(char *buf, size_t n);
 
 /* Fill err with "<path>: HDF5 <call> failed for <object>: <h5_message>"; returns code. */
 int h5_fail(int code, char *err, size_t errlen, const char *path, const char *call, const char *object);
+
+/* Fill err with "<path>: <what>: <strerror(errno)>" (errno as the failed system call left it);
+ * returns -1. */
+int h5_syserr(char *err, size_t errlen, const char *path, const char *what);
+
+/* 0 when call is NULL (nothing failed); else err filled as h5_fail's message for object
+ * "attribute <name> of <objname>" and -1. call: what an h5_attr_* writer returned. */
+int h5_attr_fail(const char *call, const char *objname, const char *name, const char *path, char *err, size_t errlen);
+
+/* h5_attr_write and h5_attr_write_str (variable-length UTF-8; NULL v written as "") with the
+ * message: 0, or -1 with err filled by h5_attr_fail (objname and path name the object and file
+ * in it). */
+int h5_attr_write_err(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype, const void *buf,
+                      const char *path, char *err, size_t errlen);
+int h5_attr_string_err(hid_t obj, const char *objname, const char *name, const char *v, const char *path, char *err,
+                       size_t errlen);
 
 /* A NUL-terminated string type of size bytes (H5T_VARIABLE: variable length), UTF-8 when utf8,
  * else ASCII; H5I_INVALID_HID on failure. The caller closes it (H5Tclose). */

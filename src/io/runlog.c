@@ -92,41 +92,12 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------ */
-/* Errors.                                                                                     */
-
-/* Fill err with "<path>: <what>: <strerror(errno)>"; returns -1. */
-int runlog_syserr(char *err, size_t errlen, const char *path, const char *what) {
-    seterr(err, errlen, "%s: %s: %s", path, what, strerror(errno));
-    return -1;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* The run file.                                                                               */
 
 int runlog_is_own_attr(const char *name) {
     for (size_t i = 0; i < sizeof own_attrs / sizeof *own_attrs; i++)
         if (strcmp(name, own_attrs[i]) == 0) return 1;
     return 0;
-}
-
-/* err filled for call (when not NULL) failing on attribute name of objname; returns 0 or -1. */
-int runlog_attr_fail(const char *call, const char *objname, const char *name, const char *path, char *err, size_t errlen) {
-    if (!call) return 0;
-    char what[300];
-    snprintf(what, sizeof what, "attribute %s of %s", name, objname);
-    return h5_fail(-1, err, errlen, path, call, what);
-}
-
-/* Write a scalar attribute of file type ftype from buf (memory type mtype) on obj. */
-int runlog_attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype,
-                      const void *buf, const char *path, char *err, size_t errlen) {
-    return runlog_attr_fail(h5_attr_write(obj, name, ftype, mtype, buf), objname, name, path, err, errlen);
-}
-
-/* Variable-length UTF-8 string attribute (h5py reads it as str). NULL is written as "". */
-int runlog_attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path,
-                       char *err, size_t errlen) {
-    return runlog_attr_fail(h5_attr_write_str(obj, name, v ? v : "", 1), objname, name, path, err, errlen);
 }
 
 /* Dataset obj of f (parent groups created) with its units and description attributes, and
@@ -151,9 +122,9 @@ static int make_dataset(hid_t f, const char *obj, hid_t ftype, int nd, const hsi
     if (dcpl >= 0) H5Pclose(dcpl);
     H5Sclose(space);
     if (ds < 0) return -1;
-    int rc = runlog_attr_string(ds, obj, "units", units, path, err, errlen) < 0 ||
-             runlog_attr_string(ds, obj, "description", description, path, err, errlen) < 0 ||
-             (columns && runlog_attr_string(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
+    int rc = h5_attr_string_err(ds, obj, "units", units, path, err, errlen) < 0 ||
+             h5_attr_string_err(ds, obj, "description", description, path, err, errlen) < 0 ||
+             (columns && h5_attr_string_err(ds, obj, "columns", columns, path, err, errlen) < 0) ? -1 : 0;
     if (H5Dclose(ds) < 0 && rc == 0) rc = h5_fail(-1, err, errlen, path, "H5Dclose", obj);
     return rc;
 }
@@ -229,7 +200,36 @@ static int write_ranks(runlog *r) {
 }
 
 /* Write the buffered /train and /ranks rows (at an evaluation, at close). */
-int runlog_write_buffers(runlog *r) { return write_train(r) < 0 || write_ranks(r) < 0 ? -1 : 0; }
+static int write_buffers(runlog *r) { return write_train(r) < 0 || write_ranks(r) < 0 ? -1 : 0; }
+
+/* ------------------------------------------------------------------------------------------ */
+/* When to publish (part 3 of the header comment; how: runlog_publish.c).                      */
+
+int runlog_publish_now(runlog *r, int overwrite, char *err, size_t errlen) {
+    double t0 = wall_time();
+    if (runlog_publish(r->file, r->path, &r->fd, &r->image, overwrite, err, errlen) < 0) return -1;
+    r->last_publish = wall_time();
+    r->publish_cost = r->last_publish - t0;
+    return 0;
+}
+
+/* Write the buffered rows into the in-memory file and publish it; on failure the file is no
+ * longer extended (r->failed). */
+static int publish_all(runlog *r) {
+    if (r->failed) return -1;
+    if (write_buffers(r) < 0 || runlog_publish_now(r, 0, r->err, sizeof r->err) < 0) {
+        r->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* Publish if the wall-clock bound has passed: publish_s since the last publication, stretched to
+ * PUBLISH_SHARE times its cost. */
+static int publish_if_due(runlog *r) {
+    double every = r->publish_s > PUBLISH_SHARE * r->publish_cost ? r->publish_s : PUBLISH_SHARE * r->publish_cost;
+    return wall_time() - r->last_publish >= every ? publish_all(r) : 0;
+}
 
 /* Append one row to the NEVAL columns of group gname (/eval or /eval_local), which hold *n rows
  * (then one more). On failure the file is no longer extended. */
@@ -263,7 +263,7 @@ void runlog_free(runlog *r) {
     for (int i = 0; i < r->n_arrays; i++) free(r->arrays[i].obj);
     free(r->arrays);
     free(r->rbuf[0]); /* the one allocation behind every rbuf[q] */
-    free(r->image);
+    free(r->image.data);
     if (r->fd >= 0) close(r->fd);
     free(r);
 }
@@ -365,10 +365,10 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     if (H5get_libversion(&maj, &min, &rel) < 0) return h5_fail(-1, err, errlen, path, "H5get_libversion", "/");
     char h5ver[32], created[32], host[256];
     snprintf(h5ver, sizeof h5ver, "%u.%u.%u", maj, min, rel);
-    if (runlog_utc_now(created, sizeof created) < 0) return runlog_syserr(err, errlen, path, "cannot read the UTC time");
+    if (runlog_utc_now(created, sizeof created) < 0) return h5_syserr(err, errlen, path, "cannot read the UTC time");
     const char *hostname = meta->hostname;
     if (!hostname) {
-        if (gethostname(host, sizeof host) != 0) return runlog_syserr(err, errlen, path, "gethostname");
+        if (gethostname(host, sizeof host) != 0) return h5_syserr(err, errlen, path, "gethostname");
         host[sizeof host - 1] = '\0';
         hostname = host;
     }
@@ -376,31 +376,31 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     uint64_t seed = meta->seed;
     int64_t iterations = meta->iterations;
     int32_t servers = meta->servers;
-    if (runlog_attr_string(f, "/", "method", meta->method, path, err, errlen) < 0 ||
-        runlog_attr_write(f, "/", "p", H5T_STD_I32LE, H5T_NATIVE_INT32, &p, path, err, errlen) < 0 ||
-        runlog_attr_write(f, "/", "b", H5T_STD_I32LE, H5T_NATIVE_INT32, &b, path, err, errlen) < 0 ||
-        runlog_attr_write(f, "/", "m", H5T_STD_I32LE, H5T_NATIVE_INT32, &m, path, err, errlen) < 0 ||
-        runlog_attr_write(f, "/", "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0 ||
-        runlog_attr_write(f, "/", "iterations", H5T_STD_I64LE, H5T_NATIVE_INT64, &iterations, path, err, errlen) < 0 ||
-        runlog_attr_write(f, "/", "servers", H5T_STD_I32LE, H5T_NATIVE_INT32, &servers, path, err, errlen) < 0 ||
-        runlog_attr_string(f, "/", "dsgd_version", DSGD_VERSION, path, err, errlen) < 0 ||
-        runlog_attr_string(f, "/", "hdf5_version", h5ver, path, err, errlen) < 0 ||
-        runlog_attr_string(f, "/", "config", meta->config_text, path, err, errlen) < 0 ||
-        runlog_attr_string(f, "/", "command_line", meta->command_line, path, err, errlen) < 0 ||
-        runlog_attr_string(f, "/", "hostname", hostname, path, err, errlen) < 0 ||
-        runlog_attr_string(f, "/", "created", created, path, err, errlen) < 0 || runlog_status_write(f, "", path, err, errlen) < 0)
+    if (h5_attr_string_err(f, "/", "method", meta->method, path, err, errlen) < 0 ||
+        h5_attr_write_err(f, "/", "p", H5T_STD_I32LE, H5T_NATIVE_INT32, &p, path, err, errlen) < 0 ||
+        h5_attr_write_err(f, "/", "b", H5T_STD_I32LE, H5T_NATIVE_INT32, &b, path, err, errlen) < 0 ||
+        h5_attr_write_err(f, "/", "m", H5T_STD_I32LE, H5T_NATIVE_INT32, &m, path, err, errlen) < 0 ||
+        h5_attr_write_err(f, "/", "seed", H5T_STD_U64LE, H5T_NATIVE_UINT64, &seed, path, err, errlen) < 0 ||
+        h5_attr_write_err(f, "/", "iterations", H5T_STD_I64LE, H5T_NATIVE_INT64, &iterations, path, err, errlen) < 0 ||
+        h5_attr_write_err(f, "/", "servers", H5T_STD_I32LE, H5T_NATIVE_INT32, &servers, path, err, errlen) < 0 ||
+        h5_attr_string_err(f, "/", "dsgd_version", DSGD_VERSION, path, err, errlen) < 0 ||
+        h5_attr_string_err(f, "/", "hdf5_version", h5ver, path, err, errlen) < 0 ||
+        h5_attr_string_err(f, "/", "config", meta->config_text, path, err, errlen) < 0 ||
+        h5_attr_string_err(f, "/", "command_line", meta->command_line, path, err, errlen) < 0 ||
+        h5_attr_string_err(f, "/", "hostname", hostname, path, err, errlen) < 0 ||
+        h5_attr_string_err(f, "/", "created", created, path, err, errlen) < 0 || runlog_status_write(f, "", path, err, errlen) < 0)
         return -1;
     /* Relative paths in config and command_line are relative to this directory. */
     char cwd[PATHLEN];
     if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "(unknown: %s)", strerror(errno));
-    if (runlog_attr_string(f, "/", "working_directory", cwd, path, err, errlen) < 0) return -1;
-    if (meta->device && runlog_attr_string(f, "/", "device", meta->device, path, err, errlen) < 0) return -1;
+    if (h5_attr_string_err(f, "/", "working_directory", cwd, path, err, errlen) < 0) return -1;
+    if (meta->device && h5_attr_string_err(f, "/", "device", meta->device, path, err, errlen) < 0) return -1;
     for (int i = 0; i < meta->n_attrs; i++) {
         const runlog_attr *a = &meta->attrs[i];
         if (runlog_is_own_attr(a->name) || strcmp(a->name, "status") == 0)
             return seterr(err, errlen, "%s: attribute %s is one runlog writes itself", path, a->name), -1;
-        if (a->s ? runlog_attr_string(f, "/", a->name, a->s, path, err, errlen) < 0
-                 : runlog_attr_write(f, "/", a->name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &a->i, path, err, errlen) < 0)
+        if (a->s ? h5_attr_string_err(f, "/", a->name, a->s, path, err, errlen) < 0
+                 : h5_attr_write_err(f, "/", a->name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &a->i, path, err, errlen) < 0)
             return -1;
     }
 
@@ -451,7 +451,7 @@ runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, 
     if (runlog_temp_name(name, sizeof name, path, "mem") == 0) r->file = H5Fcreate(name, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
     H5Pclose(fapl);
     if (r->file < 0) h5_fail(-1, err, errlen, path, "H5Fcreate", "the in-memory file");
-    if (r->file < 0 || build_layout(r, r->file, meta, path, err, errlen) < 0 || runlog_publish(r, overwrite, err, errlen) < 0) {
+    if (r->file < 0 || build_layout(r, r->file, meta, path, err, errlen) < 0 || runlog_publish_now(r, overwrite, err, errlen) < 0) {
         runlog_free(r);
         return NULL;
     }
@@ -466,17 +466,17 @@ int runlog_train(runlog *r, long step, double time_s, double loss, double alpha)
     r->buf_loss[i] = loss;
     r->buf_alpha[i] = alpha;
     if (r->nbuf == TRAIN_BUF && write_train(r) < 0) return stop(r);
-    return runlog_publish_if_due(r);
+    return publish_if_due(r);
 }
 
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                 double top5_error) {
     if (!r || r->failed) return -1;
     if (append_eval_row(r, "/eval", &r->n_eval, step, time_s, epoch, loss, top1_error, top5_error) < 0) return -1;
-    return runlog_publish_all(r);
+    return publish_all(r);
 }
 
-int runlog_flush(runlog *r) { return r ? runlog_publish_all(r) : -1; }
+int runlog_flush(runlog *r) { return r ? publish_all(r) : -1; }
 
 void runlog_rows_written(const runlog *r, runlog_rows *out) {
     if (!out) return;
@@ -512,7 +512,7 @@ int runlog_ranks(runlog *r, long step, const double *step_time_s, const double *
         if (src[q]) memcpy(r->rbuf[q] + (size_t)i * (size_t)r->ranks, src[q], (size_t)r->ranks * sizeof(double));
         else for (int k = 0; k < r->ranks; k++) r->rbuf[q][(size_t)i * (size_t)r->ranks + (size_t)k] = NAN;
     if (r->nrbuf == RANKS_BUF && write_ranks(r) < 0) return stop(r);
-    return runlog_publish_if_due(r);
+    return publish_if_due(r);
 }
 
 /* Rows [0, rows) of method array index into the in-memory file (a growing one takes rows rows),
@@ -554,9 +554,9 @@ static int set_attr(runlog *r, const char *name, const char *s, double d) {
     if (runlog_is_own_attr(name))
         return seterr(r->err, sizeof r->err, "%s: root attribute %s is written by runlog itself, not at the end of the run",
                       r->path, name), -1;
-    int rc = !s ? runlog_attr_write(r->file, "/", name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d, r->path, r->err, sizeof r->err)
+    int rc = !s ? h5_attr_write_err(r->file, "/", name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &d, r->path, r->err, sizeof r->err)
              : strcmp(name, "status") == 0 ? runlog_status_write(r->file, s, r->path, r->err, sizeof r->err)
-                                           : runlog_attr_string(r->file, "/", name, s, r->path, r->err, sizeof r->err);
+                                           : h5_attr_string_err(r->file, "/", name, s, r->path, r->err, sizeof r->err);
     size_t have = r->final_names ? strlen(r->final_names) : 0, len = strlen(name);
     for (const char *p = r->final_names; rc == 0 && p && *p; p += strcspn(p, "\n"), p += *p == '\n')
         if (strncmp(p, name, len) == 0 && (p[len] == '\n' || p[len] == '\0')) return 0; /* listed already */
@@ -579,12 +579,12 @@ int runlog_close(runlog *r) {
     int reported = r->failed; /* an earlier failure was already reported by its caller */
     int rc = r->failed ? -1 : 0;
     if (rc == 0 && r->final_names &&
-        runlog_attr_string(r->file, "/", "final_attributes", r->final_names, r->path, r->err, sizeof r->err) < 0) rc = -1;
-    if (rc == 0 && (runlog_write_buffers(r) < 0 || runlog_publish(r, 0, r->err, sizeof r->err) < 0)) rc = -1;
+        h5_attr_string_err(r->file, "/", "final_attributes", r->final_names, r->path, r->err, sizeof r->err) < 0) rc = -1;
+    if (rc == 0 && (write_buffers(r) < 0 || runlog_publish_now(r, 0, r->err, sizeof r->err) < 0)) rc = -1;
     if (rc != 0) {
         /* r is freed below, so nobody could ask runlog_error: say it here. */
         if (!reported) fprintf(stderr, "dsgd-run: error closing the run file: %s\n", r->err);
-        runlog_status_in_place(r);
+        runlog_status_in_place(r->path, r->fd, r->err);
     }
     runlog_free(r);
     return rc;

@@ -1,11 +1,14 @@
 /* runlog_internal.h — what the three files of the run file share, for src/io/ only: the runlog
  * struct, its limits, the column tables and the helpers used across files. runlog.c creates and
- * writes the file (its header comment has the whole design); runlog_publish.c publishes the
- * in-memory file's image and keeps the status slot; runlog_resume.c continues a run's file. */
+ * writes the file and decides when to publish it (its header comment has the whole design);
+ * runlog_publish.c (runlog_publish.h) publishes an in-memory file's image and keeps the status
+ * slot, knowing nothing of the runlog; runlog_resume.c continues a run's file. Arrows:
+ * runlog_resume.c -> runlog.c -> runlog_publish.c, each -> h5.c (the HDF5 and errno messages). */
 #ifndef DSGD_RUNLOG_INTERNAL_H
 #define DSGD_RUNLOG_INTERNAL_H
 
 #include "runlog.h"
+#include "runlog_publish.h"
 
 #include "io/h5.h"
 #include "util/util.h"
@@ -20,8 +23,6 @@ enum {
     RANKS_BUF = 256,    /* /ranks rows buffered before an append */
     ARRAY_CHUNK = 1024, /* rows per chunk of a growing method array */
     MAX_RANKS = 1 << 20, /* most /ranks columns (bounds the buffer size computation) */
-    PATHLEN = 4096,
-    STATUS_LEN = 512,   /* bytes of the fixed-size status attribute, its terminating NUL included */
 };
 #define MEM_INCREMENT ((size_t)1 << 20) /* growth step of the in-memory file */
 #define PUBLISH_S 5.0                   /* default meta.publish_s */
@@ -104,34 +105,20 @@ struct runlog {
                          reuse while open, notices another run that replaced it (overwrite) */
     double publish_s; /* meta.publish_s */
     double last_publish, publish_cost; /* monotonic time of the last publication, its seconds */
-    unsigned char *image; /* the file image buffer of the last publication */
-    size_t image_cap;
+    image_buf image;  /* the file image buffer of the last publication */
     char path[PATHLEN];
     char err[ERRLEN];
 };
 
 /* runlog.c */
-int runlog_syserr(char *err, size_t errlen, const char *path, const char *what);
 int runlog_is_own_attr(const char *name);
-int runlog_attr_fail(const char *call, const char *objname, const char *name, const char *path, char *err, size_t errlen);
-int runlog_attr_write(hid_t obj, const char *objname, const char *name, hid_t ftype, hid_t mtype, const void *buf,
-               const char *path, char *err, size_t errlen);
-int runlog_attr_string(hid_t obj, const char *objname, const char *name, const char *v, const char *path, char *err,
-                size_t errlen);
-int runlog_write_buffers(runlog *r);
 void runlog_free(runlog *r);
 runlog *runlog_new(const char *path, const runlog_meta *meta);
 int runlog_check_meta(const runlog_meta *meta, const char *fn, const char *path, char *err, size_t errlen);
 int runlog_utc_now(char *buf, size_t n);
 hid_t runlog_memory_fapl(int create, const char *path, char *err, size_t errlen);
-
-/* runlog_publish.c */
-extern const char *runlog_already_exists_fmt;
-int runlog_status_write(hid_t f, const char *v, const char *path, char *err, size_t errlen);
-int runlog_temp_name(char *out, size_t outlen, const char *path, const char *tag);
-int runlog_publish(runlog *r, int overwrite, char *err, size_t errlen);
-int runlog_publish_all(runlog *r);
-int runlog_publish_if_due(runlog *r);
-int runlog_status_in_place(runlog *r);
+/* Publish r's in-memory file now (runlog_publish) and note when and at what cost, for the
+ * wall-clock bound (part 3 of runlog.c's header comment). 0, or -1 with err filled. */
+int runlog_publish_now(runlog *r, int overwrite, char *err, size_t errlen);
 
 #endif

@@ -46,17 +46,17 @@ static htri_t obj_exists(hid_t f, const char *name) {
 static int root_read(hid_t f, const char *name, int optional, H5T_class_t cls, hid_t mtype, void *out, const char *path,
                      char *err, size_t errlen) {
     htri_t e = H5Aexists(f, name);
-    if (e < 0) return runlog_attr_fail("H5Aexists", "/", name, path, err, errlen);
+    if (e < 0) return h5_attr_fail("H5Aexists", "/", name, path, err, errlen);
     if (e == 0 && optional) return 0;
     if (e == 0) return refuse(err, errlen, path, "it is not a dsgd-run run file (no root attribute %s)", name);
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
-    if (a < 0) return runlog_attr_fail("H5Aopen", "/", name, path, err, errlen);
+    if (a < 0) return h5_attr_fail("H5Aopen", "/", name, path, err, errlen);
     hid_t t = H5Aget_type(a);
     H5T_class_t c = t < 0 ? H5T_NO_CLASS : H5Tget_class(t);
     if (t >= 0) H5Tclose(t);
     int rc = c != cls ? refuse(err, errlen, path, "it is not a dsgd-run run file (root attribute %s is not %s)", name,
                                cls == H5T_STRING ? "a string" : "an integer")
-           : H5Aread(a, mtype, out) < 0 ? runlog_attr_fail("H5Aread", "/", name, path, err, errlen) : 0;
+           : H5Aread(a, mtype, out) < 0 ? h5_attr_fail("H5Aread", "/", name, path, err, errlen) : 0;
     H5Aclose(a);
     return rc;
 }
@@ -267,7 +267,7 @@ static int cut_rows(runlog *r, const runlog_rows *keep, int64_t *last_step, char
 
 /* Delete root attribute name of f if it is there. */
 static int drop_root_attr(hid_t f, const char *name, const char *path, char *err, size_t errlen) {
-    return runlog_attr_fail(h5_attr_delete(f, name), "/", name, path, err, errlen);
+    return h5_attr_fail(h5_attr_delete(f, name), "/", name, path, err, errlen);
 }
 
 /* The root attributes of a resume: the earlier run's end-of-run attributes removed (status
@@ -289,10 +289,10 @@ static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *er
     int64_t resumes = 0;
     if (root_read(f, "resumes", 1, H5T_INTEGER, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
     resumes++;
-    if (runlog_attr_write(f, "/", "resumes", H5T_STD_I64LE, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
+    if (h5_attr_write_err(f, "/", "resumes", H5T_STD_I64LE, H5T_NATIVE_INT64, &resumes, path, err, errlen) < 0) return -1;
 
     char when[32];
-    if (runlog_utc_now(when, sizeof when) < 0) return runlog_syserr(err, errlen, path, "cannot read the UTC time");
+    if (runlog_utc_now(when, sizeof when) < 0) return h5_syserr(err, errlen, path, "cannot read the UTC time");
     char *old;
     if (root_string(f, "resumed_at", 1, &old, path, err, errlen) < 0) return -1;
     int has_note = note && note[0];
@@ -301,7 +301,7 @@ static int resume_attrs(runlog *r, int64_t last_step, const char *note, char *er
     snprintf(lines, len, "%s%sstep %lld at %s%s%s%s", old, old[0] ? "\n" : "", (long long)last_step, when,
              has_note ? " (" : "", has_note ? note : "", has_note ? ")" : "");
     free(old);
-    rc = runlog_attr_string(f, "/", "resumed_at", lines, path, err, errlen);
+    rc = h5_attr_string_err(f, "/", "resumed_at", lines, path, err, errlen);
     free(lines);
     return rc;
 }
@@ -323,7 +323,7 @@ static int check_resume(const char *path, const runlog_meta *meta, const runlog_
     return runlog_check_meta(meta, "runlog_resume", path, err, errlen);
 }
 
-/* Read the file at r->path into memory as r->file, keeping r->fd open on it (runlog_publish()
+/* Read the file at r->path into memory as r->file, keeping r->fd open on it (runlog_publish_now()
  * replaces this file, if still the one read). Returns 0 or -1 with err filled. */
 static int read_file(runlog *r, char *err, size_t errlen) {
     const char *path = r->path;
@@ -357,7 +357,7 @@ runlog *runlog_resume(const char *path, const runlog_meta *meta, const runlog_ro
     int64_t last_step;
     if (read_file(r, err, errlen) < 0 || open_layout(r, meta, keep, err, errlen) < 0 ||
         cut_rows(r, keep, &last_step, err, errlen) < 0 || resume_attrs(r, last_step, resume_note, err, errlen) < 0 ||
-        runlog_publish(r, 0, err, errlen) < 0) {
+        runlog_publish_now(r, 0, err, errlen) < 0) {
         runlog_free(r);
         return NULL;
     }

@@ -1,8 +1,8 @@
-/* config_internal.h — what the files of the experiment file share, for src/config/ only: the
- * description of a key (key_def) and the table of them (config_keys.c), the access to the field a
- * key describes, and the values as text (config_print.c) that loading's messages use too. */
-#ifndef DSGD_CONFIG_INTERNAL_H
-#define DSGD_CONFIG_INTERNAL_H
+/* config_keys.h — the key layer (config_keys.c), for src/config/ only: the description of a key
+ * (key_def) and the table of them, the access to the field a key describes, and the values as
+ * text that both loading's messages (config.c) and the printing (config_print.c) use. */
+#ifndef DSGD_CONFIG_KEYS_H
+#define DSGD_CONFIG_KEYS_H
 
 #include "config/config.h"
 
@@ -67,7 +67,6 @@ enum { CONFIG_MAX_KEYS = 128 };
 extern const key_def config_keys[];
 extern const int config_n_keys;
 
-/* config_keys.c */
 const key_def *config_key_find(const char *key);
 int config_key_is_group(const char *path);
 const char *config_key_suggest(const char *unknown);
@@ -83,7 +82,8 @@ long long config_list_get(const key_def *d, const experiment *e, int i);
 void config_list_set(const key_def *d, experiment *e, int i, long long v);
 void config_set_string(const key_def *d, experiment *e, const char *s);
 
-/* config_print.c */
+/* Values as libconfig text, and what a key expects (for messages). Buffers of n bytes, always
+ * NUL-terminated when n > 0; a longer text is cut. */
 void config_fmt_double(char *buf, size_t n, double x);
 void config_fmt_int(char *buf, size_t n, long long v);
 void config_put_quoted(char *buf, size_t n, size_t *len, const char *s);
