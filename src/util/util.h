@@ -34,6 +34,17 @@ void *xcalloc_(size_t n, size_t size, const char *file, int line);
 #define xmalloc(n) xmalloc_((n), __FILE__, __LINE__)
 #define xcalloc(n, s) xcalloc_((n), (s), __FILE__, __LINE__)
 
+/* The doubling grower of a growing array: p (NULL, or from malloc/realloc/xgrow) holds *cap
+ * elements of elem >= 1 bytes. Returns p itself when need <= *cap; otherwise p reallocated to the
+ * first of *cap·2, *cap·4, ... (4096, 8192, ... from *cap = 0) that holds need elements (need
+ * itself where doubling would pass SIZE_MAX bytes), with *cap set to it: the old content kept, the
+ * new part uninitialised, amortised O(1) per element appended. Usage:
+ * `v = xgrow(v, &cap, n + 1, sizeof *v);`. A size the machine cannot give (need·elem beyond
+ * size_t, or realloc failing) is said with the caller's file:line and exits with status 1
+ * (EXIT_RUNTIME), as xmalloc. */
+void *xgrow_(void *p, size_t *cap, size_t need, size_t elem, const char *file, int line);
+#define xgrow(p, cap, need, elem) xgrow_((p), (cap), (need), (elem), __FILE__, __LINE__)
+
 /* snprintf into an error buffer; returns EXIT_BADINPUT so callers can `return seterr(...)`. */
 int seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
