@@ -14,10 +14,11 @@ extern "C" {
 
 #define DSGD_VERSION "0.1.0"
 
-/* Exit status of dsgd-run: 0 success, 1 runtime failure (non-finite loss, I/O error during
- * training, library failure), 2 bad input (experiment file, command line, data files, output
- * path) detected before training starts. */
-enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_BADINPUT = 2 };
+/* Exit status of dsgd-run, all of them: 0 success, 1 runtime failure (non-finite loss, I/O error
+ * during training, library failure), 2 bad input (experiment file, command line, data files,
+ * output path) detected before training starts, 3 a run stopped by SIGTERM / SIGINT / SIGHUP
+ * after writing its checkpoint (src/train/checkpoint.h). */
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_BADINPUT = 2, EXIT_INTERRUPTED = 3 };
 
 /* Size of the error-message buffers passed around as (char *err, size_t errlen). */
 #define ERRLEN 1024
