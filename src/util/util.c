@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int mkdirs(const char *dir, const char *for_what, char *err, size_t errlen) {
     char buf[4096];
@@ -35,10 +36,20 @@ int mkdirs(const char *dir, const char *for_what, char *err, size_t errlen) {
     return 0;
 }
 
+static int die_rank = -1;
+
+void die_set_rank(int rank) { die_rank = rank; }
+
 void die(const char *file, int line, const char *fmt, ...) {
+    char host[256];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    if (die_rank >= 0)
+        fprintf(stderr, "dsgd-run: rank %d on %s: internal error at %s:%d: ", die_rank, host, file, line);
+    else
+        fprintf(stderr, "dsgd-run: on %s: internal error at %s:%d: ", host, file, line);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "dsgd-run: internal error at %s:%d: ", file, line);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);

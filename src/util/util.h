@@ -23,10 +23,14 @@ enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_BADINPUT = 2, EXIT_INTERRUPTED = 3 };
 /* Size of the error-message buffers passed around as (char *err, size_t errlen). */
 #define ERRLEN 1024
 
-/* Print "dsgd-run: internal error at file:line: <message>" to stderr and abort the process (for
- * programming errors only, never for user input, which is reported through error strings). */
+/* Print "dsgd-run: rank R on HOST: internal error at file:line: <message>" to stderr ("dsgd-run:
+ * on HOST: ..." before MPI_Init or without MPI) and abort the process (for programming errors
+ * only, never for user input, which is reported through error strings). */
 void die(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4), noreturn));
 #define DIE(...) die(__FILE__, __LINE__, __VA_ARGS__)
+/* The MPI rank die names: comm_init_thread (src/comm/comm.h) sets it once MPI is initialised;
+ * -1 (the default) names none. */
+void die_set_rank(int rank);
 
 /* malloc/calloc that on failure say how much could not be allocated (and where) and exit with
  * status 1 (EXIT_RUNTIME): a size the machine cannot give, not a bug. */
