@@ -4,7 +4,8 @@
  * .JPEG, a 5000 × 20 and a 1 × 1 image, junk bytes before EOI, a truncated JPEG, an empty file
  * and a text file. The shards are read back through src/data/shards.h and every stored JPEG is
  * decoded here with libjpeg (not with the packer's decoder) and compared with the pixels the
- * test wrote. Runs ./dsgd-run from the repository root, every mpiexec under a timeout. */
+ * test wrote. Runs ./dsgd-run from the repository root, every mpiexec under a timeout. Also
+ * util.h's xgrow, the packer's buffer grower: growth and the refusal of impossible sizes. */
 #define _GNU_SOURCE
 #include <hdf5.h>
 #include <jpeglib.h>
@@ -18,6 +19,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "data/shards.h"
@@ -673,6 +675,71 @@ START_TEST(test_pack_sbatch) {
 }
 END_TEST
 
+/* ---- util.h's xgrow, the packer's buffer grower -------------------------------------------------- */
+
+/* Doubling from 4096 elements, the content kept, the same pointer while need fits. */
+START_TEST(test_xgrow_growth) {
+    size_t cap = 0;
+    long *v = xgrow(NULL, &cap, 10, sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    ck_assert_uint_eq(cap, 4096u);
+    for (long i = 0; i < 4096; i++) v[i] = 3 * i + 1;
+    ck_assert_ptr_eq(xgrow(v, &cap, 4096, sizeof *v), v); /* fits: untouched */
+    ck_assert_uint_eq(cap, 4096u);
+    v = xgrow(v, &cap, 4097, sizeof *v);
+    ck_assert_uint_eq(cap, 8192u);
+    v = xgrow(v, &cap, 100000, sizeof *v); /* 8192 · 16 = 131072 is the first double >= 100000 */
+    ck_assert_uint_eq(cap, 131072u);
+    for (long i = 0; i < 4096; i++) ck_assert_int_eq(v[i], 3 * i + 1);
+    v[131071] = 7; /* the whole capacity is there */
+    free(v);
+    /* from a caller's own capacity (5 → 10 → 20), element size 3 */
+    cap = 5;
+    char *b = xgrow(malloc(15), &cap, 6, 3);
+    ck_assert_uint_eq(cap, 10u);
+    b = xgrow(b, &cap, 11, 3);
+    ck_assert_uint_eq(cap, 20u);
+    free(b);
+}
+END_TEST
+
+/* xgrow(need, elem) in a child: its exit status, and its stderr into msg. */
+static int xgrow_child(size_t need, size_t elem, char *msg, size_t n) {
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    const pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fd[1], 2);
+        size_t cap = 0;
+        void *p = xgrow(NULL, &cap, need, elem);
+        fprintf(stderr, "xgrow returned %p, cap %zu\n", p, cap);
+        _exit(0);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < n && (r = read(fd[0], msg + got, n - 1 - got)) > 0) got += (size_t)r;
+    msg[got] = '\0';
+    close(fd[0]);
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* need·elem beyond size_t, and a size realloc cannot give: said, exit status 1 (EXIT_RUNTIME). */
+START_TEST(test_xgrow_refusal) {
+    char msg[1024];
+    int st = xgrow_child(SIZE_MAX / 8 + 1, 8, msg, sizeof msg);
+    ck_assert_msg(st == EXIT_RUNTIME && strstr(msg, "out of memory") && strstr(msg, "exceed the address space") &&
+                      strstr(msg, "test_pack.c:"),
+                  "exit %d: %s", st, msg);
+    st = xgrow_child(SIZE_MAX / 16, 8, msg, sizeof msg); /* 2^63 bytes: fits size_t, no machine has it */
+    ck_assert_msg(st == EXIT_RUNTIME && strstr(msg, "out of memory") && strstr(msg, "GiB could not be allocated"), "exit %d: %s", st,
+                  msg);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("pack");
     TCase *tc = tcase_create("pack");
@@ -687,6 +754,10 @@ static Suite *suite(void) {
     tcase_add_test(tc, test_reader_refuses_damaged_pack);
     tcase_add_test(tc, test_pack_sbatch);
     suite_add_tcase(s, tc);
+    TCase *tg = tcase_create("xgrow");
+    tcase_add_test(tg, test_xgrow_growth);
+    tcase_add_test(tg, test_xgrow_refusal);
+    suite_add_tcase(s, tg);
     return s;
 }
 

@@ -15,7 +15,8 @@ static inline int run_suite(Suite *s) {
     return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }
 
-/* Absolute tolerance for float comparisons scaled to the reference's magnitude. */
+/* |a − b| <= tol: an absolute tolerance, as given (a caller that means a relative one passes tol
+ * already scaled by the reference's magnitude). */
 #define ck_assert_close(a, b, tol) \
     ck_assert_msg(fabs((double)(a) - (double)(b)) <= (tol), "%s = %.9g, expected %.9g (tol %g)", #a, (double)(a), (double)(b), (double)(tol))
 

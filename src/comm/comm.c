@@ -62,14 +62,28 @@ int comm_init_thread(int *argc, char ***argv, int multiple) {
     /* FUNNELED: only the main thread calls MPI (the loader's decode threads, the servers'
      * evaluation thread and oneDNN's threads never do); MULTIPLE for the asynchronous gossip
      * methods, whose communication thread answers peers while the main thread exchanges too. */
-    MPI_Init_thread(argc, argv, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
+    const int rc = MPI_Init_thread(argc, argv, multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
+    if (rc != MPI_SUCCESS) {
+        fprintf(stderr, "dsgd-run: MPI_Init_thread failed (error code %d): MPI could not start\n", rc);
+        exit(EXIT_RUNTIME);
+    }
     g_provided = provided;
     g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &g_rank));
+    die_set_rank(g_rank);
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &g_size));
     int len = 0;
     mpiCheck(MPI_Get_processor_name(g_host, &len));
+    /* MULTIPLE missing is the caller's to refuse (comm_thread_multiple, with advice); FUNNELED is
+     * the least any run needs: threads run beside the one that calls MPI. */
+    if (provided < MPI_THREAD_FUNNELED) {
+        fprintf(stderr, "dsgd-run: rank %d on %s: MPI gave thread level %s; dsgd-run needs at least MPI_THREAD_FUNNELED "
+                        "(decoding, evaluation and oneDNN threads run beside the thread that calls MPI): use an MPI "
+                        "library built with thread support\n", g_rank, g_host, level_name(provided));
+        MPI_Abort(MPI_COMM_WORLD, EXIT_RUNTIME);
+        exit(EXIT_RUNTIME);
+    }
     MPI_Comm node;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node));
     mpiCheck(MPI_Comm_rank(node, &g_local_rank));

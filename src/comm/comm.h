@@ -15,8 +15,9 @@
 /* MPI_Init_thread asking for MPI_THREAD_MULTIPLE if multiple (a method whose communication
  * thread calls MPI while the main thread does: asynchronous gossip), else MPI_THREAD_FUNNELED
  * (only the main thread calls MPI); returns 0. Records rank, size, node-local rank/size (the
- * MPI_COMM_TYPE_SHARED communicator, kept for comm_node_allgather) and host name. What was
- * granted: comm_thread_multiple. */
+ * MPI_COMM_TYPE_SHARED communicator, kept for comm_node_allgather) and host name, and gives die
+ * (util.h) the rank. What was granted: comm_thread_multiple. MPI_Init_thread failing, or granting
+ * less than MPI_THREAD_FUNNELED: says so on stderr and exits with status 1 (EXIT_RUNTIME). */
 int comm_init_thread(int *argc, char ***argv, int multiple);
 /* comm_init_thread(argc, argv, 0). */
 int comm_init(int *argc, char ***argv);

@@ -41,17 +41,6 @@
 #define PACK_SUBSAMPLING "4:2:0"
 #define PACK_INTERP "bicubic"
 
-void pack_grow_buf(void *p, size_t *cap, size_t need, size_t elem) {
-    void **pp = p;
-    if (need <= *cap) return;
-    size_t n = *cap ? *cap : 4096;
-    while (n < need) n *= 2;
-    void *q = realloc(*pp, n * elem);
-    if (!q) DIE("pack: out of memory (%zu bytes)", n * elem);
-    *pp = q;
-    *cap = n;
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* Options.                                                                                    */
 int pack_requested(int argc, char **argv) {
@@ -331,7 +320,7 @@ static int read_whole(const char *path, uint8_t **buf, size_t *cap, size_t *n, c
         rc = (snprintf(why, whylen, "%lld bytes: larger than the %zu MiB an image may have", (long long)sb.st_size, PACK_MAX_FILE >> 20), 1);
     size_t got = 0;
     if (!rc) {
-        pack_grow_buf(buf, cap, (size_t)sb.st_size + 1, 1);
+        *buf = xgrow(*buf, cap, (size_t)sb.st_size + 1, 1);
         while (got < (size_t)sb.st_size) {
             ssize_t r = read(fd, *buf + got, (size_t)sb.st_size - got);
             if (r < 0 && errno == EINTR) continue;
@@ -369,7 +358,7 @@ static void *worker_main(void *arg) {
             pack_convert(c, fbuf, fn, p->o->max_side, p->o->quality, &jpeg, &jn, &s->h, &s->w, &s->warnings, s->why, sizeof s->why))
             s->skipped = 1;
         else {
-            pack_grow_buf(&s->jpeg, &s->cap, jn, 1);
+            s->jpeg = xgrow(s->jpeg, &s->cap, jn, 1);
             memcpy(s->jpeg, jpeg, jn);
             s->n = jn;
         }
@@ -442,7 +431,7 @@ static int write_shards(pipeline *p, const split_plan *plans, pack_stats *st, in
                             p->ss->s[k].rel[si], s->warnings);
                     st->warned++;
                 }
-                pack_grow_buf(&jbuf, &jcap, jn + s->n, 1);
+                jbuf = xgrow(jbuf, &jcap, jn + s->n, 1);
                 memcpy(jbuf + jn, s->jpeg, s->n);
                 jn += s->n;
                 label[n] = p->ss->s[k].label[si], hh[n] = (uint16_t)s->h, ww[n] = (uint16_t)s->w, src[n] = (int32_t)si;

@@ -155,8 +155,8 @@ static int decode_png(pack_conv *c, const uint8_t *buf, size_t n, int *h, int *w
     png_set_interlace_handling(png);
     png_read_update_info(png, info);
     if (png_get_rowbytes(png, info) != (size_t)pw * 3) png_error(png, "unexpected row size after conversion to RGB");
-    pack_grow_buf(&c->px, &c->px_cap, (size_t)pw * ph * 3, 1);
-    pack_grow_buf(&c->rows, &c->rows_cap, ph, sizeof *c->rows);
+    c->px = xgrow(c->px, &c->px_cap, (size_t)pw * ph * 3, 1);
+    c->rows = xgrow(c->rows, &c->rows_cap, ph, sizeof *c->rows);
     for (png_uint_32 r = 0; r < ph; r++) c->rows[r] = c->px + (size_t)r * pw * 3;
     png_read_image(png, c->rows);
     png_destroy_read_struct(&png, &info, NULL);
@@ -167,7 +167,7 @@ static int decode_png(pack_conv *c, const uint8_t *buf, size_t n, int *h, int *w
 /* rgb (h, w, 3) -> baseline JPEG, YCbCr 4:2:0, quality, optimised Huffman tables, in c->out. */
 static int encode_jpeg(pack_conv *c, const uint8_t *rgb, int h, int w, int quality, char *why, size_t whylen) {
     struct jpeg_compress_struct *ci = &c->cinfo;
-    pack_grow_buf(&c->out, &c->out_cap, (size_t)h * w * 3 + 65536, 1); /* never outgrown in practice */
+    c->out = xgrow(c->out, &c->out_cap, (size_t)h * w * 3 + 65536, 1); /* never outgrown in practice */
     c->mem_buf = c->out, c->mem_size = c->out_cap;
     if (setjmp(c->eerr.jb)) {
         jpeg_abort_compress(ci);
@@ -242,7 +242,7 @@ int pack_convert(pack_conv *c, const uint8_t *buf, size_t nbytes, int max_side, 
         pack_target_size(sh, sw, max_side, &th, &tw);
     }
     if (sh != th || sw != tw) {
-        pack_grow_buf(&c->small, &c->small_cap, (size_t)th * tw * 3, 1);
+        c->small = xgrow(c->small, &c->small_cap, (size_t)th * tw * 3, 1);
         image_resize_u8(c->dec, c->small, th, tw, rgb, sh, sw, IMAGE_BICUBIC, NULL);
         rgb = c->small;
     }

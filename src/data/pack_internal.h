@@ -1,6 +1,7 @@
 /* pack_internal.h — what the files of `dsgd-run --pack` share, for src/data/ only: the options,
- * the list of sources (pack_sources.c builds it on rank 0 and carries it to every rank) and small
- * helpers. pack.c is the command itself, pack_image.c the conversion of one image. */
+ * the list of sources (pack_sources.c builds it on rank 0 and carries it to every rank) and the
+ * image converter. pack.c is the command itself, pack_image.c the conversion of one image; both
+ * leaves take nothing from pack.c (their buffers grow with util.h's xgrow). */
 #ifndef DSGD_PACK_INTERNAL_H
 #define DSGD_PACK_INTERNAL_H
 
@@ -44,9 +45,6 @@ typedef struct {
     char *p;
     size_t n, cap;
 } blob;
-
-/* Grow *p (an array of elem-byte elements with *cap of them) to hold need; dies when out of memory. */
-void pack_grow_buf(void *p, size_t *cap, size_t need, size_t elem);
 
 /* pack_image.c: one thread's converter: its decoder, buffers and JPEG encoder. */
 typedef struct pack_conv pack_conv;

@@ -28,7 +28,7 @@ void pack_sources_free(source_set *ss) {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 void pack_strvec_push(strvec *s, const char *x) {
-    pack_grow_buf(&s->v, &s->cap, (size_t)s->n + 1, sizeof *s->v);
+    s->v = xgrow(s->v, &s->cap, (size_t)s->n + 1, sizeof *s->v);
     s->v[s->n++] = strdup(x);
 }
 
@@ -79,8 +79,8 @@ static int class_of(const source_set *ss, const char *wnid) {
 
 /* cap: the capacities of sp->rel and sp->label. */
 static void split_push(split_list *sp, size_t cap[2], const char *rel, int label) {
-    pack_grow_buf(&sp->rel, &cap[0], (size_t)sp->n + 1, sizeof *sp->rel);
-    pack_grow_buf(&sp->label, &cap[1], (size_t)sp->n + 1, sizeof *sp->label);
+    sp->rel = xgrow(sp->rel, &cap[0], (size_t)sp->n + 1, sizeof *sp->rel);
+    sp->label = xgrow(sp->label, &cap[1], (size_t)sp->n + 1, sizeof *sp->label);
     sp->rel[sp->n] = strdup(rel);
     sp->label[sp->n++] = (int16_t)label;
 }
@@ -164,7 +164,7 @@ static int read_labels(const source_set *ss, const char *path, label_entry **out
                         path, lineno, wnid, key, ss->n_classes);
             break;
         }
-        pack_grow_buf(&e, &ecap, (size_t)n + 1, sizeof *e);
+        e = xgrow(e, &ecap, (size_t)n + 1, sizeof *e);
         e[n++] = (label_entry){strdup(key), label, lineno, 0};
     }
     free(line);
@@ -291,7 +291,7 @@ int pack_list_sources(source_set *ss, const pack_options *o, char *err, size_t e
 
 static void blob_put(blob *b, const char *s) {
     size_t l = strlen(s) + 1;
-    pack_grow_buf(&b->p, &b->cap, b->n + l, 1);
+    b->p = xgrow(b->p, &b->cap, b->n + l, 1);
     memcpy(b->p + b->n, s, l);
     b->n += l;
 }

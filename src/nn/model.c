@@ -416,12 +416,22 @@ static void net_free(net *t) {
 
 /* ---- public: create, accessors, init ------------------------------------------------------ */
 
+/* The GPU backend's name for a precision (cuda/gpu.h), case by case rather than by a cast. */
+static gpu_precision gpu_precision_of(model_precision p) {
+    switch (p) {
+    case MODEL_FP32: return GPU_FP32;
+    case MODEL_TF32: return GPU_TF32;
+    case MODEL_BF16: return GPU_BF16;
+    }
+    DIE("model: precision %d is none of model_precision's values", (int)p);
+}
+
 model *model_create(const model_spec *s, char *err, size_t errlen) {
     model *m = xcalloc(1, sizeof *m);
     if (nn_layout_build(&m->L, s, err, errlen) || nn_layout_check_batches(&m->L, err, errlen)) goto fail;
     m->host_sync = 1;
     if (s->device == MODEL_CUDA) {
-        m->gpu = gpu_model_create(&m->L, (gpu_precision)s->precision, err, errlen);
+        m->gpu = gpu_model_create(&m->L, gpu_precision_of(s->precision), err, errlen);
         if (!m->gpu) goto fail;
         /* Host-side logits for model_eval's scoring and model_logits. */
         m->train.logits = gpu_host_alloc((size_t)s->batch * s->n_classes * sizeof(float));
@@ -685,14 +695,6 @@ void model_eval(model *m, const float *x, const int *y, int n_valid, double *los
 const float *model_logits(const model *m, int eval) {
     if (m->gpu && !eval) gpu_model_train_logits(m->gpu, m->train.logits);
     return eval ? m->eval.logits : m->train.logits;
-}
-
-const char *model_arch_name(model_arch a) {
-    switch (a) {
-    case MODEL_RESNET18: return "resnet18";
-    case MODEL_LINEAR: return "linear";
-    }
-    return "?";
 }
 
 int model_bf16_convs(const model *m, int *total, char *fp32_names, size_t n) {

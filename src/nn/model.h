@@ -3,7 +3,7 @@
  * regression, a small convex model on which the distributed-method tests run in seconds. The
  * distributed methods see only three flat float vectors:
  *
- *   params  (n_params)  every trainable tensor, one after the other (model_tensor_info)
+ *   params  (n_params)  every trainable tensor, one after the other (model_tensor_at)
  *   grads   (n_params)  same layout; written by model_train_step
  *   bn      (n_bn)      BatchNorm running mean and running variance of every BN layer
  *
@@ -74,12 +74,6 @@ float *model_grads(model *m);
 size_t model_n_bn(const model *m);
 float *model_bn(model *m);
 
-/* Trainable tensors (and, separately, BN running-stat tensors) with names, shapes, offsets. */
-int model_n_tensors(const model *m);
-const model_tensor *model_tensor_at(const model *m, int i);
-int model_n_bn_tensors(const model *m);
-const model_tensor *model_bn_tensor_at(const model *m, int i);
-
 /* He initialisation from seed as torchvision: conv kaiming_normal(fan_out, relu), BN γ=1 β=0,
  * fc U(−1/√fan_in, 1/√fan_in); running mean 0, running var 1. MODEL_LINEAR: fc.weight and
  * fc.bias U(−1/√fan_in, 1/√fan_in) with fan_in = in_c*in_h*in_w, as torch.nn.Linear. */
@@ -98,29 +92,14 @@ float model_train_step(model *m, const float *x, const int *y);
  * cross-entropy and to *top1, *top5 the number of correct samples among the first n_valid. */
 void model_eval(model *m, const float *x, const int *y, int n_valid, double *loss_sum, long *top1, long *top5);
 
-/* ---- additions (src/nn owner); the declarations above are the original contract ---- */
+/* ---- sizes without a network, and facts of the backend ---- */
 
-/* n_params (and, if n_bn is not NULL, n_bn) the network of s would have, without building it;
- * 0 if s is invalid. Width 64, 3 input channels, ImageNet stem, 1000 classes: 11,689,512, as
- * torchvision.models.resnet18. MODEL_LINEAR: n_classes (in_c*in_h*in_w + 1), n_bn 0. */
-size_t model_spec_n_params(const model_spec *s, size_t *n_bn);
 /* Floats of one sample's forward activations (every layer's output once: stem convolution,
  * max-pool, each block's convolutions and shortcut, the logits), without building the network;
  * 0 if s is invalid. ResNet-18 at 3x224x224, width 64, ImageNet stem: 2,685,928. A training step
  * holds several such sets per sample (outputs, BN and ReLU outputs, their gradients): 2.6 to 4.8
  * measured on the CPU backend (docs/perf.md); setup_check_memory counts 2.5. */
 size_t model_spec_activation_floats(const model_spec *s);
-
-/* The spec the model was created with. */
-const model_spec *model_get_spec(const model *m);
-
-/* Logits (rows, n_classes), row-major, of the last model_train_step (eval = 0, batch rows) or
- * model_eval (eval = 1, eval_batch rows, the first n_valid meaningful). Valid until the next
- * call of the same function. */
-const float *model_logits(const model *m, int eval);
-
-/* "resnet18" or "linear" (the experiment file's model.arch spelling); "?" for another value. */
-const char *model_arch_name(model_arch a);
 
 /* "oneDNN x.y.z" — the backend library the model runs on, into buf. */
 void model_backend_version(char *buf, size_t n);
@@ -167,7 +146,6 @@ float *model_velocity(model *m);
 model_device model_get_device(const model *m);
 /* Host sync mode on (1, default) or off (0); see above. */
 void model_set_host_sync(model *m, int on);
-int model_host_sync(const model *m);
 /* Host mirrors -> device (upload) or device -> host mirrors (download) for the vectors in
  * `which`; return when the copy is complete. No-ops on the CPU. */
 void model_upload(model *m, int which);
@@ -238,6 +216,32 @@ long model_staged_tag(const model *m);
 
 /* The GPU network of a MODEL_CUDA model (cuda/gpu.h), for cuda/gpucomm.h; NULL on the CPU. */
 struct gpu_model *model_gpu(model *m);
+
+/* ---- For tests: no module of dsgd-run calls these; test/test_model.c, test_linear.c and
+ * test/gpu/ check the network through them (names, shapes and offsets of the flat vectors, the
+ * logits, the spec and mode a model keeps). ---------------------------------------------------- */
+
+/* Trainable tensors (and, separately, BN running-stat tensors) with names, shapes, offsets. */
+int model_n_tensors(const model *m);
+const model_tensor *model_tensor_at(const model *m, int i);
+int model_n_bn_tensors(const model *m);
+const model_tensor *model_bn_tensor_at(const model *m, int i);
+
+/* n_params (and, if n_bn is not NULL, n_bn) the network of s would have, without building it;
+ * 0 if s is invalid. Width 64, 3 input channels, ImageNet stem, 1000 classes: 11,689,512, as
+ * torchvision.models.resnet18. MODEL_LINEAR: n_classes (in_c*in_h*in_w + 1), n_bn 0. */
+size_t model_spec_n_params(const model_spec *s, size_t *n_bn);
+
+/* The spec the model was created with. */
+const model_spec *model_get_spec(const model *m);
+
+/* Logits (rows, n_classes), row-major, of the last model_train_step (eval = 0, batch rows) or
+ * model_eval (eval = 1, eval_batch rows, the first n_valid meaningful). Valid until the next
+ * call of the same function. */
+const float *model_logits(const model *m, int eval);
+
+/* Host sync mode: 1 on, 0 off (model_set_host_sync). */
+int model_host_sync(const model *m);
 
 #ifdef __cplusplus
 }

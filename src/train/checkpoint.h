@@ -35,15 +35,15 @@
 #include <stdint.h>
 
 #include "config/config.h"
+#include "util/util.h"
 
 #define CKPT_SECOND_SIGNAL_S 3
 
 /* What the signals received so far ask for (the strongest). */
 enum { CKPT_SIG_NONE = 0, CKPT_SIG_SAVE = 1 /* SIGUSR1 */, CKPT_SIG_STOP = 2 /* SIGTERM, SIGINT, SIGHUP */ };
 
-/* Exit status of a run stopped by SIGTERM / SIGINT / SIGHUP after writing its checkpoint (util.h has
- * 0, 1, 2). */
-enum { EXIT_INTERRUPTED = 3 };
+/* The exit status of a run stopped by SIGTERM / SIGINT / SIGHUP after writing its checkpoint,
+ * EXIT_INTERRUPTED, is in util/util.h with the others. */
 
 /* Install the handlers of SIGTERM, SIGINT, SIGHUP and SIGUSR1 for this process. Test hook:
  * environment DSGD_TEST_SIGNAL="<TERM|INT|HUP|USR1>@<step>[@<world rank>[@eval]]" makes

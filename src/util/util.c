@@ -4,10 +4,12 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int mkdirs(const char *dir, const char *for_what, char *err, size_t errlen) {
     char buf[4096];
@@ -34,10 +36,20 @@ int mkdirs(const char *dir, const char *for_what, char *err, size_t errlen) {
     return 0;
 }
 
+static int die_rank = -1;
+
+void die_set_rank(int rank) { die_rank = rank; }
+
 void die(const char *file, int line, const char *fmt, ...) {
+    char host[256];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    if (die_rank >= 0)
+        fprintf(stderr, "dsgd-run: rank %d on %s: internal error at %s:%d: ", die_rank, host, file, line);
+    else
+        fprintf(stderr, "dsgd-run: on %s: internal error at %s:%d: ", host, file, line);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "dsgd-run: internal error at %s:%d: ", file, line);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -62,6 +74,27 @@ void *xcalloc_(size_t n, size_t size, const char *file, int line) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) out_of_memory(n * size, file, line);
     return p;
+}
+
+void *xgrow_(void *p, size_t *cap, size_t need, size_t elem, const char *file, int line) {
+    if (elem == 0) die(file, line, "xgrow: element size 0");
+    if (need <= *cap) return p;
+    if (need > SIZE_MAX / elem) {
+        fprintf(stderr, "dsgd-run: out of memory: %zu elements of %zu bytes exceed the address space (%s:%d)\n", need, elem,
+                file, line);
+        exit(EXIT_RUNTIME);
+    }
+    size_t n = *cap ? *cap : 4096;
+    while (n < need) n = n <= SIZE_MAX / 2 / elem ? n * 2 : need; /* past half the address space: need itself */
+    if (n > SIZE_MAX / elem) n = need; /* a first 4096 of a huge elem */
+    void *q = realloc(p, n * elem);
+    if (!q) {
+        fprintf(stderr, "dsgd-run: out of memory: %.3g GiB could not be allocated (%s:%d)\n", (double)(n * elem) / 1073741824.0,
+                file, line);
+        exit(EXIT_RUNTIME);
+    }
+    *cap = n;
+    return q;
 }
 
 int seterr(char *err, size_t errlen, const char *fmt, ...) {

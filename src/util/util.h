@@ -14,18 +14,23 @@ extern "C" {
 
 #define DSGD_VERSION "0.1.0"
 
-/* Exit status of dsgd-run: 0 success, 1 runtime failure (non-finite loss, I/O error during
- * training, library failure), 2 bad input (experiment file, command line, data files, output
- * path) detected before training starts. */
-enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_BADINPUT = 2 };
+/* Exit status of dsgd-run, all of them: 0 success, 1 runtime failure (non-finite loss, I/O error
+ * during training, library failure), 2 bad input (experiment file, command line, data files,
+ * output path) detected before training starts, 3 a run stopped by SIGTERM / SIGINT / SIGHUP
+ * after writing its checkpoint (src/train/checkpoint.h). */
+enum { EXIT_OK = 0, EXIT_RUNTIME = 1, EXIT_BADINPUT = 2, EXIT_INTERRUPTED = 3 };
 
 /* Size of the error-message buffers passed around as (char *err, size_t errlen). */
 #define ERRLEN 1024
 
-/* Print "dsgd-run: internal error at file:line: <message>" to stderr and abort the process (for
- * programming errors only, never for user input, which is reported through error strings). */
+/* Print "dsgd-run: rank R on HOST: internal error at file:line: <message>" to stderr ("dsgd-run:
+ * on HOST: ..." before MPI_Init or without MPI) and abort the process (for programming errors
+ * only, never for user input, which is reported through error strings). */
 void die(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4), noreturn));
 #define DIE(...) die(__FILE__, __LINE__, __VA_ARGS__)
+/* The MPI rank die names: comm_init_thread (src/comm/comm.h) sets it once MPI is initialised;
+ * -1 (the default) names none. */
+void die_set_rank(int rank);
 
 /* malloc/calloc that on failure say how much could not be allocated (and where) and exit with
  * status 1 (EXIT_RUNTIME): a size the machine cannot give, not a bug. */
@@ -33,6 +38,17 @@ void *xmalloc_(size_t nbytes, const char *file, int line);
 void *xcalloc_(size_t n, size_t size, const char *file, int line);
 #define xmalloc(n) xmalloc_((n), __FILE__, __LINE__)
 #define xcalloc(n, s) xcalloc_((n), (s), __FILE__, __LINE__)
+
+/* The doubling grower of a growing array: p (NULL, or from malloc/realloc/xgrow) holds *cap
+ * elements of elem >= 1 bytes. Returns p itself when need <= *cap; otherwise p reallocated to the
+ * first of *cap·2, *cap·4, ... (4096, 8192, ... from *cap = 0) that holds need elements (need
+ * itself where doubling would pass SIZE_MAX bytes), with *cap set to it: the old content kept, the
+ * new part uninitialised, amortised O(1) per element appended. Usage:
+ * `v = xgrow(v, &cap, n + 1, sizeof *v);`. A size the machine cannot give (need·elem beyond
+ * size_t, or realloc failing) is said with the caller's file:line and exits with status 1
+ * (EXIT_RUNTIME), as xmalloc. */
+void *xgrow_(void *p, size_t *cap, size_t need, size_t elem, const char *file, int line);
+#define xgrow(p, cap, need, elem) xgrow_((p), (cap), (need), (elem), __FILE__, __LINE__)
 
 /* snprintf into an error buffer; returns EXIT_BADINPUT so callers can `return seterr(...)`. */
 int seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
