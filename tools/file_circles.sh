@@ -50,6 +50,7 @@ find "$objdir" -name '*.o' | sort > "$tmp/objs"
 # path: OBJDIR/config/config.o -> src/config/config.c.
 while read -r o; do
     f=src/${o#"$objdir"/}; f=${f%.o}.c
+    [ -f "$f" ] || [ "$objdir" != build/src ] || continue # a stale object of a removed source
     nm --defined-only -g "$o" | awk -v f="$f" 'NF == 3 && $2 ~ /^[A-Z]$/ { print $3, f }' >> "$tmp/def"
     nm -u "$o" | awk -v f="$f" '{ print f, $NF }' >> "$tmp/use"
     [ "$includes" = 1 ] || continue

@@ -11,7 +11,7 @@
  *                   device vector, then the division by p on the device
  *   REDUCE_STAGED   GPU model, other MPI: model_download, comm_allreduce_mean_f32 on the page-
  *                   locked host mirror, model_upload; for the gradient, overlapped with the
- *                   backward pass chunk by chunk (allreduce_grads, src/methods/allreduce.h) unless DSGD_OVERLAP=0
+ *                   backward pass chunk by chunk (allreduce_grads, src/methods/allreduce_overlap.h) unless DSGD_OVERLAP=0
  *
  * Every path gives the same bits as REDUCE_HOST's sum-then-scale (NCCL's ncclAvg: when p is a
  * power of two, cuda/gpucomm.h). A wait longer than comm_timeout_s stops every rank

@@ -16,7 +16,8 @@
  * steps while the writer makes progress, and the writer gives up (exit 1) when no image has been
  * finished for PACK_STALL_S seconds. */
 #define _GNU_SOURCE
-#include "pack_internal.h"
+#include "pack_image.h"
+#include "pack_sources.h"
 
 #include <dirent.h>
 #include <errno.h>

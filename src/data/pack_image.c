@@ -1,7 +1,7 @@
 /* pack_image.c — one image of `dsgd-run --pack` (pack.h): sniff the format, decode (JPEG:
  * image.h; PNG: libpng), shrink to the pack's largest side, encode again (libjpeg). Called by the
  * packing threads of pack.c, one pack_conv each. */
-#include "pack_internal.h"
+#include "pack_image.h"
 
 #include <setjmp.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * walks SRC (sorted train class folders -> class index; val by class folder or by a label file)
  * into a source_set, which is serialised and broadcast so that every rank has the same list. */
 #define _GNU_SOURCE
-#include "pack_internal.h"
+#include "pack_sources.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 
 #include "comm/comm.h"
-#include "methods/allreduce.h"
+#include "methods/allreduce_overlap.h"
 #include "methods/method.h"
 #include "train/checkpoint.h"
 #include "util/util.h"

@@ -3,7 +3,7 @@
  * assembles the next minibatch into page-locked memory and a copy stream puts it on the device;
  * on REDUCE_STAGED the gradient reaches the host group by group during the backward pass and is
  * reduced chunk by chunk meanwhile. The same bits as train_compute + reducer_mean. */
-#include "methods/allreduce.h"
+#include "methods/allreduce_overlap.h"
 
 #include "comm/comm.h"
 #include "util/util.h"

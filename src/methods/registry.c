@@ -1,12 +1,5 @@
-/* registry.c — which methods are built: maps the experiment's `method` to its method_ops; the
- * init they share. */
-#include "comm/comm.h"
+/* registry.c — which methods are built: maps the experiment's `method` to its method_ops. */
 #include "methods/method.h"
-
-int method_init_rank0(trainer *t, char *err, size_t errlen) {
-    comm_bcast(model_params(t->net), model_n_params(t->net) * sizeof(float), 0);
-    return 0;
-}
 
 const method_ops *method_find(method_kind k) {
     switch (k) {

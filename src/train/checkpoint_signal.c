@@ -2,7 +2,7 @@
  * SIGHUP and SIGUSR1, what the signals received so far ask for, and the DSGD_TEST_SIGNAL test hook. The
  * checkpoint directory is checkpoint.c's, the rank files checkpoint_file.c's. */
 #define _GNU_SOURCE
-#include "train/checkpoint.h"
+#include "train/checkpoint_signal.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* test_gpu_overlap.c — the overlap of copies and communication with the GPU's work (docs/gpu.md,
  * "Overlap"): the training step in parts (model.h model_train_begin / model_grads_host_ready /
  * model_grads_upload_range / model_train_end), minibatch staging (model_stage_*) and the routine
- * that drives both for allreduce (src/methods/allreduce.h allreduce_grads), each against the path it
+ * that drives both for allreduce (src/methods/allreduce_overlap.h allreduce_grads), each against the path it
  * replaces. Networks: ResNet-18 width 4, CIFAR stem, 1x8x8, b = 4 (fp32 and bf16); width 4,
  * ImageNet stem, 3x32x32, b = 2; width 32, CIFAR stem, 1x8x8, b = 4 (2.8 M parameters: three 4 MB
  * all-reduce chunks, whose borders fall inside gradient groups); the linear model, 1x8x8, b = 4.
@@ -61,7 +61,7 @@
 #include "mpiutil.h"
 #include "nn/model.h"
 #include "testgpu.h"
-#include "methods/allreduce.h"
+#include "methods/allreduce_overlap.h"
 #include "train/train.h"
 #include "util/util.h"
 

@@ -1,7 +1,7 @@
-/* allreduce.h — what synchronous all-reduce SGD (allreduce.c) exports besides its method_ops:
+/* allreduce_overlap.h — allreduce_overlap.c's export, besides allreduce's method_ops:
  * its step's computation, overlapped on a GPU (allreduce_overlap.c), for the GPU tests. */
-#ifndef DSGD_ALLREDUCE_H
-#define DSGD_ALLREDUCE_H
+#ifndef DSGD_ALLREDUCE_OVERLAP_H
+#define DSGD_ALLREDUCE_OVERLAP_H
 
 #include "train/train.h"
 

@@ -1,9 +1,9 @@
-/* pack_internal.h — what the files of `dsgd-run --pack` share, for src/data/ only: the options,
- * the list of sources (pack_sources.c builds it on rank 0 and carries it to every rank) and the
- * image converter. pack.c is the command itself, pack_image.c the conversion of one image; both
- * leaves take nothing from pack.c (their buffers grow with util.h's xgrow). */
-#ifndef DSGD_PACK_INTERNAL_H
-#define DSGD_PACK_INTERNAL_H
+/* pack_sources.h — pack_sources.c's exports, for `dsgd-run --pack` (src/data/ only): the options
+ * and the list of sources, which pack_sources.c builds on rank 0 and carries to every rank. pack.c
+ * is the command itself; pack_sources.c and pack_image.c (pack_image.h) are its leaves and take
+ * nothing from it (their buffers grow with util.h's xgrow). */
+#ifndef DSGD_PACK_SOURCES_H
+#define DSGD_PACK_SOURCES_H
 
 #include "data/pack.h"
 
@@ -46,19 +46,7 @@ typedef struct {
     size_t n, cap;
 } blob;
 
-/* pack_image.c: one thread's converter: its decoder, buffers and JPEG encoder. */
-typedef struct pack_conv pack_conv;
-pack_conv *pack_conv_new(void);
-void pack_conv_free(pack_conv *c);
-
-/* Convert an image file's bytes (JPEG or PNG) into a baseline 4:2:0 JPEG of largest side <=
- * max_side at quality: *jpeg (c's buffer, valid until the next call) of *jpeg_nbytes bytes, h × w
- * pixels; *warnings: decoder warnings (data recovered). Returns 0, or 1 (the image cannot be
- * packed: why says so, e.g. "truncated JPEG (no end-of-image marker)") . Never exits. */
-int pack_convert(pack_conv *c, const uint8_t *buf, size_t nbytes, int max_side, int quality, const uint8_t **jpeg,
-                 size_t *jpeg_nbytes, int *h, int *w, int *warnings, char *why, size_t whylen);
-
-/* pack_sources.c */
+/* The list of sources and its serialisation. */
 void pack_sources_free(source_set *ss);
 void pack_strvec_push(strvec *s, const char *x);
 void pack_strvec_free(strvec *s);
