@@ -145,6 +145,7 @@ static int gossip_setup(gossip *g, trainer *t, char *err, size_t errlen) {
     g->n = model_n_params(t->net), g->nbn = model_n_bn(t->net);
     const size_t n = g->n, nb = n * sizeof(float);
     const int p = g->p;
+    g->vel = xcalloc(n, sizeof(float));
     g->peer = xmalloc(nb), g->inbox = xcalloc(n, sizeof(float)), g->sendbuf = xmalloc(nb);
     g->avg = xmalloc(nb), g->own = xmalloc(nb);
     g->avg_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float)), g->own_bn = xmalloc((g->nbn ? g->nbn : 1) * sizeof(float));
@@ -179,7 +180,7 @@ static void gossip_teardown(trainer *t) {
     }
     comm_set_free(g->set);
     gossip_sig_close(g);
-    free(g->peer), free(g->inbox), free(g->sendbuf), free(g->avg), free(g->own), free(g->avg_bn), free(g->own_bn);
+    free(g->vel), free(g->peer), free(g->inbox), free(g->sendbuf), free(g->avg), free(g->own), free(g->avg_bn), free(g->own_bn);
     free(g->peers), free(g->sent), free(g->phi), free(g->gbuf), free(g->rows);
     free(g->m_ask), free(g->m_ans), free(g->m_get), free(g->m_send), free(g->m_recv), free(g->b_rephdr), free(g->b_rep), free(g->bg_done);
     free(g->pub), free(g->tbuf), free(g->recvbuf);
@@ -290,7 +291,7 @@ static double gossip_step(gossip *g, trainer *t, long s, double alpha) {
     double u0 = wall_time();
     int finite = isfinite(loss);
     if (!g->fresh) mix(th, recv, got, n);
-    finite = finite && sgd_update(th, model_grads(net), t->velocity, n, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
+    finite = finite && sgd_update(th, model_grads(net), g->vel, n, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
     if (g->fresh) mix(th, recv, got, n);
     double u1 = wall_time();
 
@@ -406,7 +407,7 @@ static int gossip_state(trainer *t, ckpt_file *f) {
     model *net = t->net;
     const int save = ckpt_writing(f);
     int64_t counts[4] = {g->steps_done, g->prev_done, g->inbox_k, g->recv_n};
-    int rc = ckpt_io_f32(f, "params", model_params(net), g->n) | ckpt_io_f32(f, "velocity", t->velocity, g->n) |
+    int rc = ckpt_io_f32(f, "params", model_params(net), g->n) | ckpt_io_f32(f, "velocity", g->vel, g->n) |
              ckpt_io_f32(f, "bn", model_bn(net), g->nbn) | ckpt_io_f32(f, "inbox", g->inbox, g->n) |
              ckpt_io_i64(f, "counts", counts, 4) | ckpt_io_i64(f, "peers", (int64_t *)g->peers, (size_t)g->p) |
              ckpt_io_i64(f, "sent", (int64_t *)g->sent, (size_t)g->p) | ckpt_io_f64(f, "ranks_prev_times", (double *)&g->prev, 7);

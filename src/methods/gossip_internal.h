@@ -25,6 +25,7 @@ typedef struct {
     trainer *t;
     int push, sync, fresh, p, me;
     size_t n, nbn;
+    float *vel;               /* (n) this node's momentum v (zero at begin; in its checkpoint) */
     float *peer;              /* (n) θ_j pulled / one received θ_k */
     float *inbox;             /* (n) push: sum of received θ_k */
     int inbox_k;
