@@ -254,9 +254,10 @@ static void note_check(void) {
     comm_abort(EXIT_RUNTIME);
 }
 
-static void (*g_wait_hook)(void);
+static void (*g_wait_hook)(void *ctx);
+static void *g_wait_ctx;
 
-void comm_on_wait(void (*fn)(void)) { g_wait_hook = fn; }
+void comm_on_wait(void (*fn)(void *ctx), void *ctx) { g_wait_hook = fn, g_wait_ctx = ctx; }
 
 /* The polling wait under every blocking call of this file: MPI_Testsome on the n `req`s (idx:
  * NULL for one request; st: NULL to ignore) until at least one completes, with a short burst of
@@ -275,7 +276,7 @@ static int poll_wait(MPI_Request *req, int n, int *idx, MPI_Status *st, double t
         if (out == MPI_UNDEFINED) return 0;
         if (out > 0) return out;
         if (!background && g_note_req != MPI_REQUEST_NULL) note_check();
-        if (!background && g_wait_hook) g_wait_hook();
+        if (!background && g_wait_hook) g_wait_hook(g_wait_ctx);
         double now = wall_time();
         if (now - prev > COMM_STALL_S) t0 += now - prev; /* this process did not run */
         prev = now;

@@ -215,10 +215,10 @@ void comm_on_timeout(void (*fn)(void *), void *arg);
  * aborts itself after 10 s if the writer has not (the writer has stopped too). */
 void comm_timeout_abort(const char *what) __attribute__((noreturn));
 
-/* fn (NULL: none) is called in every polling round of every wait of this rank's main thread
- * (not of a background set): gossip passes signals on while it waits (src/methods/gossip.c). It
- * may test and start requests of its own comm_set. */
-void comm_on_wait(void (*fn)(void));
+/* fn(ctx) (fn NULL: none) is called in every polling round of every wait of this rank's main
+ * thread (not of a background set): gossip passes signals on while it waits (ctx: its state;
+ * src/methods/gossip_signal.c). It may test and start requests of its own comm_set. */
+void comm_on_wait(void (*fn)(void *ctx), void *ctx);
 
 /* Every rank: world rank `rank` writes the run file (it receives the notes above). */
 void comm_set_log_rank(int rank);

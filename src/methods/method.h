@@ -83,6 +83,7 @@ struct method_ops {
     int eval_local;                   /* 1: the run file also holds /eval_local (runlog_meta) */
     int meets;                        /* see above */
     const struct server_rules *rules; /* methods with servers (src/methods/server.h) */
+    const void *variant;              /* what differs between tables sharing one file's code (gossip: pull or push) */
 };
 
 #define METHOD_MAX_ARRAYS 2
