@@ -80,6 +80,7 @@ struct method_ops {
     int eval_local;                   /* 1: the run file also holds /eval_local (runlog_meta) */
     int meets;                        /* see above */
     const struct server_rules *rules; /* methods with servers (src/methods/server.h) */
+    int (*run)(trainer *t);           /* the whole run of this rank, the loop included (ps, easgd, backup: server_run): NULL: train_run's loop */
 };
 
 #define METHOD_MAX_ARRAYS 2

@@ -367,6 +367,7 @@ void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *
 
 int train_run(trainer *t) {
     const method_ops *M = t->method;
+    if (M->run) return M->run(t);
     if (t->worker < 0) return M->serve(t);
     int status = M->begin ? M->begin(t) : EXIT_OK;
     if (status != EXIT_OK) return status;
