@@ -28,7 +28,7 @@ typedef struct {
     /* checkpoints */
     int relay;               /* strongest CKPT_SIG_* seen in a reply: passed on to every server */
     int pending;             /* easgd: the last exchange was voided (STOP_CKPT_VOID): send it again */
-    pause_proto pause;         /* the pause protocol (server_pause.h) */
+    pause_proto pause;       /* the pause protocol (server_pause.h) */
     trainer *t;              /* for the protocol's write callback */
     /* how this worker's run ends */
     int interrupted;         /* a checkpoint stopped the run: the servers stop too, nobody to tell */
