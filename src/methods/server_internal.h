@@ -83,7 +83,7 @@ typedef struct {
     int status;
     int why;                          /* STOPPED_* (cadence.h) */
     /* checkpoints */
-    pause_proto pause;                  /* the pause protocol (server_pause.h) */
+    pause_proto pause;                /* the pause protocol (server_pause.h) */
     long go;                          /* server k > 0: label server 0 asked to write (-1: none) */
     int go_ok;
     int stopped;                      /* a checkpoint stopped the run (SIGTERM) or failed */
