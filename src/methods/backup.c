@@ -12,8 +12,80 @@
 #include "methods/method.h"
 #include "methods/server.h"
 #include "optim/sgd.h"
+#include "train/checkpoint.h"
+#include "util/util.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* The rule's state on every server (the drops: server 0's records). */
+typedef struct {
+    long long *dropped;      /* (cap) gradients dropped per step v, v < len */
+    long len, cap;           /* steps counted so far, allocated */
+    long long n_dropped;
+    int starved;             /* fewer than N workers left: no step can complete */
+} backup_state;
+
+static void *backup_state_new(const srv *sv) {
+    backup_state *b = xcalloc(1, sizeof *b);
+    const long iters = (long)sv->t->e->iterations;
+    if (sv->k == 0) b->cap = iters < 4096 ? iters : 4096;
+    b->dropped = xcalloc((size_t)(b->cap ? b->cap : 1), sizeof(long long));
+    return b;
+}
+
+static void backup_state_free(void *rule) {
+    backup_state *b = rule;
+    if (b) free(b->dropped);
+    free(b);
+}
+
+/* Make the per-step drop counts cover steps [0, n): they grow with the steps seen (doubling; not
+ * preallocated by `iterations`, which may be huge). */
+static void dropped_reserve(backup_state *b, long n) {
+    if (n > b->cap) {
+        long cap = b->cap > 0 ? b->cap : 1;
+        while (cap < n) cap *= 2;
+        long long *d = realloc(b->dropped, (size_t)cap * sizeof *d);
+        if (!d) DIE("out of memory for the dropped-gradient counts of %ld steps", cap);
+        memset(d + b->cap, 0, (size_t)(cap - b->cap) * sizeof *d);
+        b->dropped = d, b->cap = cap;
+    }
+    if (n > b->len) b->len = n;
+}
+
+/* Server 0: a gradient of step v dropped. */
+static void count_dropped(srv *sv, long v) {
+    backup_state *b = sv->rule;
+    dropped_reserve(b, v + 1);
+    b->dropped[v]++;
+    b->n_dropped++;
+}
+
+static int backup_records_io(srv *sv, ckpt_file *f) {
+    backup_state *b = sv->rule;
+    int64_t cnt[2] = {b->n_dropped, b->len};
+    if (ckpt_io_i64(f, "dropped_counts", cnt, 2)) return -1;
+    if (!ckpt_writing(f) && (cnt[1] < 0 || cnt[1] > sv->t->e->iterations)) return -1; /* a count of steps this run cannot have */
+    b->n_dropped = cnt[0];
+    dropped_reserve(b, (long)cnt[1]);
+    return ckpt_io_i64(f, "dropped", (int64_t *)b->dropped, (size_t)b->len);
+}
+
+/* /backup/dropped: one element per step completed (docs/output.md). */
+static int backup_finish(srv *sv, long it, int *why) {
+    backup_state *b = sv->rule;
+    const long steps = it < sv->t->e->iterations ? it : (long)sv->t->e->iterations;
+    dropped_reserve(b, steps);
+    if (b->starved) *why = STOPPED_WORKERS;
+    return runlog_array_rows(sv->t->log, 0, b->dropped, steps) != 0 ? EXIT_RUNTIME : 0;
+}
+
+static void backup_say(const srv *sv) {
+    const backup_state *b = sv->rule;
+    printf("backup: %lld gradients dropped (arrived after the first N = %d of their step)\n", b->n_dropped, sv->p - sv->t->e->backups);
+}
 
 static int backup_n(const srv *sv) { return sv->p - sv->t->e->backups; }
 
@@ -38,7 +110,7 @@ static void backup_request(srv *sv, int i) {
     if (finished(sv) || sv->diverged) {
         /* The last steps' stragglers: a gradient of a step that completed without it. */
         if (sv->k == 0 && !sv->diverged && v >= 0 && v < sv->version && v < sv->t->e->iterations)
-            srv_count_dropped(sv, v);
+            count_dropped(sv, v);
         srv_reply_center(sv, i, sv->diverged ? STOP_DIVERGED : STOP_DONE);
         return;
     }
@@ -56,17 +128,18 @@ static void backup_request(srv *sv, int i) {
         return;
     }
     /* Computed on older parameters: too late for its step. */
-    if (sv->k == 0 && v >= 0 && v < sv->t->e->iterations) srv_count_dropped(sv, (long)v);
+    if (sv->k == 0 && v >= 0 && v < sv->t->e->iterations) count_dropped(sv, (long)v);
     srv_reply_center(sv, i, srv_stop(sv));
 }
 
 /* A worker left: if fewer than N remain, no step can complete any more: release everyone. */
 static void backup_leave(srv *sv, int i) {
     if (sv->live >= backup_n(sv) || sv->version >= sv->t->e->iterations) return;
-    if (!sv->starved && sv->k == 0)
+    backup_state *b = sv->rule;
+    if (!b->starved && sv->k == 0)
         fprintf(stderr, "dsgd-run: backup: %d worker(s) left, fewer than the N = %d a step needs: stopping at step %ld of %ld\n", sv->live,
                 backup_n(sv), (long)sv->version, sv->t->e->iterations);
-    sv->starved = 1;
+    b->starved = 1;
     for (int w = 0; w < sv->p; w++)
         if (sv->held[w]) srv_reply_center(sv, w, STOP_DONE);
 }
@@ -78,6 +151,11 @@ static const server_rules backup_rules = {
     .request = backup_request,
     .leave = backup_leave,
     .iteration = backup_iteration,
+    .state_new = backup_state_new,
+    .state_free = backup_state_free,
+    .records_io = backup_records_io,
+    .finish = backup_finish,
+    .say = backup_say,
 };
 
 static int backup_runlog_arrays(const experiment *e, runlog_array_spec *a) {

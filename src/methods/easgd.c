@@ -61,6 +61,9 @@ static void easgd_leave(srv *sv, int i) {
     if (sv->t->e->synchronous && sv->count > 0 && sv->count == sv->live) easgd_round(sv);
 }
 
+/* Synchronous rounds need every live worker: one given up on for its silence stops the run. */
+static int easgd_needs_all(const srv *sv) { return sv->t->e->synchronous; }
+
 static const server_rules easgd_rules = {
     .sends_params = 1,
     .local_update = 1,
@@ -68,6 +71,7 @@ static const server_rules easgd_rules = {
     .worker_reply = easgd_worker_reply,
     .request = easgd_request,
     .leave = easgd_leave,
+    .needs_all = easgd_needs_all,
 };
 
 const method_ops method_easgd = {

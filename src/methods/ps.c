@@ -10,16 +10,63 @@
  * alpha.base to p·α for that). Workers never wait for each
  * other. Staleness of a gradient = server updates between the worker's pull and its push
  * (histogram on server 0, /ps/staleness_histogram). With p = 1 this is plain SGD, bitwise. */
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "methods/method.h"
 #include "methods/server.h"
 #include "optim/sgd.h"
+#include "train/checkpoint.h"
+#include "util/util.h"
+
+/* Server 0's records (sv->rule; none on the other servers). */
+typedef struct {
+    long long *hist;         /* (bins) gradients applied with staleness k; the last bin counts k >= bins - 1 */
+    int bins;                /* HIST_BINS_PER_WORKER · p */
+    long long stale_sum;     /* the staleness of every gradient applied, summed */
+} ps_records;
+
+static void *ps_state_new(const srv *sv) {
+    if (sv->k != 0) return NULL;
+    ps_records *r = xcalloc(1, sizeof *r);
+    r->bins = HIST_BINS_PER_WORKER * sv->p;
+    r->hist = xcalloc((size_t)r->bins, sizeof(long long));
+    return r;
+}
+
+static void ps_state_free(void *rule) {
+    ps_records *r = rule;
+    if (r) free(r->hist);
+    free(r);
+}
+
+static int ps_records_io(srv *sv, ckpt_file *f) {
+    ps_records *r = sv->rule;
+    int64_t sum = r->stale_sum;
+    const int rc = ckpt_io_i64(f, "staleness_histogram", (int64_t *)r->hist, (size_t)r->bins) || ckpt_io_i64(f, "stale_sum", &sum, 1);
+    r->stale_sum = sum;
+    return rc;
+}
+
+static int ps_finish(srv *sv, long it, int *why) {
+    const ps_records *r = sv->rule;
+    return runlog_array(sv->t->log, 0, r->hist) != 0 ? EXIT_RUNTIME : 0;
+}
+
+static void ps_say(const srv *sv) {
+    const ps_records *r = sv->rule;
+    long long tot = 0;
+    for (int b = 0; b < r->bins; b++) tot += r->hist[b];
+    printf("ps: mean staleness %.2f server updates over %lld gradients\n", tot ? (double)r->stale_sum / (double)tot : 0.0, tot);
+}
 
 static void ps_request(srv *sv, int i) {
     const experiment *e = sv->t->e;
     if (sv->k == 0) {
+        ps_records *r = sv->rule;
         long long st = sv->version - sv->in[i].version;
-        sv->hist[st < sv->hist_bins - 1 ? st : sv->hist_bins - 1]++;
-        sv->stale_sum += st;
+        r->hist[st < r->bins - 1 ? st : r->bins - 1]++;
+        r->stale_sum += st;
     }
     if (!sv->diverged) {
         long it = (sv->steps_total - 1) / sv->p; /* the iteration this gradient belongs to */
@@ -33,6 +80,11 @@ static void ps_request(srv *sv, int i) {
 
 static const server_rules ps_rules = {
     .request = ps_request,
+    .state_new = ps_state_new,
+    .state_free = ps_state_free,
+    .records_io = ps_records_io,
+    .finish = ps_finish,
+    .say = ps_say,
 };
 
 static int ps_runlog_arrays(const experiment *e, runlog_array_spec *a) {

@@ -1,6 +1,7 @@
 /* server.c — the runtime of the methods with parameter-server ranks (see server.h): the server
- * loop, snapshots of the center for evaluation, and logging on server 0. The workers' side is
- * server_worker.c, the checkpoint pause protocol server_pause.c.
+ * loop, snapshots of the center for evaluation, and logging on server 0, its cadence from
+ * cadence_due over its iteration count. The workers' side is server_worker.c, a server's
+ * checkpoints server_ckpt.c (the pause protocol: server_pause.c).
  *
  * Progress without spinning: every wait goes through comm's polling wait (MPI_Testsome, then
  * naps of 2 µs … 1 ms). Servers never compute gradients, so they are always inside MPI and
@@ -25,14 +26,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "methods/method.h"
 #include "optim/sgd.h"
 #include "train/cadence.h"
 #include "train/checkpoint.h"
 #include "util/util.h"
-
-/* ---------------------------------------------------------------------------------------- */
-/* Server                                                                                   */
 
 void srv_reply_center(srv *sv, int i, int stop) {
     /* The previous reply to i completed before i could send this request; collect it before
@@ -79,23 +76,25 @@ static void *eval_main(void *arg) {
     return NULL;
 }
 
-/* Make the per-step drop counts cover steps [0, n). */
-void srv_dropped_reserve(srv *sv, long n) {
-    if (n > sv->dropped_cap) {
-        long cap = sv->dropped_cap > 0 ? sv->dropped_cap : 1;
-        while (cap < n) cap *= 2;
-        long long *d = realloc(sv->dropped, (size_t)cap * sizeof *d);
-        if (!d) DIE("out of memory for the dropped-gradient counts of %ld steps", cap);
-        memset(d + sv->dropped_cap, 0, (size_t)(cap - sv->dropped_cap) * sizeof *d);
-        sv->dropped = d, sv->dropped_cap = cap;
-    }
-    if (n > sv->dropped_len) sv->dropped_len = n;
+/* A server starts pausing for a checkpoint (CKPT_SIG_* want): from now on its replies say
+ * STOP_CKPT and no new synchronous round starts. */
+static void srv_pause(srv *sv, int want) {
+    sv->pausing = 1;
+    if (want > sv->want) sv->want = want;
 }
 
-void srv_count_dropped(srv *sv, long v) {
-    srv_dropped_reserve(sv, v + 1);
-    sv->dropped[v]++;
-    sv->n_dropped++;
+/* Voided round: release the held workers without applying their exchange. backup: the
+ * gradients (and so their losses, already counted on server 0) are computed again after the
+ * checkpoint, so their losses are taken back out of the /train row. */
+static void void_round(server_ctx *c) {
+    srv *sv = &c->sv;
+    for (int i = 0; i < sv->p; i++)
+        if (sv->held[i]) {
+            if (sv->k == 0 && sv->rules->until_stop) c->loss_sum -= sv->in[i].loss_sum, c->n_loss -= sv->in[i].n_loss;
+            srv_reply_center(sv, i, STOP_CKPT_VOID);
+        }
+    memset(sv->acc, 0, (sv->n ? sv->n : 1) * sizeof(float));
+    sv->count = 0;
 }
 
 static void server_setup(trainer *t, server_ctx *c) {
@@ -125,6 +124,8 @@ static void server_setup(trainer *t, server_ctx *c) {
     sv->r_bn = xmalloc((size_t)p * sizeof(int));
     sv->s_hdr = xmalloc((size_t)p * sizeof(int)), sv->s_data = xmalloc((size_t)p * sizeof(int));
     sv->set = comm_set_new(SET_CAP(p, S));
+    sv->rule = sv->rules->state_new ? sv->rules->state_new(sv) : NULL;
+    pause_init(&c->pause, t, server_write, c);
     for (int i = 0; i < p; i++) {
         sv->gbuf[i] = xmalloc((n ? n : 1) * sizeof(float));
         sv->rep[i] = xmalloc((n ? n : 1) * sizeof(float));
@@ -141,10 +142,6 @@ static void server_setup(trainer *t, server_ctx *c) {
         srv_repost(sv, i, MSG_EXCHANGE);
     }
     if (sv->k == 0) {
-        sv->hist_bins = HIST_BINS_PER_WORKER * p;
-        sv->hist = xcalloc((size_t)sv->hist_bins, sizeof(long long));
-        sv->dropped_cap = e->iterations < 4096 ? (long)e->iterations : 4096;
-        sv->dropped = xcalloc((size_t)(sv->dropped_cap ? sv->dropped_cap : 1), sizeof(long long));
         c->snap = xmalloc(N * sizeof(float));
         c->sreq_out = xcalloc((size_t)S, sizeof(msg_hdr));
         c->s_req = xmalloc((size_t)S * sizeof(int)), c->r_snap = xmalloc((size_t)S * sizeof(int));
@@ -159,27 +156,11 @@ static void server_setup(trainer *t, server_ctx *c) {
         c->ev.threads = omp_get_max_threads();
         const char *d = getenv("DSGD_TEST_EVAL_DELAY_MS"); /* tests: a long evaluation (docs/testing.md) */
         c->ev.delay_s = d && *d ? atof(d) / 1000.0 : 0.0;
-        c->next_log = e->log_every;
-        c->next_eval = e->eval.every;
-        c->next_ckpt = e->checkpoint.every ? e->checkpoint.every : -1;
-        const int world = p + S;
-        c->acks = xcalloc((size_t)world, sizeof(int64_t));
-        c->s_go = xmalloc((size_t)world * sizeof(int)), c->r_ack = xmalloc((size_t)world * sizeof(int));
-        c->s_fin = xmalloc((size_t)world * sizeof(int));
-        for (int r = 0; r < world; r++) {
-            c->s_go[r] = c->r_ack[r] = c->s_fin[r] = -1;
-            if (r == p) continue;
-            if (r < p) c->s_go[r] = comm_set_add(sv->set, COMM_SEND, c->ck_go, sizeof c->ck_go, r, TAG_CKGO);
-            c->r_ack[r] = comm_set_add(sv->set, COMM_RECV, &c->acks[r], sizeof(int64_t), r, TAG_CKACK);
-            c->s_fin[r] = comm_set_add(sv->set, COMM_SEND, c->ck_fin, sizeof c->ck_fin, r, TAG_CKFIN);
-        }
     } else {
         c->snapbuf = xmalloc((n ? n : 1) * sizeof(float));
         c->r_req = comm_set_add(sv->set, COMM_RECV, &c->sreq_in, sizeof(msg_hdr), p, TAG_SNAPREQ);
         c->s_snap = comm_set_add(sv->set, COMM_SEND, c->snapbuf, n * sizeof(float), p, TAG_SNAP);
         comm_set_start(sv->set, c->r_req);
-        c->s_ack = comm_set_add(sv->set, COMM_SEND, &c->ck_ack, sizeof c->ck_ack, p, TAG_CKACK);
-        c->r_fin = comm_set_add(sv->set, COMM_RECV, c->ck_fin, sizeof c->ck_fin, p, TAG_CKFIN);
     }
     c->go = -1;
 }
@@ -187,14 +168,15 @@ static void server_setup(trainer *t, server_ctx *c) {
 static void server_free(server_ctx *c) {
     srv *sv = &c->sv;
     comm_set_free(sv->set);
+    pause_free(&c->pause);
+    if (sv->rules->state_free) sv->rules->state_free(sv->rule);
     for (int i = 0; i < sv->p; i++) free(sv->gbuf[i]), free(sv->rep[i]), free(sv->bnbuf[i]), free(sv->bnlast[i]);
     free(sv->bnlast), free(sv->failed), free(sv->lost), free(sv->heard), free(c->bye);
     free(sv->center), free(sv->vel), free(sv->acc), free(sv->in), free(sv->out), free(sv->gbuf), free(sv->rep), free(sv->bnbuf);
     free(sv->held), free(sv->seen_bn), free(sv->paused), free(sv->left), free(sv->last_steps), free(sv->r_hdr), free(sv->r_data), free(sv->r_bn);
-    free(sv->s_hdr), free(sv->s_data), free(sv->hist), free(sv->dropped);
+    free(sv->s_hdr), free(sv->s_data);
     free(c->snap), free(c->sreq_out), free(c->s_req), free(c->r_snap);
     free(c->snapbuf), free(c->last), free(c->prev), free(c->rows);
-    free(c->acks), free(c->s_go), free(c->r_ack), free(c->s_fin);
 }
 
 /* Server 0: a keep-alive header (STOP_NO) every KEEPALIVE_S to each worker that has left by a
@@ -217,14 +199,12 @@ static void keepalive(server_ctx *c, int bye) {
     }
 }
 
-/* Server 0: log the /train (and /ranks) row when the count passes the next log_every. */
-static void maybe_log(server_ctx *c, int force) {
+/* Server 0: the /train (and /ranks) row at its current iteration count: one per count, from 1. */
+static void log_row(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
     const experiment *e = t->e;
     long it = srv_iteration(sv);
-    if (!force && it < c->next_log) return;
-    c->next_log = cadence_next(it, e->log_every);
     if (c->n_loss == 0 || it <= c->last_row) return; /* one row per iteration count, from 1 */
     c->last_row = it;
     const int p = sv->p;
@@ -272,20 +252,6 @@ static int snapshot_completion(server_ctx *c, int idx) {
     return 0;
 }
 
-/* Server 0: bn := the mean of the latest BN statistics of the workers that have sent some and
- * have not failed (inject.fail_rank, or given up on), summed in worker order as Σ_i (x_i / cnt) in
- * float; unchanged when there is no such worker. Reads only the stable copies (bnlast), never a
- * buffer with a receive posted. */
-void srv_bn_average(const srv *sv, float *bn, size_t nbn) {
-    int cnt = 0;
-    for (int i = 0; i < sv->p; i++) cnt += sv->seen_bn[i] && !sv->failed[i];
-    if (!cnt) return;
-    memset(bn, 0, nbn * sizeof(float));
-    for (int i = 0; i < sv->p; i++)
-        if (sv->seen_bn[i] && !sv->failed[i])
-            for (size_t j = 0; j < nbn; j++) bn[j] += sv->bnlast[i][j] / (float)cnt;
-}
-
 /* Server 0: evaluate the model (t->net: a snapshot of the center) on the thread, logged as
  * iteration `label` at wall clock time_s. */
 static void eval_start(server_ctx *c, long label, double time_s) {
@@ -314,13 +280,6 @@ static void snapshot_launch(server_ctx *c) {
     if (nbn) srv_bn_average(sv, model_bn(t->net), nbn);
     c->q.ready = 0;
     eval_start(c, c->q.label, c->q.time_s);
-}
-
-/* A server starts pausing for a checkpoint (CKPT_SIG_* want): from now on its replies say
- * STOP_CKPT and no new synchronous round starts. */
-static void srv_pause(srv *sv, int want) {
-    sv->pausing = 1;
-    if (want > sv->want) sv->want = want;
 }
 
 /* Server 0, while workers train: on a stop request (a signal here; one relayed by a worker is
@@ -362,22 +321,25 @@ static void eval_collect(server_ctx *c, int wait) {
     }
 }
 
-/* Server 0 after each request: rows, snapshots, periodic checkpoints. */
+/* Server 0 after each message: what its iteration count crossed since the last look
+ * (cadence_due): a row; a periodic checkpoint (not after the last iteration); a snapshot of the
+ * center at each multiple of eval.every crossed before the last iteration (the final one is
+ * server0_finish's) — one at a time: a multiple crossed while the previous snapshot is still
+ * assembled or waits for the evaluator is skipped (said once, counted). */
 static void server0_progress(server_ctx *c) {
     srv *sv = &c->sv;
     const experiment *e = sv->t->e;
-    maybe_log(c, 0);
-    long it = srv_iteration(sv);
-    if (c->next_ckpt > 0 && it >= c->next_ckpt && it < e->iterations) {
-        srv_pause(sv, CKPT_SIG_SAVE);
-        c->next_ckpt = cadence_next(it, e->checkpoint.every);
-    }
-    while (c->next_eval <= it && c->next_eval < e->iterations) {
-        if (!c->q.asked && !c->q.ready) snapshot_begin(c, c->next_eval);
+    const long before = c->last_it, it = srv_iteration(sv);
+    const unsigned due = cadence_due(e, before, it);
+    if (it > before) c->last_it = it;
+    if (due & CADENCE_LOG) log_row(c);
+    if ((due & CADENCE_CKPT) && it < e->iterations) srv_pause(sv, CKPT_SIG_SAVE);
+    if (!(due & CADENCE_EVAL)) return;
+    for (long m = (before / e->eval.every + 1) * e->eval.every; m <= it && m < e->iterations; m += e->eval.every) {
+        if (!c->q.asked && !c->q.ready) snapshot_begin(c, m);
         else if (c->q.skipped++ == 0)
             printf("note: evaluation at iteration %ld skipped: the previous evaluation of the center is still running "
-                   "(evaluation takes longer than eval.every iterations of training)\n", c->next_eval);
-        c->next_eval += e->eval.every;
+                   "(evaluation takes longer than eval.every iterations of training)\n", m);
     }
 }
 
@@ -448,7 +410,7 @@ static void srv_lose(server_ctx *c, int i, double silent) {
     trainer *t = sv->t;
     const experiment *e = t->e;
     const long it = srv_iteration(sv);
-    const int sync = e->method == METHOD_EASGD && e->synchronous;
+    const int sync = sv->rules->needs_all && sv->rules->needs_all(sv);
     const int none = sv->live == 1 && c->n_done == 0; /* it is the last worker and none finished */
     if (sv->k == 0) {
         fprintf(stderr, "dsgd-run: worker %d (rank %d) silent for %.1f s, more than comm_timeout_s = %g s, at iteration %ld: %s\n", i, i,
@@ -512,7 +474,7 @@ static int server_loop(server_ctx *c) {
         if (sv->pausing) {
             int held = 0;
             for (int i = 0; i < sv->p; i++) held += sv->held[i];
-            if (held && held + sv->n_paused == sv->live) srv_void_round(c);
+            if (held && held + sv->n_paused == sv->live) void_round(c);
         }
         if (sv->k == 0 && sv->pausing && sv->live > 0 && sv->n_paused == sv->live && !c->q.asked) {
             /* A periodic or SIGUSR1 checkpoint waits for the evaluations; a stop request (also one
@@ -520,11 +482,11 @@ static int server_loop(server_ctx *c) {
             eval_collect(c, 1);
             snapshot_launch(c);
             eval_collect(c, 1);
-            int st = srv_ckpt_round(c);
+            int st = server0_round(c);
             if (st) { c->stopped = 1, c->status = st; break; }
         }
         if (sv->k > 0 && c->go >= 0 && sv->n_paused == sv->live) {
-            int st = srv_ckpt_participate(c);
+            int st = server_part(c);
             if (st) { c->stopped = 1, c->status = st; break; }
         }
         if (sv->k == 0) {
@@ -572,7 +534,7 @@ static void server0_finish(server_ctx *c) {
     long it = srv_iteration(sv);
     t->step = it;
     if (c->stopped) goto summary; /* after the checkpoint that stopped the run: the other servers have left */
-    maybe_log(c, 1);
+    log_row(c);
     /* the final center, unless that iteration was just evaluated (e.g. a stop at step 0) */
     if (it != c->last_eval) snapshot_begin(c, it);
     c->q.time_s = train_s;
@@ -595,29 +557,21 @@ static void server0_finish(server_ctx *c) {
     }
 summary:
     keepalive(c, 1); /* the goodbye: the workers that have left go to the end-of-run agreement */
-    if (e->method == METHOD_PS && runlog_array(t->log, 0, sv->hist) != 0) c->status = EXIT_RUNTIME;
-    if (e->method == METHOD_BACKUP) srv_dropped_reserve(sv, it < e->iterations ? it : (long)e->iterations);
-    if (e->method == METHOD_BACKUP && runlog_array_rows(t->log, 0, sv->dropped, it < e->iterations ? it : e->iterations) != 0)
-        c->status = EXIT_RUNTIME; /* one element per step completed (docs/output.md) */
-    int why = c->why;
+    const server_rules *R = sv->rules;
+    int why = c->why, rule_why = -1;
+    if (R->finish && R->finish(sv, it, &rule_why) != 0) c->status = EXIT_RUNTIME;
     if (sv->diverged) why = STOPPED_NONFINITE, c->status = EXIT_RUNTIME;
-    else if (sv->starved) why = STOPPED_WORKERS, c->status = EXIT_RUNTIME;
+    else if (rule_why >= 0) why = rule_why, c->status = EXIT_RUNTIME;
     train_log_summary(t, c->status, why, train_s, 0);
     if (c->q.skipped) printf("%ld evaluation(s) skipped: evaluating the center took longer than eval.every iterations\n", c->q.skipped);
-    if (e->method == METHOD_BACKUP)
-        printf("backup: %lld gradients dropped (arrived after the first N = %d of their step)\n", sv->n_dropped, e->p - e->backups);
-    if (e->method == METHOD_PS) {
-        long long tot = 0;
-        for (int b = 0; b < sv->hist_bins; b++) tot += sv->hist[b];
-        printf("ps: mean staleness %.2f server updates over %lld gradients\n", tot ? (double)sv->stale_sum / (double)tot : 0.0, tot);
-    }
+    if (R->say) R->say(sv);
 }
 
 int server_serve(trainer *t) {
     server_ctx c = {0};
     c.last_eval = -1;
     server_setup(t, &c);
-    int st = t->resume_label >= 0 ? server_ckpt(&c, t->resume_label, 0) : 0;
+    int st = t->resume_label >= 0 ? server_read(&c, t->resume_label) : 0;
     if ((st = comm_max_int(st))) { /* every rank: a checkpoint could not be read */
         server_free(&c);
         return st;
@@ -635,6 +589,7 @@ int server_serve(trainer *t) {
             c.last_eval = 0;
         }
     }
+    c.last_it = srv_iteration(&c.sv); /* 0, or where the checkpoint stood */
     server_loop(&c);
     if (c.sv.k == 0) server0_finish(&c);
     server_free(&c);

@@ -68,13 +68,8 @@ typedef struct srv {
     long *last_steps;        /* (p) steps reported at the previous exchange */
     /* rule state */
     int count;               /* backup: gradients in acc; easgd synchronous: workers held */
-    long long *hist;         /* ps: staleness histogram (server 0), hist_bins bins */
-    int hist_bins;
-    long long *dropped;      /* backup: gradients dropped per step v (server 0), dropped_len entries */
-    long dropped_len, dropped_cap; /* steps counted so far (v < dropped_len), allocated */
-    long long n_dropped;
-    long long stale_sum;     /* ps: sum of the staleness of every gradient applied (server 0) */
-    int starved;             /* backup: fewer than N workers left, no step can complete */
+    void *rule;              /* the rule's own state (server_rules.state_new; ps: the staleness histogram,
+                                backup: the dropped gradients), NULL: none */
     /* checkpoints (docs/checkpoint.md, "Methods with servers") */
     int pausing;             /* a checkpoint is coming: replies say STOP_CKPT, no new round starts */
     int want;                /* strongest CKPT_SIG_* request seen */
@@ -104,6 +99,22 @@ typedef struct server_rules {
     void (*leave)(srv *sv, int i);
     /* Server: iterations done so far, by this server's count. NULL: worker steps reported / p. */
     long (*iteration)(const srv *sv);
+    /* The rule's own state on server sv->k (its records), kept in sv->rule: allocated once the
+     * server is set up, freed at its end. NULL: none. */
+    void *(*state_new)(const srv *sv);
+    void (*state_free)(void *rule);
+    /* Server 0: the rule's records in checkpoint file f, written or read back (ckpt_writing(f)) in
+     * one order; 0 or -1 (the message in f; none for a value this run cannot have). NULL: none. */
+    int (*records_io)(srv *sv, ckpt_file *f);
+    /* Server 0 at the end, `it` iterations done: the rule's run-file arrays (runlog index 0...);
+     * returns 0 or EXIT_RUNTIME (a write error). *why = STOPPED_* when the rule stopped the run
+     * (backup: fewer workers left than a step needs), else left alone. NULL: none. */
+    int (*finish)(srv *sv, long it, int *why);
+    /* Server 0 after the summary: the rule's own line (ps: mean staleness; backup: drops). */
+    void (*say)(const srv *sv);
+    /* 1: a round needs every live worker (easgd synchronous), so a worker given up on for its
+     * silence stops the run. NULL: 0. */
+    int (*needs_all)(const srv *sv);
 } server_rules;
 
 /* Reply to worker i now with a copy of the current center (in sv->rep[i]) and stop code; it is
@@ -112,19 +123,16 @@ void srv_reply_center(srv *sv, int i, int stop);
 /* Stop code for replies now: STOP_DIVERGED after a non-finite update, STOP_CKPT while pausing
  * for a checkpoint, else STOP_NO. */
 int srv_stop(const srv *sv);
-/* Backup: count a gradient of step v dropped (server 0). The per-step counts grow with the steps
- * seen (doubling; not preallocated by `iterations`, which may be huge). */
-void srv_count_dropped(srv *sv, long v);
-
-/* The method_ops entries of the server methods: serve (the server ranks' loop, server.c) and
- * the workers' begin, step and end (server_worker.c), for train_run; init is method_init_rank0. */
+/* The method_ops entries of the server methods: run — on a server rank (t->worker < 0) the
+ * server loop (server_serve, server.c), on a worker its own loop (server_worker.c: begin, step
+ * until a reply ends it, end); init is method_init_rank0. */
+int server_run(trainer *t);
 int server_serve(trainer *t);
-int srv_worker_begin(trainer *t);
-step_out srv_worker_step(trainer *t, long s, double alpha);
-int srv_worker_end(trainer *t, int status);
-int srv_run(trainer *t);
-#define SERVER_METHOD_OPS                                                                                                     \
-    .init = method_init_rank0, .serve = server_serve, .run = srv_run, .begin = srv_worker_begin, .step = srv_worker_step, .end = srv_worker_end, \
-    .meets = METHOD_MEETS_SERVERS
+/* Resuming a worker of a method with servers from checkpoint `label` in dir: *gone = 1 when
+ * worker `worker` had left the run (done or failed) before it (server 0's file, rank p, says so
+ * in `left`): it has no file of its own and takes no more part. Returns 0, or -1 with the reason
+ * in err (the file or its `left` unreadable). The one reader of `left`. */
+int srv_worker_gone(const char *dir, long label, int p, int worker, int *gone, char *err, size_t errlen);
+#define SERVER_METHOD_OPS .init = method_init_rank0, .run = server_run
 
 #endif

@@ -1,11 +1,13 @@
-/* server_internal.h — what the files of the server methods' runtime share, for src/methods/
- * only: message tags, the server's state (server_ctx) and the helpers used across files.
- * server.c is the servers' loop (and server 0's evaluation thread), server_worker.c the
- * workers' side, server_pause.c the checkpoint pause protocol. */
+/* server_internal.h — what the server ranks' files share, for src/methods/ only: message tags,
+ * shards and the server's state (server_ctx) of server.c (the servers' loop, server 0's
+ * evaluation thread), which server_worker.c (the workers' side) shares too; and what
+ * server_ckpt.c (a server's checkpoints) gives server.c. The checkpoint pause protocol, both
+ * sides, is server_pause.h's. */
 #ifndef DSGD_SERVER_INTERNAL_H
 #define DSGD_SERVER_INTERNAL_H
 
 #include "methods/server.h"
+#include "methods/server_pause.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -13,13 +15,11 @@
 enum {
     TAG_HDR = 100, TAG_DATA, TAG_BN,      /* worker → server */
     TAG_RHDR = 110, TAG_RDATA,            /* server → worker */
-    TAG_SNAPREQ = 120, TAG_SNAP,          /* server 0 ↔ server k */
-    TAG_CKGO = 130, TAG_CKACK, TAG_CKFIN     /* checkpoint: server 0 ↔ paused workers, servers */
+    TAG_SNAPREQ = 120, TAG_SNAP           /* server 0 ↔ server k (checkpoints: server_pause.h's tags) */
 };
 #define SNAP_QUIT (-2L)
-/* Requests of a server's comm_set: 5 per worker, 2 per other server (snapshots), 3 per world
- * rank (checkpoints), a few more. */
-#define SET_CAP(p, S) (8 * (p) + 5 * (S) + 8)
+/* Requests of a server's comm_set: 5 per worker, 2 per other server (snapshots), a few more. */
+#define SET_CAP(p, S) (5 * (p) + 2 * (S) + 8)
 #define SNAP_CKPT (-3L) /* server 0 → server k: write the checkpoint of label sreq.steps */
 /* Server 0 sends a keep-alive header this often to the workers that have left and wait for the
  * end of the run (worker_bye), so that their wait is bounded by comm_timeout_s. */
@@ -71,7 +71,7 @@ typedef struct {
     int quit;
     int in_loop;                      /* server 0 is in server_loop (a stop request can still be checkpointed) */
     /* logging (server 0) */
-    long next_log, next_eval;
+    long last_it;                     /* iteration count at the last look at the cadence (cadence_due) */
     long last_row;                    /* iteration of the last /train row */
     long last_eval;                   /* iteration of the last evaluation (-1: none) */
     double loss_sum;
@@ -83,14 +83,10 @@ typedef struct {
     int status;
     int why;                          /* STOPPED_* (cadence.h) */
     /* checkpoints */
-    long next_ckpt;                   /* server 0: iteration of the next periodic checkpoint */
+    pause_proto pause;                /* the pause protocol (server_pause.h) */
     long go;                          /* server k > 0: label server 0 asked to write (-1: none) */
     int go_ok;
     int stopped;                      /* a checkpoint stopped the run (SIGTERM) or failed */
-    int64_t ck_go[2], ck_ack, ck_fin[2]; /* messages of the checkpoint protocol (see srv_ckpt_round) */
-    int64_t *acks;                    /* server 0: (world) acks */
-    int *s_go, *r_ack, *s_fin;        /* server 0: per world rank (-1: none) */
-    int s_ack, r_fin;                 /* server k > 0 */
     /* faults (docs/reliability.md) */
     char *bye;                        /* server 0: (p) worker i left by a message and waits for the goodbye */
     int n_done;                       /* workers that left by a message (not given up on) */
@@ -101,16 +97,21 @@ typedef struct {
 
 static inline long srv_iteration(const srv *sv) { return sv->rules->iteration ? sv->rules->iteration(sv) : sv->steps_total / sv->p; }
 
-/* server.c */
-void srv_dropped_reserve(srv *sv, long n);
+/* server_ckpt.c: a server's checkpoints. */
+/* Server 0: bn := the mean of the latest BN statistics of the workers that have sent some and
+ * have not failed, in worker order; unchanged when there is none. */
 void srv_bn_average(const srv *sv, float *bn, size_t nbn);
-
-/* server_pause.c */
-void srv_void_round(server_ctx *c);
-/* This server's file of checkpoint `label` (save = 1: returns 0 or EXIT_RUNTIME), or its part of
- * checkpoint `label` read back (save = 0: returns 0 or EXIT_BADINPUT); an error is printed. */
-int server_ckpt(server_ctx *c, long label, int save);
-int srv_ckpt_round(server_ctx *c);
-int srv_ckpt_participate(server_ctx *c);
+/* The pause protocol's write callback (ctx: the server_ctx): this server's file of checkpoint
+ * `label`. Returns 0 or EXIT_RUNTIME (printed). */
+int server_write(void *ctx, long label);
+/* This server's part of checkpoint `label` read back. Returns 0 or EXIT_BADINPUT (printed). */
+int server_read(server_ctx *c, long label);
+/* Server 0, every live worker paused and no evaluation pending: the checkpoint round at its
+ * iteration count (pause_lead). Returns 0 (go on), EXIT_INTERRUPTED (stop) or EXIT_RUNTIME (not
+ * written: c->why). The pause is over afterwards, and the round's time is not training time. */
+int server0_round(server_ctx *c);
+/* Server k > 0, asked by server 0 (c->go, c->go_ok) and every live worker paused: its part of the
+ * round (pause_part). Returns as server0_round. */
+int server_part(server_ctx *c);
 
 #endif

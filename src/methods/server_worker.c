@@ -1,8 +1,9 @@
 /* server_worker.c — the workers' side of the methods with parameter-server ranks (server.h):
- * the begin, step and end a worker rank runs in train_run (method.h, meets = METHOD_MEETS_SERVERS),
- * its exchange with every server (header and shard out, the servers' replies in), its part in a
- * checkpoint pause, and its goodbye. Its cadence and stop decisions come from the servers'
- * replies (docs/architecture.md, "The loop and its cadence"). */
+ * the method's `run` (server_run: a server rank's loop is server.c's; a worker's is here — begin,
+ * step until a reply ends it, end), its exchange with every server (header and shard out, the
+ * servers' replies in), its part in a checkpoint pause (the protocol: server_pause.c), and its
+ * goodbye. Its cadence and stop decisions come from the servers' replies (docs/architecture.md,
+ * "The loop and its cadence"). */
 #define _GNU_SOURCE
 #include "server_internal.h"
 
@@ -27,15 +28,16 @@ typedef struct {
     /* checkpoints */
     int relay;               /* strongest CKPT_SIG_* seen in a reply: passed on to every server */
     int pending;             /* easgd: the last exchange was voided (STOP_CKPT_VOID): send it again */
-    int64_t go[2], ack, fin[2]; /* server 0's go {label, ok}, this worker's ack {status}, fin {status, stop} */
-    int r_go, s_ack, r_fin;
+    pause_proto pause;       /* the pause protocol (server_pause.h) */
+    trainer *t;              /* for the protocol's write callback */
     /* how this worker's run ends */
-    int status;              /* EXIT_OK, or EXIT_RUNTIME (diverged) / EXIT_INTERRUPTED (a checkpoint stopped it) */
     int interrupted;         /* a checkpoint stopped the run: the servers stop too, nobody to tell */
     int failed;              /* inject.fail_rank: leaves with MSG_FAILED */
     int gone;                /* had left before the checkpoint this run resumed from */
     int resend;              /* resumed after a voided exchange (pending): send it before the first step */
 } wstate;
+
+static int worker_write(void *ctx, long label);
 
 static void worker_setup(trainer *t, wstate *w) {
     const server_rules *R = t->method->rules;
@@ -48,7 +50,7 @@ static void worker_setup(trainer *t, wstate *w) {
     w->shdr = xcalloc((size_t)S, sizeof *w->shdr);
     w->rhdr = xcalloc((size_t)S, sizeof *w->rhdr);
     w->reply = R->worker_reply ? xmalloc(n * sizeof(float)) : NULL;
-    w->set = comm_set_new(5 * S + 4);
+    w->set = comm_set_new(4 * S + 1);
     w->s_hdr = xmalloc((size_t)S * sizeof(int)), w->s_data = xmalloc((size_t)S * sizeof(int));
     w->r_hdr = xmalloc((size_t)S * sizeof(int)), w->r_data = xmalloc((size_t)S * sizeof(int));
     float *payload = R->sends_params ? model_params(net) : model_grads(net);
@@ -63,13 +65,13 @@ static void worker_setup(trainer *t, wstate *w) {
         w->r_data[k] = comm_set_add(w->set, COMM_RECV, into + lo, len * sizeof(float), srv_rank, TAG_RDATA);
     }
     if (nbn) w->s_bn = comm_set_add(w->set, COMM_SEND, model_bn(net), nbn * sizeof(float), t->p, TAG_BN);
-    w->r_go = comm_set_add(w->set, COMM_RECV, w->go, sizeof w->go, t->p, TAG_CKGO);
-    w->s_ack = comm_set_add(w->set, COMM_SEND, &w->ack, sizeof w->ack, t->p, TAG_CKACK);
-    w->r_fin = comm_set_add(w->set, COMM_RECV, w->fin, sizeof w->fin, t->p, TAG_CKFIN);
+    w->t = t;
+    pause_init(&w->pause, t, worker_write, w);
 }
 
 static void worker_free(wstate *w) {
     comm_set_free(w->set);
+    pause_free(&w->pause);
     free(w->lo), free(w->shdr), free(w->rhdr), free(w->reply);
     free(w->s_hdr), free(w->s_data), free(w->r_hdr), free(w->r_data);
 }
@@ -119,13 +121,15 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
     return kind == MSG_EXCHANGE ? stop : STOP_DONE;
 }
 
-/* This worker's part of a checkpoint in f, written or read back (ckpt_writing) in one order. */
-static int worker_state(trainer *t, wstate *w, ckpt_file *f) {
+/* This worker's own state in checkpoint file f (a ckpt_part_fn; ctx: the wstate), after the
+ * common part, written or read back (ckpt_writing) in one order. */
+static int worker_state(void *ctx, ckpt_file *f) {
+    wstate *w = ctx;
+    trainer *t = w->t;
     const size_t n = model_n_params(t->net), nbn = model_n_bn(t->net);
     int64_t ver[64] = {0}, misc[2] = {w->pending, w->n_loss};
     for (int k = 0; k < w->S && k < 64; k++) ver[k] = w->rhdr[k].version;
-    int rc = train_ckpt_common(t, f, NULL) ||
-             ckpt_io_f32(f, "params", model_params(t->net), n) || ckpt_io_f32(f, "velocity", t->velocity, n) ||
+    int rc = ckpt_io_f32(f, "params", model_params(t->net), n) || ckpt_io_f32(f, "velocity", t->velocity, n) ||
              ckpt_io_f32(f, "bn", model_bn(t->net), nbn) || ckpt_io_i64(f, "versions", ver, (size_t)w->S) ||
              ckpt_io_i64(f, "pending_nloss", misc, 2) || ckpt_io_f64(f, "loss_sum", &w->loss_sum, 1);
     for (int k = 0; k < w->S && k < 64; k++) w->rhdr[k].version = ver[k];
@@ -133,47 +137,47 @@ static int worker_state(trainer *t, wstate *w, ckpt_file *f) {
     return rc;
 }
 
-/* Worker: paused after an exchange whose reply said STOP_CKPT*: tell every server, wait for
- * server 0's go, write this worker's part of the checkpoint, report, and learn whether the run
- * goes on. Returns 0 (go on), EXIT_INTERRUPTED (stop: a SIGTERM) or EXIT_RUNTIME (a rank could
- * not write: stop). */
+/* The pause protocol's write callback: this worker's file of checkpoint `label`. */
+static int worker_write(void *ctx, long label) {
+    wstate *w = ctx;
+    char err[ERRLEN] = "";
+    if (ckpt_write_rank(w->t, label, NULL, worker_state, w, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "dsgd-run: rank %d: checkpoint: %s\n", w->t->rank, err);
+    return EXIT_RUNTIME;
+}
+
+/* Worker: paused after an exchange whose reply said STOP_CKPT*: tell every server, take part in
+ * the round (server_pause.c: server 0's go, this worker's file, the verdict). Returns 0 (go on),
+ * EXIT_INTERRUPTED (stop: a SIGTERM) or EXIT_RUNTIME (a rank could not write: stop). */
 static int worker_pause(trainer *t, wstate *w, long steps) {
-    comm_set_start(w->set, w->r_go);
-    comm_set_start(w->set, w->r_fin);
+    pause_arm(&w->pause);
     worker_exchange(t, w, MSG_PAUSE, steps);
     double t0 = wall_time();
-    comm_set_wait_or_abort(w->set, w->r_go, "the first parameter server (checkpoint)");
-    char err[ERRLEN] = "";
-    if (w->go[1]) {
-        ckpt_file *f = ckpt_create(t->ckpt_dir, (long)w->go[0], t->rank, err, sizeof err);
-        if (f && (worker_state(t, w, f) || ckpt_close(f))) snprintf(err, sizeof err, "%s", ckpt_error(f));
-        ckpt_free(f);
-        if (err[0]) fprintf(stderr, "dsgd-run: rank %d: checkpoint: %s\n", t->rank, err);
-    }
-    w->ack = err[0] ? EXIT_RUNTIME : 0;
-    comm_set_start(w->set, w->s_ack);
-    comm_set_wait_or_abort(w->set, w->s_ack, "the first parameter server (checkpoint)");
-    comm_set_wait_or_abort(w->set, w->r_fin, "the first parameter server (checkpoint)");
+    const int st = pause_part(&w->pause, -1, 0);
     t->times.comm_s += wall_time() - t0;
     w->relay = CKPT_SIG_NONE;
     ckpt_signal_clear_save();
-    return w->fin[0] ? EXIT_RUNTIME : w->fin[1] ? EXIT_INTERRUPTED : 0;
+    return st;
 }
 
+int srv_worker_gone(const char *dir, long label, int p, int worker, int *gone, char *err, size_t errlen) {
+    ckpt_file *f0 = ckpt_open(dir, label, p, err, errlen);
+    int64_t *left = xcalloc((size_t)p, sizeof(int64_t));
+    const int rc = !f0 || ckpt_get_i64(f0, "left", left, (size_t)p);
+    if (rc && f0) snprintf(err, errlen, "%s", ckpt_error(f0));
+    ckpt_free(f0);
+    *gone = !rc && left[worker];
+    free(left);
+    return rc ? -1 : 0;
+}
+
+/* Resuming: this worker's part of the checkpoint, unless it had left before it (then -1: it
+ * stays out). Returns 0, -1 or EXIT_BADINPUT (printed). */
 static int worker_load(trainer *t, wstate *w) {
     char err[ERRLEN] = "";
-    /* A worker that had left (done or failed) before the checkpoint stays out. */
-    ckpt_file *f0 = ckpt_open(t->ckpt_dir, t->resume_label, t->p, err, sizeof err);
-    int64_t *left = xcalloc((size_t)t->p, sizeof(int64_t));
-    if (f0 && ckpt_get_i64(f0, "left", left, (size_t)t->p)) snprintf(err, sizeof err, "%s", ckpt_error(f0));
-    ckpt_free(f0);
-    int gone = !err[0] && left[t->worker];
-    free(left);
-    if (!err[0] && !gone) {
-        ckpt_file *f = ckpt_open(t->ckpt_dir, t->resume_label, t->rank, err, sizeof err);
-        if (f && worker_state(t, w, f)) snprintf(err, sizeof err, "%s", ckpt_error(f));
-        ckpt_free(f);
-    }
+    int gone = 0;
+    if (srv_worker_gone(t->ckpt_dir, t->resume_label, t->p, t->worker, &gone, err, sizeof err) == 0 && !gone)
+        ckpt_read_rank(t, t->resume_label, NULL, worker_state, w, err, sizeof err);
     if (err[0]) fprintf(stderr, "dsgd-run: rank %d: resuming: %s\n", t->rank, err);
     return err[0] ? EXIT_BADINPUT : gone ? -1 : 0;
 }
@@ -190,12 +194,10 @@ static void worker_bye(trainer *t, wstate *w) {
     }
 }
 
-static wstate W; /* this worker rank's state (one trainer per process, as gossip's) */
-
 /* One exchange as the end of a step and what its reply asks for: combine (easgd), pause for a
  * checkpoint. 1 when the replies end this worker's run (done, diverged, or a checkpoint that
- * stops it), its status in w->status. */
-static int exchange_ends(trainer *t, wstate *w, long steps) {
+ * stops it), with the run's status in *o (EXIT_OK: done). */
+static int exchange_ends(trainer *t, wstate *w, long steps, step_out *o) {
     const server_rules *R = t->method->rules;
     int stop = worker_exchange(t, w, MSG_EXCHANGE, steps);
     /* STOP_CKPT: the servers applied the exchange, so the worker combines its reply too */
@@ -204,16 +206,16 @@ static int exchange_ends(trainer *t, wstate *w, long steps) {
     if (stop == STOP_CKPT || stop == STOP_CKPT_VOID) {
         w->pending = stop == STOP_CKPT_VOID && R->sends_params; /* easgd: exchange again afterwards */
         const int ps = worker_pause(t, w, steps);
-        if (ps) w->status = ps, w->interrupted = 1;
+        if (ps) o->status = ps, o->why = STOPPED_CHECKPOINT, w->interrupted = 1;
         stop = ps ? STOP_DONE : STOP_NO;
     }
-    if (stop == STOP_DIVERGED) w->status = EXIT_RUNTIME;
+    if (stop == STOP_DIVERGED) o->status = EXIT_RUNTIME, o->why = STOPPED_NONFINITE;
     return stop != STOP_NO;
 }
 
-int srv_worker_begin(trainer *t) {
-    wstate *w = &W;
-    *w = (wstate){0};
+static int srv_worker_begin(trainer *t) {
+    wstate *w = xcalloc(1, sizeof *w); /* this worker rank's state, released by srv_worker_end */
+    t->mstate = w;
     worker_setup(t, w);
     int st = 0;
     if (t->resume_label >= 0) {
@@ -221,30 +223,33 @@ int srv_worker_begin(trainer *t) {
         w->gone = st < 0, st = st < 0 ? 0 : st;
         w->resend = w->pending;
     }
-    if ((st = comm_max_int(st))) worker_free(w); /* every rank: a checkpoint could not be read */
+    if ((st = comm_max_int(st))) { /* every rank: a checkpoint could not be read */
+        worker_free(w), free(w);
+        t->mstate = NULL;
+    }
     return st;
 }
 
-step_out srv_worker_step(trainer *t, long s, double alpha) {
-    wstate *w = &W;
+static step_out srv_worker_step(trainer *t, long s, double alpha) {
+    wstate *w = t->mstate;
     const server_rules *R = t->method->rules;
     model *net = t->net;
+    step_out o = {.took = METHOD_STEP_END, .status = EXIT_OK};
     const int resend = w->resend;
     w->resend = 0;
-    if (w->gone || (resend && exchange_ends(t, w, s)) || (!R->until_stop && s >= t->e->iterations)) return (step_out){.took = METHOD_STEP_END};
+    if (w->gone || (resend && exchange_ends(t, w, s, &o)) || (!R->until_stop && s >= t->e->iterations)) return o;
     if (inject_failed(t->e, t->worker, s)) {
         fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other workers go on\n", t->rank, s);
         w->failed = 1;
-        return (step_out){.took = METHOD_STEP_END};
+        return o;
     }
     const double t0 = wall_time();
     /* backup: the data of the step whose parameters the worker holds (server 0's version) */
     const long data_step = R->until_stop ? (long)w->rhdr[0].version : s;
-    double loss;
-    if (train_compute(t, data_step, s, &loss)) return (step_out){.status = EXIT_RUNTIME, .why = STOPPED_DATA};
-    w->loss_sum += loss;
+    if (train_compute(t, data_step, s, &o.loss)) return o.status = EXIT_RUNTIME, o.why = STOPPED_DATA, o;
+    w->loss_sum += o.loss;
     w->n_loss++;
-    int finite = isfinite(loss);
+    int finite = isfinite(o.loss);
     if (finite && R->local_update) {
         const double u0 = wall_time();
         finite = sgd_update(model_params(net), model_grads(net), t->velocity, model_n_params(net), (float)alpha, (float)t->e->momentum,
@@ -252,46 +257,54 @@ step_out srv_worker_step(trainer *t, long s, double alpha) {
         t->times.update_s += wall_time() - u0;
     }
     t->step = s + 1;
-    int end = 0;
     if (!finite) { /* srv_worker_end tells the servers (MSG_DIVERGED), which stop every rank */
-        int why = STOPPED_WRITE;
-        train_say_nonfinite_loss(t, &why, 1, s + 1, alpha, "stopping every rank");
-        w->status = EXIT_RUNTIME, end = 1;
-    } else if (R->until_stop || !R->exchange_after || R->exchange_after(t, s)) end = exchange_ends(t, w, s + 1);
+        if (isfinite(o.loss)) o.loss = NAN; /* the update diverged: the loop says so as for the loss */
+        o.status = EXIT_RUNTIME, o.why = STOPPED_NONFINITE;
+    } else if (!((R->until_stop || !R->exchange_after || R->exchange_after(t, s)) && exchange_ends(t, w, s + 1, &o)))
+        o.took = METHOD_STEP_TOOK;
     t->times.step_s += wall_time() - t0;
-    return (step_out){.took = end ? METHOD_STEP_END : METHOD_STEP_TOOK, .loss = loss};
+    return o;
 }
 
-int srv_worker_end(trainer *t, int status) {
-    (void)status; /* train_run decides nothing for these workers: the servers' replies did */
-    wstate *w = &W;
-    /* leave; MSG_DIVERGED makes server 0 record the stop in the run file. After a checkpoint
-     * that stops the run, the servers stop too: nobody to tell. A worker that had left before
-     * the checkpoint it resumed from has left. */
+static int srv_worker_end(trainer *t, int status) {
+    wstate *w = t->mstate;
+    /* leave; MSG_DIVERGED (the run's status is not EXIT_OK: this worker's loss, or a reply, said
+     * the run diverged) makes server 0 record the stop in the run file. After a checkpoint that
+     * stops the run, the servers stop too: nobody to tell. A worker that had left before the
+     * checkpoint it resumed from has left. */
     if (!w->interrupted && !w->gone) {
-        worker_exchange(t, w, w->status != EXIT_OK ? MSG_DIVERGED : w->failed ? MSG_FAILED : MSG_DONE, t->step);
+        worker_exchange(t, w, status != EXIT_OK ? MSG_DIVERGED : w->failed ? MSG_FAILED : MSG_DONE, t->step);
         worker_bye(t, w);
     }
-    worker_free(w);
-    return w->status;
+    worker_free(w), free(w);
+    t->mstate = NULL;
+    return status;
 }
 
-/* method_ops.run: a server rank runs the server loop; a worker steps until the servers' reply
- * ends its run (they keep the cadence), then leaves. */
-int srv_run(trainer *t) {
-    if (t->worker < 0) return server_serve(t);
-    int st = srv_worker_begin(t);
-    if (st != EXIT_OK) return st;
-    comm_barrier(); /* the whole world starts together (server_serve's twin) */
+/* A worker rank's whole run: begin (its requests; its checkpoint when resuming); the world starts
+ * together; step until a reply ends the run; end. A non-finite loss of its own is said here (the
+ * servers then stop every rank). */
+static int worker_run(trainer *t) {
+    int status = srv_worker_begin(t);
+    if (status != EXIT_OK) return status;
+    comm_barrier(); /* the whole world starts together */
     for (long s = t->step;; s++) {
+        const double alpha = alpha_at(t->e, s);
         ckpt_poll_test(s + 1, t->rank); /* tests: a signal during step s + 1 */
-        const step_out o = srv_worker_step(t, s, alpha_at(t->e, s));
-        if (o.status != EXIT_OK && o.why == STOPPED_DATA) {
+        const step_out o = srv_worker_step(t, s, alpha);
+        if (o.took != METHOD_STEP_END) continue;
+        if (o.why == STOPPED_DATA) { /* the servers would wait comm_timeout_s for this worker */
             fprintf(stderr, "dsgd-run: rank %d: data loading failed: %s; stopping every rank\n", t->rank, loader_error(&t->train_loader));
             comm_abort(EXIT_RUNTIME);
         }
-        if (o.took == METHOD_STEP_END) break;
-        t->step = s + 1;
+        if (o.status != EXIT_OK && !isfinite(o.loss)) {
+            int why;
+            train_say_nonfinite_loss(t, &why, 1, s + 1, alpha, "stopping every rank");
+        }
+        status = o.status;
+        break;
     }
-    return srv_worker_end(t, EXIT_OK);
+    return srv_worker_end(t, status);
 }
+
+int server_run(trainer *t) { return t->worker < 0 ? server_serve(t) : worker_run(t); }

@@ -7,12 +7,6 @@
 
 #include "config/config.h"
 
-/* A /train row after `done` steps: every log_every steps and after the last. */
-static inline int cadence_log_due(const experiment *e, long done) { return done % e->log_every == 0 || done == e->iterations; }
-/* An evaluation: every eval.every steps and after the last. */
-static inline int cadence_eval_due(const experiment *e, long done) { return done % e->eval.every == 0 || done == e->iterations; }
-/* A periodic checkpoint: every checkpoint.every steps (0: never). */
-static inline int cadence_ckpt_due(const experiment *e, long done) { return e->checkpoint.every && done % e->checkpoint.every == 0; }
 /* What is due once `done` steps (server: iterations) are complete after `before` were: the
  * CADENCE_* whose period was crossed in (before, done] — a /train row every log_every and after
  * the last, an evaluation every eval.every and after the last, a periodic checkpoint every
@@ -27,7 +21,5 @@ static inline unsigned cadence_due(const experiment *e, long before, long done) 
            (cadence_crossed(before, done, e->eval.every) || last ? CADENCE_EVAL : 0u) |
            (cadence_crossed(before, done, e->checkpoint.every) ? CADENCE_CKPT : 0u);
 }
-/* Counters (the server loop, whose iterations jump): the first multiple of `every` beyond it. */
-static inline long cadence_next(long it, long every) { return (it / every + 1) * every; }
 
 #endif
