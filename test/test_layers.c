@@ -528,7 +528,7 @@ START_TEST(test_add_relu_sweep) {
 END_TEST
 
 /* The format the model's activations take on this machine (the stem convolution's choice,
- * model.c net_build, or nhwc where that choice would pad the channels: oneDNN 3.2 has only a
+ * model_build.c build_stem, or nhwc where that choice would pad the channels: oneDNN 3.2 has only a
  * reference forward convolution there) is one the layer tests cover, at the widths of the
  * experiments. */
 START_TEST(test_model_formats) {

@@ -5,15 +5,9 @@
  *
  * Two copies of the network are built in model_create: `train` for the training minibatch
  * (forward_training primitives, BN with batch statistics, backward primitives) and `eval` for
- * eval_batch (forward_inference, BN with the running statistics). Every buffer is allocated
- * there; model_train_step and model_eval only point oneDNN memory objects at them.
- *
- * Buffers of the training network: each forward activation a backward pass reads has its own
- * buffer; gradients flow through five shared buffers of the largest activation size: g[0], g[1]
- * alternate as the gradient at block boundaries, t[0..2] are temporaries inside a block. The
- * evaluation network needs no saved activations and cycles through four buffers, running BN and
- * the residual add in place (five buffers when the add may not run in place, see
- * add_in_place_ok: only at widths that are not a multiple of oneDNN's channel block).
+ * eval_batch (forward_inference, BN with the running statistics): their layers and buffers in
+ * model_build.c (model_internal.h), on the parameter layout of layout.c. Every buffer is
+ * allocated there; model_train_step and model_eval only point oneDNN memory objects at them.
  *
  *   stem:   x -> conv1 -> bn1+ReLU -> [maxpool 3x3/2]                (ImageNet stem only)
  *   block:  x -> conv1 -> bn1+ReLU -> conv2 -> bn2 -> (+ shortcut) -> ReLU -> y
@@ -27,7 +21,6 @@
  * nchw batch already is the (B, C*H*W) row-major matrix torch's x.view(B, -1) gives. */
 #include "nn/model.h"
 
-#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -35,384 +28,10 @@
 
 #include "nn/layers.h"
 #include "nn/layout.h"
+#include "nn/model_internal.h"
 #include "optim/sgd.h"
 #include "gpu.h"
 #include "util/util.h"
-
-/* One BasicBlock's layers and buffers in a network. */
-typedef struct {
-    conv_layer conv1, conv2, convd;
-    bn_layer bn1, bn2, bnd;
-    add_layer res;                          /* y = relu(bn2 + shortcut) */
-    add_layer acc;                          /* dx += gradient through the shortcut (training) */
-    float *c1, *a1, *c2, *b2, *y, *cd, *sd; /* b2: bn2 output; eval: c1 == a1, c2 == b2, cd == sd;
-                                               b2 == y where the add may run in place */
-} block_run;
-
-typedef struct {
-    int n;
-    int built;
-    nn_reorder in;                          /* user (n, c, h, w) -> stem conv input format */
-    int in_direct;                          /* the stem reads x as given */
-    conv_layer conv1;
-    bn_layer bn1;
-    pool_layer maxpool;
-    block_run b[N_BLOCKS];
-    pool_layer gap;
-    nn_reorder gap_out, gap_in;             /* gap output format <-> plain (n, 8w) */
-    float *x, *c0, *a0, *p0;                /* stem activations (x: reordered input) */
-    float *gap_o, *feat, *logits, *probs, *losses;
-    float *d_gap_o, *d_feat, *d_logits;     /* training */
-    float *g[2], *t[3];                     /* training gradient buffers */
-    float *e[5];                            /* evaluation: rotating activation buffers */
-    float *owned[128];                      /* every buffer this network allocated */
-    int n_owned;
-} net;
-
-struct model {
-    nn_layout L;
-    nn_ctx ctx;
-    float *params, *grads, *bn;  /* the vectors (CPU) or their page-locked host mirrors (GPU) */
-    float *velocity;             /* model_sgd_update's momentum (CPU; on a GPU it is on the device) */
-    net train, eval;
-    gpu_model *gpu;              /* MODEL_CUDA: the network on the device (cuda/gpu.h) */
-    int host_sync;               /* model.h "devices": 1 host mirrors are the truth, 0 the device */
-    int in_step;                 /* between model_train_begin and model_train_end */
-    float step_loss;             /* CPU: the loss model_train_begin computed */
-};
-
-/* ---- layout: names, shapes, offsets (torchvision state_dict order) ------------------------ */
-
-/* Append the tensor "name.suffix" to params (bn = 0) or to the BN running statistics in bn (bn = 1,
- * kind unused); returns its offset there. */
-static size_t add_tensor(nn_layout *L, int bn, tensor_kind kind, const char *name, const char *suffix, int ndim, int d0,
-                         int d1, int d2, int d3) {
-    int *count = bn ? &L->n_bn_tensors : &L->n_tensors;
-    if (*count >= (bn ? MAX_BN_TENSORS : MAX_TENSORS)) DIE("too many %stensors", bn ? "BN " : "");
-    const int i = (*count)++;
-    model_tensor *t = bn ? &L->bn_tensors[i] : &L->tensors[i];
-    size_t *total = bn ? &L->n_bn : &L->n_params;
-    char *stored = bn ? L->bn_names[i] : L->names[i];
-    snprintf(stored, NAME_LEN, "%s.%s", name, suffix);
-    t->name = stored;
-    t->ndim = ndim;
-    int d[4] = {d0, d1, d2, d3};
-    t->n = 1;
-    for (int k = 0; k < 4; k++) {
-        t->shape[k] = k < ndim ? d[k] : 0;
-        if (k < ndim) t->n *= (size_t)d[k];
-    }
-    t->offset = *total;
-    if (!bn) L->kind[i] = kind;
-    *total += t->n;
-    return t->offset;
-}
-
-/* conv weight (O, I, k, k). */
-static size_t add_conv(nn_layout *L, const char *name, int o, int i, int k) {
-    return add_tensor(L, 0, T_CONV, name, "weight", 4, o, i, k, k);
-}
-
-/* BN weight, bias (C) in params; running_mean, running_var (C) in bn. */
-static void add_bn(nn_layout *L, const char *name, int ch, size_t *g, size_t *b, size_t *rm, size_t *rv) {
-    size_t *dst[4] = {g, b, rm, rv};
-    const char *suffix[4] = {"weight", "bias", "running_mean", "running_var"};
-    for (int k = 0; k < 4; k++)
-        *dst[k] = add_tensor(L, k >= 2, k == 0 ? T_BN_WEIGHT : T_BN_BIAS, name, suffix[k], 1, ch, 0, 0, 0);
-}
-
-static int out_size(int i, int k, int s, int p) { return (i + 2 * p - k) / s + 1; }
-
-int nn_layout_build(nn_layout *L, const model_spec *s, char *err, size_t errlen) {
-    memset(L, 0, sizeof *L);
-    L->s = *s;
-    if (s->arch == MODEL_LINEAR) {
-        if (s->in_c < 1 || s->in_h < 1 || s->in_w < 1 || s->n_classes < 1)
-            return seterr(err, errlen, "model: linear: input %dx%dx%d, %d classes: all must be >= 1", s->in_c, s->in_h,
-                          s->in_w, s->n_classes);
-        const long feat = (long)s->in_c * s->in_h * s->in_w;
-        if (feat > INT_MAX)
-            return seterr(err, errlen, "model: linear: input %dx%dx%d has more than %d features", s->in_c, s->in_h,
-                          s->in_w, INT_MAX);
-        L->feat = (int)feat;
-        L->fc_w = add_tensor(L, 0, T_FC_WEIGHT, "fc", "weight", 2, s->n_classes, L->feat, 0, 0);
-        L->fc_b = add_tensor(L, 0, T_FC_BIAS, "fc", "bias", 1, s->n_classes, 0, 0, 0);
-        return 0;
-    }
-    if (s->arch != MODEL_RESNET18) return seterr(err, errlen, "model: unknown architecture %d", (int)s->arch);
-    if (s->width < 1 || s->in_c < 1 || s->in_h < 1 || s->in_w < 1 || s->n_classes < 1)
-        return seterr(err, errlen, "model: width %d, input %dx%dx%d, %d classes: all must be >= 1", s->width,
-                      s->in_c, s->in_h, s->in_w, s->n_classes);
-    if (s->stem != MODEL_STEM_CIFAR && s->stem != MODEL_STEM_IMAGENET)
-        return seterr(err, errlen, "model: unknown stem %d", (int)s->stem);
-    const int w = s->width;
-    const int imagenet = s->stem == MODEL_STEM_IMAGENET;
-    L->stem_k = imagenet ? 7 : 3;
-    L->stem_stride = imagenet ? 2 : 1;
-    L->stem_pad = imagenet ? 3 : 1;
-    L->c0 = w;
-    L->h0 = out_size(s->in_h, L->stem_k, L->stem_stride, L->stem_pad);
-    L->w0 = out_size(s->in_w, L->stem_k, L->stem_stride, L->stem_pad);
-    L->h1 = imagenet ? out_size(L->h0, 3, 2, 1) : L->h0;
-    L->w1 = imagenet ? out_size(L->w0, 3, 2, 1) : L->w0;
-    if (L->h0 < 1 || L->w0 < 1 || L->h1 < 1 || L->w1 < 1)
-        return seterr(err, errlen, "model: input %dx%d too small for the stem", s->in_h, s->in_w);
-
-    L->conv1 = add_conv(L, "conv1", w, s->in_c, L->stem_k);
-    add_bn(L, "bn1", w, &L->bn1_g, &L->bn1_b, &L->bn1_rm, &L->bn1_rv);
-    int cin = w, h = L->h1, wd = L->w1;
-    for (int i = 0; i < N_BLOCKS; i++) {
-        block_def *b = &L->blk[i];
-        int stage = i / 2;
-        snprintf(b->prefix, sizeof b->prefix, "layer%d.%d", stage + 1, i % 2);
-        const char *sub[6] = {"conv1", "bn1", "conv2", "bn2", "downsample.0", "downsample.1"};
-        for (int k = 0; k < 6; k++) snprintf(b->lname[k], NAME_LEN, "%s.%s", b->prefix, sub[k]);
-        b->cin = cin;
-        b->cout = w << stage;
-        b->stride = (stage > 0 && i % 2 == 0) ? 2 : 1;
-        b->down = b->stride != 1 || b->cin != b->cout;
-        b->ih = h, b->iw = wd;
-        b->oh = out_size(h, 3, b->stride, 1);
-        b->ow = out_size(wd, 3, b->stride, 1);
-        b->w1 = add_conv(L, b->lname[0], b->cout, b->cin, 3);
-        add_bn(L, b->lname[1], b->cout, &b->g1, &b->b1, &b->rm1, &b->rv1);
-        b->w2 = add_conv(L, b->lname[2], b->cout, b->cout, 3);
-        add_bn(L, b->lname[3], b->cout, &b->g2, &b->b2, &b->rm2, &b->rv2);
-        if (b->down) {
-            b->wd = add_conv(L, b->lname[4], b->cout, b->cin, 1);
-            add_bn(L, b->lname[5], b->cout, &b->gd, &b->bd, &b->rmd, &b->rvd);
-        }
-        cin = b->cout, h = b->oh, wd = b->ow;
-    }
-    L->feat = cin;
-    L->fc_w = add_tensor(L, 0, T_FC_WEIGHT, "fc", "weight", 2, s->n_classes, L->feat, 0, 0);
-    L->fc_b = add_tensor(L, 0, T_FC_BIAS, "fc", "bias", 1, s->n_classes, 0, 0, 0);
-    return 0;
-}
-
-int nn_layout_check_batches(const nn_layout *L, char *err, size_t errlen) {
-    const model_spec *s = &L->s;
-    if (s->batch < 1) return seterr(err, errlen, "model: training batch %d must be >= 1", s->batch);
-    if (s->eval_batch < 0) return seterr(err, errlen, "model: eval_batch %d must be >= 0", s->eval_batch);
-    const block_def *last = &L->blk[N_BLOCKS - 1];
-    if (s->arch == MODEL_RESNET18 && (long)s->batch * last->oh * last->ow < 2)
-        return seterr(err, errlen, "model: batch %d with a %dx%d last stage leaves one value per BN channel", s->batch,
-                      last->oh, last->ow);
-    return 0;
-}
-
-size_t model_spec_n_params(const model_spec *s, size_t *n_bn) {
-    nn_layout *L = xmalloc(sizeof *L);
-    char err[ERRLEN];
-    size_t n = 0;
-    if (nn_layout_build(L, s, err, sizeof err) == 0) {
-        n = L->n_params;
-        if (n_bn) *n_bn = L->n_bn;
-    }
-    free(L);
-    return n;
-}
-
-size_t model_spec_activation_floats(const model_spec *s) {
-    nn_layout *L = xmalloc(sizeof *L);
-    char err[ERRLEN];
-    size_t n = 0;
-    if (nn_layout_build(L, s, err, sizeof err) == 0) {
-        n = (size_t)s->n_classes + (s->arch == MODEL_LINEAR ? (size_t)L->feat : 0);
-        if (s->arch == MODEL_RESNET18) /* the stem's output, the max-pool's (ImageNet stem), the pooled features */
-            n += (size_t)L->c0 * L->h0 * L->w0 + (L->stem_stride == 2 ? (size_t)L->c0 * L->h1 * L->w1 : 0) + (size_t)L->feat;
-        for (int i = 0; s->arch == MODEL_RESNET18 && i < N_BLOCKS; i++) {
-            const block_def *b = &L->blk[i];
-            n += (size_t)(2 + b->down) * b->cout * b->oh * b->ow;
-        }
-    }
-    free(L);
-    return n;
-}
-
-/* ---- network construction ----------------------------------------------------------------- */
-
-static float *net_alloc(net *t, const_dnnl_memory_desc_t md_or_null, size_t nbytes) {
-    if (t->n_owned >= (int)(sizeof t->owned / sizeof t->owned[0])) DIE("too many network buffers");
-    float *p = nn_alloc(md_or_null ? nn_md_nbytes(md_or_null) : nbytes);
-    t->owned[t->n_owned++] = p;
-    return p;
-}
-
-#define TRY(call)                                                                                 \
-    do {                                                                                          \
-        if ((call) != 0) return -1;                                                               \
-    } while (0)
-
-static size_t max_sz(size_t a, const_dnnl_memory_desc_t md) {
-    size_t b = nn_md_nbytes(md);
-    return a > b ? a : b;
-}
-
-/* Rebuild the convolution l (built by conv_init with input src_md and output NULL: oneDNN's
- * choice) with its output in the network's activation format act, unless it already is. */
-static int conv_to(conv_layer *l, nn_ctx *c, const_dnnl_memory_desc_t src_md, dnnl_format_tag_t act, char *err,
-                   size_t errlen) {
-    if (act == dnnl_format_tag_undef) return 0;
-    const conv_layer o = *l; /* the shapes; conv_free clears l */
-    dnnl_memory_desc_t want = nn_md4(o.n, o.oc, o.oh, o.ow, act);
-    int rc = 0;
-    if (!dnnl_memory_desc_equal(l->dst_md, want)) {
-        conv_free(l);
-        rc = conv_init(l, c, o.name, o.n, o.ic, o.ih, o.iw, o.oc, o.k, o.stride, o.pad, src_md, want, o.mode,
-                       o.need_dinp, err, errlen);
-    }
-    dnnl_memory_desc_destroy(want);
-    return rc;
-}
-
-/* What every network for batch n has, and the linear model's whole network (no layers): logits,
- * probabilities, per-sample losses and (training) the logit gradient. */
-static void net_head(model *m, net *t, nn_mode mode, int n) {
-    const size_t k = (size_t)m->L.s.n_classes;
-    t->n = n;
-    t->built = 1;
-    t->logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
-    t->probs = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
-    t->losses = net_alloc(t, NULL, (size_t)n * sizeof(float));
-    if (mode == NN_TRAIN) t->d_logits = net_alloc(t, NULL, (size_t)n * k * sizeof(float));
-}
-
-/* Build every layer of one network (training or evaluation) for batch n. */
-static int net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t errlen) {
-    const nn_layout *L = &m->L;
-    const model_spec *s = &L->s;
-    nn_ctx *c = &m->ctx;
-    const int train = mode == NN_TRAIN;
-    net_head(m, t, mode, n);
-
-    /* Layers first. Formats: the stem convolution picks its input and output formats
-     * (format_tag_any); that output format, e.g. nChw8c on AVX2, becomes the activation format
-     * of the whole network (nhwc instead where it would pad the channels, below). Every later convolution takes its producer's format as input and is
-     * asked for `any` output; should oneDNN choose another layout there (it picks nhwc for
-     * fewer than 8 channels), the convolution is rebuilt with the activation format, so BN,
-     * ReLU, add and pooling never mix layouts (and oneDNN issue #6035 cannot be hit). */
-    TRY(conv_init(&t->conv1, c, "conv1", n, s->in_c, s->in_h, s->in_w, L->c0, L->stem_k, L->stem_stride,
-                  L->stem_pad, NULL, NULL, mode, 0, err, errlen));
-    dnnl_format_tag_t act = nn_md_tag(t->conv1.dst_md);
-    /* oneDNN 3.2 has only its reference forward convolution (~1000x slower) for a channel-blocked
-     * input with padded channels (nChw16c with C = 4, 8; nChw8c with C = 4), and its stem picks
-     * nChw16c at widths 4 and 8 on AVX-512: at a width that is no multiple of the block the
-     * network runs channels-last (nhwc), which has jit / brgemm kernels for every channel count. */
-    const int block = act == dnnl_nChw16c ? 16 : act == dnnl_nChw8c ? 8 : 1;
-    if (L->c0 % block != 0) {
-        act = dnnl_nhwc;
-        TRY(conv_to(&t->conv1, c, NULL, act, err, errlen));
-    }
-    dnnl_memory_desc_t user = nn_md4(n, s->in_c, s->in_h, s->in_w, dnnl_nchw);
-    t->in_direct = dnnl_memory_desc_equal(user, t->conv1.src_md);
-    const int rc_in = t->in_direct ? 0 : nn_reorder_init(&t->in, c, "input", user, t->conv1.src_md, err, errlen);
-    dnnl_memory_desc_destroy(user);
-    TRY(rc_in);
-    TRY(bn_init(&t->bn1, c, "bn1", t->conv1.dst_md, 1, mode, err, errlen));
-    const_dnnl_memory_desc_t h_md = t->conv1.dst_md;
-    if (s->stem == MODEL_STEM_IMAGENET) {
-        TRY(pool_init(&t->maxpool, c, "maxpool", h_md, 1, 3, 2, 1, mode, err, errlen));
-        h_md = t->maxpool.dst_md;
-    }
-    size_t big = max_sz(max_sz(0, t->conv1.dst_md), h_md);
-    for (int i = 0; i < N_BLOCKS; i++) {
-        const block_def *d = &L->blk[i];
-        block_run *r = &t->b[i];
-        TRY(conv_init(&r->conv1, c, d->lname[0], n, d->cin, d->ih, d->iw, d->cout, 3, d->stride, 1, h_md, NULL, mode,
-                      1, err, errlen));
-        TRY(conv_to(&r->conv1, c, h_md, act, err, errlen));
-        TRY(bn_init(&r->bn1, c, d->lname[1], r->conv1.dst_md, 1, mode, err, errlen));
-        TRY(conv_init(&r->conv2, c, d->lname[2], n, d->cout, d->oh, d->ow, d->cout, 3, 1, 1, r->conv1.dst_md, NULL,
-                      mode, 1, err, errlen));
-        TRY(conv_to(&r->conv2, c, r->conv1.dst_md, act, err, errlen));
-        TRY(bn_init(&r->bn2, c, d->lname[3], r->conv2.dst_md, 0, mode, err, errlen));
-        if (d->down) {
-            /* Both paths of the block must produce the same layout for the add. */
-            TRY(conv_init(&r->convd, c, d->lname[4], n, d->cin, d->ih, d->iw, d->cout, 1, d->stride, 0, h_md,
-                          r->conv2.dst_md, mode, 1, err, errlen));
-            TRY(bn_init(&r->bnd, c, d->lname[5], r->convd.dst_md, 0, mode, err, errlen));
-        }
-        TRY(add_init(&r->res, c, d->prefix, r->conv2.dst_md, d->down ? r->convd.dst_md : h_md, 1, mode, err, errlen));
-        if (train) TRY(add_init(&r->acc, c, d->prefix, h_md, d->down ? h_md : r->conv2.dst_md, 0, mode, err, errlen));
-        big = max_sz(max_sz(big, r->conv1.dst_md), r->conv2.dst_md);
-        h_md = r->conv2.dst_md;
-    }
-    TRY(pool_init(&t->gap, c, "avgpool", h_md, 0, 0, 0, 0, mode, err, errlen));
-    dnnl_memory_desc_t feat_md = nn_md4(n, L->feat, 1, 1, dnnl_nchw);
-    int rc_gap = nn_reorder_init(&t->gap_out, c, "avgpool", t->gap.dst_md, feat_md, err, errlen);
-    if (!rc_gap && train) rc_gap = nn_reorder_init(&t->gap_in, c, "avgpool", feat_md, t->gap.dst_md, err, errlen);
-    dnnl_memory_desc_destroy(feat_md);
-    TRY(rc_gap);
-
-    /* Buffers. */
-    t->gap_o = net_alloc(t, t->gap.dst_md, 0);
-    t->feat = net_alloc(t, NULL, (size_t)n * L->feat * sizeof(float));
-    if (train) {
-        if (!t->in_direct) t->x = net_alloc(t, t->conv1.src_md, 0);
-        t->c0 = net_alloc(t, t->conv1.dst_md, 0);
-        t->a0 = net_alloc(t, t->conv1.dst_md, 0);
-        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = net_alloc(t, t->maxpool.dst_md, 0);
-        for (int i = 0; i < N_BLOCKS; i++) {
-            block_run *r = &t->b[i];
-            r->c1 = net_alloc(t, r->conv1.dst_md, 0);
-            r->a1 = net_alloc(t, r->conv1.dst_md, 0);
-            r->c2 = net_alloc(t, r->conv2.dst_md, 0);
-            r->y = net_alloc(t, r->conv2.dst_md, 0);
-            r->b2 = add_in_place_ok(&r->res) ? r->y : net_alloc(t, r->conv2.dst_md, 0);
-            if (L->blk[i].down) {
-                r->cd = net_alloc(t, r->convd.dst_md, 0);
-                r->sd = net_alloc(t, r->convd.dst_md, 0);
-            }
-        }
-        for (int i = 0; i < 2; i++) t->g[i] = net_alloc(t, NULL, big);
-        for (int i = 0; i < 3; i++) t->t[i] = net_alloc(t, NULL, big);
-        t->d_gap_o = net_alloc(t, t->gap.dst_md, 0);
-        t->d_feat = net_alloc(t, NULL, (size_t)n * L->feat * sizeof(float));
-    } else {
-        if (!t->in_direct) big = max_sz(big, t->conv1.src_md);
-        int in_place = 1;
-        for (int i = 0; i < N_BLOCKS; i++) in_place &= add_in_place_ok(&t->b[i].res);
-        const int ne = in_place ? 4 : 5;
-        for (int i = 0; i < ne; i++) t->e[i] = net_alloc(t, NULL, big);
-        t->x = t->e[0];
-        t->c0 = t->a0 = t->e[1];
-        int cur = 1;
-        if (s->stem == MODEL_STEM_IMAGENET) t->p0 = t->e[2], cur = 2;
-        for (int i = 0; i < N_BLOCKS; i++) {
-            int o[4], j = 0; /* the buffers other than the block input */
-            for (int q = 0; q < ne; q++)
-                if (q != cur) o[j++] = q;
-            block_run *r = &t->b[i];
-            r->c1 = r->a1 = t->e[o[0]];
-            r->c2 = r->b2 = t->e[o[1]];
-            r->cd = r->sd = t->e[o[2]];
-            r->y = in_place ? r->b2 : t->e[o[3]];
-            cur = in_place ? o[1] : o[3];
-        }
-    }
-    return 0;
-}
-
-/* Safe on a linear net: the layer structs are zero, and every *_free accepts that. */
-static void net_free(net *t) {
-    if (!t->built) return;
-    nn_reorder_free(&t->in);
-    conv_free(&t->conv1);
-    bn_free(&t->bn1);
-    pool_free(&t->maxpool);
-    for (int i = 0; i < N_BLOCKS; i++) {
-        block_run *r = &t->b[i];
-        conv_free(&r->conv1), conv_free(&r->conv2), conv_free(&r->convd);
-        bn_free(&r->bn1), bn_free(&r->bn2), bn_free(&r->bnd);
-        add_free(&r->res), add_free(&r->acc);
-    }
-    pool_free(&t->gap);
-    nn_reorder_free(&t->gap_out);
-    nn_reorder_free(&t->gap_in);
-    for (int i = 0; i < t->n_owned; i++) free(t->owned[i]);
-    memset(t, 0, sizeof *t);
-}
 
 /* ---- public: create, accessors, init ------------------------------------------------------ */
 
@@ -461,13 +80,13 @@ model *model_create(const model_spec *s, char *err, size_t errlen) {
     m->bn = model_host_alloc(m, m->L.n_bn * sizeof(float));
     m->velocity = model_host_alloc(m, m->L.n_params * sizeof(float));
     if (!m->gpu && s->arch == MODEL_LINEAR) {
-        net_head(m, &m->train, NN_TRAIN, s->batch);
-        if (s->eval_batch > 0) net_head(m, &m->eval, NN_INFER, s->eval_batch);
+        nn_net_head(m, &m->train, NN_TRAIN, s->batch);
+        if (s->eval_batch > 0) nn_net_head(m, &m->eval, NN_INFER, s->eval_batch);
     } else if (!m->gpu) {
         if (nn_ctx_init(&m->ctx, err, errlen)) goto fail;
         m->ctx.conv_bf16 = s->precision == MODEL_BF16;
-        if (net_build(m, &m->train, NN_TRAIN, s->batch, err, errlen)) goto fail;
-        if (s->eval_batch > 0 && net_build(m, &m->eval, NN_INFER, s->eval_batch, err, errlen)) goto fail;
+        if (nn_net_build(m, &m->train, NN_TRAIN, s->batch, err, errlen)) goto fail;
+        if (s->eval_batch > 0 && nn_net_build(m, &m->eval, NN_INFER, s->eval_batch, err, errlen)) goto fail;
     }
     model_init(m, 0);
     return m;
@@ -483,8 +102,8 @@ void model_free(model *m) {
         gpu_host_free(m->train.logits), gpu_host_free(m->eval.logits), gpu_host_free(m->eval.probs),
             gpu_host_free(m->eval.losses);
     } else { /* also after a failed gpu_model_create: all zero */
-        net_free(&m->train);
-        net_free(&m->eval);
+        nn_net_free(&m->train);
+        nn_net_free(&m->eval);
         nn_ctx_free(&m->ctx);
     }
     float *v[] = {m->params, m->grads, m->bn, m->velocity};
