@@ -29,7 +29,7 @@
  * with weight 0; pulls from it are answered "gone" and skipped. With p = 1, plain SGD.
  *
  * Pull and push share this code; their tables differ in .variant (gossip_variant). A node's state
- * is a `gossip` (gossip_internal.h) on trainer.mstate, from begin to end; signals between meeting
+ * is a `gossip` (gossip_state.h) on trainer.mstate, from begin to end; signals between meeting
  * points are gossip_signal.c's. */
 #define _GNU_SOURCE
 #include <math.h>
@@ -39,7 +39,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "methods/gossip_internal.h"
+#include "methods/gossip_signal.h"
 #include "optim/sgd.h"
 #include "train/cadence.h"
 #include "train/checkpoint.h"

@@ -13,7 +13,7 @@
  * meeting still answers. Bound: about two steps of the slowest node after the signal. */
 #include <stdlib.h>
 
-#include "methods/gossip_internal.h"
+#include "methods/gossip_signal.h"
 #include "train/cadence.h"
 #include "train/checkpoint.h"
 #include "util/util.h"

@@ -15,7 +15,7 @@
  * while the loop keeps serving workers. The /eval row carries the wall clock at the snapshot:
  * training is not paused, so time_s is plain wall clock since training began. */
 #define _GNU_SOURCE
-#include "server_internal.h"
+#include "server_ckpt.h"
 
 #include <math.h>
 #include <omp.h>

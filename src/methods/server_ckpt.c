@@ -4,7 +4,7 @@
  * and server 0's average of the workers' BN statistics that the center is evaluated (and saved)
  * with. server.c's loop calls it; it calls nothing of server.c. */
 #define _GNU_SOURCE
-#include "server_internal.h"
+#include "server_ckpt.h"
 
 #include <stdio.h>
 #include <stdlib.h>

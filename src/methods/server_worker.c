@@ -5,7 +5,7 @@
  * goodbye. Its cadence and stop decisions come from the servers' replies (docs/architecture.md,
  * "The loop and its cadence"). */
 #define _GNU_SOURCE
-#include "server_internal.h"
+#include "server_state.h"
 
 #include <math.h>
 #include <stdio.h>

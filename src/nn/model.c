@@ -6,7 +6,7 @@
  * Two copies of the network are built in model_create: `train` for the training minibatch
  * (forward_training primitives, BN with batch statistics, backward primitives) and `eval` for
  * eval_batch (forward_inference, BN with the running statistics): their layers and buffers in
- * model_build.c (model_internal.h), on the parameter layout of layout.c. Every buffer is
+ * model_build.c (model_build.h), on the parameter layout of layout.c. Every buffer is
  * allocated there; model_train_step and model_eval only point oneDNN memory objects at them.
  *
  *   stem:   x -> conv1 -> bn1+ReLU -> [maxpool 3x3/2]                (ImageNet stem only)
@@ -28,7 +28,7 @@
 
 #include "nn/layers.h"
 #include "nn/layout.h"
-#include "nn/model_internal.h"
+#include "nn/model_build.h"
 #include "optim/sgd.h"
 #include "gpu.h"
 #include "util/util.h"

@@ -1,4 +1,4 @@
-/* model_build.c — the CPU backend's networks (model_internal.h): every oneDNN layer and buffer of
+/* model_build.c — the CPU backend's networks (model_build.h): every oneDNN layer and buffer of
  * the training network and of the evaluation network for their batches, built once by
  * model_create (model.c), and their release. The layout they follow is layout.c's.
  *
@@ -8,7 +8,7 @@
  * evaluation network needs no saved activations and cycles through four buffers, running BN and
  * the residual add in place (five buffers when the add may not run in place, see
  * add_in_place_ok: only at widths that are not a multiple of oneDNN's channel block). */
-#include "nn/model_internal.h"
+#include "nn/model_build.h"
 
 #include <stdlib.h>
 #include <string.h>

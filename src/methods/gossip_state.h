@@ -1,10 +1,10 @@
-/* gossip_internal.h — what the files of the gossip methods share, for src/methods/ only: one
- * node's state (allocated by method_ops.begin, hung on trainer.mstate, freed by .end), the
- * variant a method table names, and the signal protocol between meeting points.
- * gossip.c is the method (steps, evaluation, checkpoints, the communication thread);
- * gossip_signal.c passes signals on between meeting points (docs/checkpoint.md, "Gossip between meeting points"). */
-#ifndef DSGD_GOSSIP_INTERNAL_H
-#define DSGD_GOSSIP_INTERNAL_H
+/* gossip_state.h — the state the files of the gossip methods share, for src/methods/ only: one
+ * node's state (allocated by method_ops.begin, hung on trainer.mstate, freed by .end) and the
+ * variant a method table names. gossip.c is the method (steps, evaluation, checkpoints, the
+ * communication thread); gossip_signal.c (gossip_signal.h) passes signals on between meeting
+ * points. Types only: it belongs to neither file. */
+#ifndef DSGD_GOSSIP_STATE_H
+#define DSGD_GOSSIP_STATE_H
 
 #include <pthread.h>
 #include <stddef.h>
@@ -67,16 +67,5 @@ typedef struct {
                                  (-1: before the first step, nothing) */
     int closing;              /* the last meeting point closed an epoch: reset at the next step */
 } gossip;
-
-/* gossip_signal.c. gossip_sig_open: the announcement requests (p > 1; g->p, g->me set);
- * gossip_sig_close releases them. gossip_sig_hook: comm_on_wait's function (ctx: the gossip).
- * gossip_sig_step: at the start of step s (closes the epoch the last meeting point closed).
- * gossip_signal and gossip_meet: method_ops.signal and .meet. */
-void gossip_sig_open(gossip *g);
-void gossip_sig_close(gossip *g);
-void gossip_sig_hook(void *ctx);
-void gossip_sig_step(gossip *g, long s);
-int gossip_signal(trainer *t, long done);
-long gossip_meet(trainer *t, long done, int sigmeet);
 
 #endif

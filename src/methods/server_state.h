@@ -1,10 +1,10 @@
-/* server_internal.h — what the server ranks' files share, for src/methods/ only: message tags,
- * shards and the server's state (server_ctx) of server.c (the servers' loop, server 0's
- * evaluation thread), which server_worker.c (the workers' side) shares too; and what
- * server_ckpt.c (a server's checkpoints) gives server.c. The checkpoint pause protocol, both
- * sides, is server_pause.h's. */
-#ifndef DSGD_SERVER_INTERNAL_H
-#define DSGD_SERVER_INTERNAL_H
+/* server_state.h — the state the server ranks' files share, for src/methods/ only: message tags,
+ * shards and the server's state (server_ctx) that server.c (the servers' loop, server 0's
+ * evaluation thread), server_ckpt.c (a server's checkpoints) and server_worker.c (the workers'
+ * side) act on. Types and inline helpers only: it belongs to none of them. The checkpoint pause
+ * protocol, both sides, is server_pause.h's. */
+#ifndef DSGD_SERVER_STATE_H
+#define DSGD_SERVER_STATE_H
 
 #include "methods/server.h"
 #include "methods/server_pause.h"
@@ -96,22 +96,5 @@ typedef struct {
 } server_ctx;
 
 static inline long srv_iteration(const srv *sv) { return sv->rules->iteration ? sv->rules->iteration(sv) : sv->steps_total / sv->p; }
-
-/* server_ckpt.c: a server's checkpoints. */
-/* Server 0: bn := the mean of the latest BN statistics of the workers that have sent some and
- * have not failed, in worker order; unchanged when there is none. */
-void srv_bn_average(const srv *sv, float *bn, size_t nbn);
-/* The pause protocol's write callback (ctx: the server_ctx): this server's file of checkpoint
- * `label`. Returns 0 or EXIT_RUNTIME (printed). */
-int server_write(void *ctx, long label);
-/* This server's part of checkpoint `label` read back. Returns 0 or EXIT_BADINPUT (printed). */
-int server_read(server_ctx *c, long label);
-/* Server 0, every live worker paused and no evaluation pending: the checkpoint round at its
- * iteration count (pause_lead). Returns 0 (go on), EXIT_INTERRUPTED (stop) or EXIT_RUNTIME (not
- * written: c->why). The pause is over afterwards, and the round's time is not training time. */
-int server0_round(server_ctx *c);
-/* Server k > 0, asked by server 0 (c->go, c->go_ok) and every live worker paused: its part of the
- * round (pause_part). Returns as server0_round. */
-int server_part(server_ctx *c);
 
 #endif

@@ -1,8 +1,8 @@
-/* model_internal.h — the CPU backend's model, for src/nn/model*.c only: one network's layers and
- * buffers (net, block_run) and struct model; the network construction of model_build.c, which
- * model.c's model_create and model_free call. */
-#ifndef DSGD_NN_MODEL_INTERNAL_H
-#define DSGD_NN_MODEL_INTERNAL_H
+/* model_state.h — the CPU backend's model, for src/nn/model*.c only: one network's layers and
+ * buffers (net, block_run) and struct model, which model.c (the model's calls) and model_build.c
+ * (model_build.h: the networks' construction) act on. Types only: it belongs to neither file. */
+#ifndef DSGD_NN_MODEL_STATE_H
+#define DSGD_NN_MODEL_STATE_H
 
 #include "nn/layers.h"
 #include "nn/layout.h"
@@ -50,15 +50,5 @@ struct model {
     int in_step;                 /* between model_train_begin and model_train_end */
     float step_loss;             /* CPU: the loss model_train_begin computed */
 };
-
-/* What every network for batch n has, and the linear model's whole network (no layers): logits,
- * probabilities, per-sample losses and (training) the logit gradient. */
-void nn_net_head(model *m, net *t, nn_mode mode, int n);
-/* Build every layer and buffer of one ResNet-18 network (training or evaluation) for batch n on
- * m->ctx; 0, or -1 with err (oneDNN's refusal, naming the layer). nn_net_free releases it
- * (also a partly built one). */
-int nn_net_build(model *m, net *t, nn_mode mode, int n, char *err, size_t errlen);
-/* Safe on a linear net: the layer structs are zero, and every *_free accepts that. */
-void nn_net_free(net *t);
 
 #endif
