@@ -1,7 +1,7 @@
 /* main.c — dsgd-run's command line: the options, the launcher and world checks, --status,
  * --help, --version, --pack, the experiment (phase 1: read before MPI_Init, which then asks for
  * the thread level the method needs) and the --check report; then main() runs the phases of
- * src/train/setup.h in order:
+ * src/run/setup.h in order:
  *
  *   dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg
  *
@@ -24,7 +24,7 @@
 #include "gpu.h"
 #include "gpucomm.h"
 #include "train/checkpoint.h"
-#include "train/setup.h"
+#include "run/setup.h"
 #include "util/util.h"
 
 #define MAX_SETS 256
@@ -385,7 +385,7 @@ int main(int argc, char **argv) {
     if (st && r0) fprintf(stderr, "dsgd-run: %s\n", err);
     if (!st) st = cli_answer(&args, r0);
     if (st >= 0) return st;
-    static run_setup r; /* the phases: src/train/setup.h, docs/architecture.md */
+    static run_setup r; /* the phases: src/run/setup.h, docs/architecture.md */
     read_experiment(&r, &args, r0);                    /* 1a. the experiment, read by every process */
     if (args.check_only && !under_launcher())
         comm_init_self(); /* --check started by hand: a world of one, no MPI */

@@ -1,7 +1,7 @@
 /* setup.c — the phases of a run between the experiment and the training loop, and after it
  * (setup.h): data, resume, model and method, run file, close. */
 #define _GNU_SOURCE
-#include "train/setup.h"
+#include "run/setup.h"
 
 #include <errno.h>
 #include <limits.h>
