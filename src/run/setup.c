@@ -424,7 +424,7 @@ void setup_model(run_setup *r) {
     t->eval_y = model_host_alloc(t->net, (size_t)t->eval_batch * sizeof(int));
     t->velocity = xcalloc(model_n_params(t->net), sizeof(float));
     /* How allreduce moves the gradients (comm/reduce.h): chosen and built once. */
-    reducer_init(&t->red, e, t->net, t->worker, t->rank, setup_agree_key);
+    setup_agree_key(reducer_init(&t->red, e, t->net, t->worker, t->rank, err, sizeof err), "comm", err);
     if (e->method == METHOD_ALLREDUCE) reducer_describe(&t->red, r->comm_desc, sizeof r->comm_desc);
     st = t->method->init(t, err, sizeof err);
     setup_agree(st, err);
