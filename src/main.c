@@ -184,11 +184,12 @@ static int under_launcher(void) {
     return launcher_world() > 1;
 }
 
-/* A method whose communication thread calls MPI while the main thread does: asynchronous gossip
- * (src/methods/gossip.c). Every other thread of dsgd-run (decode, evaluation, oneDNN) never calls
- * MPI, so MPI_THREAD_FUNNELED does for the rest. */
+/* A method whose communication thread (method_ops.comm_thread) calls MPI while the main thread
+ * does: asynchronous gossip (src/methods/gossip.c). Every other thread of dsgd-run (decode,
+ * evaluation, oneDNN) never calls MPI, so MPI_THREAD_FUNNELED does for the rest. */
 static int needs_thread_multiple(const experiment *e) {
-    return (e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH) && !e->synchronous;
+    const method_ops *M = method_find(e->method);
+    return M && M->comm_thread && !e->synchronous;
 }
 
 /* --status RUNFILE, --version, --help: answered without an experiment and without MPI (r0: this

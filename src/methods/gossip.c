@@ -591,6 +591,7 @@ static int gossip_runlog_arrays(const experiment *e, runlog_array_spec *a) {
 #define GOSSIP_OPS(kind)                                                                                                  \
     {.name = kind, .init = method_init_rank0, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
      .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_state,     \
-     .load = gossip_state, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = METHOD_MEETS_AT_POINTS}
+     .load = gossip_state, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .meets = METHOD_MEETS_AT_POINTS,           \
+     .comm_thread = 1, .host_velocity = 1, .ranks_end_together = 1}
 const method_ops method_gossip_pull = GOSSIP_OPS("gossip_pull");
 const method_ops method_gossip_push = GOSSIP_OPS("gossip_push");

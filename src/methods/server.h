@@ -124,6 +124,6 @@ step_out srv_worker_step(trainer *t, long s, double alpha);
 int srv_worker_end(trainer *t, int status);
 #define SERVER_METHOD_OPS                                                                                                     \
     .init = method_init_rank0, .serve = server_serve, .begin = srv_worker_begin, .step = srv_worker_step, .end = srv_worker_end, \
-    .meets = METHOD_MEETS_SERVERS
+    .meets = METHOD_MEETS_SERVERS, .host_velocity = 1
 
 #endif

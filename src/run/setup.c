@@ -63,7 +63,8 @@ thread_budget setup_thread_budget(const experiment *e, int cpus, int sharing) {
     const int data_auto = e->device == DEVICE_CUDA ? b.cores - 1 : b.cores / 4;
     if (e->data.format == FORMAT_JPEG) b.data = e->data.threads > 0 ? e->data.threads : (data_auto > 1 ? data_auto : 1);
     b.compute = e->threads > 0 ? e->threads : (b.cores - b.data > 1 ? b.cores - b.data : 1);
-    b.comm = e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH;
+    const method_ops *M = method_find(e->method);
+    b.comm = M && M->comm_thread;
     return b;
 }
 
@@ -422,10 +423,10 @@ void setup_model(run_setup *r) {
     t->y = model_host_alloc(t->net, (size_t)e->b * sizeof(int));
     t->eval_x = model_host_alloc(t->net, (size_t)t->eval_batch * sample * sizeof(float));
     t->eval_y = model_host_alloc(t->net, (size_t)t->eval_batch * sizeof(int));
-    t->velocity = xcalloc(model_n_params(t->net), sizeof(float));
+    if (t->method->host_velocity) t->velocity = xcalloc(model_n_params(t->net), sizeof(float));
     /* How allreduce moves the gradients (comm/reduce.h): chosen and built once. */
     setup_agree_key(reducer_init(&t->red, e, t->net, t->worker, t->rank, err, sizeof err), "comm", err);
-    if (e->method == METHOD_ALLREDUCE) reducer_describe(&t->red, r->comm_desc, sizeof r->comm_desc);
+    if (t->method->reduces) reducer_describe(&t->red, r->comm_desc, sizeof r->comm_desc);
     st = t->method->init(t, err, sizeof err);
     setup_agree(st, err);
 }
@@ -438,7 +439,7 @@ int setup_close(run_setup *r, int st) {
     const int log_rank = t->rank == t->log_rank;
     /* The decode counts of every worker into the run file (jpeg; the methods whose ranks all come
      * back from train_run together). */
-    if (e->data.format == FORMAT_JPEG && !method_has_servers(e->method) && e->inject.fail_rank < 0) {
+    if (e->data.format == FORMAT_JPEG && t->method->ranks_end_together && e->inject.fail_rank < 0) {
         double *c = xcalloc((size_t)2 * e->p, sizeof *c);
         jpegload_stats ds;
         loader_stats(&t->train_loader, &ds);

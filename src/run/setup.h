@@ -25,8 +25,9 @@
  * 1 when each rank has its own cores; at least 1 core); data = data.threads, or for data.format =
  * "jpeg" a quarter of the cores on device "cpu", the cores but one on device "cuda" (oneDNN
  * computes nothing there), at least 1; none for other formats; compute (oneDNN) = `threads`, or
- * the cores left to it (at least 1); comm = the gossip methods' communication thread (it naps,
- * so it takes no core from the others but is counted). cpus: the mask's CPU list ("0-3,8"). */
+ * the cores left to it (at least 1); comm = the method's communication thread (method_ops.
+ * comm_thread: gossip; it naps, so it takes no core from the others but is counted). cpus: the
+ * mask's CPU list ("0-3,8"). */
 typedef struct {
     int cores, compute, data, comm;
     int sharing;    /* ranks of this node with this very mask (1: its own) */
