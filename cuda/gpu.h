@@ -1,7 +1,7 @@
 /* gpu.h — the GPU backend (cuda/: CUDA runtime, cuDNN, cuBLAS and our kernels) as the rest of
  * dsgd-run sees it. Plain C. Implemented by the .cu files of cuda/ in a `make CUDA=1` build and by
  * cuda/nogpu.c in a CPU-only build, where every entry point reports that the backend was not
- * built. Only src/nn/model.c (the model.h contract on a GPU), src/main.c and src/train/setup.c
+ * built. Only src/nn/model.c (the model.h contract on a GPU), src/main.c and src/run/setup.c
  * (device choice) call it; the distributed methods never do.
  *
  * Memory. A gpu_model owns device copies of the flat vectors of model.h (params, grads, bn, in

@@ -6,7 +6,7 @@
  *   - the division by p after a CUDA-aware MPI sum on device memory (gpucomm_scale).
  *
  * Plain C without CUDA or NCCL types: src/comm/reduce.c includes it in every build (and src/main.c,
- * src/train/setup.c for the version lines).
+ * src/run/runfile.c for the version lines).
  * Implemented by cuda/gpucomm.cu in a `make CUDA=1` build — its NCCL part only with NCCL=1
  * (nccl.h found; otherwise those entry points say NCCL is not built) — and by cuda/nogpucomm.c
  * in a CPU-only build.

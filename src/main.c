@@ -1,7 +1,7 @@
 /* main.c — dsgd-run's command line: the options, the launcher and world checks, --status,
  * --help, --version, --pack, the experiment (phase 1: read before MPI_Init, which then asks for
  * the thread level the method needs) and the --check report; then main() runs the phases of
- * src/train/setup.h in order:
+ * src/run/setup.h in order:
  *
  *   dsgd-run [--set KEY=VALUE]... [--check] EXPERIMENT.cfg
  *
@@ -25,7 +25,7 @@
 #include "gpu.h"
 #include "gpucomm.h"
 #include "train/checkpoint.h"
-#include "train/setup.h"
+#include "run/setup.h"
 #include "util/util.h"
 
 #define MAX_SETS 256
@@ -185,11 +185,12 @@ static int under_launcher(void) {
     return launcher_world() > 1;
 }
 
-/* A method whose communication thread calls MPI while the main thread does: asynchronous gossip
- * (src/methods/gossip.c). Every other thread of dsgd-run (decode, evaluation, oneDNN) never calls
- * MPI, so MPI_THREAD_FUNNELED does for the rest. */
+/* A method whose communication thread (method_ops.comm_thread) calls MPI while the main thread
+ * does: asynchronous gossip (src/methods/gossip.c). Every other thread of dsgd-run (decode,
+ * evaluation, oneDNN) never calls MPI, so MPI_THREAD_FUNNELED does for the rest. */
 static int needs_thread_multiple(const experiment *e) {
-    return (e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH) && !e->synchronous;
+    const method_ops *M = method_find(e->method);
+    return M && M->comm_thread && !e->synchronous;
 }
 
 /* --status RUNFILE, --version, --help: answered without an experiment and without MPI (r0: this
@@ -386,7 +387,7 @@ int main(int argc, char **argv) {
     if (st && r0) fprintf(stderr, "dsgd-run: %s\n", err);
     if (!st) st = cli_answer(&args, r0);
     if (st >= 0) return st;
-    static run_setup r; /* the phases: src/train/setup.h, docs/architecture.md */
+    static run_setup r; /* the phases: src/run/setup.h, docs/architecture.md */
     read_experiment(&r, &args, r0);                    /* 1a. the experiment, read by every process */
     if (args.check_only && !under_launcher())
         comm_init_self(); /* --check started by hand: a world of one, no MPI */

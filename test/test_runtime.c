@@ -20,7 +20,7 @@
 
 #include "mpiutil.h"
 #include "testutil.h"
-#include "train/setup.h"
+#include "run/setup.h"
 
 static char g_dir[256], g_shim[300], g_cfg[300];
 

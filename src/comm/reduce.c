@@ -9,35 +9,40 @@
 #include "gpucomm.h"
 #include "util/util.h"
 
+/* After each part of nccl_setup: whether any worker's part failed (collective over the world,
+ * which for comm = "nccl" is the workers: allreduce has no servers), so that every worker stops
+ * at the same part and none waits in the next one. */
+static int failed_anywhere(int st) { return comm_max_int(st) != 0; }
+
 /* comm = "nccl": check that no two workers share a GPU (NCCL refuses it: cuda/gpucomm.h), load
- * NCCL, broadcast worker 0's NCCL id over MPI and build the communicator on the model's GPU. */
-static gpucomm *nccl_setup(const experiment *e, model *net, int worker, reduce_agree_fn agree) {
-    char msg[ERRLEN];
+ * NCCL, broadcast worker 0's NCCL id over MPI and build the communicator on the model's GPU into
+ * *c. Returns this rank's status (0, or EXIT_BADINPUT / EXIT_RUNTIME with msg filled); when any
+ * worker failed, every worker returns at that part with *c NULL. */
+static int nccl_setup(const experiment *e, model *net, int worker, gpucomm **c, char *msg, size_t n) {
+    *c = NULL;
     /* "host GPU-bus-id" of every worker: two equal ones share a GPU. First, as it does not
      * depend on NCCL being installed. */
     enum { ID = 320 };
     char mine[ID] = "", *all = xcalloc((size_t)e->p, ID), bus[64] = "";
-    int st = gpucomm_gpu_id(model_gpu(net), bus, sizeof bus, msg, sizeof msg);
+    int st = gpucomm_gpu_id(model_gpu(net), bus, sizeof bus, msg, n);
     snprintf(mine, sizeof mine, "%.250s %.60s", comm_host(), bus);
     comm_workers_allgather(mine, ID, all);
     for (int i = 0; !st && i < e->p; i++)
         for (int j = i + 1; !st && j < e->p; j++) {
             const char *a = all + (size_t)i * ID, *sp = strchr(a, ' ');
             if (strcmp(a, all + (size_t)j * ID) == 0 && sp)
-                st = seterr(msg, sizeof msg,
+                st = seterr(msg, n,
                             "comm = \"nccl\" needs one GPU per worker, but workers %d and %d share GPU %s on %.*s (NCCL refuses "
                             "two ranks on one GPU: \"Duplicate GPU detected\"); give each worker its own GPU, or use comm = "
                             "\"mpi\", which lets workers share GPUs", i, j, sp + 1, (int)(sp - a), a);
         }
     free(all);
-    agree(st, "comm", msg);
-    agree(gpucomm_load(msg, sizeof msg), "comm", msg);
+    if (failed_anywhere(st) || failed_anywhere(st = gpucomm_load(msg, n))) return st;
     char id[GPUCOMM_ID_BYTES] = {0};
-    agree(worker == 0 ? gpucomm_unique_id(id, msg, sizeof msg) : 0, "comm", msg);
+    if (failed_anywhere(st = worker == 0 ? gpucomm_unique_id(id, msg, n) : 0)) return st;
     comm_workers_bcast(id, sizeof id, 0);
-    gpucomm *c = gpucomm_create(model_gpu(net), e->p, worker, id, e->comm_timeout_s, msg, sizeof msg);
-    agree(c ? 0 : EXIT_RUNTIME, "comm", msg);
-    return c;
+    *c = gpucomm_create(model_gpu(net), e->p, worker, id, e->comm_timeout_s, msg, n);
+    return *c ? 0 : EXIT_RUNTIME;
 }
 
 void reducer_with(reducer *r, reduce_path path, model *net, int p, int rank, struct gpucomm *nccl) {
@@ -50,10 +55,16 @@ void reducer_with(reducer *r, reduce_path path, model *net, int p, int rank, str
     r->overlap = path == REDUCE_STAGED && r->stage && p > 1 && nc > 0 && nc <= COMM_MAX_CHUNKS;
 }
 
-void reducer_init(reducer *r, const experiment *e, model *net, int worker, int rank, reduce_agree_fn agree) {
+int reducer_init(reducer *r, const experiment *e, model *net, int worker, int rank, char *msg, size_t n) {
+    if (n) msg[0] = '\0';
     if (model_get_device(net) == MODEL_CPU) reducer_with(r, REDUCE_HOST, net, e->p, rank, NULL);
-    else if (e->comm == COMM_NCCL) reducer_with(r, REDUCE_NCCL, net, e->p, rank, nccl_setup(e, net, worker, agree));
-    else reducer_with(r, comm_gpu_aware() ? REDUCE_DEVICE : REDUCE_STAGED, net, e->p, rank, NULL);
+    else if (e->comm == COMM_NCCL) {
+        gpucomm *c;
+        const int st = nccl_setup(e, net, worker, &c, msg, n);
+        reducer_with(r, REDUCE_NCCL, net, e->p, rank, c);
+        return st;
+    } else reducer_with(r, comm_gpu_aware() ? REDUCE_DEVICE : REDUCE_STAGED, net, e->p, rank, NULL);
+    return 0;
 }
 
 void reducer_describe(const reducer *r, char *buf, size_t n) {

@@ -37,15 +37,16 @@ typedef struct reducer {
     struct gpucomm *nccl;     /* REDUCE_NCCL: the workers' communicator (cuda/gpucomm.h) */
 } reducer;
 
-/* The agreement point of the set-up phase (src/train/setup.c agree_key): status 0 on a rank that
- * is fine; if any rank's is not, every rank stops, the failing ranks' msg blamed on key. */
-typedef void (*reduce_agree_fn)(int status, const char *key, const char *msg);
-
 /* Collective over the workers (p of them; this one is `worker`, world rank `rank`): choose the
  * path for net (above) and build it; comm = "nccl" also checks that no two workers share a GPU,
- * loads NCCL and builds the communicator, each step agreed through agree (exit 2 for workers
- * sharing a GPU, 1 for a missing NCCL or a failed initialisation: the key 'comm'). */
-void reducer_init(reducer *r, const experiment *e, model *net, int worker, int rank, reduce_agree_fn agree);
+ * loads NCCL and builds the communicator. Returns this rank's status: 0, EXIT_BADINPUT (workers
+ * sharing a GPU) or EXIT_RUNTIME (NCCL missing, or its initialisation failed), with msg (n bytes)
+ * saying why on the ranks that failed. The workers agree after each part (comm_max_int over the
+ * world, which for comm = "nccl" is the workers), so when any worker fails every worker returns at
+ * that part, the others with 0 and an unbuilt communicator (r->nccl NULL): the caller agrees on the
+ * statuses (src/run/setup.c: exit 2 or 1 on every rank, the failing rank's msg blamed on key
+ * 'comm') before r is used. r can be released with reducer_free either way. */
+int reducer_init(reducer *r, const experiment *e, model *net, int worker, int rank, char *msg, size_t n);
 
 /* The reducer of a given path, without set-up or checks (reducer_init uses it; the GPU tests
  * build each path with it): p workers, this one world rank `rank`; nccl: REDUCE_NCCL's

@@ -98,4 +98,5 @@ const method_ops method_allreduce = {
     .evaluate = allreduce_evaluate,
     .save = allreduce_state,
     .load = allreduce_state,
+    .reduces = 1, .ranks_end_together = 1,
 };

@@ -497,6 +497,7 @@ static const gossip_variant gossip_pull = {.push = 0}, gossip_push = {.push = 1}
 #define GOSSIP_OPS(kind, v)                                                                                               \
     {.name = kind, .init = method_init_rank0, .begin = gossip_begin, .step = gossip_node_step, .signal = gossip_signal,              \
      .meet = gossip_meet, .quiesce = gossip_quiesce, .evaluate = gossip_evaluate, .end = gossip_end, .save = gossip_state,     \
-     .load = gossip_state, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .variant = &(v)}
+     .load = gossip_state, .runlog_arrays = gossip_runlog_arrays, .eval_local = 1, .variant = &(v),                          \
+     .comm_thread = 1, .ranks_end_together = 1}
 const method_ops method_gossip_pull = GOSSIP_OPS("gossip_pull", gossip_pull);
 const method_ops method_gossip_push = GOSSIP_OPS("gossip_push", gossip_push);

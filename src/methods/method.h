@@ -81,6 +81,16 @@ struct method_ops {
     int eval_local;                   /* 1: the run file also holds /eval_local (runlog_meta) */
     const struct server_rules *rules; /* methods with servers (src/methods/server.h) */
     const void *variant;              /* what differs between tables sharing one file's code (gossip: pull or push) */
+    /* What the set-up phases (src/run/setup.c, src/main.c) give the method before init; 0: no. */
+    int comm_thread;         /* a communication thread beside the main one (gossip): counted in the
+                                thread budget; asynchronous (synchronous = false) it calls MPI while
+                                the main thread does, so MPI must give MPI_THREAD_MULTIPLE */
+    int host_velocity;       /* trainer.velocity: n_params zeroed floats, the momentum of the method's
+                                own host update (sgd_update); else NULL */
+    int reduces;             /* averages through t->red (comm/reduce.h): the start-up line and the
+                                run file's `device` name the reducer's path */
+    int ranks_end_together;  /* every worker returns from train_run at the same step and the log rank
+                                is a worker: setup_close sums the workers' decode counts (jpeg) */
 };
 
 #define METHOD_MAX_ARRAYS 2

@@ -133,6 +133,6 @@ int server_serve(trainer *t);
  * in `left`): it has no file of its own and takes no more part. Returns 0, or -1 with the reason
  * in err (the file or its `left` unreadable). The one reader of `left`. */
 int srv_worker_gone(const char *dir, long label, int p, int worker, int *gone, char *err, size_t errlen);
-#define SERVER_METHOD_OPS .init = method_init_rank0, .run = server_run
+#define SERVER_METHOD_OPS .init = method_init_rank0, .run = server_run, .host_velocity = 1
 
 #endif

@@ -51,7 +51,7 @@ typedef struct trainer {
     int eval_batch;           /* eval.batch, capped at the most samples one rank evaluates */
     float *eval_x;            /* (eval_batch, c, h, w) */
     int *eval_y;              /* (eval_batch) */
-    float *velocity;          /* (n_params) momentum v */
+    float *velocity;          /* (n_params) momentum v; NULL unless method_ops.host_velocity */
 
     phase_times times;
     long step;                /* steps completed (server methods: iterations, see methods.md) */

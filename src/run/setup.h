@@ -1,12 +1,13 @@
-/* setup.h — the phases of one rank's run, in the order main() (src/main.c) calls them:
+/* setup.h — the phases of one rank's run (src/run/, the layer above src/methods/), in the order
+ * main() (src/main.c) calls them:
  *   1. main.c: the experiment, read and checked against the MPI world by every rank
- *   2. setup_data      the training and validation sets; b fits the memory; the loader
+ *   2. setup_data      the training and validation sets; b fits the memory; the loader (setup.c)
  *   3. resume_prepare  the earlier run this one continues; the output and checkpoint directory
- *      (--check: main.c reports and stops here)
- *   4. setup_model     threads, GPU, model, buffers, NCCL, the method's init
- *   5. setup_runlog    the run file (log rank), the start-up lines
+ *      (resume.c; --check: main.c reports and stops here)
+ *   4. setup_model     threads, GPU, model, buffers, NCCL, the method's init (setup.c)
+ *   5. setup_runlog    the run file (log rank), the start-up lines (runfile.c)
  *   6. train_run       (src/run/loop.h)
- *   7. setup_close     the run file closed, the exit status agreed, everything freed
+ *   7. setup_close     the run file closed, the exit status agreed, everything freed (setup.c)
  * Each phase is collective over the world and ends every rank's run (setup_agree: exit 2 on bad
  * input) when any rank fails, with the failing rank's message. docs/architecture.md. */
 #ifndef DSGD_SETUP_H
@@ -24,8 +25,9 @@
  * 1 when each rank has its own cores; at least 1 core); data = data.threads, or for data.format =
  * "jpeg" a quarter of the cores on device "cpu", the cores but one on device "cuda" (oneDNN
  * computes nothing there), at least 1; none for other formats; compute (oneDNN) = `threads`, or
- * the cores left to it (at least 1); comm = the gossip methods' communication thread (it naps,
- * so it takes no core from the others but is counted). cpus: the mask's CPU list ("0-3,8"). */
+ * the cores left to it (at least 1); comm = the method's communication thread (method_ops.
+ * comm_thread: gossip; it naps, so it takes no core from the others but is counted). cpus: the
+ * mask's CPU list ("0-3,8"). */
 typedef struct {
     int cores, compute, data, comm;
     int sharing;    /* ranks of this node with this very mask (1: its own) */
@@ -77,6 +79,11 @@ typedef struct {
 /* Collective: if any rank's status is non-zero, stop every rank (exit with the worst status).
  * Rank 0 prints its message if it failed; otherwise each failing rank prints its own. */
 void setup_agree(int status, const char *err);
+/* setup_agree, with a failing rank's message msg blamed on key: "<where>: key '<key>': msg". */
+void setup_agree_key(int status, const char *key, const char *msg);
+/* Prefix err (errlen bytes) with where the first key at fault was set (file:line, --set, or the
+ * file for a default) and the keys ("keys 'p', 'b'"); a data path that err names: that key's. */
+void setup_blame(const experiment *e, const char *keys, char *err, size_t errlen);
 
 void setup_data(run_setup *r);
 /* Whether a training step's memory fits this node (CPU; 0 on a GPU, whose allocator refuses):
@@ -93,6 +100,10 @@ int setup_check_memory(const run_setup *r, int ranks_here, char *line, size_t n)
  * checkpoint directory are never an input (config_path, the data); then every rank checks its part
  * of the checkpoint (its threads, ISA, data). A finished run says so and exits 0. */
 void resume_prepare(run_setup *r, const char *config_path, int cli_resume);
+/* resume = "auto" found an unfinished run file without a checkpoint (plan.move_aside): rename the
+ * run file at path to a free name "<stem>.restart<k>.h5" beside it (k = 1, 2, ...), written into
+ * aside (n bytes). Returns 0 or EXIT_BADINPUT with err filled (key 'output'). */
+int resume_move_aside(const char *path, char *aside, size_t n, char *err, size_t errlen);
 void setup_model(run_setup *r);
 /* argv: the command line the run file records. */
 void setup_runlog(run_setup *r, int argc, char **argv);
