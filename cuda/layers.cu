@@ -67,6 +67,18 @@ int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen) {
         return -1;
     }
     c->heuristic = algo && strcmp(algo, "heuristic") == 0;
+    /* N11: non-deterministic algorithms (atomics in the backward passes) as PyTorch's
+     * cudnn.deterministic = False. Default: with timing (find) the fastest row, deterministic or
+     * not (differences of atomics' order, ~1e-6 relative, are within every test's tolerance and
+     * below what the timed choice already changes from process to process); with heuristic (the
+     * tests and the comparison runs of run.sh, bitwise reproducible steps) deterministic first. */
+    const char *det = getenv(GPU_DET_ENV);
+    if (det && *det && strcmp(det, "0") != 0 && strcmp(det, "1") != 0) {
+        seterr(err, errlen, "%s=%s: expected 1 (deterministic convolution algorithms first) or 0 (the fastest, deterministic "
+               "or not)", GPU_DET_ENV, det);
+        return -1;
+    }
+    c->nondet = det && *det ? strcmp(det, "0") == 0 : !c->heuristic;
     CUDA_TRY(cudaGetDevice(&c->dev), where);
     CUDA_TRY(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, c->dev), where);
     if (prec == GPU_BF16) { /* bf16 tensor cores, and cuDNN's bf16 kernels, start with Ampere */
