@@ -174,6 +174,49 @@ void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n) {
     CUDA_CHECK(cudaGetLastError(), "the fp32 -> bf16 cast");
 }
 
+/* gpu_f32_to_bf16_segs: blockIdx.y is the segment, x strides through it (8 per step where both
+ * ends are 16-byte aligned, as cast_kernel). */
+static __global__ void cast_segs_kernel(const gpu_cast_seg *__restrict__ segs) {
+    struct alignas(16) PD {
+        uint16_t v[8];
+    };
+    struct alignas(16) PS {
+        float v[8];
+    };
+    const gpu_cast_seg sg = segs[blockIdx.y];
+    const float *src = sg.src;
+    uint16_t *dst = (uint16_t *)sg.dst;
+    const size_t n = sg.n;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
+        const size_t nv = n / 8;
+        for (size_t i = i0; i < nv; i += stride) {
+            const PS x = reinterpret_cast<const PS *>(src)[i];
+            PD y;
+#pragma unroll
+            for (int j = 0; j < 8; j++) stf(y.v[j], x.v[j]);
+            reinterpret_cast<PD *>(dst)[i] = y;
+        }
+        done = nv * 8;
+    }
+    for (size_t i = done + i0; i < n; i += stride) stf(dst[i], src[i]);
+}
+
+void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t max_n) {
+    if (nseg <= 0 || max_n == 0) return;
+    if (nseg > 65535) DIE("gpu_f32_to_bf16_segs: %d segments (at most 65535)", nseg);
+    /* About as many blocks in all as one cast of max_n would take, spread over the segments. */
+    unsigned gx = (unsigned)grid_for(c, max_n / 8 + 1);
+    unsigned per = (unsigned)((gx + nseg - 1) / nseg);
+    if (per < 1) per = 1;
+    const size_t need = (max_n / 8 + THREADS - 1) / THREADS;
+    if (per > need) per = need ? (unsigned)need : 1;
+    cast_segs_kernel<<<dim3(per, (unsigned)nseg), THREADS, 0, c->stream>>>(segs);
+    CUDA_CHECK(cudaGetLastError(), "the fp32 -> bf16 casts (one launch)");
+}
+
 void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
     if (n == 0) return;
     const int vec = aligned16(dst) && aligned16(src);

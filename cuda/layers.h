@@ -338,6 +338,16 @@ void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, co
 void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n);
 /* dst (n fp32) = src (n bf16), exact. */
 void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n);
+/* One fp32 -> bf16 cast of gpu_f32_to_bf16_segs: dst[0..n) = src[0..n) rounded as above. */
+typedef struct {
+    const float *src;
+    void *dst;
+    size_t n;
+} gpu_cast_seg;
+/* Every segment of segs (a device array of nseg, nseg <= 65535; max_n >= the largest n) cast as
+ * gpu_f32_to_bf16 casts it, in one launch (the bf16 weight copies of a step: one launch instead of
+ * one per tensor, DSGD_GPU_CASTS=one). The same bits as nseg gpu_f32_to_bf16 calls. */
+void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t max_n);
 
 /* ---- SGD update (src/optim/sgd.h, the same formula, fp32) --------------------------------- */
 /* For each of the n elements: g = grad + λθ; v = µv + g; θ −= α (Nesterov ? g + µv : v).

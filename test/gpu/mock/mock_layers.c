@@ -632,6 +632,16 @@ void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n) {
     bf16_pack((uint16_t *)dst, src, n);
 }
 
+void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t max_n) {
+    if (nseg <= 0 || max_n == 0) return;
+    mock_launch_check("the fp32 -> bf16 casts (one launch)");
+    mock_check_dev(segs, (size_t)nseg * sizeof *segs, "cast segment table"); /* read on the device */
+    for (int i = 0; i < nseg; i++) {
+        if (segs[i].n > max_n) DIE("mock: gpu_f32_to_bf16_segs: segment %d has %zu > max_n %zu", i, segs[i].n, max_n);
+        gpu_f32_to_bf16(c, segs[i].dst, segs[i].src, segs[i].n);
+    }
+}
+
 void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
     (void)c;
     if (n == 0) return;
