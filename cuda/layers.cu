@@ -207,12 +207,10 @@ static __global__ void cast_segs_kernel(const gpu_cast_seg *__restrict__ segs) {
 void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t max_n) {
     if (nseg <= 0 || max_n == 0) return;
     if (nseg > 65535) DIE("gpu_f32_to_bf16_segs: %d segments (at most 65535)", nseg);
-    /* About as many blocks in all as one cast of max_n would take, spread over the segments. */
-    unsigned gx = (unsigned)grid_for(c, max_n / 8 + 1);
-    unsigned per = (unsigned)((gx + nseg - 1) / nseg);
-    if (per < 1) per = 1;
-    const size_t need = (max_n / 8 + THREADS - 1) / THREADS;
-    if (per > need) per = need ? (unsigned)need : 1;
+    /* Per segment as many blocks as one cast of max_n would take (grid_for: at most 8 per SM), so
+     * the largest segments (layer4's 2.4M weights at width 64) still fill the GPU; the blocks a
+     * small segment does not need find no work and exit at once. */
+    const unsigned per = (unsigned)grid_for(c, max_n / 8 + 1);
     cast_segs_kernel<<<dim3(per, (unsigned)nseg), THREADS, 0, c->stream>>>(segs);
     CUDA_CHECK(cudaGetLastError(), "the fp32 -> bf16 casts (one launch)");
 }
