@@ -170,8 +170,19 @@ void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits);
 void gpu_model_train_logits(gpu_model *g, float *logits);
 
 /* The update of sgd_update (src/optim/sgd.h) on the device: params, grads and the model's
- * velocity, one kernel. Returns 1 if every updated parameter is finite, else 0. */
+ * velocity, one kernel. Returns 1 if every updated parameter is finite, else 0 — and so
+ * synchronises the stream, the step's second synchronisation after the loss read. With
+ * DSGD_GPU_SYNC=step in the environment at gpu_model_create (docs/gpu.md, "Switches") it does
+ * not: the flag is read at the next synchronisation (the next step's loss), so a non-finite
+ * update of step t returns 1, step t + 1's gpu_model_train_end returns NaN and its update returns
+ * 0 without updating (the run stops one step later, at the same parameters); stderr names update
+ * t, and gpu_model_nonfinite_update returns it. */
 int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int nesterov);
+
+/* DSGD_GPU_SYNC=step: the first update (1-based count of gpu_model_sgd_update calls that
+ * updated) found non-finite at a synchronisation since the parameters were last uploaded; 0 none
+ * (always 0 with the default DSGD_GPU_SYNC=update, whose update returns its own flag). */
+long gpu_model_nonfinite_update(const gpu_model *g);
 
 /* The device vector `which` (exactly one of GPU_PARAMS, GPU_GRADS, GPU_BN): n_params, n_params or
  * n_bn fp32 values in device memory of g's GPU, for communication that reads and writes them in

@@ -67,6 +67,18 @@ int gpu_ctx_init(gpu_ctx *c, gpu_precision prec, char *err, size_t errlen) {
         return -1;
     }
     c->heuristic = algo && strcmp(algo, "heuristic") == 0;
+    /* N11: non-deterministic algorithms (atomics in the backward passes) as PyTorch's
+     * cudnn.deterministic = False. Default: with timing (find) the fastest row, deterministic or
+     * not (differences of atomics' order, ~1e-6 relative, are within every test's tolerance and
+     * below what the timed choice already changes from process to process); with heuristic (the
+     * tests and the comparison runs of run.sh, bitwise reproducible steps) deterministic first. */
+    const char *det = getenv(GPU_DET_ENV);
+    if (det && *det && strcmp(det, "0") != 0 && strcmp(det, "1") != 0) {
+        seterr(err, errlen, "%s=%s: expected 1 (deterministic convolution algorithms first) or 0 (the fastest, deterministic "
+               "or not)", GPU_DET_ENV, det);
+        return -1;
+    }
+    c->nondet = det && *det ? strcmp(det, "0") == 0 : !c->heuristic;
     CUDA_TRY(cudaGetDevice(&c->dev), where);
     CUDA_TRY(cudaDeviceGetAttribute(&c->n_sm, cudaDevAttrMultiProcessorCount, c->dev), where);
     if (prec == GPU_BF16) { /* bf16 tensor cores, and cuDNN's bf16 kernels, start with Ampere */
@@ -160,6 +172,47 @@ void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n) {
     const int vec = aligned16(dst) && aligned16(src);
     cast_kernel<<<grid_for(c, vec ? n / 8 : n), THREADS, 0, c->stream>>>((uint16_t *)dst, src, n, vec);
     CUDA_CHECK(cudaGetLastError(), "the fp32 -> bf16 cast");
+}
+
+/* gpu_f32_to_bf16_segs: blockIdx.y is the segment, x strides through it (8 per step where both
+ * ends are 16-byte aligned, as cast_kernel). */
+static __global__ void cast_segs_kernel(const gpu_cast_seg *__restrict__ segs) {
+    struct alignas(16) PD {
+        uint16_t v[8];
+    };
+    struct alignas(16) PS {
+        float v[8];
+    };
+    const gpu_cast_seg sg = segs[blockIdx.y];
+    const float *src = sg.src;
+    uint16_t *dst = (uint16_t *)sg.dst;
+    const size_t n = sg.n;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t done = 0;
+    if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
+        const size_t nv = n / 8;
+        for (size_t i = i0; i < nv; i += stride) {
+            const PS x = reinterpret_cast<const PS *>(src)[i];
+            PD y;
+#pragma unroll
+            for (int j = 0; j < 8; j++) stf(y.v[j], x.v[j]);
+            reinterpret_cast<PD *>(dst)[i] = y;
+        }
+        done = nv * 8;
+    }
+    for (size_t i = done + i0; i < n; i += stride) stf(dst[i], src[i]);
+}
+
+void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t max_n) {
+    if (nseg <= 0 || max_n == 0) return;
+    if (nseg > 65535) DIE("gpu_f32_to_bf16_segs: %d segments (at most 65535)", nseg);
+    /* Per segment as many blocks as one cast of max_n would take (grid_for: at most 8 per SM), so
+     * the largest segments (layer4's 2.4M weights at width 64) still fill the GPU; the blocks a
+     * small segment does not need find no work and exit at once. */
+    const unsigned per = (unsigned)grid_for(c, max_n / 8 + 1);
+    cast_segs_kernel<<<dim3(per, (unsigned)nseg), THREADS, 0, c->stream>>>(segs);
+    CUDA_CHECK(cudaGetLastError(), "the fp32 -> bf16 casts (one launch)");
 }
 
 void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {

@@ -95,6 +95,8 @@ typedef struct {
     size_t ws_cap;          /* per-direction workspace limit, set with find_ws */
     int find_ready;         /* find_ws and ws_cap are set */
     int heuristic;          /* DSGD_CUDNN_ALGO=heuristic: choose algorithms without timing (gpu_conv_tune) */
+    int nondet;             /* take non-deterministic algorithms on a par with deterministic ones
+                             * (DSGD_CUDNN_DETERMINISTIC=0; the default with find, not with heuristic) */
     gpu_algo_memo memo[GPU_MEMO_MAX];
     int n_memo;
     int bf16_probed;        /* GPU_BF16: cuDNN's bf16 BN and pooling tried (gpu_bf16_fallback) */
@@ -157,7 +159,7 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
  * x and dw like w (fp32) for training, dx may be NULL without need_dinp; with GPU_BF16 the
  * backward filter is tuned on the layer's dw16 and dw is not written), the fastest deterministic
  * one that succeeds within the workspace cap (the fastest non-deterministic one only when no
- * deterministic one does); cudnnGet*Algorithm_v7 (heuristics) when Find fails. A heuristic row is
+ * deterministic one does; with c->nondet the fastest of either); cudnnGet*Algorithm_v7 (heuristics) when Find fails. A heuristic row is
  * a claim, not a measurement, so each is run once on these buffers, in order, and the first that
  * runs is taken (error naming the direction and every row tried when none does). The buffers are
  * those the layer will run on (cuDNN may pick kernels by pointer alignment); y, dx and dw are
@@ -173,6 +175,11 @@ int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, v
  * 1 GiB tuning workspace: only what the tried algorithms need). Another value is an error of
  * gpu_ctx_init. */
 #define GPU_ALGO_ENV "DSGD_CUDNN_ALGO"
+/* DSGD_CUDNN_DETERMINISTIC (issue 23, N11), read by gpu_ctx_init: "1" deterministic algorithms
+ * first, as above; "0" the first usable row whatever its determinism (Find's fastest, as
+ * PyTorch's cudnn.deterministic = False). Unset or empty: 0 with "find", 1 with "heuristic".
+ * Another value is an error of gpu_ctx_init. */
+#define GPU_DET_ENV "DSGD_CUDNN_DETERMINISTIC"
 
 /* 1 if direction dir (0 forward, 1 backward data, 2 backward filter) of l runs a transform
  * algorithm — Winograd or FFT — whose fp32 rounding error is larger than a direct or GEMM
@@ -331,6 +338,16 @@ void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, co
 void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n);
 /* dst (n fp32) = src (n bf16), exact. */
 void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n);
+/* One fp32 -> bf16 cast of gpu_f32_to_bf16_segs: dst[0..n) = src[0..n) rounded as above. */
+typedef struct {
+    const float *src;
+    void *dst;
+    size_t n;
+} gpu_cast_seg;
+/* Every segment of segs (a device array of nseg, nseg <= 65535; max_n >= the largest n) cast as
+ * gpu_f32_to_bf16 casts it, in one launch (the bf16 weight copies of a step: one launch instead of
+ * one per tensor, DSGD_GPU_CASTS=one). The same bits as nseg gpu_f32_to_bf16 calls. */
+void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t max_n);
 
 /* ---- SGD update (src/optim/sgd.h, the same formula, fp32) --------------------------------- */
 /* For each of the n elements: g = grad + λθ; v = µv + g; θ −= α (Nesterov ? g + µv : v).

@@ -135,7 +135,8 @@ typedef struct {
 /* The usable rows in order of preference into order[] (Find sorts by time, Get_v7 by expected
  * performance); returns how many. Usable: succeeded, fits the cap, and computes in the precision
  * asked for: never fp16 down-conversion, and no tensor cores (TF32) for GPU_FP32. Deterministic
- * algorithms first (bitwise reproducible steps; the others sum with atomics), then the others. */
+ * algorithms first (bitwise reproducible steps; the others sum with atomics), then the others;
+ * with c->nondet (DSGD_CUDNN_DETERMINISTIC=0) every usable row in the given order. */
 static int pick_order(const perf_row *r, int n, const gpu_ctx *c, int *order) {
     int k = 0;
     for (int pass = 0; pass < 2; pass++)
@@ -143,7 +144,7 @@ static int pick_order(const perf_row *r, int n, const gpu_ctx *c, int *order) {
             if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > c->ws_cap) continue;
             if (r[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
             if (c->prec == GPU_FP32 && r[i].math == CUDNN_TENSOR_OP_MATH) continue;
-            if ((pass == 0) != (r[i].determinism == CUDNN_DETERMINISTIC)) continue;
+            if (c->nondet ? pass == 1 : (pass == 0) != (r[i].determinism == CUDNN_DETERMINISTIC)) continue;
             order[k++] = i;
         }
     return k;

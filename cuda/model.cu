@@ -38,6 +38,23 @@
  * structures they share. */
 #include "model_internal.h"
 
+#include <math.h>
+
+/* The compute stream synchronised (what: for the error): with DSGD_GPU_SYNC=step, the flag of an
+ * update enqueued since the last synchronisation is on the host now (its copy was behind the
+ * update on this stream); the first non-finite one is remembered and said on stderr, once. */
+static void sync_compute(gpu_model *g, const char *what) {
+    CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), what);
+    if (!g->upd_pending) return;
+    g->upd_pending = 0;
+    if (g->host->bad && !g->bad_update) {
+        g->bad_update = g->n_updates;
+        fprintf(stderr, "dsgd-run: GPU: SGD update %ld of this process made a parameter non-finite (found at the next "
+                "synchronisation, DSGD_GPU_SYNC=step: the step after it reports a NaN loss and takes no update)\n",
+                g->bad_update);
+    }
+}
+
 /* Entry points that use the compute stream on their own: not between begin and end. */
 static void not_in_step(const gpu_model *g, const char *what) {
     if (g->ov.in_step) DIE("%s between gpu_model_train_begin and gpu_model_train_end", what);
@@ -51,7 +68,8 @@ void gpu_model_upload(gpu_model *g, int which, const float *params, const float 
     if (which & GPU_PARAMS) CUDA_CHECK(cudaMemcpyAsync(g->params, params, np, cudaMemcpyHostToDevice, st), "upload of params");
     if (which & GPU_GRADS) CUDA_CHECK(cudaMemcpyAsync(g->grads, grads, np, cudaMemcpyHostToDevice, st), "upload of grads");
     if ((which & GPU_BN) && nb) CUDA_CHECK(cudaMemcpyAsync(g->bn, bn, nb, cudaMemcpyHostToDevice, st), "upload of bn");
-    CUDA_CHECK(cudaStreamSynchronize(st), "gpu_model_upload");
+    sync_compute(g, "gpu_model_upload");
+    if (which & GPU_PARAMS) g->bad_update = 0; /* new parameters: the flag was about the old ones */
 }
 
 void gpu_model_download(gpu_model *g, int which, float *params, float *grads, float *bn) {
@@ -62,28 +80,28 @@ void gpu_model_download(gpu_model *g, int which, float *params, float *grads, fl
     if (which & GPU_PARAMS) CUDA_CHECK(cudaMemcpyAsync(params, g->params, np, cudaMemcpyDeviceToHost, st), "download of params");
     if (which & GPU_GRADS) CUDA_CHECK(cudaMemcpyAsync(grads, g->grads, np, cudaMemcpyDeviceToHost, st), "download of grads");
     if ((which & GPU_BN) && nb) CUDA_CHECK(cudaMemcpyAsync(bn, g->bn, nb, cudaMemcpyDeviceToHost, st), "download of bn");
-    CUDA_CHECK(cudaStreamSynchronize(st), "gpu_model_download");
+    sync_compute(g, "gpu_model_download");
 }
 
 void gpu_model_velocity_upload(gpu_model *g, const float *v) {
     not_in_step(g, "gpu_model_velocity_upload");
     set_dev(g);
     CUDA_CHECK(cudaMemcpyAsync(g->vel, v, g->L.n_params * sizeof(float), cudaMemcpyHostToDevice, g->ctx.stream), "upload of velocity");
-    CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_velocity_upload");
+    sync_compute(g, "gpu_model_velocity_upload");
 }
 
 void gpu_model_velocity_download(gpu_model *g, float *v) {
     not_in_step(g, "gpu_model_velocity_download");
     set_dev(g);
     CUDA_CHECK(cudaMemcpyAsync(v, g->vel, g->L.n_params * sizeof(float), cudaMemcpyDeviceToHost, g->ctx.stream), "download of velocity");
-    CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_velocity_download");
+    sync_compute(g, "gpu_model_velocity_download");
 }
 
 void gpu_model_zero_velocity(gpu_model *g) {
     not_in_step(g, "gpu_model_zero_velocity");
     set_dev(g);
     CUDA_CHECK(cudaMemsetAsync(g->vel, 0, g->L.n_params * sizeof(float), g->ctx.stream), "gpu_model_zero_velocity");
-    CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_zero_velocity");
+    sync_compute(g, "gpu_model_zero_velocity");
 }
 
 /* ---- forward / backward ------------------------------------------------------------------- */
@@ -217,8 +235,11 @@ static void net_input(gpu_model *g, gpu_net *t, const float *x, int rows, const 
     if (x) CUDA_CHECK(cudaMemcpyAsync(t->x, x, nx * sizeof(float), cudaMemcpyHostToDevice, c->stream), what);
     if (g->w16) {
         gpu_f32_to_bf16(c, t->xa, t->x, nx);
-        for (int i = 0; i < g->n_wmap; i++)
-            gpu_f32_to_bf16(c, (uint16_t *)g->w16 + g->wmap[i].off16, g->params + g->wmap[i].off, g->wmap[i].n);
+        if (g->wsegs) /* DSGD_GPU_CASTS=one: every weight in one launch, the same bits */
+            gpu_f32_to_bf16_segs(c, g->wsegs, g->n_wmap, g->wmax);
+        else
+            for (int i = 0; i < g->n_wmap; i++)
+                gpu_f32_to_bf16(c, (uint16_t *)g->w16 + g->wmap[i].off16, g->params + g->wmap[i].off, g->wmap[i].n);
     }
 }
 
@@ -280,10 +301,12 @@ float gpu_model_train_end(gpu_model *g) {
         CUDA_CHECK(cudaEventRecord(o->uploaded, o->h2d), "gpu_model_train_end (uploads)");
         CUDA_CHECK(cudaStreamWaitEvent(st, o->uploaded, 0), "gpu_model_train_end (uploads)");
     }
-    CUDA_CHECK(cudaStreamSynchronize(st), "gpu_model_train_end");
+    sync_compute(g, "gpu_model_train_end");
     o->in_step = 0;
     o->grads_host = NULL;
-    return g->host->loss;
+    /* DSGD_GPU_SYNC=step: the loss read is also the read of the last update's flag; after a
+     * non-finite update every step reports NaN (its parameters are). */
+    return g->bad_update ? NAN : g->host->loss;
 }
 
 float gpu_model_train_step(gpu_model *g, const float *x, const int *y) {
@@ -311,7 +334,7 @@ void gpu_model_eval(gpu_model *g, const float *x, int n_valid, float *logits) {
         net_forward(g, t);
     CUDA_CHECK(cudaMemcpyAsync(logits, t->logits, (size_t)n_valid * k * sizeof(float), cudaMemcpyDeviceToHost, c->stream),
                "eval: logits");
-    CUDA_CHECK(cudaStreamSynchronize(c->stream), "gpu_model_eval");
+    sync_compute(g, "gpu_model_eval");
 }
 
 void gpu_model_train_logits(gpu_model *g, float *logits) {
@@ -321,17 +344,35 @@ void gpu_model_train_logits(gpu_model *g, float *logits) {
     CUDA_CHECK(cudaMemcpyAsync(logits, t->logits, (size_t)t->n * g->L.s.n_classes * sizeof(float),
                                cudaMemcpyDeviceToHost, g->ctx.stream),
                "gpu_model_train_logits");
-    CUDA_CHECK(cudaStreamSynchronize(g->ctx.stream), "gpu_model_train_logits");
+    sync_compute(g, "gpu_model_train_logits");
 }
 
 int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int nesterov) {
     not_in_step(g, "gpu_model_sgd_update");
     set_dev(g);
     gpu_ctx *c = &g->ctx;
+    if (g->sw.sync_step) {
+        /* One synchronisation per step (DSGD_GPU_SYNC=step): the flag is copied behind the update
+         * and read at the next synchronisation (the next step's loss read); this returns 0 only
+         * for an update after one found non-finite, which it does not apply. The rule: a
+         * non-finite update of step t shows as step t + 1's NaN loss and failed update (the run
+         * stops there, one step later than with =update, the parameters those of step t), and
+         * stderr names update t. Two updates without a synchronisation between: the first one's
+         * flag is waited for here. */
+        if (g->upd_pending) sync_compute(g, "gpu_model_sgd_update (the previous update's flag)");
+        if (g->bad_update) return 0;
+        gpu_sgd_update(c, g->params, g->grads, g->vel, g->L.n_params, alpha, mu, lambda, nesterov, g->bad);
+        CUDA_CHECK(cudaMemcpyAsync(&g->host->bad, g->bad, sizeof(int), cudaMemcpyDeviceToHost, c->stream),
+                   "gpu_model_sgd_update");
+        g->n_updates++;
+        g->upd_pending = 1;
+        return 1;
+    }
     gpu_sgd_update(c, g->params, g->grads, g->vel, g->L.n_params, alpha, mu, lambda, nesterov, g->bad);
     CUDA_CHECK(cudaMemcpyAsync(&g->host->bad, g->bad, sizeof(int), cudaMemcpyDeviceToHost, c->stream),
                "gpu_model_sgd_update");
     CUDA_CHECK(cudaStreamSynchronize(c->stream), "gpu_model_sgd_update");
+    g->n_updates++;
     return g->host->bad == 0;
 }
 
@@ -350,5 +391,7 @@ float *gpu_model_vector(gpu_model *g, int which) {
 }
 
 cudaStream_t gpu_model_stream(const gpu_model *g) { return g->ctx.stream; }
+
+long gpu_model_nonfinite_update(const gpu_model *g) { return g->bad_update; }
 
 int gpu_model_device(const gpu_model *g) { return g->dev; }

@@ -251,15 +251,39 @@ void gpu_model_free(gpu_model *g) {
     cudaFree(g->bn);
     cudaFree(g->bad);
     cudaFree(g->w16);
+    cudaFree(g->wsegs);
     if (g->host) cudaFreeHost(g->host);
     gpu_overlap_free(&g->ov);
     gpu_ctx_free(&g->ctx);
     free(g);
 }
 
+/* The switch `name` from the environment: the index of its value in vals[0..nv) (unset or empty:
+ * dflt); another value is an error naming the variable and the values it takes. */
+static int env_switch(const char *name, const char *const *vals, int nv, int dflt, int *out, char *err, size_t errlen) {
+    const char *v = getenv(name);
+    *out = dflt;
+    if (!v || !*v) return 0;
+    for (int i = 0; i < nv; i++)
+        if (strcmp(v, vals[i]) == 0) return *out = i, 0;
+    seterr(err, errlen, "%s=%s: expected %s%s%s%s%s", name, v, vals[0], nv > 1 ? " or " : "", nv > 1 ? vals[1] : "",
+           nv > 2 ? " or " : "", nv > 2 ? vals[2] : "");
+    return -1;
+}
+
+/* The step's switches (gpu_switches, docs/gpu.md "Switches"). */
+static int read_switches(gpu_switches *sw, char *err, size_t errlen) {
+    static const char *const sync[] = {"update", "step"}, *const casts[] = {"each", "one"}, *const stage[] = {"h2d", "own"};
+    TRY(env_switch("DSGD_GPU_SYNC", sync, 2, 0, &sw->sync_step, err, errlen));
+    TRY(env_switch("DSGD_GPU_CASTS", casts, 2, 0, &sw->cast_one, err, errlen));
+    TRY(env_switch("DSGD_GPU_STAGE", stage, 2, 1, &sw->stage_own, err, errlen));
+    return 0;
+}
+
 static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errlen) {
     const nn_layout *L = &g->L;
     const model_spec *s = &L->s;
+    TRY(read_switches(&g->sw, err, errlen));
     CUDA_TRY(cudaGetDevice(&g->dev), "gpu_model_create");
     TRY(gpu_ctx_init(&g->ctx, prec, err, errlen));
     CUDA_TRY(cudaHostAlloc((void **)&g->host, sizeof *g->host, cudaHostAllocPortable), "gpu_model_create (pinned staging)");
@@ -281,6 +305,16 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
             n16 += (w->n + 7) & ~(size_t)7;
         }
         TRY(gpu_malloc(&g->w16, n16 * 2, "the bf16 weight copies", err, errlen));
+        if (g->sw.cast_one) { /* the casts' segment table, for one launch per step (N16) */
+            gpu_cast_seg segs[MAX_TENSORS];
+            for (int i = 0; i < g->n_wmap; i++) {
+                segs[i] = (gpu_cast_seg){g->params + g->wmap[i].off, (uint16_t *)g->w16 + g->wmap[i].off16, g->wmap[i].n};
+                if (g->wmap[i].n > g->wmax) g->wmax = g->wmap[i].n;
+            }
+            const size_t nbt = (size_t)g->n_wmap * sizeof segs[0];
+            TRY(gpu_malloc((void **)&g->wsegs, nbt, "the bf16 casts' table", err, errlen));
+            CUDA_TRY(cudaMemcpy(g->wsegs, segs, nbt, cudaMemcpyHostToDevice), "gpu_model_create (the bf16 casts' table)");
+        }
     }
     TRY(net_build(g, &g->train, GPU_TRAIN, s->batch, err, errlen));
     if (s->eval_batch > 0) TRY(net_build(g, &g->eval, GPU_INFER, s->eval_batch, err, errlen));

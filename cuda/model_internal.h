@@ -63,6 +63,7 @@ typedef struct {
 
 typedef struct {
     cudaStream_t d2h, h2d;                       /* non-blocking copy streams, one per direction */
+    cudaStream_t stg;                            /* DSGD_GPU_STAGE=own: the minibatch staging copy's (else h2d) */
     int n_groups;
     size_t glo[GPU_MAX_GROUPS];
     cudaEvent_t computed[GPU_MAX_GROUPS];        /* compute stream: group j final on the device */
@@ -81,6 +82,14 @@ typedef struct {
     int n_uploads;                               /* gpu_model_grads_upload calls */
 } gpu_overlap;
 
+/* The step's switches (docs/gpu.md, "Switches"), each from the environment at gpu_model_create;
+ * run.sh times every one on and off (test/gpu/run.sh, step d). */
+typedef struct {
+    int sync_step;   /* DSGD_GPU_SYNC=step: one host synchronisation per step (N10); =update (default): two */
+    int cast_one;    /* DSGD_GPU_CASTS=one: the bf16 weight copies in one launch (N16); =each (default) */
+    int stage_own;   /* DSGD_GPU_STAGE=own (default): the staging copy on a stream of its own (N17); =h2d */
+} gpu_switches;
+
 /* One conv or fc weight of the flat params (offset off, n values) and its bf16 copy (at off16). */
 typedef struct {
     size_t off, n, off16;
@@ -96,9 +105,16 @@ struct gpu_model {
     void *w16;                         /* GPU_BF16: bf16 copies of the conv and fc weights (wmap) */
     weight16 wmap[MAX_TENSORS];
     int n_wmap;
+    gpu_cast_seg *wsegs;               /* DSGD_GPU_CASTS=one: wmap as cast segments, on the device */
+    size_t wmax;                       /* the largest wmap[i].n */
     gpu_net train, eval;
     host_stage *host;                  /* pinned */
     gpu_overlap ov;
+    gpu_switches sw;                   /* the step's switches (DSGD_GPU_*, read by gpu_model_create) */
+    /* DSGD_GPU_SYNC=step: the SGD update's non-finite flag is read at the next synchronisation */
+    int upd_pending;                   /* an update whose flag has not been read yet */
+    long n_updates;                    /* gpu_model_sgd_update calls that updated */
+    long bad_update;                   /* the first of them found non-finite (1-based), 0 none */
 };
 
 /* The weight at flat offset off in the activation type: the fp32 params, or its bf16 copy. */

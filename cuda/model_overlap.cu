@@ -60,6 +60,9 @@ int gpu_overlap_init(gpu_model *g, char *err, size_t errlen) {
     const char *where = "gpu_model_create (copy streams and events)";
     CUDA_TRY(cudaStreamCreateWithFlags(&o->d2h, cudaStreamNonBlocking), where);
     CUDA_TRY(cudaStreamCreateWithFlags(&o->h2d, cudaStreamNonBlocking), where);
+    /* The next minibatch's copy on a stream of its own (N17): not queued behind the gradient
+     * uploads of the step in flight, nor they behind it (DSGD_GPU_STAGE=h2d: on h2d, as before). */
+    if (g->sw.stage_own) CUDA_TRY(cudaStreamCreateWithFlags(&o->stg, cudaStreamNonBlocking), where);
     cudaEvent_t *evs[] = {&o->uploaded, &o->staged, &o->slot_free[0], &o->slot_free[1]};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         CUDA_TRY(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming), where);
@@ -79,6 +82,7 @@ int gpu_overlap_init(gpu_model *g, char *err, size_t errlen) {
 void gpu_overlap_free(gpu_overlap *o) {
     if (o->d2h) cudaStreamSynchronize(o->d2h);
     if (o->h2d) cudaStreamSynchronize(o->h2d);
+    if (o->stg) cudaStreamSynchronize(o->stg);
     cudaEvent_t evs[] = {o->uploaded, o->staged, o->slot_free[0], o->slot_free[1]};
     for (size_t i = 0; i < sizeof evs / sizeof evs[0]; i++)
         if (evs[i]) cudaEventDestroy(evs[i]);
@@ -88,6 +92,7 @@ void gpu_overlap_free(gpu_overlap *o) {
     }
     if (o->d2h) cudaStreamDestroy(o->d2h);
     if (o->h2d) cudaStreamDestroy(o->h2d);
+    if (o->stg) cudaStreamDestroy(o->stg);
     if (o->stage_x) cudaFreeHost(o->stage_x);
     if (o->stage_y) cudaFreeHost(o->stage_y);
     memset(o, 0, sizeof *o);
@@ -155,12 +160,13 @@ void gpu_model_stage(gpu_model *g, long tag) {
     nn_check_labels(L, o->stage_y, t->n);
     set_dev(g);
     const int s = 1 - t->slot; /* the slot the next gpu_model_train_begin(NULL) reads */
-    CUDA_CHECK(cudaStreamWaitEvent(o->h2d, o->slot_free[s], 0), "gpu_model_stage (slot free)");
-    CUDA_CHECK(cudaMemcpyAsync(t->xs[s], o->stage_x, input_count(L, t->n) * sizeof(float), cudaMemcpyHostToDevice, o->h2d),
+    cudaStream_t st = o->stg ? o->stg : o->h2d;
+    CUDA_CHECK(cudaStreamWaitEvent(st, o->slot_free[s], 0), "gpu_model_stage (slot free)");
+    CUDA_CHECK(cudaMemcpyAsync(t->xs[s], o->stage_x, input_count(L, t->n) * sizeof(float), cudaMemcpyHostToDevice, st),
                "gpu_model_stage: input");
-    CUDA_CHECK(cudaMemcpyAsync(t->ys[s], o->stage_y, (size_t)t->n * sizeof(int), cudaMemcpyHostToDevice, o->h2d),
+    CUDA_CHECK(cudaMemcpyAsync(t->ys[s], o->stage_y, (size_t)t->n * sizeof(int), cudaMemcpyHostToDevice, st),
                "gpu_model_stage: labels");
-    CUDA_CHECK(cudaEventRecord(o->staged, o->h2d), "gpu_model_stage");
+    CUDA_CHECK(cudaEventRecord(o->staged, st), "gpu_model_stage");
     o->staged_tag = tag;
 }
 

@@ -26,7 +26,9 @@
  *                   [--batch 32,64,128] [--precision fp32,tf32,bf16] [--reps 5] [--steps 8]
  *                   [--warmup 5] [--max-seconds 30] [--device cuda|cpu]
  * --device cpu times the same loop on the CPU backend (fp32 only), e.g. to try this program on a
- * machine without a GPU. Exit status: 0 every row ok or unsupported, 1 a row failed, 2 bad
+ * machine without a GPU. --variants adds rows with the step's switches (docs/gpu.md, "Switches";
+ * VARIANTS below: det, sync1, cast1, all) after the base rows, at the --variant-precision
+ * precisions (default every one); their BENCH lines carry variant=NAME (base: variant=base). Exit status: 0 every row ok or unsupported, 1 a row failed, 2 bad
  * arguments or no GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -49,7 +51,28 @@ typedef struct {
     int reps, steps, warmup;
     double max_seconds;
     model_device device;
+    int variants[MAX_LIST], n_variants;   /* indices into VARIANTS; base always first */
+    model_precision vprecs[MAX_LIST];     /* the precisions the other variants run at */
+    int n_vprecs;
 } bench_args;
+
+/* The step's switches (docs/gpu.md, "Switches"), one row each beside the default ("base"), so
+ * that one call measures every choice (issue 23): name, then the environment it sets for
+ * model_create (NULL value: unset). "base" is the default of every switch: DSGD_GPU_SYNC=update,
+ * DSGD_GPU_CASTS=each, DSGD_CUDNN_DETERMINISTIC unset (find: the fastest algorithm, deterministic
+ * or not). DSGD_GPU_STAGE has no row: this loop stages no minibatch. */
+#define N_SWITCH_VARS 3
+static const char *const SWITCH_VARS[N_SWITCH_VARS] = {"DSGD_GPU_SYNC", "DSGD_GPU_CASTS", "DSGD_CUDNN_DETERMINISTIC"};
+static const struct {
+    const char *name, *vals[N_SWITCH_VARS];
+} VARIANTS[] = {
+    {"base", {NULL, NULL, NULL}},
+    {"det", {NULL, NULL, "1"}},     /* N11 off: deterministic algorithms first */
+    {"sync1", {"step", NULL, NULL}}, /* N10: one host synchronisation per step */
+    {"cast1", {NULL, "one", NULL}},  /* N16: the bf16 weight casts in one launch */
+    {"all", {"step", "one", NULL}},  /* every switch on */
+};
+#define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
 static const char *prec_name(model_precision p) {
     return p == MODEL_FP32 ? "fp32" : p == MODEL_TF32 ? "tf32" : p == MODEL_BF16 ? "bf16" : "?";
@@ -65,7 +88,8 @@ static int usage(const char *msg) {
     fprintf(stderr,
             "usage: bench_gpu [--width W] [--stem imagenet|cifar] [--input CxHxW] [--classes K]\n"
             "                 [--batch B1,B2,...] [--precision fp32,tf32,bf16] [--reps R] [--steps S]\n"
-            "                 [--warmup N] [--max-seconds T] [--device cuda|cpu]\n");
+            "                 [--warmup N] [--max-seconds T] [--device cuda|cpu]\n"
+            "                 [--variants base,det,sync1,cast1,all] [--variant-precision bf16,...]\n");
     return EXIT_BADINPUT;
 }
 
@@ -79,7 +103,8 @@ static int parse_int(const char *s, int max) {
 static int parse_args(int argc, char **argv, bench_args *a) {
     *a = (bench_args){.width = 64, .in_c = 3, .in_h = 224, .in_w = 224, .classes = 1000, .stem = MODEL_STEM_IMAGENET,
                       .batches = {32, 64, 128}, .n_batches = 3, .precs = {MODEL_FP32, MODEL_TF32, MODEL_BF16},
-                      .n_precs = 3, .reps = 5, .steps = 8, .warmup = 5, .max_seconds = 30, .device = MODEL_CUDA};
+                      .n_precs = 3, .reps = 5, .steps = 8, .warmup = 5, .max_seconds = 30, .device = MODEL_CUDA,
+                      .variants = {0}, .n_variants = 1, .n_vprecs = 0};
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
@@ -114,6 +139,29 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         } else if (!strcmp(k, "--input")) {
             if (sscanf(v, "%dx%dx%d", &a->in_c, &a->in_h, &a->in_w) != 3 || a->in_c < 1 || a->in_h < 1 || a->in_w < 1)
                 return usage("--input: CxHxW, e.g. 3x224x224");
+        } else if (!strcmp(k, "--variants")) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            a->n_variants = 1; /* base first, always */
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                int j = 0;
+                while (j < N_VARIANTS && strcmp(t, VARIANTS[j].name)) j++;
+                if (j == N_VARIANTS) return usage("--variants: comma-separated base, det, sync1, cast1, all");
+                if (j == 0) continue;
+                if (a->n_variants == MAX_LIST) return usage("at most 16 values in a list");
+                a->variants[a->n_variants++] = j;
+            }
+        } else if (!strcmp(k, "--variant-precision")) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            a->n_vprecs = 0;
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (a->n_vprecs == MAX_LIST) return usage("at most 16 values in a list");
+                if (!strcmp(t, "fp32")) a->vprecs[a->n_vprecs++] = MODEL_FP32;
+                else if (!strcmp(t, "tf32")) a->vprecs[a->n_vprecs++] = MODEL_TF32;
+                else if (!strcmp(t, "bf16")) a->vprecs[a->n_vprecs++] = MODEL_BF16;
+                else return usage("--variant-precision: comma-separated fp32, tf32, bf16");
+            }
         } else if (!strcmp(k, "--batch") || !strcmp(k, "--precision")) {
             const int is_batch = k[2] == 'b';
             char buf[256];
@@ -138,8 +186,29 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     return 0;
 }
 
+static int bench_row_env(const bench_args *a, int b, model_precision prec, const char *common);
+
 /* One row: returns 0 ok, 1 failed (printed), 2 precision unsupported (printed). */
-static int bench_row(const bench_args *a, int b, model_precision prec, const char *common) {
+static int bench_row(const bench_args *a, int b, model_precision prec, const char *common, int variant) {
+    /* The variant's switches for model_create (read there), the caller's environment after. */
+    char *saved[N_SWITCH_VARS];
+    for (int i = 0; i < N_SWITCH_VARS; i++) {
+        const char *o = getenv(SWITCH_VARS[i]);
+        saved[i] = o ? strdup(o) : NULL;
+        if (variant == 0) continue; /* base: the environment as it is */
+        if (VARIANTS[variant].vals[i]) setenv(SWITCH_VARS[i], VARIANTS[variant].vals[i], 1);
+        else unsetenv(SWITCH_VARS[i]);
+    }
+    const int rc = bench_row_env(a, b, prec, common);
+    for (int i = 0; i < N_SWITCH_VARS; i++) {
+        if (saved[i]) setenv(SWITCH_VARS[i], saved[i], 1);
+        else unsetenv(SWITCH_VARS[i]);
+        free(saved[i]);
+    }
+    return rc;
+}
+
+static int bench_row_env(const bench_args *a, int b, model_precision prec, const char *common) {
     model_spec s = {.arch = MODEL_RESNET18, .width = a->width, .stem = a->stem, .in_c = a->in_c, .in_h = a->in_h,
                     .in_w = a->in_w, .n_classes = a->classes, .batch = b, .eval_batch = 0, .threads = 0,
                     .device = a->device, .precision = prec};
@@ -219,6 +288,7 @@ int main(int argc, char **argv) {
            "device mode (pinned host -> GPU minibatch, forward, cross-entropy, backward, Nesterov update, loss to the\n"
            "host); %d warm-up steps, median of up to %d timings of %d steps (create s: model_create incl. cuDNN search)\n\n",
            a.width, stem, a.in_c, a.in_h, a.in_w, a.classes, a.warmup, a.reps, a.steps);
+    printf("(gpu_version's \"step:\" part is the base rows' switches; each other variant's row sets its own)\n");
     printf("INFO impl=dsgd-run version=%s backend=", DSGD_VERSION);
     for (const char *p = ver; *p; p++) putchar(*p == ' ' ? '_' : *p);
     printf(" gpu=");
@@ -227,14 +297,23 @@ int main(int argc, char **argv) {
            "ms/step", "create s");
     fflush(stdout);
 
+    /* The base rows first (every precision and batch), then each other variant at the
+     * --variant-precision precisions (default: all), so a cut call keeps the rows most needed. */
     int failed = 0;
-    for (int pi = 0; pi < a.n_precs; pi++) {
-        for (int bi = 0; bi < a.n_batches; bi++) {
-            char common[256];
-            snprintf(common, sizeof common,
-                     "impl=dsgd-run width=%d stem=%s input=%dx%dx%d classes=%d batch=%d precision=%s", a.width, stem,
-                     a.in_c, a.in_h, a.in_w, a.classes, a.batches[bi], prec_name(a.precs[pi]));
-            failed |= bench_row(&a, a.batches[bi], a.precs[pi], common) == 1;
+    for (int vi = 0; vi < a.n_variants; vi++) {
+        const int var = a.variants[vi];
+        if (var) printf("variant %s:\n", VARIANTS[var].name);
+        for (int pi = 0; pi < a.n_precs; pi++) {
+            int at = var == 0 || a.n_vprecs == 0;
+            for (int j = 0; j < a.n_vprecs && !at; j++) at = a.vprecs[j] == a.precs[pi];
+            if (!at) continue;
+            for (int bi = 0; bi < a.n_batches; bi++) {
+                char common[256];
+                snprintf(common, sizeof common,
+                         "impl=dsgd-run width=%d stem=%s input=%dx%dx%d classes=%d batch=%d precision=%s variant=%s", a.width,
+                         stem, a.in_c, a.in_h, a.in_w, a.classes, a.batches[bi], prec_name(a.precs[pi]), VARIANTS[var].name);
+                failed |= bench_row(&a, a.batches[bi], a.precs[pi], common, var) == 1;
+            }
         }
     }
     return failed ? EXIT_RUNTIME : 0;

@@ -31,6 +31,25 @@
 #   MANIFEST.txt   what was built, from which commit, with which flags, every file and size,
 #              the newest glibc symbol version the binaries need
 # Copies are stripped (libraries --strip-unneeded, executables --strip-debug). Prints the size.
+#
+# The GPU call (issue 23: one call of test/gpu/run.sh in a ~15-minute GPU allocation, machine
+# start and transfers included):
+#   before it, here, with no GPU and no hurry:
+#     test/gpu/bundle.sh                          # ~10-20 min on 2 cores (make clean; CUDA_ARCH=90)
+#     GPUCHECK_SIMULATE=1 test/gpu/run.sh /tmp/sim --bundle .gpu-bundle   # needs --cpu's bundle:
+#         test/gpu/bundle.sh /tmp/cpu-bundle --cpu, then --bundle /tmp/cpu-bundle (steps a-g on the CPU)
+#     du -sh .gpu-bundle                          # must leave room in the carry limit (64 MiB in all)
+#   the call itself: the repository as checked out plus .gpu-bundle/ (git-ignored, so it must be
+#   carried by name), a time limit of the budget + 40 s, the results under the folder that comes
+#   back:
+#     carry:    [".gpu-bundle"]
+#     command:  test/gpu/run.sh "$OUT/gpu" --bundle .gpu-bundle --budget 380
+#     timeout:  420 s (budget + 40: run.sh stops starting steps at the budget and, cut by SIGTERM,
+#               prints summary.md; the throughput table is on stdout as soon as step d ends)
+#   Order of the call (run.sh): a. machine and bundle set-up, b. test_gpu_ops (fp32, tf32, bf16),
+#   c. one short run, d. the throughput table (dsgd-run's base rows and switch rows, PyTorch's
+#   fp32/tf32/bf16 NCHW and channels_last), e. NCCL, f. the JPEG run, g. the rest as time allows.
+#   One call only: a second full one does not fit the allocation.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -4,6 +4,8 @@ BENCH and INFO lines that build/bench_gpu (tools/bench_gpu.c) and tools/bench_to
 (batch, precision) with the ratio, to stdout. Standard library only. Layouts: dsgd-run runs NCHW
 in every precision; PyTorch's bf16 rows come in NCHW (the like-for-like row, layout=nchw) and
 channels_last (a row of its own, "bf16, PyTorch channels_last", against the same dsgd-run number).
+dsgd-run's switch rows (variant=NAME, bench_gpu --variants) come under their (batch, precision),
+against PyTorch's faster row there, with their gain over dsgd-run's base row.
 A line without layout= is NCHW, except PyTorch bf16 lines of earlier versions (channels_last).
 
     python3 test/gpu/report.py bench.log
@@ -27,10 +29,22 @@ def parse(path):
                 key = (prec, int(kv.get("batch", "0")))
                 if key not in order:
                     order.append(key)
-                rows.setdefault(key, {})[impl if layout == "nchw" else f"{impl}:{layout}"] = kv
+                name = impl if layout == "nchw" else f"{impl}:{layout}"
+                if kv.get("variant", "base") != "base":  # a switch of the step (bench_gpu --variants)
+                    name = f"{impl}@{kv['variant']}"
+                rows.setdefault(key, {})[name] = kv
                 shape = (kv.get("width"), kv.get("stem"), kv.get("input"), kv.get("classes"))
                 info.setdefault("_shape", shape)
     return rows, info, order
+
+
+# bench_gpu --variants (docs/gpu.md, "Switches"); the base rows run every switch's default.
+VARIANT_NOTE = {
+    "det": "DSGD_CUDNN_DETERMINISTIC=1",
+    "sync1": "DSGD_GPU_SYNC=step",
+    "cast1": "DSGD_GPU_CASTS=one",
+    "all": "sync=step + casts=one",
+}
 
 
 def cell(r):
@@ -68,6 +82,14 @@ def main():
             c_cl, cl = cell(r.get("torch:channels_last"))
             ratio = f"{ours / cl:.2f}" if ours and cl else "—"
             print(f"| {b} | {prec}, PyTorch channels_last | {c_ours} | {c_cl} | {ratio} |")
+        for name in sorted(n for n in r if n.startswith("dsgd-run@")):  # the switches, against PyTorch's best
+            v = name.split("@", 1)[1]
+            c_v, ov = cell(r[name])
+            best = max((x for x in (torch, cell(r.get("torch:channels_last"))[1]) if x), default=None)
+            c_best = f"{best:,.0f}" if best else "—"
+            ratio = f"{ov / best:.2f}" if ov and best else "—"
+            gain = f"; ×{ov / ours:.2f} of base" if ov and ours else ""
+            print(f"| {b} | {prec}, dsgd-run {VARIANT_NOTE.get(v, v)}{gain} | {c_v} | {c_best} | {ratio} |")
     print()
     d, t = info.get("dsgd-run"), info.get("torch")
     if d:

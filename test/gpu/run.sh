@@ -13,7 +13,10 @@
 #   d. throughput: build/bench_gpu and tools/bench_torch_gpu.py, ResNet-18 width 64, ImageNet
 #      stem, 3x224x224, 1000 classes, b = 32 and 256, fp32 / tf32 / bf16 (PyTorch's bf16 in NCHW
 #      as dsgd-run, and channels_last as a row of its own); 3 warm-up steps, 3 timings of 5
-#      steps, 3 s a row; the table goes into summary.md and to stdout at once
+#      steps, 3 s a row; then dsgd-run's switches of the step (docs/gpu.md, "Switches"), a bf16
+#      row each at b = 32 and 256 beside the base row: DSGD_CUDNN_DETERMINISTIC=1 (the base rows
+#      take the fastest algorithm, deterministic or not), DSGD_GPU_SYNC=step, DSGD_GPU_CASTS=one,
+#      and both; the table goes into summary.md and to stdout at once
 #   e. NCCL: test_gpu_comm (device vectors, the CUDA-aware path's scaling, a one-rank NCCL
 #      all-reduce; DSGD_REQUIRE_NCCL=1 on a GPU machine: an NCCL that cannot be loaded fails),
 #      then comm = "nccl" at p = 1 (20 steps, loss curve as step c's MPI run's)
@@ -586,7 +589,10 @@ else
     # done at the first), 3 timings of 5 steps, 3 s a row.
     SHAPE=(--width 64 --stem imagenet --input 3x224x224 --classes 1000 --batch 32,256 --reps 3 --steps 5 --warmup 3
            --max-seconds 3)
-    DEVARG=()
+    # The step's switches (docs/gpu.md, "Switches"), one row each after the base rows, in bf16 (the
+    # goal against PyTorch's channels_last): deterministic algorithms, one synchronisation per
+    # step, the casts in one launch, both.
+    DEVARG=(--variants det,sync1,cast1,all --variant-precision bf16)
 fi
 if [ -x "$BENCH" ]; then
     run_step "d. bench_gpu (dsgd-run)" "$BENCH_LOG" 150 "${BENV[@]}" DSGD_CUDNN_ALGO=find "$BENCH" "${SHAPE[@]}" --precision fp32,tf32,bf16 \
@@ -599,8 +605,10 @@ if [ -n "$PY" ]; then
     # rows (the ones it printed stay in bench.log); the rows most needed come first.
     tb=$(( deadline - reserve - $(now) ))
     [ "$tb" -le 150 ] || tb=150
+    TDEV=()
+    [ "$simulate" = 1 ] && TDEV=(--device cpu)
     run_step "d. bench_torch_gpu.py (PyTorch)" "$BENCH_LOG" 150 env PYTHONUNBUFFERED=1 "$PY" "$root/tools/bench_torch_gpu.py" \
-        "${SHAPE[@]}" --precision fp32,tf32,bf16 --budget $(( tb > 30 ? tb - 15 : 15 )) ${DEVARG[@]+"${DEVARG[@]}"}
+        "${SHAPE[@]}" --precision fp32,tf32,bf16 --budget $(( tb > 30 ? tb - 15 : 15 )) ${TDEV[@]+"${TDEV[@]}"}
 else
     record "d. bench_torch_gpu.py (PyTorch)" "FAIL" 0 "no python3 with torch, torchvision, h5py" "$BENCH_LOG"
 fi

@@ -61,6 +61,7 @@
 
 
 static int mock; /* over the CPU stand-ins (test/gpu/mock): set by main */
+long mock_cuda_host_syncs(void) __attribute__((weak)); /* test/gpu/mock/mock_cuda.c */
 
 /* Every parameter tensor's gradient within tol; prints the worst. */
 static void check_grads(const nn_layout *L, const float *got, const float *want, double tol) {
@@ -468,7 +469,122 @@ START_TEST(test_errors) {
 }
 END_TEST
 
+/* The step's switches (docs/gpu.md, "Switches"): DSGD_GPU_SYNC=step (one host synchronisation per
+ * step: the update's non-finite flag read with the next loss) and DSGD_GPU_CASTS=one (the bf16
+ * weight copies in one launch) change no operation's order, so a model with both on trains bit
+ * for bit as one with both off (both choose cuDNN's algorithms by its heuristics, the same in
+ * both). Then the stated rule of DSGD_GPU_SYNC=step: a non-finite update returns 1, the next
+ * step's loss is NaN, the update after it returns 0 and changes nothing, and
+ * gpu_model_nonfinite_update names the update; new parameters clear it. A wrong value is refused. */
+static void switches_case(gpu_precision prec) {
+    model_spec s = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 48,
+                    .in_w = 48, .n_classes = 10, .batch = 4, .eval_batch = 3, .threads = 0};
+    const char *pn = prec == GPU_BF16 ? "bf16" : "fp32";
+    printf("  switches %s: resnet18 ImageNet stem, width 8, 3x48x48, batch 4\n", pn);
+    char err[ERRLEN];
+    model *m = model_create(&s, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    model_init(m, 11);
+    nn_layout L;
+    ck_assert_msg(nn_layout_build(&L, &s, err, sizeof err) == 0, "%s", err);
+    setenv("DSGD_CUDNN_ALGO", "heuristic", 1);
+    gpu_model *g[2];
+    for (int v = 0; v < 2; v++) {
+        setenv("DSGD_GPU_SYNC", v ? "step" : "update", 1);
+        setenv("DSGD_GPU_CASTS", v ? "one" : "each", 1);
+        g[v] = gpu_model_create(&L, prec, err, sizeof err);
+        ck_assert_msg(g[v] != NULL, "gpu_model_create: %s", err);
+        gpu_model_upload(g[v], GPU_PARAMS | GPU_BN, model_params(m), NULL, model_bn(m));
+        gpu_model_zero_velocity(g[v]);
+    }
+    unsetenv("DSGD_GPU_SYNC");
+    unsetenv("DSGD_GPU_CASTS");
+    const size_t np = L.n_params, nb = L.n_bn, in = (size_t)s.in_c * s.in_h * s.in_w;
+    float *x = malloc((size_t)s.batch * in * sizeof(float)), *lo[2];
+    int *y = malloc((size_t)s.batch * sizeof(int));
+    float *v[2][3];
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 3; j++) v[k][j] = malloc((j == 2 ? nb : np) * sizeof(float) + 4);
+        lo[k] = malloc((size_t)s.eval_batch * s.n_classes * sizeof(float));
+    }
+    rng_t r;
+    rng_seed(&r, 9);
+    const int steps = 4;
+    for (int step = 0; step < steps; step++) {
+        for (size_t i = 0; i < (size_t)s.batch * in; i++) x[i] = (float)rng_normal(&r);
+        for (int i = 0; i < s.batch; i++) y[i] = (int)rng_below(&r, (uint64_t)s.n_classes);
+        float loss[2];
+        long syncs[2] = {0, 0};
+        for (int k = 0; k < 2; k++) {
+            const long s0 = mock_cuda_host_syncs ? mock_cuda_host_syncs() : 0;
+            loss[k] = gpu_model_train_step(g[k], x, y);
+            ck_assert_int_eq(gpu_model_sgd_update(g[k], 0.05f, 0.9f, 1e-4f, 1), 1);
+            syncs[k] = mock_cuda_host_syncs ? mock_cuda_host_syncs() - s0 : 0;
+        }
+        printf("   step %d: loss %.9g, switches on %.9g; host synchronisations %ld, %ld\n", step, loss[0], loss[1], syncs[0],
+               syncs[1]);
+        if (mock_cuda_host_syncs) { /* a step (train_step + sgd_update): two synchronisations, one with =step */
+            ck_assert_int_eq(syncs[0], 2);
+            ck_assert_int_eq(syncs[1], 1);
+        }
+        ck_assert_msg(isfinite(loss[0]) && memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "%s step %d: loss %.9g vs %.9g", pn,
+                      step, loss[0], loss[1]);
+    }
+    for (int k = 0; k < 2; k++) {
+        gpu_model_download(g[k], GPU_PARAMS | GPU_GRADS | GPU_BN, v[k][0], v[k][1], v[k][2]);
+        gpu_model_eval(g[k], x, s.eval_batch, lo[k]);
+    }
+    ck_assert_msg(memcmp(v[0][0], v[1][0], np * sizeof(float)) == 0, "%s: parameters differ", pn);
+    ck_assert_msg(memcmp(v[0][1], v[1][1], np * sizeof(float)) == 0, "%s: gradients differ", pn);
+    ck_assert_msg(nb == 0 || memcmp(v[0][2], v[1][2], nb * sizeof(float)) == 0, "%s: BN statistics differ", pn);
+    ck_assert_msg(memcmp(lo[0], lo[1], (size_t)s.eval_batch * s.n_classes * sizeof(float)) == 0, "%s: eval logits differ", pn);
+    printf("    %d steps, switches off and on: loss, params, grads, BN, eval logits bitwise identical\n", steps);
+
+    /* A non-finite update. */
+    v[0][1][np / 3] = NAN;
+    for (int k = 0; k < 2; k++) gpu_model_upload(g[k], GPU_GRADS, NULL, v[0][1], NULL);
+    ck_assert_int_eq(gpu_model_sgd_update(g[0], 0.05f, 0.9f, 1e-4f, 1), 0); /* update: at once */
+    ck_assert_int_eq(gpu_model_nonfinite_update(g[0]), 0);
+    ck_assert_int_eq(gpu_model_sgd_update(g[1], 0.05f, 0.9f, 1e-4f, 1), 1); /* step: not known yet */
+    ck_assert_int_eq(gpu_model_nonfinite_update(g[1]), 0);
+    const float l1 = gpu_model_train_step(g[1], x, y);
+    ck_assert_msg(isnan(l1), "DSGD_GPU_SYNC=step: the step after a non-finite update has loss %.9g, not NaN", l1);
+    ck_assert_int_eq(gpu_model_nonfinite_update(g[1]), steps + 1);
+    gpu_model_download(g[1], GPU_PARAMS, v[1][0], NULL, NULL);
+    ck_assert_int_eq(gpu_model_sgd_update(g[1], 0.05f, 0.9f, 1e-4f, 1), 0);
+    gpu_model_download(g[0], GPU_PARAMS, v[0][0], NULL, NULL);
+    ck_assert_msg(memcmp(v[0][0], v[1][0], np * sizeof(float)) == 0, "%s: the refused update changed the parameters", pn);
+    printf("    DSGD_GPU_SYNC=step: non-finite update %ld found with the next loss (NaN), the next update refused\n",
+           gpu_model_nonfinite_update(g[1]));
+    gpu_model_upload(g[1], GPU_PARAMS, model_params(m), NULL, NULL);
+    ck_assert_int_eq(gpu_model_nonfinite_update(g[1]), 0);
+    ck_assert(isfinite(gpu_model_train_step(g[1], x, y)));
+
+    setenv("DSGD_GPU_SYNC", "sometimes", 1);
+    ck_assert_ptr_null(gpu_model_create(&L, prec, err, sizeof err));
+    unsetenv("DSGD_GPU_SYNC");
+    printf("  expected error: %s\n", err);
+    ck_assert_msg(strstr(err, "DSGD_GPU_SYNC=sometimes") && strstr(err, "step"), "%s", err);
+    unsetenv("DSGD_CUDNN_ALGO");
+    for (int k = 0; k < 2; k++) {
+        gpu_model_free(g[k]);
+        for (int j = 0; j < 3; j++) free(v[k][j]);
+        free(lo[k]);
+    }
+    free(x), free(y);
+    model_free(m);
+}
+
+START_TEST(test_switches) {
+    switches_case(GPU_FP32);
+    switches_case(GPU_BF16);
+}
+END_TEST
+
 int main(void) {
+    /* Deterministic convolution algorithms whatever DSGD_CUDNN_ALGO (N11: find's default takes the
+     * fastest, deterministic or not): the checks of bitwise equal steps need them. */
+    setenv("DSGD_CUDNN_DETERMINISTIC", "1", 0);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count < 1) {
@@ -493,6 +609,7 @@ int main(void) {
     Suite *s = suite_create("gpu_model");
     TCase *tc = tcase_create("gpu_vs_cpu");
     tcase_add_test(tc, test_errors);
+    tcase_add_test(tc, test_switches);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_resnet_cifar_fp32);
     tcase_add_test(tc, test_resnet_cifar_odd);

@@ -896,8 +896,55 @@ static void cast_case(size_t n, int off) {
     free(x), free(want), free(got), free(back);
 }
 
+/* gpu_f32_to_bf16_segs (DSGD_GPU_CASTS=one, N16): segments of several sizes and alignments of
+ * one buffer into another in one launch, bit for bit as bf16.h rounds (as gpu_f32_to_bf16), and
+ * nothing written between the segments. */
+static void cast_segs_case(void) {
+    const size_t lens[] = {17, 1000, 1003, ((size_t)1 << 21) + 5, 8, 1, 4096};
+    const int nseg = (int)(sizeof lens / sizeof lens[0]);
+    size_t total = 0, max_n = 0;
+    for (int i = 0; i < nseg; i++) total += lens[i] + 3, max_n = lens[i] > max_n ? lens[i] : max_n;
+    printf("  casts fp32 -> bf16 in one launch: %d segments, %zu values\n", nseg, total);
+    rng_t r;
+    rng_seed(&r, 41);
+    float *x = rnd(&r, total, 1.0, 0.0);
+    for (size_t i = 0; i < total; i++) x[i] = ldexpf(x[i], (int)rng_below(&r, 40) - 20);
+    uint16_t *want = malloc(total * 2 + 4), *got = malloc(total * 2 + 4);
+    bf16_pack(want, x, total);
+    gpu_ctx gc;
+    gctx(&gc, GPU_BF16);
+    float *gx = d_from(x, total);
+    uint16_t *g16 = d_alloc(total * 2);
+    ck_assert(cudaMemset(g16, 0xff, total * 2) == cudaSuccess);
+    gpu_cast_seg segs[16];
+    size_t at = 0;
+    for (int i = 0; i < nseg; i++) { /* offsets 0..3 past the last segment's end: aligned and not */
+        at += (size_t)(i % 4);
+        segs[i] = (gpu_cast_seg){gx + at, g16 + at, lens[i]};
+        at += lens[i] + (size_t)(3 - i % 4);
+    }
+    gpu_cast_seg *dsegs = d_alloc(sizeof segs);
+    ck_assert(cudaMemcpy(dsegs, segs, sizeof segs, cudaMemcpyHostToDevice) == cudaSuccess);
+    gpu_f32_to_bf16_segs(&gc, dsegs, nseg, max_n);
+    ck_assert(cudaMemcpy(got, g16, total * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+    size_t in = 0;
+    for (int i = 0; i < nseg; i++) {
+        const size_t lo = (size_t)(segs[i].src - gx), hi = lo + lens[i];
+        for (size_t j = in; j < lo; j++) ck_assert_msg(got[j] == 0xffffu, "written between segments at %zu", j);
+        for (size_t j = lo; j < hi; j++)
+            ck_assert_msg(got[j] == want[j], "segment %d at %zu: %a -> 0x%04x, want 0x%04x", i, j - lo, (double)x[j], got[j],
+                          want[j]);
+        in = hi;
+    }
+    printf("    %-44s %d segments, bit for bit\n", "fp32 -> bf16, one launch", nseg);
+    d_free_all();
+    gpu_ctx_free(&gc);
+    free(x), free(want), free(got);
+}
+
 START_TEST(test_casts) {
     if (skip_bf16(GPU_BF16, "casts")) return;
+    cast_segs_case();
     cast_case(1000, 0);
     cast_case(1003, 1);
     cast_case(1003, 3);

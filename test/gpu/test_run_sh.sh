@@ -8,7 +8,8 @@
 #   1. order: b. test_gpu_ops, c. the cuda run, d. bench_gpu then PyTorch, the throughput table on
 #      stdout before step e; e. test_gpu_comm (with DSGD_REQUIRE_NCCL=1) and the comm = nccl run
 #      before f. the JPEG pack and g. test_gpu_model; the benchmark's shape (b = 32 and 256, 3
-#      warm-ups, 3 timings of 5 steps, 3 s a row) and PyTorch's --budget; dsgd-run --version
+#      warm-ups, 3 timings of 5 steps, 3 s a row), bench_gpu's switch rows (--variants, bf16) and
+#      PyTorch's --budget; dsgd-run --version
 #      called once, under a timeout
 #   2. dsgd-run --version hangs: recorded as TIMEOUT after GPUCHECK_CMD_TIMEOUT, the check goes on
 #   3. a test program fails ("0%: Checks"): run once, not again
@@ -128,6 +129,10 @@ if grep -q '^bench_gpu .*--batch 32,256 --reps 3 --steps 5 --warmup 3 --max-seco
     grep -q 'bench_torch_gpu\.py .*--batch 32,256 --reps 3 --steps 5 --warmup 3 --max-seconds 3 .*--budget [0-9]' "$w/full.trace"; then
     ok "benchmark: b = 32, 256; 3 warm-ups, 3 x 5 steps, 3 s a row; PyTorch with --budget"
 else bad "benchmark shape: $(grep -E '^bench_gpu|bench_torch' "$w/full.trace")"; fi
+if grep -q '^bench_gpu .*--variants det,sync1,cast1,all --variant-precision bf16' "$w/full.trace" &&
+    ! grep -q 'bench_torch_gpu\.py .*--variant' "$w/full.trace"; then
+    ok "benchmark: dsgd-run's switch rows (det, sync1, cast1, all) in bf16, not passed to PyTorch"
+else bad "switch rows: $(grep -E '^bench_gpu|bench_torch' "$w/full.trace")"; fi
 tbl=$(grep -n -m1 '^## Throughput (step d)' "$w/full.out" | cut -d: -f1)
 e1=$(grep -n -m1 'e\. test_gpu_comm' "$w/full.out" | cut -d: -f1)
 if [ -n "$tbl" ] && [ -n "$e1" ] && [ "$tbl" -lt "$e1" ] && sed -n "$tbl,\$p" "$w/full.out" | grep -q '| 256 '; then

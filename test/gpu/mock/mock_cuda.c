@@ -55,6 +55,11 @@ static long n_objects; /* cudaMalloc, cudaHostAlloc, streams, events made */
 
 long mock_cuda_objects(void) { return n_objects; }
 
+/* cudaStreamSynchronize calls from the host (not the mock's own, as in cudaStreamDestroy):
+ * test_gpu_model counts a step's host synchronisations with it (DSGD_GPU_SYNC). */
+static long n_host_syncs;
+long mock_cuda_host_syncs(void) { return n_host_syncs; }
+
 /* The runtime's last error (one thread: the tests call the mock from one thread at a time). */
 static cudaError_t last_error = cudaSuccess;
 
@@ -307,14 +312,19 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     return new_stream(s, 1);
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+static void stream_sync(cudaStream_t s) {
     if (s) run_to(s, s->enqueued);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    n_host_syncs++;
+    stream_sync(s);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!s) return cudaSuccess;
-    cudaStreamSynchronize(s);
+    stream_sync(s);
     for (int i = 0; i < n_streams; i++)
         if (streams[i] == s) {
             streams[i] = streams[--n_streams];
@@ -325,7 +335,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
-    for (int i = 0; i < n_streams; i++) cudaStreamSynchronize(streams[i]);
+    n_host_syncs++;
+    for (int i = 0; i < n_streams; i++) stream_sync(streams[i]);
     return cudaSuccess;
 }
 

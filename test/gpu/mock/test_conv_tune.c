@@ -35,6 +35,7 @@ typedef struct {
     int algo;
     cudnnStatus_t listed, runs;
     size_t ws;
+    int nondet; /* listed CUDNN_NON_DETERMINISTIC */
 } row;
 static row rows[NDIR][NROWS];
 static int runs[NDIR];             /* convolutions run, per direction */
@@ -44,9 +45,9 @@ static size_t peak_used;           /* device memory in use, at most, while a con
 static void reset_rows(void) {
     for (int d = 0; d < NDIR; d++) {
         /* algorithm 2 first (1 MiB workspace), then 1 (none), then 0 (4 MiB) */
-        rows[d][0] = (row){2, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, (size_t)1 << 20};
-        rows[d][1] = (row){1, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, 0};
-        rows[d][2] = (row){0, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, (size_t)4 << 20};
+        rows[d][0] = (row){2, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, (size_t)1 << 20, 0};
+        rows[d][1] = (row){1, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, 0, 0};
+        rows[d][2] = (row){0, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, (size_t)4 << 20, 0};
         runs[d] = 0, last_algo[d] = -1;
     }
     peak_used = 0;
@@ -103,7 +104,7 @@ static size_t nw(const cudnnFilterDescriptor_t d) { return (size_t)d->k * d->c *
             (p)[i_].status = rows[dir][i_].listed;                                                \
             (p)[i_].memory = rows[dir][i_].ws;                                                    \
             (p)[i_].mathType = CUDNN_DEFAULT_MATH;                                                \
-            (p)[i_].determinism = CUDNN_DETERMINISTIC;                                            \
+            (p)[i_].determinism = rows[dir][i_].nondet ? CUDNN_NON_DETERMINISTIC : CUDNN_DETERMINISTIC; \
         }                                                                                         \
     } while (0)
 
@@ -245,8 +246,13 @@ typedef struct {
 
 /* A training 3x3/1 convolution (8, 16, 12, 12) -> 16 channels with its buffers, in a context of
  * the given mode, tuned; returns gpu_conv_tune's status, err set. */
+static int tune_ctx(fixture *f, int heuristic, char *err, size_t errlen);
 static int tune(fixture *f, int heuristic, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
+    return tune_ctx(f, heuristic, err, errlen);
+}
+/* tune on a fixture whose context fields the caller may have set (f zeroed before). */
+static int tune_ctx(fixture *f, int heuristic, char *err, size_t errlen) {
     f->c.prec = GPU_FP32;
     f->c.act_bytes = sizeof(float);
     f->c.heuristic = heuristic;
@@ -329,6 +335,29 @@ START_TEST(test_find_unchanged) {
 }
 END_TEST
 
+/* N11: a non-deterministic row listed first (the fastest) is passed over for the first
+ * deterministic one unless c->nondet (DSGD_CUDNN_DETERMINISTIC=0, find mode's default). */
+START_TEST(test_nondeterministic) {
+    char err[ERRLEN] = "";
+    for (int nd = 0; nd < 2; nd++)
+        for (int heur = 0; heur < 2; heur++) {
+            fixture f;
+            reset_rows();
+            for (int d = 0; d < NDIR; d++) rows[d][0].nondet = 1;
+            memset(&f, 0, sizeof f);
+            f.c.nondet = nd;
+            ck_assert_msg(tune_ctx(&f, heur, err, sizeof err) == 0, "%s", err);
+            const int want = nd ? 2 : 1; /* (int) casts below: cuDNN enum types */
+            ck_assert_msg((int)f.l.fwd_algo == want && (int)f.l.bwd_data_algo == want && (int)f.l.bwd_filter_algo == want,
+                          "nondet %d, %s: took %d %d %d, want %d", nd, heur ? "heuristic" : "find", (int)f.l.fwd_algo,
+                          (int)f.l.bwd_data_algo, (int)f.l.bwd_filter_algo, want);
+            printf("  %s, nondet %d: the non-deterministic first row %s (algorithm %d)\n", heur ? "heuristic" : "find", nd,
+                   nd ? "taken" : "passed over", want);
+            fixture_free(&f);
+        }
+}
+END_TEST
+
 START_TEST(test_memo) {
     char err[ERRLEN] = "";
     fixture f;
@@ -352,6 +381,7 @@ int main(void) {
     tcase_add_test(tc, test_heuristic_runs_each_choice);
     tcase_add_test(tc, test_heuristic_failing_row);
     tcase_add_test(tc, test_find_unchanged);
+    tcase_add_test(tc, test_nondeterministic);
     tcase_add_test(tc, test_memo);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
