@@ -69,7 +69,7 @@ void comm_allreduce_mean_f32(float *buf, size_t n, double *wait_s);
  * same MPI_Iallreduce(MPI_IN_PLACE, MPI_SUM) on the workers' communicator followed by the same
  * multiplication by 1/p in float, so a vector reduced this way holds the bits
  * comm_allreduce_mean_f32 would give it, whatever the order the chunks are started or complete
- * in. Used by train_compute_allreduce (src/train) to reduce the gradient while the GPU still
+ * in. Used by allreduce_grads (src/methods/allreduce_overlap.c) to reduce the gradient while the GPU still
  * computes it.
  *
  * Rules: every worker starts the same chunks of the same vector in the same order (they are

@@ -171,7 +171,7 @@ void model_host_free(const model *m, void *p);
  * on the device in device mode (NCCL, CUDA-aware MPI: reducer_mean, src/comm/reduce.h). */
 float *model_device_vector(model *m, int which);
 
-/* ---- The training step in parts: overlap on a GPU (train_compute_allreduce, src/train) -------
+/* ---- The training step in parts: overlap on a GPU (allreduce_grads, src/methods/allreduce_overlap.c) -------
  *
  * model_train_step(m, x, y) computes what model_train_begin(m, x, y, 0) then model_train_end(m)
  * compute, bit for bit. In between, on a GPU, the step runs while the caller works:

@@ -45,7 +45,7 @@ typedef struct trainer {
     reducer red;              /* the workers' all-reduce, its path chosen once (comm/reduce.h; set by
                                  setup_model) */
 
-    /* Buffers allocated once (setup_model, src/train/setup.c), reused every step. */
+    /* Buffers allocated once (setup_model, src/run/setup.c), reused every step. */
     float *x;                 /* (b, c, h, w) training minibatch */
     int *y;                   /* (b) */
     int eval_batch;           /* eval.batch, capped at the most samples one rank evaluates */
