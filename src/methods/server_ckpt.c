@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "train/checkpoint.h"
+#include "train/ckpt_rank.h"
 #include "util/util.h"
 
 /* Server 0: bn := the mean of the latest BN statistics of the workers that have sent some and

@@ -14,6 +14,7 @@
 
 #include "train/cadence.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_rank.h"
 #include "util/util.h"
 
 void pause_init(pause_proto *pp, trainer *t, pause_write_fn write, void *ctx) {

@@ -15,6 +15,7 @@
 #include "optim/sgd.h"
 #include "train/cadence.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_rank.h"
 #include "util/util.h"
 typedef struct {
     int S;

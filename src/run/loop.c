@@ -13,6 +13,7 @@
 #include "optim/sgd.h"
 #include "train/cadence.h"
 #include "train/checkpoint.h"
+#include "train/ckpt_rank.h"
 #include "util/util.h"
 
 _Static_assert(sizeof(phase_times) == 7 * sizeof(double), "phase_times is stored as 7 doubles in checkpoints");

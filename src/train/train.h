@@ -1,6 +1,7 @@
 /* train.h — the library under the methods (Jin et al. 2016 §2): the state one rank holds, the
  * timers, and what every method's step and the loop above them use — the local computation,
- * evaluation, progress lines and run-file rows, the summary, and one rank's part of a checkpoint.
+ * evaluation, progress lines and run-file rows, the summary (one rank's part of a checkpoint:
+ * ckpt_rank.h).
  * It decides nothing and includes no methods/ header: the loop (src/run/loop.h) decides when,
  * a method (src/methods/method.h) what a step does. */
 #ifndef DSGD_TRAIN_H
@@ -150,23 +151,6 @@ typedef struct {
     long last_row;            /* step of the last /train row */
     phase_times prev;         /* times at the last /ranks row */
 } loop_state;
-
-/* The common part of a rank's file (above; ls: log rank only): put into a file of ckpt_create, or
- * got from one of ckpt_open (ckpt_writing), in one order; 0 or -1. Used by the server methods too. */
-int train_ckpt_common(trainer *t, ckpt_file *f, loop_state *ls);
-
-/* One rank's part of a checkpoint, the one writer and the one reader every round uses (the loop's
- * train_checkpoint, the servers' round, a server method's worker pausing): this rank's file of
- * checkpoint `label` in t->ckpt_dir, created (ckpt_create) or opened (ckpt_open); the common part
- * (train_ckpt_common; ls: the log rank's loop state, else NULL); then part(ctx, f), the owner's own
- * state (NULL: none); then closed. Returns 0, or -1 with the reason in err (nothing printed). Not
- * collective: the caller's round agrees and commits (ckpt_commit). */
-typedef int (*ckpt_part_fn)(void *ctx, ckpt_file *f);
-int ckpt_write_rank(trainer *t, long label, loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen);
-int ckpt_read_rank(trainer *t, long label, loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen);
-/* The committing rank, once `label` is committed: the one "checkpoint: step N written" line,
- * `seconds` after the round began. */
-void ckpt_say_written(const trainer *t, long label, double seconds);
 
 /* Collective over the workers: evaluate the model each rank holds (train_evaluate) after `step`
  * steps and `train_s` seconds of training; the log rank prints and appends the /eval row. Returns
