@@ -472,15 +472,24 @@ bench-paper: build/bench_model
 	/usr/bin/python3 tools/bench_cpu.py $(BENCH_PAPER)
 
 # ---- bench-data (owner: src/data): decode + augment images/s on one core, build/bench_data
-# (tools/bench_data.c) against torchvision (tools/bench_data_torch.py makes the JPEGs from
-# scikit-image's photos, runs both and prints one table; it apt-gets python3-torchvision and
-# python3-skimage when missing — neither is a dependency of dsgd-run).
+# (tools/bench_data.c) against torchvision's PIL path and its decode_jpeg + transforms.v2 path
+# (tools/bench_data_torch.py makes the JPEGs from scikit-image's photos, runs all three and
+# prints one table; it apt-gets python3-skimage when missing). torchvision runs in a virtual
+# environment under build/ with a current torch and torchvision from PyPI (several GB with
+# their CUDA libraries; BENCH_TORCH_PIP adds pip options, e.g. another index with CPU wheels):
+# made only by this target, never a dependency of dsgd-run, never used by CI.
 .PHONY: bench-data
 build/bench_data: tools/bench_data.c $(LIB) | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-bench-data: build/bench_data
+BENCH_TORCH_PIP ?=
+build/torch-venv/.ok:
+	/usr/bin/python3 -m venv build/torch-venv
+	build/torch-venv/bin/pip install $(BENCH_TORCH_PIP) torch torchvision
+	touch $@
+
+bench-data: build/bench_data build/torch-venv/.ok
 	/usr/bin/python3 tools/bench_data_torch.py
 
 # ---- bench-e2e-data (owner: src/data): ResNet-18 at 224² on the CPU, p = 2, default threads:

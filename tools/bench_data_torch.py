@@ -1,16 +1,28 @@
 #!/usr/bin/python3
 """bench_data_torch.py — `make bench-data`: decode + augment images/s on one core, dsgd-run
-(build/bench_data) against torchvision (PIL backend, DataLoader with num_workers = 0, one
-torch thread) with the same transforms on the same JPEGs, run one after the other and printed
-as one table.
+(build/bench_data) against torchvision's two CPU paths with the same transforms on the same
+JPEGs, run one after the other and printed as one table:
+  - the PIL path: Image.open + transforms (v1) in a DataLoader with num_workers = 0, batch 32;
+  - the fast path: torchvision.io.decode_jpeg (libjpeg-turbo) + transforms.v2 on uint8
+    tensors (antialiased resize), sample by sample in a plain loop (no DataLoader, no collation:
+    the most favourable way to time it).
+One torch thread (torch.set_num_threads(1)). Each rate is given per second of wall time and per
+second of the thread's CPU time (time.thread_time / CLOCK_THREAD_CPUTIME_ID): on a shared
+machine the CPU rate is what one core feeds.
 
     /usr/bin/python3 tools/bench_data_torch.py [--dir build/bench-data] [--n 200] [--passes 5]
+        [--venv build/torch-venv] [--rate 3000] [--rounds 2]
+
+torchvision runs in the virtual environment --venv (`make bench-data` makes it: a current torch
+and torchvision from PyPI — Debian's torchvision 0.14 predates the v2 tensor path); it is never
+a dependency of dsgd-run and never used by CI. --rate: a GPU rank's training rate (images/s) for
+the closing line, which states how many cores of decode that rate needs.
 
 The JPEGs: ImageNet-like photos made from scikit-image's sample photos (python3-skimage:
 astronaut, chelsea, coffee, rocket, stereo_motorcycle left/right), random crops of aspect 3:4 to 16:9,
 rescaled so that the largest side is 480 (as the paper stores ImageNet), quality 90, 4:2:0.
-Missing Python packages (python3-torchvision, python3-skimage) are installed with apt-get when
-run as root; they are never runtime dependencies of dsgd-run.
+A missing python3-skimage is installed with apt-get when run as root; never a runtime
+dependency of dsgd-run.
 
 Cases (crop 224, ImageNet mean/std; "scale" = He et al.: shorter side U{256..480} with the
 longer side rounded as fb.resnet.torch, random crop, flip, PCA lighting σ = 0.1):
@@ -19,6 +31,9 @@ longer side rounded as fb.resnet.torch, random crop, flip, PCA lighting σ = 0.1
   scale_bilinear  the same, bilinear
   rrc_bilinear    RandomResizedCrop(224) + RandomHorizontalFlip (torchvision's reference)
   eval_bilinear   Resize(256) + CenterCrop(224)
+(v2: "scale" is RandomShortestSize(256..480) + RandomCrop(224) + flip + lighting + Normalize;
+RandomShortestSize rounds the longer side with int(), fb.resnet.torch with floor(x + 0.5):
+at most one pixel apart.)
 """
 import argparse
 import io
@@ -108,6 +123,18 @@ def torch_cases():
     }
 
 
+def timed(run, n, passes):
+    """Best of passes (after one warm-up) of run(): (images/s wall, images/s thread CPU)."""
+    best = best_cpu = 0.0
+    for p in range(passes + 1):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        run()
+        t1, c1 = time.perf_counter(), time.thread_time()
+        if p > 0:
+            best, best_cpu = max(best, n / (t1 - t0)), max(best_cpu, n / max(c1 - c0, 1e-9))
+    return best, best_cpu
+
+
 def bench_torch(blobs, passes):
     import torch
     from PIL import Image
@@ -125,16 +152,77 @@ def bench_torch(blobs, passes):
                 return torch.zeros(1) if tf is None else tf(img)
 
         loader = torch.utils.data.DataLoader(DS(), batch_size=32, num_workers=0)
-        best = 0.0
-        for p in range(passes + 1):
-            t0 = time.perf_counter()
+
+        def run():
             for _ in loader:
                 pass
-            rate = len(blobs) / (time.perf_counter() - t0)
-            if p > 0:
-                best = max(best, rate)
-        res[name] = best
+
+        res[name] = timed(run, len(blobs), passes)
     return res
+
+
+def v2_cases():
+    import torch
+    from torchvision.transforms import v2
+    from torchvision.transforms import InterpolationMode as IM
+
+    eigval, eigvec = torch.tensor(EIGVAL), torch.tensor(EIGVEC)
+
+    def lighting(x):
+        alpha = torch.randn(3) * 0.1
+        return x + (eigvec * alpha * eigval).sum(1).view(3, 1, 1)
+
+    f32 = v2.ToDtype(torch.float32, scale=True)
+    norm = v2.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+    def scale(interp):
+        return v2.Compose([v2.RandomShortestSize(list(range(256, 481)), interpolation=interp, antialias=True),
+                           v2.RandomCrop(224), v2.RandomHorizontalFlip(), f32, v2.Lambda(lighting), norm])
+
+    return {
+        "decode": None,
+        "scale_bicubic": scale(IM.BICUBIC),
+        "scale_bilinear": scale(IM.BILINEAR),
+        "rrc_bilinear": v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(), f32, norm]),
+        "eval_bilinear": v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224), f32, norm]),
+    }
+
+
+def bench_v2(blobs, passes):
+    import torch
+    from torchvision.io import decode_jpeg, ImageReadMode
+
+    torch.set_num_threads(1)
+    datas = [torch.frombuffer(bytearray(b), dtype=torch.uint8) for b in blobs]
+    res = {}
+    for name, tf in v2_cases().items():
+
+        def run():
+            for d in datas:
+                img = decode_jpeg(d, mode=ImageReadMode.RGB)
+                if tf is not None:
+                    tf(img)
+
+        res[name] = timed(run, len(blobs), passes)
+    return res
+
+
+def torch_json(a):
+    """In the venv: both torchvision paths on the JPEGs of a.dir, as one JSON line."""
+    import json
+    import torch
+    import torchvision
+    import PIL
+
+    blobs = load_blobs(a.dir)
+    print(json.dumps({"versions": "torch %s, torchvision %s, PIL %s, libjpeg-turbo (torchvision's own)" %
+                                  (torch.__version__, torchvision.__version__, PIL.__version__),
+                      "pil": bench_torch(blobs, a.passes), "v2": bench_v2(blobs, a.passes)}))
+
+
+def load_blobs(d):
+    files = sorted(f for f in os.listdir(d) if f.endswith(".jpg"))
+    return [open(os.path.join(d, f), "rb").read() for f in files]
 
 
 def main():
@@ -143,30 +231,63 @@ def main():
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--bin", default="build/bench_data")
+    ap.add_argument("--venv", default="build/torch-venv")
+    ap.add_argument("--rate", type=float, default=3000.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--torch-json", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.torch_json:
+        return torch_json(a)
+    import json
+    import platform
+
     need("skimage", "python3-skimage")
-    need("torchvision", "python3-torchvision")
     make_images(a.dir, a.n)
-    files = sorted(f for f in os.listdir(a.dir) if f.endswith(".jpg"))
-    blobs = [open(os.path.join(a.dir, f), "rb").read() for f in files]
+    blobs = load_blobs(a.dir)
     from PIL import Image
 
     sizes = [Image.open(io.BytesIO(b)).size for b in blobs]
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
     print("%d JPEGs in %s: mean %.0f x %.0f px, mean %.1f KB; one core each, best of %d passes" %
           (len(blobs), a.dir, sum(s[0] for s in sizes) / len(sizes), sum(s[1] for s in sizes) / len(sizes),
            sum(map(len, blobs)) / len(blobs) / 1024, a.passes))
-    out = subprocess.run([a.bin, a.dir, str(a.passes)], check=True, capture_output=True, text=True).stdout
-    ours = {l.split()[0]: float(l.split()[1]) for l in out.splitlines() if l.strip()}
-    tv = bench_torch(blobs, a.passes)
-    import torch
-    import torchvision
-    import PIL
-
-    print("| case | dsgd-run img/s | torchvision %s (PIL %s, torch %s) img/s | ratio |" %
-          (torchvision.__version__, PIL.__version__, torch.__version__))
-    print("|---|---|---|---|")
-    for k in tv:
-        print("| %s | %.0f | %.0f | %.2f |" % (k, ours[k], tv[k], ours[k] / tv[k]))
+    print("machine: %s, %d cores; load average before: %s" % (cpu, os.cpu_count(), open("/proc/loadavg").read().split()[:3]))
+    py = os.path.join(a.venv, "bin", "python")
+    if not os.path.exists(py):
+        sys.exit("no %s: make bench-data makes it (python3 -m venv %s; %s/bin/pip install torch torchvision)" %
+                 (py, a.venv, a.venv))
+    # rounds alternate dsgd-run and torchvision, and each rate is the best over the rounds, so
+    # that a burst of load on a shared machine does not fall on one side only
+    ours, t = {}, {"pil": {}, "v2": {}}
+    for _ in range(a.rounds):
+        out = subprocess.run([a.bin, a.dir, str(a.passes)], check=True, capture_output=True, text=True).stdout
+        for l in out.splitlines():
+            if l.strip():
+                k, w, c = l.split()
+                o = ours.get(k, (0.0, 0.0))
+                ours[k] = (max(o[0], float(w)), max(o[1], float(c)))
+        r = subprocess.run([py, sys.argv[0], "--torch-json", "--dir", a.dir, "--passes", str(a.passes)], check=True,
+                           capture_output=True, text=True).stdout
+        got = json.loads(r.strip().splitlines()[-1])
+        t["versions"] = got["versions"]
+        for side in ("pil", "v2"):
+            for k, (w, c) in got[side].items():
+                o = t[side].get(k, (0.0, 0.0))
+                t[side][k] = (max(o[0], w), max(o[1], c))
+    print("load average after: %s; torchvision: %s" % (open("/proc/loadavg").read().split()[:3], t["versions"]))
+    print("images/s per second of wall time, and [per second of the thread's CPU time]; best of %d rounds" % a.rounds)
+    print()
+    print("| case | dsgd-run | torchvision PIL path | torchvision decode_jpeg + v2 | ratio to v2 (wall) [CPU] |")
+    print("|---|---|---|---|---|")
+    for k in ours:
+        o, p, v = ours[k], t["pil"][k], t["v2"][k]
+        print("| %s | %.0f [%.0f] | %.0f [%.0f] | %.0f [%.0f] | %.2f [%.2f] |" %
+              (k, o[0], o[1], p[0], p[1], v[0], v[1], o[0] / v[0], o[1] / v[1]))
+    print()
+    for k in ("rrc_bilinear", "eval_bilinear", "scale_bicubic"):
+        c = ours[k][1]
+        print("one core feeds %.0f images/s of %s (CPU-time rate): a GPU rank training at %.0f images/s needs %.1f "
+              "decode cores" % (c, k, a.rate, a.rate / c))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,13 @@ int image_decode_rect(image_dec *d, const uint8_t *buf, size_t nbytes, int y0, i
 void image_resize_u8(image_dec *d, uint8_t *dst, int dh, int dw, const uint8_t *src, int sh, int sw, int interp,
                      const float *box);
 
+/* The resampler's instruction set: want 0 forces the scalar passes (the reference), want 1
+ * chooses the best this CPU runs (AVX2 when __builtin_cpu_supports says so, else scalar), want
+ * -1 only asks. Returns the level in use: 0 scalar, 1 AVX2. Both give the same bits (integer
+ * sums in another order; test_image checks it). The first resize chooses by itself; call this
+ * before decode threads start (a process-wide setting, for tests and benchmarks). */
+int image_simd(int want);
+
 /* A u8 RGB source for image_resize_window: pixel (y, x) of an h × w image is at
  * px + (y - y0)·stride + 3·(x - x0); only the rows and columns that the window's taps reach
  * need to be present (image_window_taps gives them). */
