@@ -254,6 +254,77 @@ static int agree(int st, const char *err) {
     return worst;
 }
 
+/* Step 1 of pack_main (collective): rank 0 lists SRC into *ss and prepares OUT; every rank gets
+ * the list. Returns the worst status of all ranks (ss freed on failure). */
+static int share_sources(source_set *ss, const pack_options *o, char *err, size_t errlen) {
+    const int r0 = comm_rank() == 0;
+    int st = 0;
+    memset(ss, 0, sizeof *ss);
+    blob b = {0};
+    if (r0) {
+        st = pack_list_sources(ss, o, err, errlen);
+        if (!st) st = prepare_out(o, err, errlen);
+        if (!st) pack_sources_to_blob(ss, &b);
+    }
+    if ((st = agree(st, err))) {
+        pack_sources_free(ss), free(b.p);
+        return st;
+    }
+    uint64_t blen = b.n;
+    comm_bcast(&blen, sizeof blen, 0);
+    if (!r0) b.p = xmalloc(blen);
+    for (uint64_t at = 0; at < blen; at += COMM_CHUNK_BYTES)
+        comm_bcast(b.p + at, blen - at < COMM_CHUNK_BYTES ? blen - at : COMM_CHUNK_BYTES, 0);
+    if (!r0) pack_sources_from_blob(ss, b.p);
+    free(b.p);
+    return 0;
+}
+
+/* The default --threads: the rank's cores shared by the ranks of its node, at least 1. */
+static int default_threads(void) {
+    cpu_set_t set;
+    int ncpu = 1;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) ncpu = CPU_COUNT(&set);
+    int nthreads = ncpu / comm_local_size();
+    return nthreads < 1 ? 1 : nthreads;
+}
+
+/* Step 4 of pack_main, on rank 0: OUT/index.h5 from the summed statistics sv (n_stats values:
+ * the 4 totals, then stats' per-shard arrays) and the closing summary (secs: the slowest
+ * rank's packing time). 0 or EXIT_RUNTIME with err. */
+static int write_index(const pack_options *o, const source_set *ss, const split_plan *plans, const pack_stats *stats, const double *sv,
+                       int n_stats, double secs, char *err, size_t errlen) {
+    int st;
+    shards_index_split isp[N_SPLITS];
+    int n_isp = 0;
+    int64_t *iv = xcalloc((size_t)n_stats, sizeof *iv);
+    uint64_t *uv = xcalloc((size_t)n_stats, sizeof *uv);
+    for (int i = 0; i < n_stats; i++) iv[i] = (int64_t)sv[i], uv[i] = (uint64_t)sv[i];
+    for (int k = 0; k < N_SPLITS; k++)
+        if (ss->s[k].present)
+            isp[n_isp++] = (shards_index_split){.split = split_names[k], .n_shards = plans[k].n_shards,
+                                                .n = iv + (stats->n[k] - sv), .skipped = iv + (stats->skipped[k] - sv),
+                                                .nbytes = uv + (stats->nbytes[k] - sv), .n_sources = ss->s[k].n,
+                                                .sources = (const char *const *)ss->s[k].rel};
+    const shard_meta m = {.max_side = o->max_side, .quality = o->quality, .subsampling = PACK_SUBSAMPLING, .interp = PACK_INTERP,
+                          .seed = o->seed, .n_classes = ss->n_classes, .classes = (const char *const *)ss->classes};
+    char final[PATH_MAX + 16], tmp[PATH_MAX + 32];
+    snprintf(final, sizeof final, "%s/%s", o->out, SHARDS_INDEX);
+    snprintf(tmp, sizeof tmp, "%s.tmp", final);
+    st = shards_write_index(tmp, &m, isp, n_isp, err, errlen);
+    if (!st) st = pack_publish(tmp, final, o->out, err, errlen);
+    if (st) unlink(tmp);
+    free(iv), free(uv);
+    if (!st) {
+        const double n = sv[0];
+        printf("dsgd-run --pack: %.0f images packed, %.0f skipped, %.0f with decoder warnings; %.1f MB (%.1f KB per image); "
+               "%.1f s, %.0f images/s; %s\n", n, sv[1], sv[2], sv[3] / 1e6, n > 0 ? sv[3] / n / 1e3 : 0.0, secs,
+               (n + sv[1]) / (secs > 0 ? secs : 1), final);
+        if (sv[1] > 0) printf("dsgd-run --pack: the %.0f skipped image(s) are named above and listed in each shard's /skipped_source_index\n", sv[1]);
+    }
+    return st;
+}
+
 int pack_main(int argc, char **argv) {
     const int rank = comm_rank(), ranks = comm_size(), r0 = rank == 0;
     char err[ERRLEN] = "";
@@ -271,24 +342,7 @@ int pack_main(int argc, char **argv) {
 
     /* 1. Rank 0 lists SRC and prepares OUT; every rank gets the list. */
     source_set ss;
-    memset(&ss, 0, sizeof ss);
-    blob b = {0};
-    if (r0) {
-        st = pack_list_sources(&ss, &o, err, sizeof err);
-        if (!st) st = prepare_out(&o, err, sizeof err);
-        if (!st) pack_sources_to_blob(&ss, &b);
-    }
-    if ((st = agree(st, err))) {
-        pack_sources_free(&ss), free(b.p);
-        return st;
-    }
-    uint64_t blen = b.n;
-    comm_bcast(&blen, sizeof blen, 0);
-    if (!r0) b.p = xmalloc(blen);
-    for (uint64_t at = 0; at < blen; at += COMM_CHUNK_BYTES)
-        comm_bcast(b.p + at, blen - at < COMM_CHUNK_BYTES ? blen - at : COMM_CHUNK_BYTES, 0);
-    if (!r0) pack_sources_from_blob(&ss, b.p);
-    free(b.p);
+    if ((st = share_sources(&ss, &o, err, sizeof err))) return st;
 
     /* 2. Shards, threads. */
     split_plan plans[N_SPLITS] = {{0}};
@@ -305,14 +359,7 @@ int pack_main(int argc, char **argv) {
         stats.skipped[k] = at, at += plans[k].n_shards;
         stats.nbytes[k] = at, at += plans[k].n_shards;
     }
-    int nthreads = o.threads;
-    if (!nthreads) {
-        cpu_set_t set;
-        int ncpu = 1;
-        if (sched_getaffinity(0, sizeof set, &set) == 0) ncpu = CPU_COUNT(&set);
-        nthreads = ncpu / comm_local_size();
-        if (nthreads < 1) nthreads = 1;
-    }
+    const int nthreads = o.threads ? o.threads : default_threads();
     if (r0) {
         printf("dsgd-run --pack: %s -> %s: %d classes; train %lld images in %d shard(s)", o.src, o.out, ss.n_classes,
                (long long)ss.s[TRAIN].n, plans[TRAIN].n_shards);
@@ -331,35 +378,7 @@ int pack_main(int argc, char **argv) {
     /* 4. Totals; rank 0 writes the index. */
     sv[0] = stats.packed, sv[1] = stats.n_skipped, sv[2] = stats.warned, sv[3] = stats.bytes;
     comm_allreduce_sum_f64(sv, n_stats);
-    if (r0) {
-        shards_index_split isp[N_SPLITS];
-        int n_isp = 0;
-        int64_t *iv = xcalloc((size_t)n_stats, sizeof *iv);
-        uint64_t *uv = xcalloc((size_t)n_stats, sizeof *uv);
-        for (int i = 0; i < n_stats; i++) iv[i] = (int64_t)sv[i], uv[i] = (uint64_t)sv[i];
-        for (int k = 0; k < N_SPLITS; k++)
-            if (ss.s[k].present)
-                isp[n_isp++] = (shards_index_split){.split = split_names[k], .n_shards = plans[k].n_shards,
-                                                    .n = iv + (stats.n[k] - sv), .skipped = iv + (stats.skipped[k] - sv),
-                                                    .nbytes = uv + (stats.nbytes[k] - sv), .n_sources = ss.s[k].n,
-                                                    .sources = (const char *const *)ss.s[k].rel};
-        const shard_meta m = {.max_side = o.max_side, .quality = o.quality, .subsampling = PACK_SUBSAMPLING, .interp = PACK_INTERP,
-                              .seed = o.seed, .n_classes = ss.n_classes, .classes = (const char *const *)ss.classes};
-        char final[PATH_MAX + 16], tmp[PATH_MAX + 32];
-        snprintf(final, sizeof final, "%s/%s", o.out, SHARDS_INDEX);
-        snprintf(tmp, sizeof tmp, "%s.tmp", final);
-        st = shards_write_index(tmp, &m, isp, n_isp, err, sizeof err);
-        if (!st) st = pack_publish(tmp, final, o.out, err, sizeof err);
-        if (st) unlink(tmp);
-        free(iv), free(uv);
-        if (!st) {
-            const double n = sv[0];
-            printf("dsgd-run --pack: %.0f images packed, %.0f skipped, %.0f with decoder warnings; %.1f MB (%.1f KB per image); "
-                   "%.1f s, %.0f images/s; %s\n", n, sv[1], sv[2], sv[3] / 1e6, n > 0 ? sv[3] / n / 1e3 : 0.0, secs,
-                   (n + sv[1]) / (secs > 0 ? secs : 1), final);
-            if (sv[1] > 0) printf("dsgd-run --pack: the %.0f skipped image(s) are named above and listed in each shard's /skipped_source_index\n", sv[1]);
-        }
-    }
+    if (r0) st = write_index(&o, &ss, plans, &stats, sv, n_stats, secs, err, sizeof err);
     st = agree(st, err);
 out:
     for (int k = 0; k < N_SPLITS; k++) free(plans[k].perm), free(plans[k].start);

@@ -156,6 +156,42 @@ static void human_time(char *buf, size_t n, double s) {
     else snprintf(buf, n, "%ds", (int)s);
 }
 
+/* The writer waits for task t's slot s to be filled; gives up (stops the workers, EXIT_RUNTIME
+ * with err) when no image has been finished for PACK_STALL_S seconds since last_done. */
+static int wait_slot(pipeline *p, slot *s, int64_t t, double last_done, char *err, size_t errlen) {
+    const int k = p->tasks[t].split;
+    int rc = 0;
+    pthread_mutex_lock(&p->mu);
+    while (!s->done) {
+        timed_wait(&p->cv_done, &p->mu, 1.0);
+        const double now = wall_time();
+        if (!s->done && now - last_done > PACK_STALL_S) {
+            p->stop = 1;
+            pthread_cond_broadcast(&p->cv_free);
+            seterr(err, errlen, "no image finished in %.0f s; waiting for %s/%s", PACK_STALL_S, p->dirs[k],
+                   p->ss->s[k].rel[p->tasks[t].src]);
+            rc = EXIT_RUNTIME;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+/* Rank 0's progress line after task t, at most one per `every` seconds (*last_print), none
+ * after the last task. */
+static void print_progress(const pipeline *p, int64_t t, double t0, double every, double *last_print, int ranks) {
+    const double now = wall_time();
+    if (now - *last_print >= every && t + 1 < p->n_tasks) {
+        *last_print = now;
+        const double rate = (double)(t + 1) / (now - t0);
+        char eta[32];
+        human_time(eta, sizeof eta, (double)(p->n_tasks - t - 1) / rate);
+        fprintf(stderr, "dsgd-run --pack: %s%lld/%lld images (%.1f%%), %.0f images/s, ETA %s\n", ranks > 1 ? "rank 0: " : "",
+                (long long)(t + 1), (long long)p->n_tasks, 100.0 * (double)(t + 1) / (double)p->n_tasks, rate, eta);
+    }
+}
+
 /* The writer: take slots in task order, build and publish each shard. 0 or EXIT_RUNTIME. */
 static int write_shards(pipeline *p, const split_plan *plans, pack_stats *st, int rank, int ranks, char *err, size_t errlen) {
     const pack_options *o = p->o;
@@ -176,21 +212,7 @@ static int write_shards(pipeline *p, const split_plan *plans, pack_stats *st, in
         uint8_t *jbuf = xmalloc(jcap);
         for (; t < p->n_tasks && p->tasks[t].split == k && p->tasks[t].shard == sh; t++) {
             slot *s = &p->ring[t % p->ring_n];
-            pthread_mutex_lock(&p->mu);
-            while (!s->done) {
-                timed_wait(&p->cv_done, &p->mu, 1.0);
-                const double now = wall_time();
-                if (!s->done && now - last_done > PACK_STALL_S) {
-                    p->stop = 1;
-                    pthread_cond_broadcast(&p->cv_free);
-                    seterr(err, errlen, "no image finished in %.0f s; waiting for %s/%s", PACK_STALL_S, p->dirs[k],
-                           p->ss->s[k].rel[p->tasks[t].src]);
-                    rc = EXIT_RUNTIME;
-                    break;
-                }
-            }
-            pthread_mutex_unlock(&p->mu);
-            if (rc) break;
+            if ((rc = wait_slot(p, s, t, last_done, err, errlen))) break;
             last_done = wall_time();
             const int64_t si = p->tasks[t].src;
             if (s->skipped) {
@@ -213,15 +235,7 @@ static int write_shards(pipeline *p, const split_plan *plans, pack_stats *st, in
             p->taken = t + 1;
             pthread_cond_broadcast(&p->cv_free);
             pthread_mutex_unlock(&p->mu);
-            const double now = wall_time();
-            if (rank == 0 && now - last_print >= every && t + 1 < p->n_tasks) {
-                last_print = now;
-                const double rate = (double)(t + 1) / (now - t0);
-                char eta[32];
-                human_time(eta, sizeof eta, (double)(p->n_tasks - t - 1) / rate);
-                fprintf(stderr, "dsgd-run --pack: %s%lld/%lld images (%.1f%%), %.0f images/s, ETA %s\n", ranks > 1 ? "rank 0: " : "",
-                        (long long)(t + 1), (long long)p->n_tasks, 100.0 * (double)(t + 1) / (double)p->n_tasks, rate, eta);
-            }
+            if (rank == 0) print_progress(p, t, t0, every, &last_print, ranks);
         }
         if (!rc) {
             char name[64], final[PATH_MAX + 80], tmp[PATH_MAX + 90];
