@@ -1,6 +1,6 @@
 /* config.c — loading and validating the experiment file (config.h) by the key table
- * (config_keys.c, whose value-as-text helpers word the messages; the printing is config_print.c,
- * which this file never calls).
+ * (config_keys.c, whose value-as-text helpers word the messages; storing a value and its origin
+ * is config_store.c; the printing is config_print.c, which this file never calls).
  *
  * Loading happens in three passes so that an override can repair a bad file value:
  *   1. parse the file with libconfig and store every key (type errors and unknown keys stop here),
@@ -14,6 +14,7 @@
  * an L suffix (3000000000 reads as -1294967296); scan_int_literals() rejects those before
  * libconfig sees the text. */
 #include "config_keys.h"
+#include "config_store.h"
 
 #include "util/util.h"
 
@@ -27,85 +28,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* ---------------------------------------------------------------------------------------- */
-/* Small helpers                                                                             */
-
-/* Values longer than this are shown by their beginning in messages. */
-enum { SHOWN_CHARS = 120 };
-
-/* Describe a libconfig setting as found: "a string \"abc\"", "an integer 5", "a group". */
-static void found_text(const config_setting_t *s, char *buf, size_t n) {
-    size_t len = 0;
-    char num[40];
-    switch (config_setting_type(s)) {
-    case CONFIG_TYPE_INT:
-    case CONFIG_TYPE_INT64:
-        config_fmt_int(num, sizeof num, config_setting_get_int64(s));
-        config_put(buf, n, &len, "an integer %s", num);
-        break;
-    case CONFIG_TYPE_FLOAT:
-        config_fmt_double(num, sizeof num, config_setting_get_float(s));
-        config_put(buf, n, &len, "a float %s", num);
-        break;
-    case CONFIG_TYPE_BOOL: config_put(buf, n, &len, "a boolean %s", config_setting_get_bool(s) ? "true" : "false"); break;
-    case CONFIG_TYPE_STRING: {
-        const char *v = config_setting_get_string(s);
-        const size_t vl = strlen(v);
-        char head[SHOWN_CHARS + 1];
-        snprintf(head, sizeof head, "%s", v); /* a long value by its beginning, so the message ends */
-        if (vl > SHOWN_CHARS) config_put(buf, n, &len, "a string of %zu characters, ", vl);
-        else config_put(buf, n, &len, "a string ");
-        config_put_quoted(buf, n, &len, head);
-        if (vl > SHOWN_CHARS) config_put(buf, n, &len, "...");
-        break;
-    }
-    case CONFIG_TYPE_GROUP: config_put(buf, n, &len, "a group { ... }"); break;
-    case CONFIG_TYPE_ARRAY: config_put(buf, n, &len, "an array [ ... ]"); break;
-    case CONFIG_TYPE_LIST: config_put(buf, n, &len, "a list ( ... )"); break;
-    default: config_put(buf, n, &len, "an empty value"); break;
-    }
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* Where a value came from, for messages                                                     */
-
-typedef struct {
-    const char *file; /* experiment file (or an @include'd one) */
-    int line;         /* 0: unknown / default */
-    const char *set;  /* the --set argument, or NULL */
-} origin;
-
-static void origin_text(const origin *o, char *buf, size_t n) {
-    const size_t len = o->set ? strlen(o->set) : 0;
-    /* a long --set by its beginning and length, so that the message after it is never cut off */
-    if (o->set && len > SHOWN_CHARS) snprintf(buf, n, "--set %.*s... (%zu bytes)", SHOWN_CHARS, o->set, len);
-    else if (o->set) snprintf(buf, n, "--set %s", o->set);
-    else if (o->line > 0) snprintf(buf, n, "%s:%d", o->file, o->line);
-    else snprintf(buf, n, "%s", o->file);
-}
-
 /* Origins of the last successful config_load, as text, per key (for config_where), and whether
  * the experiment set the key (a line of the file or a --set; else a default). */
 static char g_where[CONFIG_MAX_KEYS][CFG_PATH_MAX + 64];
 static char g_given[CONFIG_MAX_KEYS];
-
-/* seterr with the origin in front: "<origin>: <message>". */
-static int oerr(char *err, size_t errlen, const origin *o, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int oerr(char *err, size_t errlen, const origin *o, const char *fmt, ...) {
-    char where[CFG_PATH_MAX + 64], msg[ERRLEN];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    origin_text(o, where, sizeof where);
-    return seterr(err, errlen, "%s: %s", where, msg);
-}
-
-static int unknown_key(char *err, size_t errlen, const origin *o, const char *path) {
-    const char *s = config_key_suggest(path);
-    if (s) return oerr(err, errlen, o, "unknown key '%s'; did you mean '%s'?", path, s);
-    return oerr(err, errlen, o, "unknown key '%s' (dsgd-run --help lists the keys)", path);
-}
 
 /* ---------------------------------------------------------------------------------------- */
 /* libconfig 1.5 integer wrap-around guard                                                  */
@@ -145,9 +71,9 @@ static int scan_int_literals(const char *t, origin *o, int depth, char *err, siz
             size_t s = ++i;
             while (t[i] && t[i] != '"' && t[i] != '\n') i++;
             if (t[i] != '"') continue;
-            if (depth >= 10) return oerr(err, errlen, o, "@include nested more than 10 deep");
+            if (depth >= 10) return config_oerr(err, errlen, o, "@include nested more than 10 deep");
             char inc[CFG_PATH_MAX];
-            if (i - s >= sizeof inc) return oerr(err, errlen, o, "@include path longer than %d characters", CFG_PATH_MAX - 1);
+            if (i - s >= sizeof inc) return config_oerr(err, errlen, o, "@include path longer than %d characters", CFG_PATH_MAX - 1);
             memcpy(inc, t + s, i - s);
             inc[i - s] = 0;
             i++;
@@ -186,12 +112,12 @@ static int scan_int_literals(const char *t, origin *o, int depth, char *err, siz
             if (mag > lim) {
                 int w = (int)(e_ - s);
                 if (w > SHOWN_CHARS)
-                    return oerr(err, errlen, o, "an integer of %d digits does not fit in %d bits", w, l64 ? 64 : 32);
+                    return config_oerr(err, errlen, o, "an integer of %d digits does not fit in %d bits", w, l64 ? 64 : 32);
                 if (l64 || mag > (neg ? 1ull << 63 : (1ull << 63) - 1)) /* no suffix makes it fit */
-                    return oerr(err, errlen, o, "integer %.*s does not fit in 64 bits", w, t + s);
-                return oerr(err, errlen, o,
-                            "integer %.*s does not fit in 32 bits; write %.*sL for a 64-bit integer "
-                            "(libconfig would silently wrap it)", w, t + s, w, t + s);
+                    return config_oerr(err, errlen, o, "integer %.*s does not fit in 64 bits", w, t + s);
+                return config_oerr(err, errlen, o,
+                                   "integer %.*s does not fit in 32 bits; write %.*sL for a 64-bit integer "
+                                   "(libconfig would silently wrap it)", w, t + s, w, t + s);
             }
         } else if (c == '.' && isdigit((unsigned char)t[i + 1])) {
             for (i++; isdigit((unsigned char)t[i]) || t[i] == 'e' || t[i] == 'E'; i++)
@@ -207,7 +133,7 @@ static int read_text_file(const char *path, char **text, char *err, size_t errle
     struct stat sb;
     char pre[CFG_PATH_MAX + 80] = "";
     if (o) {
-        origin_text(o, pre, sizeof pre);
+        config_origin_text(o, pre, sizeof pre);
         size_t l = strlen(pre);
         snprintf(pre + l, sizeof pre - l, ": @include: ");
     }
@@ -230,141 +156,18 @@ static int read_text_file(const char *path, char **text, char *err, size_t errle
     return 0;
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* Storing values (passes 1 and 2)                                                           */
-
-/* Type-check setting s against key d and store it into e. Range checks wait for pass 3, so
- * that an override can repair a file value; only values that cannot be stored at all (an
- * int field out of the int range, an unknown enum name, too many steps) fail here. */
-static int store_value(experiment *e, const key_def *d, const config_setting_t *s, const origin *o, char *err, size_t errlen) {
-    char want[512], got[512];
-    int t = config_setting_type(s);
-    int is_int = t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64;
-    config_expect_text(d, NULL, want, sizeof want);
-    found_text(s, got, sizeof got);
-    switch (d->type) {
-    case KT_INT:
-    case KT_INT64: {
-        if (!is_int) {
-            const char *hint = t == CONFIG_TYPE_FLOAT ? " (write it without a decimal point)" : "";
-            return oerr(err, errlen, o, "key '%s': expected an integer, got %s%s", d->key, got, hint);
-        }
-        long long v = config_setting_get_int64(s);
-        if (d->type == KT_INT && (v < INT_MIN || v > INT_MAX))
-            return oerr(err, errlen, o, "key '%s': expected %s, got %lld", d->key, want, v);
-        config_set_int(d, e, v);
-        return 0;
-    }
-    case KT_FLOAT: {
-        if (!is_int && t != CONFIG_TYPE_FLOAT)
-            return oerr(err, errlen, o, "key '%s': expected a number, got %s", d->key, got);
-        double v = is_int ? (double)config_setting_get_int64(s) : config_setting_get_float(s);
-        if (!isfinite(v)) return oerr(err, errlen, o, "key '%s': expected a finite number, got %s", d->key, got);
-        *FIELD(e, d, double) = v;
-        return 0;
-    }
-    case KT_BOOL:
-        if (t != CONFIG_TYPE_BOOL) return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
-        *FIELD(e, d, int) = config_setting_get_bool(s) ? 1 : 0;
-        return 0;
-    case KT_STRING:
-    case KT_ENUM: {
-        if (t != CONFIG_TYPE_STRING)
-            return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, d->type == KT_STRING ? "a string" : want, got);
-        const char *v = config_setting_get_string(s);
-        if (d->type == KT_STRING) {
-            if (strlen(v) >= d->size)
-                return oerr(err, errlen, o, "key '%s': expected a string of at most %zu characters, got one of %zu", d->key, d->size - 1, strlen(v));
-            config_set_string(d, e, v);
-            return 0;
-        }
-        for (int i = 0; i < d->n_names; i++)
-            if (!strcmp(v, d->names[i])) {
-                *FIELD(e, d, int) = i;
-                return 0;
-            }
-        const char *near = config_value_suggest(d, v);
-        if (near) return oerr(err, errlen, o, "key '%s': expected %s, got %s; did you mean \"%s\"?", d->key, want, got, near);
-        return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
-    }
-    case KT_LIST:
-    case KT_INTS: {
-        const int list = d->type == KT_LIST, array = t == CONFIG_TYPE_ARRAY || t == CONFIG_TYPE_LIST;
-        if (list && !array)
-            return oerr(err, errlen, o, "key '%s': expected a list of integers such as %s, got %s", d->key,
-                        d->elem_int ? "[1, 3]" : "[30000, 60000]", got);
-        if (!list && (!array || config_setting_length(s) != d->n_max))
-            return oerr(err, errlen, o, "key '%s': expected %s, got %s%s", d->key, want, got, array ? " of another length" : "");
-        int ns = config_setting_length(s);
-        if (ns > d->n_max)
-            return oerr(err, errlen, o, "key '%s': expected at most %d %s, got %d", d->key, d->n_max, d->elems, ns);
-        for (int i = 0; i < ns; i++) {
-            const config_setting_t *el = config_setting_get_elem(s, (unsigned)i);
-            int et = config_setting_type(el);
-            if (et != CONFIG_TYPE_INT && et != CONFIG_TYPE_INT64) {
-                found_text(el, got, sizeof got);
-                return oerr(err, errlen, o, "key '%s': expected integers, got %s at index %d", d->key, got, i);
-            }
-            long long v = config_setting_get_int64(el);
-            if (d->elem_int && (v < INT_MIN || v > INT_MAX))
-                return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %lld", d->key, want, d->key, i, v);
-            config_list_set(d, e, i, v);
-        }
-        if (!list) return 0;
-        for (int i = ns; i < d->n_max; i++) config_list_set(d, e, i, 0);
-        *config_list_n(d, e) = ns;
-        return 0;
-    }
-    }
-    return 0;
-}
-
-/* Store setting s found at dotted path (a key or a group of keys), recursing into groups.
- * origins[] records where each key's value came from. base: the file and whether this is an
- * override; the line is taken from each setting. */
-static int apply_setting(experiment *e, origin *origins, const char *path, const config_setting_t *s,
-                         const origin *base, char *err, size_t errlen) {
-    origin o = *base;
-    if (!o.set) {
-        o.line = config_setting_source_line(s);
-        const char *f = config_setting_source_file(s);
-        if (f) o.file = f;
-    }
-    const key_def *d = config_key_find(path);
-    if (d) {
-        int st = store_value(e, d, s, &o, err, errlen);
-        if (!st) origins[d - config_keys] = o;
-        return st;
-    }
-    if (!config_key_is_group(path)) return unknown_key(err, errlen, &o, path);
-    if (config_setting_type(s) != CONFIG_TYPE_GROUP) {
-        char got[512];
-        found_text(s, got, sizeof got);
-        return oerr(err, errlen, &o, "key '%s': expected a group { ... } of keys, got %s", path, got);
-    }
-    int n = config_setting_length(s);
-    for (int i = 0; i < n; i++) {
-        const config_setting_t *c = config_setting_get_elem(s, (unsigned)i);
-        char sub[512];
-        const char *name = config_setting_name(c);
-        snprintf(sub, sizeof sub, "%s.%s", path, name ? name : "?");
-        int st = apply_setting(e, origins, sub, c, base, err, errlen);
-        if (st) return st;
-    }
-    return 0;
-}
 
 /* Apply one "--set KEY=VALUE" override. */
 static int apply_override(experiment *e, origin *origins, const char *arg, char *err, size_t errlen) {
     origin o = {NULL, 0, arg};
     const char *eq = strchr(arg, '=');
-    if (!eq) return oerr(err, errlen, &o, "expected KEY=VALUE (e.g. --set alpha.base=0.05)");
+    if (!eq) return config_oerr(err, errlen, &o, "expected KEY=VALUE (e.g. --set alpha.base=0.05)");
     char key[256];
     const char *ks = arg, *ke = eq;
     while (ks < ke && isspace((unsigned char)*ks)) ks++;
     while (ke > ks && isspace((unsigned char)ke[-1])) ke--;
-    if (ke == ks) return oerr(err, errlen, &o, "empty KEY in KEY=VALUE");
-    if ((size_t)(ke - ks) >= sizeof key) return oerr(err, errlen, &o, "KEY longer than %zu characters", sizeof key - 1);
+    if (ke == ks) return config_oerr(err, errlen, &o, "empty KEY in KEY=VALUE");
+    if ((size_t)(ke - ks) >= sizeof key) return config_oerr(err, errlen, &o, "KEY longer than %zu characters", sizeof key - 1);
     snprintf(key, sizeof key, "%.*s", (int)(ke - ks), ks);
     const char *val = eq + 1;
     while (isspace((unsigned char)*val)) val++;
@@ -372,7 +175,7 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
     while (vlen && isspace((unsigned char)val[vlen - 1])) vlen--;
 
     const key_def *d = config_key_find(key);
-    if (!d && !config_key_is_group(key)) return unknown_key(err, errlen, &o, key);
+    if (!d && !config_key_is_group(key)) return config_unknown_key(err, errlen, &o, key);
 
     config_t cfg;
     config_init(&cfg);
@@ -394,13 +197,13 @@ static int apply_override(experiment *e, origin *origins, const char *arg, char 
             char want[512];
             if (d) config_expect_text(d, NULL, want, sizeof want);
             else snprintf(want, sizeof want, "a group { ... }");
-            st = oerr(err, errlen, &o, "key '%s': cannot read '%.*s' as a libconfig value (%s); expected %s",
-                      key, (int)vlen, val, config_error_text(&cfg) ? config_error_text(&cfg) : "more than one value",
-                      want);
+            st = config_oerr(err, errlen, &o, "key '%s': cannot read '%.*s' as a libconfig value (%s); expected %s",
+                             key, (int)vlen, val, config_error_text(&cfg) ? config_error_text(&cfg) : "more than one value",
+                             want);
         }
         free(text);
     }
-    if (!st) st = apply_setting(e, origins, key, config_lookup(&cfg, "v"), &o, err, errlen);
+    if (!st) st = config_apply_setting(e, origins, key, config_lookup(&cfg, "v"), &o, err, errlen);
     config_destroy(&cfg);
     return st;
 }
@@ -448,8 +251,8 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         char built[256] = "";
         for (int i = 0; i < d->n_names; i++)
             if (d->built & (1u << i)) config_put(built, sizeof built, &len, "%s%s", len ? ", " : "", d->names[i]);
-        return oerr(err, errlen, o, "%s = \"%s\" is not built yet (%s); built %s: %s", d->key,
-                    d->names[idx], d->planned ? d->planned : "planned", d->noun, built);
+        return config_oerr(err, errlen, o, "%s = \"%s\" is not built yet (%s); built %s: %s", d->key,
+                           d->names[idx], d->planned ? d->planned : "planned", d->noun, built);
     }
     case KT_LIST: {
         int ns = config_list_len(d, e);
@@ -457,12 +260,12 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         for (int i = 0; i < ns; i++) {
             long long x = config_list_get(d, e, i), prev = i > 0 ? config_list_get(d, e, i - 1) : 0;
             if (i > 0 && x <= prev)
-                return oerr(err, errlen, o, "key '%s': expected strictly increasing %s, got %s[%d] = %lld %s %s[%d] = %lld",
-                            d->key, d->values, d->key, i, x, x == prev ? "repeating" : "after", d->key, i - 1, prev);
+                return config_oerr(err, errlen, o, "key '%s': expected strictly increasing %s, got %s[%d] = %lld %s %s[%d] = %lld",
+                                   d->key, d->values, d->key, i, x, x == prev ? "repeating" : "after", d->key, i - 1, prev);
             if (x < d->ilo || x > hi - (d->hi_open ? 1 : 0))
-                return oerr(err, errlen, o, "key '%s': expected each %s in [%lld, %s (%lld)%c, got %s[%d] = %lld%s",
-                            d->key, d->elem, d->ilo, d->hi_key, hi, d->hi_open ? ')' : ']', d->key, i, x,
-                            d->hi_open && x == hi && d->hi_note ? d->hi_note : "");
+                return config_oerr(err, errlen, o, "key '%s': expected each %s in [%lld, %s (%lld)%c, got %s[%d] = %lld%s",
+                                   d->key, d->elem, d->ilo, d->hi_key, hi, d->hi_open ? ')' : ']', d->key, i, x,
+                                   d->hi_open && x == hi && d->hi_note ? d->hi_note : "");
         }
         return 0;
     }
@@ -471,18 +274,18 @@ static int validate_key(const experiment *e, const key_def *d, const origin *o, 
         config_expect_text(d, e, want, sizeof want);
         for (int i = 0; i < d->n_max; i++)
             if (x[i] < d->ilo || x[i] > d->ihi)
-                return oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %d", d->key, want, d->key, i, x[i]);
+                return config_oerr(err, errlen, o, "key '%s': expected %s, got %s[%d] = %d", d->key, want, d->key, i, x[i]);
         for (int i = 1; d->nondecr && i < d->n_max; i++)
             if (x[i] < x[i - 1])
-                return oerr(err, errlen, o, "key '%s': expected %s, got [%d, %d]: reversed (write [%d, %d])", d->key, want,
-                            x[0], x[1], x[1], x[0]);
+                return config_oerr(err, errlen, o, "key '%s': expected %s, got [%d, %d]: reversed (write [%d, %d])", d->key, want,
+                                   x[0], x[1], x[1], x[0]);
         return 0;
     }
     case KT_BOOL: return 0;
     }
     /* the scalar keys out of range: their value as got */
     config_expect_text(d, e, want, sizeof want);
-    return oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
+    return config_oerr(err, errlen, o, "key '%s': expected %s, got %s", d->key, want, got);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -493,7 +296,7 @@ static int resolve_output(experiment *e, const origin *o, char *err, size_t errl
     if (e->output[0]) return 0;
     int w = snprintf(e->output, sizeof e->output, "runs/%s.h5", e->name);
     if (w < 0 || (size_t)w >= sizeof e->output)
-        return oerr(err, errlen, o, "key 'output': the default runs/<name>.h5 is longer than %d characters", CFG_PATH_MAX - 1);
+        return config_oerr(err, errlen, o, "key 'output': the default runs/<name>.h5 is longer than %d characters", CFG_PATH_MAX - 1);
     return 0;
 }
 
@@ -503,8 +306,55 @@ static const origin *origin_of(const origin *origins, const char *key) { return 
 /* Where key's value came from, as text, during config_load (for messages naming a second key). */
 static const char *g_where_tmp(const origin *origins, const char *key) {
     static char buf[CFG_PATH_MAX + 64];
-    origin_text(origin_of(origins, key), buf, sizeof buf);
+    config_origin_text(origin_of(origins, key), buf, sizeof buf);
     return buf;
+}
+
+/* Pass 3's constraints between keys that are not a range bounded by another key (the device,
+ * precision and comm that go together, a failure that leaves a worker, the JPEG input path);
+ * each message names the key at fault where it was set. 0 or EXIT_BADINPUT. */
+static int check_cross_keys(const experiment *e, const origin *origins, char *err, size_t errlen) {
+    int st = 0;
+    if (!st && e->precision == PRECISION_TF32 && e->device != DEVICE_CUDA)
+        st = config_oerr(err, errlen, origin_of(origins, "precision"),
+                         "key 'precision': \"tf32\" is for device = \"cuda\" (tensor cores); device = \"%s\" computes in "
+                         "\"fp32\" or \"bf16\"", device_name(e->device));
+    if (!st && e->precision == PRECISION_BF16 && e->device != DEVICE_CUDA && e->model.arch != ARCH_RESNET18)
+        st = config_oerr(err, errlen, origin_of(origins, "precision"),
+                         "key 'precision': \"bf16\" on device = \"%s\" is for model.arch = \"resnet18\" (its convolutions); "
+                         "model.arch = \"%s\" computes in \"fp32\"", device_name(e->device), arch_name(e->model.arch));
+    /* A failed worker needs another one to go on without it. */
+    if (!st && e->inject.fail_rank >= 0 && e->p < 2)
+        st = config_oerr(err, errlen, origin_of(origins, "inject.fail_rank"),
+                         "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);
+    /* NCCL all-reduces GPU memory, and only allreduce uses an all-reduce for its gradients. */
+    if (!st && e->comm == COMM_NCCL && e->device != DEVICE_CUDA)
+        st = config_oerr(err, errlen, origin_of(origins, "comm"),
+                         "key 'comm': \"nccl\" is for device = \"cuda\" (NCCL all-reduces GPU memory); device = \"%s\" uses "
+                         "comm = \"mpi\"", device_name(e->device));
+    if (!st && e->comm == COMM_NCCL && e->method != METHOD_ALLREDUCE)
+        st = config_oerr(err, errlen, origin_of(origins, "comm"),
+                         "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
+                         "through MPI (use comm = \"mpi\")", method_name(e->method));
+    /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
+    const int jpeg = e->data.format == FORMAT_JPEG;
+    const origin *dir_o = origin_of(origins, "data.dir");
+    if (!st && jpeg && !e->data.dir[0] && !dir_o->set && dir_o->line == 0) /* not set anywhere: blame the format */
+        st = config_oerr(err, errlen, origin_of(origins, "data.format"),
+                         "key 'data.format': \"jpeg\" needs key 'data.dir', the pack directory (the OUT of dsgd-run --pack SRC "
+                         "OUT), which is not set");
+    else if (!st && jpeg && !e->data.dir[0])
+        st = config_oerr(err, errlen, dir_o, "key 'data.dir': data.format = \"jpeg\" needs the pack directory (the OUT of dsgd-run --pack SRC OUT)");
+    if (!st && jpeg && e->data.augment == AUGMENT_SCALE && e->data.crop > e->data.scale[0])
+        st = config_oerr(err, errlen, origin_of(origins, "data.crop"),
+                         "key 'data.crop': a %d-pixel crop does not fit the smallest shorter side of data.scale = [%d, %d] (%s); "
+                         "need data.crop <= data.scale[0]", e->data.crop, e->data.scale[0], e->data.scale[1],
+                         g_where_tmp(origins, "data.scale"));
+    if (!st && jpeg && e->data.eval_resize < e->data.crop)
+        st = config_oerr(err, errlen, origin_of(origins, "data.eval_resize"),
+                         "key 'data.eval_resize': %d is smaller than data.crop = %d (%s); the centre crop must fit: need "
+                         "data.eval_resize >= data.crop", e->data.eval_resize, e->data.crop, g_where_tmp(origins, "data.crop"));
+    return st;
 }
 
 int config_load(experiment *e, const char *path, char *const *sets, int n_sets, char *err, size_t errlen) {
@@ -545,7 +395,7 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
     origin base = {e->source, 0, NULL};
     for (int i = 0; !st && i < config_setting_length(root); i++) {
         const config_setting_t *s = config_setting_get_elem(root, (unsigned)i);
-        st = apply_setting(e, origins, config_setting_name(s), s, &base, err, errlen);
+        st = config_apply_setting(e, origins, config_setting_name(s), s, &base, err, errlen);
     }
 
     /* Pass 2: overrides, in order. Their origins point into sets[], which outlives this call;
@@ -561,49 +411,11 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
      * iterations, alpha.steps < iterations, alpha.warmup < iterations. inject.delay_ms = 0 with
      * slow ranks or random_slow > 0 is allowed: nothing is delayed. */
     for (int i = 0; !st && i < config_n_keys; i++) st = validate_key(e, &config_keys[i], &origins[i], err, errlen);
-    if (!st && e->precision == PRECISION_TF32 && e->device != DEVICE_CUDA)
-        st = oerr(err, errlen, origin_of(origins, "precision"),
-                  "key 'precision': \"tf32\" is for device = \"cuda\" (tensor cores); device = \"%s\" computes in "
-                  "\"fp32\" or \"bf16\"", device_name(e->device));
-    if (!st && e->precision == PRECISION_BF16 && e->device != DEVICE_CUDA && e->model.arch != ARCH_RESNET18)
-        st = oerr(err, errlen, origin_of(origins, "precision"),
-                  "key 'precision': \"bf16\" on device = \"%s\" is for model.arch = \"resnet18\" (its convolutions); "
-                  "model.arch = \"%s\" computes in \"fp32\"", device_name(e->device), arch_name(e->model.arch));
-    /* A failed worker needs another one to go on without it. */
-    if (!st && e->inject.fail_rank >= 0 && e->p < 2)
-        st = oerr(err, errlen, origin_of(origins, "inject.fail_rank"),
-                  "key 'inject.fail_rank': a failure needs p >= 2 workers (with p = %d no worker is left to train); use -1 for none", e->p);
-    /* NCCL all-reduces GPU memory, and only allreduce uses an all-reduce for its gradients. */
-    if (!st && e->comm == COMM_NCCL && e->device != DEVICE_CUDA)
-        st = oerr(err, errlen, origin_of(origins, "comm"),
-                  "key 'comm': \"nccl\" is for device = \"cuda\" (NCCL all-reduces GPU memory); device = \"%s\" uses "
-                  "comm = \"mpi\"", device_name(e->device));
-    if (!st && e->comm == COMM_NCCL && e->method != METHOD_ALLREDUCE)
-        st = oerr(err, errlen, origin_of(origins, "comm"),
-                  "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
-                  "through MPI (use comm = \"mpi\")", method_name(e->method));
-    /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
-    const int jpeg = e->data.format == FORMAT_JPEG;
-    const origin *dir_o = origin_of(origins, "data.dir");
-    if (!st && jpeg && !e->data.dir[0] && !dir_o->set && dir_o->line == 0) /* not set anywhere: blame the format */
-        st = oerr(err, errlen, origin_of(origins, "data.format"),
-                  "key 'data.format': \"jpeg\" needs key 'data.dir', the pack directory (the OUT of dsgd-run --pack SRC "
-                  "OUT), which is not set");
-    else if (!st && jpeg && !e->data.dir[0])
-        st = oerr(err, errlen, dir_o, "key 'data.dir': data.format = \"jpeg\" needs the pack directory (the OUT of dsgd-run --pack SRC OUT)");
-    if (!st && jpeg && e->data.augment == AUGMENT_SCALE && e->data.crop > e->data.scale[0])
-        st = oerr(err, errlen, origin_of(origins, "data.crop"),
-                  "key 'data.crop': a %d-pixel crop does not fit the smallest shorter side of data.scale = [%d, %d] (%s); "
-                  "need data.crop <= data.scale[0]", e->data.crop, e->data.scale[0], e->data.scale[1],
-                  g_where_tmp(origins, "data.scale"));
-    if (!st && jpeg && e->data.eval_resize < e->data.crop)
-        st = oerr(err, errlen, origin_of(origins, "data.eval_resize"),
-                  "key 'data.eval_resize': %d is smaller than data.crop = %d (%s); the centre crop must fit: need "
-                  "data.eval_resize >= data.crop", e->data.eval_resize, e->data.crop, g_where_tmp(origins, "data.crop"));
+    if (!st) st = check_cross_keys(e, origins, err, errlen);
     if (!st) st = resolve_output(e, origin_of(origins, "output"), err, errlen);
     /* Keep where each value came from for the checks made after loading (config_where). */
     for (int i = 0; !st && i < config_n_keys; i++) {
-        origin_text(&origins[i], g_where[i], sizeof g_where[i]);
+        config_origin_text(&origins[i], g_where[i], sizeof g_where[i]);
         g_given[i] = origins[i].set || origins[i].line > 0;
     }
     config_destroy(&cfg);
