@@ -8,6 +8,8 @@
  *     itself (like SIGKILL of the writer) cannot record one, the job still ends with exit 1;
  *   - SIGTERM with meeting points far apart (gossip, eval.every = iterations) and in every other
  *     method: a checkpoint and exit 3 within a second, and the run resumes to completion;
+ *   - a minibatch that a rank cannot load: allreduce stops every rank at that step with a status,
+ *     gossip stops every rank at once (MPI_Abort);
  *   - the BN statistics the servers evaluate the center with: the mean of the workers' latest
  *     statistics, computed by hand here from every worker's own checkpoint file, without the
  *     worker that failed.
@@ -458,6 +460,41 @@ START_TEST(test_server_bn_average) {
 }
 END_TEST
 
+/* A training minibatch that rank 1 cannot load (the DSGD_TEST_DATA_FAIL hook, as a read error at
+ * step 100): allreduce (lock-step) learns of it in the step's sum, every rank discards that step
+ * and stops together — exit 1, status "stopped: data loading failed (see the log)", 100 steps
+ * completed, no MPI_Abort; gossip (meeting points, rank 1 not the log rank) stops every rank
+ * with MPI_Abort, exit non-zero within a few seconds. Rank 1 names the failure in both. */
+START_TEST(test_data_fail) {
+    struct { const char *name, *extra; int np; } m[] = {
+        {"allreduce", "method = \"allreduce\";\np = 2;\n", 2},
+        {"gossip_pull", "method = \"gossip_pull\";\np = 2;\nsynchronous = true;\n", 2},
+    };
+    setenv("DSGD_TEST_DATA_FAIL", "100@1", 1);
+    for (int k = 0; k < 2; k++) {
+        job j;
+        char tag[64], extra[512], s[256];
+        snprintf(tag, sizeof tag, "df_%d", k);
+        snprintf(extra, sizeof extra, "%s%s", m[k].extra, WORKLOAD);
+        job_start(&j, tag, m[k].np, extra, NULL);
+        double t_end;
+        const int rc = job_wait(&j, &t_end, NULL, NULL);
+        ck_assert_msg(file_has(j.log, "rank 1: data loading failed: DSGD_TEST_DATA_FAIL: step 100"), "%s: no message\n%s", m[k].name,
+                      slurp(j.log));
+        if (k == 0) {
+            ck_assert_msg(rc == 1, "%s: exit %d\n%s", m[k].name, rc, slurp(j.log));
+            ck_assert_msg(!file_has(j.log, "Abort"), "%s: aborted\n%s", m[k].name, slurp(j.log));
+            read_attr_string(j.h5, "status", s, sizeof s);
+            ck_assert_str_eq(s, "stopped: data loading failed (see the log)");
+            ck_assert_int_eq(read_attr_long(j.h5, "steps_completed"), 100);
+        } else
+            ck_assert_msg(rc != 0 && rc != 124 && rc != 137, "%s: exit %d\n%s", m[k].name, rc, slurp(j.log));
+        printf("%s: rank 1 cannot load its minibatch at step 100: exit %d after %.1f s\n", m[k].name, rc, t_end - j.t_start);
+    }
+    unsetenv("DSGD_TEST_DATA_FAIL");
+}
+END_TEST
+
 int main(void) {
     if (test_data_missing()) return 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/dsgd_test_faults_%d", (int)getpid());
@@ -473,6 +510,7 @@ int main(void) {
     tcase_add_test(tc, test_stop_worker_async);
     tcase_add_test(tc, test_stop_worker_sync);
     tcase_add_test(tc, test_stop_server);
+    tcase_add_test(tc, test_data_fail);
     suite_add_tcase(s, tc);
     int rc = run_suite(s);
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);

@@ -46,14 +46,16 @@ static step_out allreduce_step(trainer *t, long step, double alpha) {
     /* The gradient, averaged over the workers (compute and all-reduce, overlapped on a GPU; the
      * next step's minibatch is staged meanwhile): adds data, compute, delay, comm and wait. */
     const long next = step + 1 < e->iterations ? step + 1 : -1;
-    double loss;
-    if (allreduce_grads(t, step, step, next, &t->times.wait_s, &loss)) return (step_out){.status = EXIT_RUNTIME, .why = STOPPED_DATA};
+    double loss = 0.0;
+    const int failed = allreduce_grads(t, step, step, next, &t->times.wait_s, &loss) != 0;
     double t2 = wall_time();
-    /* The loss sum carries the signal requests (checkpoint.h) at no extra cost: every rank
-     * learns at the same step that some rank asked for a checkpoint (and a stop). */
+    /* The loss sum carries the signal requests (checkpoint.h) and a failed load at no extra cost:
+     * every rank learns at the same step that some rank asked for a checkpoint (and a stop), or
+     * could not load its minibatch — then every rank discards the step and stops together. */
     const int sig = ckpt_signal_pending();
-    double red[3] = {loss, sig == CKPT_SIG_SAVE, sig == CKPT_SIG_STOP};
-    comm_workers_sum_f64(red, 3);
+    double red[4] = {failed ? 0.0 : loss, sig == CKPT_SIG_SAVE, sig == CKPT_SIG_STOP, failed};
+    comm_workers_sum_f64(red, 4);
+    if (red[3] > 0) return (step_out){.status = EXIT_RUNTIME, .why = STOPPED_DATA};
     loss = red[0];
     t->sig = red[2] > 0 ? CKPT_SIG_STOP : red[1] > 0 ? CKPT_SIG_SAVE : CKPT_SIG_NONE;
     double t3 = wall_time();

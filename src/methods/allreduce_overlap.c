@@ -57,7 +57,9 @@ static void grads_overlapped(model *net, double *waited, double *t_computed) {
 static double begin_step(trainer *t, long ds, int flags, int *failed) {
     const int staged = model_staged_tag(t->net) == ds;
     const double t0 = wall_time();
-    if (!staged && loader_batch(&t->train_loader, ds, t->x, t->y)) return *failed = 1, 0.0;
+    /* a failed load goes on with what t->x, t->y hold: the peers' all-reduce is matched, and the
+     * step is discarded by every rank (allreduce_step) */
+    if (!staged && loader_batch(&t->train_loader, ds, t->x, t->y)) *failed = 1;
     const double d = staged ? 0.0 : wall_time() - t0;
     model_train_begin(t->net, staged ? NULL : t->x, staged ? NULL : t->y, flags);
     return d;
@@ -70,7 +72,7 @@ static double stage_next(trainer *t, long ds, int *failed) {
     int *y;
     if (ds < 0 || !model_stage_buffers(t->net, &x, &y)) return 0.0;
     const double t0 = wall_time();
-    if (loader_batch(&t->train_loader, ds, x, y)) return *failed = 1, 0.0;
+    if (loader_batch(&t->train_loader, ds, x, y)) *failed = 1; /* the run stops after this step */
     const double d = wall_time() - t0;
     model_stage_batch(t->net, ds);
     return d;
@@ -80,11 +82,13 @@ int allreduce_grads(trainer *t, long data_step, long step, long next_data_step, 
     model *net = t->net;
     reducer *red = &t->red;
     if (!red->stage) {
-        if (train_compute(t, data_step, step, loss)) return -1;
+        /* a failed load still takes part in the all-reduce (on the last gradient): the peers wait
+         * there, and every rank learns of the failure from the step's sum (allreduce_step) */
+        const int failed = train_compute(t, data_step, step, loss) != 0;
         const double t0 = wall_time();
         reducer_mean(red, MODEL_GRADS, wait_s);
         t->times.comm_s += wall_time() - t0;
-        return 0;
+        return failed ? -1 : 0;
     }
     const double delay = inject_delay_s(&t->inj, step);
     inject_sleep(delay);
@@ -92,9 +96,8 @@ int allreduce_grads(trainer *t, long data_step, long step, long next_data_step, 
     const double t0 = wall_time();
     int failed = 0;
     double data = begin_step(t, data_step, red->overlap ? MODEL_STAGE_GRADS : 0, &failed);
-    if (!failed) data += stage_next(t, next_data_step, &failed);
+    data += stage_next(t, next_data_step, &failed);
     t->times.data_s += data;
-    if (failed) return -1; /* the loop stops every rank: nothing more is waited for */
     double waited = 0.0, t_computed; /* waited: the barrier's seconds on the overlapped path */
     if (red->overlap) {
         grads_overlapped(net, wait_s ? &waited : NULL, &t_computed);
@@ -109,6 +112,6 @@ int allreduce_grads(trainer *t, long data_step, long step, long next_data_step, 
     if (wait_s) *wait_s += waited;
     t->times.compute_s += t_computed - t0 - data - waited;
     t->times.comm_s += t_end - t_computed + waited;
-    return 0;
+    return failed ? -1 : 0;
 }
 

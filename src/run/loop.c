@@ -37,7 +37,7 @@ int train_checkpoint(trainer *t, long label, const loop_state *ls) {
         if (t->rank == 0) fprintf(stderr, "dsgd-run: checkpoint at step %ld not written: %s\n", label, err);
         return EXIT_RUNTIME;
     }
-    st = ckpt_write_rank(t, label, (loop_state *)ls, method_save, t, err, sizeof err) ? EXIT_RUNTIME : 0;
+    st = ckpt_write_rank(t, label, ls, method_save, t, err, sizeof err) ? EXIT_RUNTIME : 0;
     if (st) fprintf(stderr, "dsgd-run: rank %d: checkpoint at step %ld: %s\n", t->rank, label, err);
     st = comm_agree(st);
     if (t->rank == 0) {
@@ -110,11 +110,10 @@ static int loop_begin(trainer *t, loop_ctx *c) {
     return st;
 }
 
-/* A training minibatch could not be loaded on this rank: say so, close the run file with that
- * status on the log rank, and stop every rank now — the others would wait comm_timeout_s in the
- * step's communication. Does not return. */
+/* A training minibatch could not be loaded on this rank, whose peers run on their own (meeting
+ * points): close the run file with that status if this is the log rank, and stop every rank now —
+ * the others would wait comm_timeout_s in their next exchange with it. Does not return. */
 static void loop_data_failed(trainer *t) {
-    fprintf(stderr, "dsgd-run: rank %d: data loading failed: %s; stopping every rank\n", t->rank, loader_error(&t->train_loader));
     if (t->log) {
         runlog_set_attr_string(t->log, "status", "stopped: data loading failed (see the log)");
         runlog_close(t->log);
@@ -128,7 +127,11 @@ static void loop_data_failed(trainer *t) {
  * diverged node keeps stepping (its peers may need it) and the evaluation of the NaN average stops
  * everyone. Returns the status. */
 static int loop_account(trainer *t, loop_ctx *c, long s, double alpha, const step_out *o) {
-    if (o->status != EXIT_OK && o->why == STOPPED_DATA) loop_data_failed(t);
+    if (o->status != EXIT_OK && o->why == STOPPED_DATA) { /* lock-step: agreed in the step, every rank stops here */
+        if (loader_error(&t->train_loader)[0])
+            fprintf(stderr, "dsgd-run: rank %d: data loading failed: %s; stopping every rank\n", t->rank, loader_error(&t->train_loader));
+        if (!c->lockstep) loop_data_failed(t);
+    }
     if (o->status != EXIT_OK) return c->why = o->why, o->status;
     const int took = o->took == METHOD_STEP_TOOK;
     if (took && !isfinite(o->loss) && c->lockstep) {

@@ -13,10 +13,12 @@
  * rows), at meeting points otherwise (the nodes run on their own and agree at evaluations and
  * checkpoints). Returns EXIT_OK, EXIT_INTERRUPTED after a SIGTERM / SIGINT and its checkpoint,
  * EXIT_BADINPUT when a checkpoint could not be read, or EXIT_RUNTIME after a non-finite loss or
- * gradient, a run-file write error, a checkpoint that could not be written or data that could not
- * be loaded in an evaluation (all ranks agree). A training minibatch that cannot be loaded stops
- * every rank at once (MPI_Abort, exit 1) with the run file's status set on the log rank: the
- * other ranks would otherwise wait in the step's communication. */
+ * gradient, a run-file write error, a checkpoint that could not be written, or data that could
+ * not be loaded (all ranks agree, and the run file's status says so: "stopped: data loading
+ * failed"). One exception: a training minibatch that a rank of a method with meeting points or
+ * servers cannot load stops every rank at once (MPI_Abort, exit 1) — its peers would otherwise
+ * wait comm_timeout_s for it — and the run file's status says so only when that rank is the log
+ * rank. */
 int train_run(trainer *t);
 
 /* Collective over the world: write the checkpoint after `label` iterations into t->ckpt_dir

@@ -1,6 +1,7 @@
 /* cadence.h — the one rule of when a run logs, evaluates and checkpoints: pure functions of the
  * experiment and the counts. Its clients are the loop (src/run/loop.c: allreduce, gossip), server 0
- * of the methods with servers (src/methods/server.c), whose counts jump, and gossip's meeting points.
+ * of the methods with servers (src/methods/server.c, server_pause.c), whose counts jump, and
+ * gossip's meeting points (gossip_signal.c).
  * `done` counts the steps (server: iterations) completed, from 1. */
 #ifndef DSGD_CADENCE_H
 #define DSGD_CADENCE_H

@@ -58,10 +58,11 @@ static int ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
     return rc;
 }
 
-int ckpt_write_rank(trainer *t, long label, loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen) {
+int ckpt_write_rank(trainer *t, long label, const loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen) {
     ckpt_file *f = ckpt_create(t->ckpt_dir, label, t->rank, err, errlen);
     if (!f) return -1;
-    if (ckpt_common(t, f, ls) || (part && part(ctx, f)) || ckpt_close(f))
+    /* ckpt_common reads ls when writing (one function both ways, so its order is one) */
+    if (ckpt_common(t, f, (loop_state *)ls) || (part && part(ctx, f)) || ckpt_close(f))
         snprintf(err, errlen, "%s", ckpt_error(f)[0] ? ckpt_error(f) : "run file flush failed");
     ckpt_free(f);
     return err[0] ? -1 : 0;

@@ -15,7 +15,7 @@
  * state (NULL: none); then closed. Returns 0, or -1 with the reason in err (nothing printed). Not
  * collective: the caller's round agrees and commits (ckpt_commit). */
 typedef int (*ckpt_part_fn)(void *ctx, ckpt_file *f);
-int ckpt_write_rank(trainer *t, long label, loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen);
+int ckpt_write_rank(trainer *t, long label, const loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen);
 int ckpt_read_rank(trainer *t, long label, loop_state *ls, ckpt_part_fn part, void *ctx, char *err, size_t errlen);
 /* The committing rank, once `label` is committed: the one "checkpoint: step N written" line,
  * `seconds` after the round began. */

@@ -64,12 +64,28 @@ eval_result train_evaluate_all(trainer *t, model *net, int (*abandon)(void *), v
     return eval_range(t, net, 0, t->val->n, 0, abandon, arg);
 }
 
+/* Test hook DSGD_TEST_DATA_FAIL="<step>[@<world rank>]" (docs/testing.md): the loader of that
+ * rank (default 0) fails at that 0-based step, as a read error would. */
+static int test_data_fail(trainer *t, long step) {
+    static long at = -2;
+    static int rank = 0;
+    if (at == -2) {
+        const char *v = getenv("DSGD_TEST_DATA_FAIL");
+        at = v && *v ? strtol(v, NULL, 10) : -1;
+        const char *r = v ? strchr(v, '@') : NULL;
+        rank = r ? atoi(r + 1) : 0;
+    }
+    if (at < 0 || step != at || t->rank != rank) return 0;
+    snprintf(t->train_loader.err, sizeof t->train_loader.err, "DSGD_TEST_DATA_FAIL: step %ld", step);
+    return 1;
+}
+
 int train_compute(trainer *t, long data_step, long step, double *loss) {
     double t0 = wall_time();
     const float *x;
     const int *y;
     /* the loader's own buffer where it has one (no copy), else t->x, t->y filled */
-    if (loader_batch_view(&t->train_loader, data_step, t->x, t->y, &x, &y)) return -1;
+    if (test_data_fail(t, step) || loader_batch_view(&t->train_loader, data_step, t->x, t->y, &x, &y)) return -1;
     double t1 = wall_time();
     *loss = model_train_step(t->net, x, y);
     const double delay = inject_delay_s(&t->inj, step);

@@ -67,8 +67,8 @@ typedef struct trainer {
                                  without: the job then ends with MPI_Abort (comm_finish), as a
                                  stopped process never exits */
 
-    void *mstate;             /* the method's own state on this rank (method_ops.begin/init allocate
-                                 it, .end frees it; NULL: none): no method keeps file-scope state */
+    void *mstate;             /* the method's own state on this rank (method_ops.begin allocates it,
+                                 .end frees it; NULL: none): no method keeps file-scope state */
 
     uint64_t data_fp[2];      /* data.format = "jpeg": shards_fingerprint of train and val (0: other
                                  formats), recorded in checkpoints and checked by a resume */
@@ -120,9 +120,10 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
  * on worker 0 into out (5 arrays of p; buf: 5·p scratch). The /ranks rows. */
 void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *buf, double *out);
 
-/* Why a run stopped early (the run file's `status`): a run-file write error, a non-finite
- * loss or gradient, or too few workers left to complete a step (backup); a status of
- * EXIT_INTERRUPTED needs no reason. */
+/* Why a run stopped early (the run file's `status`, train_log_summary): a run-file write error, a
+ * non-finite loss or gradient, too few workers left to complete a step (backup), a checkpoint
+ * that could not be written, data that could not be loaded; a status of EXIT_INTERRUPTED needs no
+ * reason (the status names the signal or stop_at). */
 enum { STOPPED_WRITE = 0, STOPPED_NONFINITE = 1, STOPPED_WORKERS = 2, STOPPED_CHECKPOINT = 3, STOPPED_DATA = 4 };
 
 /* A non-finite training loss or gradient after `done` steps at step size alpha: *why and the
@@ -134,7 +135,6 @@ void train_say_nonfinite_loss(const trainer *t, int *why, int local, long done, 
 void train_say_nonfinite_eval(const trainer *t, int *why, long done, const char *what);
 /* The stop message after the checkpoint at `done` that a stop signal asked for (log rank). */
 void train_say_stopped(long done);
-/* status EXIT_INTERRUPTED (checkpoint.h): "stopped: <signal> after step N; checkpoint written". */
 
 /* Log rank: the end-of-run summary lines and run-file attributes. why: STOPPED_* (used when
  * status != EXIT_OK); train_s: training wall clock; t->step steps of m = p·b images done;
