@@ -1,0 +1,101 @@
+/* simmodel.h — the models of `sim` mode's virtual clock (issue 25, docs/simulate.md): how long the
+ * target cluster takes for one step's compute and for each message or collective, in seconds of
+ * the target's time. Pure functions of their arguments: no MPI, no clock, no state beyond what the
+ * caller passes (the NIC occupancy of sim_nics). A leaf library like util/: config/ reads its
+ * name tables, src/train/ and the methods charge its times to a rank's virtual clock.
+ *
+ * Units: seconds, bytes, bytes per second. Sizes are the *modelled* sizes (ResNet-18's
+ * 11,689,512 parameters = 46,758,048 bytes in fp32), never the proxy model's buffers.
+ *
+ * The network model is α-β (Hockney): a message of n bytes between two hosts takes
+ * α(route) + n/β, with α = the route's links × the per-link latency; SMPI with its calibration
+ * factors set to 1 and cross-traffic off computes exactly this (../shared/notes/simulation.md
+ * §1.2), which is how test/sim/ validates the closed forms below against SMPI's trace replay. */
+#ifndef DSGD_SIMMODEL_H
+#define DSGD_SIMMODEL_H
+
+#include <stddef.h>
+
+/* sim.device: whose step time is charged for one node's forward + backward + update of
+ * ResNet-18 at per-node minibatch b. MEASURED: the rank's own measured compute (validation). */
+typedef enum { SIM_DEV_MEASURED, SIM_DEV_K20X, SIM_DEV_K80, SIM_DEV_V100, SIM_DEV_A100, SIM_DEV_H100, SIM_DEV_COUNT } sim_device;
+extern const char *const sim_device_names[SIM_DEV_COUNT]; /* "measured", "k20x", "k80", "v100", "a100", "h100" */
+
+/* sim.network: a preset's per-link latency and bandwidth (sim_network_preset). CUSTOM: the keys
+ * sim.latency_us and sim.bandwidth_gbps alone. */
+typedef enum { SIM_NET_10GBE, SIM_NET_GEMINI, SIM_NET_IB_FDR, SIM_NET_IB_HDR, SIM_NET_IB_NDR, SIM_NET_CUSTOM, SIM_NET_COUNT } sim_network;
+extern const char *const sim_network_names[SIM_NET_COUNT]; /* "10gbe", "gemini", "ib_fdr", "ib_hdr", "ib_ndr", "custom" */
+
+/* sim.topology: FLAT — every host on one non-blocking switch (a route is host-up + host-down:
+ * 2 links); FAT_TREE — two levels, leaf_size hosts per leaf switch, the leaves' uplinks
+ * oversubscribed by `oversubscription` (1 = full bisection): a route inside a leaf is 2 links,
+ * between leaves 4, and a flow between leaves gets at most β / oversubscription when every
+ * host of its leaf sends out of the leaf at once. */
+typedef enum { SIM_TOPO_FLAT, SIM_TOPO_FAT_TREE, SIM_TOPO_COUNT } sim_topology;
+extern const char *const sim_topology_names[SIM_TOPO_COUNT]; /* "flat", "fat_tree" */
+
+/* sim.allreduce: the target's all-reduce algorithm (NCCL and Open MPI choose among these):
+ * RING — reduce-scatter + all-gather around a ring, 2(p−1) steps of n/p bytes;
+ * RECURSIVE_DOUBLING — log2 p exchanges of the whole vector (p a power of two; otherwise the
+ *   MPICH rule: the extra ranks first fold into the others and get the result back at the end);
+ * RABENSEIFNER — recursive halving reduce-scatter + recursive doubling all-gather
+ *   (2 log2 p steps, n/2, n/4, … bytes; same rule for p not a power of two);
+ * TREE — binomial-tree reduce to rank 0 then binomial-tree broadcast (2 ⌈log2 p⌉ steps of n). */
+typedef enum { SIM_AR_RING, SIM_AR_RECURSIVE_DOUBLING, SIM_AR_RABENSEIFNER, SIM_AR_TREE, SIM_AR_COUNT } sim_allreduce;
+extern const char *const sim_allreduce_names[SIM_AR_COUNT]; /* "ring", "recursive_doubling", "rabenseifner", "tree" */
+
+/* The network as the models see it (filled from the sim group by the caller). */
+typedef struct {
+    double link_latency_s;   /* per link, s (a route of k links costs k · link_latency_s) */
+    double bandwidth_Bps;    /* per host NIC and per link, bytes/s, each direction (full duplex) */
+    sim_topology topology;
+    int leaf_size;           /* FAT_TREE: hosts per leaf switch (>= 1) */
+    double oversubscription; /* FAT_TREE: >= 1 */
+    sim_allreduce allreduce;
+    size_t chunk_bytes;      /* a collective is run as ceil(n / chunk_bytes) sequential pieces
+                                (dsgd-run's COMM_CHUNK_BYTES = 4 MiB); 0: one piece */
+} sim_net;
+
+/* A preset's per-link latency (s) and bandwidth (bytes/s) and where the numbers come from
+ * (a citation, one line). Returns 0, or -1 for SIM_NET_CUSTOM / out of range. */
+int sim_network_preset(sim_network n, double *link_latency_s, double *bandwidth_Bps, const char **source);
+
+/* One node's compute time (s) on `d` for ResNet-18 (224², fp32 unless the table says otherwise)
+ * at per-node minibatch b >= 1: the table's value at b, interpolated linearly in b between
+ * measured points and extrapolated linearly (per-image time of the nearest end) outside them.
+ * *source (may be NULL) gets the table row's citation. Returns -1 for SIM_DEV_MEASURED. */
+double sim_device_step_s(sim_device d, int b, const char **source);
+
+/* Latency of the route between hosts a and b (0-based ranks, one rank per host): links ×
+ * link_latency_s; 0 when a == b. */
+double sim_route_latency_s(const sim_net *net, int a, int b);
+
+/* One point-to-point message of n bytes from a to b on an idle network: α(a,b) + n/β. */
+double sim_p2p_s(const sim_net *net, int a, int b, size_t n);
+
+/* An all-reduce of n bytes over p hosts (ranks 0..p-1 in ring order) with net->allreduce, every
+ * host starting at the same time: the closed form of the algorithm's steps on net's topology
+ * (each step as long as its slowest message: latency of its longest route + bytes / the
+ * bandwidth that route gets), summed over ceil(n / chunk_bytes) pieces. 0 when p == 1. */
+double sim_allreduce_s(const sim_net *net, int p, size_t n);
+
+/* A broadcast of n bytes from rank 0 to p hosts (binomial tree, as MPICH/Open MPI for large p):
+ * ⌈log2 p⌉ steps. 0 when p == 1. For the methods' start and a PS's pull in later steps. */
+double sim_bcast_s(const sim_net *net, int p, size_t n);
+
+/* Per-NIC occupancy for the asynchronous methods' messages: when each host's sending and
+ * receiving sides are next free (virtual seconds). A message is serialised on the sender's
+ * uplink and the receiver's downlink in FIFO order, which models incast at a busy parameter
+ * server or gossip peer. The caller owns the arrays (2 · p doubles, zeroed at the start). */
+typedef struct {
+    int p;
+    double *free_up;   /* (p) */
+    double *free_down; /* (p) */
+} sim_nics;
+
+/* A message of n bytes sent by a at virtual time t_send to b: returns its arrival time under
+ * FIFO serialisation on a's uplink and b's downlink (n/β each; the exact rule is stated in
+ * simmodel.c and docs/simulate.md), and books both NICs. With idle NICs: t_send + sim_p2p_s. */
+double sim_nics_send(sim_nics *nics, const sim_net *net, int a, int b, size_t n, double t_send);
+
+#endif
