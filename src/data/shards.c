@@ -312,13 +312,7 @@ uint64_t shards_fingerprint(const shards *s) {
 
 /* Append n bytes at *at of buf (grown as needed; *cap its size). */
 static void put(uint8_t **buf, size_t *at, size_t *cap, const void *v, size_t n) {
-    if (*at + n > *cap) {
-        size_t c = *cap ? *cap : 4096;
-        while (c < *at + n) c *= 2;
-        uint8_t *b = realloc(*buf, c);
-        if (!b) DIE("out of memory for %zu bytes of pack metadata", c);
-        *buf = b, *cap = c;
-    }
+    *buf = xgrow(*buf, cap, *at + n, 1);
     memcpy(*buf + *at, v, n);
     *at += n;
 }
