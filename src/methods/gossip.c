@@ -435,9 +435,13 @@ static int gossip_begin(trainer *t) {
     char err[ERRLEN] = "";
     gossip *g = xcalloc(1, sizeof *g);
     t->mstate = g;
-    const int st = comm_max_int(gossip_setup(g, t, err, sizeof err));
+    const int mine = gossip_setup(g, t, err, sizeof err);
+    const int st = comm_max_int(mine);
     if (st) {
-        if (t->log) fprintf(stderr, "dsgd-run: %s\n", err);
+        /* Said once, by the lowest rank that failed (the log rank may have succeeded and hold no
+         * message; every rank failing alike would say it p times). */
+        const int first = t->p - comm_max_int(mine ? t->p - t->rank : 0);
+        if (t->rank == first) fprintf(stderr, "dsgd-run: rank %d: %s\n", t->rank, err);
         gossip_teardown(t);
         return st;
     }
