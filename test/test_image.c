@@ -4,7 +4,8 @@
  * Against Pillow 9.4 on the same bytes (test/data/image_ref.h5, tools/make_image_reference.py):
  * decode bit-exact (whole, DCT-scaled, partial), resize bit-exact (bilinear and bicubic, with
  * and without a box, windows), augmentation crops exact and float outputs to 1e-5 relative with
- * the draws recomputed in Python from the same counter-based hash. Bad bytes (empty, junk,
+ * the draws recomputed in Python from the same counter-based hash; data.dct_scale's crops equal
+ * Pillow's draft + resize and stay within a stated bound of the full-size ones. Bad bytes (empty, junk,
  * PNG, truncated) fail cleanly or decode with warnings counted. */
 #include <math.h>
 #include <stdio.h>
@@ -719,6 +720,47 @@ END_TEST
  * virtual resize of up to 120,000 columns; only the crop's window is made, so memory stays
  * small, and once warm no sample allocates anything of ours (libjpeg's own per-image pools
  * are returned: nothing outstanding). */
+/* data.dct_scale on a large image (1200 × 1600): every kind picks a scale > 1 for some samples,
+ * and once warm no sample allocates anything of ours (libjpeg's pools only, as above). */
+START_TEST(dct_scale_large_and_allocation) {
+    unsigned long nb;
+    uint8_t *jpg = encode_test_jpeg(1200, 1600, &nb);
+    image_dec *d = image_dec_new();
+    float *out = malloc((size_t)3 * 224 * 224 * sizeof(float));
+    char err[ERRLEN];
+    int warn;
+    const int kinds[3] = {AUG_SCALE, AUG_RRC, AUG_EVAL};
+    aug_cfg c[3];
+    for (int k = 0; k < 3; k++) {
+        aug_default(&c[k], kinds[k]);
+        c[k].dct_scale = 1;
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(aug_sample(d, &c[k], 1, 0, (uint64_t)i, jpg, nb, out, NULL, &warn, err, sizeof err) == 0, "%s", err);
+    }
+    alloc_count = 0;
+    alloc_largest = 0;
+    alloc_outstanding = 0;
+    alloc_armed = 1;
+    long samples = 0, failed = 0, scaled[3] = {0};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 8; i++) {
+            aug_draw p;
+            failed += aug_sample(d, &c[k], 1, 1, (uint64_t)i, jpg, nb, out, &p, &warn, err, sizeof err) != 0;
+            scaled[k] += aug_dct_denom(&c[k], &p) > 1;
+            samples++;
+        }
+    alloc_armed = 0;
+    ck_assert_int_eq(failed, 0);
+    for (int k = 0; k < 3; k++) ck_assert_msg(scaled[k] > 0, "kind %d: no sample decoded at a reduced scale", kinds[k]);
+    ck_assert_int_le(alloc_count, 10 * samples);
+    ck_assert_int_eq(alloc_outstanding, 0);
+    ck_assert_msg(alloc_largest < (1 << 20), "an allocation of %zu bytes", alloc_largest);
+    free(out);
+    free(jpg);
+    image_dec_free(d);
+}
+END_TEST
+
 START_TEST(extreme_aspect_and_allocation) {
     unsigned long nw, nt, n1;
     uint8_t *wide = encode_test_jpeg(20, 5000, &nw), *tall = encode_test_jpeg(5000, 20, &nt), *one = encode_test_jpeg(1, 1, &n1);
@@ -784,6 +826,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, rrc_draw_statistics);
     tcase_add_test(tc, draws_deterministic);
     tcase_add_test(tc, extreme_aspect_and_allocation);
+    tcase_add_test(tc, dct_scale_large_and_allocation);
     suite_add_tcase(s, tc);
     return s;
 }
