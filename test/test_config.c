@@ -856,6 +856,9 @@ START_TEST(test_data_keys) {
     expect_error("data = { format = \"jpeg\"; dir = \"/x\"; scale = [200, 480]; };\n", NULL, 0, crop, 1);
     const char *ev[] = {"'data.eval_resize'", "smaller than data.crop = 224", NULL};
     expect_error("data = { format = \"jpeg\"; dir = \"/x\"; eval_resize = 200; };\n", NULL, 0, ev, 1);
+    const char *dct[] = {"'data.dct_scale'", NULL};
+    expect_error("data = { dct_scale = 2; };\n", NULL, 0, dct, 1);
+    ck_assert_int_eq(load_text("data = { dct_scale = true; };\n", NULL, 0), 0);
     /* the cross-key checks are the JPEG path's: irrelevant for idx */
     ck_assert_int_eq(load_text("data = { scale = [200, 480]; };\n", NULL, 0), 0);
 }
@@ -864,7 +867,7 @@ END_TEST
 START_TEST(test_print_keys_and_table) {
     char keys[64][64];
     int nk = table_keys(keys, 64);
-    ck_assert_int_eq(nk, 61);
+    ck_assert_int_eq(nk, 62);
     char *help = capture(print_keys_, NULL);
     for (int i = 0; i < nk; i++) {
         char k[80];

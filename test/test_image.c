@@ -4,7 +4,8 @@
  * Against Pillow 9.4 on the same bytes (test/data/image_ref.h5, tools/make_image_reference.py):
  * decode bit-exact (whole, DCT-scaled, partial), resize bit-exact (bilinear and bicubic, with
  * and without a box, windows), augmentation crops exact and float outputs to 1e-5 relative with
- * the draws recomputed in Python from the same counter-based hash. Bad bytes (empty, junk,
+ * the draws recomputed in Python from the same counter-based hash; data.dct_scale's crops equal
+ * Pillow's draft + resize and stay within a stated bound of the full-size ones. Bad bytes (empty, junk,
  * PNG, truncated) fail cleanly or decode with warnings counted. */
 #include <math.h>
 #include <stdio.h>
@@ -374,22 +375,31 @@ START_TEST(rect_matches_whole) {
         uint8_t *jpg = ref_jpeg(f, names[i], &nb);
         const uint8_t *rgb;
         int h, w, warn;
-        ck_assert_int_eq(image_decode_rgb(d, jpg, nb, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
-        uint8_t *full = malloc((size_t)h * w * 3);
-        memcpy(full, rgb, (size_t)h * w * 3);
-        for (int t = 0; t < 60; t++) {
-            int y0 = (int)rng_below(&r, (uint64_t)h), x0 = (int)rng_below(&r, (uint64_t)w);
-            int y1 = y0 + 1 + (int)rng_below(&r, (uint64_t)(h - y0)), x1 = x0 + 1 + (int)rng_below(&r, (uint64_t)(w - x0));
+        for (int denom = 1; denom <= 8; denom *= 2) { /* 1: image_decode_rect; 2, 4, 8: DCT-scaled */
+            ck_assert_int_eq(image_decode_rgb(d, jpg, nb, denom, &rgb, &h, &w, &warn, err, sizeof err), 0);
+            uint8_t *full = malloc((size_t)h * w * 3);
+            memcpy(full, rgb, (size_t)h * w * 3);
+            for (int t = 0; t < (denom == 1 ? 60 : 30); t++) {
+                int y0 = (int)rng_below(&r, (uint64_t)h), x0 = (int)rng_below(&r, (uint64_t)w);
+                int y1 = y0 + 1 + (int)rng_below(&r, (uint64_t)(h - y0)), x1 = x0 + 1 + (int)rng_below(&r, (uint64_t)(w - x0));
+                size_t st;
+                int rc = denom == 1 ? image_decode_rect(d, jpg, nb, y0, y1, x0, x1, &rgb, &st, &warn, err, sizeof err)
+                                    : image_decode_rect_scaled(d, jpg, nb, denom, y0, y1, x0, x1, &rgb, &st, &warn, err,
+                                                               sizeof err);
+                ck_assert_msg(rc == 0, "%s", err);
+                for (int y = y0; y < y1; y++)
+                    ck_assert_msg(memcmp(rgb + (size_t)(y - y0) * st, full + ((size_t)y * w + x0) * 3, (size_t)(x1 - x0) * 3) == 0,
+                                  "%s at 1/%d: rows [%d, %d) x [%d, %d): row %d differs", names[i], denom, y0, y1, x0, x1, y);
+            }
             size_t st;
-            ck_assert_msg(image_decode_rect(d, jpg, nb, y0, y1, x0, x1, &rgb, &st, &warn, err, sizeof err) == 0, "%s", err);
-            for (int y = y0; y < y1; y++)
-                ck_assert_msg(memcmp(rgb + (size_t)(y - y0) * st, full + ((size_t)y * w + x0) * 3, (size_t)(x1 - x0) * 3) == 0,
-                              "%s: rows [%d, %d) x [%d, %d): row %d differs", names[i], y0, y1, x0, x1, y);
+            ck_assert_int_eq(image_decode_rect_scaled(d, jpg, nb, denom, 0, h + 1, 0, w, &rgb, &st, &warn, err, sizeof err), -1);
+            ck_assert_ptr_nonnull(strstr(err, "outside"));
+            free(full);
         }
         size_t st;
-        ck_assert_int_eq(image_decode_rect(d, jpg, nb, 0, h + 1, 0, w, &rgb, &st, &warn, err, sizeof err), -1);
-        ck_assert_ptr_nonnull(strstr(err, "outside"));
-        free(full);
+        const uint8_t *px;
+        ck_assert_int_eq(image_decode_rect_scaled(d, jpg, nb, 3, 0, 1, 0, 1, &px, &st, &warn, err, sizeof err), -1);
+        ck_assert_ptr_nonnull(strstr(err, "denom"));
         free(jpg);
     }
     image_dec_free(d);
@@ -435,15 +445,28 @@ START_TEST(resize_matches_pillow) {
 }
 END_TEST
 
+/* data.dct_scale's change of pixels: over the crops of the dct cases, the mean and the largest
+ * |Δ| between the crop from the DCT-scaled decode and the crop from the full-size one (Pillow's
+ * bits without the key), in u8 levels. Measured on image_ref.h5's 19 cases: mean 0.371, max
+ * 10 (docs/data.md, DCT scaling); the bounds leave some room. */
+#define DCT_MEAN_BOUND 0.5
+#define DCT_MAX_BOUND 16
+
 /* Each augmented sample: the draws equal those recomputed in Python, the u8 crop equals Pillow's
- * (resize then crop, or crop then resize for rrc), the float output equals numpy's to 1e-5, and
- * aug_sample (partial decode) gives the same floats as the whole decode. */
+ * (resize then crop, or crop then resize for rrc; with attr dct > 1 on the image after Pillow's
+ * draft at 1/dct), the float output equals numpy's to 1e-5, and aug_sample (partial decode)
+ * gives the same floats as the whole decode. dct cases: aug_dct_denom equals the Python rule's
+ * choice, the draws equal those without the key, and the crop stays within DCT_*_BOUND of the
+ * full-size decode's. */
 START_TEST(augment_matches_reference) {
     hid_t f = h5open(REF);
     image_dec *d = image_dec_new();
     char names[64][64], path[4200], src[64], err[ERRLEN];
-    int n = group_names(f, "aug", names), n_out = 0, kinds[4] = {0};
-    ck_assert_int_ge(n, 24);
+    int n = group_names(f, "aug", names), n_out = 0, kinds[4] = {0}, n_dct[9] = {0};
+    double dct_sum = 0;
+    long dct_n = 0;
+    int dct_max = 0;
+    ck_assert_int_ge(n, 43);
     for (int i = 0; i < n; i++) {
         snprintf(path, sizeof path, "aug/%s", names[i]);
         hid_t g = H5Gopen2(f, path, H5P_DEFAULT);
@@ -468,6 +491,25 @@ START_TEST(augment_matches_reference) {
         ck_assert_int_eq(image_decode_rgb(d, jpg, nb, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
         aug_draw p;
         aug_draw_params(&c, seed, epoch, index, h, w, &p);
+        const int want_k = H5Aexists(g, "dct") > 0 ? h5attr(g, "dct") : 0;
+        uint8_t *full_crop = NULL;
+        if (want_k) { /* the crop without the key, then the draws and the decode with it */
+            full_crop = malloc(np);
+            image_view v = {rgb, h, w, 0, 0, (size_t)w * 3};
+            aug_crop_u8(d, &c, &p, &v, full_crop);
+            c.dct_scale = 1;
+            aug_draw pk;
+            aug_draw_params(&c, seed, epoch, index, h, w, &pk);
+            ck_assert_int_eq(memcmp(&p, &pk, sizeof p), 0);
+            const int k = aug_dct_denom(&c, &p);
+            ck_assert_msg(k == want_k, "aug %s: scale 1/%d, the rule in Python says 1/%d", names[i], k, want_k);
+            n_dct[k]++;
+            int hk, wk;
+            ck_assert_int_eq(image_decode_rgb(d, jpg, nb, k, &rgb, &hk, &wk, &warn, err, sizeof err), 0);
+            ck_assert_int_eq(hk, (h + k - 1) / k);
+            ck_assert_int_eq(wk, (w + k - 1) / k);
+            w = wk, h = hk;
+        }
         int got_draws[10] = {p.h, p.w, p.rh, p.rw, p.y0, p.x0, p.ch, p.cw, p.flip, p.tries};
         for (int k = 0; k < 10; k++)
             ck_assert_msg(got_draws[k] == want_draws[k], "aug %s (%s, kind %d): draw %d = %d, Python %d", names[i], src,
@@ -481,6 +523,15 @@ START_TEST(augment_matches_reference) {
         for (size_t k = 0; k < np; k++) ndiff += crop[k] != want_crop[k];
         ck_assert_msg(ndiff == 0, "aug %s (%s, kind %d): %d bytes of the crop differ from Pillow", names[i], src, c.kind,
                       ndiff);
+        if (full_crop) {
+            for (size_t k = 0; k < np; k++) {
+                int e = abs((int)crop[k] - (int)full_crop[k]);
+                dct_sum += e;
+                dct_max = e > dct_max ? e : dct_max;
+            }
+            dct_n += (long)np;
+            free(full_crop);
+        }
         size_t nout = (size_t)3 * c.crop * c.crop;
         float *out = malloc(nout * sizeof(float)), *out2 = malloc(nout * sizeof(float));
         aug_finish(&c, &p, crop, out);
@@ -509,6 +560,14 @@ START_TEST(augment_matches_reference) {
     }
     ck_assert_int_ge(n_out, 18);
     for (int k = 0; k < 4; k++) ck_assert_int_ge(kinds[k], 1);
+    ck_assert_int_ge(n_dct[2], 1);
+    ck_assert_int_ge(n_dct[4], 1);
+    ck_assert_int_ge(n_dct[8], 1);
+    const double dct_mean = dct_sum / (double)dct_n;
+    printf("data.dct_scale: |crop - full-size crop| mean %.3f, max %d u8 levels over %ld values\n", dct_mean, dct_max,
+           dct_n);
+    ck_assert_msg(dct_mean <= DCT_MEAN_BOUND && dct_max <= DCT_MAX_BOUND, "dct_scale: mean |d| %.3f, max %d", dct_mean,
+                  dct_max);
     image_dec_free(d);
     H5Fclose(f);
 }
@@ -661,6 +720,47 @@ END_TEST
  * virtual resize of up to 120,000 columns; only the crop's window is made, so memory stays
  * small, and once warm no sample allocates anything of ours (libjpeg's own per-image pools
  * are returned: nothing outstanding). */
+/* data.dct_scale on a large image (1200 × 1600): every kind picks a scale > 1 for some samples,
+ * and once warm no sample allocates anything of ours (libjpeg's pools only, as above). */
+START_TEST(dct_scale_large_and_allocation) {
+    unsigned long nb;
+    uint8_t *jpg = encode_test_jpeg(1200, 1600, &nb);
+    image_dec *d = image_dec_new();
+    float *out = malloc((size_t)3 * 224 * 224 * sizeof(float));
+    char err[ERRLEN];
+    int warn;
+    const int kinds[3] = {AUG_SCALE, AUG_RRC, AUG_EVAL};
+    aug_cfg c[3];
+    for (int k = 0; k < 3; k++) {
+        aug_default(&c[k], kinds[k]);
+        c[k].dct_scale = 1;
+        for (int i = 0; i < 4; i++)
+            ck_assert_msg(aug_sample(d, &c[k], 1, 0, (uint64_t)i, jpg, nb, out, NULL, &warn, err, sizeof err) == 0, "%s", err);
+    }
+    alloc_count = 0;
+    alloc_largest = 0;
+    alloc_outstanding = 0;
+    alloc_armed = 1;
+    long samples = 0, failed = 0, scaled[3] = {0};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 8; i++) {
+            aug_draw p;
+            failed += aug_sample(d, &c[k], 1, 1, (uint64_t)i, jpg, nb, out, &p, &warn, err, sizeof err) != 0;
+            scaled[k] += aug_dct_denom(&c[k], &p) > 1;
+            samples++;
+        }
+    alloc_armed = 0;
+    ck_assert_int_eq(failed, 0);
+    for (int k = 0; k < 3; k++) ck_assert_msg(scaled[k] > 0, "kind %d: no sample decoded at a reduced scale", kinds[k]);
+    ck_assert_int_le(alloc_count, 10 * samples);
+    ck_assert_int_eq(alloc_outstanding, 0);
+    ck_assert_msg(alloc_largest < (1 << 20), "an allocation of %zu bytes", alloc_largest);
+    free(out);
+    free(jpg);
+    image_dec_free(d);
+}
+END_TEST
+
 START_TEST(extreme_aspect_and_allocation) {
     unsigned long nw, nt, n1;
     uint8_t *wide = encode_test_jpeg(20, 5000, &nw), *tall = encode_test_jpeg(5000, 20, &nt), *one = encode_test_jpeg(1, 1, &n1);
@@ -726,6 +826,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, rrc_draw_statistics);
     tcase_add_test(tc, draws_deterministic);
     tcase_add_test(tc, extreme_aspect_and_allocation);
+    tcase_add_test(tc, dct_scale_large_and_allocation);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -136,6 +136,45 @@ def crop_u8(img, cfg, d):
     return np.asarray(out)
 
 
+def dct_denom(cfg, d):
+    """augment.c's aug_dct_denom: the largest k in (8, 4, 2) that leaves >= 2 source pixels per
+    output pixel on both axes of the scaled image, else 1."""
+    if cfg["kind"] == RRC:
+        sh, sw, th, tw = d["ch"], d["cw"], cfg["crop"], cfg["crop"]
+    else:
+        sh, sw, th, tw = d["h"], d["w"], d["rh"], d["rw"]
+    for k in (8, 4, 2):
+        if sh >= 2 * k * th and sw >= 2 * k * tw:
+            return k
+    return 1
+
+
+def draft_rgb(b, k):
+    """Pillow's decode at 1/k: Image.draft with the size W // k, H // k (JpegImagePlugin picks
+    scale k for it), then RGB."""
+    img = Image.open(io.BytesIO(b))
+    W, H = img.size
+    img.draft("CMYK" if img.mode == "CMYK" else img.mode, (W // k, H // k))
+    assert img.size == ((W + k - 1) // k, (H + k - 1) // k), (img.size, W, H, k)
+    return img.convert("RGB")
+
+
+def crop_u8_dct(img, cfg, d, k):
+    """crop_u8 on the image decoded at 1/k (img), with draft's box (0, 0, w / k, h / k) mapping it
+    onto the full-size one; rrc: the scaled pixels that overlap the box, resized with the box."""
+    f = Image.BICUBIC if cfg["interp"] == 1 else Image.BILINEAR
+    c = cfg["crop"]
+    if cfg["kind"] == RRC:
+        x0, y0, x1, y1 = d["x0"], d["y0"], d["x0"] + d["cw"], d["y0"] + d["ch"]
+        ib = (x0 // k, y0 // k, -(-x1 // k), -(-y1 // k))
+        box = (x0 / k - ib[0], y0 / k - ib[1], x1 / k - ib[0], y1 / k - ib[1])
+        out = img.crop(ib).resize((c, c), f, box=box)
+    else:
+        box = (0.0, 0.0, d["w"] / k, d["h"] / k)
+        out = img.resize((d["rw"], d["rh"]), f, box=box).crop((d["x0"], d["y0"], d["x0"] + c, d["y0"] + c))
+    return np.asarray(out)
+
+
 def finish(u8, d, alpha):
     """fb.resnet.torch order: [0, 1], + lighting (no clamp), normalise; then the flip."""
     x = u8.astype(np.float64) / 255.0
@@ -221,6 +260,7 @@ def make_jpegs():
     j["odd"] = (jpeg_bytes(astro.resize((17, 13), Image.LANCZOS), quality=90), "astronaut 17x13")
     j["paper"] = (jpeg_bytes(photo("rocket").crop((0, 60, 427, 380)).resize((480, 360), Image.LANCZOS), quality=90),
                   "rocket 480x360 q90: ImageNet as stored for the paper (largest side 480)")
+    j["big"] = (jpeg_bytes(coffee, quality=90), "coffee 600x400 q90 4:2:0 (data.dct_scale cases)")
     b = io.BytesIO()
     chelsea.resize((40, 30)).save(b, "PNG")
     j["png"] = (b.getvalue(), "a PNG (must be refused: not a JPEG)")
@@ -242,7 +282,7 @@ def main():
             ds.attrs["kind"] = kind
         images = {}
         for name, (b, _) in jpegs.items():
-            if name in ("png", "paper"):
+            if name in ("png", "paper", "big"):
                 continue
             img = Image.open(io.BytesIO(b)).convert("RGB")
             images[name] = img
@@ -256,6 +296,7 @@ def main():
                 img.draft("CMYK" if img.mode == "CMYK" else img.mode, (img.size[0] // dn, img.size[1] // dn))
                 f.create_dataset("draft/%s_%d" % (name, dn), data=np.asarray(img.convert("RGB")), **gz)
         images["paper"] = Image.open(io.BytesIO(jpegs["paper"][0])).convert("RGB")
+        images["big"] = Image.open(io.BytesIO(jpegs["big"][0])).convert("RGB")
 
         resizes = [("rgb444", 120, 120, 1, None), ("rgb444", 90, 90, 0, None), ("rgb444", 96, 64, 1, None),
                    ("rgb444", 96, 64, 0, None), ("rgb444", 130, 90, 1, None), ("rgb420", 37, 5, 1, None),
@@ -296,12 +337,47 @@ def main():
                   ("paper", dict(paper, kind=SCALE, interp=0, lighting=0.1), 2016, 4, 99),
                   ("paper", dict(paper, kind=RRC, interp=0, lighting=0.0), 2016, 0, 1),
                   ("paper", dict(paper, kind=EVAL, interp=1, lighting=0.0), 0, 0, 0)]
+        # data.dct_scale: crops small enough against the images that the rule picks 1/2 .. 1/8
+        dct = dict(dct=1)
+        cases += [("big", dict(crop=32, scale_min=40, scale_max=100, eval_resize=40, kind=SCALE, interp=1,
+                               lighting=0.1, **dct), 3, 0, i) for i in range(4)]
+        cases += [("big", dict(crop=32, scale_min=40, scale_max=100, eval_resize=40, kind=RRC, interp=0,
+                               lighting=0.0, **dct), 3, 1, i) for i in range(4)]
+        cases += [("big", dict(crop=24, scale_min=24, scale_max=30, eval_resize=24, kind=EVAL, interp=0, lighting=0.0,
+                               **dct), 0, 0, 0),
+                  ("big", dict(crop=32, scale_min=40, scale_max=100, eval_resize=48, kind=EVAL, interp=1, lighting=0.0,
+                               **dct), 0, 0, 0),
+                  ("big", dict(crop=64, scale_min=64, scale_max=100, eval_resize=64, kind=NONE, interp=1, lighting=0.0,
+                               **dct), 0, 0, 0),
+                  ("paper", dict(crop=64, scale_min=72, scale_max=128, eval_resize=80, kind=SCALE, interp=0,
+                                 lighting=0.1, **dct), 4, 2, 6),
+                  ("progressive", dict(crop=16, scale_min=16, scale_max=24, eval_resize=20, kind=EVAL, interp=1,
+                                       lighting=0.0, **dct), 0, 0, 0),
+                  ("gray", dict(crop=12, scale_min=12, scale_max=20, eval_resize=16, kind=SCALE, interp=1,
+                                lighting=0.1, **dct), 1, 0, 3),
+                  ("cmyk", dict(crop=8, scale_min=8, scale_max=12, eval_resize=10, kind=EVAL, interp=1, lighting=0.0,
+                                **dct), 0, 0, 0),
+                  ("rgb422", dict(crop=8, scale_min=8, scale_max=12, eval_resize=10, kind=RRC, interp=1, lighting=0.0,
+                                  **dct), 2, 0, 5),
+                  ("rgb444", dict(crop=12, scale_min=12, scale_max=16, eval_resize=14, kind=EVAL, interp=0,
+                                  lighting=0.0, **dct), 0, 0, 0),
+                  ("wide", dict(crop=8, scale_min=8, scale_max=8, eval_resize=8, kind=SCALE, interp=1, lighting=0.1,
+                                **dct), 7, 0, 1),
+                  ("odd", dict(crop=1, scale_min=1, scale_max=1, eval_resize=3, kind=EVAL, interp=1, lighting=0.0,
+                               **dct), 0, 0, 0)]
         n_tv = 0
+        dct_used = {}
         for i, (src, cfg, seed, epoch, index) in enumerate(cases):
             img = images[src]
             d, alpha = draws(cfg, seed, epoch, index, img.size[1], img.size[0])
-            u8 = crop_u8(img, cfg, d)
-            n_tv += torchvision_check(img, cfg, d, u8)
+            if cfg.get("dct"):
+                cfg = dict(cfg)
+                k = cfg["dct"] = dct_denom(cfg, d)
+                dct_used[k] = dct_used.get(k, 0) + 1
+                u8 = crop_u8_dct(draft_rgb(jpegs[src][0], k), cfg, d, k) if k > 1 else crop_u8(img, cfg, d)
+            else:
+                u8 = crop_u8(img, cfg, d)
+                n_tv += torchvision_check(img, cfg, d, u8)
             g = f.create_group("aug/%d" % i)
             g.attrs.update(jpeg=src, seed=seed, epoch=epoch, index=index, **cfg)
             g.create_dataset("draws", data=np.array([d[k] for k in ("h", "w", "rh", "rw", "y0", "x0", "ch", "cw",
@@ -311,8 +387,9 @@ def main():
             if cfg["crop"] <= 64:
                 g.create_dataset("out", data=finish(u8, d, alpha), **gz)
         f.attrs["torchvision_checked"] = n_tv
-    print("wrote %s (%d bytes; %d of %d augmentation cases also checked against torchvision)" %
-          (path, os.path.getsize(path), n_tv, len(cases)))
+        assert all(dct_used.get(k) for k in (2, 4, 8)), dct_used
+    print("wrote %s (%d bytes; %d of %d augmentation cases also checked against torchvision; dct_scale cases by "
+          "scale: %s)" % (path, os.path.getsize(path), n_tv, len(cases), dct_used))
 
 
 if __name__ == "__main__":

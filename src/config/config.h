@@ -85,6 +85,7 @@ typedef struct {
         int scale[2];       /* augment scale: [min, max] shorter side */
         int eval_resize;    /* evaluation: shorter side before the centre crop */
         interp_kind interp; /* jpeg: auto, bicubic, bilinear */
+        int dct_scale;      /* jpeg: decode at 1/2, 1/4, 1/8 where the resize shrinks enough (not Pillow's bits) */
         int shape[3];       /* synthetic: c, h, w */
         int classes;        /* synthetic: classes (0 = 1000); idx/jpeg: 0 = the data's, else checked */
     } data;

@@ -159,6 +159,10 @@ const key_def config_keys[] = {
     K_ENUM("data.interp", data.interp, INTERP_AUTO, interp_names, 0x7u, NULL, "interpolations",
            "jpeg resampling (Pillow's, antialiased): auto = bicubic for scale and none (fb.resnet.torch's image.scale, "
            "the recipe the paper follows), bilinear for rrc (torchvision's default); evaluation uses the same"),
+    K_BOOL("data.dct_scale", data.dct_scale, 0,
+           "jpeg: decode a sample at 1/2, 1/4 or 1/8 (libjpeg's DCT scaling) where the resize still shrinks the "
+           "scaled image by 2x or more, then resample as usual: faster on large photos, pixels no longer Pillow's "
+           "full-size ones (Pillow's draft + resize instead; docs/data.md, DCT scaling); training and evaluation"),
     K_INTS("data.shape", data.shape, dflt_shape, 1, 4096, 0, "",
            "synthetic: [channels, height, width] of an input"),
     K_INT("data.classes", data.classes, 0, 0, 32767, "classes",

@@ -135,26 +135,69 @@ void aug_draw_params(const aug_cfg *c, uint64_t seed, uint64_t epoch, uint64_t i
         for (int j = 0; j < 3; j++) p->alpha[j] = (float)(c->lighting * draw_normal(key, 4 + 2 * j));
 }
 
-/* The source rows [r[0], r[1]) and columns [r[2], r[3]) that p's output reads. */
-static void aug_source_rect(const aug_cfg *c, const aug_draw *p, int r[4]) {
+/* data.dct_scale's margin: the scaled source keeps at least this many pixels per output pixel
+ * (2: --pack's margin and Pillow's thumbnail default, reducing_gap = 2; docs/data.md, DCT
+ * scaling, has what 1 would give). tools/make_image_reference.py's dct_denom has the same. */
+#define AUG_DCT_MARGIN 2
+
+int aug_dct_denom(const aug_cfg *c, const aug_draw *p) {
+    if (!c->dct_scale) return 1;
+    /* the source extent the output is resampled from, and the size it is resampled to */
+    const long sh = c->kind == AUG_RRC ? p->ch : p->h, sw = c->kind == AUG_RRC ? p->cw : p->w;
+    const long th = c->kind == AUG_RRC ? c->crop : p->rh, tw = c->kind == AUG_RRC ? c->crop : p->rw;
+    for (int k = 8; k >= 2; k /= 2)
+        if (sh >= (long)AUG_DCT_MARGIN * k * th && sw >= (long)AUG_DCT_MARGIN * k * tw) return k;
+    return 1;
+}
+
+/* Pillow's draft box of a 1/k decode: (0, 0, w / k, h / k) in the scaled image (exact in float). */
+static void draft_box(const aug_draw *p, int k, float box[4]) {
+    box[0] = box[1] = 0.f;
+    box[2] = (float)((double)p->w / k);
+    box[3] = (float)((double)p->h / k);
+}
+
+/* The rows [r[0], r[1]) and columns [r[2], r[3]) of the image decoded at 1/k (k = 1: the
+ * full-size image) that p's output reads. rrc at k > 1: the scaled pixels that overlap the box. */
+static void aug_source_rect(const aug_cfg *c, const aug_draw *p, int k, int r[4]) {
     if (c->kind == AUG_RRC) {
-        r[0] = p->y0;
-        r[1] = p->y0 + p->ch;
-        r[2] = p->x0;
-        r[3] = p->x0 + p->cw;
-    } else {
+        r[0] = p->y0 / k;
+        r[1] = (p->y0 + p->ch + k - 1) / k;
+        r[2] = p->x0 / k;
+        r[3] = (p->x0 + p->cw + k - 1) / k;
+    } else if (k == 1) {
         image_window_taps(p->h, p->w, p->rh, p->rw, p->y0, p->x0, c->crop, c->crop, c->interp, r);
+    } else {
+        float box[4];
+        draft_box(p, k, box);
+        image_window_taps_box((p->h + k - 1) / k, (p->w + k - 1) / k, p->rh, p->rw, p->y0, p->x0, c->crop, c->crop,
+                              c->interp, box, r);
     }
 }
 
 void aug_crop_u8(image_dec *d, const aug_cfg *c, const aug_draw *p, const image_view *src, uint8_t *out) {
-    if (c->kind == AUG_RRC) {
+    const int k = aug_dct_denom(c, p);
+    if (c->kind == AUG_RRC && k == 1) {
         /* torchvision crops, then resizes the crop alone: a view whose whole image is the box */
         const uint8_t *px = src->px + (size_t)(p->y0 - src->y0) * src->stride + (size_t)(p->x0 - src->x0) * 3;
         image_view box = {px, p->ch, p->cw, 0, 0, src->stride};
         image_resize_window(d, out, c->crop, c->crop, &box, c->crop, c->crop, 0, 0, c->interp);
-    } else {
+    } else if (c->kind == AUG_RRC) {
+        /* the scaled pixels that overlap the box are the whole image (taps clamped to them), the
+         * box itself is a fractional box of it */
+        int r[4];
+        aug_source_rect(c, p, k, r);
+        const uint8_t *px = src->px + (size_t)(r[0] - src->y0) * src->stride + (size_t)(r[2] - src->x0) * 3;
+        image_view v = {px, r[1] - r[0], r[3] - r[2], 0, 0, src->stride};
+        const float box[4] = {(float)((double)p->x0 / k - r[2]), (float)((double)p->y0 / k - r[0]),
+                              (float)((double)(p->x0 + p->cw) / k - r[2]), (float)((double)(p->y0 + p->ch) / k - r[0])};
+        image_resize_window_box(d, out, c->crop, c->crop, &v, c->crop, c->crop, 0, 0, c->interp, box);
+    } else if (k == 1) {
         image_resize_window(d, out, c->crop, c->crop, src, p->rh, p->rw, p->y0, p->x0, c->interp);
+    } else {
+        float box[4];
+        draft_box(p, k, box);
+        image_resize_window_box(d, out, c->crop, c->crop, src, p->rh, p->rw, p->y0, p->x0, c->interp, box);
     }
 }
 
@@ -189,14 +232,16 @@ int aug_sample(image_dec *d, const aug_cfg *c, uint64_t seed, uint64_t epoch, ui
     int h, w;
     if (image_read_size(d, jpeg, nbytes, &h, &w, err, errlen)) return -1;
     aug_draw_params(c, seed, epoch, index, h, w, p);
+    const int k = aug_dct_denom(c, p);
     int r[4];
-    aug_source_rect(c, p, r);
+    aug_source_rect(c, p, k, r);
     const uint8_t *px;
     size_t stride;
-    if (image_decode_rect(d, jpeg, nbytes, r[0], r[1], r[2], r[3], &px, &stride, warnings, err, errlen)) return -1;
+    if (image_decode_rect_scaled(d, jpeg, nbytes, k, r[0], r[1], r[2], r[3], &px, &stride, warnings, err, errlen))
+        return -1;
     uint8_t *crop = image_scratch(d, (size_t)c->crop * c->crop * 3);
     if (!crop) return seterr(err, errlen, "out of memory for a %d x %d crop", c->crop, c->crop), -1;
-    image_view v = {px, h, w, r[0], r[2], stride};
+    image_view v = {px, (h + k - 1) / k, (w + k - 1) / k, r[0], r[2], stride};
     aug_crop_u8(d, c, p, &v, crop);
     aug_finish(c, p, crop, out);
     return 0;

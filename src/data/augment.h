@@ -43,11 +43,13 @@ typedef struct {
     int interp;                /* IMAGE_BILINEAR or IMAGE_BICUBIC */
     float lighting;            /* σ of the PCA lighting α (0.1 for AUG_SCALE, 0 = none) */
     float mean[3], std[3];     /* per channel on [0, 1] RGB */
+    int dct_scale;             /* 1: decode at 1/2, 1/4 or 1/8 where the resize allows (aug_dct_denom; data.dct_scale) */
 } aug_cfg;
 
 /* The defaults of kind: crop 224, scale [256, 480], eval_resize 256, bicubic (fb.resnet.torch's
  * image.scale) for AUG_SCALE / NONE / EVAL and bilinear (torchvision's default) for AUG_RRC,
- * lighting 0.1 for AUG_SCALE else 0, mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225). */
+ * lighting 0.1 for AUG_SCALE else 0, mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225),
+ * dct_scale 0 (Pillow's bits of the full-size decode). */
 void aug_default(aug_cfg *c, int kind);
 
 /* Krizhevsky et al. 2012 §4.1 lighting with fb.resnet.torch's ImageNet PCA (datasets/imagenet.lua):
@@ -71,10 +73,25 @@ typedef struct {
 /* The draws of sample index in epoch of a run seeded seed, for an image of h × w (h, w >= 1). */
 void aug_draw_params(const aug_cfg *c, uint64_t seed, uint64_t epoch, uint64_t index, int h, int w, aug_draw *p);
 
+/* The JPEG's DCT-domain scale 1/k for sample p (docs/data.md, "DCT scaling"): 1 unless
+ * c->dct_scale; else the largest k in {8, 4, 2} for which the source extent the output is
+ * resampled from still has at least 2 pixels per output pixel on both axes at 1/k — AUG_SCALE /
+ * NONE / EVAL: h >= 2k·rh and w >= 2k·rw; AUG_RRC: ch >= 2k·crop and cw >= 2k·crop — so the
+ * antialiased resampler still reduces by 2× or more after the DCT's 8/k-point inverse
+ * transform (the margin --pack uses); 1 when none does. A function of the draws only: the draws
+ * themselves do not depend on dct_scale. */
+int aug_dct_denom(const aug_cfg *c, const aug_draw *p);
+
 /* The crop before flip and colour: (crop, crop, 3) u8 into out, from src holding at least the
  * rows and columns of the decoded image that p's output reads. Pillow's bits: equal to
  * img.resize((rw, rh), f).crop((x0, y0, x0 + crop, y0 + crop)) (AUG_SCALE / NONE / EVAL) or
- * img.crop((x0, y0, x0 + cw, y0 + ch)).resize((crop, crop), f) (AUG_RRC). */
+ * img.crop((x0, y0, x0 + cw, y0 + ch)).resize((crop, crop), f) (AUG_RRC).
+ * With k = aug_dct_denom(c, p) > 1, src is the image decoded at 1/k (ceil(h / k) × ceil(w / k),
+ * Pillow's img.draft("RGB", (w // k, h // k))) and the result is Pillow's on that image with
+ * draft's box B = (0, 0, w / k, h / k): img.resize((rw, rh), f, box=B).crop(...) (AUG_SCALE /
+ * NONE / EVAL); for AUG_RRC, with I = (x0 // k, y0 // k, ceil((x0 + cw) / k), ceil((y0 + ch) /
+ * k)) the scaled pixels that overlap the box, img.crop(I).resize((crop, crop), f, box=(x0 / k −
+ * I0, y0 / k − I1, (x0 + cw) / k − I0, (y0 + ch) / k − I1)). */
 void aug_crop_u8(image_dec *d, const aug_cfg *c, const aug_draw *p, const image_view *src, uint8_t *out);
 
 /* Flip, lighting and normalisation: out (3, crop, crop) float, CHW, from the u8 crop in (crop,

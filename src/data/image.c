@@ -237,18 +237,29 @@ int image_read_size(image_dec *d, const uint8_t *buf, size_t nbytes, int *h, int
 
 int image_decode_rect(image_dec *d, const uint8_t *buf, size_t nbytes, int y0, int y1, int x0, int x1,
                       const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen) {
+    return image_decode_rect_scaled(d, buf, nbytes, 1, y0, y1, x0, x1, rgb, stride, warnings, err, errlen);
+}
+
+int image_decode_rect_scaled(image_dec *d, const uint8_t *buf, size_t nbytes, int denom, int y0, int y1, int x0, int x1,
+                             const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen) {
     j_decompress_ptr ci = &d->cinfo;
     *warnings = 0;
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), -1;
     if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
     if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
-    int H = (int)ci->image_height, W = (int)ci->image_width;
+    ci->scale_num = 1;
+    ci->scale_denom = (unsigned)denom;
+    jpeg_calc_output_dimensions(ci);
+    int H = (int)ci->output_height, W = (int)ci->output_width;
     if (y0 < 0 || y1 > H || y0 >= y1 || x0 < 0 || x1 > W || x0 >= x1)
-        return seterr(err, errlen, "rows [%d, %d) x columns [%d, %d) outside the %d x %d image", y0, y1, x0, x1, H, W), dec_abort(d);
-    ci->scale_num = ci->scale_denom = 1;
+        return seterr(err, errlen, "rows [%d, %d) x columns [%d, %d) outside the %d x %d image (scale 1/%d)", y0, y1, x0, x1,
+                      H, W, denom), dec_abort(d);
     jpeg_start_decompress(ci);
-    /* One iMCU of margin on each side: fancy upsampling of the span's edge columns then reads
-     * the same neighbours as in a whole decode. */
-    int imcu_w = ci->max_h_samp_factor * DCTSIZE, imcu_h = ci->max_v_samp_factor * DCTSIZE;
+    /* One iMCU of margin on each side (in output pixels: the samples per iMCU times the scaled
+     * DCT block, 8 / denom): fancy upsampling of the span's edge columns then reads the same
+     * neighbours as in a whole decode. */
+    int imcu_w = ci->max_h_samp_factor * ci->min_DCT_scaled_size, imcu_h = ci->max_v_samp_factor * ci->min_DCT_scaled_size;
     JDIMENSION cx = (JDIMENSION)(x0 > imcu_w ? x0 - imcu_w : 0);
     JDIMENSION cend = (JDIMENSION)(x1 + imcu_w < W ? x1 + imcu_w : W);
     JDIMENSION cw = cend - cx;
@@ -572,20 +583,46 @@ void image_resize_u8(image_dec *d, uint8_t *dst, int dh, int dw, const uint8_t *
 
 void image_resize_window(image_dec *d, uint8_t *dst, int dh, int dw, const image_view *src, int DH, int DW, int oy,
                          int ox, int interp) {
-    resample(d, dst, dh, dw, src, 0.0, (double)src->h / DH, oy, 0.0, (double)src->w / DW, ox, interp);
+    image_resize_window_box(d, dst, dh, dw, src, DH, DW, oy, ox, interp, NULL);
 }
 
-/* First tap and one past the last tap of the outputs o0 .. o0 + n − 1 along one axis. */
-static void taps_span(int in_size, int out_size, int o0, int n, int interp, int *lo, int *hi) {
-    double scale = (double)in_size / out_size;
+/* The box as Pillow takes it (C floats; NULL: the whole image) → the first output's origin and
+ * the spacing of outputs along each axis: in0 = x0, scale = (double)(x1 − x0) / n with a float
+ * subtraction (for the whole image exactly w / n, as before boxes). */
+static void box_scale(const float *box, int h, int w, int DH, int DW, double *in0_y, double *sc_y, double *in0_x,
+                      double *sc_x) {
+    float b0 = box ? box[0] : 0.f, b1 = box ? box[1] : 0.f;
+    float b2 = box ? box[2] : (float)w, b3 = box ? box[3] : (float)h;
+    *in0_x = b0, *in0_y = b1;
+    *sc_x = (double)(b2 - b0) / DW;
+    *sc_y = (double)(b3 - b1) / DH;
+}
+
+void image_resize_window_box(image_dec *d, uint8_t *dst, int dh, int dw, const image_view *src, int DH, int DW, int oy,
+                             int ox, int interp, const float *box) {
+    double iy, sy, ix, sx;
+    box_scale(box, src->h, src->w, DH, DW, &iy, &sy, &ix, &sx);
+    resample(d, dst, dh, dw, src, iy, sy, oy, ix, sx, ox, interp);
+}
+
+/* First tap and one past the last tap of the outputs o0 .. o0 + n − 1 along one axis (outputs
+ * spaced scale apart from in0, as coeffs). */
+static void taps_span(int in_size, double in0, double scale, int o0, int n, int interp, int *lo, int *hi) {
     double support = (interp == IMAGE_BICUBIC ? 2.0 : 1.0) * (scale < 1.0 ? 1.0 : scale);
-    double c0 = (o0 + 0.5) * scale, c1 = (o0 + n - 1 + 0.5) * scale;
+    double c0 = in0 + (o0 + 0.5) * scale, c1 = in0 + (o0 + n - 1 + 0.5) * scale;
     int a = (int)(c0 - support + 0.5), b = (int)(c1 + support + 0.5);
     *lo = a < 0 ? 0 : a;
     *hi = b > in_size ? in_size : b;
 }
 
 void image_window_taps(int h, int w, int DH, int DW, int oy, int ox, int dh, int dw, int interp, int r[4]) {
-    taps_span(h, DH, oy, dh, interp, &r[0], &r[1]);
-    taps_span(w, DW, ox, dw, interp, &r[2], &r[3]);
+    image_window_taps_box(h, w, DH, DW, oy, ox, dh, dw, interp, NULL, r);
+}
+
+void image_window_taps_box(int h, int w, int DH, int DW, int oy, int ox, int dh, int dw, int interp, const float *box,
+                           int r[4]) {
+    double iy, sy, ix, sx;
+    box_scale(box, h, w, DH, DW, &iy, &sy, &ix, &sx);
+    taps_span(h, iy, sy, oy, dh, interp, &r[0], &r[1]);
+    taps_span(w, ix, sx, ox, dw, interp, &r[2], &r[3]);
 }

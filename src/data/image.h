@@ -64,6 +64,14 @@ int image_read_size(image_dec *d, const uint8_t *buf, size_t nbytes, int *h, int
 int image_decode_rect(image_dec *d, const uint8_t *buf, size_t nbytes, int y0, int y1, int x0, int x1,
                       const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen);
 
+/* image_decode_rect on the image decoded at scale 1/denom (denom 1, 2, 4 or 8, libjpeg's DCT
+ * scaling as image_decode_rgb): the rows [y0, y1) and columns [x0, x1) are coordinates of that
+ * scaled image (ceil(H / denom) × ceil(W / denom)), and the pixels equal those of
+ * image_decode_rgb at the same denom and place (test_image checks it at every denom). The
+ * margin kept for the upsampler is one iMCU of the scaled image. denom 1 is image_decode_rect. */
+int image_decode_rect_scaled(image_dec *d, const uint8_t *buf, size_t nbytes, int denom, int y0, int y1, int x0, int x1,
+                             const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen);
+
 /* Resample src (sh, sw, 3) u8 into dst (dh, dw, 3) u8 as Pillow's Image.resize((dw, dh), filter,
  * box) does (Resample.c, ImagingResample): separable, antialiased (the kernel's support scaled
  * by the reduction factor when downscaling), triangle (IMAGE_BILINEAR) or Keys a = −0.5
@@ -98,6 +106,18 @@ typedef struct {
  * the same taps and coefficients. dst (dh, dw, 3) u8, row stride 3·dw. */
 void image_resize_window(image_dec *d, uint8_t *dst, int dh, int dw, const image_view *src, int DH, int DW, int oy,
                          int ox, int interp);
+
+/* image_resize_window of Pillow's Image.resize((DW, DH), filter, box) with a box = {x0, y0, x1,
+ * y1} in src's image coordinates (floats, as Pillow takes them; NULL: the whole image, which is
+ * image_resize_window); taps are still clamped to the whole src->h × src->w image. Used for a
+ * DCT-scaled decode (augment.c, data.dct_scale), where Pillow's draft returns the box (0, 0,
+ * W / denom, H / denom) that maps the scaled image onto the full-size one. */
+void image_resize_window_box(image_dec *d, uint8_t *dst, int dh, int dw, const image_view *src, int DH, int DW, int oy,
+                             int ox, int interp, const float *box);
+
+/* image_window_taps for image_resize_window_box's box (NULL: the whole image). */
+void image_window_taps_box(int h, int w, int DH, int DW, int oy, int ox, int dh, int dw, int interp, const float *box,
+                           int r[4]);
 
 /* The source rows [r[0], r[1]) and columns [r[2], r[3]) of an h × w image that the window
  * (oy, ox, dh, dw) of a resize to (DH, DW) reads. */

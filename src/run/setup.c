@@ -322,7 +322,7 @@ static int data_jpeg(run_setup *r, int lrank, char *err, size_t errlen) {
                      : kind == AUG_RRC ? IMAGE_BILINEAR : IMAGE_BICUBIC;
     for (aug_cfg *a = &jc.train_aug; a; a = a == &jc.train_aug ? &jc.eval_aug : NULL) {
         a->crop = crop, a->scale_min = e->data.scale[0], a->scale_max = e->data.scale[1];
-        a->eval_resize = e->data.eval_resize, a->interp = interp;
+        a->eval_resize = e->data.eval_resize, a->interp = interp, a->dct_scale = e->data.dct_scale;
     }
     if ((st = memory_fits(r, err, errlen))) return st;
     if ((st = loader_init_jpeg(&r->t.train_loader, &jc, e->p, lrank, 0, err, errlen)))
