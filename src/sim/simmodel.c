@@ -14,27 +14,29 @@ const char *const sim_allreduce_names[SIM_AR_COUNT] = {"ring", "recursive_doubli
 
 /* ---- network presets -------------------------------------------------------------------------
  * Per link: a route on the flat topology is 2 links (host-up, host-down), so the end-to-end α of
- * a preset is twice its link latency; the per-link value is half a published end-to-end MPI
- * latency. Bandwidth: the link's data rate after line coding, bytes/s, per direction. */
+ * a preset is twice its link latency, and each preset's link latency is half a published
+ * end-to-end (adapter to adapter through one switch) latency. Bandwidth: the link's data rate
+ * after line coding, bytes/s, per direction. docs/simulate-models.md has the derivations. */
 static const struct {
     double link_latency_s, bandwidth_Bps;
     const char *source;
 } presets[SIM_NET_CUSTOM] = {
     [SIM_NET_10GBE] = {5e-6, 1.25e9,
-                       "10 GbE: 10 Gb/s = 1.25 GB/s (IEEE 802.3ae); 5 us per link, 10 us end to end "
-                       "(../shared/notes/simulation.md's SMPI platform)"},
-    [SIM_NET_GEMINI] = {0.75e-6, 6.0e9,
-                        "Cray Gemini (Titan, Cray XK7): ~1.5 us MPI latency end to end, ~6 GB/s "
-                        "per direction (Alverson et al., Hot Interconnects 2010)"},
+                       "10 GbE: 10 Gb/s = 1.25 GB/s (IEEE 802.3ae 10GBASE-R, after 64b/66b); 10 us MPI "
+                       "latency over TCP end to end = 5 us per link (../shared/notes/simulation.md's SMPI platform)"},
+    [SIM_NET_GEMINI] = {0.7e-6, 6e9,
+                        "Cray Gemini (Titan, Cray XK7): NIC 8.3 GB/s per direction peak, over 6 GB/s measured; "
+                        "latency 0.7-1.4 us by transfer type (euroben.nl XE6 report, after Alverson et al., "
+                        "HOTI 2010): 6 GB/s, 1.4 us end to end = 0.7 us per link; the 3-D torus's hops not modelled"},
     [SIM_NET_IB_FDR] = {0.35e-6, 6.8e9,
-                        "InfiniBand 4x FDR: 56 Gb/s signalling, 54.5 Gb/s after 64b/66b = 6.8 GB/s; "
-                        "~0.7 us MPI latency end to end (Mellanox ConnectX-3)"},
+                        "InfiniBand 4x FDR: 4 x 14.0625 Gb/s x 64/66 = 54.5 Gb/s = 6.8 GB/s; ConnectX-3 "
+                        "sub-microsecond latency (Mellanox, 2011): 0.7 us end to end = 0.35 us per link"},
     [SIM_NET_IB_HDR] = {0.3e-6, 25e9,
-                        "InfiniBand 4x HDR: 200 Gb/s = 25 GB/s; ~0.6 us MPI latency end to end "
-                        "(NVIDIA ConnectX-6)"},
+                        "InfiniBand 4x HDR: 200 Gb/s effective (53.125 Gb/s lanes, 64b/66b) = 25 GB/s; ConnectX-6 "
+                        "sub-600 ns latency (NVIDIA ConnectX-6 user manual): 0.6 us end to end = 0.3 us per link"},
     [SIM_NET_IB_NDR] = {0.3e-6, 50e9,
-                        "InfiniBand 4x NDR: 400 Gb/s = 50 GB/s; ~0.6 us MPI latency end to end "
-                        "(NVIDIA ConnectX-7)"},
+                        "InfiniBand 4x NDR: 400 Gb/s effective = 50 GB/s; latency as HDR (ConnectX-7, estimate: "
+                        "no lower published figure): 0.6 us end to end = 0.3 us per link"},
 };
 
 int sim_network_preset(sim_network n, double *link_latency_s, double *bandwidth_Bps, const char **source) {
@@ -46,25 +48,44 @@ int sim_network_preset(sim_network n, double *link_latency_s, double *bandwidth_
 }
 
 /* ---- device step times -----------------------------------------------------------------------
- * One row per device: ResNet-18, 224x224, fp32, one GPU, forward + backward + SGD update, seconds
- * per step at per-node minibatch b (points in increasing b). */
-#define SIM_DEV_MAXPTS 8
+ * One row per device: ResNet-18, 224x224, one GPU, forward + backward + SGD update, seconds per
+ * step at per-node minibatch b (points in increasing b; between them linear, outside them the
+ * slope of the nearest end's segment, so every row below is the line t0 + b · t_img through its
+ * points). No row is a direct measurement of ResNet-18 training at these b; each is derived from
+ * published throughputs by stated rules (docs/simulate-models.md, "Device step times"):
+ *   R18 = ResNet-50 / 3.27: ResNet-18's forward + backward takes 1/3.27 of ResNet-50's per image at
+ *     b = 16 (jcjohnson/cnn-benchmarks, Torch + cuDNN: 47.07 vs 153.90 ms on a GTX 1080, 31.54 vs
+ *     103.58 ms on a Pascal Titan X);
+ *   t0 = 3 ms on the current GPUs: about 200 library calls and kernels per step at ~15 us of host
+ *     time each (../shared/notes/gpu-review.md, N10) — the launch bound that dominates at b = 2-8. */
+#define SIM_DEV_MAXPTS 4
 static const struct {
     int n;
     int b[SIM_DEV_MAXPTS];
     double s[SIM_DEV_MAXPTS];
     const char *source;
 } devices[SIM_DEV_COUNT] = {
-    [SIM_DEV_K20X] = {4, {1, 32, 64, 128}, {0.0100, 0.1116, 0.2180, 0.4308},
-                      "estimate: 3.4 ms/image (K40-class, cnn-benchmarks scaled by peak) + 6.6 ms per step"},
-    [SIM_DEV_K80] = {4, {1, 32, 64, 128}, {0.0110, 0.1282, 0.2492, 0.4916},
-                     "estimate: one GK210, 3.8 ms/image + 7.2 ms per step"},
-    [SIM_DEV_V100] = {4, {1, 32, 64, 128}, {0.0050, 0.0350, 0.0660, 0.1280},
-                      "estimate: 0.97 ms/image + 4 ms per step"},
-    [SIM_DEV_A100] = {4, {1, 32, 64, 128}, {0.0040, 0.0210, 0.0385, 0.0735},
-                      "estimate: 0.55 ms/image + 3.5 ms per step"},
-    [SIM_DEV_H100] = {4, {1, 32, 64, 128}, {0.0035, 0.0145, 0.0258, 0.0484},
-                      "estimate: 0.35 ms/image + 3.2 ms per step"},
+    /* K80: 32 / (49.5 · 3.27), 64 / (52.0 · 3.27); the line through them: t0 = 19.0 ms, 5.58 ms/image */
+    [SIM_DEV_K80] = {2, {32, 64}, {0.197696, 0.376382},
+                     "estimate: one GK210 (Google Compute Engine K80), ResNet-50 training 49.5 img/s at b = 32 and "
+                     "52.0 at b = 64 (tensorflow.org performance benchmarks, 2017, synthetic data) / 3.27 for "
+                     "ResNet-18 (cnn-benchmarks); the line through them below b = 32"},
+    /* K20X: the K80 row x 0.96 */
+    [SIM_DEV_K20X] = {2, {32, 64}, {0.189788, 0.361327},
+                      "estimate: the K80 row x 0.96: K20X (GK110, 250 GB/s, 3.94 TFLOPS) and one K80 die (GK210, "
+                      "240 GB/s, 2.9-4.4 TFLOPS with boost) are one Kepler generation; ratio of memory bandwidth"},
+    /* V100: t_img = 1 / (367 · 3.27) = 0.8333 ms, t0 = 3 ms */
+    [SIM_DEV_V100] = {2, {1, 256}, {0.0038333, 0.2163173},
+                      "estimate: 3 ms per step + 0.833 ms/image: ResNet-50 fp32 training 367 img/s on one V100 16GB "
+                      "(NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5, 21.03) / 3.27 for ResNet-18"},
+    /* A100: t_img = 1 / (938 · 3.27) = 0.3260 ms, t0 = 3 ms */
+    [SIM_DEV_A100] = {2, {1, 256}, {0.0033260, 0.0864621},
+                      "estimate: 3 ms per step + 0.326 ms/image: ResNet-50 TF32 training 938 img/s on one A100 80GB "
+                      "(NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5, 21.03) / 3.27 for ResNet-18; TF32"},
+    /* H100: t_img = A100's / 2 = 0.1630 ms, t0 = 3 ms */
+    [SIM_DEV_H100] = {2, {1, 256}, {0.0031630, 0.0447311},
+                      "estimate: 3 ms per step + 0.163 ms/image: the A100 row's per-image time / 2 (H100 SXM vs "
+                      "A100 SXM on vision models ~2x, Lambda Labs H100 analysis, 2022); TF32"},
 };
 
 double sim_device_step_s(sim_device d, int b, const char **source) {
@@ -73,7 +94,6 @@ double sim_device_step_s(sim_device d, int b, const char **source) {
     const int *xb = devices[d].b;
     const double *ys = devices[d].s;
     if (source) *source = devices[d].source;
-    if (n == 1) return ys[0] * b / xb[0];
     /* The segment [k, k+1] holding b, or the nearest end's segment outside the points. */
     int k = 0;
     while (k < n - 2 && b > xb[k + 1]) k++;
