@@ -218,79 +218,129 @@ static double step_bw(const sim_net *net, int kind, int p, int arg, int r, int d
     return bw < beta ? bw : beta;
 }
 
-static double step_s(const sim_net *net, int kind, int p, int arg, double bytes) {
-    double worst = 0;
+/* What a step's time depends on, whatever its bytes: whether it has messages inside a leaf (2
+ * links, β) and between leaves (4 links), and the least bandwidth a message between leaves gets
+ * (β over the most loaded uplink's or downlink's message count). The link loads are counted in
+ * one pass over the ranks (O(p)) when the leaves' links fit in SIM_MAXLINKS, else per message
+ * (step_bw, O(p · leaf_size)); the result is the same. */
+#define SIM_MAXLINKS 4096
+typedef struct {
+    int intra, cross;
+    double cross_bw;
+} step_shape;
+
+static step_shape shape_of(const sim_net *net, int kind, int p, int arg) {
+    step_shape sh = {0, 0, net->bandwidth_Bps};
+    const int fat = net->topology == SIM_TOPO_FAT_TREE && net->leaf_size >= 1;
+    const int u = fat ? leaf_uplinks(net) : 1;
+    const int nlinks = fat ? ((p + net->leaf_size - 1) / net->leaf_size) * u : 0;
+    const int counted = fat && nlinks <= SIM_MAXLINKS;
+    int up[SIM_MAXLINKS], down[SIM_MAXLINKS], kmax = 0;
+    for (int i = 0; i < (counted ? nlinks : 0); i++) up[i] = down[i] = 0;
     for (int r = 0; r < p; r++) {
         int d = step_dst(kind, p, arg, r);
         if (d < 0 || d == r) continue;
-        double t = sim_route_latency_s(net, r, d) + bytes / step_bw(net, kind, p, arg, r, d);
-        if (t > worst) worst = t;
+        if (!fat || leaf_of(net, r) == leaf_of(net, d)) {
+            sh.intra = 1;
+            continue;
+        }
+        sh.cross = 1;
+        if (counted) {
+            int ku = ++up[leaf_of(net, r) * u + d % u], kd = ++down[leaf_of(net, d) * u + d % u];
+            if (ku > kmax) kmax = ku;
+            if (kd > kmax) kmax = kd;
+        } else {
+            double bw = step_bw(net, kind, p, arg, r, d);
+            if (bw < sh.cross_bw) sh.cross_bw = bw;
+        }
     }
-    return worst;
+    if (counted && kmax > 0) {
+        double cap = net->leaf_size * net->bandwidth_Bps / (net->oversubscription * u) / kmax;
+        if (cap < sh.cross_bw) sh.cross_bw = cap;
+    }
+    return sh;
+}
+
+static double shape_s(const sim_net *net, step_shape sh, double bytes) {
+    double t = 0;
+    if (sh.intra) t = 2 * net->link_latency_s + bytes / net->bandwidth_Bps;
+    if (sh.cross) t = fmax(t, 4 * net->link_latency_s + bytes / sh.cross_bw);
+    return t;
+}
+
+/* The pieces of a collective: nfull pieces of `full` bytes and one of `rest` (0: none). */
+typedef struct {
+    double nfull, full, rest;
+} pieces;
+
+/* One step (kind, arg) of every piece, each piece sending frac of its bytes: its time summed
+ * over the pieces. The shape is computed once for all of them. */
+static double step_s(const sim_net *net, const pieces *pc, int kind, int p, int arg, double frac) {
+    step_shape sh = shape_of(net, kind, p, arg);
+    double t = pc->nfull > 0 ? pc->nfull * shape_s(net, sh, pc->full * frac) : 0;
+    if (pc->rest > 0) t += shape_s(net, sh, pc->rest * frac);
+    return t;
 }
 
 /* ---- collectives ------------------------------------------------------------------------------ */
 
-/* One piece of s bytes of the all-reduce. */
-static double allreduce_piece_s(const sim_net *net, int p, double s) {
+static double allreduce_steps_s(const sim_net *net, const pieces *pc, int p) {
     const int pof2 = pof2_floor(p), rem = p - pof2;
     double t = 0;
     switch (net->allreduce) {
     case SIM_AR_RING:
-        /* reduce-scatter then all-gather: 2(p−1) shifts of s/p bytes */
-        t = 2.0 * (p - 1) * step_s(net, STEP_SHIFT, p, 0, s / p);
+        /* reduce-scatter then all-gather: 2(p−1) shifts of 1/p of the piece */
+        t = 2.0 * (p - 1) * step_s(net, pc, STEP_SHIFT, p, 0, 1.0 / p);
         break;
     case SIM_AR_RECURSIVE_DOUBLING:
-        if (rem) t += step_s(net, STEP_FOLD, p, rem, s);
-        for (int mask = 1; mask < pof2; mask *= 2) t += step_s(net, STEP_XOR, p, mask, s);
-        if (rem) t += step_s(net, STEP_UNFOLD, p, rem, s);
+        if (rem) t += step_s(net, pc, STEP_FOLD, p, rem, 1);
+        for (int mask = 1; mask < pof2; mask *= 2) t += step_s(net, pc, STEP_XOR, p, mask, 1);
+        if (rem) t += step_s(net, pc, STEP_UNFOLD, p, rem, 1);
         break;
     case SIM_AR_RABENSEIFNER:
-        /* reduce-scatter by recursive halving (distance 1 first, s/2, s/4, … bytes), all-gather by
-         * recursive doubling (distance pof2/2 first, s/pof2, …, s/2 bytes), as MPICH */
-        if (rem) t += step_s(net, STEP_FOLD, p, rem, s);
-        for (int mask = 1; mask < pof2; mask *= 2) t += step_s(net, STEP_XOR, p, mask, s / (2.0 * mask));
-        for (int mask = pof2 / 2; mask >= 1; mask /= 2) t += step_s(net, STEP_XOR, p, mask, s / (2.0 * mask));
-        if (rem) t += step_s(net, STEP_UNFOLD, p, rem, s);
+        /* reduce-scatter by recursive halving (distance 1 first, 1/2, 1/4, … of the piece),
+         * all-gather by recursive doubling (distance pof2/2 first, 1/pof2, …, 1/2), as MPICH */
+        if (rem) t += step_s(net, pc, STEP_FOLD, p, rem, 1);
+        for (int mask = 1; mask < pof2; mask *= 2) t += step_s(net, pc, STEP_XOR, p, mask, 1 / (2.0 * mask));
+        for (int mask = pof2 / 2; mask >= 1; mask /= 2) t += step_s(net, pc, STEP_XOR, p, mask, 1 / (2.0 * mask));
+        if (rem) t += step_s(net, pc, STEP_UNFOLD, p, rem, 1);
         break;
-    case SIM_AR_TREE:
-        for (int mask = 1; mask < p; mask *= 2) t += step_s(net, STEP_REDUCE, p, mask, s);
-        {
-            int top = 1;
-            while (top < p) top *= 2;
-            for (int mask = top / 2; mask >= 1; mask /= 2) t += step_s(net, STEP_BCAST, p, mask, s);
-        }
+    case SIM_AR_TREE: {
+        for (int mask = 1; mask < p; mask *= 2) t += step_s(net, pc, STEP_REDUCE, p, mask, 1);
+        int top = 1;
+        while (top < p) top *= 2;
+        for (int mask = top / 2; mask >= 1; mask /= 2) t += step_s(net, pc, STEP_BCAST, p, mask, 1);
         break;
+    }
     default: return -1;
     }
     return t;
 }
 
-/* n bytes as ceil(n / chunk) pieces: full pieces of chunk bytes and the rest. */
-static double pieces_s(const sim_net *net, int p, size_t n, double (*piece)(const sim_net *, int, double)) {
-    if (p <= 1 || n == 0) return 0;
-    size_t c = net->chunk_bytes ? net->chunk_bytes : n;
-    size_t full = n / c, rest = n % c;
-    double t = 0;
-    if (full) t += (double)full * piece(net, p, (double)c);
-    if (rest) t += piece(net, p, (double)rest);
-    return t;
-}
-
-double sim_allreduce_s(const sim_net *net, int p, size_t n) {
-    return pieces_s(net, p, n, allreduce_piece_s);
-}
-
-static double bcast_piece_s(const sim_net *net, int p, double s) {
+static double bcast_steps_s(const sim_net *net, const pieces *pc, int p) {
     int top = 1;
     while (top < p) top *= 2;
     double t = 0;
-    for (int mask = top / 2; mask >= 1; mask /= 2) t += step_s(net, STEP_BCAST, p, mask, s);
+    for (int mask = top / 2; mask >= 1; mask /= 2) t += step_s(net, pc, STEP_BCAST, p, mask, 1);
     return t;
 }
 
+/* n bytes as ceil(n / chunk) sequential pieces: full pieces of chunk bytes and the rest. */
+static pieces pieces_of(const sim_net *net, size_t n) {
+    size_t c = net->chunk_bytes ? net->chunk_bytes : n;
+    return (pieces){(double)(n / c), (double)c, (double)(n % c)};
+}
+
+double sim_allreduce_s(const sim_net *net, int p, size_t n) {
+    if (p <= 1 || n == 0) return 0;
+    pieces pc = pieces_of(net, n);
+    return allreduce_steps_s(net, &pc, p);
+}
+
 double sim_bcast_s(const sim_net *net, int p, size_t n) {
-    return pieces_s(net, p, n, bcast_piece_s);
+    if (p <= 1 || n == 0) return 0;
+    pieces pc = pieces_of(net, n);
+    return bcast_steps_s(net, &pc, p);
 }
 
 /* ---- per-NIC occupancy ------------------------------------------------------------------------
