@@ -427,7 +427,7 @@ check-slurm: deps
 # sim mode's closed-form collectives (src/sim/simmodel.c) against SimGrid/SMPI's offline trace
 # replay on the same α, β (calibration factors 1, cross-traffic off): p = 8, 24, 32, 128, flat and
 # fat tree, 10 GbE and InfiniBand HDR, within 1 % (test/sim/smpi_check.sh; installs Debian's
-# libsimgrid-dev if missing, as root). Not part of check; about 2 minutes on 2 cores
+# libsimgrid-dev if missing, as root). Not part of check; about 3 minutes on 2 cores
 # (docs/simulate-models.md, docs/testing.md).
 build/test/sim_model_cli: test/sim/sim_model_cli.c src/sim/simmodel.c src/sim/simmodel.h
 	@mkdir -p $(dir $@)

@@ -8,6 +8,8 @@
  *       the ring plus what SMPI's `lr` adds: when a piece's byte count is not a multiple of P, lr
  *       all-reduces the last (count mod P) bytes separately, with SMPI's reduce + broadcast
  *       (binomial trees, as smpi_check.sh selects) — our tree all-reduce of those bytes.
+ *       ALGO incast / fanout: P − 1 messages of BYTES at t = 0 from ranks 1..P−1 to rank 0 /
+ *       from rank 0 to ranks 1..P−1, through sim_nics_send in rank order: the last arrival.
  * Exit 2 on bad arguments. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +40,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     int bcast = strcmp(argv[1], "bcast") == 0, lr = strcmp(argv[1], "ring_smpi_lr") == 0;
-    int algo = bcast || lr ? SIM_AR_RING : lookup(sim_allreduce_names, SIM_AR_COUNT, argv[1]);
+    int incast = strcmp(argv[1], "incast") == 0, fanout = strcmp(argv[1], "fanout") == 0;
+    int algo = bcast || lr || incast || fanout ? SIM_AR_RING : lookup(sim_allreduce_names, SIM_AR_COUNT, argv[1]);
     int topo = lookup(sim_topology_names, SIM_TOPO_COUNT, argv[2]);
     int p = atoi(argv[3]);
     if (algo < 0 || topo < 0 || p < 1) {
@@ -49,6 +52,18 @@ int main(int argc, char **argv) {
                    .leaf_size = atoi(argv[7]), .oversubscription = atof(argv[8]), .allreduce = (sim_allreduce)algo,
                    .chunk_bytes = (size_t)strtoull(argv[9], NULL, 10)};
     size_t n = (size_t)strtoull(argv[4], NULL, 10);
+    if (incast || fanout) {
+        double *buf = calloc(2 * (size_t)p, sizeof *buf), last = 0;
+        if (!buf) return 1;
+        sim_nics nics = {.p = p, .free_up = buf, .free_down = buf + p};
+        for (int r = 1; r < p; r++) {
+            double t = incast ? sim_nics_send(&nics, &net, r, 0, n, 0) : sim_nics_send(&nics, &net, 0, r, n, 0);
+            if (t > last) last = t;
+        }
+        free(buf);
+        printf("%.9f\n", last);
+        return 0;
+    }
     double t = bcast ? sim_bcast_s(&net, p, n) : sim_allreduce_s(&net, p, n);
     if (lr) {
         sim_net tree = net;

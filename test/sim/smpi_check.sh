@@ -11,7 +11,11 @@
 # OUTDIR/table.md (default build/sim-smpi); exit 1 if a row fails, 2 if SMPI is missing and
 # cannot be installed. Installs Debian's libsimgrid-dev (3.32) when smpirun is missing (as root).
 # Knobs (environment): SIM_SMPI_NETS (default "10gbe ib_hdr"), SIM_SMPI_P ("8 24 32 128"),
-# SIM_SMPI_ALGOS ("ring recursive_doubling rabenseifner tree bcast"), SIM_SMPI_STEPS (2).
+# SIM_SMPI_ALGOS ("ring recursive_doubling rabenseifner tree bcast incast fanout"),
+# SIM_SMPI_STEPS (2). incast / fanout: the whole 46.76 MB from each of ranks 1..p−1 to rank 0
+# (every rank at once; blocking sends, rank 0's irecvs and a waitall) or from rank 0 to each,
+# against sim_nics_send's FIFO rule: the last arrival (SMPI shares the NIC fairly, all finish
+# together; FIFO delivers one after another; the last arrives at the same time).
 # p = 24 checks MPICH's rule for p not a power of two (and the fat tree's D-mod-k routing).
 # Make target: check-sim-smpi. docs/simulate-models.md has the table and what each row checks.
 set -eu
@@ -19,7 +23,7 @@ cli=$1
 out=${2:-build/sim-smpi}
 nets=${SIM_SMPI_NETS:-10gbe ib_hdr}
 ps=${SIM_SMPI_P:-8 24 32 128}
-algos=${SIM_SMPI_ALGOS:-ring recursive_doubling rabenseifner tree bcast}
+algos=${SIM_SMPI_ALGOS:-ring recursive_doubling rabenseifner tree bcast incast fanout}
 steps=${SIM_SMPI_STEPS:-2}
 n=46758048
 chunk=4194304
@@ -66,10 +70,22 @@ EOF
 traces() {
     d=$1 p=$2 algo=$3
     mkdir -p "$d"
-    awk -v d="$d" -v p="$p" -v steps="$steps" -v n="$n" -v c="$chunk" -v bcast="$([ "$algo" = bcast ] && echo 1 || echo 0)" 'BEGIN {
+    awk -v d="$d" -v p="$p" -v steps="$steps" -v n="$n" -v c="$chunk" -v algo="$algo" 'BEGIN {
+        bcast = algo == "bcast"
         for (r = 0; r < p; r++) {
             f = d "/rank" r ".txt"
             print r " init" > f
+            if (algo == "incast" || algo == "fanout") {
+                # one message of n bytes from every other rank to rank 0, or from 0 to each
+                if (r == 0) {
+                    for (q = 1; q < p; q++) print r (algo == "incast" ? " irecv " : " isend ") q " 0 " n > f
+                    print r " waitall" > f
+                } else print r (algo == "incast" ? " send " : " recv ") "0 0 " n > f
+                print r " finalize" > f
+                close(f)
+                print f > (d "/list")
+                continue
+            }
             for (s = 0; s < steps; s++) {
                 print r " compute 1e8" > f
                 for (o = 0; o < n; o += c) {
@@ -91,7 +107,7 @@ smpi_algo() {
     recursive_doubling) echo rdb ;;
     rabenseifner) echo rab_rdb ;;
     tree) echo redbcast ;;
-    bcast) echo lr ;;
+    bcast | incast | fanout) echo lr ;;
     esac
 }
 
@@ -135,12 +151,14 @@ for net in $nets; do
                 m=$("$cli" "$malgo" "$mtopo" "$p" "$n" "$lat" "$bw" "$leaf" "$over" "$chunk")
                 row=$(awk -v t="$t" -v s="$steps" -v m="$m" -v net="$net" -v p="$p" -v leaf="$leaf" \
                           -v over="$over" -v topo="$mtopo" -v algo="$algo" -v sa="$(smpi_algo "$algo")" -v real="$real" 'BEGIN {
-                    c = (t - s * 0.1) / s
+                    p2p = algo == "incast" || algo == "fanout"
+                    c = p2p ? t : (t - s * 0.1) / s
                     e = (c - m) / m * 100
                     tp = topo == "flat" ? "flat" : sprintf("fat tree, %d/leaf, %d:1", leaf, over)
                     if (algo == "bcast") sa = "binomial_tree"
+                    if (algo == "incast" || algo == "fanout") sa = "point-to-point"
                     printf "| %s | %d | %s | %s (%s) | %.3f | %.3f | %+.3f %% | %.3f | %s |%s\n", net, p, tp, algo, sa,
-                           c * 1e3, m * 1e3, e, t / s * 1e3, real, (e > 1 || e < -1) ? " FAIL" : ""
+                           c * 1e3, m * 1e3, e, (p2p ? t : t / s) * 1e3, real, (e > 1 || e < -1) ? " FAIL" : ""
                 }')
                 echo "$row" | tee -a "$table"
                 rows=$((rows + 1))
