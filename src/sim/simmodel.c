@@ -190,7 +190,7 @@ static int step_src(int kind, int p, int arg, int r) {
     return -1;
 }
 
-/* Uplinks per leaf switch and the capacity of each (fat tree). */
+/* Uplinks per leaf switch (fat tree): one to each spine. */
 static int leaf_uplinks(const sim_net *net) {
     int u = (int)floor(net->leaf_size / net->oversubscription);
     return u < 1 ? 1 : u;
