@@ -89,7 +89,9 @@ double sim_p2p_s(const sim_net *net, int a, int b, size_t n);
 double sim_allreduce_s(const sim_net *net, int p, size_t n);
 
 /* A broadcast of n bytes from rank 0 to p hosts (binomial tree, as MPICH/Open MPI for large p):
- * ⌈log2 p⌉ steps. 0 when p == 1. For the methods' start and a PS's pull in later steps. */
+ * ⌈log2 p⌉ steps of each of the ceil(n / chunk_bytes) pieces, as sim_allreduce_s (dsgd-run's
+ * broadcasts are chunked too). 0 when p == 1 or n == 0. For the methods' start and a PS's pull
+ * in later steps. */
 double sim_bcast_s(const sim_net *net, int p, size_t n);
 
 /* Per-NIC occupancy for the asynchronous methods' messages: when each host's sending and
