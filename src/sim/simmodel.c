@@ -103,19 +103,26 @@ double sim_p2p_s(const sim_net *net, int a, int b, size_t n) {
 
 /* ---- one step of a collective ----------------------------------------------------------------
  * A step is a set of simultaneous messages, at most one sent and one received per rank; it lasts
- * as long as its slowest message: route latency + bytes / the bandwidth that message gets. On the
- * fat tree with oversubscription o > 1 a leaf's uplinks carry leaf_size·β/o in each direction,
- * shared equally by the step's messages leaving (entering) the leaf: a message between leaves gets
- * min(β, leaf_size·β / (o · k)) with k the larger of its source leaf's outgoing and its
- * destination leaf's incoming message counts. With o = 1 (full bisection) every message gets β.
+ * as long as its slowest message: route latency + bytes / the bandwidth that message gets.
  *
- * The patterns (dst < 0: r sends nothing in this step):
+ * Bandwidth on the fat tree. A leaf switch has u = max(1, floor(leaf_size / oversubscription))
+ * uplinks, one to each spine, each of capacity leaf_size·β / (oversubscription·u) (= β when
+ * oversubscription divides leaf_size), and each spine one downlink to every leaf. A message
+ * between leaves is routed D-mod-k, as SimGrid's FAT_TREE and InfiniBand's static fat-tree
+ * routing (OpenSM ftree) do: up through the spine `dst mod u`, down that spine's link into dst's
+ * leaf. A link carrying k messages of the step gives each 1/k of its capacity; a message gets the
+ * least of β, its uplink's share and its downlink's share. With oversubscription 1 and the
+ * contiguous power-of-two patterns (ring, recursive doubling/halving, binomial tree at p = 2^k)
+ * no two messages share a link and every message gets β; MPICH's renumbering for p not a power
+ * of two can put two messages on one uplink (test/sim/smpi_check.sh's p = 24 rows).
+ *
+ * The patterns (dst < 0: r sends nothing in this step; src: who sends to r, < 0 none):
  *   STEP_SHIFT   r -> (r + 1) mod p                              (ring)
- *   STEP_XOR     r <-> partner of r's new rank ^ arg               (recursive doubling / halving)
+ *   STEP_XOR     r <-> old rank of (new rank of r) ^ arg           (recursive doubling / halving)
  *   STEP_FOLD    even r < 2·rem -> r + 1  (arg = rem)              (MPICH's fold of the extras)
  *   STEP_UNFOLD  odd r < 2·rem -> r − 1   (arg = rem)              (and their result back)
  *   STEP_REDUCE  r -> r − arg if r has bit arg and no lower bit   (binomial reduce to 0)
- *   STEP_BCAST   r -> r + arg if r is a multiple of 2·arg          (binomial broadcast from 0) */
+ *   STEP_BCAST   r -> r + arg if r is a multiple of 2·arg, r + arg < p (binomial broadcast from 0) */
 enum { STEP_SHIFT, STEP_XOR, STEP_FOLD, STEP_UNFOLD, STEP_REDUCE, STEP_BCAST };
 
 /* The largest power of two <= p. */
@@ -151,34 +158,52 @@ static int step_dst(int kind, int p, int arg, int r) {
     return -1;
 }
 
-/* Messages of the step leaving leaf `leaf` (out) and entering it (in). */
-static void leaf_flows(const sim_net *net, int kind, int p, int arg, int leaf, int *out, int *in) {
-    *out = *in = 0;
-    for (int r = 0; r < p; r++) {
-        int d = step_dst(kind, p, arg, r);
-        if (d < 0 || leaf_of(net, r) == leaf_of(net, d)) continue;
-        if (leaf_of(net, r) == leaf) (*out)++;
-        if (leaf_of(net, d) == leaf) (*in)++;
+static int step_src(int kind, int p, int arg, int r) {
+    switch (kind) {
+    case STEP_SHIFT: return (r + p - 1) % p;
+    case STEP_XOR: return step_dst(kind, p, arg, r); /* an exchange */
+    case STEP_FOLD: return step_dst(STEP_UNFOLD, p, arg, r);
+    case STEP_UNFOLD: return step_dst(STEP_FOLD, p, arg, r);
+    case STEP_REDUCE: return (r & (2 * arg - 1)) == 0 && r + arg < p ? r + arg : -1;
+    case STEP_BCAST: return r % (2 * arg) == arg ? r - arg : -1;
     }
+    return -1;
+}
+
+/* Uplinks per leaf switch and the capacity of each (fat tree). */
+static int leaf_uplinks(const sim_net *net) {
+    int u = (int)floor(net->leaf_size / net->oversubscription);
+    return u < 1 ? 1 : u;
+}
+
+/* The bandwidth message r -> d gets in its step (d != r). */
+static double step_bw(const sim_net *net, int kind, int p, int arg, int r, int d) {
+    const double beta = net->bandwidth_Bps;
+    if (net->topology != SIM_TOPO_FAT_TREE || net->leaf_size < 1 || leaf_of(net, r) == leaf_of(net, d)) return beta;
+    const int L = net->leaf_size, u = leaf_uplinks(net), spine = d % u;
+    const double cap = L * beta / (net->oversubscription * u);
+    /* messages leaving r's leaf through the same spine, and entering d's leaf from it */
+    int up = 0, down = 0;
+    const int a0 = leaf_of(net, r) * L, b0 = leaf_of(net, d) * L;
+    for (int x = a0; x < a0 + L && x < p; x++) {
+        int y = step_dst(kind, p, arg, x);
+        if (y >= 0 && leaf_of(net, y) != leaf_of(net, x) && y % u == spine) up++;
+    }
+    for (int y = b0; y < b0 + L && y < p; y++) {
+        int x = step_src(kind, p, arg, y);
+        if (x >= 0 && leaf_of(net, y) != leaf_of(net, x) && y % u == spine) down++;
+    }
+    int k = up > down ? up : down;
+    double bw = cap / (k > 0 ? k : 1);
+    return bw < beta ? bw : beta;
 }
 
 static double step_s(const sim_net *net, int kind, int p, int arg, double bytes) {
-    const int contended = net->topology == SIM_TOPO_FAT_TREE && net->oversubscription > 1 && net->leaf_size > 0;
-    const double beta = net->bandwidth_Bps;
     double worst = 0;
     for (int r = 0; r < p; r++) {
         int d = step_dst(kind, p, arg, r);
         if (d < 0 || d == r) continue;
-        double bw = beta;
-        if (contended && leaf_of(net, r) != leaf_of(net, d)) {
-            int out, in, o2, i2;
-            leaf_flows(net, kind, p, arg, leaf_of(net, r), &out, &i2);
-            leaf_flows(net, kind, p, arg, leaf_of(net, d), &o2, &in);
-            int k = out > in ? out : in;
-            double share = net->leaf_size * beta / (net->oversubscription * k);
-            if (share < bw) bw = share;
-        }
-        double t = sim_route_latency_s(net, r, d) + bytes / bw;
+        double t = sim_route_latency_s(net, r, d) + bytes / step_bw(net, kind, p, arg, r, d);
         if (t > worst) worst = t;
     }
     return worst;

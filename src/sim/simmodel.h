@@ -27,10 +27,13 @@ typedef enum { SIM_NET_10GBE, SIM_NET_GEMINI, SIM_NET_IB_FDR, SIM_NET_IB_HDR, SI
 extern const char *const sim_network_names[SIM_NET_COUNT]; /* "10gbe", "gemini", "ib_fdr", "ib_hdr", "ib_ndr", "custom" */
 
 /* sim.topology: FLAT — every host on one non-blocking switch (a route is host-up + host-down:
- * 2 links); FAT_TREE — two levels, leaf_size hosts per leaf switch, the leaves' uplinks
- * oversubscribed by `oversubscription` (1 = full bisection): a route inside a leaf is 2 links,
- * between leaves 4, and a flow between leaves gets at most β / oversubscription when every
- * host of its leaf sends out of the leaf at once. */
+ * 2 links); FAT_TREE — two levels, leaf_size hosts per leaf switch (rank r on leaf
+ * r / leaf_size), the leaves' uplinks oversubscribed by `oversubscription` (1 = full
+ * bisection): a route inside a leaf is 2 links, between leaves 4, and a flow between leaves
+ * gets at most β / oversubscription when every host of its leaf sends out of the leaf at once.
+ * Flows between leaves are routed D-mod-k (through spine dst mod (leaf_size / oversubscription),
+ * as SimGrid's FAT_TREE and InfiniBand's static fat-tree routing), so two flows of one step can
+ * share an uplink even at full bisection; simmodel.c's step_bw states the rule. */
 typedef enum { SIM_TOPO_FLAT, SIM_TOPO_FAT_TREE, SIM_TOPO_COUNT } sim_topology;
 extern const char *const sim_topology_names[SIM_TOPO_COUNT]; /* "flat", "fat_tree" */
 
