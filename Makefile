@@ -424,6 +424,18 @@ check-slurm: deps
 	@$(MAKE) --no-print-directory build/bin/mpiexec
 	@PATH="$(CURDIR)/build/bin:$$PATH" timeout -k 10 1200 sh test/slurm/run.sh --all
 
+# sim mode's closed-form collectives (src/sim/simmodel.c) against SimGrid/SMPI's offline trace
+# replay on the same α, β (calibration factors 1, cross-traffic off): p = 8, 24, 32, 128, flat and
+# fat tree, 10 GbE and InfiniBand HDR, within 1 % (test/sim/smpi_check.sh; installs Debian's
+# libsimgrid-dev if missing, as root). Not part of check; about 2 minutes on 2 cores
+# (docs/simulate-models.md, docs/testing.md).
+build/test/sim_model_cli: test/sim/sim_model_cli.c src/sim/simmodel.c src/sim/simmodel.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -o $@ test/sim/sim_model_cli.c src/sim/simmodel.c -lm
+.PHONY: check-sim-smpi
+check-sim-smpi: build/test/sim_model_cli
+	@timeout -k 10 1200 sh test/sim/smpi_check.sh build/test/sim_model_cli build/sim-smpi
+
 # A small Figure 1 (Jin et al.) on the same local Slurm: tools/paper.py fig1 at p = 2, 4 on packed
 # Fashion-MNIST, then tools/report.py: plots/fig1-small.{md,png,pdf} (docs/reproduce.md §8).
 .PHONY: fig1-small

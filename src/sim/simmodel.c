@@ -14,27 +14,29 @@ const char *const sim_allreduce_names[SIM_AR_COUNT] = {"ring", "recursive_doubli
 
 /* ---- network presets -------------------------------------------------------------------------
  * Per link: a route on the flat topology is 2 links (host-up, host-down), so the end-to-end α of
- * a preset is twice its link latency; the per-link value is half a published end-to-end MPI
- * latency. Bandwidth: the link's data rate after line coding, bytes/s, per direction. */
+ * a preset is twice its link latency, and each preset's link latency is half a published
+ * end-to-end (adapter to adapter through one switch) latency. Bandwidth: the link's data rate
+ * after line coding, bytes/s, per direction. docs/simulate-models.md has the derivations. */
 static const struct {
     double link_latency_s, bandwidth_Bps;
     const char *source;
 } presets[SIM_NET_CUSTOM] = {
     [SIM_NET_10GBE] = {5e-6, 1.25e9,
-                       "10 GbE: 10 Gb/s = 1.25 GB/s (IEEE 802.3ae); 5 us per link, 10 us end to end "
-                       "(../shared/notes/simulation.md's SMPI platform)"},
-    [SIM_NET_GEMINI] = {0.75e-6, 6.0e9,
-                        "Cray Gemini (Titan, Cray XK7): ~1.5 us MPI latency end to end, ~6 GB/s "
-                        "per direction (Alverson et al., Hot Interconnects 2010)"},
+                       "10 GbE: 10 Gb/s = 1.25 GB/s (IEEE 802.3ae 10GBASE-R, after 64b/66b); 10 us MPI "
+                       "latency over TCP end to end = 5 us per link (../shared/notes/simulation.md's SMPI platform)"},
+    [SIM_NET_GEMINI] = {0.7e-6, 6e9,
+                        "Cray Gemini (Titan, Cray XK7): NIC 8.3 GB/s per direction peak, over 6 GB/s measured; "
+                        "latency 0.7-1.4 us by transfer type (euroben.nl XE6 report, after Alverson et al., "
+                        "HOTI 2010): 6 GB/s, 1.4 us end to end = 0.7 us per link; the 3-D torus's hops not modelled"},
     [SIM_NET_IB_FDR] = {0.35e-6, 6.8e9,
-                        "InfiniBand 4x FDR: 56 Gb/s signalling, 54.5 Gb/s after 64b/66b = 6.8 GB/s; "
-                        "~0.7 us MPI latency end to end (Mellanox ConnectX-3)"},
+                        "InfiniBand 4x FDR: 4 x 14.0625 Gb/s x 64/66 = 54.5 Gb/s = 6.8 GB/s; ConnectX-3 "
+                        "sub-microsecond latency (Mellanox, 2011): 0.7 us end to end = 0.35 us per link"},
     [SIM_NET_IB_HDR] = {0.3e-6, 25e9,
-                        "InfiniBand 4x HDR: 200 Gb/s = 25 GB/s; ~0.6 us MPI latency end to end "
-                        "(NVIDIA ConnectX-6)"},
+                        "InfiniBand 4x HDR: 200 Gb/s effective (53.125 Gb/s lanes, 64b/66b) = 25 GB/s; ConnectX-6 "
+                        "sub-600 ns latency (NVIDIA ConnectX-6 user manual): 0.6 us end to end = 0.3 us per link"},
     [SIM_NET_IB_NDR] = {0.3e-6, 50e9,
-                        "InfiniBand 4x NDR: 400 Gb/s = 50 GB/s; ~0.6 us MPI latency end to end "
-                        "(NVIDIA ConnectX-7)"},
+                        "InfiniBand 4x NDR: 400 Gb/s effective = 50 GB/s; latency as HDR (ConnectX-7, estimate: "
+                        "no lower published figure): 0.6 us end to end = 0.3 us per link"},
 };
 
 int sim_network_preset(sim_network n, double *link_latency_s, double *bandwidth_Bps, const char **source) {
@@ -46,25 +48,44 @@ int sim_network_preset(sim_network n, double *link_latency_s, double *bandwidth_
 }
 
 /* ---- device step times -----------------------------------------------------------------------
- * One row per device: ResNet-18, 224x224, fp32, one GPU, forward + backward + SGD update, seconds
- * per step at per-node minibatch b (points in increasing b). */
-#define SIM_DEV_MAXPTS 8
+ * One row per device: ResNet-18, 224x224, one GPU, forward + backward + SGD update, seconds per
+ * step at per-node minibatch b (points in increasing b; between them linear, outside them the
+ * slope of the nearest end's segment, so every row below is the line t0 + b · t_img through its
+ * points). No row is a direct measurement of ResNet-18 training at these b; each is derived from
+ * published throughputs by stated rules (docs/simulate-models.md, "Device step times"):
+ *   R18 = ResNet-50 / 3.27: ResNet-18's forward + backward takes 1/3.27 of ResNet-50's per image at
+ *     b = 16 (jcjohnson/cnn-benchmarks, Torch + cuDNN: 47.07 vs 153.90 ms on a GTX 1080, 31.54 vs
+ *     103.58 ms on a Pascal Titan X);
+ *   t0 = 3 ms on the current GPUs: about 200 library calls and kernels per step at ~15 us of host
+ *     time each (../shared/notes/gpu-review.md, N10) — the launch bound that dominates at b = 2-8. */
+#define SIM_DEV_MAXPTS 4
 static const struct {
     int n;
     int b[SIM_DEV_MAXPTS];
     double s[SIM_DEV_MAXPTS];
     const char *source;
 } devices[SIM_DEV_COUNT] = {
-    [SIM_DEV_K20X] = {4, {1, 32, 64, 128}, {0.0100, 0.1116, 0.2180, 0.4308},
-                      "estimate: 3.4 ms/image (K40-class, cnn-benchmarks scaled by peak) + 6.6 ms per step"},
-    [SIM_DEV_K80] = {4, {1, 32, 64, 128}, {0.0110, 0.1282, 0.2492, 0.4916},
-                     "estimate: one GK210, 3.8 ms/image + 7.2 ms per step"},
-    [SIM_DEV_V100] = {4, {1, 32, 64, 128}, {0.0050, 0.0350, 0.0660, 0.1280},
-                      "estimate: 0.97 ms/image + 4 ms per step"},
-    [SIM_DEV_A100] = {4, {1, 32, 64, 128}, {0.0040, 0.0210, 0.0385, 0.0735},
-                      "estimate: 0.55 ms/image + 3.5 ms per step"},
-    [SIM_DEV_H100] = {4, {1, 32, 64, 128}, {0.0035, 0.0145, 0.0258, 0.0484},
-                      "estimate: 0.35 ms/image + 3.2 ms per step"},
+    /* K80: 32 / (49.5 · 3.27), 64 / (52.0 · 3.27); the line through them: t0 = 19.0 ms, 5.58 ms/image */
+    [SIM_DEV_K80] = {2, {32, 64}, {0.197696, 0.376382},
+                     "estimate: one GK210 (Google Compute Engine K80), ResNet-50 training 49.5 img/s at b = 32 and "
+                     "52.0 at b = 64 (tensorflow.org performance benchmarks, 2017, synthetic data) / 3.27 for "
+                     "ResNet-18 (cnn-benchmarks); the line through them below b = 32"},
+    /* K20X: the K80 row x 0.96 */
+    [SIM_DEV_K20X] = {2, {32, 64}, {0.189788, 0.361327},
+                      "estimate: the K80 row x 0.96: K20X (GK110, 250 GB/s, 3.94 TFLOPS) and one K80 die (GK210, "
+                      "240 GB/s, 2.9-4.4 TFLOPS with boost) are one Kepler generation; ratio of memory bandwidth"},
+    /* V100: t_img = 1 / (367 · 3.27) = 0.8333 ms, t0 = 3 ms */
+    [SIM_DEV_V100] = {2, {1, 256}, {0.0038333, 0.2163173},
+                      "estimate: 3 ms per step + 0.833 ms/image: ResNet-50 fp32 training 367 img/s on one V100 16GB "
+                      "(NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5, 21.03) / 3.27 for ResNet-18"},
+    /* A100: t_img = 1 / (938 · 3.27) = 0.3260 ms, t0 = 3 ms */
+    [SIM_DEV_A100] = {2, {1, 256}, {0.0033260, 0.0864621},
+                      "estimate: 3 ms per step + 0.326 ms/image: ResNet-50 TF32 training 938 img/s on one A100 80GB "
+                      "(NVIDIA DeepLearningExamples, PyTorch ResNet50 v1.5, 21.03) / 3.27 for ResNet-18; TF32"},
+    /* H100: t_img = A100's / 2 = 0.1630 ms, t0 = 3 ms */
+    [SIM_DEV_H100] = {2, {1, 256}, {0.0031630, 0.0447311},
+                      "estimate: 3 ms per step + 0.163 ms/image: the A100 row's per-image time / 2 (H100 SXM vs "
+                      "A100 SXM on vision models ~2x, Lambda Labs H100 analysis, 2022); TF32"},
 };
 
 double sim_device_step_s(sim_device d, int b, const char **source) {
@@ -73,7 +94,6 @@ double sim_device_step_s(sim_device d, int b, const char **source) {
     const int *xb = devices[d].b;
     const double *ys = devices[d].s;
     if (source) *source = devices[d].source;
-    if (n == 1) return ys[0] * b / xb[0];
     /* The segment [k, k+1] holding b, or the nearest end's segment outside the points. */
     int k = 0;
     while (k < n - 2 && b > xb[k + 1]) k++;
@@ -198,79 +218,129 @@ static double step_bw(const sim_net *net, int kind, int p, int arg, int r, int d
     return bw < beta ? bw : beta;
 }
 
-static double step_s(const sim_net *net, int kind, int p, int arg, double bytes) {
-    double worst = 0;
+/* What a step's time depends on, whatever its bytes: whether it has messages inside a leaf (2
+ * links, β) and between leaves (4 links), and the least bandwidth a message between leaves gets
+ * (β over the most loaded uplink's or downlink's message count). The link loads are counted in
+ * one pass over the ranks (O(p)) when the leaves' links fit in SIM_MAXLINKS, else per message
+ * (step_bw, O(p · leaf_size)); the result is the same. */
+#define SIM_MAXLINKS 4096
+typedef struct {
+    int intra, cross;
+    double cross_bw;
+} step_shape;
+
+static step_shape shape_of(const sim_net *net, int kind, int p, int arg) {
+    step_shape sh = {0, 0, net->bandwidth_Bps};
+    const int fat = net->topology == SIM_TOPO_FAT_TREE && net->leaf_size >= 1;
+    const int u = fat ? leaf_uplinks(net) : 1;
+    const int nlinks = fat ? ((p + net->leaf_size - 1) / net->leaf_size) * u : 0;
+    const int counted = fat && nlinks <= SIM_MAXLINKS;
+    int up[SIM_MAXLINKS], down[SIM_MAXLINKS], kmax = 0;
+    for (int i = 0; i < (counted ? nlinks : 0); i++) up[i] = down[i] = 0;
     for (int r = 0; r < p; r++) {
         int d = step_dst(kind, p, arg, r);
         if (d < 0 || d == r) continue;
-        double t = sim_route_latency_s(net, r, d) + bytes / step_bw(net, kind, p, arg, r, d);
-        if (t > worst) worst = t;
+        if (!fat || leaf_of(net, r) == leaf_of(net, d)) {
+            sh.intra = 1;
+            continue;
+        }
+        sh.cross = 1;
+        if (counted) {
+            int ku = ++up[leaf_of(net, r) * u + d % u], kd = ++down[leaf_of(net, d) * u + d % u];
+            if (ku > kmax) kmax = ku;
+            if (kd > kmax) kmax = kd;
+        } else {
+            double bw = step_bw(net, kind, p, arg, r, d);
+            if (bw < sh.cross_bw) sh.cross_bw = bw;
+        }
     }
-    return worst;
+    if (counted && kmax > 0) {
+        double cap = net->leaf_size * net->bandwidth_Bps / (net->oversubscription * u) / kmax;
+        if (cap < sh.cross_bw) sh.cross_bw = cap;
+    }
+    return sh;
+}
+
+static double shape_s(const sim_net *net, step_shape sh, double bytes) {
+    double t = 0;
+    if (sh.intra) t = 2 * net->link_latency_s + bytes / net->bandwidth_Bps;
+    if (sh.cross) t = fmax(t, 4 * net->link_latency_s + bytes / sh.cross_bw);
+    return t;
+}
+
+/* The pieces of a collective: nfull pieces of `full` bytes and one of `rest` (0: none). */
+typedef struct {
+    double nfull, full, rest;
+} pieces;
+
+/* One step (kind, arg) of every piece, each piece sending frac of its bytes: its time summed
+ * over the pieces. The shape is computed once for all of them. */
+static double step_s(const sim_net *net, const pieces *pc, int kind, int p, int arg, double frac) {
+    step_shape sh = shape_of(net, kind, p, arg);
+    double t = pc->nfull > 0 ? pc->nfull * shape_s(net, sh, pc->full * frac) : 0;
+    if (pc->rest > 0) t += shape_s(net, sh, pc->rest * frac);
+    return t;
 }
 
 /* ---- collectives ------------------------------------------------------------------------------ */
 
-/* One piece of s bytes of the all-reduce. */
-static double allreduce_piece_s(const sim_net *net, int p, double s) {
+static double allreduce_steps_s(const sim_net *net, const pieces *pc, int p) {
     const int pof2 = pof2_floor(p), rem = p - pof2;
     double t = 0;
     switch (net->allreduce) {
     case SIM_AR_RING:
-        /* reduce-scatter then all-gather: 2(p−1) shifts of s/p bytes */
-        t = 2.0 * (p - 1) * step_s(net, STEP_SHIFT, p, 0, s / p);
+        /* reduce-scatter then all-gather: 2(p−1) shifts of 1/p of the piece */
+        t = 2.0 * (p - 1) * step_s(net, pc, STEP_SHIFT, p, 0, 1.0 / p);
         break;
     case SIM_AR_RECURSIVE_DOUBLING:
-        if (rem) t += step_s(net, STEP_FOLD, p, rem, s);
-        for (int mask = 1; mask < pof2; mask *= 2) t += step_s(net, STEP_XOR, p, mask, s);
-        if (rem) t += step_s(net, STEP_UNFOLD, p, rem, s);
+        if (rem) t += step_s(net, pc, STEP_FOLD, p, rem, 1);
+        for (int mask = 1; mask < pof2; mask *= 2) t += step_s(net, pc, STEP_XOR, p, mask, 1);
+        if (rem) t += step_s(net, pc, STEP_UNFOLD, p, rem, 1);
         break;
     case SIM_AR_RABENSEIFNER:
-        /* reduce-scatter by recursive halving (distance 1 first, s/2, s/4, … bytes), all-gather by
-         * recursive doubling (distance pof2/2 first, s/pof2, …, s/2 bytes), as MPICH */
-        if (rem) t += step_s(net, STEP_FOLD, p, rem, s);
-        for (int mask = 1; mask < pof2; mask *= 2) t += step_s(net, STEP_XOR, p, mask, s / (2.0 * mask));
-        for (int mask = pof2 / 2; mask >= 1; mask /= 2) t += step_s(net, STEP_XOR, p, mask, s / (2.0 * mask));
-        if (rem) t += step_s(net, STEP_UNFOLD, p, rem, s);
+        /* reduce-scatter by recursive halving (distance 1 first, 1/2, 1/4, … of the piece),
+         * all-gather by recursive doubling (distance pof2/2 first, 1/pof2, …, 1/2), as MPICH */
+        if (rem) t += step_s(net, pc, STEP_FOLD, p, rem, 1);
+        for (int mask = 1; mask < pof2; mask *= 2) t += step_s(net, pc, STEP_XOR, p, mask, 1 / (2.0 * mask));
+        for (int mask = pof2 / 2; mask >= 1; mask /= 2) t += step_s(net, pc, STEP_XOR, p, mask, 1 / (2.0 * mask));
+        if (rem) t += step_s(net, pc, STEP_UNFOLD, p, rem, 1);
         break;
-    case SIM_AR_TREE:
-        for (int mask = 1; mask < p; mask *= 2) t += step_s(net, STEP_REDUCE, p, mask, s);
-        {
-            int top = 1;
-            while (top < p) top *= 2;
-            for (int mask = top / 2; mask >= 1; mask /= 2) t += step_s(net, STEP_BCAST, p, mask, s);
-        }
+    case SIM_AR_TREE: {
+        for (int mask = 1; mask < p; mask *= 2) t += step_s(net, pc, STEP_REDUCE, p, mask, 1);
+        int top = 1;
+        while (top < p) top *= 2;
+        for (int mask = top / 2; mask >= 1; mask /= 2) t += step_s(net, pc, STEP_BCAST, p, mask, 1);
         break;
+    }
     default: return -1;
     }
     return t;
 }
 
-/* n bytes as ceil(n / chunk) pieces: full pieces of chunk bytes and the rest. */
-static double pieces_s(const sim_net *net, int p, size_t n, double (*piece)(const sim_net *, int, double)) {
-    if (p <= 1 || n == 0) return 0;
-    size_t c = net->chunk_bytes ? net->chunk_bytes : n;
-    size_t full = n / c, rest = n % c;
-    double t = 0;
-    if (full) t += (double)full * piece(net, p, (double)c);
-    if (rest) t += piece(net, p, (double)rest);
-    return t;
-}
-
-double sim_allreduce_s(const sim_net *net, int p, size_t n) {
-    return pieces_s(net, p, n, allreduce_piece_s);
-}
-
-static double bcast_piece_s(const sim_net *net, int p, double s) {
+static double bcast_steps_s(const sim_net *net, const pieces *pc, int p) {
     int top = 1;
     while (top < p) top *= 2;
     double t = 0;
-    for (int mask = top / 2; mask >= 1; mask /= 2) t += step_s(net, STEP_BCAST, p, mask, s);
+    for (int mask = top / 2; mask >= 1; mask /= 2) t += step_s(net, pc, STEP_BCAST, p, mask, 1);
     return t;
 }
 
+/* n bytes as ceil(n / chunk) sequential pieces: full pieces of chunk bytes and the rest. */
+static pieces pieces_of(const sim_net *net, size_t n) {
+    size_t c = net->chunk_bytes ? net->chunk_bytes : n;
+    return (pieces){(double)(n / c), (double)c, (double)(n % c)};
+}
+
+double sim_allreduce_s(const sim_net *net, int p, size_t n) {
+    if (p <= 1 || n == 0) return 0;
+    pieces pc = pieces_of(net, n);
+    return allreduce_steps_s(net, &pc, p);
+}
+
 double sim_bcast_s(const sim_net *net, int p, size_t n) {
-    return pieces_s(net, p, n, bcast_piece_s);
+    if (p <= 1 || n == 0) return 0;
+    pieces pc = pieces_of(net, n);
+    return bcast_steps_s(net, &pc, p);
 }
 
 /* ---- per-NIC occupancy ------------------------------------------------------------------------

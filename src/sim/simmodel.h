@@ -63,10 +63,13 @@ typedef struct {
  * (a citation, one line). Returns 0, or -1 for SIM_NET_CUSTOM / out of range. */
 int sim_network_preset(sim_network n, double *link_latency_s, double *bandwidth_Bps, const char **source);
 
-/* One node's compute time (s) on `d` for ResNet-18 (224², fp32 unless the table says otherwise)
- * at per-node minibatch b >= 1: the table's value at b, interpolated linearly in b between
- * measured points and extrapolated linearly (per-image time of the nearest end) outside them.
- * *source (may be NULL) gets the table row's citation. Returns -1 for SIM_DEV_MEASURED. */
+/* One node's compute time (s) on `d` for ResNet-18 (224², fp32 unless the table says otherwise:
+ * A100 and H100 are TF32) at per-node minibatch b >= 1: the table's value at b, interpolated
+ * linearly in b between its points and extrapolated linearly outside them with the slope (the
+ * per-image time) of the nearest end's segment. *source (may be NULL) gets the table row's
+ * citation ("estimate: …" where the row is derived, which is every row today: simmodel.c and
+ * docs/simulate-models.md give the rules). Returns -1 for SIM_DEV_MEASURED, a d out of range
+ * or b < 1. */
 double sim_device_step_s(sim_device d, int b, const char **source);
 
 /* Latency of the route between hosts a and b (0-based ranks, one rank per host): links ×
@@ -79,7 +82,10 @@ double sim_p2p_s(const sim_net *net, int a, int b, size_t n);
 /* An all-reduce of n bytes over p hosts (ranks 0..p-1 in ring order) with net->allreduce, every
  * host starting at the same time: the closed form of the algorithm's steps on net's topology
  * (each step as long as its slowest message: latency of its longest route + bytes / the
- * bandwidth that route gets), summed over ceil(n / chunk_bytes) pieces. 0 when p == 1. */
+ * bandwidth that route gets), summed over ceil(n / chunk_bytes) pieces. 0 when p == 1 or
+ * n == 0. Cost: O(p) per step of the algorithm, ~1–200 µs at p = 128–1024 (measured on a loaded
+ * 2-core VM); the result depends only on the arguments, so a caller can compute it once per
+ * run. docs/simulate-models.md has every algorithm's steps and the check against SMPI. */
 double sim_allreduce_s(const sim_net *net, int p, size_t n);
 
 /* A broadcast of n bytes from rank 0 to p hosts (binomial tree, as MPICH/Open MPI for large p):
@@ -97,8 +103,12 @@ typedef struct {
 } sim_nics;
 
 /* A message of n bytes sent by a at virtual time t_send to b: returns its arrival time under
- * FIFO serialisation on a's uplink and b's downlink (n/β each; the exact rule is stated in
- * simmodel.c and docs/simulate.md), and books both NICs. With idle NICs: t_send + sim_p2p_s. */
+ * FIFO serialisation on a's uplink and b's downlink (n/β each), and books both NICs:
+ *   start = max(t_send, free_up[a]);  free_up[a] = start + n/β;
+ *   arrive = max(start + α(a,b) + n/β, free_down[b] + n/β);  free_down[b] = arrive.
+ * With idle NICs: t_send + sim_p2p_s; k idle senders to one receiver at the same t: the i-th
+ * call's message arrives at t + α + i·n/β. a == b: t_send, nothing booked. The order of calls
+ * is the FIFO order (the caller makes it deterministic). docs/simulate-models.md. */
 double sim_nics_send(sim_nics *nics, const sim_net *net, int a, int b, size_t n, double t_send);
 
 #endif
