@@ -16,6 +16,7 @@
 #include "config_keys.h"
 #include "config_store.h"
 
+#include "sim/simmodel.h"
 #include "util/util.h"
 
 #include <ctype.h>
@@ -336,6 +337,12 @@ static int check_cross_keys(const experiment *e, const origin *origins, char *er
         st = config_oerr(err, errlen, origin_of(origins, "comm"),
                          "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
                          "through MPI (use comm = \"mpi\")", method_name(e->method));
+    /* Sim mode orders only lock-step all-reduce by virtual time so far (docs/simulate.md, Limits). */
+    if (!st && e->sim.enabled && e->method != METHOD_ALLREDUCE)
+        st = config_oerr(err, errlen, origin_of(origins, "sim.enabled"),
+                         "key 'sim.enabled': sim mode supports method = \"allreduce\" only so far; method '%s' is not yet "
+                         "ordered by virtual time (docs/simulate.md, Limits); set sim.enabled = false to run it in real time",
+                         method_name(e->method));
     /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
     const int jpeg = e->data.format == FORMAT_JPEG;
     const origin *dir_o = origin_of(origins, "data.dir");
@@ -429,6 +436,7 @@ const char *config_where(const char *key) {
 
 int config_unused_keys(const experiment *e, char *buf, size_t n) {
     const int m = e->method, gossip = m == METHOD_GOSSIP_PULL || m == METHOD_GOSSIP_PUSH, resnet = e->model.arch == ARCH_RESNET18;
+    const int sim = e->sim.enabled, custom = e->sim.network == SIM_NET_CUSTOM;
     const struct { const char *key, *used_by; int used; } k[] = {
         {"tau", "method easgd", m == METHOD_EASGD},
         {"beta", "method easgd", m == METHOD_EASGD},
@@ -438,6 +446,17 @@ int config_unused_keys(const experiment *e, char *buf, size_t n) {
         {"gossip_order", "the gossip methods", gossip},
         {"model.width", "model.arch resnet18", resnet},
         {"model.stem", "model.arch resnet18", resnet},
+        {"sim.device", sim ? "sim.step_ms = 0 (a step_ms > 0 replaces the device's step time)" : "sim.enabled = true", sim && !(e->sim.step_ms > 0)},
+        {"sim.step_ms", "sim.enabled = true", sim},
+        {"sim.model_params", "sim.enabled = true", sim},
+        {"sim.network", "sim.enabled = true", sim},
+        {"sim.latency_us", sim ? "sim.network = \"custom\"" : "sim.enabled = true", sim && custom},
+        {"sim.bandwidth_gbps", sim ? "sim.network = \"custom\"" : "sim.enabled = true", sim && custom},
+        {"sim.topology", "sim.enabled = true", sim},
+        {"sim.leaf_size", sim ? "sim.topology = \"fat_tree\"" : "sim.enabled = true", sim && e->sim.topology == SIM_TOPO_FAT_TREE},
+        {"sim.oversubscription", sim ? "sim.topology = \"fat_tree\"" : "sim.enabled = true", sim && e->sim.topology == SIM_TOPO_FAT_TREE},
+        {"sim.allreduce", "sim.enabled = true", sim},
+        {"sim.jitter", "sim.enabled = true", sim},
     };
     int count = 0;
     size_t len = 0;

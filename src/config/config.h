@@ -110,6 +110,21 @@ typedef struct {
     comm_kind comm;         /* mpi, or nccl (allreduce on device cuda) */
     device_kind device;     /* cpu or cuda */
     precision_kind precision; /* fp32, tf32 (device cuda), bf16 */
+    struct {                /* sim mode (docs/simulate.md): a virtual clock per rank; the enums are
+                               src/sim/simmodel.h's, kept as int here */
+        int enabled;        /* 1: the run file's time axis is simulated */
+        int device;         /* sim_device: whose step time is charged per step */
+        double step_ms;     /* > 0: this compute time per step instead of the device's, ms */
+        long model_params;  /* the modelled model's parameters (fp32 on the wire: 4 bytes each) */
+        int network;        /* sim_network preset, or SIM_NET_CUSTOM */
+        double latency_us;  /* custom: per-link latency, µs */
+        double bandwidth_gbps; /* custom: per-link and per-NIC bandwidth, Gbit/s */
+        int topology;       /* sim_topology */
+        int leaf_size;      /* fat_tree: hosts per leaf switch */
+        double oversubscription; /* fat_tree: >= 1 */
+        int allreduce;      /* sim_allreduce algorithm */
+        double jitter;      /* coefficient of variation of the lognormal compute jitter; 0: none */
+    } sim;
     char source[CFG_PATH_MAX]; /* the experiment file this was read from (not a key) */
 } experiment;
 

@@ -6,6 +6,7 @@
  * and never call each other. */
 #include "config_keys.h"
 
+#include "sim/simmodel.h"
 #include "util/util.h"
 
 #include <ctype.h>
@@ -215,6 +216,34 @@ const key_def config_keys[] = {
            "activations and weight copies, fp32 gradients and BN, compute capability 8.0 or later. Device "
            "cpu: ResNet-18's convolutions on bf16-rounded inputs and weights with fp32 accumulation and "
            "outputs, everything else fp32; needs AVX512_BF16 or AMX, checked at start)"),
+    K_BOOL("sim.enabled", sim.enabled, 0,
+           "sim mode (docs/simulate.md): the run file's time axis is a virtual clock per rank, compute and "
+           "communication charged from models of a target cluster; the training itself is real. Method allreduce only so far"),
+    K_ENUM("sim.device", sim.device, SIM_DEV_K80, sim_device_names, (1u << SIM_DEV_COUNT) - 1, NULL, "devices",
+           "whose ResNet-18 step time at b is charged per step (docs/simulate-models.md has each value's source); "
+           "measured: this rank's own measured data + compute + update time (validation)"),
+    K_FLOAT("sim.step_ms", sim.step_ms, 0, 1, 0, 0, 1, 0, 3.6e6, "ms",
+            "compute time charged per step; 0: sim.device's table at b"),
+    K_INT64("sim.model_params", sim.model_params, 11689512, 1, "parameters",
+            "parameters of the modelled network (ResNet-18: 11,689,512), charged on the wire in fp32 (4 bytes each)"),
+    K_ENUM("sim.network", sim.network, SIM_NET_10GBE, sim_network_names, (1u << SIM_NET_COUNT) - 1, NULL, "networks",
+           "the target's network: a preset's per-link latency and bandwidth (docs/simulate-models.md), or custom: "
+           "sim.latency_us and sim.bandwidth_gbps"),
+    K_FLOAT("sim.latency_us", sim.latency_us, 5, 1, 0, 0, 1, 0, 1e6, "us",
+            "network custom: latency per link (a route inside a switch is 2 links)"),
+    K_FLOAT("sim.bandwidth_gbps", sim.bandwidth_gbps, 10, 1, 1, 0, 1, 0, 1e6, "Gbit/s",
+            "network custom: bandwidth of each NIC and link, each direction"),
+    K_ENUM("sim.topology", sim.topology, SIM_TOPO_FLAT, sim_topology_names, (1u << SIM_TOPO_COUNT) - 1, NULL, "topologies",
+           "flat: every host on one non-blocking switch; fat_tree: two levels, sim.leaf_size hosts per leaf, uplinks "
+           "oversubscribed by sim.oversubscription"),
+    K_INT("sim.leaf_size", sim.leaf_size, 16, 1, INT_MAX, "hosts", "topology fat_tree: hosts per leaf switch"),
+    K_FLOAT("sim.oversubscription", sim.oversubscription, 1, 1, 0, 1, 1, 0, 1e6, "",
+            "topology fat_tree: oversubscription of the leaves' uplinks (1: full bisection)"),
+    K_ENUM("sim.allreduce", sim.allreduce, SIM_AR_RING, sim_allreduce_names, (1u << SIM_AR_COUNT) - 1, NULL, "algorithms",
+           "the target's all-reduce algorithm, charged in closed form in chunks of 4 MiB as the real code runs it"),
+    K_FLOAT("sim.jitter", sim.jitter, 0, 1, 0, 0, 1, 0, 100, "",
+            "coefficient of variation of a multiplicative lognormal (mean 1) compute jitter, drawn per (seed, worker, "
+            "step); 0: none"),
 };
 #define N_KEYS ((int)(sizeof(config_keys) / sizeof(config_keys[0])))
 const int config_n_keys = N_KEYS;
@@ -316,7 +345,7 @@ const char *config_value_suggest(const key_def *d, const char *v) {
  * component ("base" -> "alpha.base"), else the nearest by edit distance when it is small
  * (≤ 3 and ≤ half the length), else a known alias ("lr" -> "alpha.base"). */
 const char *config_key_suggest(const char *unknown) {
-    static const char *const groups[] = {"alpha", "inject", "model", "data", "eval", "checkpoint"};
+    static const char *const groups[] = {"alpha", "inject", "model", "data", "eval", "checkpoint", "sim"};
     /* the right name in the wrong group (or at the top level) first: an exact hit */
     const char *last = strrchr(unknown, '.');
     last = last ? last + 1 : unknown;

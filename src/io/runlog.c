@@ -180,6 +180,7 @@ static int write_train(runlog *r) {
         if (append(r, "/train", train_cols[i].name, i == T_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, r->n_train,
                    (hsize_t)r->nbuf, 0, cols[i]) < 0)
             return -1;
+    if (r->wall && append(r, "/train", wall_col.name, H5T_NATIVE_DOUBLE, r->n_train, (hsize_t)r->nbuf, 0, r->buf_wall) < 0) return -1;
     r->n_train += (hsize_t)r->nbuf;
     r->nbuf = 0;
     return 0;
@@ -241,6 +242,7 @@ static int append_eval_row(runlog *r, const char *gname, hsize_t *n, long step, 
         if (append(r, gname, eval_cols[i].name, i == E_STEP ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, *n, 1, 0,
                    i == E_STEP ? (const void *)&s : &v[i]) < 0)
             return stop(r);
+    if (r->wall && append(r, gname, wall_col.name, H5T_NATIVE_DOUBLE, *n, 1, 0, &r->wall_now) < 0) return stop(r);
     (*n)++;
     return 0;
 }
@@ -276,6 +278,8 @@ runlog *runlog_new(const char *path, const runlog_meta *meta) {
     r->fd = -1;
     snprintf(r->path, sizeof r->path, "%s", path);
     r->has_eval_local = meta->eval_local != 0;
+    r->wall = meta->wall != 0;
+    r->wall_now = NAN;
     r->ranks = meta->ranks;
     r->publish_s = meta->publish_s > 0 ? meta->publish_s : PUBLISH_S;
     if (r->ranks > 0) {
@@ -408,10 +412,14 @@ static int build_layout(runlog *r, hid_t f, const runlog_meta *meta, const char 
     for (int g = 0; g < 3; g++) {
         if (g == 2 && !r->has_eval_local) break;
         const char *gname = g == 0 ? "/train" : g == 1 ? "/eval" : "/eval_local";
-        for (int i = 0; i < (g == 0 ? NTRAIN : NEVAL); i++)
-            if (make_column(f, gname, g == 0 ? &train_cols[i] : &eval_cols[i], i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE,
-                            g == 0 ? TRAIN_CHUNK : EVAL_CHUNK, 0, path, err, errlen) < 0)
+        for (int i = 0; i < (g == 0 ? NTRAIN : NEVAL); i++) {
+            const colspec *cs = r->wall && i == T_TIME ? &time_sim_col : g == 0 ? &train_cols[i] : &eval_cols[i];
+            if (make_column(f, gname, cs, i == 0 ? H5T_STD_I64LE : H5T_IEEE_F64LE, g == 0 ? TRAIN_CHUNK : EVAL_CHUNK, 0, path, err,
+                            errlen) < 0)
                 return -1;
+        }
+        if (r->wall && make_column(f, gname, &wall_col, H5T_IEEE_F64LE, g == 0 ? TRAIN_CHUNK : EVAL_CHUNK, 0, path, err, errlen) < 0)
+            return -1;
     }
     /* /ranks: step, and the 2-D [row, ranks] timing datasets. */
     if (r->ranks > 0 && make_column(f, "/ranks", &ranks_step_col, H5T_STD_I64LE, RANKS_CHUNK, 0, path, err, errlen) < 0) return -1;
@@ -458,6 +466,10 @@ runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, 
     return r;
 }
 
+void runlog_wall(runlog *r, double wall_s) {
+    if (r) r->wall_now = wall_s;
+}
+
 int runlog_train(runlog *r, long step, double time_s, double loss, double alpha) {
     if (!r || r->failed) return -1;
     int i = r->nbuf++;
@@ -465,6 +477,7 @@ int runlog_train(runlog *r, long step, double time_s, double loss, double alpha)
     r->buf_time[i] = time_s;
     r->buf_loss[i] = loss;
     r->buf_alpha[i] = alpha;
+    r->buf_wall[i] = r->wall_now;
     if (r->nbuf == TRAIN_BUF && write_train(r) < 0) return stop(r);
     return publish_if_due(r);
 }

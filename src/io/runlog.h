@@ -67,6 +67,8 @@ typedef struct {
     const runlog_attr *attrs;         /* n_attrs root attributes (runlog_create only; a resumed
                                          file keeps those of its first run) */
     int n_attrs;
+    int wall;                         /* 1 (sim mode, docs/simulate.md): time_s is simulated, and /train,
+                                         /eval and /eval_local get a wall_s column (runlog_wall) */
     double publish_s;                 /* publish /train and /ranks rows at least every publish_s
                                          seconds of wall clock (0: 5 s), stretched to 100 times the
                                          cost of a publication */
@@ -80,6 +82,9 @@ runlog *runlog_create(const char *path, int overwrite, const runlog_meta *meta, 
  * meta.publish_s have passed since the last publication (then it takes the publication's time). */
 int runlog_train(runlog *r, long step, double time_s, double loss, double alpha);
 
+/* meta.wall: the real training wall clock (s) of the /train, /eval and /eval_local rows that
+ * follow, their wall_s (NaN until set). No effect on a file without wall_s columns. */
+void runlog_wall(runlog *r, double wall_s);
 /* One /eval row (fractions in [0,1]); publishes the file with everything logged so far. */
 int runlog_eval(runlog *r, long step, double time_s, double epoch, double loss, double top1_error,
                 double top5_error);

@@ -51,6 +51,13 @@ static const colspec eval_cols[NEVAL] = {
     {"top5_error", "fraction", "fraction of the validation set whose label is not among the top-5 predictions"},
 };
 
+/* Sim mode (meta.wall): time_s of /train, /eval and /eval_local is simulated, and each of these
+ * groups has a wall_s column beside it (docs/simulate.md). */
+static const colspec time_sim_col = {"time_s", "s", "simulated training time: the virtual clock of sim mode (docs/simulate.md), "
+                                                    "evaluation time excluded"};
+static const colspec wall_col = {"wall_s", "s", "real training wall clock since training began, evaluation time excluded "
+                                                "(sim mode: time_s is the simulated clock)"};
+
 enum { R_STEP_TIME, R_COMPUTE, R_COMM, R_WAIT, R_DATA, NRANKS };
 
 static const colspec ranks_step_col = {"step", "iterations", "global iterations completed when the row was logged"};
@@ -90,6 +97,9 @@ struct runlog {
     int nbuf;                /* rows waiting in the buffer */
     int64_t buf_step[TRAIN_BUF];
     double buf_time[TRAIN_BUF], buf_loss[TRAIN_BUF], buf_alpha[TRAIN_BUF];
+    int wall;                /* meta.wall: the wall_s columns */
+    double wall_now;         /* runlog_wall's value: the wall_s of the rows that follow */
+    double buf_wall[TRAIN_BUF];
     int has_eval_local;
     hsize_t n_eval_local;
     int ranks;               /* columns of /ranks; 0: no /ranks group */

@@ -150,17 +150,18 @@ static const char *const group_names[4] = {"/train", "/eval", "/eval_local", "/r
 /* The extendible datasets of r's layout into c (at most MAX_COLUMNS), returning how many: obj,
  * group g (an index of group_names), step (the group's 1-D int64 step column) and width (columns
  * of a 2-D /ranks dataset; 0: 1-D). */
-enum { MAX_COLUMNS = NTRAIN + 2 * NEVAL + 1 + NRANKS };
+enum { MAX_COLUMNS = NTRAIN + 2 * NEVAL + 3 + 1 + NRANKS };
 typedef struct { char obj[64]; int g, step; hsize_t width; } column;
 static int columns(const runlog *r, column *c) {
-    const struct { int n; const colspec *cols; int g; hsize_t width; } part[] = {
-        {NTRAIN, train_cols, 0, 0}, {NEVAL, eval_cols, 1, 0}, {r->has_eval_local ? NEVAL : 0, eval_cols, 2, 0},
-        {r->ranks > 0 ? 1 : 0, &ranks_step_col, 3, 0}, {r->ranks > 0 ? NRANKS : 0, ranks_cols, 3, (hsize_t)r->ranks},
+    const struct { int n; const colspec *cols; int g; hsize_t width; int wall; } part[] = {
+        {NTRAIN, train_cols, 0, 0, 0}, {NEVAL, eval_cols, 1, 0, 0}, {r->has_eval_local ? NEVAL : 0, eval_cols, 2, 0, 0},
+        {r->ranks > 0 ? 1 : 0, &ranks_step_col, 3, 0, 0}, {r->ranks > 0 ? NRANKS : 0, ranks_cols, 3, (hsize_t)r->ranks, 0},
+        {r->wall, &wall_col, 0, 0, 1}, {r->wall, &wall_col, 1, 0, 1}, {r->wall && r->has_eval_local, &wall_col, 2, 0, 1},
     };
     int n = 0;
     for (size_t k = 0; k < sizeof part / sizeof *part; k++)
         for (int i = 0; i < part[k].n; i++, n++) {
-            c[n] = (column){.g = part[k].g, .step = i == 0 && part[k].width == 0, .width = part[k].width};
+            c[n] = (column){.g = part[k].g, .step = i == 0 && part[k].width == 0 && !part[k].wall, .width = part[k].width};
             snprintf(c[n].obj, sizeof c[n].obj, "%s/%s", group_names[part[k].g], part[k].cols[i].name);
         }
     return n;

@@ -43,11 +43,14 @@ static step_out allreduce_step(trainer *t, long step, double alpha) {
         exit(EXIT_RUNTIME);
     }
     double t0 = wall_time();
+    const double real0 = t->times.data_s + t->times.compute_s; /* sim mode, device "measured" */
     /* The gradient, averaged over the workers (compute and all-reduce, overlapped on a GPU; the
      * next step's minibatch is staged meanwhile): adds data, compute, delay, comm and wait. */
     const long next = step + 1 < e->iterations ? step + 1 : -1;
     double loss = 0.0;
     const int failed = allreduce_grads(t, step, step, next, &t->times.wait_s, &loss) != 0;
+    if (t->vc.on) /* sim mode: the step's compute and the modelled all-reduce on the virtual clock (vclock.h) */
+        vclock_compute(&t->vc, step, t->times.data_s + t->times.compute_s - real0, inject_draw_s(&t->inj, step)), vclock_allreduce(&t->vc);
     double t2 = wall_time();
     /* The loss sum carries the signal requests (checkpoint.h) and a failed load at no extra cost:
      * every rank learns at the same step that some rank asked for a checkpoint (and a stop), or
@@ -65,6 +68,7 @@ static step_out allreduce_step(trainer *t, long step, double alpha) {
     t->times.comm_s += t3 - t2;
     t->times.update_s += t4 - t3;
     t->times.step_s += t4 - t0;
+    if (t->vc.on) vclock_step_end(&t->vc, t4 - t3);
     /* The averaged gradient is identical on every rank, so every rank sees the same verdict. */
     return (step_out){.took = METHOD_STEP_TOOK, .loss = finite ? loss / (double)t->p : NAN};
 }

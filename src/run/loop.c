@@ -89,10 +89,20 @@ typedef struct {
 /* Training time so far (evaluations and checkpoints excluded) banked, before one of them. */
 static void loop_pause(loop_ctx *c) { c->ls.train_s += wall_time() - c->seg; }
 
+/* The run file's time for a row or an evaluation at real training time real_s: real_s, or in sim
+ * mode the virtual clock (docs/simulate.md), real_s then kept beside it (the wall_s columns, the
+ * ETA). */
+static double loop_axis(trainer *t, double real_s) {
+    if (!t->vc.on) return real_s;
+    t->vc.wall_s = real_s;
+    if (t->log) runlog_wall(t->log, real_s);
+    return t->vc.now;
+}
+
 /* The method's begin; the resume or the evaluation at step 0; the world starts together. */
 static int loop_begin(trainer *t, loop_ctx *c) {
     const method_ops *M = t->method;
-    *c = (loop_ctx){.ls = {.prev = t->times}, .evaluate = M->evaluate ? M->evaluate : train_evaluate_and_log, .lockstep = !M->meet,
+    *c = (loop_ctx){.ls = {.prev = *train_axis_times(t)}, .evaluate = M->evaluate ? M->evaluate : train_evaluate_and_log, .lockstep = !M->meet,
                     .why = STOPPED_WRITE};
     int st = M->begin ? M->begin(t) : EXIT_OK;
     if (st != EXIT_OK) return st;
@@ -102,8 +112,8 @@ static int loop_begin(trainer *t, loop_ctx *c) {
         st = train_resume(t, &c->ls);
         /* The first /ranks row covers the steps since the resume, on every rank (only the log
          * rank's file holds where the last row stood). */
-        c->ls.prev = t->times, c->ls.last_row = t->step;
-    } else if (t->e->eval.at_start) st = c->evaluate(t, 0, 0.0, EXIT_OK, &c->why);
+        c->ls.prev = *train_axis_times(t), c->ls.last_row = t->step;
+    } else if (t->e->eval.at_start) st = c->evaluate(t, 0, loop_axis(t, 0.0), EXIT_OK, &c->why);
     if (c->lockstep) comm_barrier(); /* the whole world starts together */
     else comm_workers_barrier();
     c->seg = wall_time(); /* the time axis: training wall clock, evaluations and checkpoints excluded */
@@ -152,7 +162,7 @@ static int loop_account(trainer *t, loop_ctx *c, long s, double alpha, const ste
  * rank now; meeting points: at the next evaluation). Returns the status. */
 static int loop_row(trainer *t, loop_ctx *c, long done, double alpha) {
     loop_state *ls = &c->ls;
-    const double now = ls->train_s + (wall_time() - c->seg);
+    const double now = loop_axis(t, ls->train_s + (wall_time() - c->seg));
     if (c->lockstep) train_gather_rank_times(t, &ls->prev, done - ls->last_row, c->gbuf, c->rows), ls->last_row = done;
     if (t->log && ls->loss_n && train_log_train(t, done, now, ls->loss_acc / (double)ls->loss_n, alpha, c->lockstep ? c->rows : NULL))
         c->local = EXIT_RUNTIME;
@@ -174,7 +184,7 @@ static int loop_tick(trainer *t, loop_ctx *c, long done, double alpha) {
     if (due & CADENCE_EVAL) {
         if (!c->lockstep) comm_workers_barrier();
         loop_pause(c);
-        st = c->evaluate(t, done, c->ls.train_s, c->local, &c->why);
+        st = c->evaluate(t, done, loop_axis(t, c->ls.train_s), c->local, &c->why);
         c->seg = wall_time();
         if (st != EXIT_OK) return st;
     }
@@ -196,10 +206,15 @@ static int loop_end(trainer *t, loop_ctx *c, int st) {
     if (t->log) {
         const double steps = t->step > 0 ? (double)t->step : 1.0;
         const phase_times *ph = &t->times;
-        train_log_summary(t, st, c->why, c->ls.train_s, 1);
-        printf("rank 0 time per step: data %.2f ms, compute %.2f ms, communication %.2f ms (waiting %.2f ms), update %.2f ms\n",
-               1e3 * ph->data_s / steps, 1e3 * ph->compute_s / steps, 1e3 * ph->comm_s / steps, 1e3 * ph->wait_s / steps,
+        train_log_summary(t, st, c->why, loop_axis(t, c->ls.train_s), 1);
+        printf("rank 0 %stime per step: data %.2f ms, compute %.2f ms, communication %.2f ms (waiting %.2f ms), update %.2f ms\n",
+               t->vc.on ? "real " : "", 1e3 * ph->data_s / steps, 1e3 * ph->compute_s / steps, 1e3 * ph->comm_s / steps, 1e3 * ph->wait_s / steps,
                1e3 * ph->update_s / steps);
+        if (t->vc.on) {
+            const phase_times *v = &t->vc.v;
+            printf("rank 0 simulated time per step: compute %.2f ms, communication %.2f ms (waiting %.2f ms), injected delay %.2f ms\n",
+                   1e3 * v->compute_s / steps, 1e3 * v->comm_s / steps, 1e3 * v->wait_s / steps, 1e3 * v->delay_s / steps);
+        }
     }
     return st;
 }

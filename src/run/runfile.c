@@ -87,6 +87,45 @@ static int data_provenance(run_setup *r, runlog_attr *attrs, runlog_array_spec *
     return nat;
 }
 
+/* Sim mode (docs/simulate.md): the root attributes naming the time axis and the models, into
+ * attrs (returns how many); their numbers go in with sim_numbers once the file is open. */
+static int sim_provenance(const run_setup *r, runlog_attr *attrs) {
+    const experiment *e = &r->e;
+    const vclock *vc = &r->t.vc;
+    static char dev[64], dsrc[512], net[64], topo[96];
+    if (!vc->on) return 0;
+    int n = 0;
+    attrs[n++] = (runlog_attr){"time_axis", "simulated: time_s and /ranks are a virtual clock per rank (docs/simulate.md); "
+                                            "wall_s is the real training wall clock", 0};
+    if (e->sim.step_ms > 0) snprintf(dev, sizeof dev, "sim.step_ms"), snprintf(dsrc, sizeof dsrc, "sim.step_ms = %g ms", e->sim.step_ms);
+    else snprintf(dev, sizeof dev, "%s", sim_device_names[e->sim.device]),
+         snprintf(dsrc, sizeof dsrc, "%s", e->sim.device == SIM_DEV_MEASURED ? "each rank's measured data + compute + update time" : vc->device_source);
+    snprintf(net, sizeof net, "%s", sim_network_names[e->sim.network]);
+    snprintf(topo, sizeof topo, "%s", sim_topology_names[e->sim.topology]);
+    if (e->sim.topology == SIM_TOPO_FAT_TREE)
+        snprintf(topo, sizeof topo, "fat_tree, leaf_size %d, oversubscription %g", e->sim.leaf_size, e->sim.oversubscription);
+    attrs[n++] = (runlog_attr){"sim_device", dev, 0};
+    attrs[n++] = (runlog_attr){"sim_device_source", dsrc, 0};
+    attrs[n++] = (runlog_attr){"sim_network", net, 0};
+    attrs[n++] = (runlog_attr){"sim_network_source", e->sim.network == SIM_NET_CUSTOM ? "sim.latency_us, sim.bandwidth_gbps" : vc->network_source, 0};
+    attrs[n++] = (runlog_attr){"sim_topology", topo, 0};
+    attrs[n++] = (runlog_attr){"sim_allreduce", sim_allreduce_names[e->sim.allreduce], 0};
+    attrs[n++] = (runlog_attr){"sim_model_bytes", NULL, (long long)vc->model_bytes};
+    return n;
+}
+
+/* Sim mode: the models' numbers as float64 root attributes (set again by every resumed run):
+ * sim_step_s (the compute charged per step before jitter; absent for "measured"), sim_allreduce_s,
+ * sim_link_latency_s, sim_bandwidth_Bps. */
+static void sim_numbers(const trainer *t) {
+    const vclock *vc = &t->vc;
+    if (!vc->on || !t->log) return;
+    if (vc->step_s >= 0) runlog_set_attr_double(t->log, "sim_step_s", vc->step_s);
+    runlog_set_attr_double(t->log, "sim_allreduce_s", vc->allreduce_s);
+    runlog_set_attr_double(t->log, "sim_link_latency_s", vc->net.link_latency_s);
+    runlog_set_attr_double(t->log, "sim_bandwidth_Bps", vc->net.bandwidth_Bps);
+}
+
 /* The run file of meta: continued after the checkpoint's rows (a resume), or created (after
  * moving an unfinished one aside; overwrite = true: the earlier run's checkpoints removed).
  * Returns 0 or EXIT_BADINPUT with err filled (about key 'output'). */
@@ -148,6 +187,13 @@ static void print_start(const run_setup *r) {
     if (e->data.format == FORMAT_SYNTHETIC)
         printf("data: synthetic (random inputs and labels, %dx%dx%d, %d classes): curves measure speed, not learning\n", r->train.c,
                r->train.h, r->train.w, r->train.n_classes);
+    if (t->vc.on) {
+        if (t->vc.step_s >= 0) printf("sim mode: simulated time axis; compute %.3f ms per step", 1e3 * t->vc.step_s);
+        else printf("sim mode: simulated time axis; compute measured on each rank");
+        printf(", all-reduce of %zu bytes over p = %d: %.3f ms (%s, %s, %s); see docs/simulate.md\n", t->vc.model_bytes, e->p,
+               1e3 * t->vc.allreduce_s, sim_network_names[e->sim.network], sim_topology_names[e->sim.topology],
+               sim_allreduce_names[e->sim.allreduce]);
+    }
     setup_print_threads(&r->budget, stdout);
     if (e->device == DEVICE_CUDA)
         printf("device cuda (%s): rank %d on %s%s\n", precision_name(e->precision), t->rank, r->gpu_desc, r->comm_desc);
@@ -172,17 +218,20 @@ void setup_runlog(run_setup *r, int argc, char **argv) {
         describe_device(r);
         /* The method's own arrays first, at the indices it writes them by (docs/output.md). */
         static runlog_array_spec arrays[METHOD_MAX_ARRAYS + 2];
-        static runlog_attr attrs[24];
+        static runlog_attr attrs[40];
         int na = t->method->runlog_arrays ? t->method->runlog_arrays(e, arrays) : 0;
         r->data_array = na;
-        const int nat = data_provenance(r, attrs, arrays, &na);
+        int nat = data_provenance(r, attrs, arrays, &na);
+        nat += sim_provenance(r, attrs + nat);
         const runlog_meta meta = {
             .method = method_name(e->method), .p = e->p, .b = e->b, .m = e->p * e->b, .seed = e->seed,
             .iterations = e->iterations, .config_text = cfg_text, .command_line = cmdline, .hostname = comm_host(),
             .servers = method_has_servers(e->method) ? e->servers : 0, .ranks = e->p, .device = r->device_desc,
             .eval_local = t->method->eval_local, .arrays = na ? arrays : NULL, .n_arrays = na, .attrs = attrs, .n_attrs = nat,
+            .wall = t->vc.on,
         };
         st = open_runlog(r, &meta, err, sizeof err);
+        if (!st) sim_numbers(t);
         if (!st) comm_on_timeout(record_timeout, t);
     }
     setup_agree_key(st, "output", err);

@@ -375,6 +375,9 @@ void setup_data(run_setup *r) {
             setup_blame(e, "keys 'p', 'b', 'data.shape', 'data.classes'", err, sizeof err);
     } else st = data_idx(r, lrank, err, sizeof err);
     setup_agree(st, err);
+    /* sim mode's virtual clock (its models checked here, so --check finds a device without a step time) */
+    const int vst = vclock_init(&t->vc, e, lrank, err, sizeof err) ? EXIT_BADINPUT : 0;
+    setup_agree_key(vst, "sim.device", err);
     /* --check: decode a sample of every shard before a long run (rank 0; the pack is shared). */
     if (e->data.format == FORMAT_JPEG && r->check_only && t->rank == 0) {
         int64_t a = 0, b = 0;
@@ -473,6 +476,7 @@ int setup_close(run_setup *r, int st) {
     model_host_free(t->net, t->x), model_host_free(t->net, t->y), model_host_free(t->net, t->eval_x), model_host_free(t->net, t->eval_y);
     free(t->velocity);
     reducer_free(&t->red);
+    vclock_free(&t->vc);
     model_free(t->net);
     loader_free(&t->train_loader);
     shards_close(r->pack_train), shards_close(r->pack_val);

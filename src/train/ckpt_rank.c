@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "nn/layers.h"
 #include "util/util.h"
@@ -17,6 +18,12 @@ static int ckpt_common(trainer *t, ckpt_file *f, loop_state *ls) {
     int64_t step = t->step, threads = omp_get_max_threads();
     int rc = ckpt_io_i64(f, "step", &step, 1) | ckpt_io_f64(f, "times", (double *)&t->times, 7);
     t->step = step;
+    if (t->vc.on) { /* sim mode: the virtual clock and its phase times (vclock.h), every rank's own */
+        double vc[8] = {t->vc.now};
+        memcpy(vc + 1, &t->vc.v, sizeof t->vc.v);
+        rc |= ckpt_io_f64(f, "vclock", vc, 8);
+        if (!save) t->vc.now = vc[0], memcpy(&t->vc.v, vc + 1, sizeof t->vc.v);
+    }
     if (save)
         rc |= ckpt_put_i64(f, "threads", &threads, 1) | ckpt_put_str(f, "isa", nn_isa_name()) |
               ckpt_put_i64(f, "data_fingerprint", (const int64_t *)t->data_fp, 2);

@@ -1,6 +1,6 @@
 /* ckpt_rank.h — one rank's part of a checkpoint (src/train/checkpoint.h has the directory, the
  * commit protocol and the file format): what every rank's file holds in common — the step, the
- * phase times, the loader's decode counters; on the log rank also the loop state (loop_state),
+ * phase times, sim mode's virtual clock (vclock.h), the loader's decode counters; on the log rank also the loop state (loop_state),
  * the run file's row counts (flushed first) and the experiment — then the owner's own state. */
 #ifndef DSGD_CKPT_RANK_H
 #define DSGD_CKPT_RANK_H

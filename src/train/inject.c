@@ -38,7 +38,7 @@ static double draw_delay(const experiment *e, rng_t *r) {
 }
 
 void inject_init(injector *in, const experiment *e, int worker) {
-    *in = (injector){.e = e, .worker = worker};
+    *in = (injector){.e = e, .worker = worker, .virtual_time = e->sim.enabled};
     for (int i = 0; i < e->inject.n_slow_ranks; i++)
         if (e->inject.slow_ranks[i] == worker) in->is_slow = 1;
 }
@@ -51,7 +51,9 @@ int inject_random_victim(const experiment *e, long step) {
     return (int)rng_below(&r, (uint64_t)e->p);
 }
 
-double inject_delay_s(const injector *in, long step) {
+double inject_delay_s(const injector *in, long step) { return in->virtual_time ? 0.0 : inject_draw_s(in, step); }
+
+double inject_draw_s(const injector *in, long step) {
     const experiment *e = in->e;
     if (!(e->inject.delay_ms > 0)) return 0;
     double d = 0;

@@ -14,7 +14,9 @@
  *   fail_rank    this worker stops for good once it has completed fail_step steps
  *
  * A delay is slept (nanosleep), not computed, so that a slow worker does not take CPU time from
- * the other ranks on an over-subscribed node; it stands for a slower processor or network. */
+ * the other ranks on an over-subscribed node; it stands for a slower processor or network. In sim
+ * mode (sim.enabled, docs/simulate.md) nothing is slept: the delay is charged to the rank's
+ * virtual clock (inject_draw_s, src/train/vclock.h) and inject_delay_s returns 0. */
 #ifndef DSGD_INJECT_H
 #define DSGD_INJECT_H
 
@@ -24,6 +26,7 @@ typedef struct {
     const experiment *e;
     int worker;      /* this worker's rank among the p workers, 0-based */
     int is_slow;     /* worker is in inject.slow_ranks */
+    int virtual_time; /* sim mode: delays are charged to the virtual clock, never slept */
 } injector;
 
 /* Set up the injector of worker `worker` (0 <= worker < e->p). */
@@ -31,6 +34,8 @@ void inject_init(injector *in, const experiment *e, int worker);
 
 /* Extra seconds worker in->worker spends on its 0-based step `step` (0 if not delayed). The
  * sum of a slow_ranks delay and a random_slow delay when both apply. Pure. */
+double inject_draw_s(const injector *in, long step);
+/* The real seconds to sleep at that step: inject_draw_s, or 0 in sim mode (in->virtual_time). */
 double inject_delay_s(const injector *in, long step);
 
 /* The worker random_slow delays at `step`, or -1 (same answer on every worker). Pure. */

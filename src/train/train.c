@@ -6,7 +6,8 @@
  *
  * Time axis: time_s is the wall clock since training began with evaluation and checkpoint time
  * excluded, so curves of different methods compare training speed only
- * (Jin et al. 2016 Fig. 1/2 plot validation metrics against training wall-clock). */
+ * (Jin et al. 2016 Fig. 1/2 plot validation metrics against training wall-clock); in sim mode it
+ * is the rank's virtual clock (vclock.h), the wall clock kept beside it. */
 #include "train/train.h"
 
 #include <math.h>
@@ -128,10 +129,12 @@ int train_log_train(trainer *t, long step, double time_s, double loss, double al
      * evaluation time (the first one not yet measured: guess the step 0 one). */
     const long evals_total = total / e->eval.every + (total % e->eval.every != 0);
     double eval_mean = t->n_evals ? t->eval_s_total / (double)t->n_evals : t->at_start_eval_s;
-    format_eta((time_s / (double)(step > 0 ? step : 1)) * (double)(total - step) + eval_mean * (double)(evals_total - t->n_evals),
+    /* sim mode: time_s is simulated; the ETA is real (the wall clock of the row, t->vc.wall_s) */
+    const double real_s = t->vc.on ? t->vc.wall_s : time_s;
+    format_eta((real_s / (double)(step > 0 ? step : 1)) * (double)(total - step) + eval_mean * (double)(evals_total - t->n_evals),
                eta, sizeof eta);
-    printf("step %*ld/%ld  epoch %6.2f  loss %.4f  α %-9.3g  %6.0f img/s  ETA %s\n", (int)snprintf(NULL, 0, "%ld", total), step,
-           total, (double)step / (double)t->train_loader.steps_per_epoch, loss, alpha, ips, eta);
+    printf("step %*ld/%ld  epoch %6.2f  loss %.4f  α %-9.3g  %6.0f img/s%s  ETA %s\n", (int)snprintf(NULL, 0, "%ld", total), step,
+           total, (double)step / (double)t->train_loader.steps_per_epoch, loss, alpha, ips, t->vc.on ? " (simulated)" : "", eta);
     fflush(stdout);
     t->last_log_step = step;
     t->last_log_s = time_s;
@@ -155,8 +158,14 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
 void train_log_summary(trainer *t, int status, int why, double train_s, int evaluation_excluded) {
     const long m = (long)t->e->p * t->e->b;
     double ips = train_s > 0 ? (double)(t->step * m) / train_s : 0.0;
-    printf("%s: %ld steps, %.1f s training%s, %.0f img/s (m = %ld)\n", status == EXIT_OK ? "done" : status == EXIT_INTERRUPTED ? "interrupted" : "stopped", t->step, train_s,
-           evaluation_excluded ? " (evaluation excluded)" : "", ips, m);
+    const char *how = status == EXIT_OK ? "done" : status == EXIT_INTERRUPTED ? "interrupted" : "stopped";
+    if (t->vc.on) { /* sim mode: train_s is the virtual clock; the real one is t->vc.wall_s */
+        printf("%s: %ld steps, %.3f s simulated training (%.1f s real%s), %.0f img/s simulated (m = %ld)\n", how, t->step, train_s,
+               t->vc.wall_s, evaluation_excluded ? ", evaluation excluded" : "", ips, m);
+        runlog_set_attr_double(t->log, "wall_train_time_s", t->vc.wall_s);
+    } else
+        printf("%s: %ld steps, %.1f s training%s, %.0f img/s (m = %ld)\n", how, t->step, train_s,
+               evaluation_excluded ? " (evaluation excluded)" : "", ips, m);
     runlog_set_attr_double(t->log, "train_time_s", train_s);
     runlog_set_attr_double(t->log, "images_per_s", ips);
     runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
@@ -209,8 +218,10 @@ void train_say_stopped(long done) {
     fflush(stdout);
 }
 
+const phase_times *train_axis_times(const trainer *t) { return t->vc.on ? &t->vc.v : &t->times; }
+
 void train_gather_rank_times(trainer *t, phase_times *prev, long steps, double *buf, double *out) {
-    const phase_times *c = &t->times;
+    const phase_times *c = train_axis_times(t);
     const double n = (double)steps;
     double mine[5] = {(c->step_s - prev->step_s) / n, (c->compute_s - prev->compute_s) / n, (c->comm_s - prev->comm_s) / n,
                       (c->wait_s - prev->wait_s) / n, (c->data_s - prev->data_s) / n};

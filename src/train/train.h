@@ -14,21 +14,10 @@
 #include "io/runlog.h"
 #include "nn/model.h"
 #include "train/inject.h"
+#include "train/vclock.h" /* phase_times, the virtual clock of sim mode */
 
 typedef struct method_ops method_ops;
 typedef struct ckpt_file ckpt_file;
-
-/* Per-phase wall-clock seconds of this rank since training began (HPC-benchmark style). */
-typedef struct {
-    double data_s;     /* assembling and normalising minibatches */
-    double compute_s;  /* forward + backward */
-    double comm_s;     /* communication, waiting included */
-    double wait_s;     /* the part of comm_s spent blocked on another rank (barrier before the
-                          all-reduce, a server's reply) */
-    double update_s;   /* optimizer update */
-    double delay_s;    /* injected straggler delay (inject group) */
-    double step_s;     /* whole steps, everything above included */
-} phase_times;
 
 typedef struct trainer {
     const experiment *e;
@@ -54,7 +43,8 @@ typedef struct trainer {
     int *eval_y;              /* (eval_batch) */
     float *velocity;          /* (n_params) momentum v; NULL unless method_ops.host_velocity */
 
-    phase_times times;
+    phase_times times;        /* real (wall-clock) phase times, in sim mode too */
+    vclock vc;                /* sim mode's virtual clock (vc.on = 0 otherwise; set by setup_model) */
     long step;                /* steps completed (server methods: iterations, see methods.md) */
     long last_ckpt;           /* label of the last checkpoint written by train_checkpoint (0: none) */
 
@@ -114,6 +104,9 @@ int train_log_train(trainer *t, long step, double time_s, double loss, double al
 /* Log rank: print and append an /eval row (local = 1: /eval_local). eval_s: how long the
  * evaluation took (for the ETA). Returns 0 or EXIT_RUNTIME after a write error (printed). */
 int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, double eval_s, int local);
+
+/* The phase times of the run file's time axis: t->vc.v in sim mode, else t->times. */
+const phase_times *train_axis_times(const trainer *t);
 
 /* Collective over the workers: each worker's mean seconds per step over the `steps` since the
  * times in *prev (then updated): step, compute, comm, wait, data (NaN after no step), gathered
