@@ -419,9 +419,8 @@ int gpucomm_grads_end(gpucomm *c, size_t n, double *t_computed, char *err, size_
     snprintf(what, sizeof what, "the all-reduce of the gradient (%zu floats = %.1f MB, %d groups, ncclAvg) over %d ranks (rank %d)",
              n, (double)n * sizeof(float) / 1e6, c->n_groups, c->nranks, c->rank);
     int status = c->status;
-    if (status != GPUCOMM_OK) { /* an enqueue failed: the run stops */
+    if (status != GPUCOMM_OK) { /* an enqueue failed or timed out (c->err says which): the run stops */
         seterr(err, errlen, "%s", c->err);
-        if (status == GPUCOMM_TIMEOUT) status = GPUCOMM_FAILED; /* the message says it was a timeout */
         nccl.ncclCommAbort(c->comm);
         c->comm = NULL;
         return status;

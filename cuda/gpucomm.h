@@ -100,9 +100,9 @@ int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t e
  * call) and makes the compute stream wait for them, so the update reads the mean. Per element the
  * same operations as gpucomm_allreduce_mean on the whole vector (ncclAvg of the same values): the
  * same bits at one rank (and where NCCL's order of summation does not depend on the buffer's
- * length, as at two ranks). grads: gpu_model_vector(g, GPU_GRADS). Returns as
- * gpucomm_allreduce_mean (GPUCOMM_FAILED also for an enqueue that timed out, its message saying
- * so; the communicator is then aborted). *t_computed: the wall time (util.h wall_time) at which
+ * length, as at two ranks). grads: gpu_model_vector(g, GPU_GRADS). gpucomm_grads_end returns as
+ * gpucomm_allreduce_mean (GPUCOMM_TIMEOUT also when a group's enqueue did not complete within
+ * timeout_s; err set in every failure; the communicator is then aborted). *t_computed: the wall time (util.h wall_time) at which
  * the wait saw the backward pass done (the last group's event), -1 if it did not see it before
  * the all-reduces were. No allocation, no stream or event made. */
 int gpucomm_grads_begin(gpucomm *c, float *grads, char *err, size_t errlen);

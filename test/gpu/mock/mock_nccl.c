@@ -16,6 +16,8 @@
  * all-reduce multiply by s instead, as if the other ranks held other values (s = 2: one peer
  * holding 3x), so that a test sees whether, and on which data, it ran.
  *
+ * MOCK_NCCL_ALLREDUCE_HANG=1: an all-reduce never completes (ncclCommGetAsyncError stays
+ * ncclInProgress), as with a peer that is gone.
  * MOCK_NCCL_FINALIZE_HANG=1 in the environment: ncclCommFinalize never completes (a peer that is
  * gone), so gpucomm_free must give up after GPUCOMM_FINALIZE_S and abort. mock_nccl_counts()
  * tells a test how many communicators were aborted and destroyed. */
@@ -112,7 +114,8 @@ ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, n
     *a = (reduce_args){.x = sendbuff, .y = recvbuff, .n = count, .scale = sc && *sc ? strtof(sc, NULL) : 1.0f / 1.0f, .busy = 1};
     if (launch) launch(stream, run_allreduce, a, "ncclAllReduce (mock)");
     else run_allreduce(a);
-    comm->pending = 2;
+    const char *hang = getenv("MOCK_NCCL_ALLREDUCE_HANG");
+    comm->pending = hang && *hang && strcmp(hang, "0") != 0 ? 1 << 30 : 2;
     return ncclInProgress;
 }
 
