@@ -341,7 +341,7 @@ build/mock/test_gpu_%: test/gpu/test_gpu_%.c $(MOCK_OBJ) $(LIB) test/testutil.h 
 # mpiexec with and without the overlap of copies and communication.
 build/mock/dsgd-run: build/src/main.o $(LIB) $(MOCK_OBJ) | build/.deps-ok
 	$(CC) $(CFLAGS) -o $@ build/src/main.o $(LIB) $(MOCK_OBJ) -lstdc++ $(PKG_LIBS) $(ONEDNN_LIBS) -lm -ldl
-build/mock/test_gpu_overlap: build/mock/dsgd-run test/mpiutil.h test/alloccount.h
+build/mock/test_gpu_overlap: build/mock/dsgd-run test/mpiutil.h test/alloccount.h $(if $(MOCK_NCCL_HDR),build/mock/libnccl.so.2)
 build/mock/test_gpu_comm: $(if $(MOCK_NCCL_HDR),build/mock/libnccl.so.2)
 
 # test/gpu/: every GPU op and the whole model against the CPU backend (CUDA=1 only).

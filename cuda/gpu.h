@@ -146,6 +146,17 @@ float gpu_model_train_step(gpu_model *g, const float *x, const int *y);
  * drops anything staged. gpu_model_staged: the tag (>= 0, the caller's name for the minibatch: its
  * data step) of what is staged, -1 if nothing. Labels out of range die, as in a step. */
 void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *grads_host);
+
+/* A hook on the gradient groups of the next step (comm = "nccl" overlapped: cuda/gpucomm.h
+ * gpucomm_grads_begin). gpu_model_train_begin calls hook(ctx, j, n_groups, lo, hi, computed) on
+ * the host, while it enqueues the backward pass, once per group in the order above, right after
+ * the group's last kernel: grads [lo, hi) (device, fp32) are final once the event `computed` (a
+ * cudaEvent_t, recorded on the compute stream just before the call) completes, so work on another
+ * stream that reads or writes them must first wait on it (cudaStreamWaitEvent); that stream's
+ * work must also be waited for by the compute stream before the update (the hook's owner does
+ * this). The hook holds for one step: gpu_model_train_end clears it. Not between begin and end. */
+typedef void (*gpu_group_hook)(void *ctx, int j, int n_groups, size_t lo, size_t hi, void *computed);
+void gpu_model_set_group_hook(gpu_model *g, gpu_group_hook hook, void *ctx);
 size_t gpu_model_grads_ready(gpu_model *g);
 void gpu_model_grads_upload(gpu_model *g, const float *grads_host, size_t lo, size_t hi);
 float gpu_model_train_end(gpu_model *g);

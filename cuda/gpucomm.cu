@@ -43,6 +43,8 @@ static void scale_launch(float *buf, size_t n, float s, cudaStream_t st) {
 #else
 /* g++ over the CPU stand-ins (test/gpu/mock, Makefile build/mock/gpucomm.o): the kernel's twin. */
 extern "C" void mock_gpucomm_scale(float *buf, size_t n, float s, cudaStream_t st);
+/* mock_cuda.c: fn(arg) in st's order (at once on the compute stream, queued on a side stream). */
+extern "C" void mock_stream_launch(cudaStream_t st, void (*fn)(void *), void *arg, const char *what);
 static void scale_launch(float *buf, size_t n, float s, cudaStream_t st) { mock_gpucomm_scale(buf, n, s, st); }
 #endif
 
@@ -182,6 +184,12 @@ int gpucomm_load(char *err, size_t errlen) {
                          nccl.path, v);
                 nccl.state = -1;
             } else nccl.state = 1;
+#ifndef __CUDACC__
+            /* Over the CPU stand-ins (test/gpu/mock): the mock NCCL runs a collective in its
+             * stream's order through the mock runtime's queue, as a GPU does. */
+            void (*set_launcher)(void *) = (void (*)(void *))dlsym(nccl.handle, "mock_nccl_set_launcher");
+            if (set_launcher) set_launcher((void *)&mock_stream_launch);
+#endif
         }
     }
     if (nccl.state > 0) return 0;
@@ -225,6 +233,13 @@ struct gpucomm {
     gpu_model *g;
     int nranks, rank;
     double timeout_s;
+    /* The all-reduce per gradient group during the backward pass (gpucomm_grads_begin/_end): */
+    cudaStream_t cs;     /* the communication stream (non-blocking), beside the model's */
+    cudaEvent_t reduced; /* cs: every group's all-reduce of the step done */
+    float *grads;        /* the device gradient of the step armed, NULL when none */
+    cudaEvent_t computed; /* the model's event of the last group the hook saw */
+    int n_started, n_groups, status;
+    char err[ERRLEN];    /* status != GPUCOMM_OK: why */
 };
 
 int gpucomm_unique_id(void *id, char *err, size_t errlen) {
@@ -272,8 +287,84 @@ gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, doub
     }
     gpucomm *c = (gpucomm *)calloc(1, sizeof *c);
     if (!c) DIE("out of memory allocating the NCCL communicator's state");
-    *c = gpucomm{comm, g, nranks, rank, timeout_s};
+    c->comm = comm, c->g = g, c->nranks = nranks, c->rank = rank, c->timeout_s = timeout_s;
+    /* The stream and event of the per-group all-reduce, made here: a step makes none. */
+    e = cudaStreamCreateWithFlags(&c->cs, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&c->reduced, cudaEventDisableTiming);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        seterr(err, errlen, "cudaStreamCreateWithFlags / cudaEventCreateWithFlags for the NCCL stream (CUDA device %d): %s", dev,
+               cudaGetErrorString(e));
+        gpucomm_free(c);
+        return NULL;
+    }
     return c;
+}
+
+/* "ncclAllReduce(n floats = x MB, ...) over p ranks (rank r)" into what (for errors). */
+static void allreduce_what(const gpucomm *c, size_t n, char *what, size_t len) {
+    snprintf(what, len, "ncclAllReduce(%zu floats = %.1f MB, ncclFloat32, ncclAvg, in place) over %d ranks (rank %d)", n,
+             (double)n * sizeof(float) / 1e6, c->nranks, c->rank);
+}
+
+/* Enqueue ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg) on st, waiting (bounded by timeout_s)
+ * while NCCL says it is in progress: enqueued once ncclCommGetAsyncError says ncclSuccess. Returns
+ * GPUCOMM_OK, GPUCOMM_TIMEOUT (err not set) or GPUCOMM_FAILED with err. */
+static int enqueue_allreduce(gpucomm *c, float *buf, size_t n, cudaStream_t st, char *err, size_t errlen) {
+    char what[160], b[ERRLEN];
+    ncclResult_t r = nccl.ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, c->comm, st);
+    if (r == ncclInProgress) r = wait_state(c->comm, c->timeout_s);
+    if (r == ncclInProgress) return GPUCOMM_TIMEOUT;
+    if (r == ncclSuccess) return GPUCOMM_OK;
+    allreduce_what(c, n, what, sizeof what);
+    seterr(err, errlen, "%s: %s", what, nccl_status(r, c->comm, b, sizeof b));
+    return GPUCOMM_FAILED;
+}
+
+/* Poll until st is idle (its all-reduces done), watching ncclCommGetAsyncError, from p's start
+ * up to timeout_s; ev (NULL: none): an event whose completion time goes to *t_ev (left as it is if
+ * not seen complete). Returns GPUCOMM_OK, GPUCOMM_TIMEOUT (err not set) or GPUCOMM_FAILED with err
+ * (what: the operation, for the message). */
+static int wait_stream(gpucomm *c, cudaStream_t st, cudaEvent_t ev, double *t_ev, poller *p, const char *what, char *err,
+                       size_t errlen) {
+    char b[ERRLEN];
+    for (;;) {
+        if (ev && *t_ev < 0) {
+            if (cudaEventQuery(ev) == cudaSuccess) *t_ev = wall_time();
+            else cudaGetLastError(); /* "not ready" (a failure shows in the stream's query) */
+        }
+        cudaError_t e = cudaStreamQuery(st);
+        if (e == cudaSuccess) return GPUCOMM_OK;
+        if (e != cudaErrorNotReady) {
+            cudaGetLastError();
+            seterr(err, errlen, "%s: the stream failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+            return GPUCOMM_FAILED;
+        }
+        /* "Not ready" is no failure, but the runtime keeps it as its last error, as it does
+         * cudaEventQuery's: clear it, or the next kernel launch's check (the SGD update's
+         * CUDA_CHECK(cudaGetLastError())) stops the run. */
+        cudaGetLastError();
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = nccl.ncclCommGetAsyncError(c->comm, &state);
+        if (r == ncclSuccess && state != ncclSuccess && state != ncclInProgress) r = state;
+        if (r != ncclSuccess) {
+            seterr(err, errlen, "%s: %s", what, nccl_status(r, c->comm, b, sizeof b));
+            return GPUCOMM_FAILED;
+        }
+        if (poll_elapsed(p) > c->timeout_s) return GPUCOMM_TIMEOUT;
+        poll_pause(p);
+    }
+}
+
+/* A failed or timed-out all-reduce: the timeout's message, and the communicator aborted (which
+ * stops NCCL's kernels and proxy threads); the caller stops the run. */
+static int give_up(gpucomm *c, int status, const char *what, char *err, size_t errlen) {
+    if (status == GPUCOMM_OK) return status;
+    if (status == GPUCOMM_TIMEOUT)
+        seterr(err, errlen, "%s: not complete after comm_timeout_s = %g s; NCCL communicator aborted", what, c->timeout_s);
+    nccl.ncclCommAbort(c->comm);
+    c->comm = NULL;
+    return status;
 }
 
 int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t errlen) {
@@ -281,46 +372,69 @@ int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t e
     if (n == 0) return GPUCOMM_OK;
     CUDA_CHECK(cudaSetDevice(gpu_model_device(c->g)), "gpucomm_allreduce_mean");
     cudaStream_t st = gpu_model_stream(c->g);
-    char what[160], b[ERRLEN];
-    snprintf(what, sizeof what, "ncclAllReduce(%zu floats = %.1f MB, ncclFloat32, ncclAvg, in place) over %d ranks (rank %d)", n,
-             (double)n * sizeof(float) / 1e6, c->nranks, c->rank);
+    char what[160];
+    allreduce_what(c, n, what, sizeof what);
     poller p = poll_start();
-    ncclResult_t r = nccl.ncclAllReduce(buf, buf, n, ncclFloat32, ncclAvg, c->comm, st);
-    if (r == ncclInProgress) r = wait_state(c->comm, c->timeout_s); /* enqueued once ncclSuccess */
-    int status = GPUCOMM_OK;
-    if (r == ncclInProgress) status = GPUCOMM_TIMEOUT;
-    else if (r != ncclSuccess) {
-        seterr(err, errlen, "%s: %s", what, nccl_status(r, c->comm, b, sizeof b));
-        status = GPUCOMM_FAILED;
+    int status = enqueue_allreduce(c, buf, n, st, err, errlen);
+    if (status == GPUCOMM_OK) status = wait_stream(c, st, NULL, NULL, &p, what, err, errlen);
+    return give_up(c, status, what, err, errlen);
+}
+
+/* gpu_group_hook of an armed step: group j's all-reduce on the communication stream, behind the
+ * event that says the backward pass has produced it. After a failure the later groups are not
+ * started (gpucomm_grads_end reports it). */
+static void group_hook(void *ctx, int j, int n_groups, size_t lo, size_t hi, void *computed) {
+    gpucomm *c = (gpucomm *)ctx;
+    c->n_groups = n_groups;
+    c->computed = (cudaEvent_t)computed;
+    if (c->status != GPUCOMM_OK || !c->grads) return;
+    CUDA_CHECK(cudaStreamWaitEvent(c->cs, (cudaEvent_t)computed, 0), "NCCL stream waits for a gradient group");
+    c->status = enqueue_allreduce(c, c->grads + lo, hi - lo, c->cs, c->err, sizeof c->err);
+    if (c->status == GPUCOMM_OK) c->n_started++;
+    else if (c->status == GPUCOMM_TIMEOUT) {
+        char what[160];
+        allreduce_what(c, hi - lo, what, sizeof what);
+        seterr(c->err, sizeof c->err, "%s (gradient group %d of %d): NCCL still busy after comm_timeout_s = %g s", what, j + 1,
+               n_groups, c->timeout_s);
     }
-    while (status == GPUCOMM_OK) {
-        cudaError_t e = cudaStreamQuery(st);
-        if (e == cudaSuccess) break;
-        if (e != cudaErrorNotReady) {
-            seterr(err, errlen, "%s: the stream failed: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
-            status = GPUCOMM_FAILED;
-            break;
-        }
-        /* "Not ready" is no failure, but the runtime keeps it as its last error, as it does
-         * cudaEventQuery's: clear it, or the next kernel launch's check (the SGD update's
-         * CUDA_CHECK(cudaGetLastError())) stops the run. */
-        cudaGetLastError();
-        ncclResult_t state = ncclSuccess;
-        r = nccl.ncclCommGetAsyncError(c->comm, &state);
-        if (r == ncclSuccess && state != ncclSuccess && state != ncclInProgress) r = state;
-        if (r != ncclSuccess) {
-            seterr(err, errlen, "%s: %s", what, nccl_status(r, c->comm, b, sizeof b));
-            status = GPUCOMM_FAILED;
-        } else if (poll_elapsed(&p) > c->timeout_s) status = GPUCOMM_TIMEOUT;
-        else poll_pause(&p);
-    }
-    if (status == GPUCOMM_TIMEOUT)
-        seterr(err, errlen, "%s: not complete after comm_timeout_s = %g s; NCCL communicator aborted", what, c->timeout_s);
-    if (status != GPUCOMM_OK) { /* stop NCCL's kernels and proxy threads; the caller stops the run */
+}
+
+int gpucomm_grads_begin(gpucomm *c, float *grads, char *err, size_t errlen) {
+    if (!c->comm) return seterr(err, errlen, "the NCCL communicator was aborted by an earlier failure"), GPUCOMM_FAILED;
+    c->grads = grads;
+    c->n_started = c->n_groups = 0;
+    c->status = GPUCOMM_OK;
+    c->err[0] = '\0';
+    gpu_model_set_group_hook(c->g, group_hook, c);
+    return GPUCOMM_OK;
+}
+
+int gpucomm_grads_end(gpucomm *c, size_t n, double *t_computed, char *err, size_t errlen) {
+    *t_computed = -1.0;
+    if (!c->grads) DIE("gpucomm_grads_end without gpucomm_grads_begin");
+    c->grads = NULL;
+    if (!c->comm) return seterr(err, errlen, "the NCCL communicator was aborted by an earlier failure"), GPUCOMM_FAILED;
+    CUDA_CHECK(cudaSetDevice(gpu_model_device(c->g)), "gpucomm_grads_end");
+    char what[200];
+    snprintf(what, sizeof what, "the all-reduce of the gradient (%zu floats = %.1f MB, %d groups, ncclAvg) over %d ranks (rank %d)",
+             n, (double)n * sizeof(float) / 1e6, c->n_groups, c->nranks, c->rank);
+    int status = c->status;
+    if (status != GPUCOMM_OK) { /* an enqueue failed or timed out (c->err says which): the run stops */
+        seterr(err, errlen, "%s", c->err);
         nccl.ncclCommAbort(c->comm);
         c->comm = NULL;
+        return status;
     }
-    return status;
+    if (c->n_groups < 1 || c->n_started != c->n_groups)
+        DIE("gpucomm_grads_end: %d of %d gradient groups all-reduced: the step did not call the group hook for every group",
+            c->n_started, c->n_groups);
+    poller p = poll_start();
+    CUDA_CHECK(cudaEventRecord(c->reduced, c->cs), "gpucomm_grads_end (all-reduces done)");
+    status = wait_stream(c, c->cs, c->computed, t_computed, &p, what, err, errlen);
+    /* The update (and the next step's backward pass) after every group's all-reduce. */
+    if (status == GPUCOMM_OK)
+        CUDA_CHECK(cudaStreamWaitEvent(gpu_model_stream(c->g), c->reduced, 0), "gpucomm_grads_end (the update waits)");
+    return give_up(c, status, what, err, errlen);
 }
 
 void gpucomm_free(gpucomm *c) {
@@ -341,6 +455,8 @@ void gpucomm_free(gpucomm *c) {
             nccl.ncclCommAbort(c->comm);
         }
     }
+    if (c->reduced) cudaEventDestroy(c->reduced);
+    if (c->cs) cudaStreamDestroy(c->cs);
     free(c);
 }
 
@@ -373,6 +489,12 @@ gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, doub
 /* Unreachable without a communicator. */
 int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t errlen) {
     DIE("gpucomm_allreduce_mean: " NCCL_NOT_BUILT);
+}
+int gpucomm_grads_begin(gpucomm *c, float *grads, char *err, size_t errlen) {
+    DIE("gpucomm_grads_begin: " NCCL_NOT_BUILT);
+}
+int gpucomm_grads_end(gpucomm *c, size_t n, double *t_computed, char *err, size_t errlen) {
+    DIE("gpucomm_grads_end: " NCCL_NOT_BUILT);
 }
 void gpucomm_free(gpucomm *c) {
     if (c) DIE("gpucomm_free: " NCCL_NOT_BUILT);

@@ -88,6 +88,26 @@ gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, doub
  * communicator is aborted and unusable); GPUCOMM_FAILED with err (likewise). */
 int gpucomm_allreduce_mean(gpucomm *c, float *buf, size_t n, char *err, size_t errlen);
 
+/* The gradient's mean overlapped with the backward pass (comm = "nccl" with DSGD_NCCL_OVERLAP=1,
+ * src/comm/reduce.h): gpucomm_grads_begin(c, grads) before the step's gpu_model_train_begin arms
+ * g's group hook (gpu_model_set_group_hook) for that step; as the backward pass finishes each
+ * gradient group [lo, hi) (the fc layer, each BasicBlock from the last, the stem: gpu.h), the hook
+ * makes the communication stream (made by gpucomm_create) wait on the group's event and enqueues
+ * ncclAllReduce(grads + lo, grads + lo, hi - lo, ncclFloat32, ncclAvg) there, so the all-reduce of
+ * the last layers runs while the GPU computes the first layers' gradients. gpucomm_grads_end(c, n)
+ * (after gpu_model_train_begin, before gpu_model_train_end; n: the gradient's length, for the
+ * message) waits until every group's all-reduce is done (polled, bounded by timeout_s from its
+ * call) and makes the compute stream wait for them, so the update reads the mean. Per element the
+ * same operations as gpucomm_allreduce_mean on the whole vector (ncclAvg of the same values): the
+ * same bits at one rank (and where NCCL's order of summation does not depend on the buffer's
+ * length, as at two ranks). grads: gpu_model_vector(g, GPU_GRADS). gpucomm_grads_end returns as
+ * gpucomm_allreduce_mean (GPUCOMM_TIMEOUT also when a group's enqueue did not complete within
+ * timeout_s; err set in every failure; the communicator is then aborted). *t_computed: the wall time (util.h wall_time) at which
+ * the wait saw the backward pass done (the last group's event), -1 if it did not see it before
+ * the all-reduces were. No allocation, no stream or event made. */
+int gpucomm_grads_begin(gpucomm *c, float *grads, char *err, size_t errlen);
+int gpucomm_grads_end(gpucomm *c, size_t n, double *t_computed, char *err, size_t errlen);
+
 /* Release the communicator (ncclCommFinalize, then ncclCommDestroy; ncclCommAbort, with a
  * warning, if the finalize does not complete within GPUCOMM_FINALIZE_S seconds (or timeout_s if
  * shorter): at exit a stuck finalize means a peer is gone, and comm_timeout_s may be long).

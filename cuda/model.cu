@@ -281,7 +281,7 @@ void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *gr
         net_backward(g, t);
     }
     gpu_overlap_mark_final(g, 0);
-    if (grads_host && o->n_marked != o->n_groups)
+    if ((grads_host || o->hook) && o->n_marked != o->n_groups)
         DIE("gpu_model_train_begin: %d of %d gradient groups marked by the backward pass", o->n_marked, o->n_groups);
     CUDA_CHECK(cudaEventRecord(o->slot_free[t->slot], c->stream), "train step: input slot read");
     CUDA_CHECK(cudaMemcpyAsync(&g->host->loss, t->loss, sizeof(float), cudaMemcpyDeviceToHost, c->stream),
@@ -304,6 +304,7 @@ float gpu_model_train_end(gpu_model *g) {
     sync_compute(g, "gpu_model_train_end");
     o->in_step = 0;
     o->grads_host = NULL;
+    o->hook = NULL, o->hook_ctx = NULL; /* one step's */
     /* DSGD_GPU_SYNC=step: the loss read is also the read of the last update's flag; after a
      * non-finite update every step reports NaN (its parameters are). */
     return g->bad_update ? NAN : g->host->loss;

@@ -77,6 +77,8 @@ typedef struct {
     /* The step between gpu_model_train_begin and gpu_model_train_end: */
     int in_step;
     float *grads_host;                           /* where the groups go (NULL: not staged) */
+    gpu_group_hook hook;                         /* called per group (gpu_model_set_group_hook; NULL: none) */
+    void *hook_ctx;
     int n_marked;                                /* groups the backward pass has marked */
     int n_ready;                                 /* groups seen on the host */
     int n_uploads;                               /* gpu_model_grads_upload calls */

@@ -1,7 +1,8 @@
 /* model_overlap.cu — the overlap of copies with computation (docs/gpu.md, "Overlap"): the
  * gradient groups, their events and copies to the host during the backward pass
- * (gpu_model_grads_ready, gpu_model_grads_upload), and the staging of the next minibatch
- * (gpu_model_stage). */
+ * (gpu_model_grads_ready, gpu_model_grads_upload), the hook that starts each group's NCCL
+ * all-reduce as soon as the group is final (gpu_model_set_group_hook), and the staging of the next
+ * minibatch (gpu_model_stage). */
 #include "model_internal.h"
 
 #include <string.h>
@@ -98,20 +99,31 @@ void gpu_overlap_free(gpu_overlap *o) {
     memset(o, 0, sizeof *o);
 }
 
-/* The backward pass has made grads [lo, n_params) final. If this step stages its gradient and a
- * group ends there, record that group's event on the compute stream and enqueue its copy to the
- * host on the d2h stream behind it (in the order the groups become final). */
+/* The backward pass has made grads [lo, n_params) final. If a group ends there and this step
+ * stages its gradient or has a group hook: record that group's event on the compute stream; then
+ * enqueue its copy to the host on the d2h stream behind it, and call the hook (which enqueues its
+ * own work behind the event: the NCCL all-reduce of the group), in the order the groups become
+ * final. */
 void gpu_overlap_mark_final(gpu_model *g, size_t lo) {
     gpu_overlap *o = &g->ov;
     const int j = o->n_marked;
-    if (!o->grads_host || j >= o->n_groups || o->glo[j] != lo) return;
+    if (!(o->grads_host || o->hook) || j >= o->n_groups || o->glo[j] != lo) return;
     const size_t hi = j ? o->glo[j - 1] : g->L.n_params;
     CUDA_CHECK(cudaEventRecord(o->computed[j], g->ctx.stream), "train step: gradient group final");
-    CUDA_CHECK(cudaStreamWaitEvent(o->d2h, o->computed[j], 0), "train step: d2h waits for a gradient group");
-    CUDA_CHECK(cudaMemcpyAsync(o->grads_host + lo, g->grads + lo, (hi - lo) * sizeof(float), cudaMemcpyDeviceToHost, o->d2h),
-               "train step: gradient group to the host");
-    CUDA_CHECK(cudaEventRecord(o->on_host[j], o->d2h), "train step: gradient group on the host");
+    if (o->grads_host) {
+        CUDA_CHECK(cudaStreamWaitEvent(o->d2h, o->computed[j], 0), "train step: d2h waits for a gradient group");
+        CUDA_CHECK(cudaMemcpyAsync(o->grads_host + lo, g->grads + lo, (hi - lo) * sizeof(float), cudaMemcpyDeviceToHost, o->d2h),
+                   "train step: gradient group to the host");
+        CUDA_CHECK(cudaEventRecord(o->on_host[j], o->d2h), "train step: gradient group on the host");
+    }
+    if (o->hook) o->hook(o->hook_ctx, j, o->n_groups, lo, hi, (void *)o->computed[j]);
     o->n_marked++;
+}
+
+void gpu_model_set_group_hook(gpu_model *g, gpu_group_hook hook, void *ctx) {
+    if (g->ov.in_step) DIE("gpu_model_set_group_hook between gpu_model_train_begin and gpu_model_train_end");
+    g->ov.hook = hook;
+    g->ov.hook_ctx = ctx;
 }
 
 size_t gpu_model_grads_ready(gpu_model *g) {

@@ -54,6 +54,7 @@ STUB(void, gpu_model_grads_upload, (gpu_model *g, const float *grads_host, size_
 STUB(float, gpu_model_train_end, (gpu_model *g))
 STUB(void, gpu_model_stage_buffers, (gpu_model *g, float **x, int **y))
 STUB(void, gpu_model_stage, (gpu_model *g, long tag))
+STUB(void, gpu_model_set_group_hook, (gpu_model *g, gpu_group_hook hook, void *ctx))
 STUB(long, gpu_model_staged, (const gpu_model *g))
 STUB(void, gpu_model_eval, (gpu_model *g, const float *x, int n_valid, float *logits))
 STUB(void, gpu_model_train_logits, (gpu_model *g, float *logits))

@@ -34,6 +34,8 @@ gpucomm *gpucomm_create(gpu_model *g, int nranks, int rank, const void *id, doub
 
 STUB(int, gpucomm_gpu_id, (gpu_model *g, char *buf, size_t n, char *err, size_t errlen))
 STUB(int, gpucomm_allreduce_mean, (gpucomm *c, float *buf, size_t n, char *err, size_t errlen))
+STUB(int, gpucomm_grads_begin, (gpucomm *c, float *grads, char *err, size_t errlen))
+STUB(int, gpucomm_grads_end, (gpucomm *c, size_t n, double *t_computed, char *err, size_t errlen))
 void gpucomm_free(gpucomm *c) {
     if (c) DIE("gpucomm_free: " NOT_BUILT);
 }

@@ -27,7 +27,7 @@
  *                   [--warmup 5] [--max-seconds 30] [--device cuda|cpu]
  * --device cpu times the same loop on the CPU backend (fp32 only), e.g. to try this program on a
  * machine without a GPU. --variants adds rows with the step's switches (docs/gpu.md, "Switches";
- * VARIANTS below: det, sync1, cast1, all) after the base rows, at the --variant-precision
+ * VARIANTS below: nccl, ncclov, det, sync1, cast1, all) after the base rows, at the --variant-precision
  * precisions (default every one); their BENCH lines carry variant=NAME (base: variant=base). Exit status: 0 every row ok or unsupported, 1 a row failed, 2 bad
  * arguments or no GPU. */
 #include <math.h>
@@ -36,6 +36,8 @@
 #include <string.h>
 
 #include "../cuda/gpu.h"
+#include "../cuda/gpucomm.h"
+#include "comm/reduce.h"
 #include "nn/model.h"
 #include "util/util.h"
 
@@ -67,6 +69,8 @@ static const struct {
     const char *name, *vals[N_SWITCH_VARS];
 } VARIANTS[] = {
     {"base", {NULL, NULL, NULL}},
+    {"nccl", {NULL, NULL, NULL}},   /* + a one-rank NCCL all-reduce of the gradient after the backward pass (N14 off) */
+    {"ncclov", {NULL, NULL, NULL}}, /* + the same per gradient group during the backward pass (N14: DSGD_NCCL_OVERLAP=1) */
     {"det", {NULL, NULL, "1"}},     /* N11 off: deterministic algorithms first */
     {"sync1", {"step", NULL, NULL}}, /* N10: one host synchronisation per step */
     {"cast1", {NULL, "one", NULL}},  /* N16: the bf16 weight casts in one launch */
@@ -89,7 +93,7 @@ static int usage(const char *msg) {
             "usage: bench_gpu [--width W] [--stem imagenet|cifar] [--input CxHxW] [--classes K]\n"
             "                 [--batch B1,B2,...] [--precision fp32,tf32,bf16] [--reps R] [--steps S]\n"
             "                 [--warmup N] [--max-seconds T] [--device cuda|cpu]\n"
-            "                 [--variants base,det,sync1,cast1,all] [--variant-precision bf16,...]\n");
+            "                 [--variants base,nccl,ncclov,det,sync1,cast1,all] [--variant-precision bf16,...]\n");
     return EXIT_BADINPUT;
 }
 
@@ -146,7 +150,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
                 int j = 0;
                 while (j < N_VARIANTS && strcmp(t, VARIANTS[j].name)) j++;
-                if (j == N_VARIANTS) return usage("--variants: comma-separated base, det, sync1, cast1, all");
+                if (j == N_VARIANTS) return usage("--variants: comma-separated base, nccl, ncclov, det, sync1, cast1, all");
                 if (j == 0) continue;
                 if (a->n_variants == MAX_LIST) return usage("at most 16 values in a list");
                 a->variants[a->n_variants++] = j;
@@ -188,6 +192,25 @@ static int parse_args(int argc, char **argv, bench_args *a) {
 
 static int bench_row_env(const bench_args *a, int b, model_precision prec, const char *common);
 
+/* The row's all-reduce (variants nccl, ncclov: comm = "nccl" at p = 1, through the reducer as
+ * allreduce_grads runs it): 0 none, 1 after the backward pass, 2 per gradient group during it. */
+static int g_nccl;
+
+/* One step: model_train_step, or with g_nccl the step with its NCCL all-reduce (red). */
+static float bench_step(model *m, const float *x, const int *y, reducer *red) {
+    if (!g_nccl) return model_train_step(m, x, y);
+    if (!red->nccl_overlap) {
+        const float loss = model_train_step(m, x, y);
+        reducer_mean(red, MODEL_GRADS, NULL);
+        return loss;
+    }
+    double t_computed;
+    reducer_grads_begin(red);
+    model_train_begin(m, x, y, 0);
+    reducer_grads_end(red, NULL, &t_computed);
+    return model_train_end(m);
+}
+
 /* One row: returns 0 ok, 1 failed (printed), 2 precision unsupported (printed). */
 static int bench_row(const bench_args *a, int b, model_precision prec, const char *common, int variant) {
     /* The variant's switches for model_create (read there), the caller's environment after. */
@@ -199,6 +222,7 @@ static int bench_row(const bench_args *a, int b, model_precision prec, const cha
         if (VARIANTS[variant].vals[i]) setenv(SWITCH_VARS[i], VARIANTS[variant].vals[i], 1);
         else unsetenv(SWITCH_VARS[i]);
     }
+    g_nccl = !strcmp(VARIANTS[variant].name, "nccl") ? 1 : !strcmp(VARIANTS[variant].name, "ncclov") ? 2 : 0;
     const int rc = bench_row_env(a, b, prec, common);
     for (int i = 0; i < N_SWITCH_VARS; i++) {
         if (saved[i]) setenv(SWITCH_VARS[i], saved[i], 1);
@@ -225,6 +249,32 @@ static int bench_row_env(const bench_args *a, int b, model_precision prec, const
     model_init(m, 1);
     model_set_host_sync(m, 0);
     model_upload(m, MODEL_PARAMS | MODEL_BN);
+    reducer red = {0};
+    gpucomm *comm = NULL;
+    if (g_nccl) { /* a one-rank communicator; no NCCL here: the row is unsupported */
+        char id[GPUCOMM_ID_BYTES];
+        if (a->device != MODEL_CUDA) snprintf(err, sizeof err, "comm = \"nccl\" needs --device cuda");
+        if (a->device != MODEL_CUDA || gpucomm_unique_id(id, err, sizeof err) || !(comm = gpucomm_create(model_gpu(m), 1, 0, id, 60.0, err, sizeof err))) {
+            printf("%9s %6d  unsupported: NCCL: %s\n", prec_name(prec), b, err);
+            printf("BENCH %s status=unsupported\n", common);
+            model_free(m);
+            return 2;
+        }
+        const char *o = getenv("DSGD_NCCL_OVERLAP");
+        char *old = o ? strdup(o) : NULL;
+        setenv("DSGD_NCCL_OVERLAP", g_nccl == 2 ? "1" : "0", 1);
+        reducer_with(&red, REDUCE_NCCL, m, 1, 0, comm);
+        if (old) setenv("DSGD_NCCL_OVERLAP", old, 1);
+        else unsetenv("DSGD_NCCL_OVERLAP");
+        free(old);
+        if (g_nccl == 2 && !red.nccl_overlap) { /* DSGD_OVERLAP=0 in the environment */
+            printf("%9s %6d  unsupported: DSGD_OVERLAP=0 turns the overlap off\n", prec_name(prec), b);
+            printf("BENCH %s status=unsupported\n", common);
+            reducer_free(&red);
+            model_free(m);
+            return 2;
+        }
+    }
 
     const size_t nx = (size_t)b * a->in_c * a->in_h * a->in_w;
     float *x = model_host_alloc(m, nx * sizeof(float));
@@ -237,7 +287,7 @@ static int bench_row_env(const bench_args *a, int b, model_precision prec, const
     int finite = 1;
     float loss = 0;
     for (int i = 0; i < a->warmup; i++) {
-        loss = model_train_step(m, x, y);
+        loss = bench_step(m, x, y, &red);
         finite &= model_sgd_update(m, 0.01f, 0.9f, 1e-4f, 1);
     }
     double rate[MAX_REPS];
@@ -246,7 +296,7 @@ static int bench_row_env(const bench_args *a, int b, model_precision prec, const
     while (n < a->reps) {
         const double t0 = wall_time();
         for (int i = 0; i < a->steps; i++) {
-            loss = model_train_step(m, x, y); /* returns with the loss on the host */
+            loss = bench_step(m, x, y, &red); /* returns with the loss on the host */
             finite &= model_sgd_update(m, 0.01f, 0.9f, 1e-4f, 1);
         }
         rate[n++] = (double)b * a->steps / (wall_time() - t0);
@@ -262,6 +312,7 @@ static int bench_row_env(const bench_args *a, int b, model_precision prec, const
     fflush(stdout);
     model_host_free(m, x);
     model_host_free(m, y);
+    reducer_free(&red);
     model_free(m);
     return finite ? 0 : 1;
 }

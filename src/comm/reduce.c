@@ -14,6 +14,8 @@
  * at the same part and none waits in the next one. */
 static int failed_anywhere(int st) { return comm_max_int(st) != 0; }
 
+#define NCCL_OVERLAP_ENV "DSGD_NCCL_OVERLAP"
+
 /* comm = "nccl": check that no two workers share a GPU (NCCL refuses it: cuda/gpucomm.h), load
  * NCCL, broadcast worker 0's NCCL id over MPI and build the communicator on the model's GPU into
  * *c. Returns this rank's status (0, or EXIT_BADINPUT / EXIT_RUNTIME with msg filled); when any
@@ -53,10 +55,20 @@ void reducer_with(reducer *r, reduce_path path, model *net, int p, int rank, str
     r->stage = path != REDUCE_HOST && !(v && strcmp(v, "0") == 0);
     const int nc = comm_mean_chunks(model_n_params(net));
     r->overlap = path == REDUCE_STAGED && r->stage && p > 1 && nc > 0 && nc <= COMM_MAX_CHUNKS;
+    /* DSGD_NCCL_OVERLAP=0: NCCL's all-reduce of the gradient once the backward pass is over, on the
+     * model's stream (to compare; docs/gpu.md, "Switches"). */
+    const char *nv = getenv(NCCL_OVERLAP_ENV);
+    r->nccl_overlap = path == REDUCE_NCCL && r->stage && !(nv && strcmp(nv, "0") == 0);
 }
 
 int reducer_init(reducer *r, const experiment *e, model *net, int worker, int rank, char *msg, size_t n) {
     if (n) msg[0] = '\0';
+    const char *nv = getenv(NCCL_OVERLAP_ENV);
+    if (nv && *nv && strcmp(nv, "0") != 0 && strcmp(nv, "1") != 0) {
+        reducer_with(r, REDUCE_HOST, net, e->p, rank, NULL);
+        return seterr(msg, n, "%s=%s in the environment: expected 1 (the default: the all-reduce of comm = \"nccl\" per "
+                              "gradient group during the backward pass) or 0 (after it)", NCCL_OVERLAP_ENV, nv);
+    }
     if (model_get_device(net) == MODEL_CPU) reducer_with(r, REDUCE_HOST, net, e->p, rank, NULL);
     else if (e->comm == COMM_NCCL) {
         gpucomm *c;
@@ -73,10 +85,18 @@ void reducer_describe(const reducer *r, char *buf, size_t n) {
         gpucomm_version(v, sizeof v); /* "NCCL 2.28.9 (path; ...)" */
         int len = (int)strcspn(v, "(");
         while (len > 0 && v[len - 1] == ' ') len--;
-        snprintf(buf, n, "; all-reduce: %.*s on the GPUs", len < 40 ? len : 40, v);
+        snprintf(buf, n, "; all-reduce: %.*s on the GPUs%s", len < 40 ? len : 40, v,
+                 r->nccl_overlap ? " per gradient group during the backward pass" : "");
     } else if (r->path != REDUCE_HOST)
         snprintf(buf, n, "; all-reduce: MPI %s", r->path == REDUCE_DEVICE ? "on device memory (CUDA-aware)" : "through host memory");
     else if (n) buf[0] = '\0';
+}
+
+/* An NCCL failure of the gradient's all-reduce: the message, then every rank stops. */
+static void nccl_failed(const reducer *r, int st, const char *err) {
+    fprintf(stderr, "dsgd-run: rank %d on %s: %s\n", r->rank, comm_host(), err);
+    if (st == GPUCOMM_TIMEOUT) comm_timeout_abort("the other workers (NCCL all-reduce)");
+    comm_abort(EXIT_RUNTIME);
 }
 
 void reducer_mean(reducer *r, int which, double *wait_s) {
@@ -91,10 +111,8 @@ void reducer_mean(reducer *r, int which, double *wait_s) {
         if (wait_s) comm_workers_wait(wait_s);
         char err[ERRLEN];
         const int st = gpucomm_allreduce_mean(r->nccl, dev, n, err, sizeof err);
-        if (st == GPUCOMM_OK) return;
-        fprintf(stderr, "dsgd-run: rank %d on %s: %s\n", r->rank, comm_host(), err);
-        if (st == GPUCOMM_TIMEOUT) comm_timeout_abort("the other workers (NCCL all-reduce)");
-        comm_abort(EXIT_RUNTIME);
+        if (st != GPUCOMM_OK) nccl_failed(r, st, err);
+        return;
     }
     case REDUCE_DEVICE: /* MPI on device memory; the mean's division on the device */
         if (r->p == 1) return;
@@ -111,6 +129,20 @@ void reducer_mean(reducer *r, int which, double *wait_s) {
         return;
     }
     }
+}
+
+void reducer_grads_begin(reducer *r) {
+    if (r->path != REDUCE_NCCL || !r->nccl_overlap) DIE("reducer_grads_begin: not REDUCE_NCCL with the overlap");
+    char err[ERRLEN];
+    const int st = gpucomm_grads_begin(r->nccl, model_device_vector(r->net, MODEL_GRADS), err, sizeof err);
+    if (st != GPUCOMM_OK) nccl_failed(r, st, err);
+}
+
+void reducer_grads_end(reducer *r, double *wait_s, double *t_computed) {
+    if (wait_s) comm_workers_wait(wait_s);
+    char err[ERRLEN];
+    const int st = gpucomm_grads_end(r->nccl, model_n_params(r->net), t_computed, err, sizeof err);
+    if (st != GPUCOMM_OK) nccl_failed(r, st, err);
 }
 
 void reducer_free(reducer *r) {

@@ -6,7 +6,9 @@
  *   REDUCE_HOST     CPU model: comm_allreduce_mean_f32 on the vector (host memory)
  *   REDUCE_NCCL     GPU model, comm = "nccl": ncclAllReduce(ncclAvg) on the device vector, on the
  *                   model's stream — also at p = 1, where it changes nothing, so that one GPU
- *                   exercises it
+ *                   exercises it; for the gradient, per gradient group on a stream of its own as
+ *                   the backward pass produces each group (allreduce_grads, reducer_grads_begin)
+ *                   unless DSGD_NCCL_OVERLAP=0 or DSGD_OVERLAP=0
  *   REDUCE_DEVICE   GPU model, CUDA-aware MPI (comm_gpu_aware): comm_workers_sum_f32 on the
  *                   device vector, then the division by p on the device
  *   REDUCE_STAGED   GPU model, other MPI: model_download, comm_allreduce_mean_f32 on the page-
@@ -32,6 +34,8 @@ typedef struct reducer {
     int overlap;              /* REDUCE_STAGED, p > 1, DSGD_OVERLAP not 0: the gradient reduced during the backward pass (allreduce_grads) */
     int stage;                /* GPU model and DSGD_OVERLAP not 0: the next minibatch is staged on
                                  the device while a step computes (allreduce_grads) */
+    int nccl_overlap;         /* REDUCE_NCCL, stage, DSGD_NCCL_OVERLAP not 0: the gradient's all-reduce
+                                 per group during the backward pass (reducer_grads_begin) */
     model *net;
     int p, rank;
     struct gpucomm *nccl;     /* REDUCE_NCCL: the workers' communicator (cuda/gpucomm.h) */
@@ -50,10 +54,13 @@ int reducer_init(reducer *r, const experiment *e, model *net, int worker, int ra
 
 /* The reducer of a given path, without set-up or checks (reducer_init uses it; the GPU tests
  * build each path with it): p workers, this one world rank `rank`; nccl: REDUCE_NCCL's
- * communicator. r->stage and r->overlap follow DSGD_OVERLAP, the path and p. */
+ * communicator. r->stage and r->overlap follow DSGD_OVERLAP, the path and p; r->nccl_overlap
+ * also DSGD_NCCL_OVERLAP (1, the default, or 0; reducer_init refuses another value: exit 2, the
+ * message naming the variable). */
 void reducer_with(reducer *r, reduce_path path, model *net, int p, int rank, struct gpucomm *nccl);
 
-/* The path in the start-up line: "" on a CPU model, else "; all-reduce: NCCL 2.x on the GPUs",
+/* The path in the start-up line: "" on a CPU model, else "; all-reduce: NCCL 2.x on the GPUs"
+ * (then " per gradient group during the backward pass" when r->nccl_overlap),
  * "; all-reduce: MPI on device memory (CUDA-aware)" or "; all-reduce: MPI through host memory". */
 void reducer_describe(const reducer *r, char *buf, size_t n);
 
@@ -63,6 +70,19 @@ void reducer_describe(const reducer *r, char *buf, size_t n);
  * first waits at the worker barrier and adds the seconds spent there to *wait_s, so /ranks
  * wait_s means the same on every path. */
 void reducer_mean(reducer *r, int which, double *wait_s);
+
+/* REDUCE_NCCL with r->nccl_overlap: MODEL_GRADS := its mean, overlapped with the step's backward
+ * pass. reducer_grads_begin before model_train_begin arms the model so that each gradient group's
+ * all-reduce is enqueued on the NCCL stream as soon as the backward pass has produced it
+ * (cuda/gpucomm.h gpucomm_grads_begin); reducer_grads_end after model_train_begin (and before
+ * model_train_end) waits at the worker barrier (its seconds added to *wait_s when not NULL, as
+ * reducer_mean), then for the all-reduces (bounded by comm_timeout_s: a timeout stops every rank
+ * as reducer_mean's) and orders the update after them. The same bits as reducer_mean(r,
+ * MODEL_GRADS, ...) after model_train_end at one rank (per element the same ncclAvg).
+ * *t_computed: the wall time at which the wait saw the backward pass done, -1 if not seen before
+ * the all-reduces were. No allocation. */
+void reducer_grads_begin(reducer *r);
+void reducer_grads_end(reducer *r, double *wait_s, double *t_computed);
 
 /* Release (every rank; NCCL: gpucomm_free's bounded finalize). */
 void reducer_free(reducer *r);

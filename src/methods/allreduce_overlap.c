@@ -2,7 +2,9 @@
  * allreduce's only, kept out of the step that every reader walks. While the GPU computes, the host
  * assembles the next minibatch into page-locked memory and a copy stream puts it on the device;
  * on REDUCE_STAGED the gradient reaches the host group by group during the backward pass and is
- * reduced chunk by chunk meanwhile. The same bits as train_compute + reducer_mean. */
+ * reduced chunk by chunk meanwhile; on REDUCE_NCCL each gradient group's ncclAllReduce starts on
+ * the GPU as soon as the backward pass has produced it (reducer_grads_begin). The same bits as
+ * train_compute + reducer_mean. */
 #include "methods/allreduce_overlap.h"
 
 #include "comm/comm.h"
@@ -95,11 +97,17 @@ int allreduce_grads(trainer *t, long data_step, long step, long next_data_step, 
     t->times.delay_s += delay;
     const double t0 = wall_time();
     int failed = 0;
+    if (red->nccl_overlap) reducer_grads_begin(red); /* each group's all-reduce as soon as it is final */
     double data = begin_step(t, data_step, red->overlap ? MODEL_STAGE_GRADS : 0, &failed);
     data += stage_next(t, next_data_step, &failed);
     t->times.data_s += data;
     double waited = 0.0, t_computed; /* waited: the barrier's seconds on the overlapped path */
-    if (red->overlap) {
+    if (red->nccl_overlap) {
+        /* the GPU computes and all-reduces meanwhile: the barrier, then the wait until the last
+         * group's all-reduce is done (t_computed: when the backward pass was seen done) */
+        reducer_grads_end(red, wait_s ? &waited : NULL, &t_computed);
+        *loss = model_train_end(net);
+    } else if (red->overlap) {
         grads_overlapped(net, wait_s ? &waited : NULL, &t_computed);
         *loss = model_train_end(net);
     } else {

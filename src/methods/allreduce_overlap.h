@@ -15,13 +15,17 @@
  *     does and the staged one is dropped;
  *   - REDUCE_STAGED (GPU model, p > 1, MPI without CUDA support): the gradient reaches the host
  *     group by group while the backward pass runs (MODEL_STAGE_GRADS) and is reduced chunk by
- *     chunk meanwhile.
+ *     chunk meanwhile;
+ *   - REDUCE_NCCL with t->red.nccl_overlap (DSGD_NCCL_OVERLAP not 0): each gradient group's
+ *     ncclAllReduce is enqueued on the NCCL stream as soon as the backward pass has produced it
+ *     (reducer_grads_begin / reducer_grads_end), the update waiting for all of them.
  * A CPU model, or DSGD_OVERLAP=0 in the environment, takes train_compute and reducer_mean as they
  * are. The injected straggler delay is slept before the step's computation starts on a GPU (after
  * it on the CPU), so that it is never hidden behind the GPU's work. Adds to t->times data_s,
  * compute_s (until the whole gradient is computed: on the overlapped path until its last group is
  * on the host), delay_s, comm_s (the all-reduce: on the overlapped path what is left of it once the
- * gradient is computed, plus the barrier) and, through wait_s, the barrier. *loss: this worker's
+ * gradient is computed, plus the barrier; on the NCCL overlap compute_s runs until the backward
+ * pass is seen done on the GPU) and, through wait_s, the barrier. *loss: this worker's
  * mean loss. Returns 0, or -1 when the loader could not deliver (loader_error says why; the
  * all-reduce was not entered: the caller stops every rank). No allocation. Collective over the
  * workers, as reducer_mean. */

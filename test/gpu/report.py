@@ -43,6 +43,8 @@ VARIANT_NOTE = {
     "det": "DSGD_CUDNN_DETERMINISTIC=1",
     "sync1": "DSGD_GPU_SYNC=step",
     "cast1": "DSGD_GPU_CASTS=one",
+    "nccl": "+ one-rank NCCL all-reduce after the backward pass",
+    "ncclov": "+ one-rank NCCL all-reduce per gradient group (DSGD_NCCL_OVERLAP=1)",
     "all": "sync=step + casts=one",
 }
 

@@ -16,7 +16,8 @@
 #      steps, 3 s a row; then dsgd-run's switches of the step (docs/gpu.md, "Switches"), a bf16
 #      row each at b = 32 and 256 beside the base row: DSGD_CUDNN_DETERMINISTIC=1 (the base rows
 #      take the fastest algorithm, deterministic or not), DSGD_GPU_SYNC=step, DSGD_GPU_CASTS=one,
-#      and both; the table goes into summary.md and to stdout at once
+#      both, and a one-rank NCCL all-reduce added after the backward pass and per gradient group
+#      during it (DSGD_NCCL_OVERLAP, N14); the table goes into summary.md and to stdout at once
 #   e. NCCL: test_gpu_comm (device vectors, the CUDA-aware path's scaling, a one-rank NCCL
 #      all-reduce; DSGD_REQUIRE_NCCL=1 on a GPU machine: an NCCL that cannot be loaded fails),
 #      then comm = "nccl" at p = 1 (20 steps, loss curve as step c's MPI run's)
@@ -30,7 +31,7 @@
 #      at p = 2 (both ranks on one GPU); comm = "nccl" at p = 2 (with one GPU: refused at start,
 #      exit 2, naming key 'comm'; with two: trained and checked); with a CUDA-aware MPI also p = 2
 #      with DSGD_CUDA_AWARE=0 (the host path) against the default; p = 2 with DSGD_OVERLAP=0 (no
-#      overlap) against the default
+#      overlap) against the default; comm = "nccl" at p = 1 with DSGD_NCCL_OVERLAP=0 against e.'s
 #   summary.md: every step with its status and time, and img/s dsgd-run vs PyTorch
 #
 # Tests and runs choose cuDNN's convolution algorithms by its heuristics (DSGD_CUDNN_ALGO=heuristic:
@@ -591,8 +592,9 @@ else
            --max-seconds 3)
     # The step's switches (docs/gpu.md, "Switches"), one row each after the base rows, in bf16 (the
     # goal against PyTorch's channels_last): deterministic algorithms, one synchronisation per
-    # step, the casts in one launch, both.
-    DEVARG=(--variants det,sync1,cast1,all --variant-precision bf16)
+    # step, the casts in one launch, both; then a one-rank NCCL all-reduce added to the step, after
+    # the backward pass (nccl) and per gradient group during it (ncclov: DSGD_NCCL_OVERLAP=1, N14).
+    DEVARG=(--variants det,sync1,cast1,all,nccl,ncclov --variant-precision bf16)
 fi
 if [ -x "$BENCH" ]; then
     run_step "d. bench_gpu (dsgd-run)" "$BENCH_LOG" 150 "${BENV[@]}" DSGD_CUDNN_ALGO=find "$BENCH" "${SHAPE[@]}" --precision fp32,tf32,bf16 \
@@ -744,6 +746,18 @@ if [ "$simulate" != 1 ]; then
             "$R/cuda_p2.h5" "$R/cuda_p2_nooverlap.h5" --steps 10 --rtol 1e-5
     else
         record "g. loss curves overlapped vs DSGD_OVERLAP=0, p=2" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
+    fi
+    # comm = "nccl": the all-reduce per gradient group during the backward pass (the default, step
+    # e's run) against DSGD_NCCL_OVERLAP=0 (after it): at p = 1 the same losses (docs/gpu.md).
+    BENV+=("DSGD_NCCL_OVERLAP=0")
+    train "g. run cuda p=1 comm=nccl DSGD_NCCL_OVERLAP=0 (20 steps)" 1 cuda "$R/nccl_p1_after.h5" --set comm=nccl \
+        --set iterations=20 --set eval.every=20
+    BENV=("${benv_saved[@]}")
+    if [ -n "${RUN_OK[$R/nccl_p1_after.h5]:-}" ] && [ -n "${RUN_OK[$R/nccl_p1.h5]:-}" ] && [ -n "$PY_H5" ]; then
+        run_step "g. loss curves nccl per group vs DSGD_NCCL_OVERLAP=0, p=1" "$RUNS_LOG" 60 "$PY_H5" "$here/check_runs.py" \
+            compare "$R/nccl_p1.h5" "$R/nccl_p1_after.h5" --steps 10 --rtol 1e-5
+    else
+        record "g. loss curves nccl per group vs DSGD_NCCL_OVERLAP=0, p=1" "SKIP" 0 "a run failed (or no h5py)" "$RUNS_LOG"
     fi
 fi
 

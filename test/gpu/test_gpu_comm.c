@@ -23,6 +23,11 @@
  *   test_nccl_finalize_bounded  (over the mock only) a communicator whose ncclCommFinalize never
  *                     completes (MOCK_NCCL_FINALIZE_HANG=1) is released by gpucomm_free within
  *                     GPUCOMM_FINALIZE_S + 2 s although comm_timeout_s is 60 s, and aborted.
+ *   test_nccl_groups_timeout  (over the mock only) the all-reduce per gradient group
+ *                     (gpucomm_grads_begin/_end) on an NCCL whose all-reduce never completes
+ *                     (MOCK_NCCL_ALLREDUCE_HANG=1): GPUCOMM_TIMEOUT naming group 1 of 10 within
+ *                     comm_timeout_s (1 s) + 2 s beyond the step's own time (one group's wait, not
+ *                     ten), the communicator aborted, the step still ends.
  *   test_device_choice  the GPU of a rank on a multi-GPU node: gpu_launcher_local_rank reads the
  *                     launcher's variable (MPI launchers' before SLURM_LOCALID, which mpiexec's ranks
  *                     inherit in a Slurm job), gpu_select_early makes GPU (that rank mod count)
@@ -317,6 +322,59 @@ START_TEST(test_nccl_finalize_bounded) {
     model_free(g);
 }
 END_TEST
+
+/* The per-group all-reduce (gpucomm_grads_begin/_end) with an NCCL that never finishes an
+ * all-reduce (MOCK_NCCL_ALLREDUCE_HANG=1: ncclCommGetAsyncError stays ncclInProgress): the first
+ * group's enqueue gives up after comm_timeout_s (1 s) inside the backward pass, the later groups
+ * are not started, gpucomm_grads_end says GPUCOMM_TIMEOUT naming the group, the communicator is
+ * aborted, and the step still ends (model_train_end) — nothing waits unbounded. */
+START_TEST(test_nccl_groups_timeout) {
+    char err[ERRLEN];
+    ck_assert(nccl_usable("groups timeout"));
+    void *lib = dlopen(MOCK_NCCL_LIB, RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_msg(lib != NULL, "%s is not the NCCL loaded", MOCK_NCCL_LIB);
+    void (*counts)(int *, int *) = (void (*)(int *, int *))dlsym(lib, "mock_nccl_counts");
+    ck_assert_ptr_nonnull(counts);
+    model *g = make(&cases[1].s, MODEL_CUDA); /* ResNet-18: 10 gradient groups */
+    char id[GPUCOMM_ID_BYTES];
+    ck_assert_msg(gpucomm_unique_id(id, err, sizeof err) == 0, "%s", err);
+    gpucomm *c = gpucomm_create(model_gpu(g), 1, 0, id, 1.0, err, sizeof err);
+    ck_assert_msg(c != NULL, "gpucomm_create: %s", err);
+    const model_spec *s = model_get_spec(g);
+    const size_t nx = (size_t)s->batch * s->in_c * s->in_h * s->in_w;
+    float *x = model_host_alloc(g, nx * sizeof(float));
+    int *y = model_host_alloc(g, (size_t)s->batch * sizeof(int));
+    rng_t r;
+    rng_seed(&r, 5);
+    fill(x, nx, &r);
+    for (int i = 0; i < s->batch; i++) y[i] = (int)rng_below(&r, (uint64_t)s->n_classes);
+    double ts = wall_time(); /* the step's own time (over the mock the CPU computes it) */
+    model_train_step(g, x, y);
+    ts = wall_time() - ts;
+    int aborted0, destroyed0, aborted1, destroyed1;
+    counts(&aborted0, &destroyed0);
+    setenv("MOCK_NCCL_ALLREDUCE_HANG", "1", 1);
+    const double t0 = wall_time();
+    ck_assert_int_eq(gpucomm_grads_begin(c, model_device_vector(g, MODEL_GRADS), err, sizeof err), GPUCOMM_OK);
+    model_train_begin(g, x, y, 0);
+    double t_computed;
+    const int st = gpucomm_grads_end(c, model_n_params(g), &t_computed, err, sizeof err);
+    const double dt = wall_time() - t0;
+    unsetenv("MOCK_NCCL_ALLREDUCE_HANG");
+    ck_assert_int_eq(st, GPUCOMM_TIMEOUT);
+    ck_assert_msg(strstr(err, "gradient group 1 of 10") && strstr(err, "comm_timeout_s = 1 s"), "%s", err);
+    ck_assert_msg(dt >= 0.9 && dt < ts + 3.0, "the timeout took %.2f s, the step alone %.2f s (comm_timeout_s 1 s: one group's wait, not ten)", dt, ts);
+    counts(&aborted1, &destroyed1);
+    ck_assert_int_eq(aborted1, aborted0 + 1);
+    ck_assert_msg(isfinite(model_train_end(g)), "the step did not end with a finite loss");
+    printf("  per-group all-reduce that never completes: GPUCOMM_TIMEOUT after %.2f s (the step alone %.2f s; comm_timeout_s 1): %s\n",
+           dt, ts, err);
+    ck_assert_int_eq(gpucomm_grads_begin(c, model_device_vector(g, MODEL_GRADS), err, sizeof err), GPUCOMM_FAILED);
+    gpucomm_free(c);
+    model_host_free(g, x), model_host_free(g, y);
+    model_free(g);
+}
+END_TEST
 #endif
 
 static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
@@ -467,6 +525,7 @@ static Suite *gpu_comm_suite(void) {
     tcase_add_loop_test(tc, test_nccl_then_sgd, 0, N_CASES);
 #ifdef MOCK_NCCL_LIB
     tcase_add_test(tc, test_nccl_finalize_bounded);
+    tcase_add_test(tc, test_nccl_groups_timeout);
 #endif
     tcase_add_test(tc, test_device_choice);
     tcase_add_test(tc, test_early_only_cuda);

@@ -30,6 +30,15 @@
  *                   per rank, one model through allreduce_grads (overlapped) and one
  *                   through train_compute + reducer_mean (REDUCE_STAGED), 5 SGD steps:
  *                   losses, gradients, parameters equal; parameters equal across ranks.
+ *   test_nccl_overlap  comm = "nccl" at one rank (tcase "nccl"): allreduce_grads with each gradient
+ *                   group's all-reduce started as the backward pass produces it (DSGD_NCCL_OVERLAP,
+ *                   the default) against the all-reduce after the backward pass (=0) and against
+ *                   model_train_step with the mean taken on the host, over test_trainer's calls:
+ *                   losses, gradients and the state after the updates equal; the mock's all-reduce
+ *                   multiplies by 2 (MOCK_NCCL_SCALE), so a group reduced twice, never, or before
+ *                   the backward pass wrote it shows, and the mock stops a group all-reduce
+ *                   enqueued without a wait for the compute work before it; no allocation or
+ *                   CUDA object after the first call; DSGD_NCCL_OVERLAP=yes refused.
  *   test_dsgd_run   dsgd-run itself, 2 ranks, device = "cuda", 12 steps of ResNet-18 width 4 on
  *                   Fashion-MNIST, with DSGD_OVERLAP=0 and without: /train/loss and /eval/loss
  *                   equal (skipped where the data set is not installed).
@@ -58,6 +67,7 @@
 #include "jpegutil.h"
 #include "comm/comm.h"
 #include "gpu.h"
+#include "gpucomm.h"
 #include "mpiutil.h"
 #include "nn/model.h"
 #include "testgpu.h"
@@ -508,6 +518,138 @@ START_TEST(test_trainer) {
 }
 END_TEST
 
+/* ---- test_nccl_overlap ----------------------------------------------------------------------- */
+
+/* A one-rank NCCL communicator on m's GPU, or NULL (and the test skips, printing why) where NCCL
+ * cannot be loaded — over the mock, or with DSGD_REQUIRE_NCCL=1, it must load. */
+static gpucomm *nccl_one_rank(model *m, const char *name) {
+    char err[ERRLEN], id[GPUCOMM_ID_BYTES];
+    if (gpucomm_load(err, sizeof err) != 0) {
+        const char *req = getenv("DSGD_REQUIRE_NCCL");
+        ck_assert_msg(!g_exact && !(req && *req && strcmp(req, "0") != 0), "NCCL not usable: %s", err);
+        printf("%s: NCCL not usable: %s: skipped\n", name, err);
+        return NULL;
+    }
+    ck_assert_msg(gpucomm_unique_id(id, err, sizeof err) == 0, "%s", err);
+    gpucomm *c = gpucomm_create(model_gpu(m), 1, 0, id, 60.0, err, sizeof err);
+    ck_assert_msg(c != NULL, "%s: gpucomm_create: %s", name, err);
+    return c;
+}
+
+/* comm = "nccl" at one rank: allreduce_grads with the all-reduce per gradient group during the
+ * backward pass (DSGD_NCCL_OVERLAP=1) against the same with the all-reduce after it (=0) and
+ * against loader_batch + model_train_step with the mean applied on the host, over the calls of
+ * test_trainer (staged minibatches, jumps). Over the mock the all-reduce multiplies by
+ * MOCK_NCCL_SCALE = 2 (mock_nccl.c), so that a group reduced twice, not at all, or before the
+ * backward pass wrote it shows; and mock_cuda.c kills a group all-reduce enqueued on the NCCL
+ * stream without a wait for the compute work before it. On a GPU the one-rank ncclAvg is ×1. */
+static void nccl_case(const ov_case *k) {
+    const model_spec *s = &k->s;
+    model *a = make(s, MODEL_CUDA, 4), *b = make(s, MODEL_CUDA, 4), *m3 = make(s, MODEL_CUDA, 4);
+    /* a bad value of the switch is refused, naming it */
+    char msg[ERRLEN];
+    reducer bad;
+    setenv("DSGD_NCCL_OVERLAP", "yes", 1);
+    ck_assert_int_eq(reducer_init(&bad, &g_e, a, 0, 0, msg, sizeof msg), EXIT_BADINPUT);
+    ck_assert_msg(strstr(msg, "DSGD_NCCL_OVERLAP=yes") && strstr(msg, "expected 1"), "%s", msg);
+    unsetenv("DSGD_NCCL_OVERLAP");
+    gpucomm *ca = nccl_one_rank(a, k->name), *cb = ca ? nccl_one_rank(b, k->name) : NULL;
+    if (!ca) {
+        model_free(a), model_free(b), model_free(m3);
+        return;
+    }
+    const float scale = g_exact ? 2.0f : 1.0f;
+    if (g_exact) setenv("MOCK_NCCL_SCALE", "2", 1);
+    dataset d = synth(s, 200, 29);
+    trainer ta, tb, t3;
+    trainer_init(&ta, a, &d, 1, 0, 1);
+    trainer_init(&tb, b, &d, 1, 0, 1);
+    trainer_init(&t3, m3, &d, 1, 0, 1);
+    reducer_with(&ta.red, REDUCE_NCCL, a, 1, 0, ca); /* unset: the default, on */
+    setenv("DSGD_NCCL_OVERLAP", "0", 1);
+    reducer_with(&tb.red, REDUCE_NCCL, b, 1, 0, cb);
+    unsetenv("DSGD_NCCL_OVERLAP");
+    ck_assert(ta.red.nccl_overlap && ta.red.stage && !tb.red.nccl_overlap && tb.red.stage);
+    char da[256], db[256];
+    reducer_describe(&ta.red, da, sizeof da);
+    reducer_describe(&tb.red, db, sizeof db);
+    ck_assert_msg(strstr(da, "per gradient group during the backward pass") && !strstr(db, "per gradient group"), "'%s' / '%s'", da, db);
+    const size_t n = model_n_params(a);
+    float *ga = xmalloc(n * sizeof(float)), *gb = xmalloc(n * sizeof(float)), *g3 = xmalloc(n * sizeof(float));
+    long objects = 0, mallocs = 0, ref_mallocs = 0, changed = 0;
+    for (int c = 0; c < N_CALLS; c++) {
+        double wait = 0, la, lb;
+        if (c == 1) objects = mock_cuda_objects ? mock_cuda_objects() : 0;
+        alloc_count = 0;
+        alloc_armed = c >= 1;
+        const int rc = allreduce_grads(&ta, CALL_DS[c], c, CALL_NEXT[c], &wait, &la);
+        alloc_armed = 0;
+        ck_assert_int_eq(rc, 0);
+        if (c >= 1) mallocs += alloc_count;
+        ck_assert_int_eq(allreduce_grads(&tb, CALL_DS[c], c, CALL_NEXT[c], &wait, &lb), 0);
+        alloc_count = 0;
+        alloc_armed = c >= 1;
+        loader_batch(&t3.train_loader, CALL_DS[c], t3.x, t3.y);
+        const float l3 = model_train_step(m3, t3.x, t3.y);
+        alloc_armed = 0;
+        if (c >= 1) ref_mallocs += alloc_count;
+        char w[200];
+        snprintf(w, sizeof w, "%s NCCL call %d (data step %ld): loss, per group vs after", k->name, c, CALL_DS[c]);
+        check_loss(w, la, lb);
+        snprintf(w, sizeof w, "%s NCCL call %d (data step %ld): loss, per group vs model_train_step", k->name, c, CALL_DS[c]);
+        check_loss(w, la, l3);
+        grads_of(a, ga), grads_of(b, gb), grads_of(m3, g3);
+        for (size_t i = 0; i < n; i++) {
+            const float m = g3[i] * scale; /* the mean of the mock's ranks (one rank on a GPU: ×1) */
+            changed += memcmp(&m, &g3[i], sizeof m) != 0;
+            g3[i] = m;
+        }
+        snprintf(w, sizeof w, "%s NCCL call %d (data step %ld): gradient, per group vs after", k->name, c, CALL_DS[c]);
+        check_same(w, ga, gb, n);
+        snprintf(w, sizeof w, "%s NCCL call %d (data step %ld): gradient, per group vs the mean on the host", k->name, c,
+                 CALL_DS[c]);
+        check_same(w, ga, g3, n);
+        memcpy(model_grads(m3), g3, n * sizeof(float));
+        model_upload(m3, MODEL_GRADS);
+        ck_assert(model_sgd_update(a, ALPHA, MU, LAMBDA, 1));
+        ck_assert(model_sgd_update(b, ALPHA, MU, LAMBDA, 1));
+        ck_assert(model_sgd_update(m3, ALPHA, MU, LAMBDA, 1));
+        ck_assert_msg(ta.times.compute_s >= 0 && ta.times.comm_s >= 0, "negative phase time");
+    }
+    if (g_exact) ck_assert_msg(changed > (long)n, "the mock all-reduce (x2) changed only %ld gradient values", changed);
+    state want = state_new(m3);
+    state_save(m3, &want);
+    char w[160];
+    snprintf(w, sizeof w, "%s NCCL per group after %d calls, vs the host mean", k->name, N_CALLS);
+    state_check(w, a, &want);
+    state_save(b, &want);
+    snprintf(w, sizeof w, "%s NCCL per group after %d calls, vs after the backward pass", k->name, N_CALLS);
+    state_check(w, a, &want);
+    state_free(&want);
+    const long new_objects = mock_cuda_objects ? mock_cuda_objects() - objects : 0;
+    printf("%s, comm = \"nccl\" (%s): %d calls per gradient group equal the all-reduce after the backward pass and the "
+           "host mean (x%g) bit for bit; after the first call %ld allocations (model_train_step's layers: %ld), %ld CUDA "
+           "objects made\n",
+           k->name, da + 2, N_CALLS, (double)scale, mallocs, ref_mallocs, new_objects);
+    ck_assert_int_eq(new_objects, 0);
+    if (g_exact)
+        ck_assert_msg(mallocs == ref_mallocs, "%ld allocations in allreduce_grads, %ld in the layers it calls", mallocs,
+                      ref_mallocs);
+    unsetenv("MOCK_NCCL_SCALE");
+    free(ga), free(gb), free(g3);
+    trainer_free(&ta), trainer_free(&tb), trainer_free(&t3);
+    gpucomm_free(ca), gpucomm_free(cb);
+    model_free(a), model_free(b), model_free(m3);
+    free(d.x), free(d.y);
+}
+
+START_TEST(test_nccl_overlap) {
+    const ov_case *k = &cases[_i];
+    if (k->s.precision == MODEL_BF16) return; /* the mock's bf16 layers allocate scratch */
+    nccl_case(k);
+}
+END_TEST
+
 /* ---- test_mpi: the child, under mpiexec ------------------------------------------------------------ */
 
 #define MPI_STEPS 5
@@ -801,6 +943,9 @@ int main(int argc, char **argv) {
         return EXIT_SUCCESS;
     }
     g_exact = mock_cuda_objects != NULL;
+#ifdef MOCK_NCCL_LIB
+    if (g_exact) setenv("DSGD_NCCL_LIBRARY", MOCK_NCCL_LIB, 1); /* over the CPU stand-ins: their one-rank NCCL */
+#endif
     if (!realpath(argv[0], g_self)) snprintf(g_self, sizeof g_self, "%s", argv[0]);
     printf("test_gpu_overlap on %s (%s)\n", desc, g_exact ? "CPU stand-ins: bit for bit" : "GPU");
     Suite *s = suite_create("gpu_overlap");
@@ -813,5 +958,9 @@ int main(int argc, char **argv) {
     tcase_add_test(tc, test_dsgd_run);
     tcase_add_test(tc, test_dsgd_run_jpeg);
     suite_add_tcase(s, tc);
+    TCase *tn = tcase_create("nccl"); /* CK_RUN_CASE=nccl: this one only */
+    tcase_set_timeout(tn, 900);
+    tcase_add_loop_test(tn, test_nccl_overlap, 0, N_CASES);
+    suite_add_tcase(s, tn);
     return run_suite_nofork(s);
 }

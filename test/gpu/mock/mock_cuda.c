@@ -96,7 +96,13 @@ const char *cudaGetErrorString(cudaError_t e) {
     }
 }
 
+/* Work done on the compute stream so far (launches, and its asynchronous copies and memsets):
+ * an event recorded there remembers the count, and a side stream that waits on the event is
+ * ordered after that much of it (mock_stream_launch checks). */
+static unsigned long compute_work;
+
 void mock_launch_check(const char *what) {
+    compute_work++;
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         DIE("mock: CUDA cudaGetLastError() failed in %s: %s (%s) — the error of an earlier call, left as the runtime's "
@@ -233,7 +239,7 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int d) {
 
 /* ---- streams and events ---- */
 
-enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT };
+enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_HOST };
 
 typedef struct {
     int kind;
@@ -245,6 +251,8 @@ typedef struct {
     struct CUevent_st *ev;      /* OP_RECORD */
     struct CUstream_st *on;     /* OP_WAIT: run `on` up to operation number `upto` */
     unsigned long upto;
+    void (*fn)(void *);         /* OP_HOST: fn(arg) */
+    void *arg;
 } mock_op;
 
 #define MOCK_QUEUE 4096
@@ -254,11 +262,13 @@ struct CUstream_st {
     int deferred;
     mock_op q[MOCK_QUEUE];
     unsigned long enqueued, done; /* operations numbered 1, 2, ...; q holds (done, enqueued] */
+    unsigned long compute_after;  /* work enqueued from now on follows this much compute work */
 };
 
 struct CUevent_st {
     struct CUstream_st *s;      /* stream of the last record (NULL: never recorded, or immediate) */
     unsigned long seq;          /* the record's operation number in s */
+    unsigned long work;         /* recorded on an immediate stream: compute_work then */
 };
 
 static struct CUstream_st *streams[MOCK_MAX_STREAMS];
@@ -282,6 +292,7 @@ static void run_op(mock_op *o) {
     case OP_SET: cudaMemset(o->dst, o->value, o->n); break;
     case OP_RECORD: break; /* the event's seq is this operation's number: complete once done */
     case OP_WAIT: run_to(o->on, o->upto); break;
+    case OP_HOST: o->fn(o->arg); break;
     }
 }
 
@@ -341,14 +352,14 @@ cudaError_t cudaDeviceSynchronize(void) {
 }
 
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-    if (!deferred(s)) return cudaMemset(p, v, n);
+    if (!deferred(s)) return compute_work++, cudaMemset(p, v, n);
     mock_check_dev(p, n, "cudaMemsetAsync");
     enqueue(s, (mock_op){.kind = OP_SET, .dst = p, .n = n, .value = v});
     return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
-    if (!deferred(s)) return cudaMemcpy(dst, src, n, kind);
+    if (!deferred(s)) return compute_work++, cudaMemcpy(dst, src, n, kind);
     if (n == 0) return cudaSuccess;
     /* The same checks as cudaMemcpy, now; the data moves when the stream runs. */
     if (kind == cudaMemcpyHostToDevice && (!mock_is_dev(dst, n) || mock_is_dev(src, n)))
@@ -375,7 +386,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     if (!deferred(s)) { /* the stream's work so far is done */
-        e->s = NULL, e->seq = 0;
+        e->s = NULL, e->seq = 0, e->work = compute_work;
         return cudaSuccess;
     }
     enqueue(s, (mock_op){.kind = OP_RECORD, .ev = e});
@@ -405,12 +416,32 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
     (void)flags;
+    if (deferred(s) && !e->s && e->work > s->compute_after) s->compute_after = e->work;
     if (event_done(e)) return cudaSuccess;
     if (!deferred(s)) run_to(e->s, e->seq); /* work on s runs at once: what it waits for runs first */
     else enqueue(s, (mock_op){.kind = OP_WAIT, .on = e->s, .upto = e->seq});
     return cudaSuccess;
 }
 
+/* fn(arg) as a kernel on s would run (for the mock NCCL's collectives, through gpucomm.cu's
+ * mock_nccl_set_launcher): at once on an immediate stream (counted as compute work), queued on a
+ * side stream. A kernel on a side stream reads and writes what the compute stream produced (an
+ * all-reduce of gradient groups), so it must be ordered after all compute work enqueued before
+ * it: a side stream that has not waited (cudaStreamWaitEvent) on an event recorded after that
+ * work dies here, naming what — on a GPU it could run before the data is there. */
+void mock_stream_launch(cudaStream_t s, void (*fn)(void *), void *arg, const char *what) {
+    if (!deferred(s)) {
+        compute_work++;
+        fn(arg);
+        return;
+    }
+    if (s->compute_after < compute_work)
+        DIE("mock: %s enqueued on a side stream that waits for %lu of the compute stream's %lu operations enqueued before "
+            "it (a missing cudaStreamWaitEvent on an event recorded after them): on a GPU it may read its data before "
+            "the compute stream has written it",
+            what, s->compute_after, compute_work);
+    enqueue(s, (mock_op){.kind = OP_HOST, .fn = fn, .arg = arg});
+}
 
 cudaError_t cudaRuntimeGetVersion(int *v) {
     *v = 13000;

@@ -7,9 +7,17 @@
  * that starts something returns ncclInProgress, and ncclCommGetAsyncError answers ncclInProgress
  * twice before ncclSuccess, so gpucomm.cu's wait loops go round. One rank only (nranks 1, rank 0:
  * anything else is ncclInvalidUsage); ncclAllReduce(float, ncclAvg) multiplies by 1/1 = 1.0f,
- * in place or into recvbuff, at once (the buffers are the mock's host memory). The model's stream
- * then answers "not ready" to cudaStreamQuery two times in three (mock_cuda.c), as a busy GPU.
+ * in place or into recvbuff, in its stream's order: gpucomm.cu over the mock hands it the mock
+ * runtime's mock_stream_launch (mock_nccl_set_launcher), which runs it at once on the model's
+ * stream and queues it on a side stream (the NCCL stream of the per-group all-reduce), dying if
+ * that stream does not wait for the compute work before it; without a launcher it runs at once.
+ * The stream then answers "not ready" to cudaStreamQuery two times in three (mock_cuda.c), as a
+ * busy GPU. MOCK_NCCL_SCALE=s (a float; default 1) in the environment at the call makes the
+ * all-reduce multiply by s instead, as if the other ranks held other values (s = 2: one peer
+ * holding 3x), so that a test sees whether, and on which data, it ran.
  *
+ * MOCK_NCCL_ALLREDUCE_HANG=1: an all-reduce never completes (ncclCommGetAsyncError stays
+ * ncclInProgress), as with a peer that is gone.
  * MOCK_NCCL_FINALIZE_HANG=1 in the environment: ncclCommFinalize never completes (a peer that is
  * gone), so gpucomm_free must give up after GPUCOMM_FINALIZE_S and abort. mock_nccl_counts()
  * tells a test how many communicators were aborted and destroyed. */
@@ -71,16 +79,43 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     return ncclSuccess;
 }
 
+/* The mock runtime's way to run work in a stream's order (mock_cuda.c mock_stream_launch). */
+typedef void (*launcher)(cudaStream_t, void (*)(void *), void *, const char *);
+static launcher launch;
+void mock_nccl_set_launcher(void *f) { launch = (launcher)f; }
+
+/* One all-reduce's arguments until it runs: a ring of slots (no allocation per call), each free
+ * again once its all-reduce has run. */
+typedef struct {
+    const float *x;
+    float *y;
+    size_t n;
+    float scale;
+    int busy;
+} reduce_args;
+#define MOCK_NCCL_SLOTS 256
+static reduce_args slots[MOCK_NCCL_SLOTS];
+static unsigned next_slot;
+
+static void run_allreduce(void *p) {
+    reduce_args *a = p;
+    for (size_t i = 0; i < a->n; i++) a->y[i] = a->x[i] * a->scale;
+    a->busy = 0;
+}
+
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
-    (void)stream;
     if (!comm || comm->finalized) return fail(ncclInvalidUsage, "ncclAllReduce on a finalized or NULL communicator");
     if (datatype != ncclFloat32 || op != ncclAvg) return fail(ncclInvalidArgument, "only ncclFloat32 with ncclAvg");
-    const float *x = sendbuff;
-    float *y = recvbuff;
-    const float inv = 1.0f / 1.0f; /* ncclAvg pre-multiplies by 1/nranks */
-    for (size_t i = 0; i < count; i++) y[i] = x[i] * inv;
-    comm->pending = 2;
+    reduce_args *a = &slots[next_slot++ % MOCK_NCCL_SLOTS];
+    if (a->busy) return fail(ncclInternalError, "more than 256 all-reduces queued");
+    const char *sc = getenv("MOCK_NCCL_SCALE");
+    /* ncclAvg pre-multiplies by 1/nranks = 1/1 (or the test's scale) */
+    *a = (reduce_args){.x = sendbuff, .y = recvbuff, .n = count, .scale = sc && *sc ? strtof(sc, NULL) : 1.0f / 1.0f, .busy = 1};
+    if (launch) launch(stream, run_allreduce, a, "ncclAllReduce (mock)");
+    else run_allreduce(a);
+    const char *hang = getenv("MOCK_NCCL_ALLREDUCE_HANG");
+    comm->pending = hang && *hang && strcmp(hang, "0") != 0 ? 1 << 30 : 2;
     return ncclInProgress;
 }
 
