@@ -73,9 +73,10 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     if (mode == GPU_TRAIN && (long)n * h * w < 2)
         return seterr(err, errlen, "%s: one value per channel in training", l->what), -1;
     l->io32 = gpu_use_io32(c, "bn");
+    l->nhwc = c->nhwc;
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, l->io32 ? CUDNN_DATA_FLOAT : act_dnn_type(c), n, ch, h,
-                                         w),
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, l->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                         l->io32 ? CUDNN_DATA_FLOAT : act_dnn_type(c), n, ch, h, w),
               l->what);
     /* (1, c, 1, 1) float for fp32 and bf16 x alike (cudnn_ops.h: "type = (typeOf(x) == double) ?
      * double : float"); checked, since γ, β and the statistics are fp32 buffers. */

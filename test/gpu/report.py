@@ -44,6 +44,7 @@ VARIANT_NOTE = {
     "sync1": "DSGD_GPU_SYNC=step",
     "cast1": "DSGD_GPU_CASTS=one",
     "all": "sync=step + casts=one",
+    "nhwc": "DSGD_GPU_LAYOUT=nhwc",
 }
 
 

@@ -920,7 +920,7 @@ static void cast_segs_case(void) {
     size_t at = 0;
     for (int i = 0; i < nseg; i++) { /* offsets 0..3 past the last segment's end: aligned and not */
         at += (size_t)(i % 4);
-        segs[i] = (gpu_cast_seg){gx + at, g16 + at, lens[i]};
+        segs[i] = (gpu_cast_seg){gx + at, g16 + at, lens[i], 0, 0};
         at += lens[i] + (size_t)(3 - i % 4);
     }
     gpu_cast_seg *dsegs = d_alloc(sizeof segs);
@@ -950,6 +950,70 @@ START_TEST(test_casts) {
     cast_case(1003, 3);
     cast_case(17, 0);
     cast_case(((size_t)1 << 22) + 5, 0); /* larger than one grid of the grid-stride loop */
+}
+END_TEST
+
+/* Layout NHWC (layers.h "Layout NHWC"): gpu_to_nhwc transposes (rows, ch, hw) fp32 into (rows,
+ * hw, ch) in the activation type — fp32 exactly, bf16 rounded as bf16.h rounds — and
+ * gpu_from_nhwc_f32 brings that back exactly; in bf16 a transposing segment of
+ * gpu_f32_to_bf16_segs (ch > 0) writes the same bits. Shapes of the minibatch (3 channels), a 3x3
+ * weight (O, I, 9), a 1x1 weight. Bit for bit. */
+static void nhwc_case(gpu_precision prec, int rows, int ch, int hw) {
+    const size_t n = (size_t)rows * ch * hw;
+    rng_t r;
+    rng_seed(&r, 43 + (uint64_t)ch);
+    float *x = rnd(&r, n, 1.0, 0.0);
+    gpu_ctx gc;
+    gctx(&gc, prec);
+    const size_t ab = gpu_act_bytes(&gc);
+    float *gx = d_from(x, n);
+    void *gt = d_alloc(n * ab);
+    gpu_to_nhwc(&gc, gt, gx, rows, ch, hw);
+    unsigned char *ht = malloc(n * ab + 4);
+    ck_assert(cudaMemcpy(ht, gt, n * ab, cudaMemcpyDeviceToHost) == cudaSuccess);
+    size_t bad = 0;
+    for (size_t q = 0; q < (size_t)rows; q++)
+        for (size_t t = 0; t < (size_t)hw; t++)
+            for (size_t k = 0; k < (size_t)ch; k++) {
+                const size_t i = (q * hw + t) * ch + k;
+                const float v = x[(q * ch + k) * hw + t];
+                if (ab == 2 ? ((uint16_t *)ht)[i] != bf16_bits(v) : memcmp((float *)ht + i, &v, 4) != 0) bad++;
+            }
+    ck_assert_msg(bad == 0, "%s NCHW -> NHWC (%d, %d, %d): %zu of %zu values differ", prec_name(prec), rows, ch, hw, bad, n);
+    float *gb = d_zero(n);
+    gpu_from_nhwc_f32(&gc, gb, gt, rows, ch, hw);
+    float *back = h_from(gb, n);
+    for (size_t i = 0; i < n; i++) {
+        const float v = ab == 2 ? bf16_round(x[i]) : x[i];
+        if (memcmp(&back[i], &v, 4) != 0) bad++;
+    }
+    ck_assert_msg(bad == 0, "%s NHWC -> NCHW (%d, %d, %d): %zu of %zu values differ", prec_name(prec), rows, ch, hw, bad, n);
+    if (ab == 2) {
+        void *g2 = d_alloc(n * 2);
+        const gpu_cast_seg seg = {gx, g2, n, ch, hw};
+        gpu_cast_seg *dseg = d_alloc(sizeof seg);
+        ck_assert(cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice) == cudaSuccess);
+        gpu_f32_to_bf16_segs(&gc, dseg, 1, n);
+        uint16_t *h2 = malloc(n * 2 + 4);
+        ck_assert(cudaMemcpy(h2, g2, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ck_assert_msg(memcmp(h2, ht, n * 2) == 0, "a transposing segment of gpu_f32_to_bf16_segs differs from gpu_to_nhwc");
+        free(h2);
+    }
+    printf("    %-44s (%d, %d, %d) %s: there and back, bit for bit\n", "NCHW <-> NHWC", rows, ch, hw, prec_name(prec));
+    d_free_all();
+    gpu_ctx_free(&gc);
+    free(x), free(ht), free(back);
+}
+
+START_TEST(test_nhwc) {
+    printf("  NHWC transpositions\n");
+    for (int p = 0; p < 2; p++) {
+        const gpu_precision prec = p ? GPU_BF16 : GPU_FP32;
+        if (p && skip_bf16(prec, "NHWC transpositions")) return;
+        nhwc_case(prec, 5, 3, 49);  /* the minibatch: 3 channels of 7x7 */
+        nhwc_case(prec, 16, 8, 9);  /* a 3x3 weight (O, I, 9) -> (O, 9, I) */
+        nhwc_case(prec, 7, 5, 1);   /* a 1x1 weight: no transposition at all */
+    }
 }
 END_TEST
 
@@ -1027,6 +1091,7 @@ int main(void) {
     tcase_add_test(tc, test_conv_fp32);
     tcase_add_test(tc, test_conv_tf32);
     tcase_add_test(tc, test_casts);
+    tcase_add_test(tc, test_nhwc);
     tcase_add_test(tc, test_bn_bf16);
     tcase_add_test(tc, test_conv_bf16);
     tcase_add_test(tc, test_bf16_fallback);
