@@ -94,6 +94,9 @@ typedef struct {
     gpu_precision prec;
     int nhwc;               /* activation layout of the layers built from now on: 0 NCHW, 1 NHWC (see
                              * "Layout NHWC" above); 0 after gpu_ctx_init, set by the caller */
+    int bn_fused;           /* training BN+ReLU layers built from now on in NHWC use cuDNN's fused
+                             * BN_ACTIVATION calls (DSGD_GPU_BNRELU=fused; gpu_bn_layer.fused); 0 after
+                             * gpu_ctx_init, set by the caller */
     size_t act_bytes;       /* bytes of one activation value: 4 (fp32), 2 (GPU_BF16) */
     cudaStream_t stream;    /* a blocking stream: ordered with cudaMemcpy on the legacy stream */
     cudnnHandle_t dnn;
@@ -244,6 +247,16 @@ typedef struct {
     cudnnTensorDescriptor_t x_desc, stat_desc; /* data (n, c, h, w); (1, c, 1, 1) derived */
     float *save_mean, *save_inv_var; /* (c) of the last training forward, for the backward */
     int io32;                       /* GPU_BF16 fallback: x, y, dx, dy are fp32 (see gpu_bf16_fallback) */
+    /* fused (c->bn_fused, training, relu, NHWC): BN and ReLU in one cuDNN call each way,
+     * cudnnBatchNormalizationForwardTrainingEx / BackwardEx with CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+     * and CUDNN_BATCHNORM_SPATIAL_PERSISTENT (the mode of cuDNN's fused NHWC kernels), a ReLU
+     * activation descriptor, the shared workspace (reserved at init: the larger of the two calls'
+     * sizes) and the layer's own reserve space, written by the forward and read by the backward. */
+    int fused;
+    cudnnActivationDescriptor_t act_desc;
+    void *reserve;
+    size_t reserve_nbytes, ws_need;
+    const float *beta_fwd;          /* β of the last forward: the fused backward needs it */
 } gpu_bn_layer;
 
 /* BN over a (n, c, h, w) tensor, CUDNN_BATCHNORM_SPATIAL. GPU_TRAIN: batch statistics (and
@@ -264,7 +277,9 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, con
 /* dinp, dgamma, dbeta (C) overwritten (cudnnBatchNormalizationBackward, beta factors 0), from
  * dout, the forward input inp and the saved statistics of the last gpu_bn_forward. With relu,
  * dout is first masked IN PLACE by the forward output out (dout := dout · [out > 0]); out is
- * ignored without relu. dinp must not alias dout or inp. */
+ * ignored without relu. dinp must not alias dout or inp. l->fused: one
+ * cudnnBatchNormalizationBackwardEx, which applies the ReLU's mask (from out) itself and leaves
+ * dout as it is, with the reserve space and β of the last forward. */
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma);
 void gpu_bn_free(gpu_bn_layer *l);

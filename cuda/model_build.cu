@@ -278,7 +278,12 @@ static int read_switches(gpu_switches *sw, char *err, size_t errlen) {
     TRY(env_switch("DSGD_GPU_SYNC", sync, 2, 0, &sw->sync_step, err, errlen));
     TRY(env_switch("DSGD_GPU_CASTS", casts, 2, 0, &sw->cast_one, err, errlen));
     TRY(env_switch("DSGD_GPU_STAGE", stage, 2, 1, &sw->stage_own, err, errlen));
+    static const char *const bnrelu[] = {"kernel", "fused"};
     TRY(env_switch("DSGD_GPU_LAYOUT", layout, 2, 0, &sw->nhwc, err, errlen));
+    TRY(env_switch("DSGD_GPU_BNRELU", bnrelu, 2, 0, &sw->bn_fused, err, errlen));
+    if (sw->bn_fused && !sw->nhwc) /* cuDNN fuses BN and its activation for NHWC tensors only */
+        return seterr(err, errlen, "DSGD_GPU_BNRELU=fused needs DSGD_GPU_LAYOUT=nhwc (cuDNN fuses BN and ReLU in NHWC only)"),
+               -1;
     return 0;
 }
 
@@ -290,8 +295,9 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
     TRY(gpu_ctx_init(&g->ctx, prec, err, errlen));
     /* NHWC: every layer built below takes NHWC activations. The linear model has no layer with a
      * layout (its input is the fc layer's (n, c·h·w) row as the host flattens it). */
-    if (s->arch == MODEL_LINEAR) g->sw.nhwc = 0;
+    if (s->arch == MODEL_LINEAR) g->sw.nhwc = g->sw.bn_fused = 0;
     g->ctx.nhwc = g->sw.nhwc;
+    g->ctx.bn_fused = g->sw.bn_fused;
     CUDA_TRY(cudaHostAlloc((void **)&g->host, sizeof *g->host, cudaHostAllocPortable), "gpu_model_create (pinned staging)");
     memset(g->host, 0, sizeof *g->host);
     const size_t np = L->n_params * sizeof(float);

@@ -89,6 +89,7 @@ typedef struct {
     int cast_one;    /* DSGD_GPU_CASTS=one: the bf16 weight copies in one launch (N16); =each (default) */
     int stage_own;   /* DSGD_GPU_STAGE=own (default): the staging copy on a stream of its own (N17); =h2d */
     int nhwc;        /* DSGD_GPU_LAYOUT=nhwc: activations NHWC, conv weights KRSC copies (N12); =nchw (default) */
+    int bn_fused;    /* DSGD_GPU_BNRELU=fused: cuDNN's fused BN+ReLU in training (N12, needs nhwc); =kernel (default) */
 } gpu_switches;
 
 /* One conv or fc weight of the flat params (offset off, n values) and its copy in the activation

@@ -45,6 +45,7 @@ VARIANT_NOTE = {
     "cast1": "DSGD_GPU_CASTS=one",
     "all": "sync=step + casts=one",
     "nhwc": "DSGD_GPU_LAYOUT=nhwc",
+    "nhwcbn": "nhwc + DSGD_GPU_BNRELU=fused",
 }
 
 

@@ -343,12 +343,14 @@ END_TEST
 /* Layout NHWC (DSGD_GPU_LAYOUT=nhwc; cuda/layers.h "Layout NHWC"): the NHWC network against the
  * CPU model at the tolerances of its precision (fp32, tf32, bf16; both stems, the odd shapes), as
  * the NCHW one is held. */
-static void nhwc_case(const char *name, model_spec s, gpu_precision prec) {
+static void nhwc_case(const char *name, model_spec s, gpu_precision prec, int fused) {
     setenv("DSGD_GPU_LAYOUT", "nhwc", 1);
+    if (fused) setenv("DSGD_GPU_BNRELU", "fused", 1);
     char t[160];
-    snprintf(t, sizeof t, "NHWC: %s", name);
+    snprintf(t, sizeof t, "NHWC%s: %s", fused ? ", BN+ReLU fused" : "", name);
     model_case(t, s, prec);
     unsetenv("DSGD_GPU_LAYOUT");
+    unsetenv("DSGD_GPU_BNRELU");
 }
 
 START_TEST(test_nhwc_cpu) {
@@ -356,16 +358,21 @@ START_TEST(test_nhwc_cpu) {
     odd.in_c = 1, odd.in_h = odd.in_w = 28;
     const model_spec in = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 64,
                            .in_w = 64, .n_classes = 20, .batch = 4, .eval_batch = 3, .threads = 0};
-    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_FP32);
-    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_FP32);
-    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_FP32);
-    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_TF32);
-    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_BF16);
-    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_BF16);
-    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_BF16);
+    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_FP32, 0);
+    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_FP32, 0);
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_FP32, 0);
+    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_TF32, 0);
+    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_BF16, 0);
+    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_BF16, 0);
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_BF16, 0);
     model_spec lin = {.arch = MODEL_LINEAR, .in_c = 1, .in_h = 28, .in_w = 28, .n_classes = 10, .batch = 32,
                       .eval_batch = 20, .threads = 0};
-    nhwc_case("linear 784 -> 10, batch 32 (no layout: as NCHW)", lin, GPU_FP32);
+    nhwc_case("linear 784 -> 10, batch 32 (no layout: as NCHW)", lin, GPU_FP32, 0);
+    /* BN+ReLU fused (DSGD_GPU_BNRELU=fused) */
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_FP32, 1);
+    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_TF32, 1);
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_BF16, 1);
+    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_BF16, 1);
 }
 END_TEST
 
@@ -447,7 +454,7 @@ static void same_models(const char *title, model_spec s, gpu_precision prec, int
     model_free(m);
 }
 
-/* NHWC against NCHW: over the mock bit for bit (its stand-ins transpose around the same CPU
+/* NHWC against NCHW, and BN+ReLU fused against not: over the mock bit for bit (its stand-ins transpose around the same CPU
  * layers and sum the global average pool in the same order, so any layout mistake — a buffer
  * read with the wrong strides, a weight copy not transposed, a gradient not transposed back —
  * changes the values); on a GPU within the precision's tolerances (other cuDNN kernels, other
@@ -466,6 +473,13 @@ START_TEST(test_nhwc_nchw) {
                 mock ? 0 : TOL_BF16_FWD, mock ? 0 : TOL_BF16_GRAD_ALL);
     const char *const casts[] = {"DSGD_GPU_LAYOUT=nhwc", "DSGD_GPU_LAYOUT=nhwc DSGD_GPU_CASTS=one"};
     same_models("NHWC, casts one by one vs in one launch", s, GPU_BF16, 2, casts, 0, 0);
+    /* BN+ReLU fused against BN then our ReLU, both NHWC: the same values over the mock (its fused
+     * stand-in masks a copy of dout and checks the reserve space); cuDNN's fused kernels and
+     * SPATIAL_PERSISTENT sum in other orders on a GPU. */
+    const char *const fused[] = {"DSGD_GPU_LAYOUT=nhwc", "DSGD_GPU_LAYOUT=nhwc DSGD_GPU_BNRELU=fused"};
+    same_models("NHWC, BN+ReLU fused vs BN then ReLU", s, GPU_FP32, 2, fused, mock ? 0 : 5e-5, mock ? 0 : 5e-4);
+    same_models("NHWC, BN+ReLU fused vs BN then ReLU", s, GPU_BF16, 2, fused, mock ? 0 : TOL_BF16_FWD,
+                mock ? 0 : TOL_BF16_GRAD_ALL);
     unsetenv("DSGD_CUDNN_ALGO");
 
     char err[ERRLEN];
@@ -476,6 +490,11 @@ START_TEST(test_nhwc_nchw) {
     unsetenv("DSGD_GPU_LAYOUT");
     printf("  expected error: %s\n", err);
     ck_assert_msg(strstr(err, "DSGD_GPU_LAYOUT=chwn") && strstr(err, "nhwc"), "%s", err);
+    setenv("DSGD_GPU_BNRELU", "fused", 1); /* in NCHW: refused */
+    ck_assert_ptr_null(gpu_model_create(&L, GPU_BF16, err, sizeof err));
+    unsetenv("DSGD_GPU_BNRELU");
+    printf("  expected error: %s\n", err);
+    ck_assert_msg(strstr(err, "DSGD_GPU_BNRELU=fused") && strstr(err, "DSGD_GPU_LAYOUT=nhwc"), "%s", err);
 }
 END_TEST
 

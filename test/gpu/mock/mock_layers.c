@@ -354,7 +354,13 @@ static const gpu_ctx *ctx_of(const gpu_ctx *c, int io32, gpu_ctx *tmp) {
 typedef struct {
     bn_layer cl;
     float *beta0;
+    long gen; /* fused: forwards run; the last one's number is in the reserve space */
 } mock_bn;
+
+/* The fused BN+ReLU's "workspace" and reserve space (layers.h gpu_bn_layer.fused): sizes that the
+ * model must provide, as cuDNN's are. */
+#define MOCK_BN_WS 768
+#define MOCK_BN_RESERVE 64
 
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
@@ -373,16 +379,35 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     if (bn_init(&m->cl, cpu(), name, md, 0, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
         return free(m->beta0), free(m), -1;
     tab_put(l, m);
+    l->fused = c->bn_fused && relu && mode == GPU_TRAIN && l->nhwc; /* as layers_norm.cu */
+    if (l->fused) {
+        l->ws_need = MOCK_BN_WS;
+        gpu_ctx_reserve(c, l->ws_need);
+        l->reserve_nbytes = MOCK_BN_RESERVE;
+        if (gpu_malloc(&l->reserve, l->reserve_nbytes, l->what, err, errlen)) return -1;
+    }
     return 0;
+}
+
+/* The fused calls' checks: the workspace committed, the reserve space the layer's own. */
+static void bn_fused_check(const gpu_bn_layer *l, const gpu_ctx *c) {
+    if (c->ws_nbytes < l->ws_need) DIE("mock: %s (fused) runs before gpu_ctx_commit", l->what);
+    mock_check_dev(l->reserve, l->reserve_nbytes, l->what);
 }
 
 void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c0, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
-    if (l->relu) mock_launch_check(l->what); /* the fused ReLU (or its mask) is our kernel */
+    if (l->relu && !l->fused) mock_launch_check(l->what); /* the ReLU after BN (or its mask) is our kernel */
     mock_bn *m = tab_get(l);
     const size_t n = l->count;
+    if (l->fused) { /* cudnnBatchNormalizationForwardTrainingEx: writes the reserve space */
+        bn_fused_check(l, c);
+        m->gen++;
+        memcpy(l->reserve, &m->gen, sizeof m->gen);
+        l->beta_fwd = beta;
+    }
     DEVA(c, out, n, l->what);
     DEVA(c, inp, n, l->what);
     DEV(gamma, l->c, l->what);
@@ -404,9 +429,16 @@ void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, fl
                      const void *inp, const void *out, const float *gamma) {
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
-    if (l->relu) mock_launch_check(l->what); /* the fused ReLU (or its mask) is our kernel */
+    if (l->relu && !l->fused) mock_launch_check(l->what); /* the ReLU after BN (or its mask) is our kernel */
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     mock_bn *m = tab_get(l);
+    if (l->fused) { /* cudnnBatchNormalizationBackwardEx: the reserve space and β of the last forward */
+        bn_fused_check(l, c);
+        long g;
+        memcpy(&g, l->reserve, sizeof g);
+        if (m->gen == 0 || g != m->gen) DIE("mock: %s (fused) backward without its forward's reserve space", l->what);
+        DEV(l->beta_fwd, l->c, l->what);
+    }
     const size_t n = l->count;
     DEVA(c, dinp, n, l->what);
     DEVA(c, dout, n, l->what);
@@ -415,13 +447,19 @@ void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, fl
     DEV(dbeta, l->c, l->what);
     DEV(gamma, l->c, l->what);
     if (dinp == dout || (const void *)dinp == inp) DIE("mock: %s backward in place", l->what);
-    if (l->relu) { /* dout masked in place, as the real layer does (elementwise: in either layout) */
+    if (l->relu && !l->fused) { /* dout masked in place, as the real layer does (elementwise: in either layout) */
         DEVA(c, out, n, l->what);
         for (size_t i = 0; i < n; i++) act_set(c, dout, i, act_get(c, out, i) > 0.0f ? act_get(c, dout, i) : 0.0f);
     }
     const int t = l->nhwc;
     const size_t hw = (size_t)l->h * l->w;
     float *dy = act_in4(c, t, dout, l->n, l->c, hw), *x = act_in4(c, t, inp, l->n, l->c, hw);
+    if (l->fused) { /* the mask inside cuDNN: on a copy, dout stays as it is (NHWC: dy is a copy) */
+        DEVA(c, out, n, l->what);
+        float *y = act_in4(c, t, out, l->n, l->c, hw);
+        for (size_t i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        act_done4(c, t, y);
+    }
     float *dx = act_scratch4(c, t, dinp, n);
     bn_backward(&m->cl, cpu(), dx, dgamma, dbeta, dy, x, gamma, m->beta0);
     act_out4(c, t, dinp, dx, l->n, l->c, hw);
@@ -429,6 +467,7 @@ void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, fl
 }
 
 void gpu_bn_free(gpu_bn_layer *l) {
+    cudaFree(l->reserve);
     mock_bn *m = tab_del(l);
     if (m) {
         bn_free(&m->cl);
