@@ -278,7 +278,8 @@ static int fallback_forced(const char *kind) {
 }
 
 /* Run BN (training forward, backward, inference) and max pooling (forward, backward) once on a
- * (2, 4, 6, 6) bf16 tensor; record in c which cuDNN refuses, with its status. */
+ * (2, 4, 6, 6) bf16 tensor in c's layout (NCHW, or NHWC: c->nhwc); record in c which cuDNN
+ * refuses, with its status. */
 static void bf16_probe(gpu_ctx *c) {
     if (c->bf16_probed) return;
     c->bf16_probed = 1;
@@ -297,9 +298,10 @@ static void bf16_probe(gpu_ctx *c) {
     cudnnTensorDescriptor_t xd = NULL, sd = NULL, pyd = NULL;
     cudnnPoolingDescriptor_t pd = NULL;
     const float one = 1.0f, zero = 0.0f;
+    const cudnnTensorFormat_t fmt = c->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     cudnnStatus_t sbn = CUDNN_STATUS_SUCCESS, spool = CUDNN_STATUS_SUCCESS;
     if (cudnnCreateTensorDescriptor(&xd) == CUDNN_STATUS_SUCCESS &&
-        cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, n, ch, h, w) == CUDNN_STATUS_SUCCESS &&
+        cudnnSetTensor4dDescriptor(xd, fmt, CUDNN_DATA_BFLOAT16, n, ch, h, w) == CUDNN_STATUS_SUCCESS &&
         cudnnCreateTensorDescriptor(&sd) == CUDNN_STATUS_SUCCESS) {
         sbn = cudnnDeriveBNTensorDescriptor(sd, xd, CUDNN_BATCHNORM_SPATIAL);
         if (sbn == CUDNN_STATUS_SUCCESS)
@@ -316,7 +318,7 @@ static void bf16_probe(gpu_ctx *c) {
             cudnnSetPooling2dDescriptor(pd, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN, 3, 3, 1, 1, 2, 2) ==
                 CUDNN_STATUS_SUCCESS &&
             cudnnCreateTensorDescriptor(&pyd) == CUDNN_STATUS_SUCCESS &&
-            cudnnSetTensor4dDescriptor(pyd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, n, ch, oh, ow) == CUDNN_STATUS_SUCCESS) {
+            cudnnSetTensor4dDescriptor(pyd, fmt, CUDNN_DATA_BFLOAT16, n, ch, oh, ow) == CUDNN_STATUS_SUCCESS) {
             spool = cudnnPoolingForward(c->dnn, pd, &one, xd, x, &zero, pyd, y);
             if (spool == CUDNN_STATUS_SUCCESS)
                 spool = cudnnPoolingBackward(c->dnn, pd, &one, pyd, y, pyd, dy, xd, x, &zero, xd, dx);

@@ -225,8 +225,8 @@ void gpu_conv_free(gpu_conv_layer *l);
  * cuDNN's legacy (cudnn_ops) batch normalisation and pooling may refuse CUDNN_DATA_BFLOAT16
  * tensors (a cuDNN build or GPU without those kernels: CUDNN_STATUS_NOT_SUPPORTED at the first
  * call). In a GPU_BF16 context the first gpu_bn_init / gpu_pool_init (max) runs each once on a
- * small bf16 tensor; where cuDNN refuses — or DSGD_BF16_FALLBACK in the environment asks for it:
- * "bn", "pool", or "1" / "all" for both — the layer is built with fp32 tensors instead and sets
+ * small bf16 tensor in the context's layout; where cuDNN refuses — or DSGD_BF16_FALLBACK in the
+ * environment asks for it: "bn", "pool", or "1" / "all" for both — the layer is built with fp32 tensors instead and sets
  * io32: its x, y, dx, dy (and BN's out for the ReLU mask) are then fp32, and the caller casts
  * around it (cuda/model.cu: bf16 -> fp32 before, fp32 -> bf16 after, through fp32 scratch). The
  * arithmetic is the same — cuDNN computes BN in fp32 for bf16 data too, the result is rounded to
@@ -251,7 +251,9 @@ typedef struct {
      * cudnnBatchNormalizationForwardTrainingEx / BackwardEx with CUDNN_BATCHNORM_OPS_BN_ACTIVATION
      * and CUDNN_BATCHNORM_SPATIAL_PERSISTENT (the mode of cuDNN's fused NHWC kernels), a ReLU
      * activation descriptor, the shared workspace (reserved at init: the larger of the two calls'
-     * sizes) and the layer's own reserve space, written by the forward and read by the backward. */
+     * sizes) and the layer's own reserve space, written by the forward and read by the backward.
+     * Not probed as the bf16 fallback is: a cuDNN that refuses the fused call for these tensors
+     * stops the first step (CUDNN_CHECK, naming the layer and the status). */
     int fused;
     cudnnActivationDescriptor_t act_desc;
     void *reserve;
