@@ -189,6 +189,14 @@ static __global__ void cast_segs_kernel(const gpu_cast_seg *__restrict__ segs) {
     const size_t n = sg.n;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t i0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (sg.ch > 0) { /* NHWC: (rows, ch, hw) -> (rows, hw, ch), as to_nhwc_kernel */
+        const size_t ch = (size_t)sg.ch, hw = (size_t)sg.hw;
+        for (size_t i = i0; i < n; i += stride) {
+            const size_t r = i / (hw * ch), rem = i % (hw * ch);
+            stf(dst[i], src[r * ch * hw + (rem % ch) * hw + rem / ch]);
+        }
+        return;
+    }
     size_t done = 0;
     if ((((uintptr_t)dst | (uintptr_t)src) & 15) == 0) {
         const size_t nv = n / 8;
@@ -222,6 +230,44 @@ void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
     CUDA_CHECK(cudaGetLastError(), "the bf16 -> fp32 cast");
 }
 
+/* ---- layout NHWC ----------------------------------------------------------------------------- */
+
+/* dst[r, s, k] = src[r, k, s] (rows r, ch k, hw s), converted to D: one thread per destination
+ * element (coalesced stores; the loads stride by hw across k, which for the minibatch (ch = 3)
+ * and the weights (hw <= 49) stay within a few cache lines). */
+template <typename D>
+static __global__ void to_nhwc_kernel(D *__restrict__ dst, const float *__restrict__ src, size_t n, int ch, int hw) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x, chw = (size_t)ch * hw;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const size_t r = i / chw, rem = i % chw;
+        stf(dst[i], src[r * chw + (rem % ch) * hw + rem / ch]);
+    }
+}
+
+/* dst[r, k, s] = src[r, s, k], widened to fp32 (exact). */
+template <typename S>
+static __global__ void from_nhwc_kernel(float *__restrict__ dst, const S *__restrict__ src, size_t n, int ch, int hw) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x, chw = (size_t)ch * hw;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const size_t r = i / chw, rem = i % chw;
+        dst[i] = ldf(src[r * chw + (rem % hw) * ch + rem / hw]);
+    }
+}
+
+void gpu_to_nhwc(gpu_ctx *c, void *dst, const float *src, int rows, int ch, int hw) {
+    const size_t n = (size_t)rows * ch * hw;
+    if (n == 0) return;
+    WITH_ACT_TYPE(is_bf16(c), to_nhwc_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>((S *)dst, src, n, ch, hw));
+    CUDA_CHECK(cudaGetLastError(), "the NCHW -> NHWC transposition");
+}
+
+void gpu_from_nhwc_f32(gpu_ctx *c, float *dst, const void *src, int rows, int ch, int hw) {
+    const size_t n = (size_t)rows * ch * hw;
+    if (n == 0) return;
+    WITH_ACT_TYPE(is_bf16(c), from_nhwc_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>(dst, (const S *)src, n, ch, hw));
+    CUDA_CHECK(cudaGetLastError(), "the NHWC -> NCHW transposition");
+}
+
 /* ---- GPU_BF16: does cuDNN's legacy BN / pooling take bf16? (layers.h, gpu_bf16_fallback) ---- */
 
 /* 1 if DSGD_BF16_FALLBACK names kind ("bn" or "pool"; "1" or "all": both). */
@@ -232,7 +278,8 @@ static int fallback_forced(const char *kind) {
 }
 
 /* Run BN (training forward, backward, inference) and max pooling (forward, backward) once on a
- * (2, 4, 6, 6) bf16 tensor; record in c which cuDNN refuses, with its status. */
+ * (2, 4, 6, 6) bf16 tensor in c's layout (NCHW, or NHWC: c->nhwc); record in c which cuDNN
+ * refuses, with its status. */
 static void bf16_probe(gpu_ctx *c) {
     if (c->bf16_probed) return;
     c->bf16_probed = 1;
@@ -251,9 +298,10 @@ static void bf16_probe(gpu_ctx *c) {
     cudnnTensorDescriptor_t xd = NULL, sd = NULL, pyd = NULL;
     cudnnPoolingDescriptor_t pd = NULL;
     const float one = 1.0f, zero = 0.0f;
+    const cudnnTensorFormat_t fmt = c->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     cudnnStatus_t sbn = CUDNN_STATUS_SUCCESS, spool = CUDNN_STATUS_SUCCESS;
     if (cudnnCreateTensorDescriptor(&xd) == CUDNN_STATUS_SUCCESS &&
-        cudnnSetTensor4dDescriptor(xd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, n, ch, h, w) == CUDNN_STATUS_SUCCESS &&
+        cudnnSetTensor4dDescriptor(xd, fmt, CUDNN_DATA_BFLOAT16, n, ch, h, w) == CUDNN_STATUS_SUCCESS &&
         cudnnCreateTensorDescriptor(&sd) == CUDNN_STATUS_SUCCESS) {
         sbn = cudnnDeriveBNTensorDescriptor(sd, xd, CUDNN_BATCHNORM_SPATIAL);
         if (sbn == CUDNN_STATUS_SUCCESS)
@@ -270,7 +318,7 @@ static void bf16_probe(gpu_ctx *c) {
             cudnnSetPooling2dDescriptor(pd, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN, 3, 3, 1, 1, 2, 2) ==
                 CUDNN_STATUS_SUCCESS &&
             cudnnCreateTensorDescriptor(&pyd) == CUDNN_STATUS_SUCCESS &&
-            cudnnSetTensor4dDescriptor(pyd, CUDNN_TENSOR_NCHW, CUDNN_DATA_BFLOAT16, n, ch, oh, ow) == CUDNN_STATUS_SUCCESS) {
+            cudnnSetTensor4dDescriptor(pyd, fmt, CUDNN_DATA_BFLOAT16, n, ch, oh, ow) == CUDNN_STATUS_SUCCESS) {
             spool = cudnnPoolingForward(c->dnn, pd, &one, xd, x, &zero, pyd, y);
             if (spool == CUDNN_STATUS_SUCCESS)
                 spool = cudnnPoolingBackward(c->dnn, pd, &one, pyd, y, pyd, dy, xd, x, &zero, xd, dx);

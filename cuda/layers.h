@@ -8,7 +8,17 @@
  * Memory. Every pointer handed to a gpu_* function is DEVICE memory unless said otherwise.
  * Activations are NCHW, row-major, packed — PyTorch's layout — so the flat parameter vectors of
  * nn_layout (conv weight (O, I, kh, kw), BN γ, β (C), fc weight (out, in)) keep their meaning: a
- * conv weight is cuDNN's NCHW filter as it is, and no reorders exist on the GPU.
+ * conv weight is cuDNN's NCHW filter as it is.
+ *
+ * Layout NHWC (gpu_ctx.nhwc, DSGD_GPU_LAYOUT=nhwc; issue 23, N12): every activation of a
+ * convolution, BN, ReLU, add and pooling layer is (n, h, w, c) packed instead — PyTorch's
+ * channels_last — and the weight a convolution is given is (O, kh, kw, I) (cuDNN's
+ * CUDNN_TENSOR_NHWC filter, "KRSC"): the caller keeps a transposed copy (gpu_to_nhwc, made before
+ * every step as the bf16 copies are), while the weight gradient a convolution writes stays
+ * (O, I, kh, kw) fp32 in the flat gradient vector (the layer transposes its own KRSC gradient
+ * back, gpu_from_nhwc_f32). The shapes below are given as (n, c, h, w) in either layout; the
+ * global average pool's output (n, c, 1, 1) is the same (n, c) matrix in both, so the fc layer
+ * does not change. The flat parameter, gradient and BN vectors never change layout.
  *
  * Element types. Activations (every (n, c, h, w) or (n, features) input and output of a layer)
  * and their gradients are in the context's ACTIVATION TYPE: fp32 for GPU_FP32 and GPU_TF32,
@@ -82,6 +92,11 @@ typedef struct {
     int dev;                /* device ordinal (the current device at gpu_ctx_init) */
     int n_sm;               /* multiprocessors: grid sizes of the grid-stride kernels */
     gpu_precision prec;
+    int nhwc;               /* activation layout of the layers built from now on: 0 NCHW, 1 NHWC (see
+                             * "Layout NHWC" above); 0 after gpu_ctx_init, set by the caller */
+    int bn_fused;           /* training BN+ReLU layers built from now on in NHWC use cuDNN's fused
+                             * BN_ACTIVATION calls (DSGD_GPU_BNRELU=fused; gpu_bn_layer.fused); 0 after
+                             * gpu_ctx_init, set by the caller */
     size_t act_bytes;       /* bytes of one activation value: 4 (fp32), 2 (GPU_BF16) */
     cudaStream_t stream;    /* a blocking stream: ordered with cudaMemcpy on the legacy stream */
     cudnnHandle_t dnn;
@@ -139,8 +154,10 @@ typedef struct {
     cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
     size_t fwd_ws, bwd_data_ws, bwd_filter_ws; /* workspace bytes of the chosen algorithms */
     int tuned;
-    void *dw16;                     /* GPU_BF16 training: the bf16 weight gradient cuDNN writes
-                                       (its dw type is x's), widened into the fp32 dweight */
+    int nhwc;                       /* x, y NHWC and the filter (O, kh, kw, I) (c->nhwc at init) */
+    void *dwa;                      /* training with GPU_BF16 or NHWC: the weight gradient cuDNN
+                                       writes (its dw type is x's, its layout the filter's), widened
+                                       (bf16) and transposed (NHWC) into the fp32 dweight */
 } gpu_conv_layer;
 
 /* Descriptors of a convolution of a (n, ic, ih, iw) input; oh = (ih + 2 pad − k) / stride + 1
@@ -150,14 +167,16 @@ typedef struct {
  * CUDNN_DATA_BFLOAT16 NCHW with compute type CUDNN_DATA_FLOAT — cuDNN's PSEUDO_BFLOAT16_CONFIG,
  * the only bf16 configuration of cudnnConvolutionForward / BackwardData / BackwardFilter — and
  * CUDNN_TENSOR_OP_MATH (bf16 tensor cores, fp32 accumulation), with the layer's own bf16 weight
- * gradient buffer dw16 for training. mode GPU_TRAIN also prepares the backward directions;
+ * gradient buffer dwa for training. c->nhwc: x, y and the filter CUDNN_TENSOR_NHWC (the filter's
+ * dims still (oc, ic, k, k), its memory (oc, k, k, ic)), and a dwa in that layout for training. mode GPU_TRAIN also prepares the backward directions;
  * need_dinp = 0 skips backward data (the network's first convolution). */
 int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
                   int stride, int pad, gpu_mode mode, int need_dinp, char *err, size_t errlen);
 /* Choose the algorithm of every direction l needs: cudnnFind*AlgorithmEx timed on the given
  * buffers (x (n, ic, ih, iw), w (oc, ic, k, k), y (n, oc, oh, ow) in the activation type; dx like
- * x and dw like w (fp32) for training, dx may be NULL without need_dinp; with GPU_BF16 the
- * backward filter is tuned on the layer's dw16 and dw is not written), the fastest deterministic
+ * x and dw like w (fp32) for training, dx may be NULL without need_dinp; with GPU_BF16 or NHWC the
+ * backward filter is tuned on the layer's dwa and dw is not written; with NHWC, x, y, dx and w in
+ * that layout), the fastest deterministic
  * one that succeeds within the workspace cap (the fastest non-deterministic one only when no
  * deterministic one does; with c->nondet the fastest of either); cudnnGet*Algorithm_v7 (heuristics) when Find fails. A heuristic row is
  * a claim, not a measurement, so each is run once on these buffers, in order, and the first that
@@ -189,12 +208,14 @@ int gpu_conv_transform(const gpu_conv_layer *l, int dir);
 /* The chosen algorithms, e.g. "fwd IMPLICIT_PRECOMP_GEMM/fma 0 B, bwd-data ALGO_1/fma 0 B, ...". */
 void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n);
 /* out (n, oc, oh, ow) = conv(inp (n, ic, ih, iw), weight (oc, ic, k, k)); cudnnConvolutionForward.
- * out, inp, weight: activation type. */
+ * out, inp, weight: activation type, in l's layout (NHWC: weight (oc, k, k, ic)). */
 void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, void *out, const void *inp, const void *weight);
 /* dinp (n, ic, ih, iw) (skipped when NULL or !need_dinp; activation type) and dweight (oc, ic,
  * k, k) (fp32), both overwritten (beta = 0), from dout (n, oc, oh, ow), the forward input inp
  * and weight (activation type): cudnnConvolutionBackwardFilter, cudnnConvolutionBackwardData.
- * GPU_BF16: the filter gradient is computed in bf16 (into dw16) and widened into dweight. Unlike
+ * GPU_BF16: the filter gradient is computed in bf16 (into dwa) and widened into dweight; NHWC: it
+ * is computed (oc, k, k, ic) into dwa and transposed into dweight, which is (oc, ic, k, k) fp32 in
+ * either layout. weight: as for gpu_conv_forward. Unlike
  * conv_backward on the CPU, the weight is an argument (the CPU layer keeps its reordered copy). */
 void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, void *dinp, float *dweight, const void *dout,
                        const void *inp, const void *weight);
@@ -204,8 +225,8 @@ void gpu_conv_free(gpu_conv_layer *l);
  * cuDNN's legacy (cudnn_ops) batch normalisation and pooling may refuse CUDNN_DATA_BFLOAT16
  * tensors (a cuDNN build or GPU without those kernels: CUDNN_STATUS_NOT_SUPPORTED at the first
  * call). In a GPU_BF16 context the first gpu_bn_init / gpu_pool_init (max) runs each once on a
- * small bf16 tensor; where cuDNN refuses — or DSGD_BF16_FALLBACK in the environment asks for it:
- * "bn", "pool", or "1" / "all" for both — the layer is built with fp32 tensors instead and sets
+ * small bf16 tensor in the context's layout; where cuDNN refuses — or DSGD_BF16_FALLBACK in the
+ * environment asks for it: "bn", "pool", or "1" / "all" for both — the layer is built with fp32 tensors instead and sets
  * io32: its x, y, dx, dy (and BN's out for the ReLU mask) are then fp32, and the caller casts
  * around it (cuda/model.cu: bf16 -> fp32 before, fp32 -> bf16 after, through fp32 scratch). The
  * arithmetic is the same — cuDNN computes BN in fp32 for bf16 data too, the result is rounded to
@@ -222,9 +243,22 @@ typedef struct {
     int n, c, h, w;
     size_t count;                   /* n*c*h*w */
     double eps, momentum;
+    int nhwc;                       /* data NHWC (c->nhwc at init) */
     cudnnTensorDescriptor_t x_desc, stat_desc; /* data (n, c, h, w); (1, c, 1, 1) derived */
     float *save_mean, *save_inv_var; /* (c) of the last training forward, for the backward */
     int io32;                       /* GPU_BF16 fallback: x, y, dx, dy are fp32 (see gpu_bf16_fallback) */
+    /* fused (c->bn_fused, training, relu, NHWC): BN and ReLU in one cuDNN call each way,
+     * cudnnBatchNormalizationForwardTrainingEx / BackwardEx with CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+     * and CUDNN_BATCHNORM_SPATIAL_PERSISTENT (the mode of cuDNN's fused NHWC kernels), a ReLU
+     * activation descriptor, the shared workspace (reserved at init: the larger of the two calls'
+     * sizes) and the layer's own reserve space, written by the forward and read by the backward.
+     * Not probed as the bf16 fallback is: a cuDNN that refuses the fused call for these tensors
+     * stops the first step (CUDNN_CHECK, naming the layer and the status). */
+    int fused;
+    cudnnActivationDescriptor_t act_desc;
+    void *reserve;
+    size_t reserve_nbytes, ws_need;
+    const float *beta_fwd;          /* β of the last forward: the fused backward needs it */
 } gpu_bn_layer;
 
 /* BN over a (n, c, h, w) tensor, CUDNN_BATCHNORM_SPATIAL. GPU_TRAIN: batch statistics (and
@@ -245,7 +279,9 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, con
 /* dinp, dgamma, dbeta (C) overwritten (cudnnBatchNormalizationBackward, beta factors 0), from
  * dout, the forward input inp and the saved statistics of the last gpu_bn_forward. With relu,
  * dout is first masked IN PLACE by the forward output out (dout := dout · [out > 0]); out is
- * ignored without relu. dinp must not alias dout or inp. */
+ * ignored without relu. dinp must not alias dout or inp. l->fused: one
+ * cudnnBatchNormalizationBackwardEx, which applies the ReLU's mask (from out) itself and leaves
+ * dout as it is, with the reserve space and β of the last forward. */
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma);
 void gpu_bn_free(gpu_bn_layer *l);
@@ -286,6 +322,7 @@ typedef struct {
     char what[GPU_WHAT_LEN];
     gpu_mode mode;
     int max;                        /* 1: max pooling (cuDNN), 0: global average (our kernels) */
+    int nhwc;                       /* input (and max pooling's output) NHWC (c->nhwc at init) */
     int n, c, ih, iw, oh, ow;
     cudnnPoolingDescriptor_t desc;
     cudnnTensorDescriptor_t x_desc, y_desc;
@@ -298,7 +335,8 @@ typedef struct {
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
                   int stride, int pad, gpu_mode mode, char *err, size_t errlen);
 /* out (n, c, oh, ow) from inp (n, c, ih, iw). Average: one warp per (n, c) plane, fixed order,
- * fp32 sums. Max pooling in bf16: cuDNN with CUDNN_DATA_BFLOAT16 descriptors (a selection: exact). */
+ * fp32 sums; NHWC: one thread per (n, c), the h·w values in order (adjacent threads read adjacent
+ * channels), output (n, c) as in NCHW. Max pooling in bf16: cuDNN with CUDNN_DATA_BFLOAT16 descriptors (a selection: exact). */
 void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp);
 /* dinp (n, c, ih, iw) overwritten from dout (n, c, oh, ow). Max pooling needs the forward input
  * inp and output out (cudnnPoolingBackward recomputes the argmax); average ignores both
@@ -338,16 +376,27 @@ void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, co
 void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n);
 /* dst (n fp32) = src (n bf16), exact. */
 void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n);
-/* One fp32 -> bf16 cast of gpu_f32_to_bf16_segs: dst[0..n) = src[0..n) rounded as above. */
+/* One fp32 -> bf16 cast of gpu_f32_to_bf16_segs: dst[0..n) = src[0..n) rounded as above; with
+ * ch > 0, transposed as gpu_to_nhwc does: src (n / (ch·hw), ch, hw) to dst (n / (ch·hw), hw, ch). */
 typedef struct {
     const float *src;
     void *dst;
     size_t n;
+    int ch, hw;
 } gpu_cast_seg;
 /* Every segment of segs (a device array of nseg, nseg <= 65535; max_n >= the largest n) cast as
  * gpu_f32_to_bf16 casts it, in one launch (the bf16 weight copies of a step: one launch instead of
  * one per tensor, DSGD_GPU_CASTS=one). The same bits as nseg gpu_f32_to_bf16 calls. */
 void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t max_n);
+
+/* ---- layout NHWC (c->nhwc) ---------------------------------------------------------------- */
+/* dst (rows, hw, ch) in the activation type = src (rows, ch, hw) fp32, transposed (GPU_BF16:
+ * rounded to bf16 as gpu_f32_to_bf16; else copied exactly). The input minibatch (rows = n, hw =
+ * h·w) and the KRSC copies of the conv weights (rows = O, ch = I, hw = kh·kw). Any c->nhwc. */
+void gpu_to_nhwc(gpu_ctx *c, void *dst, const float *src, int rows, int ch, int hw);
+/* dst (rows, ch, hw) fp32 = src (rows, hw, ch) in the activation type, transposed (exact): a KRSC
+ * weight gradient into the flat gradient vector. */
+void gpu_from_nhwc_f32(gpu_ctx *c, float *dst, const void *src, int rows, int ch, int hw);
 
 /* ---- SGD update (src/optim/sgd.h, the same formula, fp32) --------------------------------- */
 /* For each of the n elements: g = grad + λθ; v = µv + g; θ −= α (Nesterov ? g + µv : v).

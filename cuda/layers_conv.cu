@@ -60,14 +60,19 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
         return seterr(err, errlen, "%s: input too small or shape invalid", l->what), -1;
 
     const cudnnDataType_t dt = act_dnn_type(c); /* x, w, y and their gradients share it */
+    /* NHWC: activations (n, h, w, c) and the filter (oc, k, k, ic) — cuDNN's NHWC filter, the
+     * layout its NHWC tensor-core kernels take without a transform of their own (the model keeps
+     * that copy of the weights, layers.h "Layout NHWC"). Dims are given as NCHW either way. */
+    l->nhwc = c->nhwc;
+    const cudnnTensorFormat_t fmt = l->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, dt, n, ic, ih, iw), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, fmt, dt, n, ic, ih, iw), l->what);
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->y_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, CUDNN_TENSOR_NCHW, dt, n, oc, l->oh, l->ow), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, fmt, dt, n, oc, l->oh, l->ow), l->what);
     CUDNN_TRY(cudnnCreateFilterDescriptor(&l->w_desc), l->what);
-    CUDNN_TRY(cudnnSetFilter4dDescriptor(l->w_desc, dt, CUDNN_TENSOR_NCHW, oc, ic, k, k), l->what);
-    if (mode == GPU_TRAIN && is_bf16(c) &&
-        gpu_malloc(&l->dw16, (size_t)oc * ic * k * k * c->act_bytes, l->what, err, errlen))
+    CUDNN_TRY(cudnnSetFilter4dDescriptor(l->w_desc, dt, fmt, oc, ic, k, k), l->what);
+    if (mode == GPU_TRAIN && (is_bf16(c) || l->nhwc) &&
+        gpu_malloc(&l->dwa, (size_t)oc * ic * k * k * c->act_bytes, l->what, err, errlen))
         return -1;
     if (make_conv_desc(&l->fwd_desc, l, c, err, errlen)) return -1;
     if (mode == GPU_TRAIN) {
@@ -381,8 +386,8 @@ int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, v
     if (!x || !w || !y || (l->mode == GPU_TRAIN && !dw) || (l->need_dinp && !dx))
         return seterr(err, errlen, "%s: gpu_conv_tune needs the buffers of every direction", l->what), -1;
     if (find_prepare(c, err, errlen)) return -1;
-    /* The filter gradient cuDNN writes: the fp32 one, or the layer's bf16 buffer. */
-    void *dwc = is_bf16(c) && l->mode == GPU_TRAIN ? l->dw16 : (void *)dw;
+    /* The filter gradient cuDNN writes: the fp32 one, or the layer's own (bf16, or NHWC). */
+    void *dwc = l->dwa ? l->dwa : (void *)dw;
     if (conv_choose(l, c, 0, x, w, y, dx, dwc, err, errlen)) return -1;
     if (l->mode == GPU_TRAIN) {
         if (conv_choose(l, c, 2, x, w, y, dx, dwc, err, errlen)) return -1;
@@ -438,13 +443,15 @@ void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, void *dinp, float *dweight
     if (l->mode != GPU_TRAIN) DIE("gpu_conv_backward on inference %s", l->what);
     conv_ready(l, c, l->bwd_filter_ws > l->bwd_data_ws ? l->bwd_filter_ws : l->bwd_data_ws);
     const float one = 1.0f, zero = 0.0f;
-    /* cuDNN's dw has x's type: with GPU_BF16 it goes to the layer's own dw16, then is widened
-     * into the fp32 gradient (the next kernel on the stream). */
-    void *dw = is_bf16(c) ? l->dw16 : (void *)dweight;
+    /* cuDNN's dw has x's type and the filter's layout: with GPU_BF16 or NHWC it goes to the
+     * layer's own dwa, then is widened and / or transposed into the fp32 (oc, ic, k, k) gradient
+     * (the next kernel on the stream). */
+    void *dw = l->dwa ? l->dwa : (void *)dweight;
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(c->dnn, &one, l->x_desc, inp, l->y_desc, dout, l->bwd_filter_desc,
                                                l->bwd_filter_algo, c->ws, c->ws_nbytes, &zero, l->w_desc, dw),
                 l->what);
-    if (is_bf16(c)) gpu_bf16_to_f32(c, dweight, l->dw16, (size_t)l->oc * l->ic * l->k * l->k);
+    if (l->nhwc) gpu_from_nhwc_f32(c, dweight, l->dwa, l->oc, l->ic, l->k * l->k);
+    else if (is_bf16(c)) gpu_bf16_to_f32(c, dweight, l->dwa, (size_t)l->oc * l->ic * l->k * l->k);
     if (l->need_dinp && dinp)
         CUDNN_CHECK(cudnnConvolutionBackwardData(c->dnn, &one, l->w_desc, weight, l->y_desc, dout, l->bwd_data_desc,
                                                  l->bwd_data_algo, c->ws, c->ws_nbytes, &zero, l->x_desc, dinp),
@@ -458,6 +465,6 @@ void gpu_conv_free(gpu_conv_layer *l) {
     if (l->fwd_desc) cudnnDestroyConvolutionDescriptor(l->fwd_desc);
     if (l->bwd_data_desc) cudnnDestroyConvolutionDescriptor(l->bwd_data_desc);
     if (l->bwd_filter_desc) cudnnDestroyConvolutionDescriptor(l->bwd_filter_desc);
-    cudaFree(l->dw16);
+    cudaFree(l->dwa);
     memset(l, 0, sizeof *l);
 }

@@ -73,9 +73,10 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     if (mode == GPU_TRAIN && (long)n * h * w < 2)
         return seterr(err, errlen, "%s: one value per channel in training", l->what), -1;
     l->io32 = gpu_use_io32(c, "bn");
+    l->nhwc = c->nhwc;
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, l->io32 ? CUDNN_DATA_FLOAT : act_dnn_type(c), n, ch, h,
-                                         w),
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, l->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                         l->io32 ? CUDNN_DATA_FLOAT : act_dnn_type(c), n, ch, h, w),
               l->what);
     /* (1, c, 1, 1) float for fp32 and bf16 x alike (cudnn_ops.h: "type = (typeOf(x) == double) ?
      * double : float"); checked, since γ, β and the statistics are fp32 buffers. */
@@ -95,12 +96,48 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
         if (gpu_malloc((void **)&l->save_mean, (size_t)ch * sizeof(float), l->what, err, errlen)) return -1;
         if (gpu_malloc((void **)&l->save_inv_var, (size_t)ch * sizeof(float), l->what, err, errlen)) return -1;
     }
+    l->fused = c->bn_fused && relu && mode == GPU_TRAIN && l->nhwc;
+    if (l->fused) { /* cuDNN's BN+ReLU (layers.h, gpu_bn_layer.fused): its sizes now, its buffers once */
+        const cudnnBatchNormMode_t bm = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+        const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+        CUDNN_TRY(cudnnCreateActivationDescriptor(&l->act_desc), l->what);
+        CUDNN_TRY(cudnnSetActivationDescriptor(l->act_desc, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0), l->what);
+        size_t fw = 0, bw = 0;
+        CUDNN_TRY(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(c->dnn, bm, ops, l->x_desc, NULL, l->x_desc,
+                                                                           l->stat_desc, l->act_desc, &fw),
+                  l->what);
+        CUDNN_TRY(cudnnGetBatchNormalizationBackwardExWorkspaceSize(c->dnn, bm, ops, l->x_desc, l->x_desc, l->x_desc, NULL,
+                                                                    l->x_desc, l->stat_desc, l->act_desc, &bw),
+                  l->what);
+        CUDNN_TRY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(c->dnn, bm, ops, l->act_desc, l->x_desc,
+                                                                       &l->reserve_nbytes),
+                  l->what);
+        l->ws_need = fw > bw ? fw : bw;
+        gpu_ctx_reserve(c, l->ws_need);
+        if (gpu_malloc(&l->reserve, l->reserve_nbytes, l->what, err, errlen)) return -1;
+    }
     return 0;
+}
+
+static void bn_fused_ready(const gpu_bn_layer *l, const gpu_ctx *c) {
+    if (c->ws_nbytes < l->ws_need)
+        DIE("%s: workspace of %zu bytes < %zu needed (gpu_ctx_commit missing?)", l->what, c->ws_nbytes, l->ws_need);
 }
 
 void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
     const float one = 1.0f, zero = 0.0f;
+    if (l->fused) { /* BN and ReLU in one call; the backward reads the reserve space and β */
+        bn_fused_ready(l, c);
+        CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+                        c->dnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, &one, &zero, l->x_desc,
+                        inp, NULL, NULL, l->x_desc, out, l->stat_desc, gamma, beta, l->momentum, running_mean, running_var,
+                        l->eps, l->save_mean, l->save_inv_var, l->act_desc, c->ws, c->ws_nbytes, l->reserve,
+                        l->reserve_nbytes),
+                    l->what);
+        l->beta_fwd = beta;
+        return;
+    }
     if (l->mode == GPU_TRAIN)
         CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, l->x_desc, inp,
                                                            l->x_desc, out, l->stat_desc, gamma, beta, l->momentum,
@@ -119,6 +156,18 @@ void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, flo
                      const void *inp, const void *out, const float *gamma) {
     if (l->mode != GPU_TRAIN) DIE("gpu_bn_backward on inference %s", l->what);
     if (dinp == dout || dinp == inp) DIE("gpu_bn_backward: %s in place", l->what);
+    if (l->fused) { /* the ReLU's mask from out inside cuDNN; dout unchanged */
+        bn_fused_ready(l, c);
+        if (!l->beta_fwd) DIE("gpu_bn_backward: %s before its forward", l->what);
+        const float one = 1.0f, zero = 0.0f;
+        CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+                        c->dnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, &one, &zero, &one, &zero,
+                        l->x_desc, inp, l->x_desc, out, l->x_desc, dout, NULL, NULL, l->x_desc, dinp, l->stat_desc, gamma,
+                        l->beta_fwd, dgamma, dbeta, l->eps, l->save_mean, l->save_inv_var, l->act_desc, c->ws, c->ws_nbytes,
+                        l->reserve, l->reserve_nbytes),
+                    l->what);
+        return;
+    }
     if (l->relu) launch_binary(c, dout, dout, out, l->count, mask_op(), l->what, is_bf16(c) && !l->io32);
     const float one = 1.0f, zero = 0.0f;
     CUDNN_CHECK(cudnnBatchNormalizationBackward(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, l->x_desc,
@@ -132,6 +181,8 @@ void gpu_bn_free(gpu_bn_layer *l) {
     if (l->stat_desc) cudnnDestroyTensorDescriptor(l->stat_desc);
     cudaFree(l->save_mean);
     cudaFree(l->save_inv_var);
+    if (l->act_desc) cudnnDestroyActivationDescriptor(l->act_desc);
+    cudaFree(l->reserve);
     memset(l, 0, sizeof *l);
 }
 

@@ -33,12 +33,39 @@ static __global__ void avgpool_backward_kernel(S *__restrict__ dinp, const S *__
         stf(dinp[i], ldf(dout[i / hw]) * inv);
 }
 
+/* NHWC: out[b, ch] = Σ_i inp[b, i, ch] / hw, one thread per (b, ch), i in order (adjacent
+ * threads read adjacent channels: coalesced). */
+template <typename S>
+static __global__ void avgpool_nhwc_forward_kernel(S *__restrict__ out, const S *__restrict__ inp, int n, int ch, int hw) {
+    const size_t total = (size_t)n * ch, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < total; p += stride) {
+        const size_t b = p / ch, k = p % ch;
+        const S *x = inp + b * hw * ch + k;
+        float s = 0.0f;
+        for (int i = 0; i < hw; i++) s += ldf(x[(size_t)i * ch]);
+        stf(out[p], s / (float)hw);
+    }
+}
+
+/* NHWC: dinp[b, i, ch] = dout[b, ch] / hw. */
+template <typename S>
+static __global__ void avgpool_nhwc_backward_kernel(S *__restrict__ dinp, const S *__restrict__ dout, size_t n, int ch,
+                                                    int hw) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const float inv = 1.0f / (float)hw;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const size_t b = i / ((size_t)hw * ch), k = i % ch;
+        stf(dinp[i], ldf(dout[b * ch + k]) * inv);
+    }
+}
+
 int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch, int ih, int iw, int max, int k,
                   int stride, int pad, gpu_mode mode, char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
     l->mode = mode;
     l->max = max;
     l->n = n, l->c = ch, l->ih = ih, l->iw = iw;
+    l->nhwc = c->nhwc;
     if (max) {
         l->oh = stride > 0 ? (ih + 2 * pad - k) / stride + 1 : 0;
         l->ow = stride > 0 ? (iw + 2 * pad - k) / stride + 1 : 0;
@@ -58,10 +85,11 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
     CUDNN_TRY(cudnnSetPooling2dDescriptor(l->desc, CUDNN_POOLING_MAX_DETERMINISTIC, CUDNN_PROPAGATE_NAN, k, k, pad, pad,
                                           stride, stride),
               l->what);
+    const cudnnTensorFormat_t fmt = l->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->x_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, CUDNN_TENSOR_NCHW, dt, n, ch, ih, iw), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->x_desc, fmt, dt, n, ch, ih, iw), l->what);
     CUDNN_TRY(cudnnCreateTensorDescriptor(&l->y_desc), l->what);
-    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, CUDNN_TENSOR_NCHW, dt, n, ch, l->oh, l->ow), l->what);
+    CUDNN_TRY(cudnnSetTensor4dDescriptor(l->y_desc, fmt, dt, n, ch, l->oh, l->ow), l->what);
     int on, oc, oh, ow;
     CUDNN_TRY(cudnnGetPooling2dForwardOutputDim(l->desc, l->x_desc, &on, &oc, &oh, &ow), l->what);
     if (on != n || oc != ch || oh != l->oh || ow != l->ow)
@@ -76,6 +104,12 @@ void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c, void *out, const void *inp)
         return;
     }
     const int planes = l->n * l->c;
+    if (l->nhwc) {
+        WITH_ACT_TYPE(is_bf16(c), avgpool_nhwc_forward_kernel<<<grid_for(c, (size_t)planes), THREADS, 0, c->stream>>>(
+                                      (S *)out, (const S *)inp, l->n, l->c, l->ih * l->iw));
+        CUDA_CHECK(cudaGetLastError(), l->what);
+        return;
+    }
     const int blocks = grid_for(c, (size_t)planes * 32);
     WITH_ACT_TYPE(is_bf16(c), avgpool_forward_kernel<<<blocks, THREADS, 0, c->stream>>>((S *)out, (const S *)inp, planes,
                                                                                          l->ih * l->iw));
@@ -93,6 +127,12 @@ void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c, void *dinp, const void *do
         return;
     }
     const size_t n = (size_t)l->n * l->c * l->ih * l->iw;
+    if (l->nhwc) {
+        WITH_ACT_TYPE(is_bf16(c), avgpool_nhwc_backward_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>(
+                                      (S *)dinp, (const S *)dout, n, l->c, l->ih * l->iw));
+        CUDA_CHECK(cudaGetLastError(), l->what);
+        return;
+    }
     WITH_ACT_TYPE(is_bf16(c), avgpool_backward_kernel<<<grid_for(c, n), THREADS, 0, c->stream>>>((S *)dinp,
                                                                                                   (const S *)dout, n,
                                                                                                   l->ih * l->iw));

@@ -13,7 +13,7 @@
  * after gpu_model_create.
  *
  * Precision bf16 (mixed precision, as PyTorch's autocast): params, grads, velocity and bn stay
- * fp32 — the master weights the methods and the SGD update see — and one more cudaMalloc, w16,
+ * fp32 — the master weights the methods and the SGD update see — and one more cudaMalloc, wcopy,
  * holds a bf16 copy of every convolution and fc weight, each at a 16-byte-aligned offset (tensor
  * cores), made by gpu_f32_to_bf16 at the start of every training step and evaluation (so it
  * always follows uploads and updates; the cost is a read of the weights). Activations and their
@@ -21,6 +21,14 @@
  * host's input); BN's γ, β, statistics and their gradients, the logits, the loss and every
  * parameter gradient are fp32 (layers.h, "Element types"). No loss scaling: bf16 has fp32's
  * exponent range.
+ *
+ * Layout NHWC (DSGD_GPU_LAYOUT=nhwc, docs/gpu.md "Switches"; layers.h "Layout NHWC"): every
+ * activation of the ResNet (the arenas) is (n, h, w, c); the host's minibatch stays NCHW and is
+ * transposed on the device into xa (with the bf16 cast, one kernel); wcopy holds each conv
+ * weight transposed to (O, k, k, I) (bf16 or fp32, made with the casts, one kernel per weight;
+ * the flat params stay (O, I, k, k)), and each convolution transposes its weight gradient back
+ * into the flat (O, I, k, k) gradient. The global average pool gives (n, c) in either layout, so
+ * the fc layer, the loss and every flat vector are the same.
  *
  * Buffers of the training network, as on the CPU: every forward activation a backward pass
  * reads has its own buffer (b2 == y: the residual add runs in place); gradients flow through two
@@ -226,20 +234,29 @@ static void net_backward(gpu_model *g, gpu_net *t) {
     gpu_conv_backward(&t->conv1, c, NULL, G + L->conv1, T1, t->xa, wview(g, L->conv1));
 }
 
-/* The first `rows` input rows from the host (x; NULL: already in t->x) into t->x and, in bf16, t->xa;
- * the bf16 weights: w16 := the conv and fc weights of params, rounded to bf16 (before every use,
- * so that uploads and updates of params are always seen). */
+/* The first `rows` input rows from the host (x; NULL: already in t->x) into t->x and, in bf16 or
+ * NHWC, t->xa (rounded, and with NHWC transposed on the device: the host's minibatch stays NCHW);
+ * the weight copies: wcopy := the weights of wmap from params, rounded to bf16 and / or transposed
+ * to KRSC (before every use, so that uploads and updates of params are always seen). */
 static void net_input(gpu_model *g, gpu_net *t, const float *x, int rows, const char *what) {
     gpu_ctx *c = &g->ctx;
+    const model_spec *s = &g->L.s;
     const size_t nx = input_count(&g->L, rows);
     if (x) CUDA_CHECK(cudaMemcpyAsync(t->x, x, nx * sizeof(float), cudaMemcpyHostToDevice, c->stream), what);
-    if (g->w16) {
+    if (!g->wcopy) return;
+    if (c->nhwc)
+        gpu_to_nhwc(c, t->xa, t->x, rows, s->in_c, s->in_h * s->in_w);
+    else
         gpu_f32_to_bf16(c, t->xa, t->x, nx);
-        if (g->wsegs) /* DSGD_GPU_CASTS=one: every weight in one launch, the same bits */
-            gpu_f32_to_bf16_segs(c, g->wsegs, g->n_wmap, g->wmax);
-        else
-            for (int i = 0; i < g->n_wmap; i++)
-                gpu_f32_to_bf16(c, (uint16_t *)g->w16 + g->wmap[i].off16, g->params + g->wmap[i].off, g->wmap[i].n);
+    if (g->wsegs) { /* DSGD_GPU_CASTS=one: every weight in one launch, the same bits */
+        gpu_f32_to_bf16_segs(c, g->wsegs, g->n_wmap, g->wmax);
+        return;
+    }
+    for (int i = 0; i < g->n_wmap; i++) {
+        const weight_copy *w = &g->wmap[i];
+        void *dst = (char *)g->wcopy + w->offc * c->act_bytes;
+        if (w->ch) gpu_to_nhwc(c, dst, g->params + w->off, (int)(w->n / ((size_t)w->ch * w->hw)), w->ch, w->hw);
+        else gpu_f32_to_bf16(c, dst, g->params + w->off, w->n);
     }
 }
 
@@ -256,7 +273,7 @@ void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *gr
         t->slot = 1 - t->slot;
         t->x = t->xs[t->slot];
         t->y = t->ys[t->slot];
-        if (!g->w16) t->xa = t->x; /* fp32: the slot itself */
+        if (!g->wcopy) t->xa = t->x; /* fp32 NCHW: the slot itself */
         CUDA_CHECK(cudaStreamWaitEvent(c->stream, o->staged, 0), "train step: wait for the staged minibatch");
     } else {
         nn_check_labels(L, y, n);

@@ -29,14 +29,14 @@ static void *carve_a(carver *cv, size_t count, size_t ab) { return carve(cv, cou
 static size_t max_z(size_t a, size_t b) { return a > b ? a : b; }
 
 /* Point every buffer of t into the arena cv (see model.cu's file comment for the plan); ab: bytes of
- * one activation. */
-static void net_buffers(const nn_layout *L, gpu_net *t, carver *cv, size_t ab) {
+ * one activation; nhwc: the input gets its own transposed copy xa. */
+static void net_buffers(const nn_layout *L, gpu_net *t, carver *cv, size_t ab, int nhwc) {
     const model_spec *s = &L->s;
     const size_t n = (size_t)t->n, k = (size_t)s->n_classes;
     const int train = t->mode == GPU_TRAIN;
     const size_t nx = n * s->in_c * s->in_h * s->in_w;
     t->x = carve_f(cv, nx);
-    t->xa = ab == sizeof(float) ? (void *)t->x : carve_a(cv, nx, ab);
+    t->xa = ab == sizeof(float) && !nhwc ? (void *)t->x : carve_a(cv, nx, ab); /* else the cast / transposed copy */
     t->logits = carve_f(cv, n * k);
     if (train) {
         t->y = (int *)carve(cv, n * sizeof(int));
@@ -226,14 +226,14 @@ static int net_build(gpu_model *g, gpu_net *t, gpu_mode mode, int n, char *err, 
     t->built = 1;
     if (g->L.s.arch != MODEL_LINEAR) TRY(net_layers(g, t, err, errlen));
     carver cv = {NULL, 0};
-    net_buffers(&g->L, t, &cv, g->ctx.act_bytes);
+    net_buffers(&g->L, t, &cv, g->ctx.act_bytes, g->ctx.nhwc);
     char what[64];
     snprintf(what, sizeof what, "the %s network's activations (%d rows)", mode == GPU_TRAIN ? "training" : "evaluation", n);
     TRY(gpu_malloc(&t->arena, cv.off, what, err, errlen));
     t->arena_nbytes = cv.off;
     cv.base = (char *)t->arena;
     cv.off = 0;
-    net_buffers(&g->L, t, &cv, g->ctx.act_bytes);
+    net_buffers(&g->L, t, &cv, g->ctx.act_bytes, g->ctx.nhwc);
     return 0;
 }
 
@@ -250,7 +250,7 @@ void gpu_model_free(gpu_model *g) {
     cudaFree(g->vel);
     cudaFree(g->bn);
     cudaFree(g->bad);
-    cudaFree(g->w16);
+    cudaFree(g->wcopy);
     cudaFree(g->wsegs);
     if (g->host) cudaFreeHost(g->host);
     gpu_overlap_free(&g->ov);
@@ -274,9 +274,16 @@ static int env_switch(const char *name, const char *const *vals, int nv, int dfl
 /* The step's switches (gpu_switches, docs/gpu.md "Switches"). */
 static int read_switches(gpu_switches *sw, char *err, size_t errlen) {
     static const char *const sync[] = {"update", "step"}, *const casts[] = {"each", "one"}, *const stage[] = {"h2d", "own"};
+    static const char *const layout[] = {"nchw", "nhwc"};
     TRY(env_switch("DSGD_GPU_SYNC", sync, 2, 0, &sw->sync_step, err, errlen));
     TRY(env_switch("DSGD_GPU_CASTS", casts, 2, 0, &sw->cast_one, err, errlen));
     TRY(env_switch("DSGD_GPU_STAGE", stage, 2, 1, &sw->stage_own, err, errlen));
+    static const char *const bnrelu[] = {"kernel", "fused"};
+    TRY(env_switch("DSGD_GPU_LAYOUT", layout, 2, 0, &sw->nhwc, err, errlen));
+    TRY(env_switch("DSGD_GPU_BNRELU", bnrelu, 2, 0, &sw->bn_fused, err, errlen));
+    if (sw->bn_fused && !sw->nhwc) /* cuDNN fuses BN and its activation for NHWC tensors only */
+        return seterr(err, errlen, "DSGD_GPU_BNRELU=fused needs DSGD_GPU_LAYOUT=nhwc (cuDNN fuses BN and ReLU in NHWC only)"),
+               -1;
     return 0;
 }
 
@@ -286,6 +293,11 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
     TRY(read_switches(&g->sw, err, errlen));
     CUDA_TRY(cudaGetDevice(&g->dev), "gpu_model_create");
     TRY(gpu_ctx_init(&g->ctx, prec, err, errlen));
+    /* NHWC: every layer built below takes NHWC activations. The linear model has no layer with a
+     * layout (its input is the fc layer's (n, c·h·w) row as the host flattens it). */
+    if (s->arch == MODEL_LINEAR) g->sw.nhwc = g->sw.bn_fused = 0;
+    g->ctx.nhwc = g->sw.nhwc;
+    g->ctx.bn_fused = g->sw.bn_fused;
     CUDA_TRY(cudaHostAlloc((void **)&g->host, sizeof *g->host, cudaHostAllocPortable), "gpu_model_create (pinned staging)");
     memset(g->host, 0, sizeof *g->host);
     const size_t np = L->n_params * sizeof(float);
@@ -294,22 +306,29 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
     TRY(gpu_malloc((void **)&g->vel, np, "the velocity", err, errlen));
     TRY(gpu_malloc((void **)&g->bn, L->n_bn * sizeof(float), "the BN running statistics", err, errlen));
     TRY(gpu_malloc((void **)&g->bad, sizeof(int), "the SGD flag", err, errlen));
-    if (prec == GPU_BF16) { /* the bf16 weight copies, each 16-byte aligned */
-        size_t n16 = 0;
+    if (prec == GPU_BF16 || g->sw.nhwc) {
+        /* The weight copies in the activation type, each at a multiple of 8 elements (16 bytes of
+         * bf16): bf16 copies of every conv and fc weight, with NHWC the conv weights transposed to
+         * KRSC (in fp32 / tf32 only those: the fc weight is read from the params). */
+        size_t nc = 0;
         for (int i = 0; i < L->n_tensors; i++) {
-            if (L->kind[i] != T_CONV && L->kind[i] != T_FC_WEIGHT) continue;
-            weight16 *w = &g->wmap[g->n_wmap++];
-            w->off = L->tensors[i].offset;
-            w->n = L->tensors[i].n;
-            w->off16 = n16;
-            n16 += (w->n + 7) & ~(size_t)7;
+            if (L->kind[i] != T_CONV && (L->kind[i] != T_FC_WEIGHT || prec != GPU_BF16)) continue;
+            weight_copy *w = &g->wmap[g->n_wmap++];
+            const model_tensor *t = &L->tensors[i];
+            w->off = t->offset;
+            w->n = t->n;
+            w->offc = nc;
+            if (g->sw.nhwc && L->kind[i] == T_CONV) w->ch = t->shape[1], w->hw = t->shape[2] * t->shape[3];
+            nc += (w->n + 7) & ~(size_t)7;
         }
-        TRY(gpu_malloc(&g->w16, n16 * 2, "the bf16 weight copies", err, errlen));
-        if (g->sw.cast_one) { /* the casts' segment table, for one launch per step (N16) */
+        TRY(gpu_malloc(&g->wcopy, nc * g->ctx.act_bytes, g->sw.nhwc ? "the NHWC weight copies" : "the bf16 weight copies",
+                       err, errlen));
+        if (g->sw.cast_one && prec == GPU_BF16) { /* the casts' segment table, for one launch per step (N16) */
             gpu_cast_seg segs[MAX_TENSORS];
             for (int i = 0; i < g->n_wmap; i++) {
-                segs[i] = (gpu_cast_seg){g->params + g->wmap[i].off, (uint16_t *)g->w16 + g->wmap[i].off16, g->wmap[i].n};
-                if (g->wmap[i].n > g->wmax) g->wmax = g->wmap[i].n;
+                const weight_copy *w = &g->wmap[i];
+                segs[i] = (gpu_cast_seg){g->params + w->off, (uint16_t *)g->wcopy + w->offc, w->n, w->ch, w->hw};
+                if (w->n > g->wmax) g->wmax = w->n;
             }
             const size_t nbt = (size_t)g->n_wmap * sizeof segs[0];
             TRY(gpu_malloc((void **)&g->wsegs, nbt, "the bf16 casts' table", err, errlen));

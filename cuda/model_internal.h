@@ -90,12 +90,17 @@ typedef struct {
     int sync_step;   /* DSGD_GPU_SYNC=step: one host synchronisation per step (N10); =update (default): two */
     int cast_one;    /* DSGD_GPU_CASTS=one: the bf16 weight copies in one launch (N16); =each (default) */
     int stage_own;   /* DSGD_GPU_STAGE=own (default): the staging copy on a stream of its own (N17); =h2d */
+    int nhwc;        /* DSGD_GPU_LAYOUT=nhwc: activations NHWC, conv weights KRSC copies (N12); =nchw (default) */
+    int bn_fused;    /* DSGD_GPU_BNRELU=fused: cuDNN's fused BN+ReLU in training (N12, needs nhwc); =kernel (default) */
 } gpu_switches;
 
-/* One conv or fc weight of the flat params (offset off, n values) and its bf16 copy (at off16). */
+/* One conv or fc weight of the flat params (offset off, n values) and its copy in the activation
+ * type (at element offc of wcopy): rounded to bf16, and with NHWC a conv weight (O, I, k, k)
+ * transposed to (O, k, k, I) (ch = I, hw = k·k; ch = 0: not transposed). */
 typedef struct {
-    size_t off, n, off16;
-} weight16;
+    size_t off, n, offc;
+    int ch, hw;
+} weight_copy;
 
 struct gpu_model {
     nn_layout L;
@@ -104,8 +109,10 @@ struct gpu_model {
     gpu_ctx ctx;
     float *params, *grads, *vel, *bn; /* device, n_params (n_bn) floats */
     int *bad;                          /* device flag of gpu_sgd_update */
-    void *w16;                         /* GPU_BF16: bf16 copies of the conv and fc weights (wmap) */
-    weight16 wmap[MAX_TENSORS];
+    void *wcopy;                       /* GPU_BF16: bf16 copies of the conv and fc weights; NHWC: KRSC
+                                        * copies of the conv weights (and bf16 ones of fc's), in the
+                                        * activation type (wmap); NULL: fp32 NCHW, the params themselves */
+    weight_copy wmap[MAX_TENSORS];
     int n_wmap;
     gpu_cast_seg *wsegs;               /* DSGD_GPU_CASTS=one: wmap as cast segments, on the device */
     size_t wmax;                       /* the largest wmap[i].n */
@@ -119,12 +126,13 @@ struct gpu_model {
     long bad_update;                   /* the first of them found non-finite (1-based), 0 none */
 };
 
-/* The weight at flat offset off in the activation type: the fp32 params, or its bf16 copy. */
+/* The weight at flat offset off as the layers take it: its copy in wmap (bf16, or a KRSC conv
+ * weight with NHWC), else the fp32 params (fp32 / tf32: the fc weight, and every weight in NCHW). */
 static inline const void *wview(const gpu_model *g, size_t off) {
-    if (!g->w16) return g->params + off;
     for (int i = 0; i < g->n_wmap; i++)
-        if (g->wmap[i].off == off) return (const uint16_t *)g->w16 + g->wmap[i].off16;
-    DIE("GPU model: no bf16 copy of the weight at offset %zu", off);
+        if (g->wmap[i].off == off) return (const char *)g->wcopy + g->wmap[i].offc * g->ctx.act_bytes;
+    if (g->ctx.prec == GPU_BF16) DIE("GPU model: no bf16 copy of the weight at offset %zu", off);
+    return g->params + off;
 }
 
 static inline void set_dev(const gpu_model *g) { CUDA_CHECK(cudaSetDevice(g->dev), "the GPU model (cudaSetDevice)"); }

@@ -46,6 +46,8 @@ VARIANT_NOTE = {
     "nccl": "+ one-rank NCCL all-reduce after the backward pass",
     "ncclov": "+ one-rank NCCL all-reduce per gradient group (DSGD_NCCL_OVERLAP=1)",
     "all": "sync=step + casts=one",
+    "nhwc": "DSGD_GPU_LAYOUT=nhwc",
+    "nhwcbn": "nhwc + DSGD_GPU_BNRELU=fused",
 }
 
 

@@ -592,9 +592,11 @@ else
            --max-seconds 3)
     # The step's switches (docs/gpu.md, "Switches"), one row each after the base rows, in bf16 (the
     # goal against PyTorch's channels_last): deterministic algorithms, one synchronisation per
-    # step, the casts in one launch, both; then a one-rank NCCL all-reduce added to the step, after
-    # the backward pass (nccl) and per gradient group during it (ncclov: DSGD_NCCL_OVERLAP=1, N14).
-    DEVARG=(--variants det,sync1,cast1,all,nccl,ncclov --variant-precision bf16)
+    # step, the casts in one launch, both; NHWC activations (DSGD_GPU_LAYOUT=nhwc) and with BN+ReLU
+    # fused (DSGD_GPU_BNRELU=fused) first, as the rows most needed (N12; the cap cuts rows from the
+    # end); then a one-rank NCCL all-reduce added to the step, after the backward pass (nccl) and
+    # per gradient group during it (ncclov: DSGD_NCCL_OVERLAP=1, N14).
+    DEVARG=(--variants nhwc,nhwcbn,det,sync1,cast1,all,nccl,ncclov --variant-precision bf16)
 fi
 if [ -x "$BENCH" ]; then
     run_step "d. bench_gpu (dsgd-run)" "$BENCH_LOG" 150 "${BENV[@]}" DSGD_CUDNN_ALGO=find "$BENCH" "${SHAPE[@]}" --precision fp32,tf32,bf16 \

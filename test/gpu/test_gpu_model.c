@@ -340,6 +340,164 @@ START_TEST(test_bf16_fallback) {
 }
 END_TEST
 
+/* Layout NHWC (DSGD_GPU_LAYOUT=nhwc; cuda/layers.h "Layout NHWC"): the NHWC network against the
+ * CPU model at the tolerances of its precision (fp32, tf32, bf16; both stems, the odd shapes), as
+ * the NCHW one is held. */
+static void nhwc_case(const char *name, model_spec s, gpu_precision prec, int fused) {
+    setenv("DSGD_GPU_LAYOUT", "nhwc", 1);
+    if (fused) setenv("DSGD_GPU_BNRELU", "fused", 1);
+    char t[160];
+    snprintf(t, sizeof t, "NHWC%s: %s", fused ? ", BN+ReLU fused" : "", name);
+    model_case(t, s, prec);
+    unsetenv("DSGD_GPU_LAYOUT");
+    unsetenv("DSGD_GPU_BNRELU");
+}
+
+START_TEST(test_nhwc_cpu) {
+    model_spec odd = cifar(3, 5, 4);
+    odd.in_c = 1, odd.in_h = odd.in_w = 28;
+    const model_spec in = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 64,
+                           .in_w = 64, .n_classes = 20, .batch = 4, .eval_batch = 3, .threads = 0};
+    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_FP32, 0);
+    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_FP32, 0);
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_FP32, 0);
+    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_TF32, 0);
+    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_BF16, 0);
+    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_BF16, 0);
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_BF16, 0);
+    model_spec lin = {.arch = MODEL_LINEAR, .in_c = 1, .in_h = 28, .in_w = 28, .n_classes = 10, .batch = 32,
+                      .eval_batch = 20, .threads = 0};
+    nhwc_case("linear 784 -> 10, batch 32 (no layout: as NCHW)", lin, GPU_FP32, 0);
+    /* BN+ReLU fused (DSGD_GPU_BNRELU=fused) */
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_FP32, 1);
+    nhwc_case("resnet18 CIFAR stem, width 8, batch 8", cifar(8, 8, 6), GPU_TF32, 1);
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x64x64, batch 4", in, GPU_BF16, 1);
+    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_BF16, 1);
+}
+END_TEST
+
+/* Set (on) or unset each VAR=value of the space-separated list env. */
+static void set_envs(const char *env, int on) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", env);
+    for (char *save = NULL, *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '=');
+        if (!eq) continue;
+        *eq = '\0';
+        if (on) setenv(tok, eq + 1, 1);
+        else unsetenv(tok);
+    }
+}
+
+/* Models built with the environments env[0..nv) (VAR=value lists) trained side by side from the
+ * same state for two steps with SGD updates, then evaluated; each against model 0: loss,
+ * gradients, BN statistics, parameters, evaluation logits within tol_fwd / tol_grad (0: bit for
+ * bit). */
+static void same_models(const char *title, model_spec s, gpu_precision prec, int nv, const char *const *env,
+                        double tol_fwd, double tol_grad) {
+    printf("  %s (%s)\n", title, prec_name(prec));
+    char err[ERRLEN];
+    model *m = model_create(&s, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    model_init(m, 7);
+    nn_layout L;
+    ck_assert_msg(nn_layout_build(&L, &s, err, sizeof err) == 0, "%s", err);
+    gpu_model *g[4];
+    ck_assert_int_le(nv, 4);
+    for (int v = 0; v < nv; v++) {
+        set_envs(env[v], 1);
+        g[v] = gpu_model_create(&L, prec, err, sizeof err);
+        set_envs(env[v], 0);
+        ck_assert_msg(g[v] != NULL, "gpu_model_create (%s): %s", env[v], err);
+        gpu_model_upload(g[v], GPU_PARAMS | GPU_BN, model_params(m), NULL, model_bn(m));
+        gpu_model_zero_velocity(g[v]);
+    }
+    const size_t np = L.n_params, nb = L.n_bn, in = (size_t)s.in_c * s.in_h * s.in_w;
+    const size_t nl = (size_t)s.eval_batch * s.n_classes;
+    float *x = malloc((size_t)s.batch * in * sizeof(float)), *ex = malloc((size_t)s.eval_batch * in * sizeof(float));
+    int *y = malloc((size_t)s.batch * sizeof(int));
+    float *v[4][3], *lo[4];
+    for (int k = 0; k < nv; k++) {
+        for (int j = 0; j < 3; j++) v[k][j] = malloc((j == 2 ? nb : np) * sizeof(float) + 4);
+        lo[k] = malloc(nl * sizeof(float));
+    }
+    rng_t r;
+    rng_seed(&r, 5);
+    for (int step = 0; step < 2; step++) {
+        for (size_t i = 0; i < (size_t)s.batch * in; i++) x[i] = (float)rng_normal(&r);
+        for (int i = 0; i < s.batch; i++) y[i] = (int)rng_below(&r, (uint64_t)s.n_classes);
+        float loss[4];
+        for (int k = 0; k < nv; k++) {
+            loss[k] = gpu_model_train_step(g[k], x, y);
+            gpu_model_download(g[k], GPU_GRADS | GPU_BN, NULL, v[k][1], v[k][2]);
+            ck_assert(gpu_model_sgd_update(g[k], 0.05f, 0.9f, 1e-4f, 1));
+            gpu_model_download(g[k], GPU_PARAMS, v[k][0], NULL, NULL);
+        }
+        ck_assert(isfinite(loss[0]));
+        for (int k = 1; k < nv; k++) {
+            printf("   step %d: loss %.9g, with %s %.9g\n", step, loss[0], env[k], loss[k]);
+            CHECK_REL("training loss", &loss[k], &loss[0], 1, tol_fwd);
+            CHECK_REL("gradients", v[k][1], v[0][1], np, tol_grad);
+            CHECK_REL("BN running statistics", v[k][2], v[0][2], nb, tol_fwd);
+            CHECK_REL("parameters after the update", v[k][0], v[0][0], np, tol_fwd);
+        }
+    }
+    for (size_t i = 0; i < (size_t)s.eval_batch * in; i++) ex[i] = (float)rng_normal(&r);
+    for (int k = 0; k < nv; k++) gpu_model_eval(g[k], ex, s.eval_batch, lo[k]);
+    for (int k = 1; k < nv; k++) CHECK_REL("evaluation logits", lo[k], lo[0], nl, tol_fwd);
+    for (int k = 0; k < nv; k++) {
+        gpu_model_free(g[k]);
+        for (int j = 0; j < 3; j++) free(v[k][j]);
+        free(lo[k]);
+    }
+    free(x), free(ex), free(y);
+    model_free(m);
+}
+
+/* NHWC against NCHW, and BN+ReLU fused against not: over the mock bit for bit (its stand-ins transpose around the same CPU
+ * layers and sum the global average pool in the same order, so any layout mistake — a buffer
+ * read with the wrong strides, a weight copy not transposed, a gradient not transposed back —
+ * changes the values); on a GPU within the precision's tolerances (other cuDNN kernels, other
+ * summation orders). DSGD_GPU_CASTS=one with NHWC (the bf16 casts and transpositions in one
+ * launch) against NHWC's casts one by one: bit for bit everywhere. A bad value is refused. */
+START_TEST(test_nhwc_nchw) {
+    const model_spec s = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 48,
+                          .in_w = 48, .n_classes = 10, .batch = 4, .eval_batch = 3, .threads = 0};
+    setenv("DSGD_CUDNN_ALGO", "heuristic", 1);
+    const char *const fp[] = {"", "DSGD_GPU_LAYOUT=nhwc"};
+    same_models("NHWC vs NCHW: resnet18 ImageNet stem, width 8, 3x48x48, batch 4", s, GPU_FP32, 2, fp, mock ? 0 : 5e-5,
+                mock ? 0 : 5e-4);
+    same_models("NHWC vs NCHW: resnet18 ImageNet stem, width 8, 3x48x48, batch 4", s, GPU_TF32, 2, fp, mock ? 0 : 5e-2,
+                mock ? 0 : 2e-1);
+    same_models("NHWC vs NCHW: resnet18 ImageNet stem, width 8, 3x48x48, batch 4", s, GPU_BF16, 2, fp,
+                mock ? 0 : TOL_BF16_FWD, mock ? 0 : TOL_BF16_GRAD_ALL);
+    const char *const casts[] = {"DSGD_GPU_LAYOUT=nhwc", "DSGD_GPU_LAYOUT=nhwc DSGD_GPU_CASTS=one"};
+    same_models("NHWC, casts one by one vs in one launch", s, GPU_BF16, 2, casts, 0, 0);
+    /* BN+ReLU fused against BN then our ReLU, both NHWC: the same values over the mock (its fused
+     * stand-in masks a copy of dout and checks the reserve space); cuDNN's fused kernels and
+     * SPATIAL_PERSISTENT sum in other orders on a GPU. */
+    const char *const fused[] = {"DSGD_GPU_LAYOUT=nhwc", "DSGD_GPU_LAYOUT=nhwc DSGD_GPU_BNRELU=fused"};
+    same_models("NHWC, BN+ReLU fused vs BN then ReLU", s, GPU_FP32, 2, fused, mock ? 0 : 5e-5, mock ? 0 : 5e-4);
+    same_models("NHWC, BN+ReLU fused vs BN then ReLU", s, GPU_BF16, 2, fused, mock ? 0 : TOL_BF16_FWD,
+                mock ? 0 : TOL_BF16_GRAD_ALL);
+    unsetenv("DSGD_CUDNN_ALGO");
+
+    char err[ERRLEN];
+    nn_layout L;
+    ck_assert_msg(nn_layout_build(&L, &s, err, sizeof err) == 0, "%s", err);
+    setenv("DSGD_GPU_LAYOUT", "chwn", 1);
+    ck_assert_ptr_null(gpu_model_create(&L, GPU_FP32, err, sizeof err));
+    unsetenv("DSGD_GPU_LAYOUT");
+    printf("  expected error: %s\n", err);
+    ck_assert_msg(strstr(err, "DSGD_GPU_LAYOUT=chwn") && strstr(err, "nhwc"), "%s", err);
+    setenv("DSGD_GPU_BNRELU", "fused", 1); /* in NCHW: refused */
+    ck_assert_ptr_null(gpu_model_create(&L, GPU_BF16, err, sizeof err));
+    unsetenv("DSGD_GPU_BNRELU");
+    printf("  expected error: %s\n", err);
+    ck_assert_msg(strstr(err, "DSGD_GPU_BNRELU=fused") && strstr(err, "DSGD_GPU_LAYOUT=nhwc"), "%s", err);
+}
+END_TEST
+
 START_TEST(test_linear_bf16) {
     model_spec s = {.arch = MODEL_LINEAR, .in_c = 1, .in_h = 28, .in_w = 28, .n_classes = 10, .batch = 32,
                     .eval_batch = 20, .threads = 0};
@@ -620,6 +778,8 @@ int main(void) {
     tcase_add_test(tc, test_resnet_cifar_odd_bf16);
     tcase_add_test(tc, test_resnet_imagenet_bf16);
     tcase_add_test(tc, test_bf16_fallback);
+    tcase_add_test(tc, test_nhwc_nchw);
+    tcase_add_test(tc, test_nhwc_cpu);
     tcase_add_test(tc, test_descent);
     tcase_add_test(tc, test_resnet_imagenet_224);
     suite_add_tcase(s, tc);

@@ -185,9 +185,41 @@ static gpu_precision io_prec(gpu_precision prec, int io32, const gpu_ctx *c, con
 /* The element off of an activation buffer. */
 static void *act_at(gpu_precision prec, void *base, size_t off) { return (char *)base + off * act_bytes(prec); }
 
+/* The layout of the layer cases (layers.h "Layout NHWC"): test_nhwc_layers sets it around the
+ * conv, BN and pooling cases, which then build their layers in an NHWC context (and, with
+ * layout_fused, BN+ReLU on cuDNN's fused calls), upload every activation and conv weight
+ * transposed and transpose the results back before comparing with the NCHW CPU layers. */
+static int layout_nhwc, layout_fused;
+
 static void gctx(gpu_ctx *c, gpu_precision prec) {
     char err[ERRLEN];
     ck_assert_msg(gpu_ctx_init(c, prec, err, sizeof err) == 0, "gpu_ctx_init: %s", err);
+    c->nhwc = layout_nhwc;
+    c->bn_fused = layout_fused;
+}
+
+/* h (n, ch, hw) uploaded as d_act does, transposed to (n, hw, ch) with layout_nhwc. */
+static void *d_act_l(gpu_precision prec, const float *h, size_t n, size_t ch, size_t hw) {
+    if (!layout_nhwc) return d_act(prec, h, n * ch * hw);
+    float *t = malloc(n * ch * hw * sizeof(float) + 4);
+    for (size_t r = 0; r < n; r++)
+        for (size_t q = 0; q < hw; q++)
+            for (size_t k = 0; k < ch; k++) t[(r * hw + q) * ch + k] = h[(r * ch + k) * hw + q];
+    void *d = d_act(prec, t, n * ch * hw);
+    free(t);
+    return d;
+}
+
+/* The host copy of d as h_act makes it, (n, ch, hw) again with layout_nhwc. */
+static float *h_act_l(gpu_precision prec, const void *d, size_t n, size_t ch, size_t hw) {
+    float *h = h_act(prec, d, n * ch * hw);
+    if (!layout_nhwc) return h;
+    float *t = malloc(n * ch * hw * sizeof(float) + 4);
+    for (size_t r = 0; r < n; r++)
+        for (size_t q = 0; q < hw; q++)
+            for (size_t k = 0; k < ch; k++) t[(r * ch + k) * hw + q] = h[(r * hw + q) * ch + k];
+    free(h);
+    return t;
 }
 
 static void cctx(nn_ctx *c) {
@@ -212,8 +244,8 @@ static void conv_case(const char *name, gpu_precision prec, int n, int ic, int i
     if (skip_bf16(prec, name)) return;
     const double tol = prec == GPU_TF32 ? TOL_TF32 : prec == GPU_BF16 ? TOL_BF16 : TOL_FP32;
     const double tol_grad = prec == GPU_BF16 ? TOL_BF16_GRAD : tol;
-    printf("  %s %s (%d, %d, %d, %d) -> %d channels, %dx%d/%d pad %d%s\n", name, prec_name(prec), n, ic, ih, iw, oc,
-           k, k, stride, pad, need_dinp ? "" : ", no input gradient");
+    printf("  %s %s (%d, %d, %d, %d) -> %d channels, %dx%d/%d pad %d%s%s\n", name, prec_name(prec), n, ic, ih, iw, oc,
+           k, k, stride, pad, need_dinp ? "" : ", no input gradient", layout_nhwc ? ", NHWC" : "");
     char err[ERRLEN], lab[128];
     rng_t r;
     rng_seed(&r, seed_mix((uint64_t)(ic * 131 + k * 7 + stride), (uint64_t)(oc * 17 + ih)));
@@ -240,7 +272,8 @@ static void conv_case(const char *name, gpu_precision prec, int n, int ic, int i
                   "%s", err);
     ck_assert_int_eq(gl.oh, oh);
     ck_assert_int_eq(gl.ow, ow);
-    void *gx = d_act(prec, x, nx), *gw = d_act(prec, w, nw), *gdy = d_act(prec, dy, ny);
+    const size_t ihw = (size_t)ih * iw, ohw = (size_t)oh * ow, khw = (size_t)k * k;
+    void *gx = d_act_l(prec, x, n, ic, ihw), *gw = d_act_l(prec, w, oc, ic, khw), *gdy = d_act_l(prec, dy, n, oc, ohw);
     void *gy = d_act_zero(prec, ny), *gdx = d_act_zero(prec, nx);
     float *gdw = d_zero(nw); /* fp32 in every precision */
     ck_assert_msg(gpu_conv_tune(&gl, &gc, gx, gw, gy, need_dinp ? gdx : NULL, gdw, err, sizeof err) == 0, "%s", err);
@@ -250,13 +283,13 @@ static void conv_case(const char *name, gpu_precision prec, int n, int ic, int i
     printf("    algorithms: %s\n", algos);
     gpu_conv_forward(&gl, &gc, gy, gx, gw);
     gpu_conv_backward(&gl, &gc, need_dinp ? gdx : NULL, gdw, gdy, gx, gw);
-    float *y = h_act(prec, gy, ny), *dw = h_from(gdw, nw);
+    float *y = h_act_l(prec, gy, n, oc, ohw), *dw = h_from(gdw, nw); /* dw (oc, ic, k, k) in either layout */
     /* fp32: each direction at TOL_FP32, or TOL_FP32_TRANSFORM where it runs Winograd / FFT. */
 #define DIR_TOL(t, dir) (prec == GPU_FP32 && gpu_conv_transform(&gl, (dir)) ? TOL_FP32_TRANSFORM : (t))
     CHECK_REL(label(lab, sizeof lab, name, "forward"), y, y_ref, ny, DIR_TOL(tol, 0));
     CHECK_REL(label(lab, sizeof lab, name, "weight gradient"), dw, dw_ref, nw, DIR_TOL(tol_grad, 2));
     if (need_dinp) {
-        float *dx = h_act(prec, gdx, nx);
+        float *dx = h_act_l(prec, gdx, n, ic, ihw);
         CHECK_REL(label(lab, sizeof lab, name, "input gradient"), dx, dx_ref, nx, DIR_TOL(tol_grad, 1));
         free(dx);
     }
@@ -269,7 +302,7 @@ static void conv_case(const char *name, gpu_precision prec, int n, int ic, int i
     ck_assert_msg(gpu_conv_tune(&gi, &gc, gx, gw, gyi, NULL, NULL, err, sizeof err) == 0, "%s", err);
     commit(&gc);
     gpu_conv_forward(&gi, &gc, gyi, gx, gw);
-    float *yi = h_act(prec, gyi, ny);
+    float *yi = h_act_l(prec, gyi, n, oc, ohw);
     CHECK_REL(label(lab, sizeof lab, name, "inference forward"), yi, y_ref, ny,
               prec == GPU_FP32 && gpu_conv_transform(&gi, 0) ? TOL_FP32_TRANSFORM : tol);
 #undef DIR_TOL
@@ -327,7 +360,8 @@ static void bn_case(const char *name, gpu_precision prec, int relu, int n, int c
     const int b16 = prec == GPU_BF16;
     const double tol = b16 ? TOL_BF16 : TOL_FP32, tol_grad = b16 ? TOL_BF16_GRAD : TOL_FP32;
     const double tol_stat = b16 ? TOL_BF16_BN : TOL_FP32;
-    printf("  %s %s (%d, %d, %d, %d)%s\n", name, prec_name(prec), n, ch, h, w, relu ? " + relu" : "");
+    printf("  %s %s (%d, %d, %d, %d)%s%s\n", name, prec_name(prec), n, ch, h, w, relu ? " + relu" : "",
+           layout_nhwc ? (layout_fused && relu ? ", NHWC, fused" : ", NHWC") : "");
     char err[ERRLEN], lab[128];
     rng_t r;
     rng_seed(&r, seed_mix((uint64_t)(n * 1000 + ch), (uint64_t)(h * 10 + w + relu)));
@@ -362,17 +396,19 @@ static void bn_case(const char *name, gpu_precision prec, int relu, int n, int c
     ck_assert_msg(gpu_bn_init(&gbi, &gc, name, n, ch, h, w, relu, GPU_INFER, err, sizeof err) == 0, "%s", err);
     commit(&gc);
     ck_assert_int_eq(gb.io32, gbi.io32);
+    ck_assert_int_eq(gb.fused, layout_nhwc && layout_fused && relu);
+    ck_assert_int_eq(gbi.fused, 0);
     const gpu_precision io = io_prec(prec, gb.io32, &gc, "bn", name);
     /* γ, β and the statistics are fp32 in every precision; x, y, dy, dx are activations (of io). */
     float *gg = d_from(gamma, (size_t)ch), *gbe = d_from(beta, (size_t)ch);
     float *grm = d_from(rm, (size_t)ch), *grv = d_from(rv, (size_t)ch);
     float *gdg = d_zero((size_t)ch), *gdb = d_zero((size_t)ch);
-    void *gx = d_act(io, x, nx), *gdy = d_act(io, dy, nx);
+    void *gx = d_act_l(io, x, n, ch, hw), *gdy = d_act_l(io, dy, n, ch, hw);
     void *gy = d_act_zero(io, nx), *gdx = d_act_zero(io, nx), *gyi = d_act_zero(io, nx);
     gpu_bn_forward(&gb, &gc, gy, gx, gg, gbe, grm, grv);
     gpu_bn_backward(&gb, &gc, gdx, gdg, gdb, gdy, gx, gy, gg);
     gpu_bn_forward(&gbi, &gc, gyi, gx, gg, gbe, grm, grv);
-    float *y = h_act(io, gy, nx), *dx = h_act(io, gdx, nx), *yi = h_act(io, gyi, nx);
+    float *y = h_act_l(io, gy, n, ch, hw), *dx = h_act_l(io, gdx, n, ch, hw), *yi = h_act_l(io, gyi, n, ch, hw);
     /* The fallback's fp32 results, rounded as model.cu's cast after the layer rounds them. */
     act_round(prec, y, nx), act_round(prec, dx, nx), act_round(prec, yi, nx);
     float *rm1 = h_from(grm, (size_t)ch), *rv1 = h_from(grv, (size_t)ch);
@@ -536,7 +572,7 @@ static void distinct_bf16(rng_t *r, float *x, size_t planes, size_t hw) {
 static void pool_case(const char *name, gpu_precision prec, int max, int n, int ch, int h, int w) {
     if (skip_bf16(prec, name)) return;
     const int b16 = prec == GPU_BF16;
-    printf("  %s %s (%d, %d, %d, %d)\n", name, prec_name(prec), n, ch, h, w);
+    printf("  %s %s (%d, %d, %d, %d)%s\n", name, prec_name(prec), n, ch, h, w, layout_nhwc ? ", NHWC" : "");
     char err[ERRLEN], lab[128];
     rng_t r;
     rng_seed(&r, seed_mix((uint64_t)(n * ch), (uint64_t)(h * 100 + w + max)));
@@ -562,12 +598,13 @@ static void pool_case(const char *name, gpu_precision prec, int max, int n, int 
     ck_assert_int_eq(gp.ow, cp.ow);
     ck_assert_int_eq(gp.io32, gpi.io32);
     const gpu_precision io = max ? io_prec(prec, gp.io32, &gc, "pool", name) : prec;
-    void *gx = d_act(io, x, nx), *gdy = d_act(io, dy, ny), *gy = d_act_zero(io, ny), *gyi = d_act_zero(io, ny);
-    void *gdx = d_act_zero(io, nx);
+    const size_t ihw = (size_t)h * w, ohw = (size_t)cp.oh * cp.ow;
+    void *gx = d_act_l(io, x, n, ch, ihw), *gdy = d_act_l(io, dy, n, ch, ohw), *gy = d_act_zero(io, ny);
+    void *gyi = d_act_zero(io, ny), *gdx = d_act_zero(io, nx);
     gpu_pool_forward(&gp, &gc, gy, gx);
     gpu_pool_backward(&gp, &gc, gdx, gdy, gx, gy);
     gpu_pool_forward(&gpi, &gc, gyi, gx);
-    float *y = h_act(io, gy, ny), *dx = h_act(io, gdx, nx), *yi = h_act(io, gyi, ny);
+    float *y = h_act_l(io, gy, n, ch, ohw), *dx = h_act_l(io, gdx, n, ch, ihw), *yi = h_act_l(io, gyi, n, ch, ohw);
     act_round(prec, y, ny), act_round(prec, dx, nx), act_round(prec, yi, ny); /* the fallback's casts */
     /* bf16: max pooling selects (exact); the average and every gradient are rounded once. */
     const double tol_fwd = max ? 0.0 : b16 ? TOL_BF16 : 1e-6, tol_bwd = b16 ? (max ? TOL_BF16_GRAD : TOL_BF16) : 1e-6;
@@ -920,7 +957,7 @@ static void cast_segs_case(void) {
     size_t at = 0;
     for (int i = 0; i < nseg; i++) { /* offsets 0..3 past the last segment's end: aligned and not */
         at += (size_t)(i % 4);
-        segs[i] = (gpu_cast_seg){gx + at, g16 + at, lens[i]};
+        segs[i] = (gpu_cast_seg){gx + at, g16 + at, lens[i], 0, 0};
         at += lens[i] + (size_t)(3 - i % 4);
     }
     gpu_cast_seg *dsegs = d_alloc(sizeof segs);
@@ -950,6 +987,101 @@ START_TEST(test_casts) {
     cast_case(1003, 3);
     cast_case(17, 0);
     cast_case(((size_t)1 << 22) + 5, 0); /* larger than one grid of the grid-stride loop */
+}
+END_TEST
+
+/* Layout NHWC (layers.h "Layout NHWC"): gpu_to_nhwc transposes (rows, ch, hw) fp32 into (rows,
+ * hw, ch) in the activation type — fp32 exactly, bf16 rounded as bf16.h rounds — and
+ * gpu_from_nhwc_f32 brings that back exactly; in bf16 a transposing segment of
+ * gpu_f32_to_bf16_segs (ch > 0) writes the same bits. Shapes of the minibatch (3 channels), a 3x3
+ * weight (O, I, 9), a 1x1 weight. Bit for bit. */
+static void nhwc_case(gpu_precision prec, int rows, int ch, int hw) {
+    const size_t n = (size_t)rows * ch * hw;
+    rng_t r;
+    rng_seed(&r, 43 + (uint64_t)ch);
+    float *x = rnd(&r, n, 1.0, 0.0);
+    gpu_ctx gc;
+    gctx(&gc, prec);
+    const size_t ab = gpu_act_bytes(&gc);
+    float *gx = d_from(x, n);
+    void *gt = d_alloc(n * ab);
+    gpu_to_nhwc(&gc, gt, gx, rows, ch, hw);
+    unsigned char *ht = malloc(n * ab + 4);
+    ck_assert(cudaMemcpy(ht, gt, n * ab, cudaMemcpyDeviceToHost) == cudaSuccess);
+    size_t bad = 0;
+    for (size_t q = 0; q < (size_t)rows; q++)
+        for (size_t t = 0; t < (size_t)hw; t++)
+            for (size_t k = 0; k < (size_t)ch; k++) {
+                const size_t i = (q * hw + t) * ch + k;
+                const float v = x[(q * ch + k) * hw + t];
+                if (ab == 2 ? ((uint16_t *)ht)[i] != bf16_bits(v) : memcmp((float *)ht + i, &v, 4) != 0) bad++;
+            }
+    ck_assert_msg(bad == 0, "%s NCHW -> NHWC (%d, %d, %d): %zu of %zu values differ", prec_name(prec), rows, ch, hw, bad, n);
+    float *gb = d_zero(n);
+    gpu_from_nhwc_f32(&gc, gb, gt, rows, ch, hw);
+    float *back = h_from(gb, n);
+    for (size_t i = 0; i < n; i++) {
+        const float v = ab == 2 ? bf16_round(x[i]) : x[i];
+        if (memcmp(&back[i], &v, 4) != 0) bad++;
+    }
+    ck_assert_msg(bad == 0, "%s NHWC -> NCHW (%d, %d, %d): %zu of %zu values differ", prec_name(prec), rows, ch, hw, bad, n);
+    if (ab == 2) {
+        void *g2 = d_alloc(n * 2);
+        const gpu_cast_seg seg = {gx, g2, n, ch, hw};
+        gpu_cast_seg *dseg = d_alloc(sizeof seg);
+        ck_assert(cudaMemcpy(dseg, &seg, sizeof seg, cudaMemcpyHostToDevice) == cudaSuccess);
+        gpu_f32_to_bf16_segs(&gc, dseg, 1, n);
+        uint16_t *h2 = malloc(n * 2 + 4);
+        ck_assert(cudaMemcpy(h2, g2, n * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+        ck_assert_msg(memcmp(h2, ht, n * 2) == 0, "a transposing segment of gpu_f32_to_bf16_segs differs from gpu_to_nhwc");
+        free(h2);
+    }
+    printf("    %-44s (%d, %d, %d) %s: there and back, bit for bit\n", "NCHW <-> NHWC", rows, ch, hw, prec_name(prec));
+    d_free_all();
+    gpu_ctx_free(&gc);
+    free(x), free(ht), free(back);
+}
+
+/* The layers in an NHWC context against the NCHW CPU layers, at the tolerances of the NCHW
+ * cases: convolutions (the KRSC filter, the weight gradient transposed back), BN with and without
+ * ReLU, BN+ReLU on cuDNN's fused calls, max and global average pooling; fp32, tf32, bf16. */
+START_TEST(test_nhwc_layers) {
+    layout_nhwc = 1;
+    for (int p = 0; p < 3; p++) {
+        const gpu_precision prec = p == 0 ? GPU_FP32 : p == 1 ? GPU_TF32 : GPU_BF16;
+        conv_case("conv 3x3s1 c3", prec, 4, 3, 16, 16, 16, 3, 1, 1, 1);
+        conv_case("conv 3x3s1 c3 stem", prec, 4, 3, 16, 16, 16, 3, 1, 1, 0);
+        conv_case("conv 3x3s2", prec, 4, 16, 16, 16, 32, 3, 2, 1, 1);
+        conv_case("conv 3x3s2 odd", prec, 3, 8, 9, 9, 16, 3, 2, 1, 1);
+        conv_case("conv 1x1s2", prec, 4, 16, 16, 16, 32, 1, 2, 0, 1);
+        conv_case("conv 7x7s2 stem", prec, 2, 3, 32, 32, 16, 7, 2, 3, 0);
+        if (prec == GPU_TF32) continue; /* BN and pooling compute in fp32 in tf32 */
+        for (int f = 0; f < 2; f++) {
+            layout_fused = f;
+            bn_case("bn+relu", prec, 1, 8, 16, 6, 6);
+            bn_case("bn+relu stem", prec, 1, 2, 8, 16, 16);
+            bn_case("bn+relu 2x2", prec, 1, 4, 32, 2, 2);
+        }
+        layout_fused = 0;
+        bn_case("bn", prec, 0, 8, 16, 6, 6);
+        pool_case("maxpool 9x9", prec, 1, 2, 8, 9, 9);
+        pool_case("maxpool 12x12", prec, 1, 2, 8, 12, 12);
+        pool_case("avgpool 7x7", prec, 0, 4, 16, 7, 7);
+        pool_case("avgpool 9x9", prec, 0, 2, 64, 9, 9);
+    }
+    layout_nhwc = layout_fused = 0;
+}
+END_TEST
+
+START_TEST(test_nhwc) {
+    printf("  NHWC transpositions\n");
+    for (int p = 0; p < 2; p++) {
+        const gpu_precision prec = p ? GPU_BF16 : GPU_FP32;
+        if (p && skip_bf16(prec, "NHWC transpositions")) return;
+        nhwc_case(prec, 5, 3, 49);  /* the minibatch: 3 channels of 7x7 */
+        nhwc_case(prec, 16, 8, 9);  /* a 3x3 weight (O, I, 9) -> (O, 9, I) */
+        nhwc_case(prec, 7, 5, 1);   /* a 1x1 weight: no transposition at all */
+    }
 }
 END_TEST
 
@@ -1027,6 +1159,8 @@ int main(void) {
     tcase_add_test(tc, test_conv_fp32);
     tcase_add_test(tc, test_conv_tf32);
     tcase_add_test(tc, test_casts);
+    tcase_add_test(tc, test_nhwc);
+    tcase_add_test(tc, test_nhwc_layers);
     tcase_add_test(tc, test_bn_bf16);
     tcase_add_test(tc, test_conv_bf16);
     tcase_add_test(tc, test_bf16_fallback);

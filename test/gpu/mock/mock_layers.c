@@ -8,7 +8,11 @@
  *     its last forward (the CPU layers keep their own copies; the GPU ones are given them);
  *   - convolutions are tuned and the workspace committed before they run;
  *   - cudnnFind's garbage: gpu_conv_tune fills its output buffers with NaN, so a model that
- *     does not clear them afterwards fails.
+ *     does not clear them afterwards fails;
+ *   - the layout: a layer built in an NHWC context (gpu_ctx.nhwc, layers.h "Layout NHWC") reads
+ *     and writes its activations (n, h, w, c) and a convolution its weight (O, kh, kw, I): the
+ *     stand-in transposes them to NCHW around the same CPU layer, so a buffer in the wrong
+ *     layout gives wrong values, and an NHWC network computes bit for bit what the NCHW one does.
  *
  * GPU_BF16 is emulated: activations (and the weights given to convolutions and the fc layer) are
  * bf16 bits in 2-byte elements, widened to fp32 for the CPU layers; every result the real
@@ -60,6 +64,45 @@ static float *act_scratch(const gpu_ctx *c, void *p, size_t n) { return bf(c) ? 
 static void act_out(const gpu_ctx *c, void *p, float *f, size_t n) {
     if (!bf(c)) return;
     bf16_pack((uint16_t *)p, f, n);
+    free(f);
+}
+
+/* The values of activation i of p, and a store into q, in c's type. */
+static float act_get(const gpu_ctx *c, const void *p, size_t i) {
+    return bf(c) ? bf16_value(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+static void act_set(const gpu_ctx *c, void *q, size_t i, float v) {
+    if (bf(c)) ((uint16_t *)q)[i] = bf16_bits(v);
+    else ((float *)q)[i] = v;
+}
+
+/* The 4-d versions: n·ch·hw activations at p in layout nhwc (n rows, ch channels, hw positions;
+ * nhwc: (n, hw, ch) in memory, else (n, ch, hw)) as fp32 NCHW for the CPU layers — p itself, or
+ * a widened / transposed copy; release with act_done4. */
+static float *act_in4(const gpu_ctx *c, int nhwc, const void *p, size_t n, size_t ch, size_t hw) {
+    if (!nhwc) return act_in(c, p, n * ch * hw);
+    float *f = xmalloc(n * ch * hw * sizeof(float) + 4);
+    for (size_t r = 0; r < n; r++)
+        for (size_t s = 0; s < hw; s++)
+            for (size_t k = 0; k < ch; k++) f[(r * ch + k) * hw + s] = act_get(c, p, (r * hw + s) * ch + k);
+    return f;
+}
+
+static void act_done4(const gpu_ctx *c, int nhwc, const float *f) {
+    if (nhwc || bf(c)) free((void *)f);
+}
+
+/* Where to compute n·ch·hw NCHW activations that act_out4 then stores into p in its layout. */
+static float *act_scratch4(const gpu_ctx *c, int nhwc, void *p, size_t count) {
+    return nhwc || bf(c) ? xmalloc(count * sizeof(float) + 4) : (float *)p;
+}
+
+static void act_out4(const gpu_ctx *c, int nhwc, void *p, float *f, size_t n, size_t ch, size_t hw) {
+    if (!nhwc) return act_out(c, p, f, n * ch * hw);
+    for (size_t r = 0; r < n; r++)
+        for (size_t s = 0; s < hw; s++)
+            for (size_t k = 0; k < ch; k++) act_set(c, p, (r * hw + s) * ch + k, f[(r * ch + k) * hw + s]);
     free(f);
 }
 
@@ -171,7 +214,6 @@ typedef struct {
 
 int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic, int ih, int iw, int oc, int k,
                   int stride, int pad, gpu_mode mode, int need_dinp, char *err, size_t errlen) {
-    (void)c;
     memset(l, 0, sizeof *l);
     l->name = name;
     l->mode = mode;
@@ -179,7 +221,8 @@ int gpu_conv_init(gpu_conv_layer *l, gpu_ctx *c, const char *name, int n, int ic
     l->n = n, l->ic = ic, l->ih = ih, l->iw = iw, l->oc = oc, l->k = k, l->stride = stride, l->pad = pad;
     l->oh = (ih + 2 * pad - k) / stride + 1;
     l->ow = (iw + 2 * pad - k) / stride + 1;
-    snprintf(l->what, sizeof l->what, "layer %s (mock conv %dx%d/%d)", name, k, k, stride);
+    l->nhwc = c->nhwc;
+    snprintf(l->what, sizeof l->what, "layer %s (mock conv %dx%d/%d%s)", name, k, k, stride, l->nhwc ? " nhwc" : "");
     if (l->oh < 1 || l->ow < 1) return seterr(err, errlen, "%s: input too small", l->what), -1;
     mock_conv *m = calloc(1, sizeof *m);
     dnnl_memory_desc_t xmd = nn_md4(n, ic, ih, iw, dnnl_nchw), ymd = nn_md4(n, oc, l->oh, l->ow, dnnl_nchw);
@@ -201,7 +244,7 @@ int gpu_conv_tune(gpu_conv_layer *l, gpu_ctx *c, const void *x, const void *w, v
     nan_fill_act(c, y, ny);
     if (l->mode == GPU_TRAIN) {
         DEV(dw, nw, "tune dw");
-        if (!bf(c)) nan_fill(dw, nw); /* bf16: the real layer tunes on its own dw16 */
+        if (!bf(c) && !l->nhwc) nan_fill(dw, nw); /* bf16, NHWC: the real layer tunes on its own dwa */
     }
     if (l->need_dinp) {
         DEVA(c, dx, nx, "tune dx");
@@ -235,10 +278,12 @@ void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, void *out, const void *inp,
     DEVA(c, inp, nx, l->what);
     DEVA(c, weight, nw, l->what);
     if ((const void *)out == inp) DIE("mock: %s forward in place", l->what);
-    float *x = act_in(c, inp, nx), *w = act_in(c, weight, nw), *y = act_scratch(c, out, ny);
+    const int t = l->nhwc, khw = l->k * l->k;
+    float *x = act_in4(c, t, inp, l->n, l->ic, (size_t)l->ih * l->iw), *w = act_in4(c, t, weight, l->oc, l->ic, khw);
+    float *y = act_scratch4(c, t, out, ny);
     conv_forward(&m->cl, cpu(), y, x, w);
-    act_out(c, out, y, ny);
-    act_done(c, x), act_done(c, w);
+    act_out4(c, t, out, y, l->n, l->oc, (size_t)l->oh * l->ow);
+    act_done4(c, t, x), act_done4(c, t, w);
     m->w_fwd = weight;
 }
 
@@ -258,11 +303,13 @@ void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, void *dinp, float *dweight
         DEVA(c, dinp, nx, l->what);
         if ((const void *)dinp == dout || (const void *)dinp == inp) DIE("mock: %s backward in place", l->what);
     }
-    float *dy = act_in(c, dout, ny), *x = act_in(c, inp, nx), *dx = data ? act_scratch(c, dinp, nx) : NULL;
-    conv_backward(&m->cl, cpu(), dx, dweight, dy, x);
+    const int t = l->nhwc;
+    float *dy = act_in4(c, t, dout, l->n, l->oc, (size_t)l->oh * l->ow), *x = act_in4(c, t, inp, l->n, l->ic, (size_t)l->ih * l->iw);
+    float *dx = data ? act_scratch4(c, t, dinp, nx) : NULL;
+    conv_backward(&m->cl, cpu(), dx, dweight, dy, x); /* dweight (oc, ic, k, k) fp32 in either layout */
     if (bf(c)) bf16_round_all(dweight, nw); /* cuDNN writes it in bf16 (x's type), then it is widened */
-    if (data) act_out(c, dinp, dx, nx);
-    act_done(c, dy), act_done(c, x);
+    if (data) act_out4(c, t, dinp, dx, l->n, l->ic, (size_t)l->ih * l->iw);
+    act_done4(c, t, dy), act_done4(c, t, x);
 }
 
 void gpu_conv_free(gpu_conv_layer *l) {
@@ -307,7 +354,13 @@ static const gpu_ctx *ctx_of(const gpu_ctx *c, int io32, gpu_ctx *tmp) {
 typedef struct {
     bn_layer cl;
     float *beta0;
+    long gen; /* fused: forwards run; the last one's number is in the reserve space */
 } mock_bn;
+
+/* The fused BN+ReLU's "workspace" and reserve space (layers.h gpu_bn_layer.fused): sizes that the
+ * model must provide, as cuDNN's are. */
+#define MOCK_BN_WS 768
+#define MOCK_BN_RESERVE 64
 
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
@@ -316,7 +369,8 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     l->relu = relu;
     l->n = n, l->c = ch, l->h = h, l->w = w;
     l->count = (size_t)n * ch * h * w;
-    snprintf(l->what, sizeof l->what, "layer %s (mock bn)", name);
+    l->nhwc = c->nhwc;
+    snprintf(l->what, sizeof l->what, "layer %s (mock bn%s)", name, l->nhwc ? " nhwc" : "");
     l->io32 = mock_io32(c, "bn");
     if (mode == GPU_TRAIN && (long)n * h * w < 2) return seterr(err, errlen, "%s: one value per channel", l->what), -1;
     mock_bn *m = calloc(1, sizeof *m);
@@ -325,16 +379,35 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     if (bn_init(&m->cl, cpu(), name, md, 0, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
         return free(m->beta0), free(m), -1;
     tab_put(l, m);
+    l->fused = c->bn_fused && relu && mode == GPU_TRAIN && l->nhwc; /* as layers_norm.cu */
+    if (l->fused) {
+        l->ws_need = MOCK_BN_WS;
+        gpu_ctx_reserve(c, l->ws_need);
+        l->reserve_nbytes = MOCK_BN_RESERVE;
+        if (gpu_malloc(&l->reserve, l->reserve_nbytes, l->what, err, errlen)) return -1;
+    }
     return 0;
+}
+
+/* The fused calls' checks: the workspace committed, the reserve space the layer's own. */
+static void bn_fused_check(const gpu_bn_layer *l, const gpu_ctx *c) {
+    if (c->ws_nbytes < l->ws_need) DIE("mock: %s (fused) runs before gpu_ctx_commit", l->what);
+    mock_check_dev(l->reserve, l->reserve_nbytes, l->what);
 }
 
 void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c0, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
-    if (l->relu) mock_launch_check(l->what); /* the fused ReLU (or its mask) is our kernel */
+    if (l->relu && !l->fused) mock_launch_check(l->what); /* the ReLU after BN (or its mask) is our kernel */
     mock_bn *m = tab_get(l);
     const size_t n = l->count;
+    if (l->fused) { /* cudnnBatchNormalizationForwardTrainingEx: writes the reserve space */
+        bn_fused_check(l, c);
+        m->gen++;
+        memcpy(l->reserve, &m->gen, sizeof m->gen);
+        l->beta_fwd = beta;
+    }
     DEVA(c, out, n, l->what);
     DEVA(c, inp, n, l->what);
     DEV(gamma, l->c, l->what);
@@ -342,21 +415,30 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c0, void *out, const void *inp, co
     DEV(running_mean, l->c, l->what);
     DEV(running_var, l->c, l->what);
     if ((const void *)out == inp) DIE("mock: %s forward in place", l->what);
-    float *x = act_in(c, inp, n), *y = act_scratch(c, out, n);
+    const int t = l->nhwc;
+    const size_t hw = (size_t)l->h * l->w;
+    float *x = act_in4(c, t, inp, l->n, l->c, hw), *y = act_scratch4(c, t, out, n);
     bn_forward(&m->cl, cpu(), y, x, gamma, beta, running_mean, running_var);
     if (l->relu) /* the real layer rounds BN's output, then applies ReLU to it: the same values */
         for (size_t i = 0; i < n; i++) y[i] = relu1(y[i]);
-    act_out(c, out, y, n);
-    act_done(c, x);
+    act_out4(c, t, out, y, l->n, l->c, hw);
+    act_done4(c, t, x);
 }
 
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma) {
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
-    if (l->relu) mock_launch_check(l->what); /* the fused ReLU (or its mask) is our kernel */
+    if (l->relu && !l->fused) mock_launch_check(l->what); /* the ReLU after BN (or its mask) is our kernel */
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     mock_bn *m = tab_get(l);
+    if (l->fused) { /* cudnnBatchNormalizationBackwardEx: the reserve space and β of the last forward */
+        bn_fused_check(l, c);
+        long g;
+        memcpy(&g, l->reserve, sizeof g);
+        if (m->gen == 0 || g != m->gen) DIE("mock: %s (fused) backward without its forward's reserve space", l->what);
+        DEV(l->beta_fwd, l->c, l->what);
+    }
     const size_t n = l->count;
     DEVA(c, dinp, n, l->what);
     DEVA(c, dout, n, l->what);
@@ -365,20 +447,27 @@ void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, fl
     DEV(dbeta, l->c, l->what);
     DEV(gamma, l->c, l->what);
     if (dinp == dout || (const void *)dinp == inp) DIE("mock: %s backward in place", l->what);
-    float *dy = act_in(c, dout, n), *x = act_in(c, inp, n), *dx = act_scratch(c, dinp, n);
-    if (l->relu) { /* dout masked in place, as the real layer does */
+    if (l->relu && !l->fused) { /* dout masked in place, as the real layer does (elementwise: in either layout) */
         DEVA(c, out, n, l->what);
-        float *y = act_in(c, out, n);
-        for (size_t i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-        if (bf(c)) bf16_pack((uint16_t *)dout, dy, n);
-        act_done(c, y);
+        for (size_t i = 0; i < n; i++) act_set(c, dout, i, act_get(c, out, i) > 0.0f ? act_get(c, dout, i) : 0.0f);
     }
+    const int t = l->nhwc;
+    const size_t hw = (size_t)l->h * l->w;
+    float *dy = act_in4(c, t, dout, l->n, l->c, hw), *x = act_in4(c, t, inp, l->n, l->c, hw);
+    if (l->fused) { /* the mask inside cuDNN: on a copy, dout stays as it is (NHWC: dy is a copy) */
+        DEVA(c, out, n, l->what);
+        float *y = act_in4(c, t, out, l->n, l->c, hw);
+        for (size_t i = 0; i < n; i++) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        act_done4(c, t, y);
+    }
+    float *dx = act_scratch4(c, t, dinp, n);
     bn_backward(&m->cl, cpu(), dx, dgamma, dbeta, dy, x, gamma, m->beta0);
-    act_out(c, dinp, dx, n);
-    act_done(c, dy), act_done(c, x);
+    act_out4(c, t, dinp, dx, l->n, l->c, hw);
+    act_done4(c, t, dy), act_done4(c, t, x);
 }
 
 void gpu_bn_free(gpu_bn_layer *l) {
+    cudaFree(l->reserve);
     mock_bn *m = tab_del(l);
     if (m) {
         bn_free(&m->cl);
@@ -398,16 +487,6 @@ int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch
     l->count = (size_t)n * ch * h * w;
     snprintf(l->what, sizeof l->what, "layer %s (mock relu)", name);
     return 0;
-}
-
-/* The values of activation i of p, and a store into q, in c's type. */
-static float act_get(const gpu_ctx *c, const void *p, size_t i) {
-    return bf(c) ? bf16_value(((const uint16_t *)p)[i]) : ((const float *)p)[i];
-}
-
-static void act_set(const gpu_ctx *c, void *q, size_t i, float v) {
-    if (bf(c)) ((uint16_t *)q)[i] = bf16_bits(v);
-    else ((float *)q)[i] = v;
 }
 
 void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp) {
@@ -493,7 +572,8 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
     l->n = n, l->c = ch, l->ih = ih, l->iw = iw;
     l->oh = max ? (ih + 2 * pad - k) / stride + 1 : 1;
     l->ow = max ? (iw + 2 * pad - k) / stride + 1 : 1;
-    snprintf(l->what, sizeof l->what, "layer %s (mock pool)", name);
+    l->nhwc = c->nhwc;
+    snprintf(l->what, sizeof l->what, "layer %s (mock pool%s)", name, l->nhwc ? " nhwc" : "");
     if (!max) return 0;
     l->io32 = mock_io32(c, "pool");
     mock_pool *m = calloc(1, sizeof *m);
@@ -514,17 +594,20 @@ void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c0, void *out, const void *inp
     DEVA(c, inp, nx, l->what);
     if (l->max) {
         mock_pool *m = tab_get(l);
-        float *x = act_in(c, inp, nx), *y = act_scratch(c, out, ny);
+        const int t = l->nhwc;
+        float *x = act_in4(c, t, inp, l->n, l->c, (size_t)l->ih * l->iw), *y = act_scratch4(c, t, out, ny);
         pool_forward(&m->cl, cpu(), y, x);
-        act_out(c, out, y, ny);
-        act_done(c, x);
+        act_out4(c, t, out, y, l->n, l->c, (size_t)l->oh * l->ow);
+        act_done4(c, t, x);
         m->x_fwd = inp, m->y_fwd = out;
         return;
     }
-    const size_t hw = (size_t)l->ih * l->iw;
+    /* Plane p = (b, k) at element b·hw·c + i·c + k (NHWC) or p·hw + i (NCHW); the same order of
+     * the sum in both, so the layouts agree bit for bit here. */
+    const size_t hw = (size_t)l->ih * l->iw, ch = (size_t)l->c;
     for (size_t p = 0; p < (size_t)l->n * l->c; p++) {
         float s = 0.0f;
-        for (size_t i = 0; i < hw; i++) s += act_get(c, inp, p * hw + i);
+        for (size_t i = 0; i < hw; i++) s += act_get(c, inp, l->nhwc ? (p / ch * hw + i) * ch + p % ch : p * hw + i);
         act_set(c, out, p, s / (float)hw);
     }
 }
@@ -541,20 +624,23 @@ void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c0, void *dinp, const void *d
     if (l->max) {
         mock_pool *m = tab_get(l);
         if (inp != m->x_fwd || out != m->y_fwd) DIE("mock: %s backward without its forward's input and output", l->what);
-        float *dy = act_in(c, dout, ny), *dx = act_scratch(c, dinp, nx);
+        const int t = l->nhwc;
+        const size_t ihw = (size_t)l->ih * l->iw;
+        float *dy = act_in4(c, t, dout, l->n, l->c, (size_t)l->oh * l->ow), *dx = act_scratch4(c, t, dinp, nx);
         const char *ties = getenv("MOCK_POOL_TIES");
         if (ties && strcmp(ties, "every") == 0) {
-            float *x = act_in(c, inp, nx);
+            float *x = act_in4(c, t, inp, l->n, l->c, ihw);
             pool_backward_every_tie(l, m, dx, dy, x);
-            act_done(c, x);
+            act_done4(c, t, x);
         } else
             pool_backward(&m->cl, cpu(), dx, dy);
-        act_out(c, dinp, dx, nx);
-        act_done(c, dy);
+        act_out4(c, t, dinp, dx, l->n, l->c, ihw);
+        act_done4(c, t, dy);
         return;
     }
-    const size_t hw = (size_t)l->ih * l->iw;
-    for (size_t i = 0; i < nx; i++) act_set(c, dinp, i, act_get(c, dout, i / hw) * (1.0f / (float)hw));
+    const size_t hw = (size_t)l->ih * l->iw, ch = (size_t)l->c;
+    for (size_t i = 0; i < nx; i++) /* element i's plane: (b, k) */
+        act_set(c, dinp, i, act_get(c, dout, l->nhwc ? i / (hw * ch) * ch + i % ch : i / hw) * (1.0f / (float)hw));
 }
 
 void gpu_pool_free(gpu_pool_layer *l) {
@@ -637,9 +723,38 @@ void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t
     mock_launch_check("the fp32 -> bf16 casts (one launch)");
     mock_check_dev(segs, (size_t)nseg * sizeof *segs, "cast segment table"); /* read on the device */
     for (int i = 0; i < nseg; i++) {
-        if (segs[i].n > max_n) DIE("mock: gpu_f32_to_bf16_segs: segment %d has %zu > max_n %zu", i, segs[i].n, max_n);
-        gpu_f32_to_bf16(c, segs[i].dst, segs[i].src, segs[i].n);
+        const gpu_cast_seg *sg = &segs[i];
+        if (sg->n > max_n) DIE("mock: gpu_f32_to_bf16_segs: segment %d has %zu > max_n %zu", i, sg->n, max_n);
+        if (sg->ch > 0) {
+            if (!bf(c)) DIE("mock: gpu_f32_to_bf16_segs in an fp32 context");
+            gpu_to_nhwc(c, sg->dst, sg->src, (int)(sg->n / ((size_t)sg->ch * sg->hw)), sg->ch, sg->hw);
+        } else {
+            gpu_f32_to_bf16(c, sg->dst, sg->src, sg->n);
+        }
     }
+}
+
+void gpu_to_nhwc(gpu_ctx *c, void *dst, const float *src, int rows, int ch, int hw) {
+    const size_t n = (size_t)rows * ch * hw;
+    if (n == 0) return;
+    mock_launch_check("the NCHW -> NHWC transposition");
+    DEVA(c, dst, n, "NHWC transposition destination");
+    DEV(src, n, "NHWC transposition source");
+    for (size_t r = 0; r < (size_t)rows; r++)
+        for (size_t s = 0; s < (size_t)hw; s++)
+            for (size_t k = 0; k < (size_t)ch; k++)
+                act_set(c, dst, (r * hw + s) * ch + k, src[(r * ch + k) * hw + s]);
+}
+
+void gpu_from_nhwc_f32(gpu_ctx *c, float *dst, const void *src, int rows, int ch, int hw) {
+    const size_t n = (size_t)rows * ch * hw;
+    if (n == 0) return;
+    mock_launch_check("the NHWC -> NCHW transposition");
+    DEV(dst, n, "NHWC transposition destination");
+    DEVA(c, src, n, "NHWC transposition source");
+    for (size_t r = 0; r < (size_t)rows; r++)
+        for (size_t s = 0; s < (size_t)hw; s++)
+            for (size_t k = 0; k < (size_t)ch; k++) dst[(r * ch + k) * hw + s] = act_get(c, src, (r * hw + s) * ch + k);
 }
 
 void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {

@@ -235,6 +235,11 @@ void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
     DIE("mock: gpu_bf16_to_f32 in an fp32 test");
 }
 
+void gpu_from_nhwc_f32(gpu_ctx *c, float *dst, const void *src, int rows, int ch, int hw) {
+    (void)c, (void)dst, (void)src, (void)rows, (void)ch, (void)hw;
+    DIE("mock: gpu_from_nhwc_f32 in an NCHW test");
+}
+
 /* ---- the tests -------------------------------------------------------------------------------- */
 
 typedef struct {
