@@ -6,10 +6,14 @@
  *   - unit: each rank's samples of an epoch are disjoint and cover p·b·S samples; a batch is the
  *     same bytes with 1 and 3 decode threads and equals aug_sample on each of its samples (a pure
  *     function of seed, epoch, index); a damaged sample is replaced by the next one of the pack;
+ *     evaluation decode-ahead (the next batch decoded into a second buffer) gives the batches of
+ *     one at a time bit for bit, and a cancelled or failed batch writes nothing afterwards;
  *   - end to end (p = 2 under mpiexec, ResNet-18 width 4, crop 24, scale [28, 36], eval_resize
  *     28): the same curve bit for bit with data.threads = 1 and 3; SIGTERM + --resume bit for
  *     bit; the model learns the colours; the run file's data attributes and /ranks/data_s;
- *     --check decodes every shard; a damaged sample is named once and counted; bad inputs exit 2
+ *     --check decodes every shard; a damaged sample is named once and counted; evaluation
+ *     decode-ahead on and off (DSGD_EVAL_AHEAD=0) give the same run file bit for bit; a
+ *     validation sample that cannot be loaded stops every rank with exit 1; bad inputs exit 2
  *     naming the key with nothing written; synthetic runs and says so.
  * Runs ./dsgd-run from the repository root; every mpiexec under a timeout (mpiutil.h). */
 #define _GNU_SOURCE
@@ -250,6 +254,107 @@ START_TEST(damaged_sample_replaced) {
 }
 END_TEST
 
+/* 1 when every byte of p[0..n) is b. */
+static int all_bytes(const void *p, size_t n, unsigned char b) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        if (c[i] != b) return 0;
+    return 1;
+}
+
+/* Evaluation decode-ahead (jpegload_eval_start / _wait / _cancel, the path train.c's eval_range
+ * takes): batch k + 1 decoded into a second buffer while batch k is read equals the batches
+ * decoded one at a time bit for bit (1 and 3 threads, the last batch partial); a cancelled job
+ * writes nothing after jpegload_eval_cancel returns; one job at a time; a sample that fails
+ * (DSGD_TEST_VAL_FAIL) in a batch decoded ahead fails its wait, after which nothing writes. */
+START_TEST(eval_ahead_bitwise_and_bounded) {
+    shards *tr, *va;
+    char err[ERRLEN];
+    ck_assert_msg(shards_open(&tr, g_pack, "train", err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(shards_open(&va, g_pack, "val", err, sizeof err) == 0, "%s", err);
+    const size_t sample = 3 * 24 * 24, bytes = 5 * sample * sizeof(float);
+    const int n = 24, eb = 5; /* batches of 5, 5, 5, 5, 4 */
+    float *ref = xmalloc((size_t)n * sample * sizeof *ref), *buf[2] = {xmalloc(bytes), xmalloc(bytes)};
+    int lref[24], lab[2][5];
+    for (int threads = 1; threads <= 3; threads += 2) {
+        jpegload_cfg c = make_cfg(tr, va, threads);
+        jpegload *j;
+        ck_assert_msg(jpegload_create(&j, &c, err, sizeof err) == 0, "%s", err);
+        for (int i = 0; i < n; i += eb) /* one batch at a time */
+            ck_assert_msg(jpegload_eval(j, i, n - i < eb ? n - i : eb, ref + (size_t)i * sample, lref + i, err, sizeof err) == 0, "%s", err);
+        for (int i = 0; i < n; i++) ck_assert_int_eq(lref[i], shards_label(va, i));
+        int cur = 0;
+        ck_assert_int_eq(jpegload_eval_start(j, 0, eb, buf[0], lab[0], err, sizeof err), 0);
+        ck_assert_msg(jpegload_eval_wait(j, err, sizeof err) == 0, "%s", err);
+        for (int i = 0; i < n; i += eb, cur ^= 1) {
+            const int cnt = n - i < eb ? n - i : eb, next = i + eb;
+            if (next < n) ck_assert_int_eq(jpegload_eval_start(j, next, n - next < eb ? n - next : eb, buf[cur ^ 1], lab[cur ^ 1], err, sizeof err), 0);
+            ck_assert_mem_eq(buf[cur], ref + (size_t)i * sample, (size_t)cnt * sample * sizeof(float));
+            ck_assert_mem_eq(lab[cur], lref + i, (size_t)cnt * sizeof(int));
+            if (next < n) ck_assert_msg(jpegload_eval_wait(j, err, sizeof err) == 0, "%s", err);
+        }
+        /* one job at a time; a wait needs a job */
+        ck_assert_int_eq(jpegload_eval_start(j, 0, eb, buf[0], lab[0], err, sizeof err), 0);
+        ck_assert_int_eq(jpegload_eval_start(j, 5, eb, buf[1], lab[1], err, sizeof err), EXIT_RUNTIME);
+        ck_assert_msg(strstr(err, "under way"), "%s", err);
+        ck_assert_msg(jpegload_eval_wait(j, err, sizeof err) == 0, "%s", err);
+        ck_assert_mem_eq(buf[0], ref, bytes);
+        ck_assert_int_eq(jpegload_eval_wait(j, err, sizeof err), EXIT_RUNTIME);
+        /* cancelled after 0 to 0.8 ms (samples in flight on the threads): nothing written afterwards */
+        for (int rep = 0; rep < 20; rep++) {
+            ck_assert_int_eq(jpegload_eval_start(j, 5 * (rep % 4), eb, buf[0], lab[0], err, sizeof err), 0);
+            usleep((useconds_t)(rep * 40)); /* 0 to 0.8 ms: cut before, while and after samples decode */
+            jpegload_eval_cancel(j);
+            memset(buf[0], 0xA5, bytes);
+            usleep(5000);
+            ck_assert_msg(all_bytes(buf[0], bytes, 0xA5), "a cancelled job wrote after jpegload_eval_cancel (rep %d)", rep);
+        }
+        jpegload_eval_cancel(j); /* none under way: nothing happens */
+        jpegload_stats st;
+        jpegload_get_stats(j, &st);
+        ck_assert_int_eq(st.failures, 0);
+        jpegload_free(j);
+    }
+    /* sample 12 fails (as a read error) in the batch [10, 15) decoded ahead */
+    setenv("DSGD_TEST_VAL_FAIL", "12", 1);
+    jpegload_cfg c = make_cfg(tr, va, 2);
+    jpegload *j;
+    ck_assert_msg(jpegload_create(&j, &c, err, sizeof err) == 0, "%s", err);
+    unsetenv("DSGD_TEST_VAL_FAIL");
+    ck_assert_int_eq(jpegload_eval_start(j, 5, eb, buf[0], lab[0], err, sizeof err), 0);
+    ck_assert_msg(jpegload_eval_wait(j, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(jpegload_eval_start(j, 10, eb, buf[1], lab[1], err, sizeof err), 0);
+    ck_assert_mem_eq(buf[0], ref + 5 * sample, bytes);
+    ck_assert_int_eq(jpegload_eval_wait(j, err, sizeof err), EXIT_RUNTIME);
+    ck_assert_msg(strstr(err, "validation sample 12") && strstr(err, "DSGD_TEST_VAL_FAIL"), "%s", err);
+    memset(buf[1], 0xA5, bytes);
+    usleep(20000);
+    ck_assert_msg(all_bytes(buf[1], bytes, 0xA5), "the failed job wrote after its wait returned");
+    jpegload_free(j); /* bounded: the threads stop */
+    free(ref), free(buf[0]), free(buf[1]);
+    shards_close(tr), shards_close(va);
+}
+END_TEST
+
+/* loader_eval_start / _wait give loader_eval's batch for the sources that fill it at once
+ * (synthetic here; IDX the same way). */
+START_TEST(eval_halves_synthetic) {
+    loader l;
+    char err[ERRLEN];
+    ck_assert_int_eq(loader_init_synthetic(&l, 3, 8, 8, 5, 2, 1, 4, 11, err, sizeof err), 0);
+    float a[6 * 192], b[6 * 192];
+    int ya[6], yb[6];
+    memset(b, 0, sizeof b);
+    ck_assert_int_eq(loader_eval(&l, NULL, 3, 6, a, ya), 0);
+    ck_assert_int_eq(loader_eval_start(&l, NULL, 3, 6, b, yb), 0);
+    ck_assert_int_eq(loader_eval_wait(&l), 0);
+    ck_assert_mem_eq(a, b, sizeof a);
+    ck_assert_mem_eq(ya, yb, sizeof ya);
+    loader_eval_cancel(&l); /* nothing under way */
+    loader_free(&l);
+}
+END_TEST
+
 /* ---- end to end ------------------------------------------------------------------------------ */
 
 static void write_cfg(const char *tag, const char *extra, char *cfg, char *h5) {
@@ -260,7 +365,7 @@ static void write_cfg(const char *tag, const char *extra, char *cfg, char *h5) {
              "name = \"%s\";\np = 2;\nb = 8;\niterations = 24;\nalpha = { base = 0.1; };\n"
              "model = { width = 8; stem = \"cifar\"; };\n"
              "data = { format = \"jpeg\"; dir = \"%s\"; crop = 24; scale = [28, 36]; eval_resize = 28; };\n"
-             "eval = { every = 12; batch = 16; };\nlog_every = 4;\noutput = \"%s\";\nthreads = 1;\n%s",
+             "eval = { every = 12; batch = 5; };\nlog_every = 4;\noutput = \"%s\";\nthreads = 1;\n%s",
              tag, g_pack, h5, extra ? extra : "");
     write_file(cfg, text);
 }
@@ -290,6 +395,16 @@ START_TEST(threads_and_resume_bitwise) {
     assert_same(h1, h3, "/train/loss");
     assert_same(h1, h3, "/eval/loss");
     assert_same(h1, h3, "/eval/top1_error");
+    /* evaluation decode-ahead off (DSGD_EVAL_AHEAD=0: one batch of 5 at a time; each rank's 12
+     * samples are 3 batches, the last partial): the same evaluations bit for bit */
+    char c0[512], h0[512];
+    write_cfg("t1_noahead", NULL, c0, h0);
+    st = dsgd_env("DSGD_EVAL_AHEAD=0", 2, c0, "--set data.threads=1", out, sizeof out);
+    ck_assert_msg(st == 0, "exit %d\n%s", st, tail(out));
+    assert_same(h1, h0, "/eval/loss");
+    assert_same(h1, h0, "/eval/top1_error");
+    assert_same(h1, h0, "/eval/top5_error");
+    assert_same(h1, h0, "/train/loss");
     /* it learns the three colours: chance is 2/3 error (width 8: at width 4 it passed on oneDNN
      * 2.6.3 and ended at 0.42 on 3.2 — too few channels to be robust to summation order) */
     double top1[8];
@@ -395,6 +510,27 @@ START_TEST(check_and_damaged_pack) {
 }
 END_TEST
 
+/* A validation sample rank 1 cannot load (DSGD_TEST_VAL_FAIL=22: the last, partial batch of its
+ * slice [12, 24), decoded ahead while [17, 22) is evaluated; without decode-ahead, loaded after
+ * it) stops every rank at the evaluation at step 0: exit 1, the rank names the failure, the run
+ * file says "stopped: data loading failed" and has no /eval row. */
+START_TEST(eval_load_failure_stops) {
+    const char *const envs[2] = {"DSGD_TEST_VAL_FAIL=22", "DSGD_TEST_VAL_FAIL=22 DSGD_EVAL_AHEAD=0"};
+    for (int k = 0; k < 2; k++) {
+        char cfg[512], h5[512], out[1 << 15], s[256];
+        write_cfg(k ? "valfail0" : "valfail", NULL, cfg, h5);
+        int st = dsgd_env(envs[k], 2, cfg, "--set data.threads=2", out, sizeof out);
+        ck_assert_msg(st == 1, "%s: exit %d, expected 1\n%s", envs[k], st, tail(out));
+        ck_assert_msg(strstr(out, "rank 1: data loading failed: rank 1: reading validation sample 22: DSGD_TEST_VAL_FAIL"),
+                      "%s: no message\n%s", envs[k], tail(out));
+        read_attr_string(h5, "status", s, sizeof s);
+        ck_assert_msg(!strncmp(s, "stopped: data loading failed", 28), "%s: status '%s'", envs[k], s);
+        double v[4];
+        ck_assert_int_eq(read_1d(h5, "/eval/loss", v, 4), 0);
+    }
+}
+END_TEST
+
 START_TEST(bad_inputs_exit_2) {
     char cfg[512], h5[512], out[1 << 15], empty[300], other[300], mixed[300], cmd[1400];
     write_cfg("bad", NULL, cfg, h5);
@@ -471,8 +607,11 @@ int main(void) {
     tcase_add_test(tc, rank_samples_disjoint_and_covering);
     tcase_add_test(tc, batch_independent_of_threads);
     tcase_add_test(tc, damaged_sample_replaced);
+    tcase_add_test(tc, eval_ahead_bitwise_and_bounded);
+    tcase_add_test(tc, eval_halves_synthetic);
     tcase_add_test(tc, threads_and_resume_bitwise);
     tcase_add_test(tc, check_and_damaged_pack);
+    tcase_add_test(tc, eval_load_failure_stops);
     tcase_add_test(tc, bad_inputs_exit_2);
     tcase_add_test(tc, synthetic_runs);
     suite_add_tcase(s, tc);

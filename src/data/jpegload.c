@@ -51,12 +51,14 @@ struct jpegload {
     char fatal_msg[ERRLEN];
     slot *slots;
     int held;         /* slot the caller holds, -1: none */
-    struct {          /* the evaluation request */
+    struct {          /* the evaluation job (one at a time: jpegload_eval_start .. _wait or _cancel) */
         int active;
         int64_t begin;
         int count, next, done, inflight;
         float *x;
         int *y;
+        long long warnings, failures; /* of its samples: counted when the job is waited for, so an
+                                       * abandoned job (cancelled) counts nothing */
     } ev;
     long long progress; /* samples finished, all kinds */
     long long warnings, failures, unique;
@@ -65,6 +67,7 @@ struct jpegload {
     decoder *workers;
     pthread_t *th;
     int n_started;
+    int64_t test_fail_val; /* DSGD_TEST_VAL_FAIL: this validation sample fails as a read error would (-1: none) */
 };
 
 static int decoder_init(decoder *d, jpegload *j) {
@@ -92,6 +95,8 @@ static int do_sample(jpegload *j, decoder *d, int val, int epoch, int64_t i, flo
     char e2[ERRLEN];
     for (int k = 0; k < MAX_REPLACE && k < n; k++) {
         const int64_t q = (i + k) % n;
+        if (val && q == j->test_fail_val)
+            return seterr(err, errlen, "rank %d: reading validation sample %lld: DSGD_TEST_VAL_FAIL", j->c.rank, (long long)q);
         if (shards_read(s, q, d->buf, e2, sizeof e2))
             return seterr(err, errlen, "rank %d: reading %s sample %lld: %s", j->c.rank, val ? "validation" : "training",
                           (long long)q, e2);
@@ -142,8 +147,8 @@ static void work_one(jpegload *j, decoder *d, int sl, int pos) {
     int rc;
     pthread_mutex_unlock(&j->mu);
     if (sl < 0)
-        rc = do_sample(j, d, 1, 0, j->ev.begin + pos, j->ev.x + (size_t)pos * j->sample, &j->ev.y[pos], &j->warnings, &j->failures,
-                       err, sizeof err);
+        rc = do_sample(j, d, 1, 0, j->ev.begin + pos, j->ev.x + (size_t)pos * j->sample, &j->ev.y[pos], &j->ev.warnings,
+                       &j->ev.failures, err, sizeof err);
     else {
         slot *s = &j->slots[sl];
         rc = do_sample(j, d, 0, s->epoch, s->idx[pos], s->x + (size_t)pos * j->sample, &s->y[pos], &s->warnings, &s->failures, err,
@@ -178,6 +183,8 @@ int jpegload_create(jpegload **out, const jpegload_cfg *c, char *err, size_t err
     j->c = *c;
     j->sample = (size_t)3 * c->train_aug.crop * c->train_aug.crop;
     j->held = -1;
+    const char *tf = getenv("DSGD_TEST_VAL_FAIL"); /* test hook (docs/testing.md) */
+    j->test_fail_val = tf && *tf ? strtoll(tf, NULL, 10) : -1;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->work, NULL);
     pthread_cond_init(&j->done, NULL);
@@ -343,24 +350,58 @@ int jpegload_take(jpegload *j, long key, const float **x, const int **y, char *e
     return st;
 }
 
-int jpegload_eval(jpegload *j, int64_t begin, int count, float *x, int *y, char *err, size_t errlen) {
+int jpegload_eval_start(jpegload *j, int64_t begin, int count, float *x, int *y, char *err, size_t errlen) {
     if (!j->c.val || count > j->c.eval_max || count < 0)
         return seterr(err, errlen, "rank %d: jpegload_eval: no validation split, or %d samples asked of at most %d", j->c.rank, count,
                       j->c.eval_max) ? EXIT_RUNTIME : 0;
     pthread_mutex_lock(&j->mu);
-    j->ev.begin = begin, j->ev.count = count, j->ev.next = j->ev.done = j->ev.inflight = 0;
-    j->ev.x = x, j->ev.y = y;
-    j->ev.active = 1;
-    pthread_cond_broadcast(&j->work);
-    int st = finish(j, -1, err, errlen);
-    if (st) { /* no claims any more; the samples in flight still write into x: wait for them */
-        j->ev.next = j->ev.count;
-        char e2[ERRLEN];
-        drain(j, &j->ev.inflight, e2, sizeof e2);
+    int st = 0;
+    if (j->ev.active)
+        st = seterr(err, errlen, "rank %d: jpegload_eval_start: an evaluation job is under way", j->c.rank) ? EXIT_RUNTIME : 0;
+    else {
+        j->ev.begin = begin, j->ev.count = count, j->ev.next = j->ev.done = j->ev.inflight = 0;
+        j->ev.x = x, j->ev.y = y;
+        j->ev.warnings = j->ev.failures = 0;
+        j->ev.active = 1;
+        pthread_cond_broadcast(&j->work);
     }
-    j->ev.active = 0;
     pthread_mutex_unlock(&j->mu);
     return st;
+}
+
+/* Under the lock: end the evaluation job; no claims any more, and the samples in flight (they
+ * still write into its x) waited for, bounded by timeout_s without progress. */
+static void eval_end_locked(jpegload *j) {
+    j->ev.next = j->ev.count;
+    char e2[ERRLEN];
+    drain(j, &j->ev.inflight, e2, sizeof e2);
+    j->ev.active = 0;
+}
+
+int jpegload_eval_wait(jpegload *j, char *err, size_t errlen) {
+    pthread_mutex_lock(&j->mu);
+    int st = 0;
+    if (!j->ev.active)
+        st = seterr(err, errlen, "rank %d: jpegload_eval_wait: no evaluation job was started", j->c.rank) ? EXIT_RUNTIME : 0;
+    else {
+        st = finish(j, -1, err, errlen);
+        eval_end_locked(j); /* after an error: samples may still be in flight */
+        __atomic_add_fetch(&j->warnings, __atomic_load_n(&j->ev.warnings, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+        j->failures += j->ev.failures;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st;
+}
+
+void jpegload_eval_cancel(jpegload *j) {
+    pthread_mutex_lock(&j->mu);
+    if (j->ev.active) eval_end_locked(j);
+    pthread_mutex_unlock(&j->mu);
+}
+
+int jpegload_eval(jpegload *j, int64_t begin, int count, float *x, int *y, char *err, size_t errlen) {
+    int st = jpegload_eval_start(j, begin, count, x, y, err, errlen);
+    return st ? st : jpegload_eval_wait(j, err, errlen);
 }
 
 void jpegload_get_stats(jpegload *j, jpegload_stats *s) {

@@ -14,8 +14,12 @@
  * next sample of the split in pack order (i + 1, i + 2, ... mod n; its own label and draws),
  * again the same whatever the threads; each such sample is named once on stderr and counted.
  *
- * Evaluation (jpegload_eval): samples [begin, begin + count) of the validation split, AUG_EVAL,
- * decoded by the same threads (ahead of the training slots) and the caller.
+ * Evaluation: samples [begin, begin + count) of the validation split, AUG_EVAL, decoded by the
+ * same threads (ahead of the training slots) and the caller. One evaluation job at a time, in
+ * the caller's buffer: jpegload_eval_start queues it and returns at once (the threads decode it
+ * while the caller does something else, e.g. evaluates the previous batch from another buffer),
+ * jpegload_eval_wait helps and waits for it, jpegload_eval_cancel abandons it; jpegload_eval is
+ * start + wait. A job's samples do not depend on when it is waited for.
  *
  * Allocation: all at jpegload_create (slots, one JPEG buffer of shards_max_nbytes and one
  * image_dec per thread); none per step once each decoder has seen the largest image (libjpeg's
@@ -48,7 +52,8 @@ typedef struct {
 
 /* Start the threads. Returns 0, or EXIT_RUNTIME (out of memory, a thread not started). */
 int jpegload_create(jpegload **out, const jpegload_cfg *c, char *err, size_t errlen);
-/* Stop the threads (each finishes its sample; bounded) and free everything. */
+/* Stop the threads (each finishes its sample; bounded) and free everything. An evaluation job
+ * under way must be waited for or cancelled first (its samples in flight write into its x). */
 void jpegload_free(jpegload *j);
 
 /* 1 if step `key` has a slot (queued, being filled or done). */
@@ -66,8 +71,24 @@ int jpegload_take(jpegload *j, long key, const float **x, const int **y, char *e
 /* Give the held slot back (if any). */
 void jpegload_release(jpegload *j);
 /* Validation samples [begin, begin + count) (count <= eval_max) into x (count, 3, crop, crop)
- * and y (count), AUG_EVAL. Returns 0 or EXIT_RUNTIME. */
+ * and y (count), AUG_EVAL: jpegload_eval_start then jpegload_eval_wait. Returns 0 or
+ * EXIT_RUNTIME. */
 int jpegload_eval(jpegload *j, int64_t begin, int count, float *x, int *y, char *err, size_t errlen);
+/* Queue that job for the decode threads and return without waiting; x and y are written by the
+ * threads until jpegload_eval_wait or jpegload_eval_cancel returns (neither may be reused or
+ * freed before). Returns 0, or EXIT_RUNTIME (count > eval_max, no validation split, or a job
+ * under way: one at a time). No allocation. */
+int jpegload_eval_start(jpegload *j, int64_t begin, int count, float *x, int *y, char *err, size_t errlen);
+/* Wait for the job queued by jpegload_eval_start to be complete, decoding its unclaimed samples
+ * on the calling thread meanwhile (bounded as jpegload_take). The job then ends, on success or
+ * error alike: no sample of it is in flight any more (after an error the samples in flight are
+ * waited for, bounded by timeout_s without progress). Its decode warnings and failures count
+ * here. Returns 0 or EXIT_RUNTIME (err: a read error, a damaged pack, stuck threads; or no job). */
+int jpegload_eval_wait(jpegload *j, char *err, size_t errlen);
+/* Abandon the job under way, if any: no further sample of it is started, and those in flight are
+ * waited for (bounded as above), so its x and y may be reused or freed when this returns. Its
+ * counts are dropped (it was never used). */
+void jpegload_eval_cancel(jpegload *j);
 
 /* Counters since create (or jpegload_restore_stats): libjpeg warnings of the samples used;
  * failures = samples that could not be decoded each time one was drawn (replaced), unique =

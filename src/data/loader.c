@@ -246,6 +246,25 @@ int loader_eval(loader *l, const dataset *val, int begin, int count, float *x, i
     return 0;
 }
 
+int loader_eval_start(loader *l, const dataset *val, int begin, int count, float *x, int *y) {
+    if (l->kind != LOADER_JPEG) {
+        l->ev_status = loader_eval(l, val, begin, count, x, y);
+        return 0;
+    }
+    if (!l->jl) return seterr(l->err, sizeof l->err, "loader: the decode threads were not started") ? EXIT_RUNTIME : 0;
+    return jpegload_eval_start(l->jl, begin, count, x, y, l->err, sizeof l->err) ? EXIT_RUNTIME : 0;
+}
+
+int loader_eval_wait(loader *l) {
+    if (l->kind != LOADER_JPEG) return l->ev_status;
+    if (!l->jl) return seterr(l->err, sizeof l->err, "loader: the decode threads were not started") ? EXIT_RUNTIME : 0;
+    return jpegload_eval_wait(l->jl, l->err, sizeof l->err) ? EXIT_RUNTIME : 0;
+}
+
+void loader_eval_cancel(loader *l) {
+    if (l->jl) jpegload_eval_cancel(l->jl);
+}
+
 void loader_gather(const loader *l, const dataset *d, const int *idx, int count, float *x, int *y) {
     size_t chw = (size_t)d->c * d->h * d->w;
     for (int j = 0; j < count; j++) normalise_one(l, d, idx[j], x + (size_t)j * chw, &y[j]);

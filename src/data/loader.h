@@ -53,6 +53,7 @@ typedef struct {
     int classes;            /* synthetic */
     float *syn_x;           /* synthetic: (b, c, h, w) this rank's training batch */
     int *syn_y;             /* (b) */
+    int ev_status;          /* non-JPEG: what loader_eval_start's synchronous fill returned, for loader_eval_wait */
     char err[1024];         /* the last error */
 } loader;
 
@@ -91,6 +92,21 @@ int loader_batch_view(loader *l, long t, float *xbuf, int *ybuf, const float **x
  * JPEG: AUG_EVAL, decoded by the threads; synthetic: generated) into x (count, c, h, w), y.
  * Returns 0 or EXIT_RUNTIME. */
 int loader_eval(loader *l, const dataset *val, int begin, int count, float *x, int *y);
+
+/* The same in two halves, so that the next evaluation batch is decoded while the network
+ * evaluates the current one (train.c): loader_eval_start begins samples [begin, begin + count)
+ * into x, y and loader_eval_wait returns once they are there; x and y belong to the loader in
+ * between (not to be read, reused or freed). JPEG: the decode threads work on the batch in the
+ * background (jpegload_eval_start, count <= jcfg.eval_max) and the wait helps; the other
+ * sources fill x, y in loader_eval_start itself. One batch at a time; x, y, the samples and their
+ * order are exactly loader_eval's. loader_eval_wait returns 0 or EXIT_RUNTIME (loader_error; the
+ * batch is over either way, nothing left writing into x); loader_eval_start returns 0, or
+ * EXIT_RUNTIME when it could not begin (nothing to wait for then). loader_eval_cancel abandons a
+ * batch begun and not waited for (none: nothing happens): when it returns nothing writes into its
+ * x, y any more (bounded). No allocation. */
+int loader_eval_start(loader *l, const dataset *val, int begin, int count, float *x, int *y);
+int loader_eval_wait(loader *l);
+void loader_eval_cancel(loader *l);
 
 /* Normalise samples idx[0..count) of IDX set d with the loader's mean/std into x (count, c, h, w), y. */
 void loader_gather(const loader *l, const dataset *d, const int *idx, int count, float *x, int *y);

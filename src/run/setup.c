@@ -426,6 +426,13 @@ void setup_model(run_setup *r) {
     t->y = model_host_alloc(t->net, (size_t)e->b * sizeof(int));
     t->eval_x = model_host_alloc(t->net, (size_t)t->eval_batch * sample * sizeof(float));
     t->eval_y = model_host_alloc(t->net, (size_t)t->eval_batch * sizeof(int));
+    /* jpeg: a second evaluation buffer, decoded into while the network evaluates (docs/data.md
+     * "Threads"); DSGD_EVAL_AHEAD=0 goes without (one batch at a time: tests, measurements). */
+    const char *ahead = getenv("DSGD_EVAL_AHEAD");
+    if (e->data.format == FORMAT_JPEG && !(ahead && !strcmp(ahead, "0"))) {
+        t->eval_x2 = model_host_alloc(t->net, (size_t)t->eval_batch * sample * sizeof(float));
+        t->eval_y2 = model_host_alloc(t->net, (size_t)t->eval_batch * sizeof(int));
+    }
     if (t->method->host_velocity) t->velocity = xcalloc(model_n_params(t->net), sizeof(float));
     /* How allreduce moves the gradients (comm/reduce.h): chosen and built once. */
     setup_agree_key(reducer_init(&t->red, e, t->net, t->worker, t->rank, err, sizeof err), "comm", err);
@@ -474,6 +481,7 @@ int setup_close(run_setup *r, int st) {
         ckpt_remove_completed(t->ckpt_dir, m, sizeof m))
         fprintf(stderr, "dsgd-run: removing the completed run's checkpoints: %s\n", m);
     model_host_free(t->net, t->x), model_host_free(t->net, t->y), model_host_free(t->net, t->eval_x), model_host_free(t->net, t->eval_y);
+    model_host_free(t->net, t->eval_x2), model_host_free(t->net, t->eval_y2);
     free(t->velocity);
     reducer_free(&t->red);
     vclock_free(&t->vc);

@@ -26,27 +26,51 @@ _Static_assert(sizeof(phase_times) == 7 * sizeof(double), "phase_times is stored
 
 /* net on validation samples [begin, end): its mean loss and errors, over every worker's slice
  * when reduce = 1 (collective over the workers). abandon (reduce = 0 only; may be NULL): asked
- * after every batch; nonzero stops the evaluation, and the result has count = 0. */
+ * after every batch; nonzero stops the evaluation, and the result has count = 0.
+ * Decode-ahead (t->eval_x2 set: data.format = "jpeg", docs/data.md "Threads"): while the network
+ * evaluates batch k from one buffer, the decode threads fill the other with batch k + 1
+ * (loader_eval_start / _wait), and the buffers swap; without it, one batch at a time into
+ * eval_x. The same samples in the same order, the same floats, the sums added in the same
+ * order: the result is bitwise the same either way. On every way out (an error, abandon, the
+ * end) no batch is left decoding into a buffer. */
 static eval_result eval_range(trainer *t, model *net, int begin, int end, int reduce, int (*abandon)(void *), void *arg) {
     const dataset *v = t->val;
-    const int eb = t->eval_batch;
+    loader *l = &t->train_loader;
+    const int eb = t->eval_batch, ahead = t->eval_x2 != NULL;
     const size_t sample = (size_t)v->c * v->h * v->w;
+    float *xs[2] = {t->eval_x, t->eval_x2};
+    int *ys[2] = {t->eval_y, t->eval_y2};
+    int cur = 0; /* the buffer of the batch evaluated now */
     double loss = 0;
     long top1 = 0, top5 = 0;
     int failed = 0;
     model_eval_begin(net); /* GPU in host sync mode: the host parameters and BN to the device */
     for (int i = begin; i < end; i += eb) {
         int cnt = end - i < eb ? end - i : eb;
-        if (loader_eval(&t->train_loader, v, i, cnt, t->eval_x, t->eval_y)) {
-            fprintf(stderr, "dsgd-run: rank %d: data loading failed: %s\n", t->rank, loader_error(&t->train_loader));
+        float *x = xs[cur];
+        int *y = ys[cur];
+        /* batch i into x: begun during the previous batch (ahead), or loaded now; a failed wait
+         * ends the batch, a failed start leaves none under way */
+        int st = !ahead ? loader_eval(l, v, i, cnt, x, y)
+               : i == begin ? (loader_eval_start(l, v, i, cnt, x, y) || loader_eval_wait(l))
+                            : loader_eval_wait(l);
+        const int next = i + eb;
+        if (!st && ahead && next < end)
+            st = loader_eval_start(l, v, next, end - next < eb ? end - next : eb, xs[cur ^ 1], ys[cur ^ 1]);
+        if (st) {
+            fprintf(stderr, "dsgd-run: rank %d: data loading failed: %s\n", t->rank, loader_error(l));
             failed = 1;
             break;
         }
         /* Padding samples are never counted; zero them so they are harmless finite inputs. */
-        if (cnt < eb) memset(t->eval_x + (size_t)cnt * sample, 0, (size_t)(eb - cnt) * sample * sizeof(float));
-        model_eval(net, t->eval_x, t->eval_y, cnt, &loss, &top1, &top5);
+        if (cnt < eb) memset(x + (size_t)cnt * sample, 0, (size_t)(eb - cnt) * sample * sizeof(float));
+        model_eval(net, x, y, cnt, &loss, &top1, &top5);
         if (i == begin) ckpt_poll_test_eval(t->step, t->rank); /* tests: a signal during evaluation */
-        if (abandon && abandon(arg)) return (eval_result){.count = 0};
+        if (abandon && abandon(arg)) {
+            loader_eval_cancel(l); /* the batch decoding ahead, if any */
+            return (eval_result){.count = 0};
+        }
+        cur ^= ahead;
     }
     /* sums: loss, top-1 and top-5 hits, count, ranks whose loader failed (all ranks still meet here) */
     double s[5] = {loss, (double)top1, (double)top5, (double)(end - begin), (double)failed};

@@ -67,6 +67,13 @@ typedef struct trainer {
     long last_log_step;
     double last_log_s, eval_s_total, at_start_eval_s;
     long n_evals;
+
+    /* Evaluation decode-ahead (train.c eval_range; docs/data.md "Threads"): a second evaluation
+     * buffer, allocated once by setup_model for data.format = "jpeg" (NULL otherwise, or with
+     * DSGD_EVAL_AHEAD=0: one batch at a time). The decode threads fill it with the next batch
+     * while the network evaluates the current one from the other. */
+    float *eval_x2;           /* (eval_batch, c, h, w) */
+    int *eval_y2;             /* (eval_batch) */
 } trainer;
 
 /* Result of one evaluation over the whole validation set (every sample once across ranks). */
