@@ -143,6 +143,9 @@ what="key 'sim.step_ms'" check --set sim.step_ms=-1
 what="key 'sim.oversubscription'" check --set sim.oversubscription=0.5
 what="key 'sim.bandwidth_gbps'" check --set sim.bandwidth_gbps=0
 what="key 'sim.model_params'" check --set sim.model_params=0
+# 4 bytes a parameter must not wrap (it gave a 0-byte, free all-reduce); a typo'd bandwidth.
+what="key 'sim.model_params'" check --set sim.model_params=4611686018427387904L
+what="key 'sim.bandwidth_gbps'" check --set 'sim.network="custom"' --set sim.bandwidth_gbps=1e-300
 what="key 'sim.device'" check --set 'sim.device="k81"'
 what="key 'sim.network'" check --set 'sim.network="ethernet"'
 for m in ps gossip_pull easgd; do

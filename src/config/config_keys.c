@@ -224,14 +224,15 @@ const key_def config_keys[] = {
            "measured: this rank's own measured data + compute + update time (validation)"),
     K_FLOAT("sim.step_ms", sim.step_ms, 0, 1, 0, 0, 1, 0, 3.6e6, "ms",
             "compute time charged per step; 0: sim.device's table at b"),
-    K_INT64("sim.model_params", sim.model_params, 11689512, 1, "parameters",
-            "parameters of the modelled network (ResNet-18: 11,689,512), charged on the wire in fp32 (4 bytes each)"),
+    /* At most 2^40 parameters (4 TiB in fp32): 4 bytes each never wraps a size_t. */
+    {KEY("sim.model_params", KT_INT64, sim.model_params), .dflt = 11689512, .ilo = 1, .ihi = 1LL << 40, .unit = "parameters",
+     .doc = "parameters of the modelled network (ResNet-18: 11,689,512), charged on the wire in fp32 (4 bytes each)"},
     K_ENUM("sim.network", sim.network, SIM_NET_10GBE, sim_network_names, (1u << SIM_NET_COUNT) - 1, NULL, "networks",
            "the target's network: a preset's per-link latency and bandwidth (docs/simulate-models.md), or custom: "
            "sim.latency_us and sim.bandwidth_gbps"),
     K_FLOAT("sim.latency_us", sim.latency_us, 5, 1, 0, 0, 1, 0, 1e6, "us",
             "network custom: latency per link (a route inside a switch is 2 links)"),
-    K_FLOAT("sim.bandwidth_gbps", sim.bandwidth_gbps, 10, 1, 1, 0, 1, 0, 1e6, "Gbit/s",
+    K_FLOAT("sim.bandwidth_gbps", sim.bandwidth_gbps, 10, 1, 0, 1e-3, 1, 0, 1e6, "Gbit/s",
             "network custom: bandwidth of each NIC and link, each direction"),
     K_ENUM("sim.topology", sim.topology, SIM_TOPO_FLAT, sim_topology_names, (1u << SIM_TOPO_COUNT) - 1, NULL, "topologies",
            "flat: every host on one non-blocking switch; fat_tree: two levels, sim.leaf_size hosts per leaf, uplinks "

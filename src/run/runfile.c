@@ -78,6 +78,7 @@ static int data_provenance(run_setup *r, runlog_attr *attrs, runlog_array_spec *
     attrs[nat++] = (runlog_attr){"data_augment", augment_name(e->data.augment), 0};
     attrs[nat++] = (runlog_attr){"data_interp", a->interp == IMAGE_BICUBIC ? "bicubic" : "bilinear", 0};
     attrs[nat++] = (runlog_attr){"data_threads", NULL, r->budget.data};
+    attrs[nat++] = (runlog_attr){"data_dct_scale", NULL, e->data.dct_scale}; /* 1: pixels not Pillow's full-size decode */
     arrays[(*na)++] = (runlog_array_spec){"data/decode_warnings", e->p, 0, "warnings",
                                           "libjpeg warnings (corrupt data recovered, premature end of data) of the samples each "
                                           "worker used, over the whole run (kept across resumes by the checkpoints)", 0, 0};
