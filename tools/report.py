@@ -797,8 +797,10 @@ def main():
     if not_sim:
         by = {}
         for sw, x in not_sim:
-            by.setdefault(str(x.get("method")), []).append(str(x.get("p")))
-        md += ["Not simulated yet (docs/simulate.md): " + "; ".join(f"{m} at p = {', '.join(ps)}" for m, ps in sorted(by.items()))
+            by.setdefault(str(x.get("method")), set()).add(x.get("p"))
+        md += ["Not simulated yet (docs/simulate.md): "
+               + "; ".join(f"{m} at p = {', '.join(str(p) for p in sorted(ps, key=lambda v: (len(str(v)), str(v))))}"
+                           for m, ps in sorted(by.items()))
                + " — sim mode refuses these methods so far (`dsgd-run --check` exits 2); the same `tools/paper.py --simulate` "
                "command runs them once sim mode supports them.", ""]
     if train or not (synth or sims):

@@ -47,6 +47,14 @@ point (or one job array per world size), submitted or printed.
   directory). Put it on scratch.
 - `--dry-run` writes the experiment files and sweep.json but prints the commands instead of
   running them. Otherwise the job ids are recorded in sweeps/<name>/sweep.json.
+- `--local` (no scheduler; tools/paper.py --simulate): the points are run here, one after another,
+  each as `timeout -k 10 S mpiexec -n W dsgd-run --set output=... <point>.cfg` (S: --local-timeout,
+  default 1800 s; the launcher: --mpiexec, default $MPIEXEC or mpiexec), into
+  <runs dir>/<stem>.<run id>.h5 with run id <UTC start YYYYmmddTHHMMSS>_<point index> (a run file is
+  never replaced) and the output in sweeps/<name>/<stem>.<run id>.log; sweep.json says "scheduler":
+  "local" and holds each point's record ("local": state PENDING/RUNNING/COMPLETED/FAILED/TIMEOUT,
+  exit, elapsed), written before the first point and after each, which tools/report.py reads as a
+  scheduler's accounting. `--meta JSON` is kept in sweep.json as "meta".
 - `tools/sweep.py --continue sweeps/NAME` (T3): every point whose run is not completed gets one
   more job with its own resources (its submit line, for one point) and DSGD_RUN_ID, appended to
   sweep.json's "jobs" (run it once the sweep's jobs have ended; `--dry-run` shows the jobs).
@@ -616,7 +624,7 @@ def main():
     # Each point's estimated time and cost (T1); the time limit and the chain.
     gpu = bool(a.gpus_per_node) or any(pt["device"] == "cuda" for pt in points) or "device=cuda" in a.job_set
     longest = 0.0
-    for pt in points:
+    for pt in (points if not a.local else []):  # --local: no node-hours to estimate
         hours, cost, basis = estimate(pt, rpn, a.cores_per_node, a.cpus_per_rank, gpu, a.rank_img_s)
         pt["estimate_h"] = round(hours, 2) if hours is not None else None
         if hours is None:
