@@ -4,7 +4,8 @@
 # classes of one tiny PNG each, so data.classes = 1000 holds, plus a few val images), and holds the
 # papers' numbers, read back from `dsgd-run --print-config` (Jin et al. 2016 §4.2, Figures 1 and 2;
 # Chen et al. 2016); tools/paper.py --dry-run shows every figure's jobs; tools/report.py reads a
-# sweep with a finished, a running and a failed run. Called by test/test_tools.sh (make check);
+# sweep with a finished, a running and a failed run; tools/paper.py fig1 --simulate runs the kit in
+# sim mode at p = 2, 4 and tools/report.py marks it and keeps a real run apart. Called by test/test_tools.sh (make check);
 # runs from the repository root with ./dsgd-run built.
 set -u
 PY=/usr/bin/python3
