@@ -444,6 +444,16 @@ fig1-small: deps
 	@$(MAKE) --no-print-directory build/bin/mpiexec
 	@PATH="$(CURDIR)/build/bin:$$PATH" timeout -k 10 900 sh test/slurm/run.sh --fig1-small plots/fig1-small
 
+# Figure 1 in sim mode on this machine (docs/reproduce.md §9): tools/paper.py fig1 --simulate $(SIM)
+# (the methods sim mode supports, at p = 8, 16; a new sweeps/fig1-sim-<UTC time>/ each time), then
+# tools/report.py: plots/fig1-sim-<UTC time>.{md,png,pdf}. SIM=k20x,gemini for Titan's platform.
+SIM ?= k80,10gbe
+.PHONY: fig1-sim
+fig1-sim: deps
+	@$(MAKE) --no-print-directory $(BIN)
+	@n=fig1-sim-$$(date -u +%Y%m%dT%H%M%S); MPIEXEC=$(MPIEXEC) timeout -k 10 1800 /usr/bin/python3 tools/paper.py fig1 \
+	    --simulate $(SIM) --name $$n --timeout 900 && /usr/bin/python3 tools/report.py sweeps/$$n --out plots/$$n --targets 0.25,0.2,0.18
+
 # The scaling sweep (tools/paper.py scaling: img/s against p on synthetic data) at p = 1, 2, 4 on
 # the same local Slurm: plots/scaling-small.{md,png,pdf}.
 .PHONY: scaling-small

@@ -4,7 +4,8 @@
 # classes of one tiny PNG each, so data.classes = 1000 holds, plus a few val images), and holds the
 # papers' numbers, read back from `dsgd-run --print-config` (Jin et al. 2016 §4.2, Figures 1 and 2;
 # Chen et al. 2016); tools/paper.py --dry-run shows every figure's jobs; tools/report.py reads a
-# sweep with a finished, a running and a failed run. Called by test/test_tools.sh (make check);
+# sweep with a finished, a running and a failed run; tools/paper.py fig1 --simulate runs the kit in
+# sim mode at p = 2, 4 and tools/report.py marks it and keeps a real run apart. Called by test/test_tools.sh (make check);
 # runs from the repository root with ./dsgd-run built.
 set -u
 PY=/usr/bin/python3
@@ -172,4 +173,69 @@ grep -q "Pending (no run file yet): s-easgd-p2" "$dir/rep.txt" && ok "report: ea
 grep -q "^- p = 2: \*\*" "$dir/rep.txt" && ok "report: $(grep '^- p = 2' "$dir/rep.txt")" || bad "report: no winner line"
 $PY tools/report.py "$dir/r/sweeps/s" --out "$dir/rep" >/dev/null 2>&1
 [ $? = 2 ] && ok "report: an existing output is not replaced" || bad "report replaced its output"
+grep -qi "simulated\|virtual clock" "$dir/rep.md" && bad "report of real runs mentions simulation: $(grep -i simulated "$dir/rep.md" | head -n 2)" \
+    || ok "report of real runs: no word of simulation (its tables as before)"
+
+# 6. tools/paper.py fig1 --simulate (docs/reproduce.md, "Figures in sim mode"): the kit at p = 2, 4
+#    (m = 64: b = 32, 16), 40 iterations, run here; the methods sim mode refuses listed, not run;
+#    tools/report.py marks the simulated table and figure and keeps a real run of the same point apart.
+out=$($PY tools/paper.py fig1 --simulate k81,10gbe --dir "$dir/sim/sweeps" 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "sim.device 'k81' is not one of measured, k20x, k80" && [ ! -e "$dir/sim/sweeps" ] \
+    && ok "paper.py --simulate k81,10gbe: refused (exit 2), naming dsgd-run's devices" || bad "paper.py --simulate k81: $out"
+out=$($PY tools/paper.py fig1 --simulate k80,10gbe --time 1:00:00 --dir "$dir/sim/sweeps" 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q -- "--time is for a cluster's scheduler" && ok "paper.py --simulate --time: refused" || bad "--simulate --time: $out"
+$PY tools/paper.py fig1 --simulate k80,10gbe --p 2,4 --m 64 --set iterations=40 --timeout "$T" --name fs \
+    --dir "$dir/sim/sweeps" --runs-dir "$dir/sim/runs" >"$dir/sim.log" 2>&1
+rc=$?
+[ $rc = 0 ] && ok "paper.py fig1 --simulate k80,10gbe --p 2,4: exit 0" || bad "paper.py --simulate: exit $rc: $(tail -n 5 "$dir/sim.log")"
+$PY - "$dir/sim/sweeps/fs/sweep.json" "$dir/sim/runs" <<'EOF2' && ok "sim kit: every fig1 method run in sim mode (k80 at b = 32: 197.7 ms) or listed as not simulated yet" || bad "sim kit (above)"
+import glob, json, os, sys, h5py
+sw = json.load(open(sys.argv[1]))
+assert sw["scheduler"] == "local" and sw["meta"]["simulate"]["device"] == "k80", sw.get("meta")
+ran = {pt["method"] for pt in sw["points"]}
+left = {x["method"] for x in sw["meta"]["not_simulated"]}
+assert "allreduce" in ran and ran | left == {"allreduce", "easgd", "gossip_push"} and not ran & left, (ran, left)
+assert all(j["local"]["state"] == "COMPLETED" for j in sw["jobs"]), [j["local"] for j in sw["jobs"]]
+assert len(sw["points"]) == 2 * len(ran)
+for pt in sw["points"]:
+    (rf,) = glob.glob(os.path.join(sys.argv[2], pt["stem"] + ".*.h5"))
+    with h5py.File(rf) as f:
+        assert f.attrs["status"] == b"completed" or f.attrs["status"] == "completed"
+        assert str(f.attrs["time_axis"]).startswith("simulated"), f.attrs["time_axis"]
+        assert f.attrs["sim_device"] in ("k80", b"k80") and f.attrs["sim_network"] in ("10gbe", b"10gbe")
+        if pt["p"] == 2:
+            assert abs(f.attrs["sim_step_s"] - 0.1977) < 1e-4, f.attrs["sim_step_s"]  # docs/simulate-models.md, k80 at b = 32
+EOF2
+$PY tools/report.py "$dir/sim/sweeps/fs" --out "$dir/simrep" --targets 0.4,0.3 >"$dir/simrep.txt" 2>&1 \
+    && [ -s "$dir/simrep.png" ] && [ -s "$dir/simrep.pdf" ] && ok "report.py on the sim kit: simrep.{md,png,pdf}" || bad "report.py sim: $(tail -n 3 "$dir/simrep.txt")"
+$PY - "$dir/simrep.md" "$dir/sim/sweeps/fs/sweep.json" "$dir/sim/runs" <<'EOF2' && ok "report: simulated table and figure marked (device and network with their sources, proxy task), s per iteration = k80 step + modelled all-reduce, real wall clock beside it" || bad "sim report (above)"
+import glob, json, os, sys, h5py
+sys.path.insert(0, "tools")
+from report import fmt_time
+md = open(sys.argv[1]).read()
+sw = json.load(open(sys.argv[2]))
+for s in ("## Simulated: time to target top-1 error, per p", "**simulated: k80 (estimate: ", "10gbe (10 GbE", ", flat, ring all-reduce of 46,758,048 bytes",
+          "proxy task: linear model on Fashion-MNIST", "| simulated time to top-1 ≤ 0.4 (speed-up vs allreduce) |",
+          "| img/s (simulated) | s per iteration (simulated) | real wall clock here (wall_train_time_s) |",
+          "a simulated run's, the virtual clock", "Scheduler (local): run here by tools/sweep.py --local"):
+    assert s in md, f"missing: {s}"
+assert ("Not simulated yet (docs/simulate.md): " in md) == bool(sw["meta"]["not_simulated"])
+assert "## Time to target top-1 error, per p" not in md  # no real runs: no unmarked table
+for pt in sw["points"]:
+    (rf,) = glob.glob(os.path.join(sys.argv[3], pt["stem"] + ".*.h5"))
+    with h5py.File(rf) as f:
+        per_it = f.attrs["sim_step_s"] + f.attrs["sim_allreduce_s"]  # lock-step, no jitter: every iteration costs this
+        assert abs(f.attrs["train_time_s"] - 40 * per_it) < 1e-6 * f.attrs["train_time_s"], (f.attrs["train_time_s"], per_it)
+        row = next(l for l in md.splitlines() if l.startswith(f"| {pt['p']} | {pt['method']} |"))
+        assert f"| {fmt_time(per_it)} | {fmt_time(f.attrs['wall_train_time_s'])} |" in row, (row, per_it)
+EOF2
+# a real run (sim.enabled = false) of the same point beside the sim kit: reported apart, said so
+cfg=$(ls "$dir/sim/sweeps/fs/"*p2.cfg | head -n 1)
+timeout -k 5 $T mpiexec -n 2 ./dsgd-run --set sim.enabled=false --set "output=\"$dir/sim/real.h5\"" "$cfg" >"$dir/real.log" 2>&1 || bad "the real run: $(tail -n 2 "$dir/real.log")"
+$PY tools/report.py "$dir/sim/sweeps/fs" "$dir/sim/real.h5" --out "$dir/mix" --targets 0.4,0.3 >"$dir/mix.txt" 2>&1
+rc=$?
+[ $rc = 0 ] && [ -s "$dir/mix.png" ] && [ -s "$dir/mix-sim.png" ] && grep -q "^\*\*Reported apart\*\*: .* simulated run(s) in 1 simulation setting(s) and 1 real run(s)" "$dir/mix.md" \
+    && grep -q "^## Simulated: time to target" "$dir/mix.md" && grep -q "^## Time to target top-1 error, per p" "$dir/mix.md" \
+    && ok "report: simulated and real runs of one point reported apart, said so (mix.png real, mix-sim.png simulated)" \
+    || bad "report mixed: exit $rc: $(head -n 8 "$dir/mix.md" 2>/dev/null)"
 exit $fail

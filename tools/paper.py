@@ -41,9 +41,31 @@ tools/sweep.py: the points are the experiment files of configs/paper/ (docs/repr
   --continue sweeps/<name>.
 
 Report: /usr/bin/python3 tools/report.py sweeps/fig1 --out plots/fig1
+
+Sim mode (docs/simulate.md; docs/reproduce.md §9), on this machine, no scheduler:
+
+    tools/paper.py fig1|fig2 --simulate DEVICE,NETWORK [--proxy linear|resnet18w4] [--p LIST [--m M]]
+                             [--timeout S] [--set KEY=VALUE] [--name N] [--runs-dir DIR]
+
+- DEVICE, NETWORK: values of sim.device and sim.network as `dsgd-run --help` lists them (k80,10gbe:
+  Jin et al.'s K80 cluster; k20x,gemini: their Cray). Every point of the figure gets sim.enabled,
+  sim.device, sim.network and the proxy task: `linear` (default: the linear model on Fashion-MNIST,
+  cheap enough for p = 128 ranks on 2 cores) or `resnet18w4` (ResNet-18 width 4, CIFAR stem), 600
+  iterations (--set iterations=N) with α ×0.1 at 1/3 and 2/3, an evaluation every 1/24 of the run;
+  the clock still charges ResNet-18 (the device's step time at b, 46.8 MB per all-reduce).
+- A method sim mode refuses (`dsgd-run --print-config` exits 2: not ordered by virtual time yet) is
+  left out and listed in sweep.json's meta; tools/report.py lists it "not simulated yet". The same
+  command runs it once sim mode supports it.
+- The points run one after another here (tools/sweep.py --local), each under `timeout` --timeout S
+  (default 1800), `mpiexec -n p` ($MPIEXEC), into runs/<stem>.<UTC time>_<k>.h5 (never replacing a
+  run); sweeps/<name>/ (default <figure>-sim-<device>-<network>-<proxy>) is never overwritten.
+- `--p LIST`: other node counts (m = 256 held, or --m M), e.g. `--p 32,64` where p = 128 is too heavy.
+
+Report: /usr/bin/python3 tools/report.py sweeps/fig1-sim-k80-10gbe-linear --out plots/fig1-sim --targets 0.25,0.2,0.18
 """
 import argparse
 import glob
+import json
 import os
 import re
 import subprocess
@@ -68,6 +90,119 @@ def file_keys(path):
         if m:
             keys[m.group(1)] = m.group(2)
     return keys.get("method", "allreduce"), int(keys.get("p", 1))
+
+
+# --simulate's proxy tasks: what is really trained while the clock charges ResNet-18 on the target
+# (docs/reproduce.md, "Figures in sim mode"). Fashion-MNIST, not synthetic data: a time to target
+# needs an error that falls. Both start from the figure's files (m = 256, Nesterov, the papers'
+# α schedule shape: ×0.1 at 1/3 and 2/3 of the iterations) with a shorter run.
+PROXIES = {
+    "linear": {"what": "linear model (7,850 parameters) on Fashion-MNIST",
+               "set": ["model.arch=linear", "alpha.base=0.01"]},
+    "resnet18w4": {"what": "ResNet-18 width 4 (CIFAR stem) on Fashion-MNIST",
+                   "set": ["model.arch=resnet18", "model.width=4", "model.stem=cifar", "alpha.base=0.05"]},
+}
+SIM_ITERATIONS = 600
+# top-1 error targets the proxies reach (Fashion-MNIST: the linear model ends near 0.16-0.17)
+SIM_TARGETS = "0.25,0.2,0.18"
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def help_choices(dsgd, key):
+    """The values `dsgd-run --help` lists for an enum key (its key table: name, type, unit, default, values)."""
+    r = subprocess.run([dsgd, "--help"], capture_output=True, text=True)
+    for line in (r.stdout + r.stderr).splitlines():
+        m = re.match(r"\s+" + re.escape(key) + r"\s+enum\s+\S+\s+\"[^\"]*\"\s+(.*)$", line)
+        if m:
+            return [v.strip() for v in m.group(1).split(",") if v.strip()]
+    die(f"{dsgd} --help lists no enum key {key} (sim mode not built into this dsgd-run?)")
+
+
+def simulate(a):
+    """--simulate DEVICE,NETWORK: the figure's points in sim mode on the proxy task, run here with
+    mpiexec one after another (tools/sweep.py --local); the methods sim mode refuses (exit 2 at
+    --print-config) are left out and listed in sweep.json's meta, which tools/report.py shows."""
+    if a.figure not in ("fig1", "fig2"):
+        die(f"--simulate: fig1 or fig2 (not {a.figure})")
+    for opt, v in (("--gpu", a.gpu), ("--time", a.time), ("--max-time", a.max_time), ("--data-dir", a.data_dir),
+                   ("--job-args", a.job_args), ("--rank-img-s", a.rank_img_s), ("--no-array", a.no_array),
+                   ("--dry-run", a.dry_run), ("--cpus-per-rank", a.cpus_per_rank), ("--ranks-per-node", a.ranks_per_node)):
+        if v:
+            die(f"--simulate runs the kit here: {opt} is for a cluster's scheduler")
+    parts = a.simulate.split(",")
+    if len(parts) != 2 or not all(parts):
+        die(f"--simulate {a.simulate!r}: expected DEVICE,NETWORK, e.g. k80,10gbe or k20x,gemini")
+    device, network = parts
+    if not os.access(a.dsgd, os.X_OK):
+        die(f"{a.dsgd} not found or not executable (build it with make, or --dsgd PATH)")
+    for key, v in (("sim.device", device), ("sim.network", network)):
+        ok = help_choices(a.dsgd, key)
+        if v not in ok:
+            die(f"--simulate {a.simulate}: {key} {v!r} is not one of {', '.join(ok)} (dsgd-run --help; docs/simulate-models.md)")
+    files = sorted(glob.glob(os.path.join(a.configs, FIGURES[a.figure])))
+    if not files:
+        die(f"no {FIGURES[a.figure]} in {a.configs}/ (run from the repository root)")
+    proxy = PROXIES[a.proxy]
+    it = SIM_ITERATIONS
+    for s in a.set:
+        if s.startswith("iterations="):
+            it = int(s.split("=", 1)[1]) if s.split("=", 1)[1].isdigit() else it
+    sets = (["data.format=idx", f'data.train_images="{FMNIST}/train-images-idx3-ubyte.gz"',
+             f'data.train_labels="{FMNIST}/train-labels-idx1-ubyte.gz"', f'data.val_images="{FMNIST}/t10k-images-idx3-ubyte.gz"',
+             f'data.val_labels="{FMNIST}/t10k-labels-idx1-ubyte.gz"', 'data.dir=""', "data.augment=none", "data.classes=10",
+             f"iterations={it}", f"alpha.steps=[{it // 3},{2 * it // 3}]", f"eval.every={max(1, it // 24)}",
+             f"log_every={max(1, it // 24)}", "checkpoint.every=0"] + proxy["set"]
+            + ["sim.enabled=true", f'sim.device="{device}"', f'sim.network="{network}"'] + list(a.set))
+    m = a.m or (256 if a.p else None)
+    # each method's template (its smallest p; all its files with the files' own p)
+    first = {}
+    for f in files:
+        method, p = file_keys(f)
+        if method not in first or p < first[method][1]:
+            first[method] = (f, p)
+    run, left = [], []
+    for f in files:
+        method, _ = file_keys(f)
+        if a.p and f != first[method][0]:
+            continue
+        cmd = [a.dsgd, "--print-config"] + [x for s in sets for x in ("--set", s)] + [f]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode == 2 and "sim mode supports" in r.stderr:
+            ps = a.p.split(",") if a.p else [str(file_keys(f)[1])]
+            left += [{"method": method, "p": int(p), "file": f, "why": r.stderr.strip().splitlines()[-1]} for p in ps]
+            continue
+        if r.returncode != 0:
+            die(f"{f}: {r.stderr.strip() or 'dsgd-run --print-config failed'}")
+        run.append(f)
+    what = (f"simulated: {device}, {network}; proxy task: {proxy['what']}, {it} iterations")
+    for method in sorted({x["method"] for x in left}):
+        x = [y for y in left if y["method"] == method]
+        print(f"paper.py: {method} at p = {', '.join(str(y['p']) for y in x)}: not simulated yet (docs/simulate.md): "
+              f"{x[0]['why']}", file=sys.stderr)
+    if not run:
+        die(f"--simulate: sim mode supports none of {a.figure}'s methods yet (docs/simulate.md)")
+    name = a.name or f"{a.figure}-sim-{device}-{network}-{a.proxy}"
+    cmd = [sys.executable, os.path.join(HERE, "sweep.py")] + run
+    if a.p:
+        cmd += ["--vary", f"p={a.p}", "--m", str(m)]
+    elif a.m:
+        die("--m goes with --p (the figure files hold m = 256 already)")
+    cmd += ["--name", name, "--dir", a.dir, "--dsgd", a.dsgd, "--local", "--local-timeout", f"{a.timeout:g}",
+            "--meta", json.dumps({"simulate": {"device": device, "network": network, "proxy": a.proxy, "proxy_task": proxy["what"],
+                                               "iterations": it}, "not_simulated": left})]
+    if len(run) == 1 and not a.p:  # one file: sweep.py needs something to vary
+        cmd += ["--vary", f"p={file_keys(run[0])[1]}"]
+    if a.runs_dir:
+        cmd += ["--runs-dir", a.runs_dir]
+    for s in sets:
+        cmd += ["--set", s]
+    print(f"paper.py: {what}: {len(run)} file(s) of {a.figure}" + (f" at p = {a.p}" if a.p else ""), file=sys.stderr)
+    print("paper.py: " + " ".join(cmd[1:]), file=sys.stderr)
+    rc = subprocess.run(cmd).returncode
+    if rc in (0, 1):
+        print(f"paper.py: report: /usr/bin/python3 tools/report.py {os.path.join(a.dir, name)} --out plots/{name} "
+              f"--targets {SIM_TARGETS}", file=sys.stderr)
+    return rc
 
 
 def main():
@@ -98,7 +233,15 @@ def main():
     ap.add_argument("--rank-img-s", type=float, default=0, metavar="R", help="measured img/s per worker rank (cost estimate)")
     ap.add_argument("--runs-dir", metavar="DIR", help="where run files and checkpoints go (default: the job script's DSGD_RUNS_DIR)")
     ap.add_argument("--dry-run", action="store_true", help="write the sweep and print the jobs; submit nothing")
+    ap.add_argument("--simulate", metavar="DEVICE,NETWORK",
+                    help="fig1, fig2: run the kit here in sim mode (docs/simulate.md) on the proxy task, the time axis "
+                         "that of DEVICE's step times and NETWORK (values of sim.device and sim.network)")
+    ap.add_argument("--proxy", choices=sorted(PROXIES), default="linear",
+                    help="--simulate: the proxy task really trained (default linear: the linear model on Fashion-MNIST)")
+    ap.add_argument("--timeout", type=float, default=1800, metavar="S", help="--simulate: each point's limit in seconds (default 1800)")
     a = ap.parse_args()
+    if a.simulate:
+        return simulate(a)
 
     files = sorted(glob.glob(os.path.join(a.configs, FIGURES[a.figure])))
     if not files:

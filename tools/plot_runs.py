@@ -69,6 +69,12 @@ def main():
         k = (r["method"], r["p"])
         r["key"] = k + ((r["name"],) if len(names[k]) > 1 else ())
         r["label"] = f"{r['method']} p={r['p']}" + (f" ({r['name']})" if len(names[k]) > 1 else "")
+        if r.get("sim"):  # sim mode (docs/simulate.md): its time axis is a virtual clock
+            r["label"] += f" (simulated: {r['sim'].get('sim_device')}, {r['sim'].get('sim_network')})"
+    nsim = sum(1 for r in runs if r.get("sim"))
+    if 0 < nsim < len(runs):
+        print(f"plot_runs.py: warning: {nsim} simulated and {len(runs) - nsim} real run(s) on one time axis: a virtual "
+              "clock beside wall clocks (docs/simulate.md); tools/report.py reports them apart", file=sys.stderr)
     keys = sorted({r["key"] for r in runs})
     cmap = plt.get_cmap("tab10" if len(keys) <= 10 else "tab20")
     colour = {k: cmap(i % cmap.N) for i, k in enumerate(keys)}
@@ -103,7 +109,10 @@ def main():
                                   fontsize=6, color=colour[k])
                 if tw is not None:
                     ax[0, j].axvline(tw, color=colour[k], linewidth=0.8, alpha=0.35)
-    for i, x in enumerate((f"wall-clock training time ({unit})", "iterations")):
+    tlabel = (f"simulated training time ({unit}, virtual clock)" if nsim == len(runs) else
+              f"training time ({unit}): wall clock, virtual clock for the simulated runs" if nsim else
+              f"wall-clock training time ({unit})")
+    for i, x in enumerate((tlabel, "iterations")):
         ax[i, 0].set_xlabel(x)
         ax[i, 1].set_xlabel(x)
         ax[i, 0].set_ylabel("validation loss (nats)")
@@ -113,7 +122,9 @@ def main():
     ax[0, 1].axhline(a.target, color="grey", linewidth=0.8, linestyle=":")
     ax[1, 1].axhline(a.target, color="grey", linewidth=0.8, linestyle=":")
     ax[0, 1].legend(fontsize=8)
-    fig.suptitle(a.title or f"{len(runs)} run(s): validation loss and top-1 error")
+    fig.suptitle((a.title or f"{len(runs)} run(s): validation loss and top-1 error")
+                 + (f"\n{nsim} simulated run(s) (docs/simulate.md)" + (": NOT one time axis with the real runs" if nsim < len(runs) else "")
+                    if nsim else ""))
     fig.tight_layout()
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     fig.savefig(outs[0], dpi=120)
@@ -155,7 +166,7 @@ def main():
     for r in runs:
         final = f"{r['e_top1'][-1]:.4f}" if len(r["e_top1"]) else "-"
         t = time_to(r, a.target)
-        tt = "-" if t is None else (f"{t:.3g} s" if t < 3600 else f"{t / 3600:.2f} h")
+        tt = "-" if t is None else (f"{t:.3g} s" if t < 3600 else f"{t / 3600:.2f} h") + (" (simulated)" if r.get("sim") else "")
         done = int(r["t_step"][-1]) if len(r["t_step"]) else 0
         ips = img_per_s(r)
         age = stale(r, time.time())

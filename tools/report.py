@@ -59,6 +59,7 @@ import os
 import re
 import statistics
 import sys
+import textwrap
 import time
 
 import matplotlib
@@ -123,7 +124,8 @@ def load_sweep(a):
         roots.append(os.path.join(root, "runs"))
     return {"dir": a, "name": sw.get("name") or os.path.basename(os.path.abspath(a).rstrip("/")), "points": points,
             "jobs": [j for j in sw.get("jobs", []) if isinstance(j, dict)], "scheduler": sw.get("scheduler", "slurm"),
-            "chain": int(sw.get("chain") or 1), "roots": roots, "dry_run": sw.get("dry_run")}
+            "chain": int(sw.get("chain") or 1), "roots": roots, "dry_run": sw.get("dry_run"),
+            "meta": sw.get("meta") if isinstance(sw.get("meta"), dict) else {}}
 
 
 def run_files_of(sweep, stem):
@@ -244,6 +246,17 @@ def ask_schedulers(runs, sweeps, enabled):
                 files.add(r["run_id"].rstrip("_"))
         ids |= files - named  # run files of jobs that sweep.json does not name (submitted by hand)
         if not ids:
+            continue
+        if sched == "local":  # tools/sweep.py --local: the points ran here; sweep.json holds each one's record
+            jobs = {}
+            for sw in sweeps:
+                for j in sw["jobs"]:
+                    rec = j.get("local") if sw["scheduler"] == "local" else None
+                    if isinstance(rec, dict) and j.get("job_id"):
+                        jid = str(j["job_id"])
+                        jobs[jid] = {"id": jid, "raw": jid, "state": rec.get("state") or "PENDING", "exit": rec.get("exit") or "",
+                                     "elapsed": rec.get("elapsed") or "", "detail": ""}
+            res[sched] = (jobs, None)
             continue
         res[sched] = accounting.query(sched, ids) if enabled else ({}, "not asked (--no-accounting)")
     return res
@@ -411,7 +424,63 @@ def basis(g):
     return (done, "") if done else (g["runs"], " (so far)")
 
 
-def training_report(groups, targets):
+def cfg_group_value(config, group, key):
+    """A scalar of a group of the resolved experiment text, or None."""
+    inside = False
+    for line in config.splitlines():
+        t = line.strip()
+        if t == group + " = {":
+            inside = True
+        elif inside and t == "};":
+            return None
+        elif inside and t.startswith(key + " = ") and t.endswith(";"):
+            return t[len(key) + 3:-1].strip().strip('"')
+    return None
+
+
+def proxy_task(r):
+    """What a run really trains: 'linear model on fashion-mnist (idx)', 'ResNet-18 width 4 (cifar stem) on ...'."""
+    arch = cfg_group_value(r["config"], "model", "arch") or "?"
+    model = ("linear model" if arch == "linear" else
+             f"ResNet-18 width {cfg_group_value(r['config'], 'model', 'width')} ({cfg_group_value(r['config'], 'model', 'stem')} stem)"
+             if arch == "resnet18" else arch)
+    fmt = cfg_group_value(r["config"], "data", "format") or "?"
+    if fmt == "idx":
+        data = os.path.basename(os.path.dirname(cfg_group_value(r["config"], "data", "train_images") or "")) or "IDX data"
+        data = {"fashion-mnist": "Fashion-MNIST", "mnist": "MNIST"}.get(data.lower(), data)
+    elif fmt == "jpeg":
+        data = f"the pack {cfg_group_value(r['config'], 'data', 'dir')}"
+    else:
+        data = "synthetic data"
+    return f"{model} on {data}"
+
+
+def sim_key(r):
+    """What makes simulated runs comparable on one time axis: the models and the proxy task (None: a real run)."""
+    sm = r.get("sim")
+    if not sm:
+        return None
+    return (sm.get("sim_device"), sm.get("sim_device_source"), sm.get("sim_network"), sm.get("sim_network_source"),
+            sm.get("sim_topology"), sm.get("sim_allreduce"), sm.get("sim_model_bytes"), proxy_task(r))
+
+
+def sim_banner(key, short=False):
+    """'simulated: k80 (estimate: ...), 10gbe (...), flat, ring all-reduce of 46,758,048 bytes; proxy task: ...'
+    (short: each source cut to its first 60 characters, for a figure's title)."""
+    dev, dsrc, net, nsrc, topo, alg, nbytes, proxy = key
+
+    def cut(x):
+        x = str(x or "no source")
+        return x if not short or len(x) <= 60 else x[:59].rstrip() + "…"
+    nb = f"{int(nbytes):,} bytes" if nbytes is not None else "? bytes"
+    return (f"simulated: {dev} ({cut(dsrc)}), {net} ({cut(nsrc)}), {topo}, {alg} all-reduce of {nb}; "
+            f"proxy task: {proxy} (docs/simulate.md)")
+
+
+def training_report(groups, targets, sim=False):
+    """The per-p table and the winners. sim: the runs' time is a virtual clock (docs/simulate.md);
+    two more columns, the simulated seconds per iteration (m / img/s) and the real training wall
+    clock (wall_train_time_s: what the simulation cost here)."""
     lines = []
     by_p = {}
     for g in groups:
@@ -442,6 +511,10 @@ def training_report(groups, targets):
             smallest[k] = g
     hdr = (["p", "method", "runs", "status", "b"] + [f"time to top-1 ≤ {t:g} (speed-up vs allreduce)" for t in targets]
            + ["final top-1", "img/s", "scaling eff.", "winner"])
+    if sim:
+        hdr = (["p", "method", "runs", "status", "b"]
+               + [f"simulated time to top-1 ≤ {t:g} (speed-up vs allreduce)" for t in targets]
+               + ["final top-1", "img/s (simulated)", "s per iteration (simulated)", "real wall clock here (wall_train_time_s)", "scaling eff.", "winner"])
     lines.append("| " + " | ".join(hdr) + " |")
     lines.append("|" + "---|" * len(hdr))
     winners = []
@@ -470,6 +543,11 @@ def training_report(groups, targets):
                 eff = f"{(g['ips'] / s0['ips']) / (g['ranks_p'] / s0['ranks_p']):.2f} (vs p={s0['p']})"
             row = [str(p), g["label"], str(len(g["runs"])), states_text(g), str(g["b"])] + cells + [g["final_s"], g["ips_s"], eff,
                                                                                                    "**winner**" if g is win else ""]
+            if sim:
+                runs, so_far = basis(g)
+                _, it_s = median_spread([r["m"] / img_per_s(r) if img_per_s(r) > 0 else None for r in runs], fmt_time)
+                _, wall_s = median_spread([(r["sim"] or {}).get("wall_train_time_s") for r in runs], fmt_time)
+                row[-2:-2] = [it_s, wall_s + (so_far if wall_s != "-" else "")]
             lines.append("| " + " | ".join(row) + " |")
         if win is not None:
             t = targets[win_t]
@@ -478,7 +556,8 @@ def training_report(groups, targets):
                 vs = f", {ref['tt'][win_t][0] / win['tt'][win_t][0]:.2f}× faster than allreduce"
             elif ref is not None and ref is not win:
                 vs = ", allreduce did not reach it"
-            winners.append(f"- p = {p}: **{win['label']}** reaches top-1 error ≤ {t:g} first, in {fmt_time(win['tt'][win_t][0])}{vs}.")
+            winners.append(f"- p = {p}: **{win['label']}** reaches top-1 error ≤ {t:g} first, in {fmt_time(win['tt'][win_t][0])}"
+                           f"{' (simulated)' if sim else ''}{vs}.")
         else:
             winners.append(f"- p = {p}: no method reached top-1 error ≤ {targets[0]:g} yet.")
     lines.append("")
@@ -489,7 +568,9 @@ def training_report(groups, targets):
 ENDED = ("failed", "killed", "stale", "timed out", "unreadable")  # drawn with a cross at their end
 
 
-def training_figure(groups, targets, out, title):
+def training_figure(groups, targets, out, title, sim=None):
+    """The paper's layout; sim: the banner of simulated runs (sim_banner): every curve, axis and the
+    title say so."""
     ps = sorted({g["p"] for g in groups})
     tmax = max((float(r["e_time"][-1]) for g in groups for r in g["runs"] if len(r["e_time"])), default=0.0)
     unit, scale = ("hours", 3600.0) if tmax >= 7200 else ("minutes", 60.0) if tmax >= 120 else ("seconds", 1.0)
@@ -504,7 +585,7 @@ def training_figure(groups, targets, out, title):
                 st = state(r)
                 lab = None
                 if first:
-                    lab = g["label"] + (f" ×{len(g['runs'])}" if len(g["runs"]) > 1 else "")
+                    lab = g["label"] + (f" ×{len(g['runs'])}" if len(g["runs"]) > 1 else "") + (" (simulated)" if sim else "")
                     sts = {state(x) for x in g["runs"]} - {"completed"}
                     if sts:
                         lab += " (" + ", ".join(sorted(sts)) + ")"
@@ -522,11 +603,15 @@ def training_figure(groups, targets, out, title):
             ax[row, 1].axhline(t, color="grey", linewidth=0.7, linestyle=":")
         for j, yl in enumerate(("validation loss (nats)", "validation top-1 error")):
             ax[row, j].set_title(f"p = {p}: {yl.split(' (')[0]}", fontsize=10)
-            ax[row, j].set_xlabel(f"wall-clock time ({unit})")
+            ax[row, j].set_xlabel(f"simulated time ({unit}, virtual clock)" if sim else f"wall-clock time ({unit})")
             ax[row, j].set_ylabel(yl)
             ax[row, j].grid(True, alpha=0.3)
         ax[row, 0].legend(fontsize=8)
-    fig.suptitle(title or "validation loss and top-1 error against wall-clock time (Jin et al. 2016, Figures 1 and 2)")
+    if sim:
+        fig.suptitle((title + "\n" if title else "validation loss and top-1 error against simulated time (Jin et al. 2016, "
+                      "Figures 1 and 2)\n") + textwrap.fill(sim, 140), fontsize=9)
+    else:
+        fig.suptitle(title or "validation loss and top-1 error against wall-clock time (Jin et al. 2016, Figures 1 and 2)")
     fig.tight_layout()
     fig.savefig(out + ".png", dpi=110)
     fig.savefig(out + ".pdf")
@@ -603,7 +688,7 @@ def jobs_table(runs, sched, stale_after):
         counts[run["kind"]] = counts.get(run["kind"], 0) + 1
     lines += ["", "States: " + ", ".join(f"{counts[k]} {k}" for k in sorted(counts, key=lambda k: order.get(k, 99))) + "."]
     for name, (jobs, note) in sorted(sched.items()):
-        src = {"slurm": "sacct", "pbs": "qstat -x"}.get(name, name)
+        src = {"slurm": "sacct", "pbs": "qstat -x", "local": "run here by tools/sweep.py --local (sweep.json)"}.get(name, name)
         lines.append(f"Scheduler ({name}): " + (f"{src}, {len(jobs)} job record(s)." if note is None else
                                                 f"{note}{'' if jobs else '; states from the run files alone'}."))
     if any(run["kind"] == "stale" for run in runs) or not sched or any(n for _, n in sched.values()):
@@ -660,9 +745,22 @@ def main():
             read.append(run["r"])
     if not read and not any(run["sweep"] is not None for run in runs):
         die("no run file could be read" + (": " + "; ".join(skipped) if skipped else " (none found)"))
-    train = group_runs([r for r in read if not r["synthetic"]])
+    # Simulated runs (docs/simulate.md) never share a table or a figure with real ones, nor with
+    # simulated runs of other models or proxy task: one section each, its own figure.
+    train = group_runs([r for r in read if not r["synthetic"] and not r.get("sim")])
     synth = group_runs([r for r in read if r["synthetic"]])
+    sim_keys = []
+    for r in read:
+        if not r["synthetic"] and r.get("sim") and sim_key(r) not in sim_keys:
+            sim_keys.append(sim_key(r))
+    sims = []  # (key, groups, figure prefix)
+    for i, k in enumerate(sim_keys):
+        gs = group_runs([r for r in read if not r["synthetic"] and r.get("sim") and sim_key(r) == k])
+        prefix = a.out if not train and len(sim_keys) == 1 else a.out + "-sim" + (f"{i + 1}" if len(sim_keys) > 1 else "")
+        sims.append((k, gs, prefix))
     outs = []
+    for _, _, prefix in sims:
+        outs += [prefix + ".png", prefix + ".pdf"]
     if train:
         outs += [a.out + ".png", a.out + ".pdf"]
     if synth:
@@ -681,8 +779,31 @@ def main():
           f"{len(read)} run file(s)" + (f", {len(pending)} point(s) pending" if pending else "")
           + (f", {len(skipped)} unreadable (skipped)" if skipped else "") + "; repeats combined as "
           "median [min–max] over completed runs (while a point has none, over its runs so far); time is the run's "
-          "wall clock (docs/methods.md); scaling efficiency = (img/s ÷ img/s at the method's smallest p) ÷ (p ÷ that p).", ""]
-    if train or not synth:
+          "wall clock (docs/methods.md)" + ("; a simulated run's, the virtual clock of its simulated cluster (docs/simulate.md)"
+                                            if sims else "") + "; scaling efficiency = (img/s ÷ img/s at the method's smallest p) ÷ (p ÷ that p).", ""]
+    not_sim = [(sw, x) for sw in sweeps for x in sw["meta"].get("not_simulated", []) if isinstance(x, dict)]
+    if sims and (train or len(sims) > 1):
+        md += [f"**Reported apart**: {sum(len(g['runs']) for _, gs, _ in sims for g in gs)} simulated run(s) in {len(sims)} "
+               f"simulation setting(s)" + (f" and {sum(len(g['runs']) for g in train)} real run(s)" if train else "")
+               + ": a virtual clock and the wall clock (or two simulated clusters) are not one time axis, so each has its own "
+               "table and figure below.", ""]
+    for k, gs, prefix in sims:
+        md += ["## Simulated: time to target top-1 error, per p", "", f"**{sim_banner(k)}**", "",
+               "Times are the virtual clock of the simulated cluster (the run files' `time_s`); the real cost of each "
+               "simulation here is the real wall clock column (`wall_train_time_s`, evaluation excluded).", ""]
+        md += training_report(gs, targets, sim=True) + [""]
+        training_figure(gs, targets, prefix, a.title, sim=sim_banner(k, short=True))
+        md += [f"![simulated validation loss and top-1 error against simulated time]({os.path.basename(prefix)}.png)", ""]
+    if not_sim:
+        by = {}
+        for sw, x in not_sim:
+            by.setdefault(str(x.get("method")), set()).add(x.get("p"))
+        md += ["Not simulated yet (docs/simulate.md): "
+               + "; ".join(f"{m} at p = {', '.join(str(p) for p in sorted(ps, key=lambda v: (len(str(v)), str(v))))}"
+                           for m, ps in sorted(by.items()))
+               + " — sim mode refuses these methods so far (`dsgd-run --check` exits 2); the same `tools/paper.py --simulate` "
+               "command runs them once sim mode supports them.", ""]
+    if train or not (synth or sims):
         md += ["## Time to target top-1 error, per p", ""] + training_report(train, targets) + [""]
         if train:
             training_figure(train, targets, a.out, a.title)

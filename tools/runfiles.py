@@ -46,6 +46,13 @@ def read_run(path):
         # per line, S the last logged step; the checkpoint's own step N where the note names it.
         r["resumed"] = [int(c or s) for s, c in
                         re.findall(r"^step (\d+) at [^(\n]*(?:\(checkpoint .*/step-(\d+)\))?", attr(f, "resumed_at", "") or "", re.M)]
+        # sim mode (docs/simulate.md): time_s is a virtual clock; the models and the real wall clock
+        r["sim"] = None
+        if attr(f, "time_axis", "").startswith("simulated"):
+            r["sim"] = {k: attr(f, k) for k in ("time_axis", "sim_device", "sim_device_source", "sim_network", "sim_network_source",
+                                                "sim_topology", "sim_allreduce", "sim_model_bytes", "sim_step_s", "sim_allreduce_s",
+                                                "wall_train_time_s", "train_time_s")}
+            r["e_wall"] = f["eval"]["wall_s"][:len(r["e_step"])] if "wall_s" in f["eval"] else None
         r["step_time"] = r["wait"] = None
         if "ranks" in f and "step_time_s" in f["ranks"] and "wait_s" in f["ranks"]:
             st, wt = columns(f["ranks"], ["step_time_s", "wait_s"])

@@ -47,6 +47,14 @@ point (or one job array per world size), submitted or printed.
   directory). Put it on scratch.
 - `--dry-run` writes the experiment files and sweep.json but prints the commands instead of
   running them. Otherwise the job ids are recorded in sweeps/<name>/sweep.json.
+- `--local` (no scheduler; tools/paper.py --simulate): the points are run here, one after another,
+  each as `timeout -k 10 S mpiexec -n W dsgd-run --set output=... <point>.cfg` (S: --local-timeout,
+  default 1800 s; the launcher: --mpiexec, default $MPIEXEC or mpiexec), into
+  <runs dir>/<stem>.<run id>.h5 with run id <UTC start YYYYmmddTHHMMSS>_<point index> (a run file is
+  never replaced) and the output in sweeps/<name>/<stem>.<run id>.log; sweep.json says "scheduler":
+  "local" and holds each point's record ("local": state PENDING/RUNNING/COMPLETED/FAILED/TIMEOUT,
+  exit, elapsed), written before the first point and after each, which tools/report.py reads as a
+  scheduler's accounting. `--meta JSON` is kept in sweep.json as "meta".
 - `tools/sweep.py --continue sweeps/NAME` (T3): every point whose run is not completed gets one
   more job with its own resources (its submit line, for one point) and DSGD_RUN_ID, appended to
   sweep.json's "jobs" (run it once the sweep's jobs have ended; `--dry-run` shows the jobs).
@@ -70,6 +78,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 # More links per point than this is refused (a --time read in other units than meant, a
 # --rank-img-s far too small): it would flood the scheduler's queue.
@@ -350,6 +359,70 @@ def continue_sweep(a):
     return 1 if any("error" in j for j in new) else 0
 
 
+def write_json(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def hms(s):
+    s = int(round(s))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def run_local(a, out, points, axes, runs_dir, meta):
+    """--local: every point run here, one after another: `timeout -k 10 S mpiexec -n W dsgd-run
+    --set output="<runs dir>/<stem>.<run id>.h5" <point>.cfg`, its output in <out>/<stem>.<run id>.log.
+    The run id is the sweep's start (UTC, YYYYmmddTHHMMSS) and the point's index, as an array
+    task's: <id>_<k>; an existing run file is never replaced (dsgd-run refuses it too). sweep.json
+    ("scheduler": "local") is written before the first point and after each, each job with its
+    record "local": {state (PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT), exit, elapsed, wall_s},
+    which tools/report.py reads instead of a scheduler's accounting."""
+    rid = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    os.makedirs(runs_dir, exist_ok=True)
+    jobs = []
+    for k, pt in enumerate(points):
+        run_id = f"{rid}_{k}"
+        rf = os.path.join(runs_dir, f"{pt['stem']}.{run_id}.h5")
+        if os.path.exists(rf):
+            die(f"{rf} exists: a run file is never replaced (start the sweep again in a second)")
+        cmd = ["timeout", "-k", "10", f"{a.local_timeout:g}", a.mpiexec, "-n", str(pt["ranks"]), a.dsgd,
+               "--set", f'output="{rf}"', pt["file"]]
+        jobs.append({"command": cmd, "points": [pt["stem"]], "link": 0, "job_id": run_id, "run_ids": {pt["stem"]: run_id},
+                     "log": os.path.join(out, f"{pt['stem']}.{run_id}.log"),
+                     "local": {"state": "PENDING", "exit": "", "elapsed": "", "wall_s": None}})
+    doc = {"name": a.name, "submit_dir": os.getcwd(), "base": a.base[0] if len(a.base) == 1 else a.base,
+           "vary": {k: v for k, v in axes}, "set": a.set, "job_set": [], "m": a.m, "scheduler": "local", "dry_run": False,
+           "runs_dir": runs_dir, "time": None, "chain": 1, "local_timeout_s": a.local_timeout, "points": points, "jobs": jobs}
+    if meta is not None:
+        doc["meta"] = meta
+    path = os.path.join(out, "sweep.json")
+    with open(path, "x") as f:
+        json.dump(doc, f, indent=1)
+    failed = 0
+    for j in jobs:
+        rec = j["local"]
+        rec["state"] = "RUNNING"
+        write_json(path, doc)
+        print(shlex.join(j["command"]) + f"  > {j['log']}", flush=True)
+        t0 = time.monotonic()
+        with open(j["log"], "x") as log:
+            rc = subprocess.run(j["command"], stdout=log, stderr=subprocess.STDOUT).returncode
+        wall = time.monotonic() - t0
+        rec.update({"state": "COMPLETED" if rc == 0 else "TIMEOUT" if rc in (124, 137) else "FAILED",
+                    "exit": f"{rc}:0", "elapsed": hms(wall), "wall_s": round(wall, 2)})
+        write_json(path, doc)
+        print(f"  {j['points'][0]}: {rec['state']} (exit {rc}) in {wall:.1f} s", flush=True)
+        if rc != 0:
+            failed += 1
+            with open(j["log"]) as log:
+                tail = log.read().strip().splitlines()[-3:]
+            print("    | " + "\n    | ".join(tail), file=sys.stderr)
+    print(f"sweep.py: {len(points)} point(s) in {out}/ run here (--local), {failed} failed")
+    return 1 if failed else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -384,9 +457,17 @@ def main():
     ap.add_argument("--continue", dest="cont", metavar="sweeps/NAME",
                     help="submit one more job for every point of that sweep whose run is not completed")
     ap.add_argument("--dry-run", action="store_true", help="print the submit commands, run none")
+    ap.add_argument("--local", action="store_true",
+                    help="no scheduler: run the points here, one after another, with mpiexec (sim mode kits, tools/paper.py --simulate)")
+    ap.add_argument("--local-timeout", type=float, default=1800, metavar="S",
+                    help="--local: each point's limit in seconds (timeout -k 10 S; default 1800)")
+    ap.add_argument("--mpiexec", default=os.environ.get("MPIEXEC") or "mpiexec", help="--local: the MPI launcher (default $MPIEXEC or mpiexec)")
+    ap.add_argument("--meta", metavar="JSON", help="a JSON object recorded in sweep.json as \"meta\" (tools/paper.py: what a kit left out)")
     a = ap.parse_args()
 
     if a.cont:
+        if a.local:
+            die("--continue is for scheduled sweeps; a --local sweep is run again under another --name")
         if a.base or a.name:
             die("--continue takes a sweep directory only (its sweep.json holds the points and their submit lines)")
         if not os.access(a.dsgd, os.X_OK):
@@ -433,7 +514,17 @@ def main():
     if a.m is not None and any(parse_kv(x, "--set")[0] == "b" for x in a.set):
         die("--m sets b = m/p at every point: do not also --set b")
     job_script = SCRIPTS[a.scheduler]
-    if not a.dry_run and not os.path.isfile(job_script):
+    meta = None
+    if a.meta is not None:
+        try:
+            meta = json.loads(a.meta)
+        except ValueError as ex:
+            die(f"--meta: not JSON ({ex})")
+    if a.local and (a.array or a.time or a.job_set or a.gpus_per_node or a.chain != "1"):
+        die("--local runs every point here, once: --array, --time, --chain, --job-set and --gpus-per-node are for schedulers")
+    if a.local and not a.local_timeout > 0:
+        die(f"--local-timeout {a.local_timeout}: expected seconds > 0")
+    if not a.dry_run and not a.local and not os.path.isfile(job_script):
         die(f"{job_script} not found: run sweep.py from the repository root (jobs are submitted from here)")
     if a.cores_per_node is None:
         c = site_default(job_script, "DSGD_CORES_PER_NODE")
@@ -442,7 +533,7 @@ def main():
         a.cores_per_node = int(c) if c else 0
     if a.cores_per_node < 0 or a.rank_img_s < 0:
         die("--cores-per-node and --rank-img-s must be >= 0")
-    runs_dir = a.runs_dir or site_default(job_script, "DSGD_RUNS_DIR") or "runs"
+    runs_dir = a.runs_dir or (site_default(job_script, "DSGD_RUNS_DIR") if not a.local else "") or "runs"
     if any(c in runs_dir for c in ",\n'\"") or not runs_dir.strip():
         die(f"--runs-dir {runs_dir!r}: a directory name without commas or quotes")
     extra = shlex.split(a.job_args)
@@ -533,7 +624,7 @@ def main():
     # Each point's estimated time and cost (T1); the time limit and the chain.
     gpu = bool(a.gpus_per_node) or any(pt["device"] == "cuda" for pt in points) or "device=cuda" in a.job_set
     longest = 0.0
-    for pt in points:
+    for pt in (points if not a.local else []):  # --local: no node-hours to estimate
         hours, cost, basis = estimate(pt, rpn, a.cores_per_node, a.cpus_per_rank, gpu, a.rank_img_s)
         pt["estimate_h"] = round(hours, 2) if hours is not None else None
         if hours is None:
@@ -578,6 +669,8 @@ def main():
     for pt in points:
         with open(pt["file"], "x") as f:
             f.write(pt.pop("text"))
+    if a.local:
+        return run_local(a, out, points, axes, runs_dir, meta)
 
     # 3. the jobs: link 0 of each job (or job array); links 1..K-1 continue it
     job_sets = [x for s in a.job_set for x in ("--set", s)]
@@ -670,7 +763,7 @@ def main():
     with open(os.path.join(out, "sweep.json"), "x") as f:
         json.dump({"name": a.name, "submit_dir": os.getcwd(), "base": a.base[0] if len(a.base) == 1 else a.base, "vary": {k: v for k, v in axes}, "set": a.set, "job_set": a.job_set, "m": a.m,
                    "scheduler": a.scheduler, "dry_run": a.dry_run, "runs_dir": runs_dir, "time": limit, "chain": chain,
-                   "points": points, "jobs": jobs}, f, indent=1)
+                   "points": points, "jobs": jobs, **({"meta": meta} if meta is not None else {})}, f, indent=1)
     print(f"sweep.py: {len(points)} point(s) in {out}/, {len(jobs)} job(s)"
           + (f" ({len(firsts)} × a chain of {chain})" if chain > 1 else "")
           + (" (dry run: nothing submitted)" if a.dry_run else ""))
