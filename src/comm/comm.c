@@ -318,6 +318,7 @@ int comm_stop_after_signal(void) { return g_detail_stop; }
 
 void comm_finalize(void) {
     if (!comm_mpi_initialized()) return; /* comm_init_self */
+    comm_node_share_free_all(); /* before the node communicator they were made on */
     if (g_node != MPI_COMM_NULL) MPI_Comm_free(&g_node);
     if (g_note_req != MPI_REQUEST_NULL) { /* no note came: take the receive back */
         MPI_Cancel(&g_note_req);
@@ -329,6 +330,7 @@ int comm_rank(void) { return g_rank; }
 int comm_size(void) { return g_size; }
 int comm_local_rank(void) { return g_local_rank; }
 int comm_local_size(void) { return g_local_size; }
+MPI_Comm comm_node_comm(void) { return g_node; }
 const char *comm_host(void) { return g_host; }
 
 /* The largest v over the world; what: as COLLECTIVE's. */
