@@ -29,7 +29,8 @@ static int g_thread_multiple;
  * then up to NAP_MAX_NS. Measured on 2 cores, linear model, 1874 steps (docs/methods.md):
  * p = 2 all-reduce 0.3 s (as blocking MPI_Allreduce); without the 1 ms spin 1.2 s; p = 16
  * all-reduce 19.6 s, 67 s with naps growing straight to 1 ms. */
-#define SPIN_S 1e-3
+#define SPIN_S g_spin_s
+static double g_spin_s = 1e-3; /* DSGD_COMM_SPIN_S overrides (comm_init_thread; docs/simulate.md, "Cost") */
 #define NAP_MIN_NS 2000L
 #define NAP_FINE_S 0.02
 #define NAP_FINE_MAX_NS 50000L
@@ -84,6 +85,22 @@ int comm_init_thread(int *argc, char ***argv, int multiple) {
                         "library built with thread support\n", g_rank, g_host, level_name(provided));
         MPI_Abort(MPI_COMM_WORLD, EXIT_RUNTIME);
         exit(EXIT_RUNTIME);
+    }
+    /* DSGD_COMM_SPIN_S: the spin (yielding) phase of every wait, seconds; 0 naps at once, which
+     * helps when many ranks share few cores (p = 64 on 2 cores: 25 % less real time per step;
+     * docs/simulate.md, "Cost") and costs at p = 2 (above). */
+    const char *spin = getenv("DSGD_COMM_SPIN_S");
+    if (spin && *spin) {
+        char *end = NULL;
+        const double v = strtod(spin, &end);
+        if (end == spin || *end || !(v >= 0 && v <= 1)) {
+            if (g_rank == 0)
+                fprintf(stderr, "dsgd-run: environment variable DSGD_COMM_SPIN_S=%s: not a number of seconds in [0, 1] "
+                                "(the spin phase of comm's waits; default 0.001)\n", spin);
+            MPI_Abort(MPI_COMM_WORLD, EXIT_BADINPUT);
+            exit(EXIT_BADINPUT);
+        }
+        g_spin_s = v;
     }
     MPI_Comm node;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node));

@@ -90,8 +90,13 @@ void comm_mean_chunk_start(float *buf, size_t n, int k);
  * more than comm_timeout_s stops every rank (comm_timeout_abort: a worker has stopped). */
 int comm_mean_chunks_test(int *done);
 
-/* One pause of a polling loop that has made no progress for idle_s seconds: yield the core below
- * 1 ms (a busy rank on this core goes first, a reply is seen within microseconds), else sleep
+/* The polling waits below first test and yield the core for a spin phase (1 ms), then nap. The
+ * environment variable DSGD_COMM_SPIN_S sets the spin phase in seconds (0 to 1; anything else
+ * stops every rank with exit status 2): 0 naps at once, faster when tens of ranks share each
+ * core (docs/simulate.md, "Cost"), slower at a few ranks per core. */
+
+/* One pause of a polling loop that has made no progress for idle_s seconds: yield the core within
+ * the spin phase (a busy rank on this core goes first, a reply is seen within microseconds), else sleep
  * 50 µs. MPICH progresses non-blocking operations only inside MPI calls, so a loop that waits on
  * comm_mean_chunks_test never naps longer than that. */
 void comm_pause(double idle_s);
