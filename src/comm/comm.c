@@ -40,6 +40,7 @@ static double g_spin_s = 1e-3; /* DSGD_COMM_SPIN_S overrides (comm_init_thread; 
 #define NAP_BG_MAX_NS 200000L
 static char g_host[MPI_MAX_PROCESSOR_NAME];
 static MPI_Comm g_node = MPI_COMM_NULL; /* the ranks of this node (MPI_COMM_TYPE_SHARED) */
+static void (*g_finalize_hook)(void);    /* comm_on_finalize */
 
 static void mpi_check(int rc, const char *call, const char *file, int line) {
     if (rc == MPI_SUCCESS) return;
@@ -335,7 +336,7 @@ int comm_stop_after_signal(void) { return g_detail_stop; }
 
 void comm_finalize(void) {
     if (!comm_mpi_initialized()) return; /* comm_init_self */
-    comm_node_share_free_all(); /* before the node communicator they were made on */
+    if (g_finalize_hook) g_finalize_hook(); /* comm_shared.c's windows: before the node communicator */
     if (g_node != MPI_COMM_NULL) MPI_Comm_free(&g_node);
     if (g_note_req != MPI_REQUEST_NULL) { /* no note came: take the receive back */
         MPI_Cancel(&g_note_req);
@@ -348,6 +349,7 @@ int comm_size(void) { return g_size; }
 int comm_local_rank(void) { return g_local_rank; }
 int comm_local_size(void) { return g_local_size; }
 MPI_Comm comm_node_comm(void) { return g_node; }
+void comm_on_finalize(void (*fn)(void)) { g_finalize_hook = fn; }
 const char *comm_host(void) { return g_host; }
 
 /* The largest v over the world; what: as COLLECTIVE's. */

@@ -13,8 +13,8 @@
 
 #define mpiCheck(call) comm_mpi_check((call), #call, __FILE__, __LINE__)
 
-/* The windows made here, freed by comm_finalize (comm_node_share_free_all). A run makes two
- * (the IDX training and validation sets). */
+/* The windows made here, freed by comm_finalize (share_free_all, its comm_on_finalize hook). A
+ * run makes two (the IDX training and validation sets). */
 #define SHARE_MAX 16
 static struct {
     MPI_Win win;
@@ -38,6 +38,8 @@ static void node_wait(MPI_Request *req, const char *what) {
         comm_pause(waited);
     }
 }
+
+static void share_free_all(void);
 
 const void *comm_node_share(const void *src, size_t *nbytes, const char *what) {
     MPI_Comm node = comm_node_comm();
@@ -83,10 +85,11 @@ const void *comm_node_share(const void *src, size_t *nbytes, const char *what) {
     g_share[g_nshare].win = win, g_share[g_nshare].base = base, g_share[g_nshare].bytes = (size_t)n;
     g_share[g_nshare].locked = locked;
     g_nshare++;
+    comm_on_finalize(share_free_all);
     return base;
 }
 
-void comm_node_share_free_all(void) {
+static void share_free_all(void) {
     while (g_nshare > 0) {
         g_nshare--;
         if (g_share[g_nshare].locked) mprotect(g_share[g_nshare].base, g_share[g_nshare].locked, PROT_READ | PROT_WRITE);
