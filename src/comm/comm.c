@@ -29,7 +29,8 @@ static int g_thread_multiple;
  * then up to NAP_MAX_NS. Measured on 2 cores, linear model, 1874 steps (docs/methods.md):
  * p = 2 all-reduce 0.3 s (as blocking MPI_Allreduce); without the 1 ms spin 1.2 s; p = 16
  * all-reduce 19.6 s, 67 s with naps growing straight to 1 ms. */
-#define SPIN_S 1e-3
+#define SPIN_S g_spin_s
+static double g_spin_s = 1e-3; /* DSGD_COMM_SPIN_S overrides (comm_init_thread; docs/simulate.md, "Cost") */
 #define NAP_MIN_NS 2000L
 #define NAP_FINE_S 0.02
 #define NAP_FINE_MAX_NS 50000L
@@ -39,6 +40,7 @@ static int g_thread_multiple;
 #define NAP_BG_MAX_NS 200000L
 static char g_host[MPI_MAX_PROCESSOR_NAME];
 static MPI_Comm g_node = MPI_COMM_NULL; /* the ranks of this node (MPI_COMM_TYPE_SHARED) */
+static void (*g_finalize_hook)(void);    /* comm_on_finalize */
 
 static void mpi_check(int rc, const char *call, const char *file, int line) {
     if (rc == MPI_SUCCESS) return;
@@ -84,6 +86,22 @@ int comm_init_thread(int *argc, char ***argv, int multiple) {
                         "library built with thread support\n", g_rank, g_host, level_name(provided));
         MPI_Abort(MPI_COMM_WORLD, EXIT_RUNTIME);
         exit(EXIT_RUNTIME);
+    }
+    /* DSGD_COMM_SPIN_S: the spin (yielding) phase of every wait, seconds; 0 naps at once, which
+     * helps when many ranks share few cores (p = 64 on 2 cores: 25 % less real time per step;
+     * docs/simulate.md, "Cost") and costs at p = 2 (above). */
+    const char *spin = getenv("DSGD_COMM_SPIN_S");
+    if (spin && *spin) {
+        char *end = NULL;
+        const double v = strtod(spin, &end);
+        if (end == spin || *end || !(v >= 0 && v <= 1)) {
+            if (g_rank == 0)
+                fprintf(stderr, "dsgd-run: environment variable DSGD_COMM_SPIN_S=%s: not a number of seconds in [0, 1] "
+                                "(the spin phase of comm's waits; default 0.001)\n", spin);
+            MPI_Abort(MPI_COMM_WORLD, EXIT_BADINPUT);
+            exit(EXIT_BADINPUT);
+        }
+        g_spin_s = v;
     }
     MPI_Comm node;
     mpiCheck(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_rank, MPI_INFO_NULL, &node));
@@ -318,6 +336,7 @@ int comm_stop_after_signal(void) { return g_detail_stop; }
 
 void comm_finalize(void) {
     if (!comm_mpi_initialized()) return; /* comm_init_self */
+    if (g_finalize_hook) g_finalize_hook(); /* comm_shared.c's windows: before the node communicator */
     if (g_node != MPI_COMM_NULL) MPI_Comm_free(&g_node);
     if (g_note_req != MPI_REQUEST_NULL) { /* no note came: take the receive back */
         MPI_Cancel(&g_note_req);
@@ -329,6 +348,8 @@ int comm_rank(void) { return g_rank; }
 int comm_size(void) { return g_size; }
 int comm_local_rank(void) { return g_local_rank; }
 int comm_local_size(void) { return g_local_size; }
+MPI_Comm comm_node_comm(void) { return g_node; }
+void comm_on_finalize(void (*fn)(void)) { g_finalize_hook = fn; }
 const char *comm_host(void) { return g_host; }
 
 /* The largest v over the world; what: as COLLECTIVE's. */

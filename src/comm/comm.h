@@ -90,8 +90,13 @@ void comm_mean_chunk_start(float *buf, size_t n, int k);
  * more than comm_timeout_s stops every rank (comm_timeout_abort: a worker has stopped). */
 int comm_mean_chunks_test(int *done);
 
-/* One pause of a polling loop that has made no progress for idle_s seconds: yield the core below
- * 1 ms (a busy rank on this core goes first, a reply is seen within microseconds), else sleep
+/* The polling waits below first test and yield the core for a spin phase (1 ms), then nap. The
+ * environment variable DSGD_COMM_SPIN_S sets the spin phase in seconds (0 to 1; anything else
+ * stops every rank with exit status 2): 0 naps at once, faster when tens of ranks share each
+ * core (docs/simulate.md, "Cost"), slower at a few ranks per core. */
+
+/* One pause of a polling loop that has made no progress for idle_s seconds: yield the core within
+ * the spin phase (a busy rank on this core goes first, a reply is seen within microseconds), else sleep
  * 50 µs. MPICH progresses non-blocking operations only inside MPI calls, so a loop that waits on
  * comm_mean_chunks_test never naps longer than that. */
 void comm_pause(double idle_s);
@@ -147,6 +152,18 @@ void comm_thread_multiple_advice(char *buf, size_t n);
 /* Collective over the ranks of this node (MPI_COMM_TYPE_SHARED; set-up only, no timeout): rank
  * i's nbytes of in land at out + i·nbytes, i = comm_local_rank() (out: comm_local_size()·nbytes). */
 void comm_node_allgather(const void *in, size_t nbytes, void *out);
+
+/* Collective over the ranks of this node (set-up only): one copy per node of a block of bytes that
+ * every rank of the node reads in place. Node rank 0 passes its block (src, *nbytes); the others
+ * pass src = NULL and learn *nbytes. The bytes are copied once into an MPI shared-memory window
+ * (MPI_Win_allocate_shared on the MPI_COMM_TYPE_SHARED communicator) held by node rank 0, and
+ * the address of that copy in this process is returned: equal bytes on every rank of the node,
+ * read-only (mprotect'ed when page-aligned: a write faults), valid until comm_finalize frees the
+ * window (rank 0 may free src at once). Alone on the node (or under comm_init_self) src itself
+ * is returned and nothing is copied. The waits for node rank 0 (its count, the copy) are bounded
+ * by comm_timeout_s (comm_timeout_abort(what)); MPI_Win_allocate_shared itself is entered only
+ * after the count has come, by every rank of the node together. */
+const void *comm_node_share(const void *src, size_t *nbytes, const char *what);
 
 /* Collective over the workers: in-place sum of n doubles. */
 void comm_workers_sum_f64(double *buf, int n);

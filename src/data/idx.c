@@ -240,7 +240,34 @@ fail:
 
 void dataset_free(dataset *d) {
     if (!d) return;
-    free(d->x);
-    free(d->y);
+    if (!d->borrowed) {
+        free(d->x);
+        free(d->y);
+    }
     memset(d, 0, sizeof *d);
+}
+
+enum { BLOCK_HEAD = 64 }; /* keeps x 64-byte aligned when the block is */
+
+size_t dataset_block_bytes(const dataset *d) {
+    return BLOCK_HEAD + (size_t)d->n * d->c * d->h * d->w + (size_t)d->n;
+}
+
+void dataset_block_write(const dataset *d, void *out) {
+    int32_t head[BLOCK_HEAD / 4] = {d->n, d->c, d->h, d->w, d->n_classes};
+    const size_t xb = (size_t)d->n * d->c * d->h * d->w;
+    memcpy(out, head, sizeof head);
+    memcpy((uint8_t *)out + BLOCK_HEAD, d->x, xb);
+    memcpy((uint8_t *)out + BLOCK_HEAD + xb, d->y, (size_t)d->n);
+}
+
+void dataset_view(dataset *d, const void *block) {
+    int32_t head[BLOCK_HEAD / 4];
+    memcpy(head, block, sizeof head);
+    memset(d, 0, sizeof *d);
+    d->n = head[0], d->c = head[1], d->h = head[2], d->w = head[3], d->n_classes = head[4];
+    /* read-only in practice (mprotect'ed when shared): the fields are not const for the owned case */
+    d->x = (uint8_t *)block + BLOCK_HEAD;
+    d->y = d->x + (size_t)d->n * d->c * d->h * d->w;
+    d->borrowed = 1;
 }

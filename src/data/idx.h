@@ -17,6 +17,7 @@ typedef struct {
     int n_classes;     /* max label + 1 of the set the classes were taken from */
     uint8_t *x;        /* (n, c, h, w) */
     uint8_t *y;        /* (n) */
+    int borrowed;      /* 1: x and y point into memory someone else owns (dataset_view); dataset_free leaves it */
 } dataset;
 
 /* Load images and labels into d; counts must agree and every label must be < max_classes
@@ -24,5 +25,15 @@ typedef struct {
 int dataset_load(dataset *d, const char *images_path, const char *labels_path, int max_classes,
                  char *err, size_t errlen);
 void dataset_free(dataset *d);
+
+/* A loaded set as one block of bytes, for one copy shared by a node's ranks (src/run/setup.c,
+ * comm_node_share): a 64-byte header (n, c, h, w, n_classes as int32), then x, then y.
+ * dataset_block_bytes: its size (64 + n·c·h·w + n); dataset_block_write: d into out (that many
+ * bytes); dataset_view: d describes the block in place (no copy; d->borrowed = 1, the block must
+ * outlive d), with the same n, c, h, w, n_classes and the same bytes of x and y as the set that
+ * was written. */
+size_t dataset_block_bytes(const dataset *d);
+void dataset_block_write(const dataset *d, void *out);
+void dataset_view(dataset *d, const void *block);
 
 #endif

@@ -50,11 +50,17 @@ int loader_init(loader *l, const dataset *train, int p, int rank, int b, uint64_
      * double precision, with no accumulation error over the 47M pixels. */
     size_t hw = (size_t)train->h * train->w;
     for (int ch = 0; ch < train->c; ch++) {
-        uint64_t hist[256] = {0};
+        /* four histograms, so that runs of one value (Fashion-MNIST's black background) do not
+         * chain every increment on one counter: 3× faster, the same integer counts; every rank
+         * computes them at start-up (0.34 → ~0.1 s each, 128 of them at p = 128 on 2 cores) */
+        uint64_t hist4[4][256] = {{0}}, hist[256];
         for (int i = 0; i < train->n; i++) {
             const uint8_t *px = train->x + ((size_t)i * train->c + ch) * hw;
-            for (size_t k = 0; k < hw; k++) hist[px[k]]++;
+            size_t k = 0;
+            for (; k + 4 <= hw; k += 4) hist4[0][px[k]]++, hist4[1][px[k + 1]]++, hist4[2][px[k + 2]]++, hist4[3][px[k + 3]]++;
+            for (; k < hw; k++) hist4[0][px[k]]++;
         }
+        for (int v = 0; v < 256; v++) hist[v] = hist4[0][v] + hist4[1][v] + hist4[2][v] + hist4[3][v];
         double total = (double)train->n * (double)hw, mean = 0, var = 0;
         for (int v = 0; v < 256; v++) mean += (double)hist[v] * (v / 255.0);
         mean /= total;

@@ -330,8 +330,8 @@ static int data_jpeg(run_setup *r, int lrank, char *err, size_t errlen) {
     return st;
 }
 
-/* data.format = "idx": both sets read and checked against each other, and the loader. */
-static int data_idx(run_setup *r, int lrank, char *err, size_t errlen) {
+/* data.format = "idx": both sets read and checked against each other. */
+static int data_idx_read(run_setup *r, char *err, size_t errlen) {
     const experiment *e = &r->e;
     dataset *train = &r->train, *val = &r->val;
     int st = dataset_load(train, e->data.train_images, e->data.train_labels, 0, err, errlen);
@@ -347,6 +347,32 @@ static int data_idx(run_setup *r, int lrank, char *err, size_t errlen) {
         st = seterr(err, errlen, "%s: key 'data.classes': %d classes, but the labels of %s have %d; set data.classes = %d or 0 "
                     "(the data's)", config_where("data.classes"), e->data.classes, e->data.train_labels, train->n_classes,
                     train->n_classes);
+    return st;
+}
+
+/* One copy of both IDX sets per node (several ranks on it): node rank 0's, moved into a window
+ * of shared memory (comm_node_share) that every rank of the node reads in place, read-only; the
+ * other ranks read no file. Every rank sees the bytes it would have read itself, so batches and
+ * evaluations are unchanged bit for bit (test/test_idx_share.sh). Memory: one copy per node
+ * instead of one per rank (docs/simulate.md, "Cost"). After an agreement that node rank 0 read
+ * the files. */
+static void data_idx_share(run_setup *r) {
+    dataset *set[2] = {&r->train, &r->val};
+    const int root = comm_local_rank() == 0;
+    for (int i = 0; i < 2; i++) {
+        size_t n = root ? dataset_block_bytes(set[i]) : 0;
+        void *block = root ? xmalloc(n) : NULL;
+        if (root) dataset_block_write(set[i], block), dataset_free(set[i]);
+        dataset_view(set[i], comm_node_share(block, &n, "node rank 0 (sharing the IDX data)"));
+        free(block);
+    }
+}
+
+/* The IDX loader on the sets read (or shared). */
+static int data_idx_loader(run_setup *r, int lrank, char *err, size_t errlen) {
+    const experiment *e = &r->e;
+    dataset *train = &r->train;
+    int st = 0;
     /* The loader refuses a layout (p, b against the set's size) or the images themselves (a
      * constant channel cannot be normalised): blame what is at fault. */
     if (!st) st = memory_fits(r, err, errlen);
@@ -373,7 +399,15 @@ void setup_data(run_setup *r) {
         if (!st && (st = loader_init_synthetic(&t->train_loader, r->train.c, r->train.h, r->train.w, classes, e->p, lrank, e->b,
                                                e->seed, err, sizeof err)))
             setup_blame(e, "keys 'p', 'b', 'data.shape', 'data.classes'", err, sizeof err);
-    } else st = data_idx(r, lrank, err, sizeof err);
+    } else {
+        const int share = comm_local_size() > 1;
+        if (!share || comm_local_rank() == 0) st = data_idx_read(r, err, sizeof err);
+        if (share) {
+            setup_agree(st, err);
+            data_idx_share(r);
+        }
+        if (!st) st = data_idx_loader(r, lrank, err, sizeof err);
+    }
     setup_agree(st, err);
     /* sim mode's virtual clock (its models checked here, so --check finds a device without a step time) */
     const int vst = vclock_init(&t->vc, e, lrank, err, sizeof err) ? EXIT_BADINPUT : 0;
