@@ -11,7 +11,7 @@
 #       but wall_s and the final attributes of the virtual clock equal bit for bit;
 #   (c) a run stopped by SIGTERM at step 50 (DSGD_TEST_SIGNAL) and resumed equals the
 #       uninterrupted run (every dataset but wall_s);
-#   (d) bad values exit 2 naming the key; sim mode with ps, gossip_pull and easgd exits 2 saying
+#   (d) bad values exit 2 naming the key; sim mode with gossip_pull exits 2 saying
 #       which methods sim mode supports.
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH (make check puts build/bin first); every mpiexec under a timeout.
@@ -148,7 +148,7 @@ what="key 'sim.model_params'" check --set sim.model_params=4611686018427387904L
 what="key 'sim.bandwidth_gbps'" check --set 'sim.network="custom"' --set sim.bandwidth_gbps=1e-300
 what="key 'sim.device'" check --set 'sim.device="k81"'
 what="key 'sim.network'" check --set 'sim.network="ethernet"'
-for m in ps gossip_pull easgd; do
+for m in gossip_pull; do
     what="key 'sim.enabled': sim mode supports method = \"allreduce\" only so far" check --set sim.enabled=true --set "method=\"$m\""
 done
 out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set sim.jitter=0.1 2>&1)

@@ -338,7 +338,7 @@ static int check_cross_keys(const experiment *e, const origin *origins, char *er
                          "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
                          "through MPI (use comm = \"mpi\")", method_name(e->method));
     /* Sim mode orders only lock-step all-reduce by virtual time so far (docs/simulate.md, Limits). */
-    if (!st && e->sim.enabled && e->method != METHOD_ALLREDUCE)
+    if (!st && e->sim.enabled && e->method != METHOD_ALLREDUCE && e->method != METHOD_PS && e->method != METHOD_EASGD && e->method != METHOD_BACKUP)
         st = config_oerr(err, errlen, origin_of(origins, "sim.enabled"),
                          "key 'sim.enabled': sim mode supports method = \"allreduce\" only so far; method '%s' is not yet "
                          "ordered by virtual time (docs/simulate.md, Limits); set sim.enabled = false to run it in real time",

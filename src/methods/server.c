@@ -16,6 +16,7 @@
  * training is not paused, so time_s is plain wall clock since training began. */
 #define _GNU_SOURCE
 #include "server_ckpt.h"
+#include "server_sim.h"
 
 #include <math.h>
 #include <omp.h>
@@ -31,6 +32,22 @@
 #include "train/checkpoint.h"
 #include "util/util.h"
 
+/* Sim mode: the reply to worker i leaves at the server's virtual now (after the replies before it
+ * on its uplink); worker i's next timestamp is at least the reply's arrival on an idle downlink
+ * plus, when the worker computes a step before its next message, that step's modelled compute
+ * (a pure function of (seed, i, step); 0 with sim.device = "measured"). */
+static void srvsim_reply(srv *sv, int i, int stop) {
+    const vclock *vc = &sv->t->vc;
+    const experiment *e = sv->t->e;
+    const double nb = srvsim_shard_bytes(vc, sv->k, sv->S);
+    const double start = srvsim_nic_out(&sv->up, &vc->net, sv->now, nb);
+    sv->out[i].vt_send = start, sv->out[i].vt_arr = sv->arr[i];
+    const long s = sv->last_steps[i]; /* the worker's next step */
+    const int computes = stop == STOP_NO && (sv->rules->until_stop || s < e->iterations) && !inject_failed(e, i, s);
+    sv->lb[i] = start + sim_p2p_s(&vc->net, sv->p + sv->k, i, (size_t)nb) +
+                (computes && vc->step_s >= 0 ? vc->step_s * vclock_jitter(vc, i, s) : 0.0);
+}
+
 void srv_reply_center(srv *sv, int i, int stop) {
     /* The previous reply to i completed before i could send this request; collect it before
      * its buffers are written again. */
@@ -38,6 +55,7 @@ void srv_reply_center(srv *sv, int i, int stop) {
     comm_set_wait_or_abort(sv->set, sv->s_data[i], "a worker (reply)");
     memcpy(sv->rep[i], sv->center, sv->n * sizeof(float));
     sv->out[i] = (msg_hdr){.version = sv->version, .stop = stop, .sig = sv->want};
+    if (sv->sim) srvsim_reply(sv, i, stop);
     comm_set_start(sv->set, sv->s_hdr[i]);
     comm_set_start(sv->set, sv->s_data[i]);
     sv->held[i] = 0;
@@ -125,6 +143,10 @@ static void server_setup(trainer *t, server_ctx *c) {
     sv->s_hdr = xmalloc((size_t)p * sizeof(int)), sv->s_data = xmalloc((size_t)p * sizeof(int));
     sv->set = comm_set_new(SET_CAP(p, S));
     sv->rule = sv->rules->state_new ? sv->rules->state_new(sv) : NULL;
+    sv->sim = t->vc.on;
+    sv->lb = xcalloc((size_t)p, sizeof(double)), sv->arr = xcalloc((size_t)p, sizeof(double)), sv->queued = xcalloc((size_t)p, 1);
+    for (int i = 0; i < p && sv->sim; i++) sv->lb[i] = t->vc.step_s >= 0 ? t->vc.step_s * vclock_jitter(&t->vc, i, 0) : 0.0;
+    c->want_label = c->snap_label = -1;
     pause_init(&c->pause, t, server_write, c);
     for (int i = 0; i < p; i++) {
         sv->gbuf[i] = xmalloc((n ? n : 1) * sizeof(float));
@@ -174,7 +196,7 @@ static void server_free(server_ctx *c) {
     free(sv->bnlast), free(sv->failed), free(sv->lost), free(sv->heard), free(c->bye);
     free(sv->center), free(sv->vel), free(sv->acc), free(sv->in), free(sv->out), free(sv->gbuf), free(sv->rep), free(sv->bnbuf);
     free(sv->held), free(sv->seen_bn), free(sv->paused), free(sv->left), free(sv->last_steps), free(sv->r_hdr), free(sv->r_data), free(sv->r_bn);
-    free(sv->s_hdr), free(sv->s_data);
+    free(sv->s_hdr), free(sv->s_data), free(sv->lb), free(sv->arr), free(sv->queued);
     free(c->snap), free(c->sreq_out), free(c->s_req), free(c->r_snap);
     free(c->snapbuf), free(c->last), free(c->prev), free(c->rows);
 }
@@ -199,6 +221,18 @@ static void keepalive(server_ctx *c, int bye) {
     }
 }
 
+/* Server 0: the run file's time now: wall clock since training began, or in sim mode the
+ * server's virtual now (the arrival of the request being applied), the wall clock then kept
+ * beside it (wall_s). */
+static double srv_axis(server_ctx *c) {
+    trainer *t = c->sv.t;
+    const double real_s = wall_time() - c->t_start;
+    if (!c->sv.sim) return real_s;
+    t->vc.wall_s = real_s;
+    if (t->log) runlog_wall(t->log, real_s);
+    return c->sv.now;
+}
+
 /* Server 0: the /train (and /ranks) row at its current iteration count: one per count, from 1. */
 static void log_row(server_ctx *c) {
     srv *sv = &c->sv;
@@ -219,7 +253,7 @@ static void log_row(server_ctx *c) {
         c->prev[i] = *a;
     }
     long at = it < e->iterations ? it : e->iterations - 1;
-    if (train_log_train(t, it, wall_time() - c->t_start, c->loss_sum / (double)c->n_loss, alpha_at(e, at), c->rows) != 0)
+    if (train_log_train(t, it, srv_axis(c), c->loss_sum / (double)c->n_loss, alpha_at(e, at), c->rows) != 0)
         c->status = EXIT_RUNTIME;
     c->loss_sum = 0.0, c->n_loss = 0;
 }
@@ -228,11 +262,11 @@ static void log_row(server_ctx *c) {
 static void snapshot_begin(server_ctx *c, long label) {
     srv *sv = &c->sv;
     c->q.label = label;
-    c->q.time_s = wall_time() - c->t_start;
+    c->q.time_s = srv_axis(c);
     memcpy(c->snap + sv->lo, sv->center, sv->n * sizeof(float));
     for (int k = 1; k < sv->S; k++) {
         comm_set_wait_or_abort(sv->set, c->s_req[k], "a parameter server (snapshot)");
-        c->sreq_out[k] = (msg_hdr){.version = label};
+        c->sreq_out[k] = (msg_hdr){.version = label, .stop = c->final_snap}; /* stop: the final one (sim mode) */
         comm_set_start(sv->set, c->r_snap[k]);
         comm_set_start(sv->set, c->s_req[k]);
     }
@@ -446,8 +480,65 @@ static void check_silence(server_ctx *c) {
     for (int i = 0; i < sv->p; i++) {
         if (sv->left[i]) continue;
         sv->heard[i] += stalled;
-        if (sv->held[i] || sv->paused[i]) sv->heard[i] = now; /* waiting for this server: silence counts from its reply */
+        if (sv->held[i] || sv->paused[i] || sv->queued[i]) sv->heard[i] = now; /* waiting for this server: silence counts from its reply */
         else if (now - sv->heard[i] > tmo) srv_lose(c, i, now - sv->heard[i]);
+    }
+}
+
+/* Sim mode, server k > 0: send server 0 the snapshot it asked for when it is there — one taken
+ * at the iteration asked (srvsim_crossed), or the final center once every worker has left. */
+static void srvsim_answer(server_ctx *c) {
+    srv *sv = &c->sv;
+    if (c->want_label < 0) return;
+    if (c->want_final ? sv->live > 0 : !(c->snap_hold && c->snap_label == c->want_label)) return;
+    comm_set_wait_or_abort(sv->set, c->s_snap, "the first parameter server (snapshot)");
+    if (c->want_final) memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
+    comm_set_start(sv->set, c->s_snap);
+    c->want_label = -1, c->snap_hold = 0;
+}
+
+/* Sim mode, server k > 0, after applying a message that moved its count from `before`: where
+ * server 0 (the same order, the same count) snapshots the center for an evaluation
+ * (server0_progress: the first multiple of eval.every crossed), this server copies its shard,
+ * and applies nothing more until server 0 has asked for it. */
+static void srvsim_crossed(server_ctx *c, long before) {
+    srv *sv = &c->sv;
+    const experiment *e = sv->t->e;
+    const long it = srv_iteration(sv);
+    if (!(cadence_due(e, before, it) & CADENCE_EVAL)) return;
+    const long m = (before / e->eval.every + 1) * e->eval.every;
+    if (m > it || m >= e->iterations) return;
+    comm_set_wait_or_abort(sv->set, c->s_snap, "the first parameter server (snapshot)");
+    memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
+    c->snap_label = m, c->snap_hold = 1;
+    srvsim_answer(c);
+}
+
+/* Sim mode: apply the waiting messages in timestamp order (vt_ready, ties by worker index),
+ * conservatively: the earliest waits until no other worker can still send one stamped before it
+ * (every other live worker has a message waiting, is held, or has lb beyond it). Its arrival on
+ * this server's downlink is the server's virtual now. Server 0 applies nothing while a snapshot
+ * is assembled or evaluated (evaluation takes no virtual time and skips nothing), server k > 0
+ * nothing while it holds a snapshot not yet asked for. */
+static void srvsim_dispatch(server_ctx *c) {
+    srv *sv = &c->sv;
+    const vclock *vc = &sv->t->vc;
+    for (;;) {
+        if (sv->k == 0 ? c->q.asked || c->q.ready || atomic_load(&c->ev.running) : c->snap_hold) return;
+        int i = -1;
+        for (int j = 0; j < sv->p; j++)
+            if (sv->queued[j] && (i < 0 || sv->in[j].vt_ready < sv->in[i].vt_ready)) i = j;
+        if (i < 0) return;
+        const double tau = sv->in[i].vt_ready;
+        for (int j = 0; j < sv->p; j++)
+            if (!sv->queued[j] && !sv->left[j] && (sv->lb[j] < tau || (sv->lb[j] == tau && j < i))) return;
+        sv->queued[i] = 0;
+        const double nb = sv->in[i].kind == MSG_EXCHANGE ? srvsim_shard_bytes(vc, sv->k, sv->S) : 0.0;
+        sv->now = sv->arr[i] = srvsim_nic_in(&sv->down, &vc->net, i, sv->p + sv->k, sv->in[i].vt_send, nb);
+        sv->lb[i] = INFINITY; /* until its reply */
+        const long before = srv_iteration(sv);
+        server_handle(c, i);
+        if (sv->k > 0) srvsim_crossed(c, before);
     }
 }
 
@@ -494,6 +585,10 @@ static int server_loop(server_ctx *c) {
             snapshot_launch(c);
             if (sv->live == 0 && !c->q.asked && !c->q.ready && !atomic_load(&c->ev.running)) break;
         } else if (c->quit && sv->live == 0) break;
+        if (sv->sim) {
+            srvsim_dispatch(c);
+            if (sv->k > 0) srvsim_answer(c);
+        }
         /* Wake at least every 50 ms for a signal, every 10 ms for a finishing evaluation. */
         int nd = comm_set_wait_some(sv->set, done, sv->k == 0 && atomic_load(&c->ev.running) ? 0.01 : 0.05);
         for (int j = 0; j < nd; j++) {
@@ -507,6 +602,10 @@ static int server_loop(server_ctx *c) {
                     c->go = (long)c->sreq_in.steps, c->go_ok = c->sreq_in.stop;
                     srv_pause(sv, CKPT_SIG_SAVE);
                     comm_set_start(sv->set, c->r_req);
+                } else if (sv->sim) { /* answered at the same point of the request order (srvsim_answer) */
+                    c->want_label = label, c->want_final = c->sreq_in.stop;
+                    comm_set_start(sv->set, c->r_req);
+                    srvsim_answer(c);
                 } else {
                     comm_set_wait_or_abort(sv->set, c->s_snap, "the first parameter server (snapshot)");
                     memcpy(c->snapbuf, sv->center, sv->n * sizeof(float));
@@ -516,7 +615,8 @@ static int server_loop(server_ctx *c) {
                 continue;
             }
             int i = on_completion(c, idx);
-            if (i >= 0) server_handle(c, i);
+            if (i >= 0 && sv->sim) sv->queued[i] = 1; /* applied in timestamp order (srvsim_dispatch) */
+            else if (i >= 0) server_handle(c, i);
         }
     }
     c->in_loop = 0;
@@ -530,12 +630,13 @@ static void server0_finish(server_ctx *c) {
     srv *sv = &c->sv;
     trainer *t = sv->t;
     const experiment *e = t->e;
-    double train_s = wall_time() - c->t_start;
+    double train_s = srv_axis(c);
     long it = srv_iteration(sv);
     t->step = it;
     if (c->stopped) goto summary; /* after the checkpoint that stopped the run: the other servers have left */
     log_row(c);
     /* the final center, unless that iteration was just evaluated (e.g. a stop at step 0) */
+    c->final_snap = 1;
     if (it != c->last_eval) snapshot_begin(c, it);
     c->q.time_s = train_s;
     int *done = xmalloc((size_t)SET_CAP(sv->p, sv->S) * sizeof(int));

@@ -34,7 +34,13 @@ typedef struct {
     int32_t sig;        /* either way: the strongest checkpoint request (CKPT_SIG_*) the sender knows of */
     int32_t kind;       /* MSG_* (worker to server) */
     double loss_sum;
-    double step_s, compute_s, comm_s, wait_s; /* worker→server: cumulative seconds (/ranks rows) */
+    double step_s, compute_s, comm_s, wait_s; /* worker→server: cumulative seconds (/ranks rows; virtual in sim mode) */
+    /* Sim mode only (docs/simulate.md, "Methods with parameter servers"), virtual seconds:
+     * worker→server: vt_ready = the worker's clock when the message is ready (its timestamp, the
+     * servers' order), vt_send = when this server's shard starts on the worker's uplink;
+     * server→worker: vt_send = when the reply starts on the server's uplink, vt_arr = when the
+     * request it answers arrived. 0 otherwise. */
+    double vt_ready, vt_send, vt_arr;
 } msg_hdr;
 
 enum { MSG_EXCHANGE = 1, MSG_DONE = 2, MSG_DIVERGED = 3,
@@ -83,6 +89,13 @@ typedef struct srv {
     /* requests (indices into set) */
     comm_set *set;
     int *r_hdr, *r_data, *r_bn, *s_hdr, *s_data;
+    /* sim mode (t->vc.on; server_sim.h): requests applied in virtual-timestamp order */
+    int sim;
+    double now;              /* virtual time: arrival of the request being applied (monotone) */
+    double up, down;         /* when this server's uplink / downlink is next free */
+    double *lb;              /* (p) worker i's next timestamp is >= lb[i] (INFINITY: queued, held, left) */
+    double *arr;             /* (p) arrival of worker i's last applied request */
+    char *queued;            /* (p) worker i's message has arrived and waits for its turn */
 } srv;
 
 typedef struct server_rules {

@@ -93,6 +93,12 @@ typedef struct {
     double last_beat;                 /* server 0: last keep-alive */
     double checked;                   /* time of the last silence check (check_silence) */
     char lost_desc[1024];             /* server 0: the run file's `workers_lost` */
+    /* sim mode (server_sim.h): snapshots at the same point of every server's request order */
+    int final_snap;                   /* server 0: the snapshot being asked is the final one */
+    long want_label;                  /* server k > 0: server 0 asked for this snapshot (-1: none) */
+    int want_final;                   /* ... the final one: answered once every worker has left */
+    long snap_label;                  /* server k > 0: snapbuf holds the center at this iteration, */
+    int snap_hold;                    /* not yet asked for: no request is applied meanwhile */
 } server_ctx;
 
 static inline long srv_iteration(const srv *sv) { return sv->rules->iteration ? sv->rules->iteration(sv) : sv->steps_total / sv->p; }

@@ -6,6 +6,7 @@
  * "The loop and its cadence"). */
 #define _GNU_SOURCE
 #include "server_state.h"
+#include "server_sim.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ typedef struct {
     int failed;              /* inject.fail_rank: leaves with MSG_FAILED */
     int gone;                /* had left before the checkpoint this run resumed from */
     int resend;              /* resumed after a voided exchange (pending): send it before the first step */
+    double up, down;         /* sim mode: when this worker's uplink / downlink is next free (server_sim.h) */
 } wstate;
 
 static int worker_write(void *ctx, long label);
@@ -77,17 +79,43 @@ static void worker_free(wstate *w) {
     free(w->s_hdr), free(w->s_data), free(w->r_hdr), free(w->r_data);
 }
 
+/* Sim mode: the replies arrive on this worker's downlink in the order they left the servers
+ * (vt_send, ties by server); the clock moves to the last arrival. comm = that − the ready time;
+ * wait = the longest a server held the request (reply leaving − request arriving: a round that
+ * waits for others, or a busy server uplink). */
+static void worker_sim_replies(trainer *t, wstate *w) {
+    vclock *vc = &t->vc;
+    const double ready = vc->now;
+    double wait = 0.0, now = ready;
+    char done[64] = {0};
+    for (int n = 0; n < w->S && n < 64; n++) {
+        int k = -1;
+        for (int j = 0; j < w->S && j < 64; j++)
+            if (!done[j] && (k < 0 || w->rhdr[j].vt_send < w->rhdr[k].vt_send)) k = j;
+        done[k] = 1;
+        now = srvsim_nic_in(&w->down, &vc->net, t->p + k, t->worker, w->rhdr[k].vt_send, srvsim_shard_bytes(vc, k, w->S));
+        if (w->rhdr[k].vt_send - w->rhdr[k].vt_arr > wait) wait = w->rhdr[k].vt_send - w->rhdr[k].vt_arr;
+    }
+    vc->now = now;
+    vc->v.comm_s += now - ready;
+    vc->v.wait_s += wait;
+}
+
 /* Send kind (MSG_*) to every server; for MSG_EXCHANGE also the payload and wait for the
  * replies. Returns the strongest stop code of the replies (STOP_DONE only if every server says
  * so). */
 static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
-    const phase_times *ph = &t->times;
+    const phase_times *ph = train_axis_times(t);
+    vclock *vc = &t->vc;
     double t0 = wall_time();
     for (int k = 0; k < w->S; k++) {
         msg_hdr *h = &w->shdr[k];
         const int sig = ckpt_signal_pending();
         *h = (msg_hdr){.kind = kind, .version = w->rhdr[k].version, .steps = steps,
                        .sig = sig > w->relay ? sig : w->relay};
+        if (vc->on) /* sim mode: stamped with this worker's clock; the shards leave its uplink in turn */
+            h->vt_ready = vc->now,
+            h->vt_send = srvsim_nic_out(&w->up, &vc->net, vc->now, kind == MSG_EXCHANGE ? srvsim_shard_bytes(vc, k, w->S) : 0.0);
         if (k == 0) {
             h->n_loss = w->n_loss, h->loss_sum = w->loss_sum;
             h->step_s = ph->step_s, h->compute_s = ph->compute_s, h->comm_s = ph->comm_s, h->wait_s = ph->wait_s;
@@ -116,6 +144,7 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
         if (k == 0 || rank_of[s] > rank_of[stop]) stop = s;
     }
     if (kind == MSG_EXCHANGE && w->s_bn >= 0) comm_set_wait_or_abort(w->set, w->s_bn, "a parameter server (sending)");
+    if (vc->on && kind == MSG_EXCHANGE) worker_sim_replies(t, w);
     double t2 = wall_time();
     t->times.comm_s += t2 - t0;
     t->times.wait_s += t2 - t1;
@@ -247,7 +276,10 @@ static step_out srv_worker_step(trainer *t, long s, double alpha) {
     const double t0 = wall_time();
     /* backup: the data of the step whose parameters the worker holds (server 0's version) */
     const long data_step = R->until_stop ? (long)w->rhdr[0].version : s;
+    const double real0 = t->times.data_s + t->times.compute_s;
     if (train_compute(t, data_step, s, &o.loss)) return o.status = EXIT_RUNTIME, o.why = STOPPED_DATA, o;
+    if (t->vc.on) /* sim mode: the step's modelled compute and injected delay (vclock.h) */
+        vclock_compute(&t->vc, s, t->times.data_s + t->times.compute_s - real0, inject_draw_s(&t->inj, s));
     w->loss_sum += o.loss;
     w->n_loss++;
     int finite = isfinite(o.loss);
@@ -263,6 +295,7 @@ static step_out srv_worker_step(trainer *t, long s, double alpha) {
         o.status = EXIT_RUNTIME, o.why = STOPPED_NONFINITE;
     } else if (!((R->until_stop || !R->exchange_after || R->exchange_after(t, s)) && exchange_ends(t, w, s + 1, &o)))
         o.took = METHOD_STEP_TOOK;
+    if (t->vc.on) vclock_step_end(&t->vc, 0.0);
     t->times.step_s += wall_time() - t0;
     return o;
 }
