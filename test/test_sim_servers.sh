@@ -10,10 +10,12 @@
 #   (b) incast: ps at p = 4, one server, no jitter: the server's downlink takes the 4 gradients
 #       one after the other, so an iteration (4 gradients) takes 4 n/β in the steady state;
 #   (c) backup, p = 4, backups = 1, worker 3 slowed by 400 ms a step (more than the others'
-#       gradients and the reply take): exactly one gradient dropped at every step;
+#       gradients and the reply take): only its gradients are dropped, at most one a step, and
+#       /eval equals the run in which it fails before its first step (it never makes the first N);
 #   (d) determinism: each of ps, easgd (τ = 2), easgd synchronous, backup at p = 4 with 2
 #       servers, sim.jitter = 0.3, a slow worker and random stragglers, run twice, the second
-#       while two busy loops load the machine: every dataset but wall_s equal bit for bit.
+#       while two busy loops load the machine: every dataset but wall_s equal bit for bit;
+#   (e) a resume of a sim run of ps is refused (exit 2, key sim.enabled), the run file kept.
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH (make check puts build/bin first); every mpiexec under a timeout.
 #     PATH=build/bin:$PATH sh test/test_sim_servers.sh
@@ -132,4 +134,20 @@ for cs in "ps ps" "easgd easgd --set tau=2" "easgdsync easgd --set tau=2 --set s
     load=
     [ $rc = 0 ] && compare "$dir/d-$case_-1.h5" "$dir/d-$case_-2.h5" "(d) $case_: two runs (the second loaded) equal in every dataset but wall_s"
 done
+
+# (e) a resume is refused, not mixed (the servers' virtual state is not in their checkpoints):
+# ps stopped by SIGTERM after step 20, then --resume: exit 2 naming sim.enabled, the file kept.
+E="--set iterations=100 --set log_every=10 --set eval.every=50"
+DSGD_TEST_SIGNAL=TERM@20 timeout -k 5 $T mpiexec -n 3 "$DSGD" "$CFG" --set p=2 --set servers=1 --set 'method="ps"' \
+    --set sim.enabled=true --set "output=\"$dir/e.h5\"" $E >"$dir/e1.log" 2>&1
+rc=$?
+if [ $rc = 3 ]; then
+    sum=$(md5sum <"$dir/e.h5")
+    timeout -k 5 $T mpiexec -n 3 "$DSGD" "$CFG" --set p=2 --set servers=1 --set 'method="ps"' --set sim.enabled=true \
+        --set "output=\"$dir/e.h5\"" $E --resume >"$dir/e2.log" 2>&1
+    rc=$?
+    if [ $rc = 2 ] && grep -q "key 'sim.enabled': method 'ps' in sim mode cannot be resumed yet" "$dir/e2.log" &&
+        [ "$(md5sum <"$dir/e.h5")" = "$sum" ]; then ok "(e) ps in sim mode: --resume refused (exit 2), run file kept"
+    else bad "(e) resume: exit $rc: $(tail -n 2 "$dir/e2.log")"; fi
+else bad "(e) SIGTERM at step 20: exit $rc, not 3: $(tail -n 2 "$dir/e1.log")"; fi
 exit $fail

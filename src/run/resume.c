@@ -307,6 +307,16 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
         else if (differs && !how[0]) snprintf(how, sizeof how, "%.100s", h);
         r->not_bitwise |= differs;
     }
+    /* Sim mode's server methods keep virtual state (a server's now, NIC times, the workers' bounds)
+     * that their checkpoints do not hold yet: a resumed run's times would not be the
+     * uninterrupted run's (docs/simulate.md, Limits), so it is refused rather than mixed. */
+    if (plan->label >= 0 && !st && e->sim.enabled && method_has_servers(e->method)) {
+        st = EXIT_BADINPUT;
+        snprintf(err, sizeof err, "method '%s' in sim mode cannot be resumed yet (its servers' virtual clocks are not in "
+                 "the checkpoint: docs/simulate.md, Limits); start it again from step 0 under another output",
+                 method_name(e->method));
+        setup_blame(e, "key 'sim.enabled'", err, sizeof err);
+    }
     /* The data must be the pack the checkpoint was written with (packed again: other samples). */
     if (plan->label >= 0 && !st && ckpt_exists(t->ckpt_dir, plan->label, t->rank) &&
         ckpt_check_data(t->ckpt_dir, plan->label, t->rank, t->data_fp, err, sizeof err))
