@@ -8,7 +8,8 @@
 #       sender's uplink and the receiver's downlink, the clock = max(start + compute, the last
 #       arrival of what the node sends or receives)), bit for bit; at p = 2 also the closed form
 #       s · max(c, 2α + n/β); at p = 4 steps with two or three nodes pulling from one (incast)
-#       occur and cost k · n/β on the serving NIC; /ranks is virtual (compute 25 ms, comm = wait);
+#       occur and cost k · n/β on the serving NIC; p = 4 with node 2 failing at step 20 (no
+#       message to or from it afterwards); /ranks is virtual (compute 25 ms, comm = wait);
 #   (b) determinism: pull and push at p = 4 and p = 16 (P16=8 for a quicker run) with
 #       sim.jitter = 0.3, a slow rank and random stragglers, run twice, the second while two busy
 #       loops load the machine: every dataset but wall_s equal bit for bit;
@@ -64,12 +65,14 @@ EOF
 
 # (a) the model against a reference, p = 2 and 4, pull and push.
 L="--set iterations=60 --set eval.every=30 --set log_every=1 --set sim.step_ms=25"
-for np_ in 2 4; do for m in gossip_pull gossip_push; do
-    if sim $np_ a$np_$m $m $L; then
+for np_ in 2 4 4f; do for m in gossip_pull gossip_push; do
+    F=; [ $np_ = 4f ] && F="--set inject.fail_rank=2 --set inject.fail_step=20"  # 4f: node 2 fails at step 20
+    if sim ${np_%f} a$np_$m $m $L $F; then
         $PY - "$dir/a$np_$m.h5" $np_ $m <<'EOF' && ok "(a) $m at p = $np_: time_s = the reference model, bit for bit" || bad "(a) $m at p = $np_"
 import sys, h5py, numpy as np
 f = h5py.File(sys.argv[1], 'r')
-p, push, A = int(sys.argv[2]), sys.argv[3] == 'gossip_push', f.attrs
+p, push, A = int(sys.argv[2].rstrip('f')), sys.argv[3] == 'gossip_push', f.attrs
+failed = lambda k, s: sys.argv[2].endswith('f') and k == 2 and s >= 20  # inject_failed
 c, seed, steps = A['sim_step_s'], int(A['seed']), 60
 assert c == 0.025 and A['sim_model_bytes'] == 4 * 11689512 and A['time_axis'].startswith('simulated')
 n, lat, bw = int(A['sim_model_bytes']), A['sim_link_latency_s'], A['sim_bandwidth_Bps']
@@ -112,6 +115,7 @@ for s in range(steps):
     msgs = []
     for k in range(p):
         j = peer(k, s)
+        if failed(k, s) or failed(j, s): continue  # no message to or from a failed node
         fr, to = (k, j) if push else (j, k)
         msgs.append((max(S[fr], S[to]), fr, to))
     msgs.sort()
@@ -130,7 +134,9 @@ for g in ('train', 'eval'):
     st, ts = f[g + '/step'][()], f[g + '/time_s'][()]
     want = np.array([at[int(x)] for x in st])
     assert np.array_equal(ts, want), (g, np.argwhere(ts != want)[:3].tolist(), ts[:4], want[:4])
-if p == 2:  # the closed form: both nodes exchange one message each way, every step
+if sys.argv[2] == '4f':  # the failed node's /ranks column is NaN after it stopped
+    assert np.all(np.isnan(f['ranks/compute_s'][()][1:, 2])), f['ranks/compute_s'][()]
+elif p == 2:  # the closed form: both nodes exchange one message each way, every step
     step = max(c, alpha + n / bw)
     assert abs(at[steps] - steps * step) < 1e-12 * steps * step, (at[steps], steps * step)
     assert abs(step - 0.03741643840) < 1e-10, step  # 2 · 5 µs + 46,758,048 B / 1.25 GB/s
@@ -139,8 +145,9 @@ else:  # incast happened: some node served (pull) or took (push) 2 or more θ in
     # and cost what the FIFO says: a node serving k pulls at one instant is done k · n/β later
     assert at[steps] > steps * (alpha + n / bw), (at[steps], steps * (alpha + n / bw))
 r = f['ranks']
-assert np.allclose(r['compute_s'][()], c, rtol=1e-12)  # (gossip's /ranks has no data column: NaN)
-assert np.array_equal(r['comm_s'][()], r['wait_s'][()]) and np.all(r['comm_s'][()] > 0)
+live = ~np.isnan(r['compute_s'][()])
+assert np.allclose(r['compute_s'][()][live], c, rtol=1e-12)  # (gossip's /ranks has no data column: NaN)
+assert np.array_equal(r['comm_s'][()], r['wait_s'][()], equal_nan=True) and np.all(r['comm_s'][()][live] > 0)
 assert A['train_time_s'] == at[steps] and A['status'] == b'completed'
 print(f"p = {p} {sys.argv[3]}: {at[steps]:.9f} s simulated for {steps} steps, incast in {incast} steps")
 EOF
