@@ -149,7 +149,7 @@ what="key 'sim.bandwidth_gbps'" check --set 'sim.network="custom"' --set sim.ban
 what="key 'sim.device'" check --set 'sim.device="k81"'
 what="key 'sim.network'" check --set 'sim.network="ethernet"'
 for m in gossip_pull; do
-    what="key 'sim.enabled': sim mode supports method = \"allreduce\" only so far" check --set sim.enabled=true --set "method=\"$m\""
+    what="key 'sim.enabled': sim mode supports method '$m' only with synchronous = true" check --set sim.enabled=true --set "method=\"$m\""
 done
 out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set sim.jitter=0.1 2>&1)
 echo "$out" | grep -q "key 'sim.jitter' (--set sim.jitter=0.1) has no effect: used only by sim.enabled = true" \

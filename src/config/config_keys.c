@@ -218,7 +218,7 @@ const key_def config_keys[] = {
            "outputs, everything else fp32; needs AVX512_BF16 or AMX, checked at start)"),
     K_BOOL("sim.enabled", sim.enabled, 0,
            "sim mode (docs/simulate.md): the run file's time axis is a virtual clock per rank, compute and "
-           "communication charged from models of a target cluster; the training itself is real. Method allreduce only so far"),
+           "communication charged from models of a target cluster; the training itself is real. Every method but asynchronous gossip so far (gossip needs synchronous = true)"),
     K_ENUM("sim.device", sim.device, SIM_DEV_K80, sim_device_names, (1u << SIM_DEV_COUNT) - 1, NULL, "devices",
            "whose ResNet-18 step time at b is charged per step (docs/simulate-models.md has each value's source); "
            "measured: this rank's own measured data + compute + update time (validation)"),

@@ -20,6 +20,13 @@
  * are pure functions, node i knows which nodes pull from it (or push to it) at step s and
  * exchanges with exactly those, in rank order, from the main thread: deterministic for a seed.
  *
+ * Sim mode (docs/simulate.md "Gossip"; lock-step only, config.c refuses the asynchronous
+ * variants): the step's compute is charged as vclock.h says, and its exchange as
+ * train/vclock_gossip.h models it — every node's step start is all-gathered, and each node books
+ * the step's messages (the modelled θ's size) on the same per-NIC FIFO model, so several pulls
+ * served by one node queue on its uplink; the node's clock after the step is the later of its
+ * compute's end and the last arrival of what it sends or receives.
+ *
  * Evaluation (collective over the workers every eval.every local steps and at the end; time
  * there, waiting for slower nodes included, is excluded from the clock): the average of the
  * nodes' θ and BN statistics, formed only for evaluation, and rank 0's own model (/eval_local).
@@ -158,8 +165,11 @@ static int gossip_setup(gossip *g, trainer *t, char *err, size_t errlen) {
     g->m_send = xmalloc((size_t)p * sizeof(int)), g->m_recv = xmalloc((size_t)p * sizeof(int));
     g->last_push = -1, g->last_rep = -1, g->b_req = -1, g->b_push = -1, g->b_quit = -1;
     g->set = comm_set_new(5 * p + 1);
+    if (t->vc.on) g->sim = 1, vclock_gossip_init(&g->vg, p, t->vc.model_bytes);
     if (p == 1) return 0;
     gossip_sig_open(g);
+    if (t->vc.on && !g->sync) /* config.c refuses it already; kept for callers without it */
+        return seterr(err, errlen, "%s: sim mode runs method %s in lock-step only (synchronous = true)", e->source, method_name(e->method));
     if (!g->sync) return setup_async(g, t, err, errlen);
     for (int k = 0; k < p; k++) {
         g->m_send[k] = comm_set_add(g->set, COMM_SEND, g->sendbuf, nb, k, TAG_SYNC);
@@ -180,6 +190,7 @@ static void gossip_teardown(trainer *t) {
     }
     comm_set_free(g->set);
     gossip_sig_close(g);
+    if (g->sim) vclock_gossip_free(&g->vg);
     free(g->vel), free(g->peer), free(g->inbox), free(g->sendbuf), free(g->avg), free(g->own), free(g->avg_bn), free(g->own_bn);
     free(g->peers), free(g->sent), free(g->phi), free(g->gbuf), free(g->rows);
     free(g->m_ask), free(g->m_ans), free(g->m_get), free(g->m_send), free(g->m_recv), free(g->b_rephdr), free(g->b_rep), free(g->bg_done);
@@ -266,6 +277,20 @@ static void exchange_publish(gossip *g, const float *th, int j) {
     }
 }
 
+/* Sim mode, step s begins (collective over the workers; a failed node calls it too): every
+ * node's step start and this step's peers into g->vg; returns when this node's exchange ends in
+ * virtual time (vclock_gossip.h). */
+static double sim_exchange_end(gossip *g, trainer *t, long s) {
+    const experiment *e = t->e;
+    if (g->p == 1) return t->vc.now; /* plain SGD: no exchange */
+    vclock_gossip_starts(&t->vc, &g->vg);
+    for (int k = 0; k < g->p; k++) {
+        const int j = peer_of(e, k, s);
+        g->vg.peer[k] = inject_failed(e, k, s) || inject_failed(e, j, s) ? -1 : j;
+    }
+    return vclock_gossip_schedule(&g->vg, &t->vc.net, g->push, g->me);
+}
+
 /* One gossip step of node i at step s: *loss_out (NaN: non-finite). Returns 0, or -1 when the
  * loader could not deliver (the loop then stops every rank). */
 static int gossip_step(gossip *g, trainer *t, long s, double alpha, double *loss_out) {
@@ -277,12 +302,16 @@ static int gossip_step(gossip *g, trainer *t, long s, double alpha, double *loss
     const double t0 = wall_time();
     int got = 0; /* vectors received this step (into g->peer or g->inbox) */
     float *recv = g->peer;
+    const double xend = g->sim ? sim_exchange_end(g, t, s) : 0.0; /* sim mode: the exchange in virtual time */
 
     if (j >= 0) exchange_start(g, e, th, s, j); /* 1. start the exchange */
     const double c0 = wall_time() - t0;
 
     double loss; /* 2. the gradient at θ_i */
+    const double real0 = t->times.data_s + t->times.compute_s; /* sim mode, device "measured" */
     if (train_compute(t, s, s, &loss)) return -1;
+    if (g->sim) /* sim mode: the compute, then the exchange it overlaps, on the virtual clock */
+        vclock_compute(&t->vc, s, t->times.data_s + t->times.compute_s - real0, inject_draw_s(&t->inj, s)), vclock_gossip_charge(&t->vc, xend);
 
     double w0 = wall_time(); /* 3. finish the exchange: what this node received */
     if (j >= 0) got = exchange_finish(g, e, s, j, &recv);
@@ -304,6 +333,7 @@ static int gossip_step(gossip *g, trainer *t, long s, double alpha, double *loss
     t->times.wait_s += c1;
     t->times.update_s += u1 - u0;
     t->times.step_s += wall_time() - t0;
+    if (g->sim) vclock_step_end(&t->vc, u1 - u0);
     *loss_out = finite ? loss : NAN;
     return 0;
 }
@@ -445,7 +475,7 @@ static int gossip_begin(trainer *t) {
         gossip_teardown(t);
         return st;
     }
-    g->prev = t->times;
+    g->prev = *train_axis_times(t); /* the run file's /ranks axis: virtual in sim mode */
     g->pos = -1; /* no announcement before the first step */
     if (g->sig) comm_on_wait(gossip_sig_hook, g);
     return 0;
@@ -464,6 +494,7 @@ static step_out gossip_node_step(trainer *t, long s, double alpha) {
     }
     if (failed && s == e->inject.fail_step)
         fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other nodes go on\n", t->rank, s);
+    if (failed && g->sim) (void)sim_exchange_end(g, t, s); /* the step starts' all-gather is collective */
     if (failed) return (step_out){.took = METHOD_STEP_NONE};
     g->steps_done++;
     step_out o = {.took = METHOD_STEP_TOOK};

@@ -12,6 +12,7 @@
 
 #include "comm/comm.h"
 #include "methods/method.h"
+#include "train/vclock_gossip.h"
 
 enum { TAG_PULL = 200, TAG_PULLHDR, TAG_PULLREP, TAG_PUSH, TAG_QUIT, TAG_SYNC, TAG_SIGANN };
 
@@ -66,6 +67,9 @@ typedef struct {
     long pos;                 /* what this node announces from a wait: steps it will have completed
                                  (-1: before the first step, nothing) */
     int closing;              /* the last meeting point closed an epoch: reset at the next step */
+    /* sim mode (lock-step only): the exchange on the virtual clock (train/vclock_gossip.h) */
+    int sim;
+    vclock_gossip vg;
 } gossip;
 
 #endif
