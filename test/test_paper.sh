@@ -195,6 +195,7 @@ assert sw["scheduler"] == "local" and sw["meta"]["simulate"]["device"] == "k80",
 ran = {pt["method"] for pt in sw["points"]}
 left = {x["method"] for x in sw["meta"]["not_simulated"]}
 assert "allreduce" in ran and ran | left == {"allreduce", "easgd", "gossip_push"} and not ran & left, (ran, left)
+assert "easgd" in ran and left == {"gossip_push"}, (ran, left)  # sim mode orders easgd; asynchronous gossip not yet
 assert all(j["local"]["state"] == "COMPLETED" for j in sw["jobs"]), [j["local"] for j in sw["jobs"]]
 assert len(sw["points"]) == 2 * len(ran)
 for pt in sw["points"]:
@@ -208,7 +209,7 @@ for pt in sw["points"]:
 EOF2
 $PY tools/report.py "$dir/sim/sweeps/fs" --out "$dir/simrep" --targets 0.4,0.3 >"$dir/simrep.txt" 2>&1 \
     && [ -s "$dir/simrep.png" ] && [ -s "$dir/simrep.pdf" ] && ok "report.py on the sim kit: simrep.{md,png,pdf}" || bad "report.py sim: $(tail -n 3 "$dir/simrep.txt")"
-$PY - "$dir/simrep.md" "$dir/sim/sweeps/fs/sweep.json" "$dir/sim/runs" <<'EOF2' && ok "report: simulated table and figure marked (device and network with their sources, proxy task), s per iteration = k80 step + modelled all-reduce, real wall clock beside it" || bad "sim report (above)"
+$PY - "$dir/simrep.md" "$dir/sim/sweeps/fs/sweep.json" "$dir/sim/runs" <<'EOF2' && ok "report: simulated table and figure marked (device and network with their sources, proxy task), s per iteration = the simulated training time per step (allreduce: the k80 step + the modelled all-reduce), real wall clock beside it" || bad "sim report (above)"
 import glob, json, os, sys, h5py
 sys.path.insert(0, "tools")
 from report import fmt_time
@@ -224,8 +225,10 @@ assert "## Time to target top-1 error, per p" not in md  # no real runs: no unma
 for pt in sw["points"]:
     (rf,) = glob.glob(os.path.join(sys.argv[3], pt["stem"] + ".*.h5"))
     with h5py.File(rf) as f:
-        per_it = f.attrs["sim_step_s"] + f.attrs["sim_allreduce_s"]  # lock-step, no jitter: every iteration costs this
-        assert abs(f.attrs["train_time_s"] - 40 * per_it) < 1e-6 * f.attrs["train_time_s"], (f.attrs["train_time_s"], per_it)
+        per_it = f.attrs["train_time_s"] / 40  # the table's m / (img/s)
+        if pt["method"] == "allreduce":  # lock-step, no jitter: every iteration costs the step and the all-reduce
+            closed = f.attrs["sim_step_s"] + f.attrs["sim_allreduce_s"]
+            assert abs(per_it - closed) < 1e-6 * closed, (f.attrs["train_time_s"], closed)
         row = next(l for l in md.splitlines() if l.startswith(f"| {pt['p']} | {pt['method']} |"))
         assert f"| {fmt_time(per_it)} | {fmt_time(f.attrs['wall_train_time_s'])} |" in row, (row, per_it)
 EOF2

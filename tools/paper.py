@@ -240,7 +240,7 @@ def main():
                     help="--simulate: the proxy task really trained (default linear: the linear model on Fashion-MNIST)")
     ap.add_argument("--timeout", type=float, default=1800, metavar="S", help="--simulate: each point's limit in seconds (default 1800)")
     a = ap.parse_args()
-    if a.simulate:
+    if a.simulate is not None:
         return simulate(a)
 
     files = sorted(glob.glob(os.path.join(a.configs, FIGURES[a.figure])))

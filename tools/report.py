@@ -460,21 +460,25 @@ def sim_key(r):
     sm = r.get("sim")
     if not sm:
         return None
+    # the network's numbers too (a custom network's, or a preset's if it ever changes) and the jitter
     return (sm.get("sim_device"), sm.get("sim_device_source"), sm.get("sim_network"), sm.get("sim_network_source"),
-            sm.get("sim_topology"), sm.get("sim_allreduce"), sm.get("sim_model_bytes"), proxy_task(r))
+            sm.get("sim_topology"), sm.get("sim_allreduce"), sm.get("sim_model_bytes"), proxy_task(r),
+            sm.get("sim_link_latency_s"), sm.get("sim_bandwidth_Bps"), sm.get("sim_jitter"))
 
 
 def sim_banner(key, short=False):
     """'simulated: k80 (estimate: ...), 10gbe (...), flat, ring all-reduce of 46,758,048 bytes; proxy task: ...'
     (short: each source cut to its first 60 characters, for a figure's title)."""
-    dev, dsrc, net, nsrc, topo, alg, nbytes, proxy = key
+    dev, dsrc, net, nsrc, topo, alg, nbytes, proxy, lat, bw, jitter = key
 
     def cut(x):
         x = str(x or "no source")
         return x if not short or len(x) <= 60 else x[:59].rstrip() + "…"
     nb = f"{int(nbytes):,} bytes" if nbytes is not None else "? bytes"
-    return (f"simulated: {dev} ({cut(dsrc)}), {net} ({cut(nsrc)}), {topo}, {alg} all-reduce of {nb}; "
-            f"proxy task: {proxy} (docs/simulate.md)")
+    nums = f"{float(lat) * 1e6:g} µs per link, {float(bw) * 8e-9:g} Gbit/s" if lat is not None and bw is not None else ""
+    jit = f", compute jitter CV {float(jitter):g}" if jitter else ""
+    return (f"simulated: {dev} ({cut(dsrc)}){jit}, {net} ({cut(nsrc)}{'; ' + nums if nums else ''}), {topo}, "
+            f"{alg} all-reduce of {nb}; proxy task: {proxy} (docs/simulate.md)")
 
 
 def training_report(groups, targets, sim=False):

@@ -51,6 +51,7 @@ def read_run(path):
         if attr(f, "time_axis", "").startswith("simulated"):
             r["sim"] = {k: attr(f, k) for k in ("time_axis", "sim_device", "sim_device_source", "sim_network", "sim_network_source",
                                                 "sim_topology", "sim_allreduce", "sim_model_bytes", "sim_step_s", "sim_allreduce_s",
+                                                "sim_link_latency_s", "sim_bandwidth_Bps", "sim_jitter",
                                                 "wall_train_time_s", "train_time_s")}
             r["e_wall"] = f["eval"]["wall_s"][:len(r["e_step"])] if "wall_s" in f["eval"] else None
         r["step_time"] = r["wait"] = None

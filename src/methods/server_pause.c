@@ -80,7 +80,7 @@ int pause_lead(pause_proto *pp, long label, const char *paused, int stop_asked, 
         if (in_round(pp, paused, r)) comm_set_wait_or_abort(pp->set, pp->s_fin[r], "a rank (checkpoint)");
     if (!worst) {
         ckpt_say_written(t, label, wall_time() - t0);
-        if (stop) train_say_stopped(label);
+        if (stop) train_say_stopped(t, label);
     }
     return worst ? EXIT_RUNTIME : stop ? EXIT_INTERRUPTED : 0;
 }

@@ -67,7 +67,7 @@ static int loop_checkpoint(trainer *t, int *why, long label, const loop_state *l
     const int st = train_checkpoint(t, label, ls);
     if (st != EXIT_OK) *why = STOPPED_CHECKPOINT;
     if (st == EXIT_OK && t->sig == CKPT_SIG_STOP) {
-        if (t->log) train_say_stopped(label);
+        if (t->log) train_say_stopped(t, label);
         return EXIT_INTERRUPTED;
     }
     if (t->sig == CKPT_SIG_SAVE) ckpt_signal_clear_save(), t->sig = CKPT_SIG_NONE;

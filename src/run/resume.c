@@ -205,9 +205,10 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
                       "choose another checkpoint.path", config_where("checkpoint.path"), dir, l,
                       e->overwrite ? "; overwrite = true replaces only this output's run" : "");
     if (have && !e->overwrite)
-        return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of an earlier run (step %ld); continue it with "
-                      "--resume (or resume = \"auto\"), choose another output or checkpoint.path, or set overwrite = true to start "
-                      "afresh (its checkpoints are then removed)", config_where("checkpoint.path"), dir, l);
+        return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of an earlier run (step %ld); %schoose another "
+                      "output or checkpoint.path, or set overwrite = true to start afresh (its checkpoints are then removed)",
+                      config_where("checkpoint.path"), dir, l,
+                      e->sim.enabled && method_has_servers(e->method) ? "" : "continue it with --resume (or resume = \"auto\"), ");
     return 0;
 }
 

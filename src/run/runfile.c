@@ -125,6 +125,7 @@ static void sim_numbers(const trainer *t) {
     runlog_set_attr_double(t->log, "sim_allreduce_s", vc->allreduce_s);
     runlog_set_attr_double(t->log, "sim_link_latency_s", vc->net.link_latency_s);
     runlog_set_attr_double(t->log, "sim_bandwidth_Bps", vc->net.bandwidth_Bps);
+    runlog_set_attr_double(t->log, "sim_jitter", t->e->sim.jitter);
 }
 
 /* The run file of meta: continued after the checkpoint's rows (a resume), or created (after
@@ -191,9 +192,15 @@ static void print_start(const run_setup *r) {
     if (t->vc.on) {
         if (t->vc.step_s >= 0) printf("sim mode: simulated time axis; compute %.3f ms per step", 1e3 * t->vc.step_s);
         else printf("sim mode: simulated time axis; compute measured on each rank");
-        printf(", all-reduce of %zu bytes over p = %d: %.3f ms (%s, %s, %s); see docs/simulate.md\n", t->vc.model_bytes, e->p,
-               1e3 * t->vc.allreduce_s, sim_network_names[e->sim.network], sim_topology_names[e->sim.topology],
-               sim_allreduce_names[e->sim.allreduce]);
+        if (e->method == METHOD_ALLREDUCE)
+            printf(", all-reduce of %zu bytes over p = %d: %.3f ms (%s, %s, %s); see docs/simulate.md\n", t->vc.model_bytes, e->p,
+                   1e3 * t->vc.allreduce_s, sim_network_names[e->sim.network], sim_topology_names[e->sim.topology],
+                   sim_allreduce_names[e->sim.allreduce]);
+        else /* point to point: each message booked on the sender's and receiver's NICs (incast queues) */
+            printf(", θ or a gradient of %zu bytes %.3f ms host to host on an idle route (%s, %s; with servers each "
+                   "carries its server's share), booked per NIC; see docs/simulate.md\n", t->vc.model_bytes,
+                   1e3 * sim_p2p_s(&t->vc.net, 0, 1, t->vc.model_bytes), sim_network_names[e->sim.network],
+                   sim_topology_names[e->sim.topology]);
     }
     setup_print_threads(&r->budget, stdout);
     if (e->device == DEVICE_CUDA)

@@ -179,6 +179,14 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
     return rc != 0 ? write_failed(t) : 0;
 }
 
+/* How a run stopped by a signal goes on: --resume, except where a resume is refused (sim mode's
+ * server methods: src/run/resume.c). */
+static const char *resume_hint(const experiment *e) {
+    return e->sim.enabled && method_has_servers(e->method)
+               ? "sim mode cannot resume this method yet (docs/simulate.md, Limits): start it again under another output"
+               : "continue with --resume (or resume = \"auto\")";
+}
+
 void train_log_summary(trainer *t, int status, int why, double train_s, int evaluation_excluded) {
     const long m = (long)t->e->p * t->e->b;
     double ips = train_s > 0 ? (double)(t->step * m) / train_s : 0.0;
@@ -193,11 +201,11 @@ void train_log_summary(trainer *t, int status, int why, double train_s, int eval
     runlog_set_attr_double(t->log, "train_time_s", train_s);
     runlog_set_attr_double(t->log, "images_per_s", ips);
     runlog_set_attr_double(t->log, "steps_completed", (double)t->step);
-    char sig[256], label[96] = "";
+    char sig[384], label[96] = "";
     if (t->last_ckpt > t->step) /* asynchronous gossip: each node stopped at its own step, the label is the largest */
         snprintf(label, sizeof label, " (rank 0's own step; the checkpoint is step-%ld, the nodes' largest)", t->last_ckpt);
-    snprintf(sig, sizeof sig, "interrupted: %s after step %ld%s, checkpoint written; continue with --resume",
-             ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal", t->step, label);
+    snprintf(sig, sizeof sig, "interrupted: %s after step %ld%s, checkpoint written; %s",
+             ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal", t->step, label, resume_hint(t->e));
     runlog_set_attr_string(t->log, "status", status == EXIT_OK              ? "completed"
                                             : status == EXIT_INTERRUPTED ? sig
                                             : why == STOPPED_NONFINITE ? "stopped: non-finite loss or gradient"
@@ -236,9 +244,9 @@ void train_say_nonfinite_eval(const trainer *t, int *why, long done, const char 
                         "logged. Try a smaller alpha.base or a warm-up.\n", done, what, t->e->output);
 }
 
-void train_say_stopped(long done) {
-    printf("stopped by %s after step %ld; continue with --resume (or resume = \"auto\")\n",
-           ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", done);
+void train_say_stopped(const trainer *t, long done) {
+    printf("stopped by %s after step %ld; %s\n", ckpt_signal_name()[0] ? ckpt_signal_name() : "a signal on another rank", done,
+           resume_hint(t->e));
     fflush(stdout);
 }
 

@@ -134,7 +134,7 @@ void train_say_nonfinite_loss(const trainer *t, int *why, int local, long done, 
  * rank says so. */
 void train_say_nonfinite_eval(const trainer *t, int *why, long done, const char *what);
 /* The stop message after the checkpoint at `done` that a stop signal asked for (log rank). */
-void train_say_stopped(long done);
+void train_say_stopped(const trainer *t, long done);
 
 /* Log rank: the end-of-run summary lines and run-file attributes. why: STOPPED_* (used when
  * status != EXIT_OK); train_s: training wall clock; t->step steps of m = p·b images done;
