@@ -209,8 +209,7 @@ __attribute__((noreturn)) static void give_up(int kind, const char *what) {
     g_detail_stop = kind == NOTE_STOP;
     if (g_on_timeout) {
         g_on_timeout(g_on_timeout_arg);
-        nap(200000000L); /* let mpiexec forward the message before MPI_Abort tears the job down */
-        comm_abort(EXIT_RUNTIME);
+        comm_abort(EXIT_RUNTIME); /* which lets mpiexec forward the message before MPI_Abort tears the job down */
     }
     if (g_log_rank >= 0 && g_log_rank != g_rank) {
         static note_msg out;
@@ -493,6 +492,11 @@ void comm_barrier(void) {
 void comm_abort(int code) {
     fflush(stdout);
     fflush(stderr);
+    /* The launcher forwards each rank's output through pipes, and MPI_Abort has it kill every
+     * process at once: MPICH's Hydra was seen to drop the last lines of the aborting rank — the
+     * message saying why (test_faults' data failure, once in CI). A quarter second lets them
+     * through before the job goes. */
+    if (comm_mpi_initialized()) nap(250000000L);
     if (comm_mpi_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
 }

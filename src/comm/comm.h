@@ -251,7 +251,8 @@ int comm_stop_after_signal(void);
  * seconds since the request, or a negative number when there is none; NULL turns it off. */
 void comm_on_stop(double (*age)(void), double grace_s);
 
-/* Stop every rank now with status code (after printing the reason yourself). */
+/* Stop every rank now with status code (after printing the reason yourself): a quarter second
+ * for the launcher to forward this rank's last output, then MPI_Abort. */
 void comm_abort(int code) __attribute__((noreturn));
 
 /* The MPI library's own version string, one line (MPI_Get_library_version), into buf. */
