@@ -40,7 +40,7 @@ static void srvsim_reply(srv *sv, int i, int stop) {
     const vclock *vc = &sv->t->vc;
     const experiment *e = sv->t->e;
     const double nb = srvsim_shard_bytes(vc, sv->k, sv->S);
-    const double start = srvsim_nic_out(&sv->up, &vc->net, sv->now, nb);
+    const double start = sim_nic_out(&sv->up, &vc->net, sv->now, nb);
     sv->out[i].vt_send = start, sv->out[i].vt_arr = sv->arr[i];
     const long s = sv->last_steps[i]; /* the worker's next step */
     const int computes = stop == STOP_NO && (sv->rules->until_stop || s < e->iterations) && !inject_failed(e, i, s);
@@ -534,7 +534,7 @@ static void srvsim_dispatch(server_ctx *c) {
             if (!sv->queued[j] && !sv->left[j] && (sv->lb[j] < tau || (sv->lb[j] == tau && j < i))) return;
         sv->queued[i] = 0;
         const double nb = sv->in[i].kind == MSG_EXCHANGE ? srvsim_shard_bytes(vc, sv->k, sv->S) : 0.0;
-        sv->now = sv->arr[i] = srvsim_nic_in(&sv->down, &vc->net, i, sv->p + sv->k, sv->in[i].vt_send, nb);
+        sv->now = sv->arr[i] = sim_nic_in(&sv->down, &vc->net, i, sv->p + sv->k, sv->in[i].vt_send, nb);
         sv->lb[i] = INFINITY; /* until its reply */
         const long before = srv_iteration(sv);
         server_handle(c, i);

@@ -93,7 +93,7 @@ static void worker_sim_replies(trainer *t, wstate *w) {
         for (int j = 0; j < w->S && j < 64; j++)
             if (!done[j] && (k < 0 || w->rhdr[j].vt_send < w->rhdr[k].vt_send)) k = j;
         done[k] = 1;
-        now = srvsim_nic_in(&w->down, &vc->net, t->p + k, t->worker, w->rhdr[k].vt_send, srvsim_shard_bytes(vc, k, w->S));
+        now = sim_nic_in(&w->down, &vc->net, t->p + k, t->worker, w->rhdr[k].vt_send, srvsim_shard_bytes(vc, k, w->S));
         if (w->rhdr[k].vt_send - w->rhdr[k].vt_arr > wait) wait = w->rhdr[k].vt_send - w->rhdr[k].vt_arr;
     }
     vc->now = now;
@@ -115,7 +115,7 @@ static int worker_exchange(trainer *t, wstate *w, int kind, long steps) {
                        .sig = sig > w->relay ? sig : w->relay};
         if (vc->on) /* sim mode: stamped with this worker's clock; the shards leave its uplink in turn */
             h->vt_ready = vc->now,
-            h->vt_send = srvsim_nic_out(&w->up, &vc->net, vc->now, kind == MSG_EXCHANGE ? srvsim_shard_bytes(vc, k, w->S) : 0.0);
+            h->vt_send = sim_nic_out(&w->up, &vc->net, vc->now, kind == MSG_EXCHANGE ? srvsim_shard_bytes(vc, k, w->S) : 0.0);
         if (k == 0) {
             h->n_loss = w->n_loss, h->loss_sum = w->loss_sum;
             h->step_s = ph->step_s, h->compute_s = ph->compute_s, h->comm_s = ph->comm_s, h->wait_s = ph->wait_s;

@@ -354,12 +354,20 @@ double sim_bcast_s(const sim_net *net, int p, size_t n) {
  * Idle NICs: arrive = t_send + α + s = t_send + sim_p2p_s. k messages sent to one receiver at the
  * same t from k idle senders: the i-th (in call order) arrives at t + α + i·s — incast serialises
  * on the receiver's downlink. a == b: arrives at t_send, books nothing. */
+double sim_nic_out(double *free_up, const sim_net *net, double t_send, double n) {
+    const double start = fmax(t_send, *free_up);
+    *free_up = start + n / net->bandwidth_Bps;
+    return start;
+}
+
+double sim_nic_in(double *free_down, const sim_net *net, int a, int b, double start, double n) {
+    const double s = n / net->bandwidth_Bps;
+    *free_down = fmax(start + sim_route_latency_s(net, a, b) + s, *free_down + s);
+    return *free_down;
+}
+
 double sim_nics_send(sim_nics *nics, const sim_net *net, int a, int b, size_t n, double t_send) {
     if (a == b) return t_send;
-    double s = (double)n / net->bandwidth_Bps;
-    double start = fmax(t_send, nics->free_up[a]);
-    nics->free_up[a] = start + s;
-    double arrive = fmax(start + sim_route_latency_s(net, a, b) + s, nics->free_down[b] + s);
-    nics->free_down[b] = arrive;
-    return arrive;
+    const double start = sim_nic_out(&nics->free_up[a], net, t_send, (double)n);
+    return sim_nic_in(&nics->free_down[b], net, a, b, start, (double)n);
 }

@@ -113,4 +113,13 @@ typedef struct {
  * is the FIFO order (the caller makes it deterministic). docs/simulate-models.md. */
 double sim_nics_send(sim_nics *nics, const sim_net *net, int a, int b, size_t n, double t_send);
 
+/* sim_nics_send's two halves, for callers whose ends live on different ranks (the server methods:
+ * each rank books only its own NICs). Sender: a message of n bytes ready at t_send starts on the
+ * uplink at the returned time, max(t_send, *free_up), and *free_up = start + n/β. Receiver: that
+ * message, started at `start` on a's uplink, arrives at b at the returned time,
+ * max(start + α(a,b) + n/β, *free_down + n/β), and *free_down = it. The same arithmetic as
+ * sim_nics_send, bit for bit. */
+double sim_nic_out(double *free_up, const sim_net *net, double t_send, double n);
+double sim_nic_in(double *free_down, const sim_net *net, int a, int b, double start, double n);
+
 #endif
