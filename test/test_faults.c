@@ -248,7 +248,8 @@ START_TEST(test_stop_worker_async) {
 END_TEST
 
 /* SIGSTOP of worker 1 in the methods that cannot go on without it: every rank stops with exit
- * 1 and a status, within comm_timeout_s + 2 s of the stop. */
+ * 1 and a status; the first stop message within comm_timeout_s + 2 s of the stop, mpiexec's
+ * exit within a launcher's teardown after that. */
 START_TEST(test_stop_worker_sync) {
     struct { const char *name, *extra, *status; int np; } m[] = {
         {"allreduce", "method = \"allreduce\";\np = 3;\n", "stopped: communication timeout (comm_timeout_s)", 3},
@@ -265,11 +266,16 @@ START_TEST(test_stop_worker_sync) {
         snprintf(extra, sizeof extra, "%s%s%s", m[k].extra, WORKLOAD, slow_all(m[k].extra));
         job_start(&j, tag, m[k].np, extra, NULL);
         job_wait_for(&j, " 100/");
-        double t0 = job_signal(&j, 1, SIGSTOP), t1;
-        int rc = job_wait(&j, &t1, NULL, NULL);
+        double t0 = job_signal(&j, 1, SIGSTOP), t1, tg;
+        int rc = job_wait(&j, &t1, "comm_timeout_s = 4 s", &tg);
         char *log = slurp(j.log);
         ck_assert_msg(rc == 1, "%s: exit %d, expected 1\n%s", m[k].name, rc, log);
-        ck_assert_msg(t1 - t0 <= TMO + 2.0, "%s: %.2f s from the stop to the exit (comm_timeout_s = %g)", m[k].name, t1 - t0, TMO);
+        /* dsgd-run's bound: the first rank says it stops within comm_timeout_s + 2 s; the
+         * launcher's teardown of a job with a stopped process comes on top (Open MPI's mpiexec:
+         * 1.5 s here, 3.3 s once in CI on a loaded machine; MPICH's Hydra: ~0.2 s) */
+        double launcher = g_open_mpi ? 6.0 : 2.0;
+        ck_assert_msg(tg > 0 && tg - t0 <= TMO + 2.0, "%s: %.2f s from the stop to the first stop message (comm_timeout_s = %g)", m[k].name, tg - t0, TMO);
+        ck_assert_msg(t1 - t0 <= TMO + 2.0 + launcher, "%s: %.2f s from the stop to the exit (comm_timeout_s = %g, launcher's teardown %g s)", m[k].name, t1 - t0, TMO, launcher);
         ck_assert_msg(strstr(log, "comm_timeout_s = 4 s"), "%s: no message:\n%s", m[k].name, log);
         read_attr_string(j.h5, "status", s, sizeof s);
         ck_assert_msg(!strncmp(s, m[k].status, strlen(m[k].status)), "%s: status '%s'", m[k].name, s);
@@ -302,7 +308,8 @@ START_TEST(test_stop_server) {
         int rc = job_wait(&j, &t1, NULL, NULL);
         char *log = slurp(j.log);
         ck_assert_msg(rc == 1, "%s rank %d: exit %d, expected 1\n%s", m[k].name, m[k].rank, rc, log);
-        const double bound = TMO + (m[k].writer ? 10.0 : 0.0) + 2.0;
+        /* + the launcher's teardown of a job with a stopped process (test_stop_worker_sync) */
+        const double bound = TMO + (m[k].writer ? 10.0 : 0.0) + 2.0 + (g_open_mpi ? 4.0 : 0.0);
         ck_assert_msg(t1 - t0 <= bound, "%s rank %d: %.2f s from the stop to the exit (bound %.0f s)", m[k].name, m[k].rank, t1 - t0, bound);
         if (m[k].writer) { /* the writer is stopped: nobody can write; the fixed-size status stays empty */
             s[0] = '\0';
