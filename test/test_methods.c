@@ -239,6 +239,14 @@ START_TEST(test_stragglers) {
                 ck_assert_msg(row == 150 && g_a[i * 4 + i] == 0, "%s: node %d drew %.0f peers (itself %.0f times), expected 150",
                               m[k].name, i, row, g_a[i * 4 + i]);
             }
+            /* every node's data time is recorded, as the other methods' (it was NaN: gossip_evaluate
+             * passed none): finite, >= 0, and below the mean step time (which holds it) */
+            const long rows = read_2d(h5, "/ranks/data_s", g_a, MAXR, &cols);
+            ck_assert_int_eq(read_2d(h5, "/ranks/step_time_s", g_b, MAXR, &cols), rows);
+            ck_assert_msg(rows >= 1 && cols == 4, "%s: /ranks/data_s has %ld rows of %ld", m[k].name, rows, cols);
+            for (long i = 0; i < rows * cols; i++)
+                ck_assert_msg(isfinite(g_a[i]) && g_a[i] >= 0 && g_a[i] <= g_b[i], "%s: /ranks/data_s[%ld][%ld] = %g (step %g s)",
+                              m[k].name, i / cols, i % cols, g_a[i], g_b[i]);
         }
     }
 }

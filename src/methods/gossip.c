@@ -398,7 +398,7 @@ static int gossip_evaluate(trainer *t, long step, double train_s, int status, in
         const int p = g->p;
         double es = wall_time() - ev0;
         printf("gossip step %ld: diffusion potential Φ = Σ‖θ_i − θ̄‖² = %.6g\n", step, d);
-        if (step > 0 && runlog_ranks(t->log, step, g->rows, g->rows + p, g->rows + 2 * p, g->rows + 3 * p, NULL) != 0) status = EXIT_RUNTIME;
+        if (step > 0 && runlog_ranks(t->log, step, g->rows, g->rows + p, g->rows + 2 * p, g->rows + 3 * p, g->rows + 4 * p) != 0) status = EXIT_RUNTIME;
         if (train_log_eval(t, step, train_s, &rl, es, 1) != 0) status = EXIT_RUNTIME;
         if (train_log_eval(t, step, train_s, &r, es, 0) != 0) status = EXIT_RUNTIME;
         if (g->n_evals == g->max_evals) phi_reserve(g, g->n_evals + 1);
