@@ -310,7 +310,7 @@ static void load_experiment(run_setup *r, cli_args *a) {
     r->world_unchecked = a->check_only && comm_size() == 1 && config_world_size(e) != 1;
     if (!st && !r->world_unchecked) st = config_check_world(e, comm_size(), err, sizeof err);
     setup_agree(st, err);
-    char unused[1024];
+    char unused[4096];
     if (comm_rank() == 0 && config_unused_keys(e, unused, sizeof unused)) printf("note: %s\n", unused);
     if (!r->world_unchecked) comm_set_workers(e->p);
     comm_set_timeout(e->comm_timeout_s);
@@ -341,6 +341,7 @@ static void check_report(const run_setup *r) {
                e->data.dir, shards_n_shards(r->pack_train), shards_n_shards(r->pack_val), shards_n_classes(r->pack_train),
                (long long)r->verified);
     if (e->data.format == FORMAT_SYNTHETIC) printf("data: synthetic (random inputs and labels): curves measure speed, not learning\n");
+    setup_print_sim(r, stdout);
     if (r->world_unchecked) {
         if (method_has_servers(e->method))
             printf("not checked: method %s runs on p + servers = %d + %d = %d MPI ranks (mpiexec -n %d)\n", method_name(e->method), e->p,

@@ -925,7 +925,7 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 /* Keys set that the method or model does not use: counted and named with where they were set
  * (a note, not an error); defaults and keys in use are not named. */
 START_TEST(test_unused_keys) {
-    char buf[1024];
+    char buf[4096];
     ck_assert_int_eq(load_text("method = \"ps\";\np = 2;\ntau = 5;\nservers = 1;\nmodel = { arch = \"linear\"; width = 8; };\n", NULL, 0), 0);
     ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 2);
     ck_assert_msg(strstr(buf, "key 'tau' (") && strstr(buf, "t.cfg:3) has no effect: used only by method easgd"), "%s", buf);
@@ -937,6 +937,34 @@ START_TEST(test_unused_keys) {
     ck_assert_int_eq(load_text("method = \"gossip_push\";\np = 2;\nsynchronous = true;\n", NULL, 0), 0);
     ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 0);
     ck_assert_str_eq(buf, "");
+    /* the JPEG keys with data.format "idx" (the default), the IDX files and data.shape with "jpeg";
+     * data.scale with jpeg but augment rrc */
+    ck_assert_int_eq(load_text("p = 2;\ndata = { crop = 96; dct_scale = true; interp = \"bilinear\"; eval_resize = 128;\n"
+                               "  threads = 2; augment = \"rrc\"; dir = \"packs/x\"; scale = [100, 200]; shape = [3, 8, 8]; };\n", NULL, 0), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 9);
+    ck_assert_msg(strstr(buf, "key 'data.crop' (") && strstr(buf, "t.cfg:2) has no effect: used only by data.format = \"jpeg\""), "%s", buf);
+    ck_assert_msg(strstr(buf, "key 'data.dct_scale' (") && strstr(buf, "key 'data.dir' (") && strstr(buf, "key 'data.scale' (") &&
+                  strstr(buf, "key 'data.shape' (") && strstr(buf, "used only by data.format = \"synthetic\""), "%s", buf);
+    ck_assert_int_eq(load_text("p = 2;\ndata = { format = \"jpeg\"; dir = \"packs/x\"; augment = \"rrc\"; scale = [300, 400];\n"
+                               "  train_images = \"a.gz\"; crop = 96; dct_scale = true; };\n", NULL, 0), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 2);
+    ck_assert_msg(strstr(buf, "key 'data.scale' (") && strstr(buf, "used only by data.augment = \"scale\"") &&
+                  strstr(buf, "key 'data.train_images' (") && strstr(buf, "used only by data.format = \"idx\""), "%s", buf);
+    /* sim.leaf_size >= the ranks: one leaf, the flat network (the default 16 at p = 8; 10 with the
+     * servers of ps); a leaf_size below them, or topology flat: nothing to say */
+    ck_assert_int_eq(load_text("p = 8;\nsim = { enabled = true; topology = \"fat_tree\"; };\n", NULL, 0), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 1);
+    ck_assert_msg(strstr(buf, "key 'sim.leaf_size' (") && strstr(buf, "t.cfg): a leaf of 16 hosts holds all 8 ranks (p = 8): the fat tree is one "
+                              "leaf switch, the same network as sim.topology = \"flat\""), "%s", buf);
+    ck_assert_int_eq(load_text("method = \"ps\";\np = 8;\nservers = 2;\nsim = { enabled = true; topology = \"fat_tree\"; leaf_size = 10; };\n",
+                               NULL, 0), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 1);
+    ck_assert_msg(strstr(buf, "key 'sim.leaf_size' (") && strstr(buf, "t.cfg:4): a leaf of 10 hosts holds all 10 ranks (p + servers = 8 + 2)"), "%s", buf);
+    ck_assert_int_eq(load_text("method = \"ps\";\np = 8;\nservers = 2;\nsim = { enabled = true; topology = \"fat_tree\"; leaf_size = 9; };\n",
+                               NULL, 0), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 0);
+    ck_assert_int_eq(load_text("p = 8;\nsim = { enabled = true; };\n", NULL, 0), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 0);
 }
 END_TEST
 

@@ -12,7 +12,9 @@
 #   (c) a run stopped by SIGTERM at step 50 (DSGD_TEST_SIGNAL) and resumed equals the
 #       uninterrupted run (every dataset but wall_s);
 #   (d) bad values exit 2 naming the key; sim mode with gossip_pull exits 2 saying
-#       which methods sim mode supports.
+#       which methods sim mode supports; unused sim keys get a note, and so does a fat tree
+#       whose one leaf holds every rank (accepted: the flat network); --check prints the
+#       modelled times of the start-up line (run (a)'s line, the ring's closed form).
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH (make check puts build/bin first); every mpiexec under a timeout.
 #     PATH=build/bin:$PATH sh test/test_sim_mode.sh
@@ -157,4 +159,24 @@ echo "$out" | grep -q "key 'sim.jitter' (--set sim.jitter=0.1) has no effect: us
 out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set sim.enabled=true --set sim.latency_us=2 2>&1)
 echo "$out" | grep -q "key 'sim.latency_us' (--set sim.latency_us=2) has no effect: used only by sim.network = \"custom\"" \
     && ok "(d) sim.latency_us with a preset: the unused-key note" || bad "(d) latency with a preset: $out"
+# A fat tree whose one leaf holds every rank (the default leaf_size 16 at p = 4) is the flat
+# network: accepted, with a note; a leaf_size of 2 splits the 4 ranks: no note.
+out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set p=4 --set sim.enabled=true --set 'sim.topology="fat_tree"' 2>&1)
+rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "note: key 'sim.leaf_size' ($CFG): a leaf of 16 hosts holds all 4 ranks (p = 4): the fat tree is one leaf switch, the same network as sim.topology = \"flat\"" \
+    && ok "(d) sim.leaf_size >= p: accepted, the one-leaf note" || bad "(d) leaf_size >= p: exit $rc: $out"
+out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set p=4 --set sim.enabled=true --set 'sim.topology="fat_tree"' --set sim.leaf_size=2 2>&1)
+echo "$out" | grep -q "note: .*sim.leaf_size" && bad "(d) leaf_size 2 < p = 4: a note: $out" || ok "(d) sim.leaf_size < p: no note"
+# --check prints the modelled times of the start-up line: the line of run (a), whose all-reduce
+# is the ring's closed form (above), and 25 ms of compute.
+out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set p=4 --set sim.enabled=true $L --set sim.step_ms=25 2>&1)
+want=$($PY -c "
+p, a, b, n, C = 4, 5e-6, 1.25e9, 4 * 11689512, 4 << 20
+t = (n // C) * 2 * (p - 1) * (2 * a + C / p / b) + (n % C > 0) * 2 * (p - 1) * (2 * a + (n % C) / p / b)
+print(f'sim mode: simulated time axis; compute 25.000 ms per step, all-reduce of {n} bytes over p = 4: {1e3 * t:.3f} ms (10gbe, flat, ring)')")
+line=$(echo "$out" | grep "^sim mode:")
+run=$(grep "^sim mode:" "$dir/a.log" 2>/dev/null)
+case "$line" in "$want"*) [ "$line" = "$run" ] && ok "(d) --check prints the modelled times, as run (a)'s start line: $line" \
+    || bad "(d) --check's sim line differs from run (a)'s: '$line' / '$run'" ;;
+*) bad "(d) --check's sim line: '$line', expected '$want...': $out" ;; esac
 exit $fail

@@ -440,6 +440,7 @@ const char *config_where(const char *key) {
 int config_unused_keys(const experiment *e, char *buf, size_t n) {
     const int m = e->method, gossip = m == METHOD_GOSSIP_PULL || m == METHOD_GOSSIP_PUSH, resnet = e->model.arch == ARCH_RESNET18;
     const int sim = e->sim.enabled, custom = e->sim.network == SIM_NET_CUSTOM;
+    const int idx = e->data.format == FORMAT_IDX, jpeg = e->data.format == FORMAT_JPEG;
     const struct { const char *key, *used_by; int used; } k[] = {
         {"tau", "method easgd", m == METHOD_EASGD},
         {"beta", "method easgd", m == METHOD_EASGD},
@@ -460,6 +461,20 @@ int config_unused_keys(const experiment *e, char *buf, size_t n) {
         {"sim.oversubscription", sim ? "sim.topology = \"fat_tree\"" : "sim.enabled = true", sim && e->sim.topology == SIM_TOPO_FAT_TREE},
         {"sim.allreduce", "sim.enabled = true", sim},
         {"sim.jitter", "sim.enabled = true", sim},
+        /* the input keys of the other data formats (docs/data.md) */
+        {"data.train_images", "data.format = \"idx\"", idx},
+        {"data.train_labels", "data.format = \"idx\"", idx},
+        {"data.val_images", "data.format = \"idx\"", idx},
+        {"data.val_labels", "data.format = \"idx\"", idx},
+        {"data.dir", "data.format = \"jpeg\"", jpeg},
+        {"data.threads", "data.format = \"jpeg\"", jpeg},
+        {"data.augment", "data.format = \"jpeg\"", jpeg},
+        {"data.crop", "data.format = \"jpeg\"", jpeg},
+        {"data.scale", jpeg ? "data.augment = \"scale\"" : "data.format = \"jpeg\"", jpeg && e->data.augment == AUGMENT_SCALE},
+        {"data.eval_resize", "data.format = \"jpeg\"", jpeg},
+        {"data.interp", "data.format = \"jpeg\"", jpeg},
+        {"data.dct_scale", "data.format = \"jpeg\"", jpeg},
+        {"data.shape", "data.format = \"synthetic\"", e->data.format == FORMAT_SYNTHETIC},
     };
     int count = 0;
     size_t len = 0;
@@ -469,6 +484,20 @@ int config_unused_keys(const experiment *e, char *buf, size_t n) {
         if (k[i].used || !d || !g_given[d - config_keys]) continue;
         config_put(buf, n, &len, "%skey '%s' (%s) has no effect: used only by %s", count ? "; " : "", k[i].key,
                    g_where[d - config_keys], k[i].used_by);
+        count++;
+    }
+    /* A fat tree whose one leaf holds every rank (the world: p, plus the servers) is one switch:
+     * the flat network, sim.oversubscription without effect. Accepted (a sweep over p may hold
+     * leaf_size fixed), and said. */
+    const int hosts = config_world_size(e);
+    if (sim && e->sim.topology == SIM_TOPO_FAT_TREE && e->sim.leaf_size >= hosts) {
+        const key_def *d = config_key_find("sim.leaf_size");
+        char who[64];
+        if (method_has_servers(m)) snprintf(who, sizeof who, "p + servers = %d + %d", e->p, e->servers);
+        else snprintf(who, sizeof who, "p = %d", e->p);
+        config_put(buf, n, &len, "%skey 'sim.leaf_size' (%s): a leaf of %d hosts holds all %d ranks (%s): the fat tree is one "
+                   "leaf switch, the same network as sim.topology = \"flat\" (sim.oversubscription has no effect)",
+                   count ? "; " : "", g_where[d - config_keys], e->sim.leaf_size, hosts, who);
         count++;
     }
     return count;

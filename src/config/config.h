@@ -142,9 +142,11 @@ int config_load(experiment *e, const char *path, char *const *sets, int n_sets, 
 const char *config_where(const char *key);
 
 /* Keys the last successful config_load found set (in the file or by --set) that this method or
- * model does not use (tau with ps, model.width with the linear model, ...): how many, and a
- * sentence naming each with where it was set into buf (n bytes, truncated). Not an error: one
- * experiment file may serve a sweep over methods; rank 0 prints a note. */
+ * model does not use (tau with ps, model.width with the linear model, data.crop with data.format
+ * "idx", ...), and a sim.leaf_size that puts every rank on one leaf (the fat tree is then the
+ * flat network): how many, and a sentence naming each with where it was set into buf (n bytes,
+ * truncated). Not an error: one experiment file may serve a sweep over methods or p; rank 0
+ * prints a note. */
 int config_unused_keys(const experiment *e, char *buf, size_t n);
 
 /* 1 if the method runs parameter-server ranks (ps, easgd, backup). */

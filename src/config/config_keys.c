@@ -237,7 +237,9 @@ const key_def config_keys[] = {
     K_ENUM("sim.topology", sim.topology, SIM_TOPO_FLAT, sim_topology_names, (1u << SIM_TOPO_COUNT) - 1, NULL, "topologies",
            "flat: every host on one non-blocking switch; fat_tree: two levels, sim.leaf_size hosts per leaf, uplinks "
            "oversubscribed by sim.oversubscription"),
-    K_INT("sim.leaf_size", sim.leaf_size, 16, 1, INT_MAX, "hosts", "topology fat_tree: hosts per leaf switch"),
+    K_INT("sim.leaf_size", sim.leaf_size, 16, 1, INT_MAX, "hosts",
+          "topology fat_tree: hosts per leaf switch; one that holds every rank makes the fat tree one leaf, the flat "
+          "network (a note says so)"),
     K_FLOAT("sim.oversubscription", sim.oversubscription, 1, 1, 0, 1, 1, 0, 1e6, "",
             "topology fat_tree: oversubscription of the leaves' uplinks (1: full bisection)"),
     K_ENUM("sim.allreduce", sim.allreduce, SIM_AR_RING, sim_allreduce_names, (1u << SIM_AR_COUNT) - 1, NULL, "algorithms",

@@ -166,6 +166,24 @@ static void join_args(int argc, char **argv, char *buf, size_t n) {
     for (int i = 0; i < argc && off + 1 < n; i++) off += (size_t)snprintf(buf + off, n - off, "%s%s", i ? " " : "", argv[i]);
 }
 
+/* setup.h */
+void setup_print_sim(const run_setup *r, FILE *f) {
+    const experiment *e = &r->e;
+    const vclock *vc = &r->t.vc;
+    if (!vc->on) return;
+    if (vc->step_s >= 0) fprintf(f, "sim mode: simulated time axis; compute %.3f ms per step", 1e3 * vc->step_s);
+    else fprintf(f, "sim mode: simulated time axis; compute measured on each rank");
+    if (e->method == METHOD_ALLREDUCE)
+        fprintf(f, ", all-reduce of %zu bytes over p = %d: %.3f ms (%s, %s, %s); see docs/simulate.md\n", vc->model_bytes, e->p,
+                1e3 * vc->allreduce_s, sim_network_names[e->sim.network], sim_topology_names[e->sim.topology],
+                sim_allreduce_names[e->sim.allreduce]);
+    else /* point to point: each message booked on the sender's and receiver's NICs (incast queues) */
+        fprintf(f, ", θ or a gradient of %zu bytes %.3f ms host to host on an idle route (%s, %s; with servers each "
+                "carries its server's share), booked per NIC; see docs/simulate.md\n", vc->model_bytes,
+                1e3 * sim_p2p_s(&vc->net, 0, 1, vc->model_bytes), sim_network_names[e->sim.network],
+                sim_topology_names[e->sim.topology]);
+}
+
 /* The log rank's start-up lines: the experiment, the resume, the ranks, model, data, threads, device. */
 static void print_start(const run_setup *r) {
     const experiment *e = &r->e;
@@ -189,19 +207,7 @@ static void print_start(const run_setup *r) {
     if (e->data.format == FORMAT_SYNTHETIC)
         printf("data: synthetic (random inputs and labels, %dx%dx%d, %d classes): curves measure speed, not learning\n", r->train.c,
                r->train.h, r->train.w, r->train.n_classes);
-    if (t->vc.on) {
-        if (t->vc.step_s >= 0) printf("sim mode: simulated time axis; compute %.3f ms per step", 1e3 * t->vc.step_s);
-        else printf("sim mode: simulated time axis; compute measured on each rank");
-        if (e->method == METHOD_ALLREDUCE)
-            printf(", all-reduce of %zu bytes over p = %d: %.3f ms (%s, %s, %s); see docs/simulate.md\n", t->vc.model_bytes, e->p,
-                   1e3 * t->vc.allreduce_s, sim_network_names[e->sim.network], sim_topology_names[e->sim.topology],
-                   sim_allreduce_names[e->sim.allreduce]);
-        else /* point to point: each message booked on the sender's and receiver's NICs (incast queues) */
-            printf(", θ or a gradient of %zu bytes %.3f ms host to host on an idle route (%s, %s; with servers each "
-                   "carries its server's share), booked per NIC; see docs/simulate.md\n", t->vc.model_bytes,
-                   1e3 * sim_p2p_s(&t->vc.net, 0, 1, t->vc.model_bytes), sim_network_names[e->sim.network],
-                   sim_topology_names[e->sim.topology]);
-    }
+    setup_print_sim(r, stdout);
     setup_print_threads(&r->budget, stdout);
     if (e->device == DEVICE_CUDA)
         printf("device cuda (%s): rank %d on %s%s\n", precision_name(e->precision), t->rank, r->gpu_desc, r->comm_desc);

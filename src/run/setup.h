@@ -112,5 +112,11 @@ int setup_close(run_setup *r, int st);
 
 /* "threads per rank: ..." and a warning line when they are more than the cores. */
 void setup_print_threads(const thread_budget *b, FILE *f);
+/* Sim mode (r->t.vc.on, set by setup_data): the line of the modelled times — compute per step
+ * (ms, or "measured"), and the all-reduce of sim.model_params fp32 values over p (allreduce) or
+ * one message host to host on an idle route (the point-to-point methods), in ms, with the
+ * network, topology and algorithm — for the start-up lines and --check (runfile.c). Nothing
+ * when sim mode is off. */
+void setup_print_sim(const run_setup *r, FILE *f);
 
 #endif
