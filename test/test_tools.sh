@@ -5,7 +5,7 @@
 # tools/plot_runs.py on their run files and on a run that is still going; the batch side of
 # issue 22: run ids (arrays, DSGD_RUN_ID), continuations (--resume, the world size, exit
 # statuses), stop_at, the site block's environment, the PBS host file, sweep.py's resources,
-# chains (fake sbatch / qsub on PATH), --continue and --runs-dir. Runs from the repository root
+# chains (fake sbatch / qsub on PATH), --continue and --runs-dir, --local and its --continue. Runs from the repository root
 # with ./dsgd-run built (make check). Every mpiexec under a timeout.
 set -u
 T=${TEST_MPI_TIMEOUT:-120}
@@ -341,6 +341,53 @@ chmod +x "$dir/sigill-dsgd"
 $PY tools/sweep.py configs/linear.cfg --vary p=2 --name t9 --dir "$dir/sweeps" --dsgd "$dir/sigill-dsgd" --dry-run >"$dir/log" 2>&1
 rc=$?
 [ $rc = 2 ] && grep -q "died of signal SIGILL (an instruction this CPU lacks" "$dir/log" && ok "a dsgd-run that dies of SIGILL is named as such (B4)" || bad "SIGILL: exit $rc: $(cat "$dir/log")"
+
+# 2e. sweep.py --local, then --continue of that sweep: both points stopped by SIGTERM at step 20
+# (DSGD_TEST_SIGNAL, exit 3 with a checkpoint); p1's run file kept, p2's removed. --continue
+# resumes p1 into its own run file (--resume, a new link of the same run id) and runs p2 afresh
+# under a new run id; once both are completed a second --continue (--local) runs nothing; a
+# scheduled sweep is not continued --local.
+L="--set iterations=40 --set eval.every=20 --set log_every=10"
+env DSGD_TEST_SIGNAL=TERM@20 timeout 300 $PY tools/sweep.py configs/linear.cfg --vary p=1,2 --name lc --dir "$dir/sweeps" \
+    --runs-dir "$dir/lruns" --local --local-timeout 120 $L >"$dir/lc1.log" 2>&1
+rc=$?
+r1=$(ls "$dir/lruns"/lc-p1.*.h5 2>/dev/null) r2=$(ls "$dir/lruns"/lc-p2.*.h5 2>/dev/null)
+./dsgd-run --status "$r1" >/dev/null 2>&1
+s1=$?
+if [ $rc = 1 ] && [ $s1 = 3 ] && [ -n "$r2" ]; then
+    rm -f "$r2"
+    timeout 300 $PY tools/sweep.py --continue "$dir/sweeps/lc" >"$dir/lc2.log" 2>&1
+    rc=$?
+    $PY - "$dir/sweeps/lc/sweep.json" "$r1" "$r2" "$dir/lruns" <<'PYEOF' >"$dir/lc.check" 2>&1 && [ $rc = 0 ] && ./dsgd-run --status "$r1" >/dev/null \
+        && ok "sweep.py --continue of a --local sweep: p1 resumed into its run file (link 1, --resume), p2 run afresh under a new run id, both completed" \
+        || bad "--continue --local sweep: exit $rc: $(cat "$dir/lc.check" "$dir/lc2.log")"
+import sys, json, glob, os, h5py
+sw, r1, r2, runs = json.load(open(sys.argv[1])), sys.argv[2], sys.argv[3], sys.argv[4]
+j = sw["jobs"]
+assert len(j) == 4 and all(x["local"]["state"] == "COMPLETED" for x in j[2:]), [(x["job_id"], x["local"]) for x in j]
+rid1 = j[0]["run_ids"]["lc-p1"]
+assert j[2]["points"] == ["lc-p1"] and j[2]["link"] == 1 and j[2]["run_ids"] == {"lc-p1": rid1} and j[2]["job_id"] == rid1 + "_r1", j[2]
+assert "--resume" in j[2]["command"] and f'output="{r1}"' in j[2]["command"], j[2]["command"]
+assert j[3]["points"] == ["lc-p2"] and j[3]["link"] == 0 and "--resume" not in j[3]["command"], j[3]
+new2 = os.path.join(runs, f"lc-p2.{j[3]['run_ids']['lc-p2']}.h5")
+assert new2 != r2 and not os.path.exists(r2) and os.path.exists(new2), (new2, r2)
+for f in (r1, new2):
+    h = h5py.File(f, "r")
+    st = h.attrs["status"]
+    st = st.decode() if isinstance(st, bytes) else st
+    assert st.startswith("completed") and h["train/step"][-1] == 40, (f, st)
+assert sorted(glob.glob(os.path.join(runs, "*.h5"))) == sorted([r1, new2]), glob.glob(os.path.join(runs, "*.h5"))
+PYEOF
+    m1=$(stat -c %Y "$r1")
+    timeout 120 $PY tools/sweep.py --local --continue "$dir/sweeps/lc" >"$dir/lc3.log" 2>&1
+    rc=$?
+    n=$($PY -c "import json,sys; print(len(json.load(open(sys.argv[1]))['jobs']))" "$dir/sweeps/lc/sweep.json")
+    [ $rc = 0 ] && [ "$n" = 4 ] && [ "$(grep -c ' completed$' "$dir/lc3.log")" = 2 ] && [ "$(stat -c %Y "$r1")" = "$m1" ] \
+        && ok "--local --continue of a completed sweep: both points skipped, nothing run" || bad "continue completed: exit $rc, $n jobs: $(cat "$dir/lc3.log")"
+else bad "sweep --local with SIGTERM at step 20: exit $rc, p1 status $s1, files '$r1' '$r2': $(cat "$dir/lc1.log")"; fi
+$PY tools/sweep.py --local --continue "$dir/sweeps/ch" --dsgd "$repo/dsgd-run" >"$dir/log" 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "a sweep submitted to slurm" "$dir/log" && ok "--local --continue of a scheduled sweep: refused" || bad "--local --continue ch: exit $rc: $(cat "$dir/log")"
 
 # 3. plot_runs: both finished runs, then one that is still going.
 timeout -k 5 $T mpiexec -n 2 ./dsgd-run --set p=2 --set iterations=400 --set eval.every=20 --set log_every=10 \

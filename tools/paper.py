@@ -59,6 +59,8 @@ Sim mode (docs/simulate.md; docs/reproduce.md §9), on this machine, no schedule
 - The points run one after another here (tools/sweep.py --local), each under `timeout` --timeout S
   (default 1800), `mpiexec -n p` ($MPIEXEC), into runs/<stem>.<UTC time>_<k>.h5 (never replacing a
   run); sweeps/<name>/ (default <figure>-sim-<device>-<network>-<proxy>) is never overwritten.
+  Unfinished points later (interrupted, timed out, failed): tools/sweep.py --continue
+  sweeps/<name> runs them here again (resumed where a checkpoint is), the completed ones not.
 - `--p LIST`: other node counts (m = 256 held, or --m M), e.g. `--p 32,64` where p = 128 is too heavy.
 
 Report: /usr/bin/python3 tools/report.py sweeps/fig1-sim-k80-10gbe-linear --out plots/fig1-sim --targets 0.25,0.2,0.18

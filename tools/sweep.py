@@ -58,6 +58,12 @@ point (or one job array per world size), submitted or printed.
 - `tools/sweep.py --continue sweeps/NAME` (T3): every point whose run is not completed gets one
   more job with its own resources (its submit line, for one point) and DSGD_RUN_ID, appended to
   sweep.json's "jobs" (run it once the sweep's jobs have ended; `--dry-run` shows the jobs).
+  A --local sweep (`--continue` with or without `--local`): its points are run here again, one
+  after another, except those with a completed run file: a point whose last run was interrupted
+  with a checkpoint (dsgd-run --status exit 3) is resumed into that run file (`--resume`, job
+  <run id>_r<link>), any other (no run file, stopped, killed by the timeout) runs afresh under a
+  new run id; no run file is replaced. `--local-timeout` and `--mpiexec` as for --local (the
+  sweep's own limit by default); the new jobs are appended to sweep.json's "jobs".
 
 sweep.json: name, submit_dir, base, vary, set, job_set, m, scheduler, dry_run, runs_dir, time (the
 per-link limit as given, or null), chain (K), points, and jobs: one entry per submitted job (or
@@ -389,9 +395,7 @@ def run_local(a, out, points, axes, runs_dir, meta):
             die(f"{rf} exists: a run file is never replaced (start the sweep again in a second)")
         cmd = ["timeout", "-k", "10", f"{a.local_timeout:g}", a.mpiexec, "-n", str(pt["ranks"]), a.dsgd,
                "--set", f'output="{rf}"', pt["file"]]
-        jobs.append({"command": cmd, "points": [pt["stem"]], "link": 0, "job_id": run_id, "run_ids": {pt["stem"]: run_id},
-                     "log": os.path.join(out, f"{pt['stem']}.{run_id}.log"),
-                     "local": {"state": "PENDING", "exit": "", "elapsed": "", "wall_s": None}})
+        jobs.append(local_job(cmd, pt["stem"], run_id, run_id, 0, os.path.join(out, f"{pt['stem']}.{run_id}.log")))
     doc = {"name": a.name, "submit_dir": os.getcwd(), "base": a.base[0] if len(a.base) == 1 else a.base,
            "vary": {k: v for k, v in axes}, "set": a.set, "job_set": [], "m": a.m, "scheduler": "local", "dry_run": False,
            "runs_dir": runs_dir, "time": None, "chain": 1, "local_timeout_s": a.local_timeout, "points": points, "jobs": jobs}
@@ -400,6 +404,20 @@ def run_local(a, out, points, axes, runs_dir, meta):
     path = os.path.join(out, "sweep.json")
     with open(path, "x") as f:
         json.dump(doc, f, indent=1)
+    failed = run_jobs(doc, path, jobs)
+    print(f"sweep.py: {len(points)} point(s) in {out}/ run here (--local), {failed} failed")
+    return 1 if failed else 0
+
+
+def local_job(cmd, stem, job_id, run_id, link, log):
+    """A job of a --local sweep as sweep.json holds it (record "local" PENDING)."""
+    return {"command": cmd, "points": [stem], "link": link, "job_id": job_id, "run_ids": {stem: run_id}, "log": log,
+            "local": {"state": "PENDING", "exit": "", "elapsed": "", "wall_s": None}}
+
+
+def run_jobs(doc, path, jobs):
+    """Runs the --local jobs (entries of doc["jobs"]) one after another, each job's record and
+    sweep.json (path) written before and after it; returns how many failed."""
     failed = 0
     for j in jobs:
         rec = j["local"]
@@ -419,7 +437,52 @@ def run_local(a, out, points, axes, runs_dir, meta):
             with open(j["log"]) as log:
                 tail = log.read().strip().splitlines()[-3:]
             print("    | " + "\n    | ".join(tail), file=sys.stderr)
-    print(f"sweep.py: {len(points)} point(s) in {out}/ run here (--local), {failed} failed")
+    return failed
+
+
+def continue_local(a, path, sw):
+    """--continue on a --local sweep (sweep.json "scheduler": "local"): every point whose run files
+    include a completed one is left alone; a point whose last run is interrupted with a checkpoint
+    (dsgd-run --status exit 3) is resumed into that run file (dsgd-run --resume, a new link with the
+    same run id); any other point (no run file, stopped, killed, unreadable) runs afresh under a new
+    run id <UTC start>_<point index>, so no run file is ever replaced. The new jobs are appended to
+    sweep.json's "jobs" and run here one after another, as --local runs them."""
+    os.chdir(sw["submit_dir"])  # the points' files and the runs directory are relative to it
+    runs_dir, out = sw.get("runs_dir", "runs"), os.path.dirname(path)
+    timeout = a.local_timeout if a.local_timeout is not None else sw.get("local_timeout_s", 1800)
+    rid = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    new = []
+    for k, pt in enumerate(sw["points"]):
+        stem = pt["stem"]
+        mine = [j for j in sw["jobs"] if stem in j.get("points", []) and (j.get("run_ids") or {}).get(stem)]
+        runs = [(j, os.path.join(runs_dir, f"{stem}.{j['run_ids'][stem]}.h5")) for j in mine]
+        done = next((rf for _, rf in runs if run_status(a.dsgd, rf)[0] == 0), None)
+        if done:
+            print(f"sweep.py: {stem}: {done} completed")
+            continue
+        last = runs[-1] if runs else None
+        st, what = run_status(a.dsgd, last[1]) if last else (None, "never run")
+        base = ["timeout", "-k", "10", f"{timeout:g}", a.mpiexec, "-n", str(pt["ranks"]), a.dsgd]
+        if st == 3:  # interrupted with a checkpoint: continue that run file
+            run_id, link = last[0]["run_ids"][stem], max(j.get("link", 0) for j in mine) + 1
+            job_id, rf, mode = f"{run_id}_r{link}", last[1], ["--resume"]
+        else:
+            run_id, link = f"{rid}_{k}", 0
+            job_id, rf, mode = run_id, os.path.join(runs_dir, f"{stem}.{run_id}.h5"), []
+            if os.path.exists(rf):
+                die(f"{rf} exists: a run file is never replaced (continue the sweep again in a second)")
+        print(f"sweep.py: {stem}: {last[1] + ': ' if last else ''}{what}: " + ("resumed" if mode else "run afresh"))
+        cmd = base + mode + ["--set", f'output="{rf}"', pt["file"]]
+        new.append(local_job(cmd, stem, job_id, run_id, link, os.path.join(out, f"{stem}.{job_id}.log")))
+    if a.dry_run:
+        for j in new:
+            print("(dry run) " + shlex.join(j["command"]))
+        print(f"sweep.py: {len(new)} point(s) of {out} to run (dry run: nothing run)")
+        return 0
+    sw["jobs"] += new
+    write_json(path, sw)
+    failed = run_jobs(sw, path, new)
+    print(f"sweep.py: {len(new)} point(s) of {out}/ continued here (--local), {failed} failed")
     return 1 if failed else 0
 
 
@@ -455,25 +518,37 @@ def main():
     ap.add_argument("--runs-dir", metavar="DIR", help="where the jobs write run files and checkpoints (DSGD_RUNS_DIR; "
                                                        "default: the job script's site block, else runs)")
     ap.add_argument("--continue", dest="cont", metavar="sweeps/NAME",
-                    help="submit one more job for every point of that sweep whose run is not completed")
+                    help="submit one more job for every point of that sweep whose run is not completed (a --local "
+                         "sweep: run those points here, resumed or afresh)")
     ap.add_argument("--dry-run", action="store_true", help="print the submit commands, run none")
     ap.add_argument("--local", action="store_true",
                     help="no scheduler: run the points here, one after another, with mpiexec (sim mode kits, tools/paper.py --simulate)")
-    ap.add_argument("--local-timeout", type=float, default=1800, metavar="S",
-                    help="--local: each point's limit in seconds (timeout -k 10 S; default 1800)")
+    ap.add_argument("--local-timeout", type=float, default=None, metavar="S",
+                    help="--local: each point's limit in seconds (timeout -k 10 S; default 1800, or the sweep's with --continue)")
     ap.add_argument("--mpiexec", default=os.environ.get("MPIEXEC") or "mpiexec", help="--local: the MPI launcher (default $MPIEXEC or mpiexec)")
     ap.add_argument("--meta", metavar="JSON", help="a JSON object recorded in sweep.json as \"meta\" (tools/paper.py: what a kit left out)")
     a = ap.parse_args()
 
     if a.cont:
-        if a.local:
-            die("--continue is for scheduled sweeps; a --local sweep is run again under another --name")
         if a.base or a.name:
             die("--continue takes a sweep directory only (its sweep.json holds the points and their submit lines)")
         if not os.access(a.dsgd, os.X_OK):
             die(f"{a.dsgd} not found or not executable (build it with make, or --dsgd PATH)")
         a.dsgd = os.path.abspath(a.dsgd)
         a.cont = os.path.abspath(a.cont)
+        if a.local_timeout is not None and not a.local_timeout > 0:
+            die(f"--local-timeout {a.local_timeout}: expected seconds > 0")
+        path = os.path.join(a.cont, "sweep.json")
+        try:
+            with open(path) as f:
+                sw = json.load(f)
+        except (OSError, ValueError) as e:
+            die(f"--continue {a.cont}: cannot read {path}: {e}")
+        if sw.get("scheduler") == "local":
+            return continue_local(a, path, sw)
+        if a.local:
+            die(f"--local --continue {a.cont}: a sweep submitted to {sw.get('scheduler')} (sweep.json): continue it "
+                "without --local (one more job per unfinished point)")
         return continue_sweep(a)
     if not a.base:
         die("no base experiment file given")
@@ -522,6 +597,8 @@ def main():
             die(f"--meta: not JSON ({ex})")
     if a.local and (a.array or a.time or a.job_set or a.gpus_per_node or a.chain != "1"):
         die("--local runs every point here, once: --array, --time, --chain, --job-set and --gpus-per-node are for schedulers")
+    if a.local_timeout is None:
+        a.local_timeout = 1800.0
     if a.local and not a.local_timeout > 0:
         die(f"--local-timeout {a.local_timeout}: expected seconds > 0")
     if not a.dry_run and not a.local and not os.path.isfile(job_script):
