@@ -148,7 +148,7 @@ what="key 'sim.model_params'" check --set sim.model_params=4611686018427387904L
 what="key 'sim.bandwidth_gbps'" check --set 'sim.network="custom"' --set sim.bandwidth_gbps=1e-300
 what="key 'sim.device'" check --set 'sim.device="k81"'
 what="key 'sim.network'" check --set 'sim.network="ethernet"'
-for m in gossip_pull; do
+for m in gossip_push; do
     what="key 'sim.enabled': sim mode supports method '$m' only with synchronous = true" check --set sim.enabled=true --set "method=\"$m\""
 done
 out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set sim.jitter=0.1 2>&1)

@@ -1,0 +1,141 @@
+/* vclock_gossip_async.c — asynchronous gossip_pull's schedule on the virtual clock
+ * (vclock_gossip_async.h). */
+#include "train/vclock_gossip_async.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "util/util.h"
+
+/* (key, node) ascending. */
+static int before(const vclock_gossip_async *g, int a, int b) {
+    return g->key[a] < g->key[b] || (g->key[a] == g->key[b] && a < b);
+}
+
+static void heap_swap(vclock_gossip_async *g, int i, int j) {
+    const int a = g->heap[i], b = g->heap[j];
+    g->heap[i] = b, g->heap[j] = a, g->pos[b] = i, g->pos[a] = j;
+}
+
+static void heap_push(vclock_gossip_async *g, int k) {
+    int i = g->hn++;
+    g->heap[i] = k, g->pos[k] = i;
+    while (i > 0 && before(g, g->heap[i], g->heap[(i - 1) / 2])) heap_swap(g, i, (i - 1) / 2), i = (i - 1) / 2;
+}
+
+static int heap_pop(vclock_gossip_async *g) {
+    const int top = g->heap[0];
+    heap_swap(g, 0, --g->hn);
+    g->pos[top] = -1;
+    int i = 0;
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < g->hn && before(g, g->heap[l], g->heap[m])) m = l;
+        if (r < g->hn && before(g, g->heap[r], g->heap[m])) m = r;
+        if (m == i) break;
+        heap_swap(g, i, m), i = m;
+    }
+    return top;
+}
+
+static int failed_at(const vclock_gossip_async *g, int k, long s) { return k == g->fail_rank && s >= g->fail_step; }
+
+/* Node k's step done[k] begins at start[k]: its request into the heap, or k parks / stops. */
+static void schedule(vclock_gossip_async *g, int k) {
+    const long s = g->done[k];
+    if (s >= g->iterations || failed_at(g, k, s)) {
+        g->state[k] = VGA_DONE;
+        return;
+    }
+    const int j = g->m.peer(g->m.ctx, k, s);
+    g->peer[k] = j, g->state[k] = VGA_RUN;
+    g->key[k] = g->start[k] + sim_p2p_s(&g->net, k, j, g->small);
+    heap_push(g, k);
+}
+
+void vga_init(vclock_gossip_async *g, int p, int me, long iterations, int fail_rank, long fail_step, size_t bytes,
+              const sim_net *net, vga_model m) {
+    *g = (vclock_gossip_async){.p = p, .me = me, .iterations = iterations, .fail_rank = fail_rank, .fail_step = fail_step,
+                               .bytes = bytes, .small = 4, .net = *net, .m = m, .meet_max = -INFINITY,
+                               .meet_step = {-1, -1}};
+    g->done = xcalloc((size_t)p, sizeof *g->done), g->reads = xcalloc((size_t)p, sizeof *g->reads);
+    g->start = xcalloc((size_t)p, sizeof *g->start), g->last_end = xmalloc((size_t)p * sizeof *g->last_end);
+    g->key = xcalloc((size_t)p, sizeof *g->key);
+    g->peer = xmalloc((size_t)p * sizeof *g->peer), g->state = xmalloc((size_t)p * sizeof *g->state);
+    g->heap = xmalloc((size_t)p * sizeof *g->heap), g->pos = xmalloc((size_t)p * sizeof *g->pos);
+    g->nic = xcalloc(2 * (size_t)p, sizeof *g->nic);
+    g->nics = (sim_nics){.p = p, .free_up = g->nic, .free_down = g->nic + p};
+    g->mine.step = -1;
+    for (int k = 0; k < p; k++) g->last_end[k] = -INFINITY, g->pos[k] = -1;
+    if (p > 1)
+        for (int k = 0; k < p; k++) schedule(g, k);
+}
+
+void vga_free(vclock_gossip_async *g) {
+    free(g->done), free(g->reads), free(g->start), free(g->last_end), free(g->key), free(g->peer), free(g->state), free(g->heap),
+        free(g->pos), free(g->nic);
+    *g = (vclock_gossip_async){0};
+}
+
+/* Every live node waits at the meeting: all start at M. */
+static void release(vclock_gossip_async *g) {
+    const double M = g->meet_max;
+    g->meet_step[0] = g->meet_step[1], g->meet_time[0] = g->meet_time[1];
+    g->meet_time[1] = M, g->meetings++;
+    for (int k = 0; k < g->p; k++)
+        if (g->state[k] == VGA_PARKED) {
+            g->meet_step[1] = g->done[k];
+            g->start[k] = M;
+            schedule(g, k);
+        }
+    g->parked = 0, g->meet_max = -INFINITY;
+}
+
+/* Release a full meeting when no request is pending; 0 when nothing is left (every node stopped). */
+static int pending(vclock_gossip_async *g) {
+    if (g->hn == 0 && g->parked > 0) release(g);
+    return g->hn > 0;
+}
+
+/* Handle the earliest request (A, k) (one is pending). */
+static void handle_one(vclock_gossip_async *g) {
+    const int k = heap_pop(g), j = g->peer[k];
+    const long s = g->done[k];
+    const double A = g->key[k], S = g->start[k];
+    /* j's state: every publish of j at a time ≤ A is known (vclock_gossip_async.h, Order) */
+    const int gone = failed_at(g, j, g->done[j]) && A >= g->last_end[j];
+    const long version = g->done[j] - (g->last_end[j] > A ? 1 : 0);
+    double R;
+    if (gone) R = A + sim_p2p_s(&g->net, j, k, g->small);
+    else R = sim_nics_send(&g->nics, &g->net, j, k, g->bytes, A);
+    double c, d;
+    g->m.compute(g->m.ctx, k, s, &c, &d);
+    const double X = S + (c + d);
+    const double E = X > R ? X : R;
+    if (j == g->me && !gone) g->reads[k]++, g->nreads++;
+    if (k == g->me) g->mine = (vga_step){.step = s, .peer = j, .got = !gone, .version = gone ? -1 : version, .S = S, .A = A, .R = R, .E = E, .c = c, .d = d};
+    g->last_end[k] = E, g->done[k] = s + 1, g->start[k] = E;
+    if (!failed_at(g, k, s + 1) && (s + 1 == g->iterations || (s + 1 < g->iterations && g->m.meeting(g->m.ctx, s + 1)))) {
+        g->state[k] = VGA_PARKED, g->parked++;
+        if (!(g->meet_max >= E)) g->meet_max = E;
+    } else schedule(g, k);
+}
+
+const vga_step *vga_mine(vclock_gossip_async *g, long s) {
+    while (g->mine.step < s && pending(g)) handle_one(g);
+    return &g->mine;
+}
+
+void vga_advance_to(vclock_gossip_async *g, double t) {
+    while (pending(g) && g->key[g->heap[0]] < t) handle_one(g);
+}
+
+double vga_meet(vclock_gossip_async *g, long s) {
+    while (g->meet_step[1] < s && pending(g))
+        if (g->meet_step[1] < s) handle_one(g);
+    if (g->meet_step[1] == s) return g->meet_time[1];
+    if (g->meet_step[0] == s) return g->meet_time[0];
+    DIE("vga_meet: the meeting after %ld steps is not the last or the one before (%ld, %ld)", s, g->meet_step[0], g->meet_step[1]);
+}
+
+long vga_reads(const vclock_gossip_async *g) { return g->nreads; }
