@@ -1,17 +1,19 @@
 #!/bin/sh
-# test_sim_gossip_async.sh — asynchronous gossip_pull in sim mode (docs/simulate.md "Gossip,
-# asynchronous"; issue 25 §4) on configs/linear.cfg, real runs under mpiexec:
-#   (a) closed form, p = 2, sim.step_ms = 25, no jitter, 10 GbE: a step is
-#       ℓ + 2α + n/β (the 4-byte request ℓ = 2α + 4/β, the θ reply 2α + n/β, longer than the
-#       25 ms compute); every /train time_s equals it summed step by step, to 1e-12 relative;
-#   (c) an independent re-implementation of the schedule (train/vclock_gossip_async.h) in
-#       Python at p = 4 (and p = 4 with node 2 failing at step 20): every /train and /eval time_s
-#       equal bit for bit;
+# test_sim_gossip_async.sh — asynchronous gossip_pull and gossip_push in sim mode
+# (docs/simulate.md "Gossip, asynchronous"; issue 25 §4) on configs/linear.cfg, real runs under
+# mpiexec:
+#   (a) closed form, p = 2, sim.step_ms = 25, no jitter, 10 GbE. Pull: a step is ℓ + α + n/β (the
+#       4-byte request ℓ = α + 4/β, the θ reply α + n/β, longer than the 25 ms compute). Push: the
+#       first step 25 ms, then n/β each (a push leaves when the previous one has left the
+#       uplink). Every /train time_s equals that to 1e-12 relative;
+#   (c) an independent re-implementation of the schedules (train/vclock_gossip_async.h) in
+#       Python at p = 4 with node 3 slowed by 30 ms a step (and with node 2 failing at step 20
+#       too): every /train and /eval time_s equal bit for bit;
 #   (b) determinism: p = 8 (P8=… for another p) with sim.jitter = 0.3, a slow rank and random
 #       stragglers, run twice, the second beside two busy loops: every dataset but wall_s equal;
 #   (d) refusals: sim.device = "measured" (exit 2 naming sim.device), --resume (exit 2 naming
-#       sim.enabled; a SIGTERM stops at the next meeting point with exit 3 and says to start
-#       again), asynchronous gossip_push (exit 2).
+#       sim.enabled); a SIGTERM stops at the next meeting point with exit 3 and says to start
+#       again.
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH; every mpiexec under a timeout.   PATH=build/bin:$PATH sh test/test_sim_gossip_async.sh
 set -u
@@ -28,22 +30,24 @@ trap 'for j in $load; do kill $j 2>/dev/null; done; rm -rf "$dir"' EXIT INT TERM
 fail=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
-sim() {  # sim NP NAME [dsgd-run args...]: an asynchronous gossip_pull sim run of linear.cfg into $dir/NAME.h5
-    np=$1 name=$2
-    shift 2
-    timeout -k 5 $T mpiexec -n "$np" "$DSGD" "$CFG" --set p="$np" --set method='"gossip_pull"' --set synchronous=false \
+sim() {  # sim NP NAME METHOD [dsgd-run args...]: an asynchronous gossip sim run of linear.cfg into $dir/NAME.h5
+    np=$1 name=$2 m=$3
+    shift 3
+    timeout -k 5 $T mpiexec -n "$np" "$DSGD" "$CFG" --set p="$np" --set method="\"$m\"" --set synchronous=false \
         --set sim.enabled=true --set "output=\"$dir/$name.h5\"" "$@" >"$dir/$name.log" 2>&1
 }
 
 # (a) and (c): the schedule against a closed form and a reference written here.
 L="--set iterations=60 --set eval.every=30 --set log_every=1 --set sim.step_ms=25"
-for np_ in 2 4 4f; do
-    F=; [ $np_ = 4f ] && F="--set inject.fail_rank=2 --set inject.fail_step=20"
-    if sim ${np_%f} a$np_ $L $F; then
-        $PY - "$dir/a$np_.h5" $np_ <<'EOF' && ok "(a/c) pull at p = $np_: time_s = the reference schedule, bit for bit" || bad "(a/c) pull at p = $np_"
+for m in gossip_pull gossip_push; do for np_ in 2 4 4f; do
+    F=; [ $np_ != 2 ] && F="--set inject.slow_ranks=[3] --set inject.delay_ms=30 --set inject.delay_dist=\"fixed\""
+    [ $np_ = 4f ] && F="$F --set inject.fail_rank=2 --set inject.fail_step=20"
+    if sim ${np_%f} a$np_$m $m $L $F; then
+        $PY - "$dir/a$np_$m.h5" $np_ $m <<'EOF' && ok "(a/c) $m at p = $np_: time_s = the reference schedule, bit for bit" || bad "(a/c) $m at p = $np_"
 import sys, heapq, h5py, numpy as np
 f = h5py.File(sys.argv[1], 'r')
-p, A = int(sys.argv[2].rstrip('f')), f.attrs
+p, A, push = int(sys.argv[2].rstrip('f')), f.attrs, sys.argv[3] == 'gossip_push'
+delay = lambda k: 0.030 if p == 4 and k == 3 else 0.0  # inject.slow_ranks = [3], fixed 30 ms
 fail = (2, 20) if sys.argv[2].endswith('f') else (-1, 0)
 failed = lambda k, s: k == fail[0] and s >= fail[1]  # inject_failed
 c, seed, steps, every = A['sim_step_s'], int(A['seed']), 60, 30
@@ -80,10 +84,34 @@ def below(seed, n):  # rng_seed + rng_below (xoshiro256**, Lemire)
 def peer(i, s):  # gossip.c's peer_of
     j = below(seed_mix(seed_mix(seed ^ 0x676f73736970, s), i), p - 1)
     return j + 1 if j >= i else j
-# the reference schedule, written from the rules of vclock_gossip_async.h
+# the reference schedules, written from the rules of vclock_gossip_async.h
 route, tx = 2 * lat, n / bw           # flat network: host-up + host-down
-small = route + 4 / bw                # a request (or a "gone" answer): 4 bytes, not booked
 meets = lambda s: s == steps or s % every == 0
+if push:  # a node's clock needs no one's pushes: its own chain, and the meetings
+    S, up, D, clock0 = [0.0] * p, [0.0] * p, [0.0] * p, {0: 0.0}
+    for s in range(steps):
+        live = [k for k in range(p) if not failed(k, s)]
+        for k in live:
+            X = S[k] + (c + delay(k))
+            D[k] = max(X, up[k]); up[k] = D[k] + tx     # sim_nic_out
+            S[k] = D[k]
+        if meets(s + 1):
+            Mt = max(D[k] for k in live if not failed(k, s + 1))
+            for k in range(p): S[k] = Mt
+        clock0[s + 1] = S[0] if not failed(0, s) else clock0[s]
+    for g in ('train', 'eval'):
+        st, ts = f[g + '/step'][()], f[g + '/time_s'][()]
+        want = np.array([clock0[int(x)] for x in st])
+        assert np.array_equal(ts, want), (g, np.argwhere(ts != want)[:3].tolist(), ts[:4], want[:4])
+    assert A['train_time_s'] == clock0[steps] and A['status'] == b'completed'
+    if p == 2:  # closed form: 25 ms, then n/β a step (the uplink)
+        for s in range(1, steps + 1):
+            want = c + (s - 1) * tx
+            assert abs(clock0[s] - want) <= 1e-12 * want, (s, clock0[s], want)
+        print(f"closed form: {c * 1e3:.3f} ms, then {tx * 1e3:.9f} ms a step: {clock0[steps]:.9f} s for {steps} steps")
+    print(f"p = {sys.argv[2]} push: {clock0[steps]:.9f} s simulated for {steps} steps")
+    sys.exit(0)
+small = route + 4 / bw                # a request (or a "gone" answer): 4 bytes, not booked
 done, start, last = [0] * p, [0.0] * p, [float('-inf')] * p
 up, down = [0.0] * p, [0.0] * p
 heap, parked, clock0, gone_n, versions = [], [], {0: 0.0}, 0, []
@@ -110,7 +138,7 @@ while heap or parked:
         versions.append(done[j] - (1 if last[j] > a else 0))
         st = max(a, up[j]); up[j] = st + tx
         down[k] = max(st + route + tx, down[k] + tx); R = down[k]
-    X = start[k] + (c + 0.0)
+    X = start[k] + (c + delay(k))
     E = X if X > R else R
     last[k], done[k], start[k] = E, s + 1, E
     if k == 0: clock0[s + 1] = E
@@ -134,41 +162,41 @@ stale = sum(1 for v in versions if v < 0)
 assert stale == 0
 print(f"p = {sys.argv[2]}: {clock0[steps]:.9f} s simulated for {steps} steps; {gone_n} pulls answered gone")
 EOF
-    else bad "(a/c) pull at p = $np_: $(tail -n 3 "$dir/a$np_.log")"; fi
-done
+    else bad "(a/c) $m at p = $np_: $(tail -n 3 "$dir/a$np_$m.log")"; fi
+done; done
 
 # (b) determinism: jitter, a slow rank and random stragglers; the second run loaded.
 D="--set iterations=40 --set eval.every=20 --set log_every=5 --set sim.jitter=0.3 --set inject.slow_ranks=[3] --set inject.delay_ms=40 \
    --set inject.delay_dist=\"exponential\" --set inject.random_slow=0.3 --set eval.batch=500"
-t0=$(date +%s)
-if sim $P8 b1 $D; then
-    t1=$(date +%s)
-    yes >/dev/null & load="$load $!"
-    yes >/dev/null & load="$load $!"
-    sim $P8 b2 $D || bad "(b) p = $P8, the loaded run: $(tail -n 3 "$dir/b2.log")"
-    t2=$(date +%s)
-    for j in $load; do kill $j 2>/dev/null; done; load=
-    echo "(b) p = $P8: $((t1 - t0)) s unloaded, $((t2 - t1)) s loaded; $(grep '^done:' "$dir/b1.log")"
-    $PY "$SAME" "$dir/b1.h5" "$dir/b2.h5" && ok "(b) determinism at p = $P8 under load" || bad "(b) p = $P8: two runs, one loaded, differ"
-else bad "(b) p = $P8, the first run: $(tail -n 3 "$dir/b1.log")"; fi
+for m in gossip_pull gossip_push; do
+    t0=$(date +%s)
+    if sim $P8 b1$m $m $D; then
+        t1=$(date +%s)
+        yes >/dev/null & load="$load $!"
+        yes >/dev/null & load="$load $!"
+        sim $P8 b2$m $m $D || bad "(b) $m p = $P8, the loaded run: $(tail -n 3 "$dir/b2$m.log")"
+        t2=$(date +%s)
+        for j in $load; do kill $j 2>/dev/null; done; load=
+        echo "(b) $m p = $P8: $((t1 - t0)) s unloaded, $((t2 - t1)) s loaded; $(grep '^done:' "$dir/b1$m.log")"
+        $PY "$SAME" "$dir/b1$m.h5" "$dir/b2$m.h5" && ok "(b) $m: determinism at p = $P8 under load" || bad "(b) $m p = $P8: two runs, one loaded, differ"
+    else bad "(b) $m p = $P8, the first run: $(tail -n 3 "$dir/b1$m.log")"; fi
+done
 
 # (d) refusals, and a SIGTERM stop.
-out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set sim.enabled=true --set 'method="gossip_pull"' --set 'sim.device="measured"' 2>&1)
-rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "key 'sim.device': asynchronous gossip_pull in sim mode needs a modelled compute" \
-    && ok "(d) measured device -> exit 2" || bad "(d) measured: exit $rc: $out"
-out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set sim.enabled=true --set 'method="gossip_push"' 2>&1)
-rc=$?
-[ $rc -eq 2 ] && echo "$out" | grep -q "key 'sim.enabled': .*method 'gossip_push' is not yet ordered by virtual time" \
-    && ok "(d) asynchronous push -> exit 2" || bad "(d) push: exit $rc: $out"
-S="--set iterations=60 --set eval.every=20 --set log_every=10 --set sim.step_ms=25"
-DSGD_TEST_SIGNAL=TERM@25 sim 3 d1 $S
-rc=$?
-if [ $rc -eq 3 ] && grep -q "stopped by .* after step 40; sim mode cannot resume this method yet" "$dir/d1.log"; then
-    ok "(d) SIGTERM at step 25: stopped at the meeting point after step 40, exit 3"
-else bad "(d) SIGTERM: exit $rc: $(tail -n 4 "$dir/d1.log")"; fi
-sim 3 d1 $S --resume
-rc=$?
-[ $rc -eq 2 ] && grep -q "key 'sim.enabled'.*cannot be resumed yet" "$dir/d1.log" && ok "(d) --resume -> exit 2" \
-    || bad "(d) resume: exit $rc: $(tail -n 3 "$dir/d1.log")"
+for m in gossip_pull gossip_push; do
+    out=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set sim.enabled=true --set "method=\"$m\"" --set 'sim.device="measured"' 2>&1)
+    rc=$?
+    [ $rc -eq 2 ] && echo "$out" | grep -q "key 'sim.device': asynchronous $m in sim mode needs a modelled compute" \
+        && ok "(d) $m: measured device -> exit 2" || bad "(d) $m measured: exit $rc: $out"
+    S="--set iterations=60 --set eval.every=20 --set log_every=10 --set sim.step_ms=25"
+    DSGD_TEST_SIGNAL=TERM@25 sim 3 d$m $m $S
+    rc=$?
+    if [ $rc -eq 3 ] && grep -q "stopped by .* after step 40; sim mode cannot resume this method yet" "$dir/d$m.log"; then
+        ok "(d) $m: SIGTERM at step 25: stopped at the meeting point after step 40, exit 3"
+    else bad "(d) $m SIGTERM: exit $rc: $(tail -n 4 "$dir/d$m.log")"; fi
+    sim 3 d$m $m $S --resume
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "key 'sim.enabled'.*cannot be resumed yet" "$dir/d$m.log" && ok "(d) $m: --resume -> exit 2" \
+        || bad "(d) $m resume: exit $rc: $(tail -n 3 "$dir/d$m.log")"
+done
 exit $fail

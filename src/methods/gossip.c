@@ -375,6 +375,39 @@ static int gossip_step_sim(gossip *g, trainer *t, long s, double alpha, double *
     return 0;
 }
 
+/* Sim mode, asynchronous push: node i's step s on the replicated schedule (gossip_sim.c). */
+static int gossip_step_sim_push(gossip *g, trainer *t, long s, double alpha, double *loss_out) {
+    const experiment *e = t->e;
+    model *net = t->net;
+    float *th = model_params(net);
+    const size_t n = g->n;
+    const double t0 = wall_time();
+    double loss; /* 1. the gradient at θ_i, its compute on the virtual clock */
+    if (train_compute(t, s, s, &loss)) return -1;
+    vclock_compute(&t->vc, s, 0.0, inject_draw_s(&t->inj, s));
+    const double w0 = wall_time(); /* 2. the take: what arrived by now */
+    double x;
+    const int got = gossip_sim_take(g, s, &x);
+    if (x != t->vc.now) DIE("sim gossip: node %d's clock %.17g at step %ld is not the schedule's %.17g", g->me, t->vc.now, s, x);
+    const double c1 = wall_time() - w0;
+    g->peers[peer_of(e, g->me, s)]++;
+    const double u0 = wall_time(); /* 3. combine */
+    int finite = isfinite(loss);
+    if (!g->fresh) mix(th, g->inbox, got, n);
+    finite = finite && sgd_update(th, model_grads(net), g->vel, n, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
+    if (g->fresh) mix(th, g->inbox, got, n);
+    const double u1 = wall_time();
+    gossip_sim_push(g, th, s); /* 4. θ^{s+1} to the peer */
+    const double y1 = wall_time();
+    t->times.comm_s += c1 + (y1 - u1);
+    t->times.wait_s += c1;
+    t->times.update_s += u1 - u0;
+    t->times.step_s += wall_time() - t0;
+    vclock_step_end(&t->vc, 0.0);
+    *loss_out = finite ? loss : NAN;
+    return 0;
+}
+
 /* The most evaluations a run makes (at the start, every eval.every steps, at the end): the rows of
  * /gossip/potential. */
 static long potential_rows(const experiment *e) { return e->iterations / e->eval.every + 2; }
@@ -537,7 +570,7 @@ static step_out gossip_node_step(trainer *t, long s, double alpha) {
     if (failed) return (step_out){.took = METHOD_STEP_NONE};
     g->steps_done++;
     step_out o = {.took = METHOD_STEP_TOOK};
-    if (g->sim_async ? gossip_step_sim(g, t, s, alpha, &o.loss) : gossip_step(g, t, s, alpha, &o.loss)) o.status = EXIT_RUNTIME, o.why = STOPPED_DATA;
+    if (g->sim_async ? (g->push ? gossip_step_sim_push : gossip_step_sim)(g, t, s, alpha, &o.loss) : gossip_step(g, t, s, alpha, &o.loss)) o.status = EXIT_RUNTIME, o.why = STOPPED_DATA;
     return o;
 }
 

@@ -52,6 +52,9 @@ static int model_meeting(void *ctx, long s) {
     return (cadence_due(((const gossip *)ctx)->t->e, s - 1, s) & (CADENCE_EVAL | CADENCE_CKPT)) != 0;
 }
 
+/* The nodes meet after s steps (an evaluation, a periodic checkpoint, the end)? */
+static int meets_after(const gossip *g, long s) { return s == g->t->e->iterations || model_meeting((void *)g, s); }
+
 /* Start what can start: a node's next send of θ^v once its previous one to that node completed.
  * Never blocks. */
 static void pump(gossip *g) {
@@ -101,17 +104,42 @@ static void publish_version(gossip *g, const float *th, long v) {
     pump(g);
 }
 
+/* Push: a buffer of θ_i sent to one node, busy until that node takes it (its MPI send completes
+ * then) — in virtual time at `take`. */
+struct gossip_slot {
+    float *buf;
+    comm_set *set; /* (p) sends of buf */
+    int busy, to;
+    double take;
+};
+
+static void add_slot(gossip *g) {
+    g->slots = realloc(g->slots, (size_t)(g->nslots + 1) * sizeof *g->slots);
+    if (!g->slots) DIE("out of memory for a gossip push buffer");
+    struct gossip_slot *sl = &g->slots[g->nslots++];
+    *sl = (struct gossip_slot){.buf = xmalloc(g->n * sizeof(float)), .set = comm_set_new(g->p)};
+    for (int k = 0; k < g->p; k++) comm_set_add(sl->set, COMM_SEND, sl->buf, g->n * sizeof(float), k, TAG_PUSH);
+}
+
 int gossip_sim_setup(gossip *g, trainer *t, char *err, size_t errlen) {
     const experiment *e = t->e;
     const int p = g->p;
     const size_t nb = g->n * sizeof(float);
-    if (g->push || t->vc.step_s < 0) /* config.c refuses both already; kept for callers without it */
-        return seterr(err, errlen, "%s: sim mode runs asynchronous gossip_pull only, with a modelled device (not \"measured\")", e->source);
+    if (t->vc.step_s < 0) /* config.c refuses it already; kept for callers without it */
+        return seterr(err, errlen, "%s: sim mode runs asynchronous gossip with a modelled device only (not \"measured\")", e->source);
     g->sim_async = 1;
     g->inj = xmalloc((size_t)p * sizeof *g->inj);
     for (int k = 0; k < p; k++) inject_init(&g->inj[k], e, k);
-    vga_init(&g->ga, p, g->me, e->iterations, e->inject.fail_rank, e->inject.fail_step, t->vc.model_bytes, &t->vc.net,
-             (vga_model){.ctx = g, .compute = model_compute, .peer = model_peer, .meeting = model_meeting});
+    const vga_model m = {.ctx = g, .compute = model_compute, .peer = model_peer, .meeting = model_meeting};
+    if (g->push) {
+        vga_init_push(&g->ga, p, g->me, e->iterations, e->inject.fail_rank, e->inject.fail_step, t->vc.model_bytes, &t->vc.net, m);
+        g->sset = comm_set_new(p);
+        g->s_rcv = xmalloc((size_t)p * sizeof(int));
+        for (int k = 0; k < p; k++) g->s_rcv[k] = comm_set_add(g->sset, COMM_RECV, g->peer, nb, k, TAG_PUSH);
+        add_slot(g), add_slot(g); /* enough unless a receiver is far behind: gossip_sim_push */
+        return 0;
+    }
+    vga_init(&g->ga, p, g->me, e->iterations, e->inject.fail_rank, e->inject.fail_step, t->vc.model_bytes, &t->vc.net, m);
     g->sset = comm_set_new(2 * p);
     g->s_snd = xmalloc((size_t)p * sizeof(int)), g->s_rcv = xmalloc((size_t)p * sizeof(int));
     g->pend = xcalloc((size_t)p, sizeof(long)), g->plist = xmalloc((size_t)p * sizeof(int));
@@ -126,6 +154,8 @@ int gossip_sim_setup(gossip *g, trainer *t, char *err, size_t errlen) {
 void gossip_sim_free(gossip *g) {
     if (!g->sim_async) return;
     comm_set_free(g->sset); /* cancels sends to readers beyond a stop */
+    for (int i = 0; i < g->nslots; i++) comm_set_free(g->slots[i].set), free(g->slots[i].buf);
+    free(g->slots);
     vga_free(&g->ga);
     free(g->inj), free(g->s_snd), free(g->s_rcv), free(g->pend), free(g->plist);
 }
@@ -157,8 +187,6 @@ int gossip_sim_finish(gossip *g, const vga_step *r) {
     return 1;
 }
 
-/* The nodes meet after s steps (an evaluation, a periodic checkpoint, the end)? */
-static int meets_after(const gossip *g, long s) { return s == g->t->e->iterations || model_meeting((void *)g, s); }
 
 void gossip_sim_publish(gossip *g, const float *th, long s) {
     if (meets_after(g, s + 1)) vclock_gossip_charge(&g->t->vc, vga_meet(&g->ga, s + 1)); /* wait for the slowest node */
@@ -168,4 +196,46 @@ void gossip_sim_publish(gossip *g, const float *th, long s) {
 void gossip_sim_idle(gossip *g, long s) {
     pump(g);
     if (meets_after(g, s + 1)) vclock_gossip_charge(&g->t->vc, vga_meet(&g->ga, s + 1));
+}
+
+/* ---- push ----------------------------------------------------------------------------------
+ * Node i's push of step m leaves at D (virtual) and is taken by its receiver j at T ≥ a > D, when j
+ * receives it (MPI) at that take, in arrival order. The θ stays in its own buffer (a slot) until
+ * then: a slot is reused at a later push leaving at D' only once its take T ≤ D', and the wait
+ * for its MPI send to complete is then a wait for j's take at T ≤ D' — an earlier event (a take
+ * before a push at one instant) — so no wait goes forward in virtual time (with one buffer, a
+ * sender would wait at D' for a take T > D', and a cycle of such waits through a busy downlink
+ * can deadlock). A receiver's take at X waits for pushes that left at D < X. A slot is added
+ * when every slot holds a θ not yet taken: the number a node needs is the most of its pushes in
+ * flight at once (two unless a receiver falls far behind; no bound holds in general). */
+
+int gossip_sim_take(gossip *g, long s, double *x) {
+    vga_push_start(&g->ga, s, x);
+    memset(g->inbox, 0, g->n * sizeof(float));
+    int got = 0;
+    for (int k; (k = vga_push_take(&g->ga, *x)) >= 0; got++) { /* in arrival order */
+        comm_set_start(g->sset, g->s_rcv[k]);
+        comm_set_wait_or_abort(g->sset, g->s_rcv[k], "a gossip peer (sim mode: a pushed θ)");
+        for (size_t q = 0; q < g->n; q++) g->inbox[q] += g->peer[q];
+    }
+    return got;
+}
+
+void gossip_sim_push(gossip *g, const float *th, long s) {
+    const double M = meets_after(g, s + 1) ? vga_meet(&g->ga, s + 1) : -INFINITY; /* before running ahead */
+    const vga_push *o = vga_push_sent(&g->ga, s);
+    const double D = o->D;
+    vclock_gossip_charge(&g->t->vc, D); /* the previous push leaving the uplink */
+    if (o->state == VGA_TAKEN) {
+        int i = 0;
+        while (i < g->nslots && g->slots[i].busy && !(g->slots[i].take <= D)) i++;
+        if (i == g->nslots) add_slot(g);
+        struct gossip_slot *sl = &g->slots[i];
+        if (sl->busy) comm_set_wait_or_abort(sl->set, sl->to, "a gossip peer (sim mode: taking a pushed θ)");
+        memcpy(sl->buf, th, g->n * sizeof(float));
+        *sl = (struct gossip_slot){.buf = sl->buf, .set = sl->set, .busy = 1, .to = o->to, .take = o->take};
+        comm_set_start(sl->set, o->to);
+    }
+    g->sent[o->to]++;
+    if (M > -INFINITY) vclock_gossip_charge(&g->t->vc, M);
 }

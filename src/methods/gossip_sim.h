@@ -1,4 +1,4 @@
-/* gossip_sim.h — asynchronous gossip_pull in sim mode (gossip_sim.c), for gossip.c: the data
+/* gossip_sim.h — asynchronous gossip_pull and gossip_push in sim mode (gossip_sim.c), for gossip.c: the data
  * movement that follows train/vclock_gossip_async.h's replicated schedule. */
 #ifndef DSGD_GOSSIP_SIM_H
 #define DSGD_GOSSIP_SIM_H
@@ -22,6 +22,12 @@ int gossip_sim_finish(gossip *g, const vga_step *r);
 void gossip_sim_publish(gossip *g, const float *th, long s);
 /* A failed node's step s: its pending sends; its clock at a meeting. */
 void gossip_sim_idle(gossip *g, long s);
+/* Push, node me's step s: the take at *x (before the update): the pushes that arrived by then,
+ * received in arrival order and summed into g->inbox; returns how many. */
+int gossip_sim_take(gossip *g, long s, double *x);
+/* Push, after the update (th: θ^{s+1}): to the peer, if it takes it; the clock to the push's
+ * leaving, and to M at a meeting. */
+void gossip_sim_push(gossip *g, const float *th, long s);
 /* comm_on_wait's function in sim mode (ctx: the gossip). */
 void gossip_sim_hook(void *ctx);
 

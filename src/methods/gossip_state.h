@@ -81,6 +81,8 @@ typedef struct {
     long *pend;               /* (p) sends of the current version to node k not yet started */
     int *plist, np;           /* nodes with sends pending or active */
     long pub_v;               /* the version in sendbuf (−1: none) */
+    struct gossip_slot *slots; /* push: θ's sent and not yet taken (virtual time), each its own buffer */
+    int nslots;
 } gossip;
 
 #endif

@@ -56,9 +56,25 @@ typedef struct {
 } vga_step;
 
 enum { VGA_RUN, VGA_PARKED, VGA_DONE };
+enum { VGA_UNDECIDED, VGA_TAKEN, VGA_NOT_TAKEN };
+
+/* Push: node me's latest push, and when its receiver takes it. */
+typedef struct {
+    long step;
+    int to;
+    double a;        /* arrival at `to` */
+    int state;       /* VGA_UNDECIDED, VGA_TAKEN (at `take`), VGA_NOT_TAKEN (`to` stops before a) */
+    double take;
+    double S, x, D, c, d; /* the step: start, take (S + (c + d)), the push's leaving (the step's end) */
+} vga_push;
 
 typedef struct {
-    int p, me;
+    double a;
+    int from;
+} tq_item;
+
+typedef struct {
+    int p, me, push;
     long iterations, fail_step;   /* fail_step: of node fail_rank; fail_rank < 0: none */
     int fail_rank;
     size_t bytes, small;          /* θ's modelled bytes (4 · sim.model_params); a request's (4) */
@@ -82,6 +98,12 @@ typedef struct {
     vga_step mine;                /* its latest handled step */
     long *reads;                  /* (p) requests to `me` handled since vga_take_reads, per reader */
     long nreads;
+    /* push */
+    double *x, *cd, *dd;          /* (p) the pending step's take time X = S + (c + d), c, d */
+    vga_push *outs;               /* me's pushes not yet asked for by vga_push_sent: a ring (oldest at oh) */
+    size_t oh, on, ocap;
+    tq_item *tq;                  /* pushes booked to me, in arrival order: a ring */
+    size_t th, tn, tcap;
 } vclock_gossip_async;
 
 /* The schedule of p nodes for `iterations` steps from time 0, for node me. fail_rank < 0: none.
@@ -100,6 +122,26 @@ void vga_advance_to(vclock_gossip_async *g, double t);
 /* Handles requests until the meeting after s steps is released; returns its time M (the meeting
  * must be the last released or the one before: callers ask at the end of step s − 1). */
 double vga_meet(vclock_gossip_async *g, long s);
+
+/* Push (g->push = 1, set after vga_init… by vga_init_push). The model: node k's step s starts at
+ * S; it takes at X = S + c_k(s) every push that arrived at it in (its previous X, X] (in arrival
+ * order), updates (no virtual time), and pushes θ_k to its peer: the message (θ's modelled
+ * bytes) leaves at D = max(X, when k's uplink has sent its previous push) — the real code waits
+ * for the previous send — and is booked on the peer's downlink in the order of (D, k): arrival
+ * a. The step ends at D (the wait for the uplink charged to k's clock); the next starts there.
+ * A push is taken by the receiver's first take at or after a; one that no take reaches (the
+ * receiver failed or finished first) is not sent, though it held the sender's uplink. The
+ * events are the departures, handled in increasing (D, k); a push booked at D arrives after D, so
+ * once every departure before X is handled, every arrival by X is known. */
+void vga_init_push(vclock_gossip_async *g, int p, int me, long iterations, int fail_rank, long fail_step, size_t bytes,
+                   const sim_net *net, vga_model m);
+/* Node me's step s is scheduled and every push arriving by its take is booked: *x = its take
+ * time X. Returns 0. */
+int vga_push_start(vclock_gossip_async *g, long s, double *x);
+/* The next push to me with arrival ≤ x (the take at x): its sender, or -1 when none is left. */
+int vga_push_take(vclock_gossip_async *g, double x);
+/* Node me's push of step s, booked and decided (taken, when, or not), with the step's times. */
+const vga_push *vga_push_sent(vclock_gossip_async *g, long s);
 
 /* The pulls of `me` handled since the last call, per reader (reads[k]: how many times k reads
  * `me`); returns their total and zeroes nothing: the caller clears reads[] as it consumes them. */
