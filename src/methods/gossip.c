@@ -20,12 +20,14 @@
  * are pure functions, node i knows which nodes pull from it (or push to it) at step s and
  * exchanges with exactly those, in rank order, from the main thread: deterministic for a seed.
  *
- * Sim mode (docs/simulate.md "Gossip"; lock-step only, config.c refuses the asynchronous
- * variants): the step's compute is charged as vclock.h says, and its exchange as
- * train/vclock_gossip.h models it — every node's step start is all-gathered, and each node books
- * the step's messages (the modelled θ's size) on the same per-NIC FIFO model, so several pulls
- * served by one node queue on its uplink; the node's clock after the step is the later of its
- * compute's end and the last arrival of what it sends or receives.
+ * Sim mode, lock-step (docs/simulate.md "Gossip"): the step's compute is charged as vclock.h
+ * says, and its exchange as train/vclock_gossip.h models it — every node's step start is
+ * all-gathered, and each node books the step's messages (the modelled θ's size) on the same
+ * per-NIC FIFO model, so several pulls served by one node queue on its uplink; the node's clock
+ * after the step is the later of its compute's end and the last arrival of what it sends or
+ * receives. Sim mode, asynchronous (docs/simulate.md "Gossip, asynchronous"; gossip_sim.c): no
+ * communication thread; every rank runs the same schedule of the whole cluster
+ * (train/vclock_gossip_async.h) and only θ moves, between the ranks and in the order it names.
  *
  * Evaluation (collective over the workers every eval.every local steps and at the end; time
  * there, waiting for slower nodes included, is excluded from the clock): the average of the
@@ -53,13 +55,7 @@
 #include "train/checkpoint.h"
 #include "util/util.h"
 
-/* The peer node i talks to at step s: uniform over the other p − 1 nodes. */
-int gossip_peer_of(const experiment *e, int i, long s) {
-    rng_t r;
-    rng_seed(&r, seed_mix(seed_mix(e->seed ^ 0x676f73736970ULL, (uint64_t)s), (uint64_t)i));
-    int j = (int)rng_below(&r, (uint64_t)(e->p - 1));
-    return j >= i ? j + 1 : j;
-}
+/* The peer node i talks to at step s (gossip_sim.c). */
 static int peer_of(const experiment *e, int i, long s) { return gossip_peer_of(e, i, s); }
 
 /* The communication thread of an asynchronous node (arg: its gossip): answers pulls from the

@@ -40,6 +40,15 @@
 #include "train/cadence.h"
 #include "util/util.h"
 
+/* The peer node i talks to at step s: uniform over the other p − 1 nodes (every form of gossip,
+ * real or simulated, draws it here). */
+int gossip_peer_of(const experiment *e, int i, long s) {
+    rng_t r;
+    rng_seed(&r, seed_mix(seed_mix(e->seed ^ 0x676f73736970ULL, (uint64_t)s), (uint64_t)i));
+    int j = (int)rng_below(&r, (uint64_t)(e->p - 1));
+    return j >= i ? j + 1 : j;
+}
+
 /* The schedule's view of the experiment (ctx: the gossip). */
 static void model_compute(void *ctx, int k, long s, double *c, double *d) {
     const gossip *g = ctx;

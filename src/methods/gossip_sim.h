@@ -5,7 +5,8 @@
 
 #include "methods/gossip_state.h"
 
-/* The peer node i talks to at step s (gossip.c). */
+/* The peer node i talks to at step s: uniform over the other p − 1 nodes, a pure function of
+ * (seed, i, s) (0 ≤ i < p, p ≥ 2). */
 int gossip_peer_of(const experiment *e, int i, long s);
 
 /* Set up (g->p > 1, g->sim_async): the schedule, the requests; publishes θ^0. Returns 0 or -1. */
