@@ -214,9 +214,13 @@ void gossip_sim_idle(gossip *g, long s) {
  * for its MPI send to complete is then a wait for j's take at T ≤ D' — an earlier event (a take
  * before a push at one instant) — so no wait goes forward in virtual time (with one buffer, a
  * sender would wait at D' for a take T > D', and a cycle of such waits through a busy downlink
- * can deadlock). A receiver's take at X waits for pushes that left at D < X. A slot is added
- * when every slot holds a θ not yet taken: the number a node needs is the most of its pushes in
- * flight at once (two unless a receiver falls far behind; no bound holds in general). */
+ * can deadlock). A receiver's take at X waits for pushes that left at D < X. The buffers double
+ * when every one holds a θ not yet taken: a node needs as many as it has pushes in flight at once,
+ * which no bound limits — with compute shorter than n/β every node pushes at line rate, every
+ * downlink runs at full load and its FIFO queue grows like the square root of the steps (p = 8,
+ * sim.step_ms = 20, 10 GbE: 12–16 in flight after 200 steps, 26–30 after 800; with k80's 198 ms
+ * steps and jitter 0.3, 3–10 after 800). Each buffer is one θ of the proxy model (31 KB for the
+ * linear model) and p persistent sends. */
 
 int gossip_sim_take(gossip *g, long s, double *x) {
     vga_push_start(&g->ga, s, x);
@@ -238,7 +242,8 @@ void gossip_sim_push(gossip *g, const float *th, long s) {
     if (o->state == VGA_TAKEN) {
         int i = 0;
         while (i < g->nslots && g->slots[i].busy && !(g->slots[i].take <= D)) i++;
-        if (i == g->nslots) add_slot(g);
+        if (i == g->nslots) /* every θ sent is still in flight: twice the buffers (rare; see above) */
+            for (int more = g->nslots; more > 0; more--) add_slot(g);
         struct gossip_slot *sl = &g->slots[i];
         if (sl->busy) comm_set_wait_or_abort(sl->set, sl->to, "a gossip peer (sim mode: taking a pushed θ)");
         memcpy(sl->buf, th, g->n * sizeof(float));
