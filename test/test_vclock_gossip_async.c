@@ -4,7 +4,9 @@
  * 46,758,048 bytes, a request ℓ = α + 4/β): a pair (ℓ + α + n/β a step), incast at a node pulled
  * by three (its uplink answers them n/β apart, in the order (A, node)), the version a fast node
  * reads from a slow one (and the reads the slow one records), a failed node answering "gone",
- * and a meeting (everyone starts at the slowest node's end). test/test_sim_gossip_async.sh runs
+ * a meeting (everyone starts at the slowest node's end); push at p = 2 (25 ms, then n/β a step:
+ * the uplink; each push taken at the other's take after its arrival) and a push to a node that
+ * fails before it arrives (not sent). test/test_sim_gossip_async.sh runs
  * the schedule in real runs (a Python re-implementation, determinism). */
 #include "sim/simmodel.h"
 #include "testutil.h"
@@ -138,6 +140,49 @@ START_TEST(test_meeting) { /* a meeting after 3 steps: both start step 3 at the 
 }
 END_TEST
 
+START_TEST(test_push_pair) { /* push, p = 2, compute 25 ms < n/β: the uplink sets the pace */
+    const sim_net net = net10();
+    toy t = {.c = {0.025, 0.025}, .p = 2};
+    vclock_gossip_async g;
+    vga_init_push(&g, 2, 0, 10, -1, 0, NB, &net, model(&t));
+    for (long s = 0; s < 10; s++) {
+        double x;
+        vga_push_start(&g, s, &x);
+        /* the take at x: the other node's push of step m arrived at D(m) + α + n/β */
+        int got = 0;
+        while (vga_push_take(&g, x) == 1) got++;
+        ck_assert_msg(got == (s >= 2), "step %ld took %d", s, got); /* 25 + 37.4 ms > 50 ms: the first at step 2 */
+        const vga_push *o = vga_push_sent(&g, s);
+        NEAR(o->x, x);
+        NEAR(o->D, s == 0 ? 0.025 : 0.025 + s * X); /* leaves when the previous push has left the uplink */
+        NEAR(o->a, o->D + RT + X);
+        /* taken at the other's take of step s + 2, D(s + 1) + 25 ms (its take of step s + 1 comes
+         * 25 ms after D(s), before the arrival); the pushes of steps 8 and 9 are taken by nothing */
+        ck_assert_msg(o->state == (s <= 7 ? VGA_TAKEN : VGA_NOT_TAKEN), "step %ld: state %d", s, o->state);
+        if (s <= 7) NEAR(o->take, o->D + X + 0.025), ck_assert(o->take >= o->a);
+    }
+    vga_free(&g);
+}
+END_TEST
+
+START_TEST(test_push_not_taken) { /* the receiver fails before the push arrives: not sent */
+    const sim_net net = net10();
+    toy t = {.c = {0.100, 0.100}, .p = 2};
+    vclock_gossip_async g;
+    vga_init_push(&g, 2, 0, 6, 1, 2, NB, &net, model(&t));
+    for (long s = 0; s < 6; s++) {
+        double x;
+        vga_push_start(&g, s, &x);
+        NEAR(x, (s + 1) * 0.100);
+        while (vga_push_take(&g, x) >= 0) {}
+        const vga_push *o = vga_push_sent(&g, s);
+        /* node 1 takes at 0.1 and 0.2 s only: node 0's push of step 0 (arriving at 0.137 s) is taken at 0.2 s */
+        ck_assert_msg(o->state == (s == 0 ? VGA_TAKEN : VGA_NOT_TAKEN), "step %ld: state %d", s, o->state);
+    }
+    vga_free(&g);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("vclock_gossip_async");
     TCase *tc = tcase_create("vclock_gossip_async");
@@ -147,6 +192,8 @@ int main(void) {
     tcase_add_test(tc, test_versions);
     tcase_add_test(tc, test_gone);
     tcase_add_test(tc, test_meeting);
+    tcase_add_test(tc, test_push_pair);
+    tcase_add_test(tc, test_push_not_taken);
     suite_add_tcase(s, tc);
     return run_suite(s);
 }
