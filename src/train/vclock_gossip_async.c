@@ -72,8 +72,7 @@ static void schedule(vclock_gossip_async *g, int k) {
 void vga_init(vclock_gossip_async *g, int p, int me, long iterations, int fail_rank, long fail_step, size_t bytes,
               const sim_net *net, vga_model m) {
     *g = (vclock_gossip_async){.p = p, .me = me, .iterations = iterations, .fail_rank = fail_rank, .fail_step = fail_step,
-                               .bytes = bytes, .small = 4, .net = *net, .m = m, .meet_max = -INFINITY,
-                               .meet_step = {-1, -1}};
+                               .bytes = bytes, .small = 4, .net = *net, .m = m, .meet_max = -INFINITY, .last_meet = -1};
     g->done = xcalloc((size_t)p, sizeof *g->done), g->reads = xcalloc((size_t)p, sizeof *g->reads);
     g->start = xcalloc((size_t)p, sizeof *g->start), g->last_end = xmalloc((size_t)p * sizeof *g->last_end);
     g->key = xcalloc((size_t)p, sizeof *g->key);
@@ -83,6 +82,7 @@ void vga_init(vclock_gossip_async *g, int p, int me, long iterations, int fail_r
     g->nics = (sim_nics){.p = p, .free_up = g->nic, .free_down = g->nic + p};
     g->mine.step = -1;
     g->ocap = 8, g->outs = xmalloc(g->ocap * sizeof *g->outs);
+    g->mcap = 8, g->mq = xmalloc(g->mcap * sizeof *g->mq);
     g->x = xcalloc((size_t)p, sizeof *g->x), g->cd = xcalloc((size_t)p, sizeof *g->cd), g->dd = xcalloc((size_t)p, sizeof *g->dd);
     g->tcap = 4 * (size_t)p + 16;
     g->tq = xmalloc(g->tcap * sizeof *g->tq);
@@ -93,22 +93,28 @@ void vga_init(vclock_gossip_async *g, int p, int me, long iterations, int fail_r
 
 void vga_free(vclock_gossip_async *g) {
     free(g->done), free(g->reads), free(g->start), free(g->last_end), free(g->key), free(g->peer), free(g->state), free(g->heap),
-        free(g->pos), free(g->nic), free(g->x), free(g->cd), free(g->dd), free(g->tq), free(g->outs);
+        free(g->pos), free(g->nic), free(g->x), free(g->cd), free(g->dd), free(g->tq), free(g->outs), free(g->mq);
     *g = (vclock_gossip_async){0};
 }
 
 /* Every live node waits at the meeting: all start at M. */
 static void release(vclock_gossip_async *g) {
     const double M = g->meet_max;
-    g->meet_step[0] = g->meet_step[1], g->meet_time[0] = g->meet_time[1];
-    g->meet_time[1] = M, g->meetings++;
+    g->meetings++;
     for (int k = 0; k < g->p; k++)
         if (g->state[k] == VGA_PARKED) {
-            g->meet_step[1] = g->done[k];
+            g->last_meet = g->done[k];
             g->start[k] = M;
             schedule(g, k);
         }
     g->parked = 0, g->meet_max = -INFINITY;
+    if (g->mn == g->mcap) { /* released ahead of vga_meet's questions more than ever (rare) */
+        meet_item *q = xmalloc(2 * g->mcap * sizeof *q);
+        for (size_t i = 0; i < g->mn; i++) q[i] = g->mq[(g->mh + i) % g->mcap];
+        free(g->mq);
+        g->mq = q, g->mh = 0, g->mcap *= 2;
+    }
+    g->mq[(g->mh + g->mn++) % g->mcap] = (meet_item){g->last_meet, M};
 }
 
 /* Release a full meeting when no request is pending; 0 when nothing is left (every node stopped). */
@@ -147,7 +153,7 @@ static void handle_push(vclock_gossip_async *g) {
         }
         g->outs[(g->oh + g->on++) % g->ocap] = o;
     }
-    if (j == g->me) { /* arrivals at one downlink increase: the queue is in arrival order */
+    if (j == g->me && g->state[g->me] != VGA_DONE) { /* arrivals at one downlink increase: in arrival order */
         if (g->tn == g->tcap) { /* more pushes in flight to this node than ever: grows (rare; no bound is known) */
             tq_item *q = xmalloc(2 * g->tcap * sizeof *q);
             for (size_t i = 0; i < g->tn; i++) q[i] = g->tq[(g->th + i) % g->tcap];
@@ -193,11 +199,11 @@ void vga_advance_to(vclock_gossip_async *g, double t) {
 }
 
 double vga_meet(vclock_gossip_async *g, long s) {
-    while (g->meet_step[1] < s && pending(g))
-        if (g->meet_step[1] < s) handle_one(g);
-    if (g->meet_step[1] == s) return g->meet_time[1];
-    if (g->meet_step[0] == s) return g->meet_time[0];
-    DIE("vga_meet: the meeting after %ld steps is not the last or the one before (%ld, %ld)", s, g->meet_step[0], g->meet_step[1]);
+    while (g->mn > 0 && g->mq[g->mh].step < s) g->mh = (g->mh + 1) % g->mcap, g->mn--; /* asked for already */
+    while (g->last_meet < s && pending(g))
+        if (g->last_meet < s) handle_one(g);
+    if (g->mn == 0 || g->mq[g->mh].step != s) DIE("vga_meet: no meeting after %ld steps on the schedule", s);
+    return g->mq[g->mh].M;
 }
 
 long vga_reads(const vclock_gossip_async *g) { return g->nreads; }

@@ -74,6 +74,11 @@ typedef struct {
 } tq_item;
 
 typedef struct {
+    long step;
+    double M;
+} meet_item;
+
+typedef struct {
     int p, me, push;
     long iterations, fail_step;   /* fail_step: of node fail_rank; fail_rank < 0: none */
     int fail_rank;
@@ -92,8 +97,9 @@ typedef struct {
     int parked;                   /* nodes waiting at a meeting */
     double meet_max;              /* the largest E among them */
     long meetings;                /* meetings released so far */
-    double meet_time[2];          /* M of the one before the last, of the last */
-    long meet_step[2];            /* their s (−1: none) */
+    long last_meet;               /* s of the last one (−1: none) */
+    meet_item *mq;                /* released meetings not yet asked for by vga_meet: a ring */
+    size_t mh, mn, mcap;
     /* this node's records */
     vga_step mine;                /* its latest handled step */
     long *reads;                  /* (p) requests to `me` handled since vga_take_reads, per reader */
@@ -119,8 +125,8 @@ const vga_step *vga_mine(vclock_gossip_async *g, long s);
 /* Handles every request with A < t (releasing meetings as they fill). */
 void vga_advance_to(vclock_gossip_async *g, double t);
 
-/* Handles requests until the meeting after s steps is released; returns its time M (the meeting
- * must be the last released or the one before: callers ask at the end of step s − 1). */
+/* Handles requests until the meeting after s steps is released; returns its time M. Callers ask
+ * for the meetings in increasing s (an earlier one is forgotten once a later one is asked for). */
 double vga_meet(vclock_gossip_async *g, long s);
 
 /* Push (g->push = 1, set after vga_init… by vga_init_push). The model: node k's step s starts at
