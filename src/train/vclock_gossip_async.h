@@ -1,10 +1,10 @@
-/* vclock_gossip_async.h — the virtual clock of asynchronous gossip_pull in sim mode
+/* vclock_gossip_async.h — the virtual clock of asynchronous gossip_pull and gossip_push in sim mode
  * (docs/simulate.md "Gossip, asynchronous"; issue 25 §4): a discrete-event schedule (DES) of the
  * whole cluster, replicated on every rank as pure arithmetic. No message carries timing: with
  * sim.device ≠ "measured" every virtual time is a pure function of the experiment — the compute
  * c_k(s) (vclock.h: step time × jitter(seed, k, s) + the injected delay inject_draw_s, both pure
  * in (seed, k, s)), the peers peer_of(e, k, s), the failure (inject.fail_rank), the network — so
- * every rank computes the same schedule and only the data moves (src/methods/gossip.c).
+ * every rank computes the same schedule and only the data moves (src/methods/gossip_sim.c).
  *
  * The model (pull). Node k's step s starts at S (its clock). Its request (a 4-byte message)
  * leaves at S and reaches its peer j at A = S + sim_p2p_s(k → j, 4 bytes) (α + 4/β; not booked
@@ -28,7 +28,9 @@
  * j's version at A is (steps of j handled) − [E of the last one > A].
  *
  * Cost: O(log p) per step of each node (a heap operation) plus its compute draw; O(p) memory.
- * Nothing allocates after vga_init. */
+ * Nothing allocates after vga_init but three rings that double when full (rare, no bound known):
+ * push's queue of arrivals to take (4p + 16 at first) and of me's pushes not yet decided (8), and
+ * the meetings released before this node asks for them (8). */
 #ifndef DSGD_VCLOCK_GOSSIP_ASYNC_H
 #define DSGD_VCLOCK_GOSSIP_ASYNC_H
 
@@ -129,7 +131,7 @@ void vga_advance_to(vclock_gossip_async *g, double t);
  * for the meetings in increasing s (an earlier one is forgotten once a later one is asked for). */
 double vga_meet(vclock_gossip_async *g, long s);
 
-/* Push (g->push = 1, set after vga_init… by vga_init_push). The model: node k's step s starts at
+/* Push (vga_init_push instead of vga_init; the rest of this file's calls are pull's). The model: node k's step s starts at
  * S; it takes at X = S + c_k(s) every push that arrived at it in (its previous X, X] (in arrival
  * order), updates (no virtual time), and pushes θ_k to its peer: the message (θ's modelled
  * bytes) leaves at D = max(X, when k's uplink has sent its previous push) — the real code waits
