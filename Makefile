@@ -365,7 +365,7 @@ CHECK_SLOW  := build/test/test_faults build/test/test_methods build/test/test_jp
                build/test/test_checkpoint build/test/test_mpi test/test_tools.sh build/mock/test_gpu_overlap
 CHECK_ISA   := $(foreach l,$(shell sh test/isa-levels.sh),check-isa/$(l)/build/test/test_model check-isa/$(l)/build/test/test_layers)
 CHECK_RUNS  := $(addprefix check-run/,$(filter $(TESTS) $(MOCK_TEST) test/test_tools.sh,$(CHECK_SLOW))) $(CHECK_ISA) \
-               $(addprefix check-run/,$(filter-out $(CHECK_SLOW),$(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/gpu/test_run_sh.sh test/hdf5-api.sh test/test_report.sh test/test_sim_mode.sh test/test_sim_servers.sh test/test_sim_gossip.sh))
+               $(addprefix check-run/,$(filter-out $(CHECK_SLOW),$(TESTS) $(GPU_TESTS) $(MOCK_TEST) test/gpu/nogpu.sh test/gpu/test_run_sh.sh test/hdf5-api.sh test/test_report.sh test/test_sim_mode.sh test/test_sim_servers.sh test/test_sim_gossip.sh test/test_sim_gossip_async.sh))
 CHECK_ENV   := PATH="$(CURDIR)/build/bin:$$PATH" CC="$(CC)" ONEDNN_CFLAGS="$(ONEDNN_CFLAGS)"
 
 check: deps

@@ -337,15 +337,14 @@ static int check_cross_keys(const experiment *e, const origin *origins, char *er
         st = config_oerr(err, errlen, origin_of(origins, "comm"),
                          "key 'comm': \"nccl\" is for method = \"allreduce\"; method '%s' exchanges point to point "
                          "through MPI (use comm = \"mpi\")", method_name(e->method));
-    /* Sim mode orders lock-step all-reduce, lock-step gossip and the methods with servers by
-     * virtual time so far; asynchronous gossip not yet (docs/simulate.md, Limits). */
+    /* Asynchronous gossip's replicated schedule in sim mode needs a modelled compute
+     * (docs/simulate.md, "Gossip, asynchronous"). */
     const int sim_gossip = (e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH);
-    if (!st && e->sim.enabled && sim_gossip && !e->synchronous)
-        st = config_oerr(err, errlen, origin_of(origins, "sim.enabled"),
-                         "key 'sim.enabled': sim mode supports method '%s' only with synchronous = true (lock-step) so far; "
-                         "method '%s' is not yet ordered by virtual time unless synchronous = true (docs/simulate.md, Limits); "
-                         "set synchronous = true, or sim.enabled = false to run it in real time",
-                         method_name(e->method), method_name(e->method));
+    if (!st && e->sim.enabled && sim_gossip && !e->synchronous && e->sim.device == SIM_DEV_MEASURED && !(e->sim.step_ms > 0))
+        st = config_oerr(err, errlen, origin_of(origins, "sim.device"),
+                         "key 'sim.device': asynchronous %s in sim mode needs a modelled compute time: every rank "
+                         "computes the whole cluster's schedule from it (docs/simulate.md, \"Gossip, asynchronous\"), which a "
+                         "measured time cannot give; choose a device (k80, v100, ...) or sim.step_ms, or synchronous = true", method_name(e->method));
     /* The JPEG input path: a pack to read, and a crop that every resize can fill. */
     const int jpeg = e->data.format == FORMAT_JPEG;
     const origin *dir_o = origin_of(origins, "data.dir");
@@ -504,6 +503,10 @@ int config_unused_keys(const experiment *e, char *buf, size_t n) {
 }
 
 int method_has_servers(method_kind m) { return m == METHOD_PS || m == METHOD_EASGD || m == METHOD_BACKUP; }
+
+int config_sim_no_resume(const experiment *e) {
+    return e->sim.enabled && (method_has_servers(e->method) || ((e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH) && !e->synchronous));
+}
 
 int config_world_size(const experiment *e) { return method_has_servers(e->method) ? e->p + e->servers : e->p; }
 

@@ -151,6 +151,9 @@ int config_unused_keys(const experiment *e, char *buf, size_t n);
 
 /* 1 if the method runs parameter-server ranks (ps, easgd, backup). */
 int method_has_servers(method_kind m);
+/* Sim mode cannot resume e's run yet (its virtual state is not in the checkpoint): the methods
+ * with servers and asynchronous gossip (docs/simulate.md, Limits). */
+int config_sim_no_resume(const experiment *e);
 
 /* MPI ranks the experiment needs: p + servers for ps/easgd/backup, else p. */
 int config_world_size(const experiment *e);

@@ -20,12 +20,14 @@
  * are pure functions, node i knows which nodes pull from it (or push to it) at step s and
  * exchanges with exactly those, in rank order, from the main thread: deterministic for a seed.
  *
- * Sim mode (docs/simulate.md "Gossip"; lock-step only, config.c refuses the asynchronous
- * variants): the step's compute is charged as vclock.h says, and its exchange as
- * train/vclock_gossip.h models it — every node's step start is all-gathered, and each node books
- * the step's messages (the modelled θ's size) on the same per-NIC FIFO model, so several pulls
- * served by one node queue on its uplink; the node's clock after the step is the later of its
- * compute's end and the last arrival of what it sends or receives.
+ * Sim mode, lock-step (docs/simulate.md "Gossip"): the step's compute is charged as vclock.h
+ * says, and its exchange as train/vclock_gossip.h models it — every node's step start is
+ * all-gathered, and each node books the step's messages (the modelled θ's size) on the same
+ * per-NIC FIFO model, so several pulls served by one node queue on its uplink; the node's clock
+ * after the step is the later of its compute's end and the last arrival of what it sends or
+ * receives. Sim mode, asynchronous (docs/simulate.md "Gossip, asynchronous"; gossip_sim.c): no
+ * communication thread; every rank runs the same schedule of the whole cluster
+ * (train/vclock_gossip_async.h) and only θ moves, between the ranks and in the order it names.
  *
  * Evaluation (collective over the workers every eval.every local steps and at the end; time
  * there, waiting for slower nodes included, is excluded from the clock): the average of the
@@ -47,18 +49,14 @@
 #include <time.h>
 
 #include "methods/gossip_signal.h"
+#include "methods/gossip_sim.h"
 #include "optim/sgd.h"
 #include "train/cadence.h"
 #include "train/checkpoint.h"
 #include "util/util.h"
 
-/* The peer node i talks to at step s: uniform over the other p − 1 nodes. */
-static int peer_of(const experiment *e, int i, long s) {
-    rng_t r;
-    rng_seed(&r, seed_mix(seed_mix(e->seed ^ 0x676f73736970ULL, (uint64_t)s), (uint64_t)i));
-    int j = (int)rng_below(&r, (uint64_t)(e->p - 1));
-    return j >= i ? j + 1 : j;
-}
+/* The peer node i talks to at step s (gossip_sim.c). */
+static int peer_of(const experiment *e, int i, long s) { return gossip_peer_of(e, i, s); }
 
 /* The communication thread of an asynchronous node (arg: its gossip): answers pulls from the
  * published θ, sums pushes into the inbox, until the main thread's quit message. */
@@ -168,8 +166,7 @@ static int gossip_setup(gossip *g, trainer *t, char *err, size_t errlen) {
     if (t->vc.on) g->sim = 1, vclock_gossip_init(&g->vg, p, t->vc.model_bytes);
     if (p == 1) return 0;
     gossip_sig_open(g);
-    if (t->vc.on && !g->sync) /* config.c refuses it already; kept for callers without it */
-        return seterr(err, errlen, "%s: sim mode runs method %s in lock-step only (synchronous = true)", e->source, method_name(e->method));
+    if (t->vc.on && !g->sync) return gossip_sim_setup(g, t, err, errlen); /* sim mode: gossip_sim.c */
     if (!g->sync) return setup_async(g, t, err, errlen);
     for (int k = 0; k < p; k++) {
         g->m_send[k] = comm_set_add(g->set, COMM_SEND, g->sendbuf, nb, k, TAG_SYNC);
@@ -189,6 +186,7 @@ static void gossip_teardown(trainer *t) {
         pthread_mutex_destroy(&g->mu);
     }
     comm_set_free(g->set);
+    gossip_sim_free(g);
     gossip_sig_close(g);
     if (g->sim) vclock_gossip_free(&g->vg);
     free(g->vel), free(g->peer), free(g->inbox), free(g->sendbuf), free(g->avg), free(g->own), free(g->avg_bn), free(g->own_bn);
@@ -338,6 +336,74 @@ static int gossip_step(gossip *g, trainer *t, long s, double alpha, double *loss
     return 0;
 }
 
+/* Sim mode, asynchronous pull: node i's step s on the replicated schedule (gossip_sim.c); the
+ * training is gossip_step's. */
+static int gossip_step_sim(gossip *g, trainer *t, long s, double alpha, double *loss_out) {
+    const experiment *e = t->e;
+    model *net = t->net;
+    float *th = model_params(net);
+    const size_t n = g->n;
+    const double t0 = wall_time();
+    const vga_step *r = gossip_sim_start(g, s); /* 1. the step on the schedule; the pull's receive */
+    const double c0 = wall_time() - t0;
+    double loss; /* 2. the gradient at θ_i, its compute on the virtual clock, then the reply's arrival */
+    if (train_compute(t, s, s, &loss)) return -1;
+    vclock_compute(&t->vc, s, 0.0, inject_draw_s(&t->inj, s));
+    gossip_sim_charge(g, r);
+    const double w0 = wall_time(); /* 3. θ_j */
+    const int got = gossip_sim_finish(g, r);
+    const double c1 = wall_time() - w0;
+    g->peers[r->peer]++;
+    const double u0 = wall_time(); /* 4. combine */
+    int finite = isfinite(loss);
+    if (!g->fresh) mix(th, g->peer, got, n);
+    finite = finite && sgd_update(th, model_grads(net), g->vel, n, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
+    if (g->fresh) mix(th, g->peer, got, n);
+    const double u1 = wall_time();
+    gossip_sim_publish(g, th, s); /* 5. θ^{s+1} to its readers */
+    const double y1 = wall_time();
+    t->times.comm_s += c0 + c1 + (y1 - u1);
+    t->times.wait_s += c1;
+    t->times.update_s += u1 - u0;
+    t->times.step_s += wall_time() - t0;
+    vclock_step_end(&t->vc, 0.0);
+    *loss_out = finite ? loss : NAN;
+    return 0;
+}
+
+/* Sim mode, asynchronous push: node i's step s on the replicated schedule (gossip_sim.c). */
+static int gossip_step_sim_push(gossip *g, trainer *t, long s, double alpha, double *loss_out) {
+    const experiment *e = t->e;
+    model *net = t->net;
+    float *th = model_params(net);
+    const size_t n = g->n;
+    const double t0 = wall_time();
+    double loss; /* 1. the gradient at θ_i, its compute on the virtual clock */
+    if (train_compute(t, s, s, &loss)) return -1;
+    vclock_compute(&t->vc, s, 0.0, inject_draw_s(&t->inj, s));
+    const double w0 = wall_time(); /* 2. the take: what arrived by now */
+    double x;
+    const int got = gossip_sim_take(g, s, &x);
+    if (x != t->vc.now) DIE("sim gossip: node %d's clock %.17g at step %ld is not the schedule's %.17g", g->me, t->vc.now, s, x);
+    const double c1 = wall_time() - w0;
+    g->peers[peer_of(e, g->me, s)]++;
+    const double u0 = wall_time(); /* 3. combine */
+    int finite = isfinite(loss);
+    if (!g->fresh) mix(th, g->inbox, got, n);
+    finite = finite && sgd_update(th, model_grads(net), g->vel, n, (float)alpha, (float)e->momentum, (float)e->weight_decay, e->nesterov);
+    if (g->fresh) mix(th, g->inbox, got, n);
+    const double u1 = wall_time();
+    gossip_sim_push(g, th, s); /* 4. θ^{s+1} to the peer */
+    const double y1 = wall_time();
+    t->times.comm_s += c1 + (y1 - u1);
+    t->times.wait_s += c1;
+    t->times.update_s += u1 - u0;
+    t->times.step_s += wall_time() - t0;
+    vclock_step_end(&t->vc, 0.0);
+    *loss_out = finite ? loss : NAN;
+    return 0;
+}
+
 /* The most evaluations a run makes (at the start, every eval.every steps, at the end): the rows of
  * /gossip/potential. */
 static long potential_rows(const experiment *e) { return e->iterations / e->eval.every + 2; }
@@ -477,7 +543,8 @@ static int gossip_begin(trainer *t) {
     }
     g->prev = *train_axis_times(t); /* the run file's /ranks axis: virtual in sim mode */
     g->pos = -1; /* no announcement before the first step */
-    if (g->sig) comm_on_wait(gossip_sig_hook, g);
+    if (g->sim_async) comm_on_wait(gossip_sim_hook, g); /* sends of θ go on in every wait */
+    else if (g->sig) comm_on_wait(gossip_sig_hook, g);
     return 0;
 }
 
@@ -494,11 +561,12 @@ static step_out gossip_node_step(trainer *t, long s, double alpha) {
     }
     if (failed && s == e->inject.fail_step)
         fprintf(stderr, "dsgd-run: rank %d: injected failure after %ld steps (inject.fail_step); the other nodes go on\n", t->rank, s);
-    if (failed && g->sim) (void)sim_exchange_end(g, t, s); /* the step starts' all-gather is collective */
+    if (failed && g->sim_async) gossip_sim_idle(g, s);
+    else if (failed && g->sim) (void)sim_exchange_end(g, t, s); /* the step starts' all-gather is collective */
     if (failed) return (step_out){.took = METHOD_STEP_NONE};
     g->steps_done++;
     step_out o = {.took = METHOD_STEP_TOOK};
-    if (gossip_step(g, t, s, alpha, &o.loss)) o.status = EXIT_RUNTIME, o.why = STOPPED_DATA;
+    if (g->sim_async ? (g->push ? gossip_step_sim_push : gossip_step_sim)(g, t, s, alpha, &o.loss) : gossip_step(g, t, s, alpha, &o.loss)) o.status = EXIT_RUNTIME, o.why = STOPPED_DATA;
     return o;
 }
 

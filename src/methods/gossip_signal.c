@@ -95,6 +95,7 @@ void gossip_sig_step(gossip *g, long s) {
  * node's meeting point. */
 int gossip_signal(trainer *t, long done) {
     gossip *g = t->mstate;
+    if (g->sim_async) return 0; /* sim mode: taken at the next meeting point (gossip_sim.c) */
     if (!sig_poll(g, done)) return 0;
     sig_wait_all(g);
     return done >= sig_target(g) && !meeting_point(t->e, done);
@@ -106,6 +107,10 @@ int gossip_signal(trainer *t, long done) {
  * is then the largest. */
 long gossip_meet(trainer *t, long done, int sigmeet) {
     gossip *g = t->mstate;
+    if (g->sim_async) { /* every node is at `done`: agree on a signal, no announcements */
+        t->sig = comm_agree(ckpt_signal_pending());
+        return done;
+    }
     sig_poll(g, done);
     const int mine = ckpt_signal_pending() > g->ep_kind ? ckpt_signal_pending() : g->ep_kind;
     t->sig = comm_agree(mine);

@@ -12,7 +12,9 @@
 
 #include "comm/comm.h"
 #include "methods/method.h"
+#include "train/inject.h"
 #include "train/vclock_gossip.h"
+#include "train/vclock_gossip_async.h"
 
 enum { TAG_PULL = 200, TAG_PULLHDR, TAG_PULLREP, TAG_PUSH, TAG_QUIT, TAG_SYNC, TAG_SIGANN };
 
@@ -70,6 +72,17 @@ typedef struct {
     /* sim mode (lock-step only): the exchange on the virtual clock (train/vclock_gossip.h) */
     int sim;
     vclock_gossip vg;
+    /* sim mode, asynchronous pull (gossip_sim.c): the replicated schedule and the data moves */
+    int sim_async;
+    vclock_gossip_async ga;
+    injector *inj;            /* (p) every node's injector (its compute on the schedule) */
+    comm_set *sset;
+    int *s_snd, *s_rcv;       /* (p) θ^v in sendbuf to node k; a pulled θ from node k into peer */
+    long *pend;               /* (p) sends of the current version to node k not yet started */
+    int *plist, np;           /* nodes with sends pending or active */
+    long pub_v;               /* the version in sendbuf (−1: none) */
+    struct gossip_slot *slots; /* push: θ's sent and not yet taken (virtual time), each its own buffer */
+    int nslots;
 } gossip;
 
 #endif

@@ -208,7 +208,7 @@ static int plan_resume(const experiment *e, int cli_resume, const char *dir, int
         return seterr(err, errlen, "%s: key 'checkpoint.path': %s holds the checkpoint of an earlier run (step %ld); %schoose another "
                       "output or checkpoint.path, or set overwrite = true to start afresh (its checkpoints are then removed)",
                       config_where("checkpoint.path"), dir, l,
-                      e->sim.enabled && method_has_servers(e->method) ? "" : "continue it with --resume (or resume = \"auto\"), ");
+                      config_sim_no_resume(e) ? "" : "continue it with --resume (or resume = \"auto\"), ");
     return 0;
 }
 
@@ -311,9 +311,9 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
     /* Sim mode's server methods keep virtual state (a server's now, NIC times, the workers' bounds)
      * that their checkpoints do not hold yet: a resumed run's times would not be the
      * uninterrupted run's (docs/simulate.md, Limits), so it is refused rather than mixed. */
-    if (plan->label >= 0 && !st && e->sim.enabled && method_has_servers(e->method)) {
+    if (plan->label >= 0 && !st && config_sim_no_resume(e)) {
         st = EXIT_BADINPUT;
-        snprintf(err, sizeof err, "method '%s' in sim mode cannot be resumed yet (its servers' virtual clocks are not in "
+        snprintf(err, sizeof err, "method '%s' in sim mode cannot be resumed yet (its virtual state is not in "
                  "the checkpoint: docs/simulate.md, Limits); start it again from step 0 under another output",
                  method_name(e->method));
         setup_blame(e, "key 'sim.enabled'", err, sizeof err);

@@ -182,7 +182,7 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
 /* How a run stopped by a signal goes on: --resume, except where a resume is refused (sim mode's
  * server methods: src/run/resume.c). */
 static const char *resume_hint(const experiment *e) {
-    return e->sim.enabled && method_has_servers(e->method)
+    return config_sim_no_resume(e)
                ? "sim mode cannot resume this method yet (docs/simulate.md, Limits): start it again under another output"
                : "continue with --resume (or resume = \"auto\")";
 }
