@@ -252,6 +252,8 @@ void gpu_model_free(gpu_model *g) {
     cudaFree(g->bad);
     cudaFree(g->wcopy);
     cudaFree(g->wsegs);
+    for (int i = 0; i < 2; i++)
+        if (g->step_graph[i]) cudaGraphExecDestroy(g->step_graph[i]);
     if (g->host) cudaFreeHost(g->host);
     gpu_overlap_free(&g->ov);
     gpu_ctx_free(&g->ctx);
@@ -275,12 +277,14 @@ static int env_switch(const char *name, const char *const *vals, int nv, int dfl
 static int read_switches(gpu_switches *sw, char *err, size_t errlen) {
     static const char *const sync[] = {"update", "step"}, *const casts[] = {"each", "one"}, *const stage[] = {"h2d", "own"};
     static const char *const layout[] = {"nchw", "nhwc"};
+    static const char *const graph[] = {"0", "1"};
     TRY(env_switch("DSGD_GPU_SYNC", sync, 2, 0, &sw->sync_step, err, errlen));
     TRY(env_switch("DSGD_GPU_CASTS", casts, 2, 0, &sw->cast_one, err, errlen));
     TRY(env_switch("DSGD_GPU_STAGE", stage, 2, 1, &sw->stage_own, err, errlen));
     static const char *const bnrelu[] = {"kernel", "fused"};
     TRY(env_switch("DSGD_GPU_LAYOUT", layout, 2, 0, &sw->nhwc, err, errlen));
     TRY(env_switch("DSGD_GPU_BNRELU", bnrelu, 2, 0, &sw->bn_fused, err, errlen));
+    TRY(env_switch("DSGD_GPU_GRAPH", graph, 2, 0, &sw->graph, err, errlen));
     if (sw->bn_fused && !sw->nhwc) /* cuDNN fuses BN and its activation for NHWC tensors only */
         return seterr(err, errlen, "DSGD_GPU_BNRELU=fused needs DSGD_GPU_LAYOUT=nhwc (cuDNN fuses BN and ReLU in NHWC only)"),
                -1;
