@@ -176,6 +176,17 @@ static void net_forward(gpu_model *g, gpu_net *t) {
         gpu_conv_forward(&r->conv1, c, r->c1, h, wview(g, d->w1));
         bn_forward(c, t, &r->bn1, r->a1, r->c1, P + d->g1, P + d->b1, B + d->rm1, B + d->rv1);
         gpu_conv_forward(&r->conv2, c, r->c2, r->a1, wview(g, d->w2));
+        if (r->bn2.add) { /* DSGD_GPU_BNRELU=fused_add: y = relu(bn2(c2) + shortcut) in one call, the shortcut first */
+            const void *sc = h;
+            if (d->down) {
+                gpu_conv_forward(&r->convd, c, r->cd, h, wview(g, d->wd));
+                bn_forward(c, t, &r->bnd, r->sd, r->cd, P + d->gd, P + d->bd, B + d->rmd, B + d->rvd);
+                sc = r->sd;
+            }
+            gpu_bn_add_forward(&r->bn2, c, r->y, r->c2, sc, P + d->g2, P + d->b2, B + d->rm2, B + d->rv2);
+            h = r->y;
+            continue;
+        }
         bn_forward(c, t, &r->bn2, r->y, r->c2, P + d->g2, P + d->b2, B + d->rm2, B + d->rv2);
         const void *sc = h;
         if (d->down) {
@@ -210,17 +221,23 @@ static void net_backward(gpu_model *g, gpu_net *t) {
         gpu_block *r = &t->b[i];
         const void *h = i > 0 ? t->b[i - 1].y : (L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0);
         void *dy = t->g[gy], *dx = t->g[1 - gy];
-        gpu_add_backward(&r->res, c, dy, dy, r->y); /* the gradient of bn2's output and of the shortcut */
-        bn_backward(c, t, &r->bn2, T0, G + d->g2, G + d->b2, dy, r->c2, NULL, P + d->g2);
+        void *ds = dy; /* the gradient of the shortcut (and of bn2's output) */
+        if (r->bn2.add) { /* fused_add: T2 := dy · [y > 0], T0 := bn2'(T2); dy as it is */
+            gpu_bn_add_backward(&r->bn2, c, T0, T2, G + d->g2, G + d->b2, dy, r->c2, r->y, P + d->g2);
+            ds = T2;
+        } else {
+            gpu_add_backward(&r->res, c, dy, dy, r->y); /* masked in place */
+            bn_backward(c, t, &r->bn2, T0, G + d->g2, G + d->b2, dy, r->c2, NULL, P + d->g2);
+        }
         gpu_conv_backward(&r->conv2, c, T1, G + d->w2, T0, r->a1, wview(g, d->w2));
         bn_backward(c, t, &r->bn1, T0, G + d->g1, G + d->b1, T1, r->c1, r->a1, P + d->g1);
         gpu_conv_backward(&r->conv1, c, dx, G + d->w1, T0, h, wview(g, d->w1));
         if (d->down) {
-            bn_backward(c, t, &r->bnd, T1, G + d->gd, G + d->bd, dy, r->cd, NULL, P + d->gd);
-            gpu_conv_backward(&r->convd, c, T2, G + d->wd, T1, h, wview(g, d->wd));
+            bn_backward(c, t, &r->bnd, T1, G + d->gd, G + d->bd, ds, r->cd, NULL, P + d->gd);
+            gpu_conv_backward(&r->convd, c, T2, G + d->wd, T1, h, wview(g, d->wd)); /* ds (T2 if fused_add) read already */
             gpu_add_forward(&r->acc, c, dx, dx, T2);
         } else {
-            gpu_add_forward(&r->acc, c, dx, dx, dy);
+            gpu_add_forward(&r->acc, c, dx, dx, ds);
         }
         gpu_overlap_mark_final(g, d->w1);
         gy = 1 - gy;

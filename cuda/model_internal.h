@@ -92,6 +92,7 @@ typedef struct {
     int stage_own;   /* DSGD_GPU_STAGE=own (default): the staging copy on a stream of its own (N17); =h2d */
     int nhwc;        /* DSGD_GPU_LAYOUT=nhwc: activations NHWC, conv weights KRSC copies (N12); =nchw (default) */
     int bn_fused;    /* DSGD_GPU_BNRELU=fused: cuDNN's fused BN+ReLU in training (N12, needs nhwc); =kernel (default) */
+    int bn_add;      /* DSGD_GPU_BNRELU=fused_add: also each block's second BN with the residual add and ReLU (bf16) */
     int graph;       /* DSGD_GPU_GRAPH=1: the training step captured once as a CUDA graph and replayed (N13); =0 (default) */
 } gpu_switches;
 

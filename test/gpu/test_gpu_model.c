@@ -64,6 +64,7 @@ static int mock; /* over the CPU stand-ins (test/gpu/mock): set by main */
 long mock_cuda_host_syncs(void) __attribute__((weak)); /* test/gpu/mock/mock_cuda.c */
 long mock_cuda_objects(void) __attribute__((weak));
 long mock_cuda_graph_launches(void) __attribute__((weak));
+long mock_bn_add_calls(void) __attribute__((weak)); /* test/gpu/mock/mock_layers.c */
 
 /* Every parameter tensor's gradient within tol; prints the worst. */
 static void check_grads(const nn_layout *L, const float *got, const float *want, double tol) {
@@ -347,9 +348,9 @@ END_TEST
  * the NCHW one is held. */
 static void nhwc_case(const char *name, model_spec s, gpu_precision prec, int fused) {
     setenv("DSGD_GPU_LAYOUT", "nhwc", 1);
-    if (fused) setenv("DSGD_GPU_BNRELU", "fused", 1);
+    if (fused) setenv("DSGD_GPU_BNRELU", fused == 2 ? "fused_add" : "fused", 1);
     char t[160];
-    snprintf(t, sizeof t, "NHWC%s: %s", fused ? ", BN+ReLU fused" : "", name);
+    snprintf(t, sizeof t, "NHWC%s: %s", fused == 2 ? ", BN+ReLU fused, BN+add+ReLU fused" : fused ? ", BN+ReLU fused" : "", name);
     model_case(t, s, prec);
     unsetenv("DSGD_GPU_LAYOUT");
     unsetenv("DSGD_GPU_BNRELU");
@@ -497,6 +498,54 @@ START_TEST(test_nhwc_nchw) {
     unsetenv("DSGD_GPU_BNRELU");
     printf("  expected error: %s\n", err);
     ck_assert_msg(strstr(err, "DSGD_GPU_BNRELU=fused") && strstr(err, "DSGD_GPU_LAYOUT=nhwc"), "%s", err);
+}
+END_TEST
+
+/* DSGD_GPU_BNRELU=fused_add: each block's second BN, the residual add and the ReLU in one cuDNN
+ * call each way (gpu_bn_add_forward / _backward; bf16 NHWC only). Against the CPU model at bf16's
+ * tolerances (both stems, the odd shapes); against fused (BN+ReLU only, the add our kernel): over
+ * the mock bit for bit when its stand-in rounds BN's output to bf16 before the add as the unfused
+ * path does (MOCK_BN_ADD_ROUND=twice: the wiring — the shortcut into z, its gradient dz into the
+ * shortcut's backward and the next block, T2 as dz's buffer — is then exactly the unfused one's;
+ * not on a GPU, where one rounding fewer makes two bf16 trajectories that part after the first
+ * update, 1.25 relative in the gradient at the second step over the mock with one rounding); the fused
+ * calls counted over the mock (2 per block per step). fp32 takes no add fusion (cuDNN documents the op for half / bf16):
+ * bit for bit as fused over the mock. fused_add in NCHW is refused. */
+START_TEST(test_bn_add) {
+    model_spec odd = cifar(3, 5, 4);
+    odd.in_c = 1, odd.in_h = odd.in_w = 28;
+    const model_spec in = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 48,
+                           .in_w = 48, .n_classes = 10, .batch = 4, .eval_batch = 3, .threads = 0};
+    const long c0 = mock_bn_add_calls ? mock_bn_add_calls() : 0;
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x48x48, batch 4", in, GPU_BF16, 2);
+    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_BF16, 2);
+    const long c1 = mock_bn_add_calls ? mock_bn_add_calls() : 0;
+    if (mock_bn_add_calls) {
+        printf("    fused BN+add+ReLU calls: %ld\n", c1 - c0);
+        ck_assert_int_gt(c1 - c0, 0);
+    }
+    setenv("DSGD_CUDNN_ALGO", "heuristic", 1);
+    const char *const once[] = {"DSGD_GPU_LAYOUT=nhwc DSGD_GPU_BNRELU=fused", "DSGD_GPU_LAYOUT=nhwc DSGD_GPU_BNRELU=fused_add"};
+    if (mock) { /* on a GPU the two round differently: two bf16 trajectories, held to the CPU model above instead */
+        setenv("MOCK_BN_ADD_ROUND", "twice", 1); /* read by the stand-in at each call */
+        same_models("NHWC, BN+add+ReLU fused vs BN, then add+ReLU (mock: BN's output rounded first)", in, GPU_BF16, 2, once,
+                    0, 0);
+        unsetenv("MOCK_BN_ADD_ROUND");
+        const long c2 = mock_bn_add_calls ? mock_bn_add_calls() : 0;
+        if (mock_bn_add_calls) ck_assert_int_eq(c2 - c1, 2 * 2 * N_BLOCKS); /* two steps, forward and backward per block */
+    }
+    const long c3 = mock_bn_add_calls ? mock_bn_add_calls() : 0;
+    same_models("NHWC fp32: fused_add as fused (no add fusion in fp32)", in, GPU_FP32, 2, once, mock ? 0 : 5e-5, mock ? 0 : 5e-4);
+    if (mock_bn_add_calls) ck_assert_int_eq(mock_bn_add_calls(), c3);
+    unsetenv("DSGD_CUDNN_ALGO");
+    char err[ERRLEN];
+    nn_layout L;
+    ck_assert_msg(nn_layout_build(&L, &in, err, sizeof err) == 0, "%s", err);
+    setenv("DSGD_GPU_BNRELU", "fused_add", 1); /* in NCHW: refused */
+    ck_assert_ptr_null(gpu_model_create(&L, GPU_BF16, err, sizeof err));
+    unsetenv("DSGD_GPU_BNRELU");
+    printf("  expected error: %s\n", err);
+    ck_assert_msg(strstr(err, "DSGD_GPU_BNRELU=fused_add") && strstr(err, "DSGD_GPU_LAYOUT=nhwc"), "%s", err);
 }
 END_TEST
 
@@ -861,7 +910,7 @@ START_TEST(test_graph) {
                            .in_w = 40, .n_classes = 10, .batch = 4, .eval_batch = 3, .threads = 0};
     graph_case("resnet18 ImageNet stem, width 8, 3x40x40, batch 4", im, GPU_FP32, NULL);
     graph_case("resnet18 ImageNet stem, width 8, 3x40x40, batch 4", im, GPU_BF16,
-               "DSGD_GPU_LAYOUT=nhwc DSGD_GPU_BNRELU=fused DSGD_GPU_CASTS=one");
+               "DSGD_GPU_LAYOUT=nhwc DSGD_GPU_BNRELU=fused_add DSGD_GPU_CASTS=one");
     const model_spec lin = {.arch = MODEL_LINEAR, .in_c = 1, .in_h = 6, .in_w = 6, .n_classes = 5, .batch = 8,
                             .eval_batch = 4, .threads = 0};
     graph_case("linear, 1x6x6, batch 8", lin, GPU_FP32, NULL);
@@ -910,6 +959,7 @@ int main(void) {
     tcase_add_test(tc, test_bf16_fallback);
     tcase_add_test(tc, test_nhwc_nchw);
     tcase_add_test(tc, test_nhwc_cpu);
+    tcase_add_test(tc, test_bn_add);
     tcase_add_test(tc, test_descent);
     tcase_add_test(tc, test_resnet_imagenet_224);
     suite_add_tcase(s, tc);

@@ -43,7 +43,7 @@ void mock_launch_check(const char *what);
 /* ---- stream capture (mock_capture.h): a call on a stream being captured is recorded and
  * replayed by cudaGraphLaunch, as a kernel node; nothing of it runs or is checked before then ---- */
 
-enum { R_CONV_F, R_CONV_B, R_BN_F, R_BN_B, R_RELU_F, R_RELU_B, R_ADD_F, R_ADD_B, R_POOL_F, R_POOL_B, R_FC_F, R_FC_B, R_XENT_F, R_XENT_B, R_TO_BF16, R_TO_BF16_SEGS, R_TO_NHWC, R_FROM_NHWC, R_TO_F32, R_SGD };
+enum { R_BN_ADD_F, R_BN_ADD_B, R_CONV_F, R_CONV_B, R_BN_F, R_BN_B, R_RELU_F, R_RELU_B, R_ADD_F, R_ADD_B, R_POOL_F, R_POOL_B, R_FC_F, R_FC_B, R_XENT_F, R_XENT_B, R_TO_BF16, R_TO_BF16_SEGS, R_TO_NHWC, R_FROM_NHWC, R_TO_F32, R_SGD };
 
 static void replay(int id, const mock_arg *a);
 
@@ -391,6 +391,8 @@ typedef struct {
 
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
+    const int want_add = relu == GPU_BN_ADD_RELU; /* as layers_norm.cu */
+    if (want_add) relu = 0;
     memset(l, 0, sizeof *l);
     l->mode = mode;
     l->relu = relu;
@@ -406,7 +408,8 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     if (bn_init(&m->cl, cpu(), name, md, 0, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
         return free(m->beta0), free(m), -1;
     tab_put(l, m);
-    l->fused = c->bn_fused && relu && mode == GPU_TRAIN && l->nhwc; /* as layers_norm.cu */
+    l->add = want_add && c->bn_fused && c->bn_add && mode == GPU_TRAIN && l->nhwc && bf(c) && !l->io32; /* as layers_norm.cu */
+    l->fused = (c->bn_fused && relu && mode == GPU_TRAIN && l->nhwc) || l->add;
     if (l->fused) {
         l->ws_need = MOCK_BN_WS;
         gpu_ctx_reserve(c, l->ws_need);
@@ -425,6 +428,7 @@ static void bn_fused_check(const gpu_bn_layer *l, const gpu_ctx *c) {
 void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c0, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
     CAPTURE(c0, R_BN_F, P(l), P(c0), P(out), P(inp), P(gamma), P(beta), P(running_mean), P(running_var));
+    if (l->add) DIE("mock: gpu_bn_forward on %s, built for the fused residual add", l->what);
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (l->relu && !l->fused) mock_launch_check(l->what); /* the ReLU after BN (or its mask) is our kernel */
@@ -456,6 +460,7 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c0, void *out, const void *inp, co
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma) {
     CAPTURE(c0, R_BN_B, P(l), P(c0), P(dinp), P(dgamma), P(dbeta), P(dout), P(inp), P(out), P(gamma));
+    if (l->add) DIE("mock: gpu_bn_backward on %s, built for the fused residual add", l->what);
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (l->relu && !l->fused) mock_launch_check(l->what); /* the ReLU after BN (or its mask) is our kernel */
@@ -493,6 +498,76 @@ void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, fl
     bn_backward(&m->cl, cpu(), dx, dgamma, dbeta, dy, x, gamma, m->beta0);
     act_out4(c, t, dinp, dx, l->n, l->c, hw);
     act_done4(c, t, dy), act_done4(c, t, x);
+}
+
+/* BN + residual add + ReLU (gpu_bn_layer.add): out = relu(BN(inp) + z), the sum rounded to bf16
+ * once, as cuDNN's fused kernel does; MOCK_BN_ADD_ROUND=twice rounds BN's output to bf16 first, as
+ * gpu_bn_forward then gpu_add_forward do, so that test_gpu_model can hold the fused wiring to the
+ * unfused one bit for bit. The backward: dz = dout · [out > 0] (exact), dinp = BN'(dz); dout as it
+ * is. Both count in mock_bn_add_calls(). */
+static long n_bn_add;
+long mock_bn_add_calls(void) { return n_bn_add; }
+
+void gpu_bn_add_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const void *z, const float *gamma,
+                        const float *beta, float *running_mean, float *running_var) {
+    CAPTURE(c, R_BN_ADD_F, P(l), P(c), P(out), P(inp), P(z), P(gamma), P(beta), P(running_mean), P(running_var));
+    if (!l->add) DIE("mock: gpu_bn_add_forward on %s, not built for the residual add", l->what);
+    mock_bn *m = tab_get(l);
+    const size_t n = l->count;
+    bn_fused_check(l, c);
+    m->gen++;
+    memcpy(l->reserve, &m->gen, sizeof m->gen);
+    l->beta_fwd = beta;
+    DEVA(c, out, n, l->what);
+    DEVA(c, inp, n, l->what);
+    DEVA(c, z, n, l->what);
+    DEV(gamma, l->c, l->what);
+    DEV(beta, l->c, l->what);
+    DEV(running_mean, l->c, l->what);
+    DEV(running_var, l->c, l->what);
+    if ((const void *)out == inp || (const void *)out == z) DIE("mock: %s forward in place", l->what);
+    const int t = l->nhwc;
+    const size_t hw = (size_t)l->h * l->w;
+    const char *r = getenv("MOCK_BN_ADD_ROUND");
+    const int twice = r && strcmp(r, "twice") == 0;
+    float *x = act_in4(c, t, inp, l->n, l->c, hw), *zz = act_in4(c, t, z, l->n, l->c, hw), *y = act_scratch4(c, t, out, n);
+    bn_forward(&m->cl, cpu(), y, x, gamma, beta, running_mean, running_var);
+    for (size_t i = 0; i < n; i++) y[i] = relu1((twice ? bf16_round(y[i]) : y[i]) + zz[i]);
+    act_out4(c, t, out, y, l->n, l->c, hw);
+    act_done4(c, t, x), act_done4(c, t, zz);
+    n_bn_add++;
+}
+
+void gpu_bn_add_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, void *dz, float *dgamma, float *dbeta,
+                         const void *dout, const void *inp, const void *out, const float *gamma) {
+    CAPTURE(c, R_BN_ADD_B, P(l), P(c), P(dinp), P(dz), P(dgamma), P(dbeta), P(dout), P(inp), P(out), P(gamma));
+    if (!l->add) DIE("mock: gpu_bn_add_backward on %s, not built for the residual add", l->what);
+    mock_bn *m = tab_get(l);
+    bn_fused_check(l, c);
+    long g;
+    memcpy(&g, l->reserve, sizeof g);
+    if (m->gen == 0 || g != m->gen) DIE("mock: %s (fused add) backward without its forward's reserve space", l->what);
+    DEV(l->beta_fwd, l->c, l->what);
+    const size_t n = l->count;
+    DEVA(c, dinp, n, l->what);
+    DEVA(c, dz, n, l->what);
+    DEVA(c, dout, n, l->what);
+    DEVA(c, inp, n, l->what);
+    DEVA(c, out, n, l->what);
+    DEV(dgamma, l->c, l->what);
+    DEV(dbeta, l->c, l->what);
+    DEV(gamma, l->c, l->what);
+    if (dinp == dout || (const void *)dinp == inp || dinp == dz || (const void *)dz == dout || (const void *)dz == inp)
+        DIE("mock: %s (fused add) backward in place", l->what);
+    for (size_t i = 0; i < n; i++) act_set(c, dz, i, act_get(c, out, i) > 0.0f ? act_get(c, dout, i) : 0.0f);
+    const int t = l->nhwc;
+    const size_t hw = (size_t)l->h * l->w;
+    float *dy = act_in4(c, t, dz, l->n, l->c, hw), *x = act_in4(c, t, inp, l->n, l->c, hw);
+    float *dx = act_scratch4(c, t, dinp, n);
+    bn_backward(&m->cl, cpu(), dx, dgamma, dbeta, dy, x, gamma, m->beta0);
+    act_out4(c, t, dinp, dx, l->n, l->c, hw);
+    act_done4(c, t, dy), act_done4(c, t, x);
+    n_bn_add++;
 }
 
 void gpu_bn_free(gpu_bn_layer *l) {
@@ -840,6 +915,8 @@ static void replay(int id, const mock_arg *a) {
     case R_CONV_F: gpu_conv_forward(A(0), A(1), A(2), A(3), A(4)); break;
     case R_CONV_B: gpu_conv_backward(A(0), A(1), A(2), A(3), A(4), A(5), A(6)); break;
     case R_BN_F: gpu_bn_forward(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7)); break;
+    case R_BN_ADD_F: gpu_bn_add_forward(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8)); break;
+    case R_BN_ADD_B: gpu_bn_add_backward(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9)); break;
     case R_BN_B: gpu_bn_backward(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8)); break;
     case R_RELU_F: gpu_relu_forward(A(0), A(1), A(2), A(3)); break;
     case R_RELU_B: gpu_relu_backward(A(0), A(1), A(2), A(3), A(4)); break;
