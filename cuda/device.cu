@@ -32,14 +32,15 @@ void gpu_version(char *buf, size_t n) {
      * file's libraries attribute and bench_gpu's header say which ran; a bad value is refused by
      * gpu_model_create. */
     const char *sy = getenv("DSGD_GPU_SYNC"), *ca = getenv("DSGD_GPU_CASTS"), *sg = getenv("DSGD_GPU_STAGE");
-    const char *ly = getenv("DSGD_GPU_LAYOUT"), *br = getenv("DSGD_GPU_BNRELU");
+    const char *ly = getenv("DSGD_GPU_LAYOUT"), *br = getenv("DSGD_GPU_BNRELU"), *gr = getenv("DSGD_GPU_GRAPH");
     const char *al = getenv(GPU_ALGO_ENV), *de = getenv(GPU_DET_ENV);
     const int heur = al && strcmp(al, "heuristic") == 0;
     const int det = de && *de ? strcmp(de, "0") != 0 : heur;
     snprintf(buf, n,
-             "CUDA runtime %d.%d, driver %s, cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d; step: sync=%s casts=%s stage=%s layout=%s bnrelu=%s cudnn=%s,%s",
+             "CUDA runtime %d.%d, driver %s, cuDNN %zu.%zu.%zu, cuBLAS %d.%d.%d; step: sync=%s casts=%s stage=%s layout=%s bnrelu=%s graph=%s cudnn=%s,%s",
              rt / 1000, (rt % 1000) / 10, d, dnn / 10000, (dnn % 10000) / 100, dnn % 100, bmaj, bmin, bpat,
-             sy && *sy ? sy : "update", ca && *ca ? ca : "each", sg && *sg ? sg : "own", ly && *ly ? ly : "nchw", br && *br ? br : "kernel", heur ? "heuristic" : "find",
+             sy && *sy ? sy : "update", ca && *ca ? ca : "each", sg && *sg ? sg : "own", ly && *ly ? ly : "nchw", br && *br ? br : "kernel",
+             gr && *gr ? gr : "0", heur ? "heuristic" : "find",
              det ? "deterministic" : "nondeterministic");
 }
 

@@ -195,6 +195,12 @@ int gpu_model_sgd_update(gpu_model *g, float alpha, float mu, float lambda, int 
  * (always 0 with the default DSGD_GPU_SYNC=update, whose update returns its own flag). */
 long gpu_model_nonfinite_update(const gpu_model *g);
 
+/* Training steps of g run as a CUDA graph so far (DSGD_GPU_GRAPH=1 in the environment at
+ * gpu_model_create, docs/gpu.md "Switches": every step after the first one that neither stages
+ * its gradient to the host nor has a group hook; cuda/model.cu, step_graph_launch); 0 with the
+ * switch off. */
+long gpu_model_graph_steps(const gpu_model *g);
+
 /* The device vector `which` (exactly one of GPU_PARAMS, GPU_GRADS, GPU_BN): n_params, n_params or
  * n_bn fp32 values in device memory of g's GPU, for communication that reads and writes them in
  * place (NCCL, CUDA-aware MPI: cuda/gpucomm.h, src/comm/reduce.h). The pointer is

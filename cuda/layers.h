@@ -97,6 +97,9 @@ typedef struct {
     int bn_fused;           /* training BN+ReLU layers built from now on in NHWC use cuDNN's fused
                              * BN_ACTIVATION calls (DSGD_GPU_BNRELU=fused; gpu_bn_layer.fused); 0 after
                              * gpu_ctx_init, set by the caller */
+    int bn_add;             /* and (with bn_fused) training BN layers built with relu = GPU_BN_ADD_RELU
+                             * in NHWC bf16 take the residual add and the ReLU into cuDNN's
+                             * BN_ADD_ACTIVATION calls (DSGD_GPU_BNRELU=fused_add; gpu_bn_layer.add) */
     size_t act_bytes;       /* bytes of one activation value: 4 (fp32), 2 (GPU_BF16) */
     cudaStream_t stream;    /* a blocking stream: ordered with cudaMemcpy on the legacy stream */
     cudnnHandle_t dnn;
@@ -255,6 +258,12 @@ typedef struct {
      * Not probed as the bf16 fallback is: a cuDNN that refuses the fused call for these tensors
      * stops the first step (CUDNN_CHECK, naming the layer and the status). */
     int fused;
+    /* add (built with relu = GPU_BN_ADD_RELU, c->bn_add, training, NHWC, bf16 without the
+     * fallback): fused with CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION, out = relu(BN(inp) + z), through
+     * gpu_bn_add_forward / gpu_bn_add_backward only (cuDNN documents the op for NHWC half / bf16
+     * tensors). Otherwise a layer built with GPU_BN_ADD_RELU is a plain BN (relu 0) and the caller
+     * adds and applies the ReLU itself (gpu_add_layer). */
+    int add;
     cudnnActivationDescriptor_t act_desc;
     void *reserve;
     size_t reserve_nbytes, ws_need;
@@ -266,6 +275,7 @@ typedef struct {
  * γ, β, the running and saved statistics and dγ, dβ stay fp32 (cudnnDeriveBNTensorDescriptor
  * makes their descriptor float for every x but double; cuDNN's PSEUDO_BFLOAT16_CONFIG, in which
  * the statistics and the normalisation are computed in fp32). */
+#define GPU_BN_ADD_RELU 2 /* gpu_bn_init's relu: a residual add, then the ReLU, fused where it can be (gpu_bn_layer.add) */
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen);
 /* out = [relu](γ (inp − µ) / sqrt(σ² + eps) + β); out must not alias inp. GPU_TRAIN:
@@ -284,6 +294,17 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, con
  * dout as it is, with the reserve space and β of the last forward. */
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma);
+/* l->add only. out = relu(BN(inp) + z) in one cudnnBatchNormalizationForwardTrainingEx
+ * (CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION; statistics as gpu_bn_forward; z: the residual, the
+ * block's shortcut; the sum is rounded to bf16 once, not BN's output first as gpu_bn_forward then
+ * gpu_add_forward do). out must not alias inp or z. */
+void gpu_bn_add_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const void *z, const float *gamma,
+                        const float *beta, float *running_mean, float *running_var);
+/* l->add only, after gpu_bn_add_forward: one cudnnBatchNormalizationBackwardEx. dz := dout · [out > 0]
+ * (the gradient of the residual, exact), dinp := BN'(dz), dgamma, dbeta overwritten; dout as it is.
+ * dinp, dz, dout, inp: distinct buffers. */
+void gpu_bn_add_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, void *dz, float *dgamma, float *dbeta,
+                         const void *dout, const void *inp, const void *out, const float *gamma);
 void gpu_bn_free(gpu_bn_layer *l);
 
 /* ---- ReLU --------------------------------------------------------------------------------- */

@@ -61,6 +61,8 @@ static void launch_binary(gpu_ctx *c, void *out, const void *x, const void *y, s
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
     memset(l, 0, sizeof *l);
+    const int want_add = relu == GPU_BN_ADD_RELU;
+    if (want_add) relu = 0; /* unless fused below: a plain BN, the caller adds */
     l->mode = mode;
     l->relu = relu;
     l->n = n, l->c = ch, l->h = h, l->w = w;
@@ -96,17 +98,19 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
         if (gpu_malloc((void **)&l->save_mean, (size_t)ch * sizeof(float), l->what, err, errlen)) return -1;
         if (gpu_malloc((void **)&l->save_inv_var, (size_t)ch * sizeof(float), l->what, err, errlen)) return -1;
     }
-    l->fused = c->bn_fused && relu && mode == GPU_TRAIN && l->nhwc;
+    l->add = want_add && c->bn_fused && c->bn_add && mode == GPU_TRAIN && l->nhwc && is_bf16(c) && !l->io32;
+    l->fused = (c->bn_fused && relu && mode == GPU_TRAIN && l->nhwc) || l->add;
     if (l->fused) { /* cuDNN's BN+ReLU (layers.h, gpu_bn_layer.fused): its sizes now, its buffers once */
         const cudnnBatchNormMode_t bm = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-        const cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+        const cudnnBatchNormOps_t ops = l->add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+        const cudnnTensorDescriptor_t zd = l->add ? l->x_desc : NULL; /* z and dz: the shape of x */
         CUDNN_TRY(cudnnCreateActivationDescriptor(&l->act_desc), l->what);
         CUDNN_TRY(cudnnSetActivationDescriptor(l->act_desc, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0), l->what);
         size_t fw = 0, bw = 0;
-        CUDNN_TRY(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(c->dnn, bm, ops, l->x_desc, NULL, l->x_desc,
+        CUDNN_TRY(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(c->dnn, bm, ops, l->x_desc, zd, l->x_desc,
                                                                            l->stat_desc, l->act_desc, &fw),
                   l->what);
-        CUDNN_TRY(cudnnGetBatchNormalizationBackwardExWorkspaceSize(c->dnn, bm, ops, l->x_desc, l->x_desc, l->x_desc, NULL,
+        CUDNN_TRY(cudnnGetBatchNormalizationBackwardExWorkspaceSize(c->dnn, bm, ops, l->x_desc, l->x_desc, l->x_desc, zd,
                                                                     l->x_desc, l->stat_desc, l->act_desc, &bw),
                   l->what);
         CUDNN_TRY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(c->dnn, bm, ops, l->act_desc, l->x_desc,
@@ -127,6 +131,7 @@ static void bn_fused_ready(const gpu_bn_layer *l, const gpu_ctx *c) {
 void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
     const float one = 1.0f, zero = 0.0f;
+    if (l->add) DIE("gpu_bn_forward on %s, built for the fused residual add: gpu_bn_add_forward", l->what);
     if (l->fused) { /* BN and ReLU in one call; the backward reads the reserve space and β */
         bn_fused_ready(l, c);
         CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
@@ -155,6 +160,7 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, con
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma) {
     if (l->mode != GPU_TRAIN) DIE("gpu_bn_backward on inference %s", l->what);
+    if (l->add) DIE("gpu_bn_backward on %s, built for the residual add: gpu_bn_add_backward", l->what);
     if (dinp == dout || dinp == inp) DIE("gpu_bn_backward: %s in place", l->what);
     if (l->fused) { /* the ReLU's mask from out inside cuDNN; dout unchanged */
         bn_fused_ready(l, c);
@@ -173,6 +179,35 @@ void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, float *dgamma, flo
     CUDNN_CHECK(cudnnBatchNormalizationBackward(c->dnn, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, l->x_desc,
                                                 inp, l->x_desc, dout, l->x_desc, dinp, l->stat_desc, gamma, dgamma,
                                                 dbeta, l->eps, l->save_mean, l->save_inv_var),
+                l->what);
+}
+
+void gpu_bn_add_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const void *z, const float *gamma,
+                        const float *beta, float *running_mean, float *running_var) {
+    if (!l->add) DIE("gpu_bn_add_forward on %s, not built for the fused residual add", l->what);
+    if (out == inp || out == z) DIE("gpu_bn_add_forward: %s in place", l->what);
+    bn_fused_ready(l, c);
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnBatchNormalizationForwardTrainingEx(
+                    c->dnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION, &one, &zero, l->x_desc,
+                    inp, l->x_desc, z, l->x_desc, out, l->stat_desc, gamma, beta, l->momentum, running_mean, running_var,
+                    l->eps, l->save_mean, l->save_inv_var, l->act_desc, c->ws, c->ws_nbytes, l->reserve, l->reserve_nbytes),
+                l->what);
+    l->beta_fwd = beta;
+}
+
+void gpu_bn_add_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, void *dz, float *dgamma, float *dbeta,
+                         const void *dout, const void *inp, const void *out, const float *gamma) {
+    if (!l->add) DIE("gpu_bn_add_backward on %s, not built for the fused residual add", l->what);
+    if (!l->beta_fwd) DIE("gpu_bn_add_backward: %s before its forward", l->what);
+    if (dinp == dout || dinp == inp || dinp == dz || dz == dout || dz == inp) DIE("gpu_bn_add_backward: %s in place", l->what);
+    bn_fused_ready(l, c);
+    const float one = 1.0f, zero = 0.0f;
+    CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+                    c->dnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION, &one, &zero, &one, &zero,
+                    l->x_desc, inp, l->x_desc, out, l->x_desc, dout, l->x_desc, dz, l->x_desc, dinp, l->stat_desc, gamma,
+                    l->beta_fwd, dgamma, dbeta, l->eps, l->save_mean, l->save_inv_var, l->act_desc, c->ws, c->ws_nbytes,
+                    l->reserve, l->reserve_nbytes),
                 l->what);
 }
 

@@ -176,6 +176,17 @@ static void net_forward(gpu_model *g, gpu_net *t) {
         gpu_conv_forward(&r->conv1, c, r->c1, h, wview(g, d->w1));
         bn_forward(c, t, &r->bn1, r->a1, r->c1, P + d->g1, P + d->b1, B + d->rm1, B + d->rv1);
         gpu_conv_forward(&r->conv2, c, r->c2, r->a1, wview(g, d->w2));
+        if (r->bn2.add) { /* DSGD_GPU_BNRELU=fused_add: y = relu(bn2(c2) + shortcut) in one call, the shortcut first */
+            const void *sc = h;
+            if (d->down) {
+                gpu_conv_forward(&r->convd, c, r->cd, h, wview(g, d->wd));
+                bn_forward(c, t, &r->bnd, r->sd, r->cd, P + d->gd, P + d->bd, B + d->rmd, B + d->rvd);
+                sc = r->sd;
+            }
+            gpu_bn_add_forward(&r->bn2, c, r->y, r->c2, sc, P + d->g2, P + d->b2, B + d->rm2, B + d->rv2);
+            h = r->y;
+            continue;
+        }
         bn_forward(c, t, &r->bn2, r->y, r->c2, P + d->g2, P + d->b2, B + d->rm2, B + d->rv2);
         const void *sc = h;
         if (d->down) {
@@ -210,17 +221,23 @@ static void net_backward(gpu_model *g, gpu_net *t) {
         gpu_block *r = &t->b[i];
         const void *h = i > 0 ? t->b[i - 1].y : (L->s.stem == MODEL_STEM_IMAGENET ? t->p0 : t->a0);
         void *dy = t->g[gy], *dx = t->g[1 - gy];
-        gpu_add_backward(&r->res, c, dy, dy, r->y); /* the gradient of bn2's output and of the shortcut */
-        bn_backward(c, t, &r->bn2, T0, G + d->g2, G + d->b2, dy, r->c2, NULL, P + d->g2);
+        void *ds = dy; /* the gradient of the shortcut (and of bn2's output) */
+        if (r->bn2.add) { /* fused_add: T2 := dy · [y > 0], T0 := bn2'(T2); dy as it is */
+            gpu_bn_add_backward(&r->bn2, c, T0, T2, G + d->g2, G + d->b2, dy, r->c2, r->y, P + d->g2);
+            ds = T2;
+        } else {
+            gpu_add_backward(&r->res, c, dy, dy, r->y); /* masked in place */
+            bn_backward(c, t, &r->bn2, T0, G + d->g2, G + d->b2, dy, r->c2, NULL, P + d->g2);
+        }
         gpu_conv_backward(&r->conv2, c, T1, G + d->w2, T0, r->a1, wview(g, d->w2));
         bn_backward(c, t, &r->bn1, T0, G + d->g1, G + d->b1, T1, r->c1, r->a1, P + d->g1);
         gpu_conv_backward(&r->conv1, c, dx, G + d->w1, T0, h, wview(g, d->w1));
         if (d->down) {
-            bn_backward(c, t, &r->bnd, T1, G + d->gd, G + d->bd, dy, r->cd, NULL, P + d->gd);
-            gpu_conv_backward(&r->convd, c, T2, G + d->wd, T1, h, wview(g, d->wd));
+            bn_backward(c, t, &r->bnd, T1, G + d->gd, G + d->bd, ds, r->cd, NULL, P + d->gd);
+            gpu_conv_backward(&r->convd, c, T2, G + d->wd, T1, h, wview(g, d->wd)); /* ds (T2 if fused_add) read already */
             gpu_add_forward(&r->acc, c, dx, dx, T2);
         } else {
-            gpu_add_forward(&r->acc, c, dx, dx, dy);
+            gpu_add_forward(&r->acc, c, dx, dx, ds);
         }
         gpu_overlap_mark_final(g, d->w1);
         gy = 1 - gy;
@@ -234,15 +251,14 @@ static void net_backward(gpu_model *g, gpu_net *t) {
     gpu_conv_backward(&t->conv1, c, NULL, G + L->conv1, T1, t->xa, wview(g, L->conv1));
 }
 
-/* The first `rows` input rows from the host (x; NULL: already in t->x) into t->x and, in bf16 or
- * NHWC, t->xa (rounded, and with NHWC transposed on the device: the host's minibatch stays NCHW);
- * the weight copies: wcopy := the weights of wmap from params, rounded to bf16 and / or transposed
- * to KRSC (before every use, so that uploads and updates of params are always seen). */
-static void net_input(gpu_model *g, gpu_net *t, const float *x, int rows, const char *what) {
+/* In bf16 or NHWC: the first `rows` input rows of t->x into t->xa (rounded, and with NHWC
+ * transposed on the device: the host's minibatch stays NCHW); the weight copies: wcopy := the
+ * weights of wmap from params, rounded to bf16 and / or transposed to KRSC (before every use, so
+ * that uploads and updates of params are always seen). Device work only (a CUDA graph holds it). */
+static void net_cast_input(gpu_model *g, gpu_net *t, int rows) {
     gpu_ctx *c = &g->ctx;
     const model_spec *s = &g->L.s;
     const size_t nx = input_count(&g->L, rows);
-    if (x) CUDA_CHECK(cudaMemcpyAsync(t->x, x, nx * sizeof(float), cudaMemcpyHostToDevice, c->stream), what);
     if (!g->wcopy) return;
     if (c->nhwc)
         gpu_to_nhwc(c, t->xa, t->x, rows, s->in_c, s->in_h * s->in_w);
@@ -260,32 +276,26 @@ static void net_input(gpu_model *g, gpu_net *t, const float *x, int rows, const 
     }
 }
 
-void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *grads_host) {
-    set_dev(g);
+/* The first `rows` input rows from the host (x; NULL: already in t->x) into t->x, then
+ * net_cast_input. */
+static void net_input(gpu_model *g, gpu_net *t, const float *x, int rows, const char *what) {
+    if (x) CUDA_CHECK(cudaMemcpyAsync(t->x, x, input_count(&g->L, rows) * sizeof(float), cudaMemcpyHostToDevice, g->ctx.stream),
+                      what);
+    net_cast_input(g, t, rows);
+}
+
+/* The training step's device work from the input in t->x and the labels in t->y: the casts, the
+ * forward pass, the loss, the backward pass (marking the gradient groups, which records their
+ * events and calls the hook only in a step that stages gradients or has a hook: never in a
+ * graph), and the mean loss's copy to the pinned host stage. No host synchronisation, no
+ * allocation, every pointer fixed for a given input slot: what a CUDA graph captures. */
+static void step_body(gpu_model *g, gpu_net *t) {
     const nn_layout *L = &g->L;
-    gpu_net *t = &g->train;
     gpu_ctx *c = &g->ctx;
-    gpu_overlap *o = &g->ov;
     const int n = t->n, k = L->s.n_classes;
-    not_in_step(g, "gpu_model_train_begin");
-    if (!x) { /* the staged minibatch: its slot, once its copy is done */
-        if (o->staged_tag < 0) DIE("gpu_model_train_begin: no minibatch staged (gpu_model_stage)");
-        t->slot = 1 - t->slot;
-        t->x = t->xs[t->slot];
-        t->y = t->ys[t->slot];
-        if (!g->wcopy) t->xa = t->x; /* fp32 NCHW: the slot itself */
-        CUDA_CHECK(cudaStreamWaitEvent(c->stream, o->staged, 0), "train step: wait for the staged minibatch");
-    } else {
-        nn_check_labels(L, y, n);
-    }
-    net_input(g, t, x, n, "train step: input");
-    o->staged_tag = -1; /* used, or dropped by a step on another minibatch */
-    if (x) CUDA_CHECK(cudaMemcpyAsync(t->y, y, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, c->stream), "train step: labels");
-    o->in_step = 1;
-    o->grads_host = grads_host;
-    o->n_marked = o->n_ready = o->n_uploads = 0;
     const float *P = g->params;
     float *G = g->grads;
+    net_cast_input(g, t, n);
     if (L->s.arch == MODEL_LINEAR) { /* x is the (n, feat) input of the fc layer as it is */
         gpu_fc_forward(c, t->logits, t->xa, wview(g, L->fc_w), P + L->fc_b, n, L->feat, k);
         gpu_softmax_xent_forward(c, t->probs, t->losses, t->loss, t->logits, t->y, n, k);
@@ -298,11 +308,76 @@ void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *gr
         net_backward(g, t);
     }
     gpu_overlap_mark_final(g, 0);
-    if ((grads_host || o->hook) && o->n_marked != o->n_groups)
-        DIE("gpu_model_train_begin: %d of %d gradient groups marked by the backward pass", o->n_marked, o->n_groups);
-    CUDA_CHECK(cudaEventRecord(o->slot_free[t->slot], c->stream), "train step: input slot read");
     CUDA_CHECK(cudaMemcpyAsync(&g->host->loss, t->loss, sizeof(float), cudaMemcpyDeviceToHost, c->stream),
                "train step: loss");
+}
+
+/* The step as a CUDA graph (DSGD_GPU_GRAPH=1, N13; docs/gpu.md "Switches"). The rule: a step runs
+ * as a graph when the switch is on, it is not the model's first training step (that one runs
+ * eagerly: cuDNN's and cuBLAS's lazy set-up — module loading, plans — happens outside any
+ * capture; the algorithms are tuned and the workspace allocated by gpu_model_create already), and
+ * it neither stages its gradient to the host (grads_host) nor has a group hook (the per-group
+ * NCCL all-reduce of DSGD_NCCL_OVERLAP): those record events that the host polls or other streams
+ * wait on, and put NCCL calls inside the step, so they run eagerly, as do the steps of
+ * allreduce's overlapped MPI path. The graph holds step_body only: the host-to-device copies of
+ * the input and labels (from any host pointer), the wait for a staged minibatch and the event
+ * that frees its slot stay outside, on the same stream, so the order of the operations is the
+ * eager step's. The minibatch lives in one of two input slots (gpu_model_stage), and with fp32
+ * NCHW the first convolution reads the slot itself: one graph per slot, each captured the first
+ * time a step uses it (two captures at most, then none: a step makes no CUDA object). The loss's
+ * copy goes to pinned memory (a memcpy node), read after the one synchronisation of
+ * gpu_model_train_end. The SGD update stays outside (its α changes with the schedule). */
+static void step_graph_launch(gpu_model *g, gpu_net *t) {
+    cudaStream_t st = g->ctx.stream;
+    cudaGraphExec_t *x = &g->step_graph[t->slot];
+    if (!*x) {
+        cudaGraph_t graph = NULL;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), "train step: CUDA graph capture (DSGD_GPU_GRAPH=1)");
+        step_body(g, t);
+        CUDA_CHECK(cudaStreamEndCapture(st, &graph), "train step: CUDA graph capture (DSGD_GPU_GRAPH=1)");
+        CUDA_CHECK(cudaGraphInstantiate(x, graph, 0), "train step: CUDA graph instantiation (DSGD_GPU_GRAPH=1)");
+        CUDA_CHECK(cudaGraphDestroy(graph), "train step: CUDA graph capture (DSGD_GPU_GRAPH=1)");
+    }
+    CUDA_CHECK(cudaGraphLaunch(*x, st), "train step: CUDA graph launch (DSGD_GPU_GRAPH=1)");
+    g->n_graph_steps++;
+}
+
+void gpu_model_train_begin(gpu_model *g, const float *x, const int *y, float *grads_host) {
+    set_dev(g);
+    const nn_layout *L = &g->L;
+    gpu_net *t = &g->train;
+    gpu_ctx *c = &g->ctx;
+    gpu_overlap *o = &g->ov;
+    const int n = t->n;
+    not_in_step(g, "gpu_model_train_begin");
+    if (!x) { /* the staged minibatch: its slot, once its copy is done */
+        if (o->staged_tag < 0) DIE("gpu_model_train_begin: no minibatch staged (gpu_model_stage)");
+        t->slot = 1 - t->slot;
+        t->x = t->xs[t->slot];
+        t->y = t->ys[t->slot];
+        if (!g->wcopy) t->xa = t->x; /* fp32 NCHW: the slot itself */
+        CUDA_CHECK(cudaStreamWaitEvent(c->stream, o->staged, 0), "train step: wait for the staged minibatch");
+    } else {
+        nn_check_labels(L, y, n);
+    }
+    if (x) {
+        CUDA_CHECK(cudaMemcpyAsync(t->x, x, input_count(L, n) * sizeof(float), cudaMemcpyHostToDevice, c->stream),
+                   "train step: input");
+        CUDA_CHECK(cudaMemcpyAsync(t->y, y, (size_t)n * sizeof(int), cudaMemcpyHostToDevice, c->stream), "train step: labels");
+    }
+    o->staged_tag = -1; /* used, or dropped by a step on another minibatch */
+    o->in_step = 1;
+    o->grads_host = grads_host;
+    o->n_marked = o->n_ready = o->n_uploads = 0;
+    if (g->sw.graph && g->n_steps > 0 && !grads_host && !o->hook) { /* the rule: step_graph_launch */
+        step_graph_launch(g, t);
+    } else {
+        step_body(g, t);
+        if ((grads_host || o->hook) && o->n_marked != o->n_groups)
+            DIE("gpu_model_train_begin: %d of %d gradient groups marked by the backward pass", o->n_marked, o->n_groups);
+    }
+    g->n_steps++;
+    CUDA_CHECK(cudaEventRecord(o->slot_free[t->slot], c->stream), "train step: input slot read");
 }
 
 float gpu_model_train_end(gpu_model *g) {
@@ -411,5 +486,7 @@ float *gpu_model_vector(gpu_model *g, int which) {
 cudaStream_t gpu_model_stream(const gpu_model *g) { return g->ctx.stream; }
 
 long gpu_model_nonfinite_update(const gpu_model *g) { return g->bad_update; }
+
+long gpu_model_graph_steps(const gpu_model *g) { return g->n_graph_steps; }
 
 int gpu_model_device(const gpu_model *g) { return g->dev; }

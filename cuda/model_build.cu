@@ -123,7 +123,7 @@ static int net_layers(gpu_model *g, gpu_net *t, char *err, size_t errlen) {
                           errlen));
         TRY(gpu_bn_init(&r->bn1, c, d->lname[1], n, d->cout, d->oh, d->ow, 1, mode, err, errlen));
         TRY(gpu_conv_init(&r->conv2, c, d->lname[2], n, d->cout, d->oh, d->ow, d->cout, 3, 1, 1, mode, 1, err, errlen));
-        TRY(gpu_bn_init(&r->bn2, c, d->lname[3], n, d->cout, d->oh, d->ow, 0, mode, err, errlen));
+        TRY(gpu_bn_init(&r->bn2, c, d->lname[3], n, d->cout, d->oh, d->ow, GPU_BN_ADD_RELU, mode, err, errlen));
         if (d->down) {
             TRY(gpu_conv_init(&r->convd, c, d->lname[4], n, d->cin, d->ih, d->iw, d->cout, 1, d->stride, 0, mode, 1,
                               err, errlen));
@@ -252,6 +252,8 @@ void gpu_model_free(gpu_model *g) {
     cudaFree(g->bad);
     cudaFree(g->wcopy);
     cudaFree(g->wsegs);
+    for (int i = 0; i < 2; i++)
+        if (g->step_graph[i]) cudaGraphExecDestroy(g->step_graph[i]);
     if (g->host) cudaFreeHost(g->host);
     gpu_overlap_free(&g->ov);
     gpu_ctx_free(&g->ctx);
@@ -275,14 +277,19 @@ static int env_switch(const char *name, const char *const *vals, int nv, int dfl
 static int read_switches(gpu_switches *sw, char *err, size_t errlen) {
     static const char *const sync[] = {"update", "step"}, *const casts[] = {"each", "one"}, *const stage[] = {"h2d", "own"};
     static const char *const layout[] = {"nchw", "nhwc"};
+    static const char *const graph[] = {"0", "1"};
     TRY(env_switch("DSGD_GPU_SYNC", sync, 2, 0, &sw->sync_step, err, errlen));
     TRY(env_switch("DSGD_GPU_CASTS", casts, 2, 0, &sw->cast_one, err, errlen));
     TRY(env_switch("DSGD_GPU_STAGE", stage, 2, 1, &sw->stage_own, err, errlen));
-    static const char *const bnrelu[] = {"kernel", "fused"};
+    static const char *const bnrelu[] = {"kernel", "fused", "fused_add"};
     TRY(env_switch("DSGD_GPU_LAYOUT", layout, 2, 0, &sw->nhwc, err, errlen));
-    TRY(env_switch("DSGD_GPU_BNRELU", bnrelu, 2, 0, &sw->bn_fused, err, errlen));
+    TRY(env_switch("DSGD_GPU_BNRELU", bnrelu, 3, 0, &sw->bn_fused, err, errlen));
+    sw->bn_add = sw->bn_fused == 2;
+    sw->bn_fused = sw->bn_fused != 0;
+    TRY(env_switch("DSGD_GPU_GRAPH", graph, 2, 0, &sw->graph, err, errlen));
     if (sw->bn_fused && !sw->nhwc) /* cuDNN fuses BN and its activation for NHWC tensors only */
-        return seterr(err, errlen, "DSGD_GPU_BNRELU=fused needs DSGD_GPU_LAYOUT=nhwc (cuDNN fuses BN and ReLU in NHWC only)"),
+        return seterr(err, errlen, "DSGD_GPU_BNRELU=%s needs DSGD_GPU_LAYOUT=nhwc (cuDNN fuses BN and ReLU in NHWC only)",
+                      sw->bn_add ? "fused_add" : "fused"),
                -1;
     return 0;
 }
@@ -295,9 +302,10 @@ static int model_build(gpu_model *g, gpu_precision prec, char *err, size_t errle
     TRY(gpu_ctx_init(&g->ctx, prec, err, errlen));
     /* NHWC: every layer built below takes NHWC activations. The linear model has no layer with a
      * layout (its input is the fc layer's (n, c·h·w) row as the host flattens it). */
-    if (s->arch == MODEL_LINEAR) g->sw.nhwc = g->sw.bn_fused = 0;
+    if (s->arch == MODEL_LINEAR) g->sw.nhwc = g->sw.bn_fused = g->sw.bn_add = 0;
     g->ctx.nhwc = g->sw.nhwc;
     g->ctx.bn_fused = g->sw.bn_fused;
+    g->ctx.bn_add = g->sw.bn_add;
     CUDA_TRY(cudaHostAlloc((void **)&g->host, sizeof *g->host, cudaHostAllocPortable), "gpu_model_create (pinned staging)");
     memset(g->host, 0, sizeof *g->host);
     const size_t np = L->n_params * sizeof(float);

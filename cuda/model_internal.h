@@ -92,6 +92,8 @@ typedef struct {
     int stage_own;   /* DSGD_GPU_STAGE=own (default): the staging copy on a stream of its own (N17); =h2d */
     int nhwc;        /* DSGD_GPU_LAYOUT=nhwc: activations NHWC, conv weights KRSC copies (N12); =nchw (default) */
     int bn_fused;    /* DSGD_GPU_BNRELU=fused: cuDNN's fused BN+ReLU in training (N12, needs nhwc); =kernel (default) */
+    int bn_add;      /* DSGD_GPU_BNRELU=fused_add: also each block's second BN with the residual add and ReLU (bf16) */
+    int graph;       /* DSGD_GPU_GRAPH=1: the training step captured once as a CUDA graph and replayed (N13); =0 (default) */
 } gpu_switches;
 
 /* One conv or fc weight of the flat params (offset off, n values) and its copy in the activation
@@ -124,6 +126,11 @@ struct gpu_model {
     int upd_pending;                   /* an update whose flag has not been read yet */
     long n_updates;                    /* gpu_model_sgd_update calls that updated */
     long bad_update;                   /* the first of them found non-finite (1-based), 0 none */
+    /* DSGD_GPU_GRAPH=1 (model.cu, "The step as a CUDA graph"): one graph per input slot, captured
+     * at the first step that can use it after an eager one */
+    cudaGraphExec_t step_graph[2];
+    long n_steps;                      /* training steps begun */
+    long n_graph_steps;                /* of them, run as a graph */
 };
 
 /* The weight at flat offset off as the layers take it: its copy in wmap (bf16, or a KRSC conv

@@ -27,7 +27,7 @@
  *                   [--warmup 5] [--max-seconds 30] [--device cuda|cpu]
  * --device cpu times the same loop on the CPU backend (fp32 only), e.g. to try this program on a
  * machine without a GPU. --variants adds rows with the step's switches (docs/gpu.md, "Switches";
- * VARIANTS below: nccl, ncclov, det, sync1, cast1, all, nhwc, nhwcbn) after the base rows, at the --variant-precision
+ * VARIANTS below: nccl, ncclov, det, sync1, cast1, all, nhwc, nhwcbn, graph, nhwcadd) after the base rows, at the --variant-precision
  * precisions (default every one); their BENCH lines carry variant=NAME (base: variant=base). Exit status: 0 every row ok or unsupported, 1 a row failed, 2 bad
  * arguments or no GPU. */
 #include <math.h>
@@ -63,9 +63,9 @@ typedef struct {
  * model_create (NULL value: unset). "base" is the default of every switch: DSGD_GPU_SYNC=update,
  * DSGD_GPU_CASTS=each, DSGD_CUDNN_DETERMINISTIC unset (find: the fastest algorithm, deterministic
  * or not). DSGD_GPU_STAGE has no row: this loop stages no minibatch. */
-#define N_SWITCH_VARS 5
+#define N_SWITCH_VARS 6
 static const char *const SWITCH_VARS[N_SWITCH_VARS] = {"DSGD_GPU_SYNC", "DSGD_GPU_CASTS", "DSGD_CUDNN_DETERMINISTIC",
-                                                       "DSGD_GPU_LAYOUT", "DSGD_GPU_BNRELU"};
+                                                       "DSGD_GPU_LAYOUT", "DSGD_GPU_BNRELU", "DSGD_GPU_GRAPH"};
 static const struct {
     const char *name, *vals[N_SWITCH_VARS];
 } VARIANTS[] = {
@@ -78,6 +78,8 @@ static const struct {
     {"all", {"step", "one", NULL, NULL, NULL}},      /* sync1 + cast1 (the layout has rows of its own) */
     {"nhwc", {NULL, NULL, NULL, "nhwc", NULL}},      /* N12: NHWC activations, KRSC weight copies */
     {"nhwcbn", {NULL, NULL, NULL, "nhwc", "fused"}}, /* N12: and cuDNN's fused BN+ReLU */
+    {"graph", {NULL, NULL, NULL, NULL, NULL, "1"}},  /* N13: the step captured once as a CUDA graph and replayed */
+    {"nhwcadd", {NULL, NULL, NULL, "nhwc", "fused_add"}}, /* N12: nhwcbn and each block's BN+add+ReLU fused (bf16) */
 };
 #define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
@@ -96,7 +98,7 @@ static int usage(const char *msg) {
             "usage: bench_gpu [--width W] [--stem imagenet|cifar] [--input CxHxW] [--classes K]\n"
             "                 [--batch B1,B2,...] [--precision fp32,tf32,bf16] [--reps R] [--steps S]\n"
             "                 [--warmup N] [--max-seconds T] [--device cuda|cpu]\n"
-            "                 [--variants base,nccl,ncclov,det,sync1,cast1,all,nhwc,nhwcbn] [--variant-precision bf16,...]\n");
+            "                 [--variants base,nccl,ncclov,det,sync1,cast1,all,nhwc,nhwcbn,graph,nhwcadd] [--variant-precision bf16,...]\n");
     return EXIT_BADINPUT;
 }
 
@@ -153,7 +155,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
                 int j = 0;
                 while (j < N_VARIANTS && strcmp(t, VARIANTS[j].name)) j++;
-                if (j == N_VARIANTS) return usage("--variants: comma-separated base, nccl, ncclov, det, sync1, cast1, all, nhwc, nhwcbn");
+                if (j == N_VARIANTS) return usage("--variants: comma-separated base, nccl, ncclov, det, sync1, cast1, all, nhwc, nhwcbn, graph, nhwcadd");
                 if (j == 0) continue;
                 if (a->n_variants == MAX_LIST) return usage("at most 16 values in a list");
                 a->variants[a->n_variants++] = j;

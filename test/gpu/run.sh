@@ -14,10 +14,13 @@
 #      stem, 3x224x224, 1000 classes, b = 32 and 256, fp32 / tf32 / bf16 (PyTorch's bf16 in NCHW
 #      as dsgd-run, and channels_last as a row of its own); 3 warm-up steps, 3 timings of 5
 #      steps, 3 s a row; then dsgd-run's switches of the step (docs/gpu.md, "Switches"), a bf16
-#      row each at b = 32 and 256 beside the base row: DSGD_CUDNN_DETERMINISTIC=1 (the base rows
-#      take the fastest algorithm, deterministic or not), DSGD_GPU_SYNC=step, DSGD_GPU_CASTS=one,
-#      both, and a one-rank NCCL all-reduce added after the backward pass and per gradient group
-#      during it (DSGD_NCCL_OVERLAP, N14); the table goes into summary.md and to stdout at once
+#      row each at b = 32 and 256 beside the base row: DSGD_GPU_LAYOUT=nhwc, that with
+#      DSGD_GPU_BNRELU=fused, DSGD_GPU_GRAPH=1 (the step as a CUDA graph, N13), NHWC with
+#      DSGD_GPU_BNRELU=fused_add (each block's BN+add+ReLU fused too),
+#      DSGD_CUDNN_DETERMINISTIC=1 (the base rows take the fastest algorithm, deterministic or
+#      not), DSGD_GPU_SYNC=step, DSGD_GPU_CASTS=one, both, and a one-rank NCCL all-reduce added
+#      after the backward pass and per gradient group during it (DSGD_NCCL_OVERLAP, N14); the
+#      table goes into summary.md and to stdout at once
 #   e. NCCL: test_gpu_comm (device vectors, the CUDA-aware path's scaling, a one-rank NCCL
 #      all-reduce; DSGD_REQUIRE_NCCL=1 on a GPU machine: an NCCL that cannot be loaded fails),
 #      then comm = "nccl" at p = 1 (20 steps, loss curve as step c's MPI run's)
@@ -594,9 +597,11 @@ else
     # goal against PyTorch's channels_last): deterministic algorithms, one synchronisation per
     # step, the casts in one launch, both; NHWC activations (DSGD_GPU_LAYOUT=nhwc) and with BN+ReLU
     # fused (DSGD_GPU_BNRELU=fused) first, as the rows most needed (N12; the cap cuts rows from the
-    # end); then a one-rank NCCL all-reduce added to the step, after the backward pass (nccl) and
-    # per gradient group during it (ncclov: DSGD_NCCL_OVERLAP=1, N14).
-    DEVARG=(--variants nhwc,nhwcbn,det,sync1,cast1,all,nccl,ncclov --variant-precision bf16)
+    # end), then the step as a CUDA graph (graph: DSGD_GPU_GRAPH=1, N13, against the base row) and
+    # each block's BN+add+ReLU fused too (nhwcadd: DSGD_GPU_BNRELU=fused_add, against nhwcbn); then
+    # a one-rank NCCL all-reduce added to the step, after the backward pass (nccl) and per gradient
+    # group during it (ncclov: DSGD_NCCL_OVERLAP=1, N14).
+    DEVARG=(--variants nhwc,nhwcbn,graph,nhwcadd,det,sync1,cast1,all,nccl,ncclov --variant-precision bf16)
 fi
 if [ -x "$BENCH" ]; then
     run_step "d. bench_gpu (dsgd-run)" "$BENCH_LOG" 150 "${BENV[@]}" DSGD_CUDNN_ALGO=find "$BENCH" "${SHAPE[@]}" --precision fp32,tf32,bf16 \

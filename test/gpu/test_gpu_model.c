@@ -62,6 +62,9 @@
 
 static int mock; /* over the CPU stand-ins (test/gpu/mock): set by main */
 long mock_cuda_host_syncs(void) __attribute__((weak)); /* test/gpu/mock/mock_cuda.c */
+long mock_cuda_objects(void) __attribute__((weak));
+long mock_cuda_graph_launches(void) __attribute__((weak));
+long mock_bn_add_calls(void) __attribute__((weak)); /* test/gpu/mock/mock_layers.c */
 
 /* Every parameter tensor's gradient within tol; prints the worst. */
 static void check_grads(const nn_layout *L, const float *got, const float *want, double tol) {
@@ -345,9 +348,9 @@ END_TEST
  * the NCHW one is held. */
 static void nhwc_case(const char *name, model_spec s, gpu_precision prec, int fused) {
     setenv("DSGD_GPU_LAYOUT", "nhwc", 1);
-    if (fused) setenv("DSGD_GPU_BNRELU", "fused", 1);
+    if (fused) setenv("DSGD_GPU_BNRELU", fused == 2 ? "fused_add" : "fused", 1);
     char t[160];
-    snprintf(t, sizeof t, "NHWC%s: %s", fused ? ", BN+ReLU fused" : "", name);
+    snprintf(t, sizeof t, "NHWC%s: %s", fused == 2 ? ", BN+ReLU fused, BN+add+ReLU fused" : fused ? ", BN+ReLU fused" : "", name);
     model_case(t, s, prec);
     unsetenv("DSGD_GPU_LAYOUT");
     unsetenv("DSGD_GPU_BNRELU");
@@ -495,6 +498,54 @@ START_TEST(test_nhwc_nchw) {
     unsetenv("DSGD_GPU_BNRELU");
     printf("  expected error: %s\n", err);
     ck_assert_msg(strstr(err, "DSGD_GPU_BNRELU=fused") && strstr(err, "DSGD_GPU_LAYOUT=nhwc"), "%s", err);
+}
+END_TEST
+
+/* DSGD_GPU_BNRELU=fused_add: each block's second BN, the residual add and the ReLU in one cuDNN
+ * call each way (gpu_bn_add_forward / _backward; bf16 NHWC only). Against the CPU model at bf16's
+ * tolerances (both stems, the odd shapes); against fused (BN+ReLU only, the add our kernel): over
+ * the mock bit for bit when its stand-in rounds BN's output to bf16 before the add as the unfused
+ * path does (MOCK_BN_ADD_ROUND=twice: the wiring — the shortcut into z, its gradient dz into the
+ * shortcut's backward and the next block, T2 as dz's buffer — is then exactly the unfused one's;
+ * not on a GPU, where one rounding fewer makes two bf16 trajectories that part after the first
+ * update, 1.25 relative in the gradient at the second step over the mock with one rounding); the fused
+ * calls counted over the mock (2 per block per step). fp32 takes no add fusion (cuDNN documents the op for half / bf16):
+ * bit for bit as fused over the mock. fused_add in NCHW is refused. */
+START_TEST(test_bn_add) {
+    model_spec odd = cifar(3, 5, 4);
+    odd.in_c = 1, odd.in_h = odd.in_w = 28;
+    const model_spec in = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 48,
+                           .in_w = 48, .n_classes = 10, .batch = 4, .eval_batch = 3, .threads = 0};
+    const long c0 = mock_bn_add_calls ? mock_bn_add_calls() : 0;
+    nhwc_case("resnet18 ImageNet stem, width 8, 3x48x48, batch 4", in, GPU_BF16, 2);
+    nhwc_case("resnet18 CIFAR stem, width 3, 1x28x28, batch 5", odd, GPU_BF16, 2);
+    const long c1 = mock_bn_add_calls ? mock_bn_add_calls() : 0;
+    if (mock_bn_add_calls) {
+        printf("    fused BN+add+ReLU calls: %ld\n", c1 - c0);
+        ck_assert_int_gt(c1 - c0, 0);
+    }
+    setenv("DSGD_CUDNN_ALGO", "heuristic", 1);
+    const char *const once[] = {"DSGD_GPU_LAYOUT=nhwc DSGD_GPU_BNRELU=fused", "DSGD_GPU_LAYOUT=nhwc DSGD_GPU_BNRELU=fused_add"};
+    if (mock) { /* on a GPU the two round differently: two bf16 trajectories, held to the CPU model above instead */
+        setenv("MOCK_BN_ADD_ROUND", "twice", 1); /* read by the stand-in at each call */
+        same_models("NHWC, BN+add+ReLU fused vs BN, then add+ReLU (mock: BN's output rounded first)", in, GPU_BF16, 2, once,
+                    0, 0);
+        unsetenv("MOCK_BN_ADD_ROUND");
+        const long c2 = mock_bn_add_calls ? mock_bn_add_calls() : 0;
+        if (mock_bn_add_calls) ck_assert_int_eq(c2 - c1, 2 * 2 * N_BLOCKS); /* two steps, forward and backward per block */
+    }
+    const long c3 = mock_bn_add_calls ? mock_bn_add_calls() : 0;
+    same_models("NHWC fp32: fused_add as fused (no add fusion in fp32)", in, GPU_FP32, 2, once, mock ? 0 : 5e-5, mock ? 0 : 5e-4);
+    if (mock_bn_add_calls) ck_assert_int_eq(mock_bn_add_calls(), c3);
+    unsetenv("DSGD_CUDNN_ALGO");
+    char err[ERRLEN];
+    nn_layout L;
+    ck_assert_msg(nn_layout_build(&L, &in, err, sizeof err) == 0, "%s", err);
+    setenv("DSGD_GPU_BNRELU", "fused_add", 1); /* in NCHW: refused */
+    ck_assert_ptr_null(gpu_model_create(&L, GPU_BF16, err, sizeof err));
+    unsetenv("DSGD_GPU_BNRELU");
+    printf("  expected error: %s\n", err);
+    ck_assert_msg(strstr(err, "DSGD_GPU_BNRELU=fused_add") && strstr(err, "DSGD_GPU_LAYOUT=nhwc"), "%s", err);
 }
 END_TEST
 
@@ -739,6 +790,133 @@ START_TEST(test_switches) {
 }
 END_TEST
 
+/* DSGD_GPU_GRAPH=1 (N13; cuda/model.cu, step_graph_launch): the step captured as a CUDA graph and
+ * replayed changes no operation's order, so a model with the switch trains bit for bit as one
+ * without it (over the mock, whose graphs record the layer calls and replay them: mock_capture.h;
+ * on a GPU the same cuDNN algorithms, heuristic mode, and kernels in the same order). Seven steps
+ * and an evaluation: three on host minibatches (one input slot), four on staged ones (the slots
+ * alternate: a graph per slot, since with fp32 NCHW the first convolution reads the slot itself;
+ * one graph for both would train step 4 on step 3's minibatch), then one that stages its
+ * gradient to the host (the rule: eager). Asserts the loss of every step, then parameters,
+ * gradients, BN statistics and evaluation logits bitwise; that steps 2–7 ran as graphs (the
+ * first is eager) and the staging one did not; over the mock, two graphs captured (four CUDA
+ * objects) and none after both slots have one, the same host synchronisations per step as
+ * eagerly (one in train_end, one in the update), and graph launches counted by the runtime. */
+static void graph_case(const char *title, model_spec s, gpu_precision prec, const char *env) {
+    printf("  graph %s (%s)%s%s\n", title, prec_name(prec), env ? ", " : "", env ? env : "");
+    char err[ERRLEN];
+    model *m = model_create(&s, err, sizeof err);
+    ck_assert_msg(m != NULL, "%s", err);
+    model_init(m, 13);
+    nn_layout L;
+    ck_assert_msg(nn_layout_build(&L, &s, err, sizeof err) == 0, "%s", err);
+    setenv("DSGD_CUDNN_ALGO", "heuristic", 1);
+    if (env) set_envs(env, 1);
+    gpu_model *g[2];
+    for (int v = 0; v < 2; v++) {
+        setenv("DSGD_GPU_GRAPH", v ? "1" : "0", 1);
+        g[v] = gpu_model_create(&L, prec, err, sizeof err);
+        ck_assert_msg(g[v] != NULL, "gpu_model_create: %s", err);
+        gpu_model_upload(g[v], GPU_PARAMS | GPU_BN, model_params(m), NULL, model_bn(m));
+        gpu_model_zero_velocity(g[v]);
+    }
+    unsetenv("DSGD_GPU_GRAPH");
+    if (env) set_envs(env, 0);
+    const size_t np = L.n_params, nb = L.n_bn, in = (size_t)s.in_c * s.in_h * s.in_w, nx = (size_t)s.batch * in;
+    const size_t nl = (size_t)s.eval_batch * s.n_classes;
+    float *x = malloc(nx * sizeof(float)), *gh = malloc(np * sizeof(float)), *v[2][3], *lo[2];
+    int *y = malloc((size_t)s.batch * sizeof(int));
+    for (int k = 0; k < 2; k++) {
+        for (int j = 0; j < 3; j++) v[k][j] = malloc((j == 2 ? nb : np) * sizeof(float) + 4);
+        lo[k] = malloc(nl * sizeof(float));
+    }
+    rng_t r;
+    rng_seed(&r, 17);
+    const int steps = 8;
+    long obj_after[2] = {0, 0}, obj4[2] = {0, 0}, obj0[2] = {0, 0};
+    const long launches0 = mock_cuda_graph_launches ? mock_cuda_graph_launches() : 0;
+    for (int k = 0; k < 2; k++) obj0[k] = mock_cuda_objects ? mock_cuda_objects() : 0;
+    for (int step = 0; step < steps; step++) {
+        for (size_t i = 0; i < nx; i++) x[i] = (float)rng_normal(&r);
+        for (int i = 0; i < s.batch; i++) y[i] = (int)rng_below(&r, (uint64_t)s.n_classes);
+        float loss[2];
+        long syncs[2];
+        for (int k = 0; k < 2; k++) {
+            const long o0 = mock_cuda_objects ? mock_cuda_objects() : 0, s0 = mock_cuda_host_syncs ? mock_cuda_host_syncs() : 0;
+            if (step < 3) {
+                loss[k] = gpu_model_train_step(g[k], x, y);
+            } else if (step < 7) {
+                float *sx;
+                int *sy;
+                gpu_model_stage_buffers(g[k], &sx, &sy);
+                memcpy(sx, x, nx * sizeof(float));
+                memcpy(sy, y, (size_t)s.batch * sizeof(int));
+                gpu_model_stage(g[k], step);
+                gpu_model_train_begin(g[k], NULL, NULL, NULL);
+                loss[k] = gpu_model_train_end(g[k]);
+            } else { /* gradient staged to the host: eager */
+                gpu_model_train_begin(g[k], x, y, gh);
+                for (int spin = 0; gpu_model_grads_ready(g[k]) > 0; spin++) ck_assert_int_lt(spin, 1000000);
+                loss[k] = gpu_model_train_end(g[k]);
+            }
+            ck_assert_int_eq(gpu_model_sgd_update(g[k], 0.05f, 0.9f, 1e-4f, 1), 1);
+            syncs[k] = mock_cuda_host_syncs ? mock_cuda_host_syncs() - s0 : 0;
+            if (mock_cuda_objects) obj_after[k] += mock_cuda_objects() - o0;
+            if (step == 3) obj4[k] = obj_after[k];
+        }
+        printf("   step %d: loss %.9g, as a graph %.9g (graph steps so far %ld); host synchronisations %ld, %ld\n", step, loss[0],
+               loss[1], gpu_model_graph_steps(g[1]), syncs[0], syncs[1]);
+        ck_assert_msg(isfinite(loss[0]) && memcmp(&loss[0], &loss[1], sizeof(float)) == 0, "%s step %d: loss %.9g vs %.9g",
+                      title, step, loss[0], loss[1]);
+        ck_assert_int_eq(gpu_model_graph_steps(g[0]), 0);
+        ck_assert_int_eq(gpu_model_graph_steps(g[1]), step < 7 ? step : 6);
+        if (mock_cuda_host_syncs) ck_assert_int_eq(syncs[1], syncs[0]);
+    }
+    for (int k = 0; k < 2; k++) {
+        gpu_model_download(g[k], GPU_PARAMS | GPU_GRADS | GPU_BN, v[k][0], v[k][1], v[k][2]);
+        gpu_model_eval(g[k], x, s.eval_batch, lo[k]);
+    }
+    ck_assert_msg(memcmp(v[0][0], v[1][0], np * sizeof(float)) == 0, "%s: parameters differ", title);
+    ck_assert_msg(memcmp(v[0][1], v[1][1], np * sizeof(float)) == 0, "%s: gradients differ", title);
+    ck_assert_msg(nb == 0 || memcmp(v[0][2], v[1][2], nb * sizeof(float)) == 0, "%s: BN statistics differ", title);
+    ck_assert_msg(memcmp(lo[0], lo[1], nl * sizeof(float)) == 0, "%s: eval logits differ", title);
+    if (mock_cuda_graph_launches) {
+        printf("    CUDA objects made by the steps: %ld eagerly, %ld with graphs (%ld after both slots' capture); "
+               "graph launches %ld\n", obj_after[0], obj_after[1], obj_after[1] - obj4[1], mock_cuda_graph_launches() - launches0);
+        ck_assert_int_eq(obj_after[0], 0);
+        ck_assert_int_eq(obj_after[1], 4); /* two graphs, each captured and instantiated once */
+        ck_assert_int_eq(obj_after[1], obj4[1]);
+        ck_assert_int_eq(mock_cuda_graph_launches() - launches0, 6);
+    }
+    (void)obj0;
+    printf("    %d steps, graph off and on: loss, params, grads, BN, eval logits bitwise identical; %ld steps as a graph\n", steps,
+           gpu_model_graph_steps(g[1]));
+    setenv("DSGD_GPU_GRAPH", "yes", 1);
+    ck_assert_ptr_null(gpu_model_create(&L, prec, err, sizeof err));
+    unsetenv("DSGD_GPU_GRAPH");
+    ck_assert_msg(strstr(err, "DSGD_GPU_GRAPH=yes") && strstr(err, "1"), "%s", err);
+    unsetenv("DSGD_CUDNN_ALGO");
+    for (int k = 0; k < 2; k++) {
+        gpu_model_free(g[k]);
+        for (int j = 0; j < 3; j++) free(v[k][j]);
+        free(lo[k]);
+    }
+    free(x), free(y), free(gh);
+    model_free(m);
+}
+
+START_TEST(test_graph) {
+    const model_spec im = {.arch = MODEL_RESNET18, .width = 8, .stem = MODEL_STEM_IMAGENET, .in_c = 3, .in_h = 40,
+                           .in_w = 40, .n_classes = 10, .batch = 4, .eval_batch = 3, .threads = 0};
+    graph_case("resnet18 ImageNet stem, width 8, 3x40x40, batch 4", im, GPU_FP32, NULL);
+    graph_case("resnet18 ImageNet stem, width 8, 3x40x40, batch 4", im, GPU_BF16,
+               "DSGD_GPU_LAYOUT=nhwc DSGD_GPU_BNRELU=fused_add DSGD_GPU_CASTS=one");
+    const model_spec lin = {.arch = MODEL_LINEAR, .in_c = 1, .in_h = 6, .in_w = 6, .n_classes = 5, .batch = 8,
+                            .eval_batch = 4, .threads = 0};
+    graph_case("linear, 1x6x6, batch 8", lin, GPU_FP32, NULL);
+}
+END_TEST
+
 int main(void) {
     /* Deterministic convolution algorithms whatever DSGD_CUDNN_ALGO (N11: find's default takes the
      * fastest, deterministic or not): the checks of bitwise equal steps need them. */
@@ -768,6 +946,7 @@ int main(void) {
     TCase *tc = tcase_create("gpu_vs_cpu");
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_switches);
+    tcase_add_test(tc, test_graph);
     tcase_add_test(tc, test_linear);
     tcase_add_test(tc, test_resnet_cifar_fp32);
     tcase_add_test(tc, test_resnet_cifar_odd);
@@ -780,6 +959,7 @@ int main(void) {
     tcase_add_test(tc, test_bf16_fallback);
     tcase_add_test(tc, test_nhwc_nchw);
     tcase_add_test(tc, test_nhwc_cpu);
+    tcase_add_test(tc, test_bn_add);
     tcase_add_test(tc, test_descent);
     tcase_add_test(tc, test_resnet_imagenet_224);
     suite_add_tcase(s, tc);

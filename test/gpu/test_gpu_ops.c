@@ -1042,6 +1042,86 @@ static void nhwc_case(gpu_precision prec, int rows, int ch, int hw) {
     free(x), free(ht), free(back);
 }
 
+/* BN + residual add + ReLU on cuDNN's fused calls (DSGD_GPU_BNRELU=fused_add: gpu_bn_layer.add, bf16
+ * NHWC; test_nhwc_layers): out = relu(BN(x) + z) against the CPU's BN then the sum and ReLU
+ * (rounded once), the running statistics; backward: dz = dy · [out > 0] bit for bit (the mask of
+ * the GPU's own output: a sum near zero may round to either side), dx, dγ, dβ against the CPU BN's
+ * backward of that dz. */
+static void bn_add_case(const char *name, int n, int ch, int h, int w) {
+    const gpu_precision prec = GPU_BF16;
+    if (skip_bf16(prec, name)) return;
+    printf("  %s bf16 (%d, %d, %d, %d), NHWC, BN+add+ReLU fused\n", name, n, ch, h, w);
+    char err[ERRLEN], lab[128];
+    rng_t r;
+    rng_seed(&r, seed_mix((uint64_t)(n * 1000 + ch), (uint64_t)(h * 10 + w + 7)));
+    const size_t nx = (size_t)n * ch * h * w, hw = (size_t)h * w;
+    float *x = rnd(&r, nx, 2.0, 0.0), *z = rnd(&r, nx, 1.0, 0.0), *dy = rnd(&r, nx, 1.0, 0.0);
+    for (size_t i = 0; i < nx; i++) x[i] += (float)(0.5 * ((i / hw) % ch));
+    float *gamma = rnd(&r, (size_t)ch, 0.2, 1.0), *beta = rnd(&r, (size_t)ch, 0.2, 0.0);
+    float *rm = rnd(&r, (size_t)ch, 0.1, 0.0), *rv = malloc((size_t)ch * sizeof(float));
+    for (int i = 0; i < ch; i++) rv[i] = (float)(0.5 + rng_uniform(&r));
+    act_round(prec, x, nx), act_round(prec, z, nx), act_round(prec, dy, nx);
+    float *rm_ref = malloc((size_t)ch * sizeof(float)), *rv_ref = malloc((size_t)ch * sizeof(float));
+    memcpy(rm_ref, rm, (size_t)ch * sizeof(float));
+    memcpy(rv_ref, rv, (size_t)ch * sizeof(float));
+    nn_ctx cc;
+    cctx(&cc);
+    bn_layer cb;
+    ck_assert_msg(bn_init(&cb, &cc, name, nn_md4(n, ch, h, w, dnnl_nchw), 0, NN_TRAIN, err, sizeof err) == 0, "%s", err);
+    float *y_ref = nn_alloc(nx * sizeof(float)), *dx_ref = nn_alloc(nx * sizeof(float));
+    float *dg_ref = nn_alloc((size_t)ch * sizeof(float)), *db_ref = nn_alloc((size_t)ch * sizeof(float));
+    bn_forward(&cb, &cc, y_ref, x, gamma, beta, rm_ref, rv_ref);
+    for (size_t i = 0; i < nx; i++) y_ref[i] = bf16_round(fmaxf(y_ref[i] + z[i], 0.0f));
+
+    gpu_ctx gc;
+    gctx(&gc, prec);
+    gc.bn_fused = gc.bn_add = 1;
+    gpu_bn_layer gb;
+    ck_assert_msg(gpu_bn_init(&gb, &gc, name, n, ch, h, w, GPU_BN_ADD_RELU, GPU_TRAIN, err, sizeof err) == 0, "%s", err);
+    commit(&gc);
+    if (gb.io32) { /* cuDNN refuses bf16 BN: the model then takes no add fusion either */
+        printf("    %s: BN on the bf16 fallback (no add fusion): skipped\n", name);
+        ck_assert_int_eq(gb.add, 0);
+    } else {
+        ck_assert_int_eq(gb.add, 1);
+        ck_assert_int_eq(gb.relu, 0);
+        float *gg = d_from(gamma, (size_t)ch), *gbe = d_from(beta, (size_t)ch);
+        float *grm = d_from(rm, (size_t)ch), *grv = d_from(rv, (size_t)ch);
+        float *gdg = d_zero((size_t)ch), *gdb = d_zero((size_t)ch);
+        void *gx = d_act_l(prec, x, n, ch, hw), *gz = d_act_l(prec, z, n, ch, hw), *gdy = d_act_l(prec, dy, n, ch, hw);
+        void *gy = d_act_zero(prec, nx), *gdx = d_act_zero(prec, nx), *gdz = d_act_zero(prec, nx);
+        gpu_bn_add_forward(&gb, &gc, gy, gx, gz, gg, gbe, grm, grv);
+        gpu_bn_add_backward(&gb, &gc, gdx, gdz, gdg, gdb, gdy, gx, gy, gg);
+        float *y = h_act_l(prec, gy, n, ch, hw), *dx = h_act_l(prec, gdx, n, ch, hw), *dz = h_act_l(prec, gdz, n, ch, hw);
+        float *dy2 = h_act_l(prec, gdy, n, ch, hw), *rm1 = h_from(grm, (size_t)ch), *rv1 = h_from(grv, (size_t)ch);
+        float *dg = h_from(gdg, (size_t)ch), *db = h_from(gdb, (size_t)ch);
+        float *dz_ref = nn_alloc(nx * sizeof(float));
+        size_t bad = 0;
+        for (size_t i = 0; i < nx; i++) {
+            dz_ref[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+            if (memcmp(&dz[i], &dz_ref[i], 4) != 0) bad++;
+            if (memcmp(&dy2[i], &dy[i], 4) != 0) bad++;
+        }
+        ck_assert_msg(bad == 0, "%s: dz is not dy · [out > 0], or dy changed, at %zu of %zu values", name, bad, nx);
+        bn_backward(&cb, &cc, dx_ref, dg_ref, db_ref, dz_ref, x, gamma, beta);
+        CHECK_REL(label(lab, sizeof lab, name, "forward relu(bn + z)"), y, y_ref, nx, TOL_BF16);
+        CHECK_REL(label(lab, sizeof lab, name, "running mean"), rm1, rm_ref, (size_t)ch, TOL_BF16_BN);
+        CHECK_REL(label(lab, sizeof lab, name, "running var (unbiased)"), rv1, rv_ref, (size_t)ch, TOL_BF16_BN);
+        CHECK_REL(label(lab, sizeof lab, name, "input gradient"), dx, dx_ref, nx, TOL_BF16_GRAD);
+        CHECK_REL(label(lab, sizeof lab, name, "gamma gradient"), dg, dg_ref, (size_t)ch, TOL_BF16_BN);
+        CHECK_REL(label(lab, sizeof lab, name, "beta gradient"), db, db_ref, (size_t)ch, TOL_BF16_BN);
+        printf("    %-44s bit for bit (dy unchanged)\n", "residual gradient dz = dy [out > 0]");
+        free(y), free(dx), free(dz), free(dy2), free(rm1), free(rv1), free(dg), free(db), free(dz_ref);
+    }
+    gpu_bn_free(&gb);
+    d_free_all();
+    gpu_ctx_free(&gc);
+    bn_free(&cb);
+    nn_ctx_free(&cc);
+    free(x), free(z), free(dy), free(gamma), free(beta), free(rm), free(rv), free(rm_ref), free(rv_ref), free(y_ref);
+    free(dx_ref), free(dg_ref), free(db_ref);
+}
+
 /* The layers in an NHWC context against the NCHW CPU layers, at the tolerances of the NCHW
  * cases: convolutions (the KRSC filter, the weight gradient transposed back), BN with and without
  * ReLU, BN+ReLU on cuDNN's fused calls, max and global average pooling; fp32, tf32, bf16. */
@@ -1063,6 +1143,10 @@ START_TEST(test_nhwc_layers) {
             bn_case("bn+relu 2x2", prec, 1, 4, 32, 2, 2);
         }
         layout_fused = 0;
+        if (prec == GPU_BF16) {
+            bn_add_case("bn+add+relu", 8, 16, 6, 6);
+            bn_add_case("bn+add+relu 2x2", 4, 32, 2, 2);
+        }
         bn_case("bn", prec, 0, 8, 16, 6, 6);
         pool_case("maxpool 9x9", prec, 1, 2, 8, 9, 9);
         pool_case("maxpool 12x12", prec, 1, 2, 8, 12, 12);

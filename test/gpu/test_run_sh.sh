@@ -129,9 +129,9 @@ if grep -q '^bench_gpu .*--batch 32,256 --reps 3 --steps 5 --warmup 3 --max-seco
     grep -q 'bench_torch_gpu\.py .*--batch 32,256 --reps 3 --steps 5 --warmup 3 --max-seconds 3 .*--budget [0-9]' "$w/full.trace"; then
     ok "benchmark: b = 32, 256; 3 warm-ups, 3 x 5 steps, 3 s a row; PyTorch with --budget"
 else bad "benchmark shape: $(grep -E '^bench_gpu|bench_torch' "$w/full.trace")"; fi
-if grep -q '^bench_gpu .*--variants nhwc,nhwcbn,det,sync1,cast1,all,nccl,ncclov --variant-precision bf16' "$w/full.trace" &&
+if grep -q '^bench_gpu .*--variants nhwc,nhwcbn,graph,nhwcadd,det,sync1,cast1,all,nccl,ncclov --variant-precision bf16' "$w/full.trace" &&
     ! grep -q 'bench_torch_gpu\.py .*--variant' "$w/full.trace"; then
-    ok "benchmark: dsgd-run's switch rows (nhwc, nhwcbn, det, sync1, cast1, all, nccl, ncclov) in bf16, not passed to PyTorch"
+    ok "benchmark: dsgd-run's switch rows (nhwc, nhwcbn, graph, nhwcadd, det, sync1, cast1, all, nccl, ncclov) in bf16, not passed to PyTorch"
 else bad "switch rows: $(grep -E '^bench_gpu|bench_torch' "$w/full.trace")"; fi
 tbl=$(grep -n -m1 '^## Throughput (step d)' "$w/full.out" | cut -d: -f1)
 e1=$(grep -n -m1 'e\. test_gpu_comm' "$w/full.out" | cut -d: -f1)

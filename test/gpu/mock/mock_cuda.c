@@ -28,7 +28,18 @@
  * poll that leaves "not ready" behind stops the next launch here as it would on a GPU.
  * cudaStreamQuery answers cudaErrorNotReady to two queries in three, as cudaEventQuery does for a
  * pending event, whatever the stream (the compute stream's work ran at once, but a real GPU would
- * often still be busy: an NCCL all-reduce on it, gpucomm.cu). */
+ * often still be busy: an NCCL all-reduce on it, gpucomm.cu).
+ *
+ * Stream capture (CUDA graphs, DSGD_GPU_GRAPH=1: cuda/model.cu). cudaStreamBeginCapture on the
+ * compute stream makes what is enqueued there a recording instead of work: asynchronous copies
+ * and memsets, mock_stream_launch's kernels and the layer stand-ins' calls (mock_capture.h) are
+ * appended to the graph; cudaStreamEndCapture returns it, cudaGraphInstantiate copies it and
+ * cudaGraphLaunch runs the copy's operations in order on the data there at launch time. What CUDA
+ * refuses during a capture dies here, naming it: a synchronisation of the stream or the device, a
+ * query, a synchronous copy or memset (the legacy stream), an allocation or free, an event recorded
+ * on or waited for by the capturing stream (the model keeps its events outside the graph), a
+ * copy between device memory and host memory that is not pinned (a memcpy node needs page-locked
+ * memory). Capture on a copy stream, and a graph launched on one, are not modelled (they die). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +49,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include "mock_capture.h"
 #include "util/util.h"
 
 #define MOCK_TOTAL ((size_t)64 << 30)
@@ -49,6 +61,22 @@ typedef struct {
 } dev_alloc;
 
 static dev_alloc allocs[MOCK_MAX_ALLOCS];
+static dev_alloc pinned[MOCK_MAX_ALLOCS]; /* cudaHostAlloc'd */
+static int n_pinned;
+static int n_capturing; /* streams being captured */
+
+static void no_capture(const char *what) {
+    if (n_capturing)
+        DIE("mock: %s while a stream is being captured (CUDA refuses it: cudaErrorStreamCaptureUnsupported / Implicit)", what);
+}
+
+/* 1 if [p, p + n) lies inside one pinned host allocation. */
+static int is_pinned(const void *p, size_t n) {
+    const char *c = (const char *)p;
+    for (int i = 0; i < n_pinned; i++)
+        if (c >= pinned[i].p && c + n <= pinned[i].p + pinned[i].n) return 1;
+    return 0;
+}
 static int n_allocs;
 static size_t allocated;
 static long n_objects; /* cudaMalloc, cudaHostAlloc, streams, events made */
@@ -124,6 +152,7 @@ void mock_check_dev(const void *p, size_t nbytes, const char *what) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t n) {
+    no_capture("cudaMalloc");
     if (n_allocs >= MOCK_MAX_ALLOCS) DIE("mock: too many allocations");
     void *q = NULL;
     if (posix_memalign(&q, 256, n ? n : 1)) return ret(cudaErrorMemoryAllocation);
@@ -137,6 +166,7 @@ cudaError_t cudaMalloc(void **p, size_t n) {
 
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
+    no_capture("cudaFree");
     for (int i = 0; i < n_allocs; i++)
         if (allocs[i].p == p) {
             allocated -= allocs[i].n;
@@ -147,14 +177,19 @@ cudaError_t cudaFree(void *p) {
     DIE("mock: cudaFree(%p): not a device allocation", p);
 }
 
-cudaError_t cudaMemset(void *p, int v, size_t n) {
+static cudaError_t do_memset(void *p, int v, size_t n) {
     mock_check_dev(p, n, "cudaMemset");
     memset(p, v, n);
     return cudaSuccess;
 }
 
+cudaError_t cudaMemset(void *p, int v, size_t n) {
+    no_capture("cudaMemset (synchronous)");
+    return do_memset(p, v, n);
+}
 
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+
+static cudaError_t do_memcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
     if (n == 0) return cudaSuccess;
     switch (kind) {
     case cudaMemcpyHostToDevice:
@@ -175,15 +210,28 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     return cudaSuccess;
 }
 
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+    no_capture("cudaMemcpy (synchronous)");
+    return do_memcpy(dst, src, n, kind);
+}
+
 
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags) {
     (void)flags;
+    no_capture("cudaHostAlloc");
     n_objects++;
     *p = calloc(1, n ? n : 1);
+    if (*p && n_pinned < MOCK_MAX_ALLOCS) pinned[n_pinned++] = (dev_alloc){(char *)*p, n};
     return ret(*p ? cudaSuccess : cudaErrorMemoryAllocation);
 }
 
 cudaError_t cudaFreeHost(void *p) {
+    no_capture("cudaFreeHost");
+    for (int i = 0; i < n_pinned; i++)
+        if (pinned[i].p == p) {
+            pinned[i] = pinned[--n_pinned];
+            break;
+        }
     free(p);
     return cudaSuccess;
 }
@@ -258,8 +306,30 @@ typedef struct {
 #define MOCK_QUEUE 4096
 #define MOCK_MAX_STREAMS 64
 
+/* One operation of a captured graph: OP_COPY, OP_SET, OP_HOST as in mock_op, or OP_CALL, a layer
+ * stand-in's call (mock_capture.h). */
+enum { OP_CALL = OP_HOST + 1 };
+
+typedef struct {
+    mock_op op;
+    void (*replay)(int id, const mock_arg *a);
+    int id;
+    mock_arg a[MOCK_CAPTURE_ARGS];
+} graph_op;
+
+struct CUgraph_st {
+    graph_op *ops;
+    int n, cap;
+};
+
+struct CUgraphExec_st {
+    graph_op *ops;
+    int n;
+};
+
 struct CUstream_st {
     int deferred;
+    struct CUgraph_st *capture; /* the graph being captured (cudaStreamBeginCapture), or NULL */
     mock_op q[MOCK_QUEUE];
     unsigned long enqueued, done; /* operations numbered 1, 2, ...; q holds (done, enqueued] */
     unsigned long compute_after;  /* work enqueued from now on follows this much compute work */
@@ -288,8 +358,8 @@ static void run_to(struct CUstream_st *s, unsigned long upto) {
 
 static void run_op(mock_op *o) {
     switch (o->kind) {
-    case OP_COPY: cudaMemcpy(o->dst, o->src, o->n, o->dir); break;
-    case OP_SET: cudaMemset(o->dst, o->value, o->n); break;
+    case OP_COPY: do_memcpy(o->dst, o->src, o->n, o->dir); break;
+    case OP_SET: do_memset(o->dst, o->value, o->n); break;
     case OP_RECORD: break; /* the event's seq is this operation's number: complete once done */
     case OP_WAIT: run_to(o->on, o->upto); break;
     case OP_HOST: o->fn(o->arg); break;
@@ -328,6 +398,7 @@ static void stream_sync(cudaStream_t s) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    no_capture("cudaStreamSynchronize");
     n_host_syncs++;
     stream_sync(s);
     return cudaSuccess;
@@ -335,6 +406,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!s) return cudaSuccess;
+    if (s->capture) DIE("mock: cudaStreamDestroy of a stream being captured");
     stream_sync(s);
     for (int i = 0; i < n_streams; i++)
         if (streams[i] == s) {
@@ -346,20 +418,41 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    no_capture("cudaDeviceSynchronize");
     n_host_syncs++;
     for (int i = 0; i < n_streams; i++) stream_sync(streams[i]);
     return cudaSuccess;
 }
 
+static void capture_op(cudaStream_t s, graph_op g);
+
 cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-    if (!deferred(s)) return compute_work++, cudaMemset(p, v, n);
+    if (mock_capturing(s)) {
+        mock_check_dev(p, n, "cudaMemsetAsync (captured)");
+        capture_op(s, (graph_op){.op = {.kind = OP_SET, .dst = p, .n = n, .value = v}});
+        return cudaSuccess;
+    }
+    if (!deferred(s)) return compute_work++, do_memset(p, v, n);
     mock_check_dev(p, n, "cudaMemsetAsync");
     enqueue(s, (mock_op){.kind = OP_SET, .dst = p, .n = n, .value = v});
     return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
-    if (!deferred(s)) return compute_work++, cudaMemcpy(dst, src, n, kind);
+    if (mock_capturing(s)) { /* a memcpy node: device memory and pinned host memory only */
+        if (n == 0) return cudaSuccess;
+        const int ok = kind == cudaMemcpyDeviceToDevice   ? mock_is_dev(dst, n) && mock_is_dev(src, n)
+                       : kind == cudaMemcpyHostToDevice ? mock_is_dev(dst, n) && is_pinned(src, n)
+                       : kind == cudaMemcpyDeviceToHost ? mock_is_dev(src, n) && is_pinned(dst, n)
+                                                          : 0;
+        if (!ok)
+            DIE("mock: cudaMemcpyAsync (kind %d) %p <- %p (%zu bytes) captured into a graph: not device / pinned host memory "
+                "as its direction says (a graph's memcpy node needs page-locked host memory)",
+                (int)kind, dst, src, n);
+        capture_op(s, (graph_op){.op = {.kind = OP_COPY, .dst = dst, .src = src, .n = n, .dir = kind}});
+        return cudaSuccess;
+    }
+    if (!deferred(s)) return compute_work++, do_memcpy(dst, src, n, kind);
     if (n == 0) return cudaSuccess;
     /* The same checks as cudaMemcpy, now; the data moves when the stream runs. */
     if (kind == cudaMemcpyHostToDevice && (!mock_is_dev(dst, n) || mock_is_dev(src, n)))
@@ -385,6 +478,9 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    if (mock_capturing(s))
+        DIE("mock: cudaEventRecord on a stream being captured (an event node of the graph, invisible to the host and to "
+            "other streams' waits outside it: not modelled; record it outside the capture)");
     if (!deferred(s)) { /* the stream's work so far is done */
         e->s = NULL, e->seq = 0, e->work = compute_work;
         return cudaSuccess;
@@ -397,6 +493,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 static int event_done(cudaEvent_t e) { return !e->s || e->s->done >= e->seq; }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    no_capture("cudaEventSynchronize");
     run_to(e->s, e->seq);
     return cudaSuccess;
 }
@@ -409,6 +506,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t s) {
+    if (mock_capturing(s)) DIE("mock: cudaStreamQuery of a stream being captured (cudaErrorStreamCaptureUnsupported)");
     if (n_queries++ % 3 != 2) return ret(cudaErrorNotReady);
     if (s) run_to(s, s->enqueued);
     return cudaSuccess;
@@ -416,6 +514,9 @@ cudaError_t cudaStreamQuery(cudaStream_t s) {
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
     (void)flags;
+    if (mock_capturing(s))
+        DIE("mock: cudaStreamWaitEvent of a stream being captured on an event recorded outside the capture "
+            "(cudaErrorStreamCaptureIsolation); wait before cudaStreamBeginCapture");
     if (deferred(s) && !e->s && e->work > s->compute_after) s->compute_after = e->work;
     if (event_done(e)) return cudaSuccess;
     if (!deferred(s)) run_to(e->s, e->seq); /* work on s runs at once: what it waits for runs first */
@@ -430,6 +531,10 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flag
  * it: a side stream that has not waited (cudaStreamWaitEvent) on an event recorded after that
  * work dies here, naming what — on a GPU it could run before the data is there. */
 void mock_stream_launch(cudaStream_t s, void (*fn)(void *), void *arg, const char *what) {
+    if (mock_capturing(s)) {
+        capture_op(s, (graph_op){.op = {.kind = OP_HOST, .fn = fn, .arg = arg}});
+        return;
+    }
     if (!deferred(s)) {
         compute_work++;
         fn(arg);
@@ -441,6 +546,94 @@ void mock_stream_launch(cudaStream_t s, void (*fn)(void *), void *arg, const cha
             "the compute stream has written it",
             what, s->compute_after, compute_work);
     enqueue(s, (mock_op){.kind = OP_HOST, .fn = fn, .arg = arg});
+}
+
+/* ---- stream capture and graphs (see the header) ---- */
+
+static long n_graph_launches;
+long mock_cuda_graph_launches(void) { return n_graph_launches; }
+
+int mock_capturing(cudaStream_t s) { return s && s->capture; }
+
+static void capture_op(cudaStream_t s, graph_op g) {
+    struct CUgraph_st *gr = s->capture;
+    if (gr->n == gr->cap) {
+        gr->cap = gr->cap ? 2 * gr->cap : 64;
+        gr->ops = realloc(gr->ops, (size_t)gr->cap * sizeof *gr->ops);
+        if (!gr->ops) DIE("mock: out of memory capturing a graph");
+    }
+    gr->ops[gr->n++] = g;
+}
+
+void mock_capture_call(cudaStream_t s, void (*replay)(int id, const mock_arg *a), int id, const mock_arg *a, int n) {
+    if (!mock_capturing(s)) DIE("mock: mock_capture_call on a stream not being captured");
+    if (n > MOCK_CAPTURE_ARGS) DIE("mock: a captured call with %d arguments", n);
+    graph_op g = {.op = {.kind = OP_CALL}, .replay = replay, .id = id};
+    memcpy(g.a, a, (size_t)n * sizeof *a);
+    capture_op(s, g);
+}
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+    (void)mode;
+    if (!s || deferred(s)) DIE("mock: cudaStreamBeginCapture on the legacy stream or a copy stream: not modelled");
+    if (s->capture) DIE("mock: cudaStreamBeginCapture on a stream already being captured");
+    s->capture = calloc(1, sizeof *s->capture);
+    if (!s->capture) DIE("mock: out of memory");
+    n_capturing++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+    if (!mock_capturing(s)) DIE("mock: cudaStreamEndCapture of a stream not being captured");
+    *graph = s->capture;
+    s->capture = NULL;
+    n_capturing--;
+    n_objects++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *st) {
+    *st = mock_capturing(s) ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    (void)flags;
+    no_capture("cudaGraphInstantiate");
+    struct CUgraphExec_st *x = calloc(1, sizeof *x);
+    if (!x || (graph->n && !(x->ops = malloc((size_t)graph->n * sizeof *x->ops)))) DIE("mock: out of memory");
+    if (graph->n) memcpy(x->ops, graph->ops, (size_t)graph->n * sizeof *x->ops);
+    x->n = graph->n;
+    n_objects++;
+    *exec = x;
+    return cudaSuccess;
+}
+
+/* The graph's operations in capture order, at once (the compute stream runs its work at once),
+ * counted as compute work as the calls they replay are. */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    no_capture("cudaGraphLaunch");
+    if (!s || deferred(s)) DIE("mock: cudaGraphLaunch on the legacy stream or a copy stream: not modelled");
+    n_graph_launches++;
+    for (int i = 0; i < exec->n; i++) {
+        graph_op *g = &exec->ops[i];
+        switch (g->op.kind) {
+        case OP_CALL: g->replay(g->id, g->a); break;
+        case OP_HOST: compute_work++, g->op.fn(g->op.arg); break;
+        default: compute_work++, run_op(&g->op); break;
+        }
+    }
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    if (graph) free(graph->ops), free(graph);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    if (exec) free(exec->ops), free(exec);
+    return cudaSuccess;
 }
 
 cudaError_t cudaRuntimeGetVersion(int *v) {

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../bf16.h" /* test/gpu/bf16.h */
+#include "mock_capture.h"
 #include "layers.h"  /* cuda/layers.h */
 #include "nn/layers.h"
 #include "optim/sgd.h"
@@ -38,6 +39,30 @@ void mock_check_dev(const void *p, size_t nbytes, const char *what);
  * last error (mock_cuda.c) is set. Called by every stand-in whose real twin launches a kernel of
  * ours, so an error some poll left behind stops the step here as on a GPU. */
 void mock_launch_check(const char *what);
+
+/* ---- stream capture (mock_capture.h): a call on a stream being captured is recorded and
+ * replayed by cudaGraphLaunch, as a kernel node; nothing of it runs or is checked before then ---- */
+
+enum { R_BN_ADD_F, R_BN_ADD_B, R_CONV_F, R_CONV_B, R_BN_F, R_BN_B, R_RELU_F, R_RELU_B, R_ADD_F, R_ADD_B, R_POOL_F, R_POOL_B, R_FC_F, R_FC_B, R_XENT_F, R_XENT_B, R_TO_BF16, R_TO_BF16_SEGS, R_TO_NHWC, R_FROM_NHWC, R_TO_F32, R_SGD };
+
+static void replay(int id, const mock_arg *a);
+
+static mock_arg cap_p(const volatile void *p) { return (mock_arg){.p = (void *)(uintptr_t)p}; }
+static mock_arg cap_i(long long i) { return (mock_arg){.i = i}; }
+static mock_arg cap_u(unsigned long long u) { return (mock_arg){.u = u}; }
+static mock_arg cap_f(double d) { return (mock_arg){.d = d}; }
+#define P(x) cap_p(x)
+#define I(x) cap_i(x)
+#define U(x) cap_u(x)
+#define F(x) cap_f(x)
+#define CAPTURE(ctx, id, ...)                                                                         \
+    do {                                                                                              \
+        if ((ctx) && mock_capturing((ctx)->stream)) {                                                 \
+            const mock_arg a_[] = {__VA_ARGS__};                                                      \
+            mock_capture_call((ctx)->stream, replay, id, a_, (int)(sizeof a_ / sizeof a_[0]));        \
+            return;                                                                                   \
+        }                                                                                             \
+    } while (0)
 
 /* fp32 buffers (parameters, gradients, statistics, logits) and activation-typed ones. */
 #define DEV(p, count, what) mock_check_dev((p), (size_t)(count) * sizeof(float), (what))
@@ -270,6 +295,7 @@ void gpu_conv_algos(const gpu_conv_layer *l, char *buf, size_t n) {
 }
 
 void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, void *out, const void *inp, const void *weight) {
+    CAPTURE(c, R_CONV_F, P(l), P(c), P(out), P(inp), P(weight));
     if (!l->tuned || c->ws_nbytes < l->fwd_ws) DIE("mock: %s runs before tuning / commit", l->what);
     mock_conv *m = tab_get(l);
     const size_t nx = (size_t)l->n * l->ic * l->ih * l->iw, nw = (size_t)l->oc * l->ic * l->k * l->k;
@@ -289,6 +315,7 @@ void gpu_conv_forward(gpu_conv_layer *l, gpu_ctx *c, void *out, const void *inp,
 
 void gpu_conv_backward(gpu_conv_layer *l, gpu_ctx *c, void *dinp, float *dweight, const void *dout,
                        const void *inp, const void *weight) {
+    CAPTURE(c, R_CONV_B, P(l), P(c), P(dinp), P(dweight), P(dout), P(inp), P(weight));
     if (bf(c)) mock_launch_check(l->what); /* bf16: the weight gradient's widening is our kernel */
     if (l->mode != GPU_TRAIN) DIE("mock: backward of inference %s", l->what);
     mock_conv *m = tab_get(l);
@@ -364,6 +391,8 @@ typedef struct {
 
 int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, int h, int w, int relu, gpu_mode mode,
                 char *err, size_t errlen) {
+    const int want_add = relu == GPU_BN_ADD_RELU; /* as layers_norm.cu */
+    if (want_add) relu = 0;
     memset(l, 0, sizeof *l);
     l->mode = mode;
     l->relu = relu;
@@ -379,7 +408,8 @@ int gpu_bn_init(gpu_bn_layer *l, gpu_ctx *c, const char *name, int n, int ch, in
     if (bn_init(&m->cl, cpu(), name, md, 0, mode == GPU_TRAIN ? NN_TRAIN : NN_INFER, err, errlen))
         return free(m->beta0), free(m), -1;
     tab_put(l, m);
-    l->fused = c->bn_fused && relu && mode == GPU_TRAIN && l->nhwc; /* as layers_norm.cu */
+    l->add = want_add && c->bn_fused && c->bn_add && mode == GPU_TRAIN && l->nhwc && bf(c) && !l->io32; /* as layers_norm.cu */
+    l->fused = (c->bn_fused && relu && mode == GPU_TRAIN && l->nhwc) || l->add;
     if (l->fused) {
         l->ws_need = MOCK_BN_WS;
         gpu_ctx_reserve(c, l->ws_need);
@@ -397,6 +427,8 @@ static void bn_fused_check(const gpu_bn_layer *l, const gpu_ctx *c) {
 
 void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c0, void *out, const void *inp, const float *gamma,
                     const float *beta, float *running_mean, float *running_var) {
+    CAPTURE(c0, R_BN_F, P(l), P(c0), P(out), P(inp), P(gamma), P(beta), P(running_mean), P(running_var));
+    if (l->add) DIE("mock: gpu_bn_forward on %s, built for the fused residual add", l->what);
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (l->relu && !l->fused) mock_launch_check(l->what); /* the ReLU after BN (or its mask) is our kernel */
@@ -427,6 +459,8 @@ void gpu_bn_forward(gpu_bn_layer *l, gpu_ctx *c0, void *out, const void *inp, co
 
 void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, float *dbeta, void *dout,
                      const void *inp, const void *out, const float *gamma) {
+    CAPTURE(c0, R_BN_B, P(l), P(c0), P(dinp), P(dgamma), P(dbeta), P(dout), P(inp), P(out), P(gamma));
+    if (l->add) DIE("mock: gpu_bn_backward on %s, built for the fused residual add", l->what);
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (l->relu && !l->fused) mock_launch_check(l->what); /* the ReLU after BN (or its mask) is our kernel */
@@ -466,6 +500,76 @@ void gpu_bn_backward(gpu_bn_layer *l, gpu_ctx *c0, void *dinp, float *dgamma, fl
     act_done4(c, t, dy), act_done4(c, t, x);
 }
 
+/* BN + residual add + ReLU (gpu_bn_layer.add): out = relu(BN(inp) + z), the sum rounded to bf16
+ * once, as cuDNN's fused kernel does; MOCK_BN_ADD_ROUND=twice rounds BN's output to bf16 first, as
+ * gpu_bn_forward then gpu_add_forward do, so that test_gpu_model can hold the fused wiring to the
+ * unfused one bit for bit. The backward: dz = dout · [out > 0] (exact), dinp = BN'(dz); dout as it
+ * is. Both count in mock_bn_add_calls(). */
+static long n_bn_add;
+long mock_bn_add_calls(void) { return n_bn_add; }
+
+void gpu_bn_add_forward(gpu_bn_layer *l, gpu_ctx *c, void *out, const void *inp, const void *z, const float *gamma,
+                        const float *beta, float *running_mean, float *running_var) {
+    CAPTURE(c, R_BN_ADD_F, P(l), P(c), P(out), P(inp), P(z), P(gamma), P(beta), P(running_mean), P(running_var));
+    if (!l->add) DIE("mock: gpu_bn_add_forward on %s, not built for the residual add", l->what);
+    mock_bn *m = tab_get(l);
+    const size_t n = l->count;
+    bn_fused_check(l, c);
+    m->gen++;
+    memcpy(l->reserve, &m->gen, sizeof m->gen);
+    l->beta_fwd = beta;
+    DEVA(c, out, n, l->what);
+    DEVA(c, inp, n, l->what);
+    DEVA(c, z, n, l->what);
+    DEV(gamma, l->c, l->what);
+    DEV(beta, l->c, l->what);
+    DEV(running_mean, l->c, l->what);
+    DEV(running_var, l->c, l->what);
+    if ((const void *)out == inp || (const void *)out == z) DIE("mock: %s forward in place", l->what);
+    const int t = l->nhwc;
+    const size_t hw = (size_t)l->h * l->w;
+    const char *r = getenv("MOCK_BN_ADD_ROUND");
+    const int twice = r && strcmp(r, "twice") == 0;
+    float *x = act_in4(c, t, inp, l->n, l->c, hw), *zz = act_in4(c, t, z, l->n, l->c, hw), *y = act_scratch4(c, t, out, n);
+    bn_forward(&m->cl, cpu(), y, x, gamma, beta, running_mean, running_var);
+    for (size_t i = 0; i < n; i++) y[i] = relu1((twice ? bf16_round(y[i]) : y[i]) + zz[i]);
+    act_out4(c, t, out, y, l->n, l->c, hw);
+    act_done4(c, t, x), act_done4(c, t, zz);
+    n_bn_add++;
+}
+
+void gpu_bn_add_backward(gpu_bn_layer *l, gpu_ctx *c, void *dinp, void *dz, float *dgamma, float *dbeta,
+                         const void *dout, const void *inp, const void *out, const float *gamma) {
+    CAPTURE(c, R_BN_ADD_B, P(l), P(c), P(dinp), P(dz), P(dgamma), P(dbeta), P(dout), P(inp), P(out), P(gamma));
+    if (!l->add) DIE("mock: gpu_bn_add_backward on %s, not built for the residual add", l->what);
+    mock_bn *m = tab_get(l);
+    bn_fused_check(l, c);
+    long g;
+    memcpy(&g, l->reserve, sizeof g);
+    if (m->gen == 0 || g != m->gen) DIE("mock: %s (fused add) backward without its forward's reserve space", l->what);
+    DEV(l->beta_fwd, l->c, l->what);
+    const size_t n = l->count;
+    DEVA(c, dinp, n, l->what);
+    DEVA(c, dz, n, l->what);
+    DEVA(c, dout, n, l->what);
+    DEVA(c, inp, n, l->what);
+    DEVA(c, out, n, l->what);
+    DEV(dgamma, l->c, l->what);
+    DEV(dbeta, l->c, l->what);
+    DEV(gamma, l->c, l->what);
+    if (dinp == dout || (const void *)dinp == inp || dinp == dz || (const void *)dz == dout || (const void *)dz == inp)
+        DIE("mock: %s (fused add) backward in place", l->what);
+    for (size_t i = 0; i < n; i++) act_set(c, dz, i, act_get(c, out, i) > 0.0f ? act_get(c, dout, i) : 0.0f);
+    const int t = l->nhwc;
+    const size_t hw = (size_t)l->h * l->w;
+    float *dy = act_in4(c, t, dz, l->n, l->c, hw), *x = act_in4(c, t, inp, l->n, l->c, hw);
+    float *dx = act_scratch4(c, t, dinp, n);
+    bn_backward(&m->cl, cpu(), dx, dgamma, dbeta, dy, x, gamma, m->beta0);
+    act_out4(c, t, dinp, dx, l->n, l->c, hw);
+    act_done4(c, t, dy), act_done4(c, t, x);
+    n_bn_add++;
+}
+
 void gpu_bn_free(gpu_bn_layer *l) {
     cudaFree(l->reserve);
     mock_bn *m = tab_del(l);
@@ -490,6 +594,7 @@ int gpu_relu_init(gpu_relu_layer *l, gpu_ctx *c, const char *name, int n, int ch
 }
 
 void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp) {
+    CAPTURE(c, R_RELU_F, P(l), P(c), P(out), P(inp));
     mock_launch_check(l->what);
     DEVA(c, out, l->count, l->what);
     DEVA(c, inp, l->count, l->what);
@@ -497,6 +602,7 @@ void gpu_relu_forward(gpu_relu_layer *l, gpu_ctx *c, void *out, const void *inp)
 }
 
 void gpu_relu_backward(gpu_relu_layer *l, gpu_ctx *c, void *dinp, const void *dout, const void *out) {
+    CAPTURE(c, R_RELU_B, P(l), P(c), P(dinp), P(dout), P(out));
     mock_launch_check(l->what);
     DEVA(c, dinp, l->count, l->what);
     DEVA(c, dout, l->count, l->what);
@@ -516,6 +622,7 @@ int gpu_add_init(gpu_add_layer *l, gpu_ctx *c, const char *name, int n, int ch, 
 }
 
 void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, const void *b) {
+    CAPTURE(c, R_ADD_F, P(l), P(c), P(out), P(a), P(b));
     mock_launch_check(l->what);
     DEVA(c, out, l->count, l->what);
     DEVA(c, a, l->count, l->what);
@@ -527,6 +634,7 @@ void gpu_add_forward(gpu_add_layer *l, gpu_ctx *c, void *out, const void *a, con
 }
 
 void gpu_add_backward(gpu_add_layer *l, gpu_ctx *c, void *dsum, const void *dout, const void *out) {
+    CAPTURE(c, R_ADD_B, P(l), P(c), P(dsum), P(dout), P(out));
     mock_launch_check(l->what);
     if (!l->relu) DIE("mock: add backward without relu");
     DEVA(c, dsum, l->count, l->what);
@@ -586,6 +694,7 @@ int gpu_pool_init(gpu_pool_layer *l, gpu_ctx *c, const char *name, int n, int ch
 }
 
 void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c0, void *out, const void *inp) {
+    CAPTURE(c0, R_POOL_F, P(l), P(c0), P(out), P(inp));
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (!l->max) mock_launch_check(l->what); /* global average pooling is our kernel */
@@ -614,6 +723,7 @@ void gpu_pool_forward(gpu_pool_layer *l, gpu_ctx *c0, void *out, const void *inp
 
 void gpu_pool_backward(gpu_pool_layer *l, gpu_ctx *c0, void *dinp, const void *dout, const void *inp,
                        const void *out) {
+    CAPTURE(c0, R_POOL_B, P(l), P(c0), P(dinp), P(dout), P(inp), P(out));
     gpu_ctx tmp;
     const gpu_ctx *c = ctx_of(c0, l->io32, &tmp);
     if (!l->max) mock_launch_check(l->what); /* global average pooling is our kernel */
@@ -656,6 +766,7 @@ void gpu_pool_free(gpu_pool_layer *l) {
 
 void gpu_fc_forward(gpu_ctx *c, float *out, const void *inp, const void *weight, const float *bias, int n,
                     int nin, int nout) {
+    CAPTURE(c, R_FC_F, P(c), P(out), P(inp), P(weight), P(bias), I(n), I(nin), I(nout));
     mock_launch_check("fc forward bias");
     const size_t nx = (size_t)n * nin, nw = (size_t)nout * nin;
     DEV(out, (size_t)n * nout, "fc out");
@@ -669,6 +780,7 @@ void gpu_fc_forward(gpu_ctx *c, float *out, const void *inp, const void *weight,
 
 void gpu_fc_backward(gpu_ctx *c, void *dinp, float *dweight, float *dbias, const void *dout, const void *inp,
                      const void *weight, int n, int nin, int nout) {
+    CAPTURE(c, R_FC_B, P(c), P(dinp), P(dweight), P(dbias), P(dout), P(inp), P(weight), I(n), I(nin), I(nout));
     mock_launch_check("fc bias gradient");
     const size_t nx = (size_t)n * nin, nw = (size_t)nout * nin, ny = (size_t)n * nout;
     if (dinp) DEVA(c, dinp, nx, "fc dinp");
@@ -686,6 +798,7 @@ void gpu_fc_backward(gpu_ctx *c, void *dinp, float *dweight, float *dbias, const
 
 void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *loss, const float *logits,
                               const int *y, int n, int k) {
+    CAPTURE(c, R_XENT_F, P(c), P(probs), P(losses), P(loss), P(logits), P(y), I(n), I(k));
     mock_launch_check("softmax cross-entropy forward");
     (void)c;
     DEV(probs, (size_t)n * k, "xent probs");
@@ -697,6 +810,7 @@ void gpu_softmax_xent_forward(gpu_ctx *c, float *probs, float *losses, float *lo
 }
 
 void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, const int *y, int n, int k) {
+    CAPTURE(c, R_XENT_B, P(c), P(dlogits), P(probs), P(y), I(n), I(k));
     mock_launch_check("softmax cross-entropy backward");
     const size_t nl = (size_t)n * k;
     DEVA(c, dlogits, nl, "xent dlogits");
@@ -710,6 +824,7 @@ void gpu_softmax_xent_backward(gpu_ctx *c, void *dlogits, const float *probs, co
 /* ---- precision casts ---- */
 
 void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n) {
+    CAPTURE(c, R_TO_BF16, P(c), P(dst), P(src), U(n));
     (void)c;
     if (n == 0) return;
     mock_launch_check("the fp32 -> bf16 cast");
@@ -719,6 +834,7 @@ void gpu_f32_to_bf16(gpu_ctx *c, void *dst, const float *src, size_t n) {
 }
 
 void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t max_n) {
+    CAPTURE(c, R_TO_BF16_SEGS, P(c), P(segs), I(nseg), U(max_n));
     if (nseg <= 0 || max_n == 0) return;
     mock_launch_check("the fp32 -> bf16 casts (one launch)");
     mock_check_dev(segs, (size_t)nseg * sizeof *segs, "cast segment table"); /* read on the device */
@@ -735,6 +851,7 @@ void gpu_f32_to_bf16_segs(gpu_ctx *c, const gpu_cast_seg *segs, int nseg, size_t
 }
 
 void gpu_to_nhwc(gpu_ctx *c, void *dst, const float *src, int rows, int ch, int hw) {
+    CAPTURE(c, R_TO_NHWC, P(c), P(dst), P(src), I(rows), I(ch), I(hw));
     const size_t n = (size_t)rows * ch * hw;
     if (n == 0) return;
     mock_launch_check("the NCHW -> NHWC transposition");
@@ -747,6 +864,7 @@ void gpu_to_nhwc(gpu_ctx *c, void *dst, const float *src, int rows, int ch, int 
 }
 
 void gpu_from_nhwc_f32(gpu_ctx *c, float *dst, const void *src, int rows, int ch, int hw) {
+    CAPTURE(c, R_FROM_NHWC, P(c), P(dst), P(src), I(rows), I(ch), I(hw));
     const size_t n = (size_t)rows * ch * hw;
     if (n == 0) return;
     mock_launch_check("the NHWC -> NCHW transposition");
@@ -758,6 +876,7 @@ void gpu_from_nhwc_f32(gpu_ctx *c, float *dst, const void *src, int rows, int ch
 }
 
 void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
+    CAPTURE(c, R_TO_F32, P(c), P(dst), P(src), U(n));
     (void)c;
     if (n == 0) return;
     mock_launch_check("the bf16 -> fp32 cast");
@@ -768,6 +887,7 @@ void gpu_bf16_to_f32(gpu_ctx *c, float *dst, const void *src, size_t n) {
 
 void gpu_sgd_update(gpu_ctx *c, float *theta, const float *grad, float *v, size_t n, float alpha, float mu,
                     float lambda, int nesterov, int *bad) {
+    CAPTURE(c, R_SGD, P(c), P(theta), P(grad), P(v), U(n), F(alpha), F(mu), F(lambda), I(nesterov), P(bad));
     (void)c;
     if (n) mock_launch_check("the SGD update");
     DEV(theta, n, "sgd theta");
@@ -783,4 +903,37 @@ void mock_gpucomm_scale(float *buf, size_t n, float s, void *stream) {
     (void)stream;
     DEV(buf, n, "gpucomm_scale");
     for (size_t i = 0; i < n; i++) buf[i] *= s;
+}
+
+/* A captured call again, with its arguments (the stream is no longer being captured: it runs). */
+#define A(k) a[k].p
+#define AI(k) (int)a[k].i
+#define AU(k) (size_t)a[k].u
+#define AF(k) (float)a[k].d
+static void replay(int id, const mock_arg *a) {
+    switch (id) {
+    case R_CONV_F: gpu_conv_forward(A(0), A(1), A(2), A(3), A(4)); break;
+    case R_CONV_B: gpu_conv_backward(A(0), A(1), A(2), A(3), A(4), A(5), A(6)); break;
+    case R_BN_F: gpu_bn_forward(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7)); break;
+    case R_BN_ADD_F: gpu_bn_add_forward(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8)); break;
+    case R_BN_ADD_B: gpu_bn_add_backward(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8), A(9)); break;
+    case R_BN_B: gpu_bn_backward(A(0), A(1), A(2), A(3), A(4), A(5), A(6), A(7), A(8)); break;
+    case R_RELU_F: gpu_relu_forward(A(0), A(1), A(2), A(3)); break;
+    case R_RELU_B: gpu_relu_backward(A(0), A(1), A(2), A(3), A(4)); break;
+    case R_ADD_F: gpu_add_forward(A(0), A(1), A(2), A(3), A(4)); break;
+    case R_ADD_B: gpu_add_backward(A(0), A(1), A(2), A(3), A(4)); break;
+    case R_POOL_F: gpu_pool_forward(A(0), A(1), A(2), A(3)); break;
+    case R_POOL_B: gpu_pool_backward(A(0), A(1), A(2), A(3), A(4), A(5)); break;
+    case R_FC_F: gpu_fc_forward(A(0), A(1), A(2), A(3), A(4), AI(5), AI(6), AI(7)); break;
+    case R_FC_B: gpu_fc_backward(A(0), A(1), A(2), A(3), A(4), A(5), A(6), AI(7), AI(8), AI(9)); break;
+    case R_XENT_F: gpu_softmax_xent_forward(A(0), A(1), A(2), A(3), A(4), A(5), AI(6), AI(7)); break;
+    case R_XENT_B: gpu_softmax_xent_backward(A(0), A(1), A(2), A(3), AI(4), AI(5)); break;
+    case R_TO_BF16: gpu_f32_to_bf16(A(0), A(1), A(2), AU(3)); break;
+    case R_TO_BF16_SEGS: gpu_f32_to_bf16_segs(A(0), A(1), AI(2), AU(3)); break;
+    case R_TO_NHWC: gpu_to_nhwc(A(0), A(1), A(2), AI(3), AI(4), AI(5)); break;
+    case R_FROM_NHWC: gpu_from_nhwc_f32(A(0), A(1), A(2), AI(3), AI(4), AI(5)); break;
+    case R_TO_F32: gpu_bf16_to_f32(A(0), A(1), A(2), AU(3)); break;
+    case R_SGD: gpu_sgd_update(A(0), A(1), A(2), A(3), AU(4), AF(5), AF(6), AF(7), AI(8), A(9)); break;
+    default: DIE("mock: replay of call %d", id);
+    }
 }
