@@ -2,7 +2,7 @@
  * src/data/augment.c), the C half of `make bench-data` (tools/bench_data_torch.py runs
  * torchvision on the same files and prints both side by side).
  *
- *   build/bench_data DIR [passes] [scalar] [dct]
+ *   build/bench_data DIR [passes] [scalar] [dct] [only=CASE]
  *
  * Reads every *.jpg of DIR into memory, then for each case runs passes (default 5) over all of
  * them on this thread and prints "case images/s cpu_images/s" for the best pass (warm-up: one
@@ -16,6 +16,7 @@
  * and colour; the draws of pass 1), and the share of images decoded at 1/2, 1/4 and 1/8. The
  * decode case is the whole image at full size either way (torchvision's decode_jpeg does the
  * same), so it has no _dct row.
+ * "only=CASE": that case alone (for perf record; CASE as printed, e.g. rrc_bilinear).
  * Output floats go to one (3, 224, 224) buffer, as a loader writes into a batch slot. */
 #include <dirent.h>
 #include <time.h>
@@ -134,10 +135,12 @@ int main(int argc, char **argv) {
         return 2;
     }
     int passes = argc > 2 ? atoi(argv[2]) : 5, dct = 0;
+    const char *only = NULL;
     for (int a = 3; a < argc; a++) {
         if (!strcmp(argv[a], "scalar")) image_simd(0);
         else if (!strcmp(argv[a], "dct")) dct = 1;
-        else DIE("unknown option %s (scalar, dct)", argv[a]);
+        else if (!strncmp(argv[a], "only=", 5)) only = argv[a] + 5;
+        else DIE("unknown option %s (scalar, dct, only=CASE)", argv[a]);
     }
     blob *b;
     int n = load_dir(argv[1], &b);
@@ -155,6 +158,7 @@ int main(int argc, char **argv) {
         {"eval_bilinear", AUG_EVAL, IMAGE_BILINEAR},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        if (only && strcmp(only, cases[k].name)) continue;
         aug_cfg c;
         aug_default(&c, cases[k].kind < 0 ? AUG_SCALE : cases[k].kind);
         c.interp = cases[k].interp;

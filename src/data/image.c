@@ -42,6 +42,8 @@ struct image_dec {
     int32_t *acc;       /* resize: one row of vertical sums */
     size_t acc_cap;
     int32_t *kx, *ky;   /* resize: fixed-point coefficients per output column / row */
+    int16_t *kx16;      /* resize, AVX2: kx split into 16-bit halves laid out for madd (kx_split) */
+    size_t kx16_cap;
     size_t kx_cap, ky_cap;
     int *bx, *by;       /* resize: (first tap, tap count) per output column / row */
     size_t bx_cap, by_cap;
@@ -134,6 +136,7 @@ void image_dec_free(image_dec *d) {
     free(d->acc);
     free(d->kx);
     free(d->ky);
+    free(d->kx16);
     free(d->bx);
     free(d->by);
     free(d->w);
@@ -419,58 +422,104 @@ int image_simd(int want) {
     return v;
 }
 
-/* One row of the horizontal pass for outputs that all have ksize taps (pad_taps): two taps per
- * step, each pixel's R, G, B in one half of a 256-bit register of int32. The loads read up to
- * 2 bytes past the last tap's pixel, so outputs whose taps reach the last column the view has
- * (hi) are left to the scalar code. */
+/* The horizontal pass with 16-bit multiplies and no loss of precision: each 22-bit coefficient
+ * k is split as k = kh·2^11 + kl (kh = k >> 11 arithmetic, kl = k & 2047, both fit int16), so
+ * Σ p·k = 2^11·Σ p·kh + Σ p·kl with each sum exact in int32 (|Σ p·k| < 2^31 as in Pillow); two
+ * _mm256_madd_epi16 (pixel pairs × coefficient pairs) then give the same integer sum as the
+ * scalar pass. kx_split lays the coefficients out per output in groups of 4 taps (ksize padded
+ * to a multiple of 4 with zeros): per group 16 int16 of kh then 16 of kl, the 128-bit lane 0
+ * holding (k_t, k_t+1) four times, lane 1 (k_t+2, k_t+3). */
+static void kx_split(int16_t *o, const int32_t *kk, int n, int ksize) {
+    int ng = (ksize + 3) / 4;
+    for (int i = 0; i < n; i++)
+        for (int g = 0; g < ng; g++, o += 32)
+            for (int j = 0; j < 16; j++) {
+                int t = 4 * g + (j >= 8 ? 2 : 0) + (j & 1);
+                int32_t k = t < ksize ? kk[(size_t)i * ksize + t] : 0;
+                o[j] = (int16_t)(k >> 11);
+                o[16 + j] = (int16_t)(k & 2047);
+            }
+}
+
+/* One row of the horizontal pass for outputs that all have ksize taps (pad_taps), four taps per
+ * step: the 16 bytes from the group's first pixel broadcast to both lanes and spread by one
+ * shuffle into (R_t, R_t+1, G_t, G_t+1, B_t, B_t+1, 0, 0) as int16 (lane 1: taps t+2, t+3).
+ * Each group reads 16 bytes from its first pixel, so outputs whose reads would pass the last
+ * column the taps cover (hi) are left to the scalar code, as is the last output (its 4-byte
+ * store would pass the row's end). */
 __attribute__((target("avx2"))) static inline void hpass_row_avx2(uint8_t *o, const uint8_t *row, int x0,
-                                                                   const int *bounds, const int32_t *kk, int n,
-                                                                   int ksize, int hi) {
-    const __m128i spread = _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-    const __m256i dup = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-    const __m256i half = _mm256_setr_epi32(1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1),
-                                           1 << (PRECISION_BITS - 1), 0, 0, 0, 0, 0);
+                                                                   const int *bounds, const int16_t *k16, const int32_t *kk,
+                                                                   int n, int ksize, int hi) {
+    const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                            6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+    const __m128i half = _mm_set1_epi32(1 << (PRECISION_BITS - 1));
+    const __m256i half2 = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    const __m256i gather = _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0);
+    const __m128i pack12 = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+    const int ng = (ksize + 3) / 4;
+    /* the int32 sums (R, G, B, 0 in each lane, lanes to be added) of output xx */
+#define HSUM(xx, a)                                                                                                    \
+    do {                                                                                                               \
+        const uint8_t *p_ = row + (size_t)(bounds[2 * (xx)] - x0) * 3;                                                 \
+        const __m256i *k_ = (const __m256i *)(k16 + (size_t)(xx) * ng * 32);                                           \
+        __m256i ah_ = _mm256_setzero_si256(), al_ = _mm256_setzero_si256();                                            \
+        for (int g = 0; g < ng; g++) {                                                                                 \
+            __m256i px_ = _mm256_shuffle_epi8(                                                                         \
+                _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p_ + 12 * g))), spread);                 \
+            ah_ = _mm256_add_epi32(ah_, _mm256_madd_epi16(px_, _mm256_loadu_si256(k_ + 2 * g)));                       \
+            al_ = _mm256_add_epi32(al_, _mm256_madd_epi16(px_, _mm256_loadu_si256(k_ + 2 * g + 1)));                   \
+        }                                                                                                              \
+        (a) = _mm256_add_epi32(_mm256_slli_epi32(ah_, 11), al_);                                                       \
+    } while (0)
     int xx = 0;
-    for (; xx < n; xx++) {
-        int xmin = bounds[2 * xx];
-        if (xmin + ksize >= hi || xx == n - 1) break; /* the rest: scalar */
-        const int32_t *k = kk + (size_t)xx * ksize;
-        const uint8_t *p = row + (size_t)(xmin - x0) * 3;
-        __m256i acc = half;
-        int t = 0;
-        for (; t + 1 < ksize; t += 2) {
-            __m128i px = _mm_shuffle_epi8(_mm_loadl_epi64((const __m128i *)(p + 3 * t)), spread);
-            __m256i kv = _mm256_permutevar8x32_epi32(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(k + t))), dup);
-            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(px), kv));
-        }
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-        if (t < ksize) {
-            int32_t v;
-            memcpy(&v, p + 3 * t, 4);
-            __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(v));
-            s = _mm_add_epi32(s, _mm_mullo_epi32(px, _mm_set1_epi32(k[t])));
-        }
+    /* four outputs per step: their sums reduced in pairs (lane 0 one output, lane 1 the other),
+     * rounded, packed and written as 12 bytes by one 16-byte store (the last 4 bytes are the next
+     * outputs', written next; the step needs 5 more outputs after it for the store to stay in
+     * the row) */
+    for (; xx + 5 < n; xx += 4) {
+        if (3 * bounds[2 * (xx + 3)] + 12 * ng + 4 > 3 * hi) break;
+        __m256i a0, a1, a2, a3;
+        HSUM(xx, a0);
+        HSUM(xx + 1, a1);
+        HSUM(xx + 2, a2);
+        HSUM(xx + 3, a3);
+        __m256i s01 = _mm256_add_epi32(_mm256_permute2x128_si256(a0, a1, 0x20), _mm256_permute2x128_si256(a0, a1, 0x31));
+        __m256i s23 = _mm256_add_epi32(_mm256_permute2x128_si256(a2, a3, 0x20), _mm256_permute2x128_si256(a2, a3, 0x31));
+        s01 = _mm256_srai_epi32(_mm256_add_epi32(s01, half2), PRECISION_BITS);
+        s23 = _mm256_srai_epi32(_mm256_add_epi32(s23, half2), PRECISION_BITS);
+        /* lane 0: out 0 then out 2, lane 1: out 1 then out 3, each RGB0 in 4 bytes */
+        __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(s01, s23), _mm256_setzero_si256());
+        __m128i q = _mm_shuffle_epi8(_mm256_castsi256_si128(_mm256_permutevar8x32_epi32(b, gather)), pack12);
+        _mm_storeu_si128((__m128i *)(o + 3 * xx), q);
+    }
+    for (; xx < n - 1; xx++) {
+        if (3 * bounds[2 * xx] + 12 * ng + 4 > 3 * hi) break; /* the rest: scalar */
+        __m256i a;
+        HSUM(xx, a);
+        __m128i s = _mm_add_epi32(_mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)), half);
         s = _mm_srai_epi32(s, PRECISION_BITS);
         s = _mm_packus_epi16(_mm_packs_epi32(s, s), s);
         int32_t b = _mm_cvtsi128_si32(s);
         memcpy(o + 3 * xx, &b, 4); /* the 4th byte is the next output's, written next */
     }
+#undef HSUM
     if (xx < n) hpass_row(o + 3 * xx, row, x0, bounds + 2 * xx, kk + (size_t)xx * ksize, n - xx, ksize, 1);
 }
 
 #define HPASS_AVX2(K)                                                                                              \
     __attribute__((target("avx2"))) static void hpass_avx2_##K(uint8_t *o, const uint8_t *row, int x0,              \
-                                                                const int *bounds, const int32_t *kk, int n,         \
-                                                                int hi) {                                            \
-        hpass_row_avx2(o, row, x0, bounds, kk, n, K, hi);                                                           \
+                                                                const int *bounds, const int16_t *k16,               \
+                                                                const int32_t *kk, int n, int hi) {                  \
+        hpass_row_avx2(o, row, x0, bounds, k16, kk, n, K, hi);                                                      \
     }
 HPASS_AVX2(3)
 HPASS_AVX2(5)
 HPASS_AVX2(7)
 HPASS_AVX2(9)
 __attribute__((target("avx2"))) static void hpass_avx2_any(uint8_t *o, const uint8_t *row, int x0, const int *bounds,
-                                                           const int32_t *kk, int n, int ksize, int hi) {
-    hpass_row_avx2(o, row, x0, bounds, kk, n, ksize, hi);
+                                                           const int16_t *k16, const int32_t *kk, int n, int ksize,
+                                                           int hi) {
+    hpass_row_avx2(o, row, x0, bounds, k16, kk, n, ksize, hi);
 }
 
 /* One output row of the vertical pass: o[i] = clip((Σ_t r_t[i]·k[t] + 2^21) >> 22), i < n, the
@@ -529,16 +578,22 @@ static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_vie
     int simd = __atomic_load_n(&simd_level, __ATOMIC_RELAXED);
     if (simd < 0) simd = image_simd(-1);
     int hi = d->bx[2 * (dw - 1)] + d->bx[2 * (dw - 1) + 1]; /* one past the last column read */
+    if (simd && fixed) {
+        /* sized from kx's capacity (2·kx_split_len <= 8·dw·kx·4 for kx >= 3), so that it grows only
+         * when kx does: once warm, no allocation */
+        grow_or_die(&d->kx16, &d->kx16_cap, 8 * d->kx_cap);
+        kx_split(d->kx16, d->kx, dw, kx);
+    }
     for (int r = 0; r < ylast - yfirst; r++) {
         const uint8_t *row = s->px + (size_t)(yfirst + r - s->y0) * s->stride;
         uint8_t *o = d->tmp + (size_t)r * tstride;
         if (simd && fixed) {
             switch (kx) {
-            case 3: hpass_avx2_3(o, row, s->x0, d->bx, d->kx, dw, hi); break;
-            case 5: hpass_avx2_5(o, row, s->x0, d->bx, d->kx, dw, hi); break;
-            case 7: hpass_avx2_7(o, row, s->x0, d->bx, d->kx, dw, hi); break;
-            case 9: hpass_avx2_9(o, row, s->x0, d->bx, d->kx, dw, hi); break;
-            default: hpass_avx2_any(o, row, s->x0, d->bx, d->kx, dw, kx, hi); break;
+            case 3: hpass_avx2_3(o, row, s->x0, d->bx, d->kx16, d->kx, dw, hi); break;
+            case 5: hpass_avx2_5(o, row, s->x0, d->bx, d->kx16, d->kx, dw, hi); break;
+            case 7: hpass_avx2_7(o, row, s->x0, d->bx, d->kx16, d->kx, dw, hi); break;
+            case 9: hpass_avx2_9(o, row, s->x0, d->bx, d->kx16, d->kx, dw, hi); break;
+            default: hpass_avx2_any(o, row, s->x0, d->bx, d->kx16, d->kx, dw, kx, hi); break;
             }
             continue;
         }
