@@ -319,7 +319,7 @@ build/mock/gpucomm.o: cuda/gpucomm.cu cuda/gpucomm.h cuda/gpu.h cuda/common.h cu
 build/mock/libnccl.so.2: test/gpu/mock/mock_nccl.c | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -fPIC $(MOCK_INC) $(if $(MOCK_NCCL_HDR),-I$(dir $(MOCK_NCCL_HDR))) -o $@ $<
-build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h | build/.deps-ok
+build/mock/%.o: test/gpu/mock/%.c cuda/layers.h test/gpu/bf16.h test/gpu/mock/mock_capture.h | build/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Isrc -Icuda $(ONEDNN_CFLAGS) $(MOCK_INC) -c $< -o $@
 # cuda/layers_conv.cu's algorithm choice (gpu_conv_tune) over the runtime stand-ins and the cuDNN
