@@ -81,6 +81,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import shutil
 import subprocess
 import sys
@@ -415,10 +416,33 @@ def local_job(cmd, stem, job_id, run_id, link, log):
             "local": {"state": "PENDING", "exit": "", "elapsed": "", "wall_s": None}}
 
 
+class Interrupted(Exception):
+    """SIGINT or SIGTERM to a --local sweep: args (signal name, number)."""
+
+
+def on_signal(signum, _frame):
+    raise Interrupted(signal.Signals(signum).name, signum)
+
+
+def stop_child(child, grace=60.0):
+    """Ends a --local point: SIGTERM to its `timeout`, which passes it to mpiexec and so to the
+    ranks (they write a checkpoint and exit 3, docs/checkpoint.md); SIGKILL after `grace` seconds.
+    Returns its exit status. (`timeout` runs in its own process group, so a Ctrl-C at the
+    terminal reaches sweep.py alone: without this the point would go on, orphaned.)"""
+    child.send_signal(signal.SIGTERM)
+    try:
+        return child.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return child.wait()
+
+
 def run_jobs(doc, path, jobs):
     """Runs the --local jobs (entries of doc["jobs"]) one after another, each job's record and
     sweep.json (path) written before and after it; returns how many failed."""
     failed = 0
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     for j in jobs:
         rec = j["local"]
         rec["state"] = "RUNNING"
@@ -426,7 +450,17 @@ def run_jobs(doc, path, jobs):
         print(shlex.join(j["command"]) + f"  > {j['log']}", flush=True)
         t0 = time.monotonic()
         with open(j["log"], "x") as log:
-            rc = subprocess.run(j["command"], stdout=log, stderr=subprocess.STDOUT).returncode
+            child = subprocess.Popen(j["command"], stdout=log, stderr=subprocess.STDOUT)
+            try:
+                rc = child.wait()
+            except Interrupted as e:  # Ctrl-C or SIGTERM to sweep.py: end the point, record it, stop
+                rc = stop_child(child)
+                wall = time.monotonic() - t0
+                rec.update({"state": "INTERRUPTED", "exit": f"{rc}:0", "elapsed": hms(wall), "wall_s": round(wall, 2)})
+                write_json(path, doc)
+                print(f"  {j['points'][0]}: interrupted by {e.args[0]} (the point's exit {rc}, after {wall:.1f} s); "
+                      f"sweep.json updated: tools/sweep.py --continue {os.path.dirname(path)} goes on", file=sys.stderr, flush=True)
+                sys.exit(128 + e.args[1])
         wall = time.monotonic() - t0
         rec.update({"state": "COMPLETED" if rc == 0 else "TIMEOUT" if rc in (124, 137) else "FAILED",
                     "exit": f"{rc}:0", "elapsed": hms(wall), "wall_s": round(wall, 2)})
@@ -463,7 +497,8 @@ def continue_local(a, path, sw):
         last = runs[-1] if runs else None
         st, what = run_status(a.dsgd, last[1]) if last else (None, "never run")
         base = ["timeout", "-k", "10", f"{timeout:g}", a.mpiexec, "-n", str(pt["ranks"]), a.dsgd]
-        if st == 3:  # interrupted with a checkpoint: continue that run file
+        if st == 3 and "cannot resume" not in what:  # interrupted with a checkpoint: continue that run file
+            # (sim mode's server and asynchronous gossip runs say they cannot resume: run afresh)
             run_id, link = last[0]["run_ids"][stem], max(j.get("link", 0) for j in mine) + 1
             job_id, rf, mode = f"{run_id}_r{link}", last[1], ["--resume"]
         else:
