@@ -21,6 +21,7 @@
 #     PATH=build/bin:$PATH sh test/test_sim_gossip.sh
 set -u
 PY=/usr/bin/python3
+SAME=$(pwd)/test/sim/h5same.py
 T=${TEST_MPI_TIMEOUT:-240}
 DSGD=${DSGD:-./dsgd-run}
 case $DSGD in /*) ;; *) DSGD=$(pwd)/$DSGD ;; esac
@@ -38,29 +39,10 @@ sim() {  # sim NP NAME METHOD [dsgd-run args...]: a lock-step gossip sim run of 
     timeout -k 5 $T mpiexec -n "$np" "$DSGD" "$CFG" --set p="$np" --set method="\"$m\"" --set synchronous=true \
         --set sim.enabled=true --set "output=\"$dir/$name.h5\"" "$@" >"$dir/$name.log" 2>&1
 }
-# compare A.h5 B.h5 WHAT: every dataset equal bit for bit except wall_s; the final attributes equal.
+# compare A.h5 B.h5 WHAT: every dataset equal bit for bit except wall_s; the final attributes
+# equal (test/sim/h5same.py).
 compare() {
-    $PY - "$1" "$2" <<'EOF' || bad "$3"
-import sys, h5py, numpy as np
-a, b = h5py.File(sys.argv[1], 'r'), h5py.File(sys.argv[2], 'r')
-def names(f):
-    out = []
-    f.visit(lambda n: out.append(n) if isinstance(f[n], h5py.Dataset) else None)
-    return sorted(out)
-na, nb = names(a), names(b)
-assert na == nb, f"datasets differ: {set(na) ^ set(nb)}"
-n = 0
-for k in na:
-    if k.split('/')[-1] == 'wall_s': continue
-    x, y = a[k][()], b[k][()]
-    assert x.shape == y.shape and x.dtype == y.dtype, f"{k}: {x.shape} vs {y.shape}"
-    assert (np.array_equal(x, y, equal_nan=True) if x.dtype.kind == 'f' else np.array_equal(x, y)), \
-        f"{k} differs first at {np.argwhere(x != y)[:1].tolist()}: {x.ravel()[:4]} vs {y.ravel()[:4]}"
-    n += 1
-for k in ('status', 'steps_completed', 'train_time_s', 'images_per_s', 'time_axis'):
-    assert a.attrs.get(k) == b.attrs.get(k), f"attribute {k}: {a.attrs.get(k)!r} vs {b.attrs.get(k)!r}"
-print(f"{n} datasets equal")
-EOF
+    $PY "$SAME" "$1" "$2" || bad "$3"
 }
 
 # (a) the model against a reference, p = 2 and 4, pull and push.

@@ -440,9 +440,23 @@ def stop_child(child, grace=60.0):
 def run_jobs(doc, path, jobs):
     """Runs the --local jobs (entries of doc["jobs"]) one after another, each job's record and
     sweep.json (path) written before and after it; returns how many failed."""
-    failed = 0
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    try:
+        return run_jobs_here(doc, path, jobs)
+    except Interrupted as e:  # between two points (none running): the one about to start is recorded so
+        for j in jobs:
+            if j["local"]["state"] == "RUNNING":
+                j["local"]["state"] = "INTERRUPTED"
+        write_json(path, doc)
+        print(f"sweep.py: interrupted by {e.args[0]} between two points; sweep.json updated: "
+              f"tools/sweep.py --continue {os.path.dirname(path)} goes on", file=sys.stderr, flush=True)
+        sys.exit(128 + e.args[1])
+
+
+def run_jobs_here(doc, path, jobs):
+    """run_jobs' loop; an Interrupted while a point runs ends that point (stop_child) and exits."""
+    failed = 0
     for j in jobs:
         rec = j["local"]
         rec["state"] = "RUNNING"
