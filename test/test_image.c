@@ -220,10 +220,37 @@ START_TEST(resize_closed_forms) {
 END_TEST
 
 
-/* The AVX2 passes give the scalar passes' bits (image_simd): 400 random resizes (sizes 1..300,
- * up- and downscaling to 12x, with and without a box, and windows of a virtual resize), each
- * from an exactly sized source buffer (the vector loads must stay inside it), random pixels
- * (the bicubic overshoot exercises the clipping). Skipped where the CPU has no AVX2. */
+/* The vertical pass's tap count per output row: yn of each row (image_window_taps_box of a
+ * one-row window), counted in seen[ksize][yn] (ksize as the resampler's filter_ksize, capped). */
+enum { SEEN_K = 24, SEEN_N = 48 };
+static void count_taps(int seen[SEEN_K][SEEN_N], int sh, int sw, int DH, int DW, int oy, int ox, int dh, int dw,
+                       int interp, const float *box) {
+    double sc = box ? (double)(box[3] - box[1]) / DH : (double)sh / DH;
+    int ks = (int)ceil((interp == IMAGE_BICUBIC ? 2.0 : 1.0) * (sc < 1.0 ? 1.0 : sc)) * 2 + 1;
+    for (int y = 0; y < dh; y++) {
+        int r[4];
+        image_window_taps_box(sh, sw, DH, DW, oy + y, ox, 1, dw, interp, box, r);
+        int yn = r[1] - r[0];
+        if (ks < SEEN_K && yn < SEEN_N) seen[ks][yn]++;
+    }
+}
+
+/* The AVX2 passes give the scalar passes' bits (image_simd) in two parts.
+ * 1. 400 random resizes (sizes 1..300, up- and downscaling to 12x, with and without a box, and
+ *    windows of a virtual resize).
+ * 2. The vertical pass at every tap count (its 32-byte steps take rows in pairs, an odd last
+ *    tap with a zero partner): for each filter, every source height 1..64 to every output height
+ *    1..min(2·sh, 40), in turn plain, with a box and as a window (with a box every other time)
+ *    of a virtual resize, row lengths 3·dw of 3..120 bytes (32- and 16-byte steps and the
+ *    scalar tail). Asserted: rows with every tap count 1..22 for each filter, and at each
+ *    ksize 3..11 (ksize = 2·ceil(support) + 1) every count ksize/2 + 1..ksize − 1, odd and even.
+ *    Not every count 1..ksize occurs at a given ksize: interior rows span 2·support rows
+ *    (ksize − 3 to ksize − 1 taps; ksize only by rounding), rows at the edges more than
+ *    support, and fewer taps come only from sources with fewer rows, i.e. at the smallest
+ *    ksize (3 bilinear, 5 bicubic), where sh = 1 gives one tap.
+ * Each resize reads an exactly sized source buffer (the vector loads must stay inside it), of
+ * random pixels (the bicubic overshoot exercises the clipping). Skipped where the CPU has no
+ * AVX2. */
 START_TEST(simd_matches_scalar) {
     if (image_simd(1) == 0) {
         printf("  simd_matches_scalar: no AVX2 on this CPU, skipped\n");
@@ -267,8 +294,63 @@ START_TEST(simd_matches_scalar) {
         free(b);
         r = seed_mix(r, 999);
     }
+
+    static int seen[2][SEEN_K][SEEN_N];
+    memset(seen, 0, sizeof seen);
+    enum { HMAX = 64, DHMAX = 40, YNMAX = 22 };
+    uint8_t *src = malloc((size_t)HMAX * 41 * 3), *a = malloc((size_t)DHMAX * 40 * 3), *b = malloc((size_t)DHMAX * 40 * 3);
+    long resizes = 0;
+    for (int interp = 0; interp < 2; interp++)
+        for (int sh = 1; sh <= HMAX; sh++)
+            for (int dh = 1; dh <= 2 * sh && dh <= DHMAX; dh++) {
+                int mode = (sh + dh) % 3, j = sh * 41 + dh;
+                int dw = 1 + (sh * 7 + dh * 3) % 40, sw = 1 + (sh * 5 + dh) % 41;
+                uint8_t *s0 = src + (size_t)HMAX * 41 * 3 - (size_t)sh * sw * 3; /* ends at the buffer's end */
+                for (size_t i = 0; i < (size_t)sh * sw * 3; i++) s0[i] = (uint8_t)(seed_mix(r, i) >> 56);
+                r = seed_mix(r, 7);
+                float box[4] = {0.25f * (float)(j % 3), 0.5f * (float)(j % 2), (float)sw, (float)sh - 0.25f * (float)(j % 3)};
+                const float *bp = (mode == 1 || (mode == 2 && j % 2)) && sh >= 2 ? box : NULL;
+                int DH = dh, DW = dw, oy = 0, ox = 0;
+                if (mode == 2) { /* the window (dh, dw) at (oy, ox) of a virtual resize to (DH, DW) */
+                    DH = dh + j % 7, DW = dw + j % 5;
+                    oy = j % (DH - dh + 1), ox = j % (DW - dw + 1);
+                }
+                image_view v = {s0, sh, sw, 0, 0, (size_t)sw * 3};
+                for (int lvl = 0; lvl < 2; lvl++) {
+                    ck_assert_int_eq(image_simd(lvl), lvl);
+                    uint8_t *o = lvl ? b : a;
+                    if (mode == 2) image_resize_window_box(d, o, dh, dw, &v, DH, DW, oy, ox, interp, bp);
+                    else image_resize_u8(d, o, dh, dw, s0, sh, sw, interp, bp);
+                }
+                ck_assert_msg(memcmp(a, b, (size_t)dh * dw * 3) == 0,
+                              "resize %d x %d -> %d x %d (filter %d, box %d, window %d): AVX2 differs from scalar", sh, sw,
+                              dh, dw, interp, bp != NULL, mode == 2);
+                count_taps(seen[interp], sh, sw, DH, DW, oy, ox, dh, dw, interp, bp);
+                compared += (long)dh * dw * 3;
+                resizes++;
+            }
+    free(src);
+    free(a);
+    free(b);
+    for (int interp = 0; interp < 2; interp++) {
+        for (int yn = 1; yn <= YNMAX; yn++) {
+            int any = 0;
+            for (int k = 0; k < SEEN_K; k++) any += seen[interp][k][yn];
+            ck_assert_msg(any > 0, "filter %d: no output row with %d taps", interp, yn);
+        }
+        for (int ks = interp == IMAGE_BICUBIC ? 5 : 3; ks <= 11; ks += 2)
+            for (int yn = ks / 2 + 1; yn < ks; yn++)
+                ck_assert_msg(seen[interp][ks][yn] > 0, "filter %d, ksize %d: no output row with %d taps", interp, ks, yn);
+    }
+    if (getenv("TEST_VERBOSE"))
+        for (int interp = 0; interp < 2; interp++)
+            for (int ks = 3; ks < SEEN_K; ks += 2) {
+                printf("  filter %d ksize %2d, rows per tap count:", interp, ks);
+                for (int yn = 0; yn <= ks; yn++) printf(" %d", seen[interp][ks][yn]);
+                printf("\n");
+            }
     image_simd(1);
-    if (getenv("TEST_VERBOSE")) printf("  simd_matches_scalar: %ld bytes equal\n", compared);
+    if (getenv("TEST_VERBOSE")) printf("  simd_matches_scalar: %ld bytes equal (%ld tap-count resizes)\n", compared, resizes);
     image_dec_free(d);
 }
 END_TEST

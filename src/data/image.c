@@ -44,6 +44,8 @@ struct image_dec {
     int32_t *kx, *ky;   /* resize: fixed-point coefficients per output column / row */
     int16_t *kx16;      /* resize, AVX2: kx split into 16-bit halves laid out for madd (kx_split) */
     size_t kx16_cap;
+    int32_t *ky16;      /* resize, AVX2: ky split into 16-bit halves, tap pairs for madd (ky_split) */
+    size_t ky16_cap;
     size_t kx_cap, ky_cap;
     int *bx, *by;       /* resize: (first tap, tap count) per output column / row */
     size_t bx_cap, by_cap;
@@ -137,6 +139,7 @@ void image_dec_free(image_dec *d) {
     free(d->kx);
     free(d->ky);
     free(d->kx16);
+    free(d->ky16);
     free(d->bx);
     free(d->by);
     free(d->w);
@@ -404,9 +407,10 @@ HPASS(9)
 
 /* ---- the two passes with AVX2 (chosen at run time; the scalar passes above are the reference) ----
  *
- * The same integer arithmetic as the scalar passes: u8 × int32 coefficient products summed in
- * int32 lanes (the sums of the scalar code, in another order: integer addition is exact, so the
- * bits are the same), then >> 22 (arithmetic) and clipping to [0, 255] by saturating packs.
+ * The same integer arithmetic as the scalar passes: u8 × coefficient products summed in int32
+ * lanes, each 22-bit coefficient split exactly into two 16-bit halves for _mm256_madd_epi16 (the
+ * sums of the scalar code, in another order: integer addition is exact, so the bits are the
+ * same), then >> 22 (arithmetic) and clipping to [0, 255] by saturating packs.
  * test_image compares these passes with the scalar ones bit for bit on random sizes. */
 
 static int simd_level = -1; /* -1: not chosen yet; 0 scalar; 1 AVX2 (relaxed atomics: threads may race to choose) */
@@ -522,30 +526,100 @@ __attribute__((target("avx2"))) static void hpass_avx2_any(uint8_t *o, const uin
     hpass_row_avx2(o, row, x0, bounds, k16, kk, n, ksize, hi);
 }
 
-/* One output row of the vertical pass: o[i] = clip((Σ_t r_t[i]·k[t] + 2^21) >> 22), i < n, the
- * rows r_t = tmp + (ymin + t)·tstride; 32 bytes per step in four int32 accumulators. */
-__attribute__((target("avx2"))) static void vpass_row_avx2(uint8_t *o, const uint8_t *tmp, size_t tstride, int ymin,
-                                                           int yn, const int32_t *k, int n) {
-    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m256i a0 = half, a1 = half, a2 = half, a3 = half;
-        for (int t = 0; t < yn; t++) {
-            const uint8_t *r = tmp + (size_t)(ymin + t) * tstride + i;
-            __m256i kt = _mm256_set1_epi32(k[t]);
-            __m128i l = _mm_loadu_si128((const __m128i *)r), h = _mm_loadu_si128((const __m128i *)(r + 16));
-            a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(l), kt));
-            a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(l, 8)), kt));
-            a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(h), kt));
-            a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(h, 8)), kt));
+/* The vertical pass with the same split (kx_split's comment): ky_split lays the coefficients out
+ * per output row in pairs of taps (ksize rounded up to even with a zero): per pair (t, t+1) one
+ * int32 holding (kh_t, kh_t+1) as int16 (tap t in the low half), then one holding (kl_t, kl_t+1),
+ * so that a broadcast of either multiplies a pair of rows in one _mm256_madd_epi16. */
+static void ky_split(int32_t *o, const int32_t *kk, int n, int ksize) {
+    int np = (ksize + 1) / 2;
+    for (int i = 0; i < n; i++)
+        for (int g = 0; g < np; g++, o += 2) {
+            const int32_t *k = kk + (size_t)i * ksize + 2 * g;
+            int32_t k0 = k[0], k1 = 2 * g + 1 < ksize ? k[1] : 0;
+            o[0] = (int32_t)((uint32_t)(uint16_t)(int16_t)(k0 >> 11) | (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16);
+            o[1] = (int32_t)((uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16);
         }
-        __m256i p0 = _mm256_packs_epi32(_mm256_srai_epi32(a0, PRECISION_BITS), _mm256_srai_epi32(a1, PRECISION_BITS));
-        __m256i p1 = _mm256_packs_epi32(_mm256_srai_epi32(a2, PRECISION_BITS), _mm256_srai_epi32(a3, PRECISION_BITS));
-        /* packs work within 128-bit lanes: p0 = a0[0..3] a1[0..3] | a0[4..7] a1[4..7] */
-        p0 = _mm256_permute4x64_epi64(p0, 0xD8);
-        p1 = _mm256_permute4x64_epi64(p1, 0xD8);
-        __m256i b = _mm256_permute4x64_epi64(_mm256_packus_epi16(p0, p1), 0xD8);
-        _mm256_storeu_si256((__m256i *)(o + i), b);
+}
+
+/* One output row of the vertical pass: o[i] = clip((Σ_t r_t[i]·k[t] + 2^21) >> 22), i < n, the
+ * rows r_t = tmp + (ymin + t)·tstride, k16 the row's pairs from ky_split, k its coefficients
+ * (for the scalar tail). Two rows per step: their bytes interleaved and widened to int16 pairs
+ * (r_t[i], r_t+1[i]), each pair multiplied by (kh_t, kh_t+1) and by (kl_t, kl_t+1) in one madd
+ * each, kh and kl sums kept apart (2^11·Σ kh-sums + Σ kl-sums at the end, exact as in the
+ * horizontal pass). An odd last tap is paired with a zero register (no row past the last tap
+ * is read), whose product with kh_t+1 = kl_t+1 = 0 adds nothing. 32 bytes per step, then 16,
+ * then the scalar code for the last < 16; the unpacks work within 128-bit lanes and the packs
+ * undo their order, so the results come out in place. */
+__attribute__((target("avx2"))) static void vpass_row_avx2(uint8_t *o, const uint8_t *tmp, size_t tstride, int ymin,
+                                                           int yn, const int32_t *k16, const int32_t *k, int n) {
+    const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+    const __m256i zero = _mm256_setzero_si256();
+    const uint8_t *r0 = tmp + (size_t)ymin * tstride;
+    int i = 0;
+    /* the int16 pairs of rows a, b (b zero for an odd last tap) at bytes 0-7|16-23 (UNPACK lo) or
+     * 8-15|24-31 (hi) times the tap pair from t into h0, l0 (bytes 0-3|16-19 or 8-11|24-27) and
+     * h1, l1 (the next four of each lane) */
+#define VSTEP(UNPACK, a, b, t)                                                                                         \
+    do {                                                                                                               \
+        __m256i kh_ = _mm256_set1_epi32(k16[t]), kl_ = _mm256_set1_epi32(k16[(t) + 1]);                                 \
+        __m256i ab_ = UNPACK(a, b);                                                                                    \
+        __m256i p_ = _mm256_unpacklo_epi8(ab_, zero), q_ = _mm256_unpackhi_epi8(ab_, zero);                            \
+        h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(p_, kh_));                                                         \
+        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(p_, kl_));                                                         \
+        h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(q_, kh_));                                                         \
+        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(q_, kl_));                                                         \
+    } while (0)
+    /* the 16 sums of one half (UNPACK) of 32 bytes at o + i, rounded, shifted and packed to int16
+     * (lane 0: bytes 0-7 or 8-15, lane 1: 16-23 or 24-31) */
+#define VHALF(UNPACK, out)                                                                                             \
+    do {                                                                                                               \
+        __m256i h0 = zero, h1 = zero, l0 = zero, l1 = zero;                                                            \
+        const uint8_t *r = r0 + i;                                                                                     \
+        int t = 0;                                                                                                     \
+        for (; t + 1 < yn; t += 2, r += 2 * tstride)                                                                   \
+            VSTEP(UNPACK, _mm256_loadu_si256((const __m256i *)r), _mm256_loadu_si256((const __m256i *)(r + tstride)), \
+                  t);                                                                                                  \
+        if (t < yn) VSTEP(UNPACK, _mm256_loadu_si256((const __m256i *)r), zero, t);                                    \
+        h0 = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h0, 11), l0), half);                                  \
+        h1 = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h1, 11), l1), half);                                  \
+        (out) = _mm256_packs_epi32(_mm256_srai_epi32(h0, PRECISION_BITS), _mm256_srai_epi32(h1, PRECISION_BITS));      \
+    } while (0)
+    /* two passes over the taps per 32 bytes, one per half: 4 accumulators each, so that all stay
+     * in registers */
+    for (; i + 32 <= n; i += 32) {
+        __m256i lo, hi;
+        VHALF(_mm256_unpacklo_epi8, lo);
+        VHALF(_mm256_unpackhi_epi8, hi);
+        _mm256_storeu_si256((__m256i *)(o + i), _mm256_packus_epi16(lo, hi));
+    }
+#undef VHALF
+#undef VSTEP
+    if (i + 16 <= n) {
+        const __m128i half1 = _mm256_castsi256_si128(half), zero1 = _mm_setzero_si128();
+        __m128i h0 = zero1, h1 = zero1, h2 = zero1, h3 = zero1, l0 = zero1, l1 = zero1, l2 = zero1, l3 = zero1;
+        const uint8_t *r = r0 + i;
+        for (int t = 0; t < yn; t += 2, r += 2 * tstride) {
+            __m128i a = _mm_loadu_si128((const __m128i *)r);
+            __m128i b = t + 1 < yn ? _mm_loadu_si128((const __m128i *)(r + tstride)) : zero1;
+            __m128i kh = _mm_set1_epi32(k16[t]), kl = _mm_set1_epi32(k16[t + 1]);
+            __m128i lo = _mm_unpacklo_epi8(a, b), hi = _mm_unpackhi_epi8(a, b);
+            __m128i p0 = _mm_unpacklo_epi8(lo, zero1), p1 = _mm_unpackhi_epi8(lo, zero1);
+            __m128i p2 = _mm_unpacklo_epi8(hi, zero1), p3 = _mm_unpackhi_epi8(hi, zero1);
+            h0 = _mm_add_epi32(h0, _mm_madd_epi16(p0, kh));
+            l0 = _mm_add_epi32(l0, _mm_madd_epi16(p0, kl));
+            h1 = _mm_add_epi32(h1, _mm_madd_epi16(p1, kh));
+            l1 = _mm_add_epi32(l1, _mm_madd_epi16(p1, kl));
+            h2 = _mm_add_epi32(h2, _mm_madd_epi16(p2, kh));
+            l2 = _mm_add_epi32(l2, _mm_madd_epi16(p2, kl));
+            h3 = _mm_add_epi32(h3, _mm_madd_epi16(p3, kh));
+            l3 = _mm_add_epi32(l3, _mm_madd_epi16(p3, kl));
+        }
+#define VSUM(h, l) _mm_srai_epi32(_mm_add_epi32(_mm_add_epi32(_mm_slli_epi32(h, 11), l), half1), PRECISION_BITS)
+        __m128i p01 = _mm_packs_epi32(VSUM(h0, l0), VSUM(h1, l1));
+        __m128i p23 = _mm_packs_epi32(VSUM(h2, l2), VSUM(h3, l3));
+#undef VSUM
+        _mm_storeu_si128((__m128i *)(o + i), _mm_packus_epi16(p01, p23));
+        i += 16;
     }
     for (; i < n; i++) {
         int32_t s = 1 << (PRECISION_BITS - 1);
@@ -584,6 +658,12 @@ static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_vie
         grow_or_die(&d->kx16, &d->kx16_cap, 8 * d->kx_cap);
         kx_split(d->kx16, d->kx, dw, kx);
     }
+    int ky2 = (ky + 1) / 2 * 2; /* int32 words per output row in ky16 */
+    if (simd) {
+        /* dh·ky2·4 <= 2·dh·ky·4 <= 2·ky_cap bytes: grows only when ky does (no allocation once warm) */
+        grow_or_die(&d->ky16, &d->ky16_cap, 2 * d->ky_cap);
+        ky_split(d->ky16, d->ky, dh, ky);
+    }
     for (int r = 0; r < ylast - yfirst; r++) {
         const uint8_t *row = s->px + (size_t)(yfirst + r - s->y0) * s->stride;
         uint8_t *o = d->tmp + (size_t)r * tstride;
@@ -613,7 +693,7 @@ static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_vie
         int ymin = d->by[2 * yy] - yfirst, yn = d->by[2 * yy + 1];
         const int32_t *k = d->ky + (size_t)yy * ky;
         if (simd) {
-            vpass_row_avx2(dst + (size_t)yy * tstride, d->tmp, tstride, ymin, yn, k, n);
+            vpass_row_avx2(dst + (size_t)yy * tstride, d->tmp, tstride, ymin, yn, d->ky16 + (size_t)yy * ky2, k, n);
             continue;
         }
         for (int i = 0; i < n; i++) acc[i] = 1 << (PRECISION_BITS - 1);
