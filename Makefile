@@ -503,7 +503,9 @@ bench-paper: build/bench_model
 # ---- bench-data (owner: src/data): decode + augment images/s on one core, build/bench_data
 # (tools/bench_data.c) against torchvision's PIL path and its decode_jpeg + transforms.v2 path
 # (tools/bench_data_torch.py makes the JPEGs from scikit-image's photos, runs all three and
-# prints one table; it apt-gets python3-skimage when missing). torchvision runs in a virtual
+# prints one table; it apt-gets python3-skimage when missing). Its "decode per sample" rows: the
+# decode one sample of each case costs, dsgd-run's only the rows and columns the sample reads
+# (bench_data's decode_rect_CASE), torchvision's the whole image (it has no region decode). torchvision runs in a virtual
 # environment under build/ with a current torch and torchvision from PyPI (several GB with
 # their CUDA libraries; BENCH_TORCH_PIP adds pip options, e.g. another index with CPU wheels):
 # made only by this target, never a dependency of dsgd-run, never used by CI.

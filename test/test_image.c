@@ -890,6 +890,109 @@ START_TEST(extreme_aspect_and_allocation) {
 }
 END_TEST
 
+/* aug_source_rect is the decode aug_sample does (tools/bench_data.c times it alone): closed
+ * forms — rrc at 1/1 the box itself; evaluation of a 375 × 500 image (resize 256 × 341, offsets
+ * 16 and 58) the span of Pillow's taps, output row i centred at (i + 0.5) · 375/256 with support
+ * 375/256 (bilinear) or twice that (bicubic): rows [int(16.5 · s − S + 0.5), int(239.5 · s + S
+ * + 0.5)) = [23, 352) bilinear, [21, 354) bicubic, columns [84, 414) and [83, 416) likewise —
+ * and, for every kind with and without data.dct_scale on a 375 × 500 and a 1200 × 1600 image:
+ * the rect lies in the 1/k image; decoding only it (image_decode_rect_scaled) and then
+ * aug_crop_u8 + aug_finish gives aug_sample's floats bit for bit; and the crop does not read
+ * outside it (every pixel outside replaced, the crop of the whole decode is unchanged). */
+START_TEST(source_rect_is_what_sample_decodes) {
+    aug_cfg c;
+    aug_draw p;
+    int r[4];
+    for (int bicubic = 0; bicubic <= 1; bicubic++) {
+        aug_default(&c, AUG_EVAL);
+        c.interp = bicubic ? IMAGE_BICUBIC : IMAGE_BILINEAR;
+        aug_draw_params(&c, 1, 0, 0, 375, 500, &p);
+        aug_source_rect(&c, &p, 1, r);
+        const int want[2][4] = {{23, 352, 84, 414}, {21, 354, 83, 416}};
+        for (int j = 0; j < 4; j++) ck_assert_int_eq(r[j], want[bicubic][j]);
+    }
+    aug_default(&c, AUG_RRC);
+    for (int i = 0; i < 20; i++) {
+        aug_draw_params(&c, 1, 0, (uint64_t)i, 375, 500, &p);
+        aug_source_rect(&c, &p, 1, r);
+        ck_assert_int_eq(r[0], p.y0);
+        ck_assert_int_eq(r[1], p.y0 + p.ch);
+        ck_assert_int_eq(r[2], p.x0);
+        ck_assert_int_eq(r[3], p.x0 + p.cw);
+    }
+
+    const int sizes[2][2] = {{375, 500}, {1200, 1600}};
+    const struct {
+        int kind, interp;
+    } kinds[5] = {{AUG_SCALE, IMAGE_BICUBIC}, {AUG_SCALE, IMAGE_BILINEAR}, {AUG_RRC, IMAGE_BILINEAR},
+                  {AUG_EVAL, IMAGE_BILINEAR}, {AUG_NONE, IMAGE_BICUBIC}};
+    image_dec *d = image_dec_new();
+    const size_t nout = (size_t)3 * 224 * 224;
+    float *want = malloc(nout * sizeof(float)), *got = malloc(nout * sizeof(float));
+    uint8_t *crop = malloc(nout), *crop2 = malloc(nout);
+    char err[ERRLEN];
+    int warn, scaled = 0, partial = 0, n = 0;
+    for (int s = 0; s < 2; s++) {
+        unsigned long nb;
+        uint8_t *jpg = encode_test_jpeg(sizes[s][0], sizes[s][1], &nb);
+        for (int kd = 0; kd < 5; kd++)
+            for (int dct = 0; dct <= 1; dct++)
+                for (int i = 0; i < 4; i++) {
+                    aug_default(&c, kinds[kd].kind);
+                    c.interp = kinds[kd].interp;
+                    c.dct_scale = dct;
+                    ck_assert_msg(aug_sample(d, &c, 3, 1, (uint64_t)i, jpg, nb, want, &p, &warn, err, sizeof err) == 0,
+                                  "%s", err);
+                    const int k = aug_dct_denom(&c, &p), hk = (p.h + k - 1) / k, wk = (p.w + k - 1) / k;
+                    aug_source_rect(&c, &p, k, r);
+                    ck_assert(0 <= r[0] && r[0] < r[1] && r[1] <= hk && 0 <= r[2] && r[2] < r[3] && r[3] <= wk);
+                    scaled += k > 1;
+                    partial += (long)(r[1] - r[0]) * (r[3] - r[2]) < (long)hk * wk;
+                    n++;
+                    /* the rect alone, decoded, then crop and finish: aug_sample's floats */
+                    const uint8_t *px;
+                    size_t stride;
+                    ck_assert(image_decode_rect_scaled(d, jpg, nb, k, r[0], r[1], r[2], r[3], &px, &stride, &warn, err,
+                                                       sizeof err) == 0);
+                    image_view v = {px, hk, wk, r[0], r[2], stride};
+                    aug_crop_u8(d, &c, &p, &v, crop);
+                    aug_finish(&c, &p, crop, got);
+                    ck_assert_msg(memcmp(got, want, nout * sizeof(float)) == 0,
+                                  "%d x %d, kind %d, interp %d, dct %d, sample %d: the rect's decode differs from aug_sample",
+                                  p.h, p.w, c.kind, c.interp, dct, i);
+                    /* nothing outside the rect is read */
+                    const uint8_t *rgb;
+                    int h2, w2;
+                    ck_assert(image_decode_rgb(d, jpg, nb, k, &rgb, &h2, &w2, &warn, err, sizeof err) == 0);
+                    ck_assert_int_eq(h2, hk);
+                    ck_assert_int_eq(w2, wk);
+                    uint8_t *img = malloc((size_t)hk * wk * 3);
+                    memcpy(img, rgb, (size_t)hk * wk * 3);
+                    image_view whole = {img, hk, wk, 0, 0, (size_t)wk * 3};
+                    aug_crop_u8(d, &c, &p, &whole, crop);
+                    for (int y = 0; y < hk; y++)
+                        for (int x = 0; x < wk; x++)
+                            if (y < r[0] || y >= r[1] || x < r[2] || x >= r[3])
+                                for (int ch = 0; ch < 3; ch++) img[((size_t)y * wk + x) * 3 + ch] ^= 0xA5;
+                    aug_crop_u8(d, &c, &p, &whole, crop2);
+                    ck_assert_msg(memcmp(crop, crop2, nout) == 0,
+                                  "%d x %d, kind %d, dct %d, sample %d: the crop reads outside the rect", p.h, p.w, c.kind,
+                                  dct, i);
+                    free(img);
+                }
+        free(jpg);
+    }
+    /* the cases above include DCT-scaled decodes and rects smaller than the image */
+    ck_assert_int_gt(scaled, 0);
+    ck_assert_int_gt(partial, n / 2);
+    free(want);
+    free(got);
+    free(crop);
+    free(crop2);
+    image_dec_free(d);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("image");
     TCase *tc = tcase_create("decode");
@@ -909,6 +1012,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, draws_deterministic);
     tcase_add_test(tc, extreme_aspect_and_allocation);
     tcase_add_test(tc, dct_scale_large_and_allocation);
+    tcase_add_test(tc, source_rect_is_what_sample_decodes);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -26,7 +26,13 @@ dependency of dsgd-run.
 
 Cases (crop 224, ImageNet mean/std; "scale" = He et al.: shorter side U{256..480} with the
 longer side rounded as fb.resnet.torch, random crop, flip, PCA lighting σ = 0.1):
-  decode          Image.open(...).convert("RGB")  vs  image_decode_rgb
+  decode          Image.open(...).convert("RGB")  vs  image_decode_rgb: the whole image on both sides
+  decode_rect_CASE  the decode one sample of CASE costs in each pipeline: dsgd-run decodes only the
+                  rows and columns the sample's output reads (aug_sample's decode alone, with the
+                  same draws: build/bench_data's decode_rect_CASE); torchvision has no region
+                  decode, so for every sample it decodes the whole image — its columns in these
+                  rows are its whole-image decode (the decode row's rates). The label gives the
+                  share of the image's pixels dsgd-run's decode reads and inverse-transforms.
   scale_bicubic   the paper's augmentation, bicubic (fb.resnet.torch)
   scale_bilinear  the same, bilinear
   rrc_bilinear    RandomResizedCrop(224) + RandomHorizontalFlip (torchvision's reference)
@@ -258,14 +264,19 @@ def main():
                  (py, a.venv, a.venv))
     # rounds alternate dsgd-run and torchvision, and each rate is the best over the rounds, so
     # that a burst of load on a shared machine does not fall on one side only
-    ours, t = {}, {"pil": {}, "v2": {}}
+    ours, shares, t = {}, {}, {"pil": {}, "v2": {}}
     for _ in range(a.rounds):
         out = subprocess.run([a.bin, a.dir, str(a.passes)], check=True, capture_output=True, text=True).stdout
         for l in out.splitlines():
-            if l.strip():
-                k, w, c = l.split()
-                o = ours.get(k, (0.0, 0.0))
-                ours[k] = (max(o[0], float(w)), max(o[1], float(c)))
+            f = l.split()
+            if not f:
+                continue
+            if f[0].endswith("_share"):  # rect, decoded, entropy-decoded shares (the same each round)
+                shares[f[0][:-len("_share")]] = tuple(map(float, f[1:4]))
+                continue
+            k, w, c = f
+            o = ours.get(k, (0.0, 0.0))
+            ours[k] = (max(o[0], float(w)), max(o[1], float(c)))
         r = subprocess.run([py, sys.argv[0], "--torch-json", "--dir", a.dir, "--passes", str(a.passes)], check=True,
                            capture_output=True, text=True).stdout
         got = json.loads(r.strip().splitlines()[-1])
@@ -276,13 +287,39 @@ def main():
                 t[side][k] = (max(o[0], w), max(o[1], c))
     print("load average after: %s; torchvision: %s" % (open("/proc/loadavg").read().split()[:3], t["versions"]))
     print("images/s per second of wall time, and [per second of the thread's CPU time]; best of %d rounds" % a.rounds)
+    print("decode: the whole image on every side. \"decode per sample\" rows: what one sample of the case"
+          " decodes — dsgd-run only the rows and columns its output reads (aug_sample's decode alone, same"
+          " draws; the label gives the share of the image's pixels it reads and inverse-transforms); torchvision"
+          " has no region decode (decode_jpeg and PIL decode the whole image for every sample), so its"
+          " columns there are its whole-image decode")
     print()
     print("| case | dsgd-run | torchvision PIL path | torchvision decode_jpeg + v2 | ratio to v2 (wall) [CPU] |")
     print("|---|---|---|---|---|")
-    for k in ours:
-        o, p, v = ours[k], t["pil"][k], t["v2"][k]
+    # the whole-image decode, then each case's decode per sample, then the augmentation cases
+    rect = [k for k in ours if k.startswith("decode_rect_")]
+    for k in ["decode"] + rect + [k for k in ours if k != "decode" and k not in rect]:
+        if k not in ours:
+            continue
+        o = ours[k]
+        tk = "decode" if k in rect else k
+        p, v = t["pil"][tk], t["v2"][tk]
+        label = k
+        if k == "decode":
+            label = "decode only (whole image, both sides)"
+        elif k in rect:
+            sh = shares.get(k, (float("nan"),) * 3)
+            label = ("decode per sample: `%s`'s rows/columns (reads %.0f %%, inverse-transforms %.0f %% of the "
+                     "pixels; torchvision: whole image)" % (k[len("decode_rect_"):], 100 * sh[0], 100 * sh[1]))
         print("| %s | %.0f [%.0f] | %.0f [%.0f] | %.0f [%.0f] | %.2f [%.2f] |" %
-              (k, o[0], o[1], p[0], p[1], v[0], v[1], o[0] / v[0], o[1] / v[1]))
+              (label, o[0], o[1], p[0], p[1], v[0], v[1], o[0] / v[0], o[1] / v[1]))
+    print()
+    for k in rect:
+        if k in shares:
+            sh = shares[k]
+            print("%s: dsgd-run's decode of a sample reads %.1f %% of the image's pixels, inverse-transforms "
+                  "%.1f %% (jpeg_crop_scanline's iMCU-aligned columns, from one iMCU row above), entropy-decodes "
+                  "%.1f %% (every column of the rows down to the last read)" %
+                  (k[len("decode_rect_"):], 100 * sh[0], 100 * sh[1], 100 * sh[2]))
     print()
     for k in ("rrc_bilinear", "eval_bilinear", "scale_bicubic"):
         c = ours[k][1]

@@ -159,7 +159,7 @@ static void draft_box(const aug_draw *p, int k, float box[4]) {
 
 /* The rows [r[0], r[1]) and columns [r[2], r[3]) of the image decoded at 1/k (k = 1: the
  * full-size image) that p's output reads. rrc at k > 1: the scaled pixels that overlap the box. */
-static void aug_source_rect(const aug_cfg *c, const aug_draw *p, int k, int r[4]) {
+void aug_source_rect(const aug_cfg *c, const aug_draw *p, int k, int r[4]) {
     if (c->kind == AUG_RRC) {
         r[0] = p->y0 / k;
         r[1] = (p->y0 + p->ch + k - 1) / k;

@@ -82,6 +82,20 @@ void aug_draw_params(const aug_cfg *c, uint64_t seed, uint64_t epoch, uint64_t i
  * themselves do not depend on dct_scale. */
 int aug_dct_denom(const aug_cfg *c, const aug_draw *p);
 
+/* The rows [r[0], r[1]) and columns [r[2], r[3]) of the image decoded at 1/k (k = 1: the
+ * full-size h × w image; k > 1: ceil(h / k) × ceil(w / k)) that sample p's output reads: for
+ * AUG_RRC at k = 1 the box itself, [y0, y0 + ch) × [x0, x0 + cw), at k > 1 the scaled pixels
+ * that overlap it, [y0 / k, ceil((y0 + ch) / k)) × [x0 / k, ceil((x0 + cw) / k)); for AUG_SCALE
+ * / NONE / EVAL the span of the resampler's taps for the crop × crop window (y0, x0) of the
+ * resize to (rh, rw) (image_window_taps, image_window_taps_box with draft's box at k > 1), which
+ * widens with the filter's support (bicubic more than bilinear). Always within the image, never
+ * empty. aug_sample decodes this rect and no other (image_decode_rect_scaled at k =
+ * aug_dct_denom(c, p), which adds one iMCU of margin for the upsampler and entropy-decodes the
+ * rows above), and aug_crop_u8 reads nothing outside it: on a view holding only the rect it
+ * gives the crop of the whole decode (test_image: source_rect_is_what_sample_decodes).
+ * tools/bench_data.c times this decode alone. */
+void aug_source_rect(const aug_cfg *c, const aug_draw *p, int k, int r[4]);
+
 /* The crop before flip and colour: (crop, crop, 3) u8 into out, from src holding at least the
  * rows and columns of the decoded image that p's output reads. Pillow's bits: equal to
  * img.resize((rw, rh), f).crop((x0, y0, x0 + crop, y0 + crop)) (AUG_SCALE / NONE / EVAL) or
