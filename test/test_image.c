@@ -808,6 +808,75 @@ START_TEST(extreme_aspect_and_allocation) {
 }
 END_TEST
 
+/* aug_finish's AVX2 path gives the scalar table's bits: crops 1..224 (multiples of 8 and not:
+ * the tail columns), flip on and off, random lighting α (and none), random mean and std, random
+ * pixels in an exactly sized buffer; both outputs prefilled with different bytes (a value left
+ * unwritten differs). Each value also equals the closed form (v/255 + Σ_j eigvec[c][j]·α_j·
+ * eigval[j] − mean[c]) / std[c] in double to 1e-5 at the flipped position, so a mapping wrong in
+ * both paths (channel, flip) fails too. Skipped where the CPU has no AVX2. */
+START_TEST(finish_simd_matches_scalar) {
+    if (image_simd(1) == 0) {
+        printf("  finish_simd_matches_scalar: no AVX2 on this CPU, skipped\n");
+        return;
+    }
+    static const int crops[] = {224, 7, 9, 17, 31, 1, 8, 16, 33, 64};
+    uint64_t r = 2026;
+    long compared = 0;
+    for (size_t ic = 0; ic < sizeof crops / sizeof crops[0]; ic++)
+        for (int it = 0; it < 8; it++) {
+            const int n = crops[ic];
+            aug_cfg c;
+            aug_default(&c, AUG_SCALE);
+            c.crop = n;
+            aug_draw p;
+            memset(&p, 0, sizeof p);
+            p.flip = it % 2;
+            if (it >= 2) /* it 0, 1: no lighting */
+                for (int j = 0; j < 3; j++) p.alpha[j] = (float)(((double)(seed_mix(r, 1 + j) >> 11) * 0x1.0p-53 - 0.5) * 0.6);
+            if (it >= 4) /* it 0..3: the default mean and std */
+                for (int j = 0; j < 3; j++) {
+                    c.mean[j] = (float)((double)(seed_mix(r, 4 + j) >> 11) * 0x1.0p-53);
+                    c.std[j] = (float)(0.1 + (double)(seed_mix(r, 7 + j) >> 11) * 0x1.0p-53);
+                }
+            const size_t np = (size_t)n * n * 3;
+            uint8_t *in = malloc(np);
+            float *a = malloc(np * sizeof(float)), *b = malloc(np * sizeof(float));
+            for (size_t i = 0; i < np; i++) in[i] = (uint8_t)(seed_mix(r, 100 + i) >> 56);
+            memset(a, 0xa5, np * sizeof(float));
+            memset(b, 0x5a, np * sizeof(float));
+            ck_assert_int_eq(image_simd(0), 0);
+            aug_finish(&c, &p, in, a);
+            ck_assert_int_eq(image_simd(1), 1);
+            aug_finish(&c, &p, in, b);
+            for (size_t i = 0; i < np; i++)
+                if (memcmp(&a[i], &b[i], sizeof(float)))
+                    ck_abort_msg("crop %d, flip %d, case %d: value %zu (channel %zu, row %zu, column %zu): AVX2 %.9g, "
+                                 "scalar %.9g", n, p.flip, it, i, i / ((size_t)n * n), i / n % n, i % n, (double)b[i],
+                                 (double)a[i]);
+            for (int ch = 0; ch < 3; ch++) {
+                double light = 0;
+                for (int j = 0; j < 3; j++) light += (double)aug_eigvec[ch][j] * p.alpha[j] * aug_eigval[j];
+                for (int y = 0; y < n; y++)
+                    for (int x = 0; x < n; x++) {
+                        int xs = p.flip ? n - 1 - x : x;
+                        double want = (in[((size_t)y * n + xs) * 3 + ch] / 255.0 + light - c.mean[ch]) / c.std[ch];
+                        double got = b[((size_t)ch * n + y) * n + x];
+                        ck_assert_msg(fabs(got - want) <= 1e-5 * (1 + fabs(want)),
+                                      "crop %d, flip %d, case %d: (%d, %d, %d) = %.9g, closed form %.9g", n, p.flip, it,
+                                      ch, y, x, got, want);
+                    }
+            }
+            compared += (long)np;
+            free(in);
+            free(a);
+            free(b);
+            r = seed_mix(r, 999);
+        }
+    image_simd(1);
+    if (getenv("TEST_VERBOSE")) printf("  finish_simd_matches_scalar: %ld values equal\n", compared);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("image");
     TCase *tc = tcase_create("decode");
@@ -827,6 +896,7 @@ static Suite *suite(void) {
     tcase_add_test(tc, draws_deterministic);
     tcase_add_test(tc, extreme_aspect_and_allocation);
     tcase_add_test(tc, dct_scale_large_and_allocation);
+    tcase_add_test(tc, finish_simd_matches_scalar);
     suite_add_tcase(s, tc);
     return s;
 }
