@@ -298,14 +298,14 @@ int aug_sample(image_dec *d, const aug_cfg *c, uint64_t seed, uint64_t epoch, ui
     if (!p) p = &local;
     *warnings = 0;
     int h, w;
-    if (image_read_size(d, jpeg, nbytes, &h, &w, err, errlen)) return -1;
+    if (image_open(d, jpeg, nbytes, &h, &w, err, errlen)) return -1; /* the header, read once */
     aug_draw_params(c, seed, epoch, index, h, w, p);
     const int k = aug_dct_denom(c, p);
     int r[4];
     aug_source_rect(c, p, k, r);
     const uint8_t *px;
     size_t stride;
-    if (image_decode_rect_scaled(d, jpeg, nbytes, k, r[0], r[1], r[2], r[3], &px, &stride, warnings, err, errlen))
+    if (image_decode_rect_scaled_open(d, k, r[0], r[1], r[2], r[3], &px, &stride, warnings, err, errlen))
         return -1;
     uint8_t *crop = image_scratch(d, (size_t)c->crop * c->crop * 3);
     if (!crop) return seterr(err, errlen, "out of memory for a %d x %d crop", c->crop, c->crop), -1;
