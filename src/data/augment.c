@@ -215,8 +215,8 @@ static inline float finish_value(int v, float light, float mean, float std) {
  * IEEE operations in the same order — exact int → float conversion, vdivps by 255, vaddps light,
  * vsubps mean, vdivps std, each correctly rounded like the scalar ones — so the values are the
  * table's bits (test_image, finish_simd_matches_scalar), and 8 floats are stored per plane.
- * (A gather from the table was slower than the scalar loop on the development machine's AMD
- * EPYC: 75 µs against 57 µs for a 224 crop; this takes 40 µs.) The last n mod 8 columns run
+ * (A gather from the table was slower than the scalar loop on an AMD EPYC Zen 3 core: 75 µs
+ * against 57 µs for a 224 crop; this takes 40 µs there.) The last n mod 8 columns run
  * finish_value. */
 __attribute__((target("avx2"))) static void finish_avx2(const float light[3], const float mean[3], const float std[3],
                                                          const uint8_t *in, int n, int flip, float *out) {
