@@ -993,6 +993,221 @@ START_TEST(source_rect_is_what_sample_decodes) {
 }
 END_TEST
 
+/* aug_finish's AVX2 path gives the scalar table's bits: crops 1..224 (multiples of 8 and not:
+ * the tail columns), flip on and off, random lighting α (and none), random mean and std, random
+ * pixels in an exactly sized buffer; both outputs prefilled with different bytes (a value left
+ * unwritten differs). Each value also equals the closed form (v/255 + Σ_j eigvec[c][j]·α_j·
+ * eigval[j] − mean[c]) / std[c] in double to 1e-5 at the flipped position, so a mapping wrong in
+ * both paths (channel, flip) fails too. Skipped where the CPU has no AVX2. */
+START_TEST(finish_simd_matches_scalar) {
+    if (image_simd(1) == 0) {
+        printf("  finish_simd_matches_scalar: no AVX2 on this CPU, skipped\n");
+        return;
+    }
+    static const int crops[] = {224, 7, 9, 17, 31, 1, 8, 16, 33, 64};
+    uint64_t r = 2026;
+    long compared = 0;
+    for (size_t ic = 0; ic < sizeof crops / sizeof crops[0]; ic++)
+        for (int it = 0; it < 8; it++) {
+            const int n = crops[ic];
+            aug_cfg c;
+            aug_default(&c, AUG_SCALE);
+            c.crop = n;
+            aug_draw p;
+            memset(&p, 0, sizeof p);
+            p.flip = it % 2;
+            if (it >= 2) /* it 0, 1: no lighting */
+                for (int j = 0; j < 3; j++) p.alpha[j] = (float)(((double)(seed_mix(r, 1 + j) >> 11) * 0x1.0p-53 - 0.5) * 0.6);
+            if (it >= 4) /* it 0..3: the default mean and std */
+                for (int j = 0; j < 3; j++) {
+                    c.mean[j] = (float)((double)(seed_mix(r, 4 + j) >> 11) * 0x1.0p-53);
+                    c.std[j] = (float)(0.1 + (double)(seed_mix(r, 7 + j) >> 11) * 0x1.0p-53);
+                }
+            const size_t np = (size_t)n * n * 3;
+            uint8_t *in = malloc(np);
+            float *a = malloc(np * sizeof(float)), *b = malloc(np * sizeof(float));
+            for (size_t i = 0; i < np; i++) in[i] = (uint8_t)(seed_mix(r, 100 + i) >> 56);
+            memset(a, 0xa5, np * sizeof(float));
+            memset(b, 0x5a, np * sizeof(float));
+            ck_assert_int_eq(image_simd(0), 0);
+            aug_finish(&c, &p, in, a);
+            ck_assert_int_eq(image_simd(1), 1);
+            aug_finish(&c, &p, in, b);
+            for (size_t i = 0; i < np; i++)
+                if (memcmp(&a[i], &b[i], sizeof(float)))
+                    ck_abort_msg("crop %d, flip %d, case %d: value %zu (channel %zu, row %zu, column %zu): AVX2 %.9g, "
+                                 "scalar %.9g", n, p.flip, it, i, i / ((size_t)n * n), i / n % n, i % n, (double)b[i],
+                                 (double)a[i]);
+            for (int ch = 0; ch < 3; ch++) {
+                double light = 0;
+                for (int j = 0; j < 3; j++) light += (double)aug_eigvec[ch][j] * p.alpha[j] * aug_eigval[j];
+                for (int y = 0; y < n; y++)
+                    for (int x = 0; x < n; x++) {
+                        int xs = p.flip ? n - 1 - x : x;
+                        double want = (in[((size_t)y * n + xs) * 3 + ch] / 255.0 + light - c.mean[ch]) / c.std[ch];
+                        double got = b[((size_t)ch * n + y) * n + x];
+                        ck_assert_msg(fabs(got - want) <= 1e-5 * (1 + fabs(want)),
+                                      "crop %d, flip %d, case %d: (%d, %d, %d) = %.9g, closed form %.9g", n, p.flip, it,
+                                      ch, y, x, got, want);
+                    }
+            }
+            compared += (long)np;
+            free(in);
+            free(a);
+            free(b);
+            r = seed_mix(r, 999);
+        }
+    image_simd(1);
+    if (getenv("TEST_VERBOSE")) printf("  finish_simd_matches_scalar: %ld values equal\n", compared);
+}
+END_TEST
+
+/* image_open + image_decode_rect_scaled_open (the header read once) give image_read_size's size
+ * and image_decode_rect_scaled's pixels, stride and warnings on every test JPEG at every denom;
+ * errors as the one-call functions (bad bytes refused by image_open with the same messages, a
+ * bad denom or a rect outside the image refused by the decode); an open image is abandoned by
+ * an error, by another decode or open, and by image_dec_free, after which the decoder still
+ * works and nothing stays allocated. */
+START_TEST(open_then_decode) {
+    hid_t f = h5open(REF);
+    image_dec *d = image_dec_new();
+    char names[64][64], err[ERRLEN], err2[ERRLEN];
+    int n = group_names(f, "decode", names);
+    rng_t r;
+    rng_seed(&r, 26);
+    long compared = 0;
+    for (int i = 0; i < n; i++) {
+        size_t nb;
+        uint8_t *jpg = ref_jpeg(f, names[i], &nb);
+        int h, w, ho, wo;
+        ck_assert_int_eq(image_read_size(d, jpg, nb, &h, &w, err, sizeof err), 0);
+        for (int denom = 1; denom <= 8; denom *= 2) {
+            const int hs = (h + denom - 1) / denom, ws = (w + denom - 1) / denom;
+            for (int t = 0; t < 6; t++) {
+                int y0 = (int)rng_below(&r, (uint64_t)hs), x0 = (int)rng_below(&r, (uint64_t)ws);
+                int y1 = y0 + 1 + (int)rng_below(&r, (uint64_t)(hs - y0)), x1 = x0 + 1 + (int)rng_below(&r, (uint64_t)(ws - x0));
+                if (t == 0) y0 = x0 = 0, y1 = hs, x1 = ws;
+                const uint8_t *rgb, *rgb2;
+                size_t st, st2;
+                int warn, warn2;
+                ck_assert_msg(image_decode_rect_scaled(d, jpg, nb, denom, y0, y1, x0, x1, &rgb, &st, &warn, err, sizeof err) == 0,
+                              "%s", err);
+                uint8_t *want = malloc((size_t)(y1 - y0) * (x1 - x0) * 3);
+                for (int y = y0; y < y1; y++)
+                    memcpy(want + (size_t)(y - y0) * (x1 - x0) * 3, rgb + (size_t)(y - y0) * st, (size_t)(x1 - x0) * 3);
+                ck_assert_msg(image_open(d, jpg, nb, &ho, &wo, err, sizeof err) == 0, "%s", err);
+                ck_assert_int_eq(ho, h);
+                ck_assert_int_eq(wo, w);
+                ck_assert_msg(image_decode_rect_scaled_open(d, denom, y0, y1, x0, x1, &rgb2, &st2, &warn2, err, sizeof err) == 0,
+                              "%s", err);
+                ck_assert_uint_eq(st2, st);
+                ck_assert_int_eq(warn2, warn);
+                for (int y = y0; y < y1; y++)
+                    ck_assert_msg(memcmp(rgb2 + (size_t)(y - y0) * st2, want + (size_t)(y - y0) * (x1 - x0) * 3,
+                                         (size_t)(x1 - x0) * 3) == 0,
+                                  "%s at 1/%d: rows [%d, %d) x [%d, %d): row %d differs", names[i], denom, y0, y1, x0, x1, y);
+                compared += (long)(y1 - y0) * (x1 - x0) * 3;
+                free(want);
+            }
+        }
+        free(jpg);
+    }
+    H5Fclose(f);
+
+    unsigned long nj;
+    uint8_t *jpg = encode_test_jpeg(64, 48, &nj);
+    const uint8_t *rgb;
+    size_t st;
+    int h, w, warn;
+    /* nothing open: at first, after a decode, after an error */
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 1, 0, 1, 0, 1, &rgb, &st, &warn, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "no JPEG open") != NULL, "%s", err);
+    ck_assert_int_eq(image_open(d, jpg, nj, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 1, 0, 64, 0, 48, &rgb, &st, &warn, err, sizeof err), 0);
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 1, 0, 64, 0, 48, &rgb, &st, &warn, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "no JPEG open") != NULL, "%s", err);
+    /* a bad denom or rect: the one-call function's message, the image abandoned */
+    ck_assert_int_eq(image_open(d, jpg, nj, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 3, 0, 1, 0, 1, &rgb, &st, &warn, err, sizeof err), -1);
+    ck_assert_int_eq(image_decode_rect_scaled(d, jpg, nj, 3, 0, 1, 0, 1, &rgb, &st, &warn, err2, sizeof err2), -1);
+    ck_assert_str_eq(err, err2);
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 1, 0, 1, 0, 1, &rgb, &st, &warn, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "no JPEG open") != NULL, "%s", err);
+    ck_assert_int_eq(image_open(d, jpg, nj, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 2, 0, 33, 0, 24, &rgb, &st, &warn, err, sizeof err), -1);
+    ck_assert_int_eq(image_decode_rect_scaled(d, jpg, nj, 2, 0, 33, 0, 24, &rgb, &st, &warn, err2, sizeof err2), -1);
+    ck_assert_str_eq(err, err2);
+    ck_assert_msg(strstr(err, "outside") != NULL, "%s", err);
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 1, 0, 1, 0, 1, &rgb, &st, &warn, err, sizeof err), -1);
+    /* bad bytes: image_open refuses them as image_read_size does */
+    static const uint8_t png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R'};
+    const uint8_t *bad[3] = {jpg, png, jpg};
+    const size_t nbad[3] = {0, sizeof png, 100}; /* empty, a PNG, cut inside the header */
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(image_open(d, bad[k], nbad[k], &h, &w, err, sizeof err), -1);
+        ck_assert_int_eq(image_read_size(d, bad[k], nbad[k], &h, &w, err2, sizeof err2), -1);
+        ck_assert_str_eq(err, err2);
+        ck_assert_int_eq(image_decode_rect_scaled_open(d, 1, 0, 1, 0, 1, &rgb, &st, &warn, err, sizeof err), -1);
+        ck_assert_msg(strstr(err, "no JPEG open") != NULL, "%s", err);
+    }
+    /* cut in the scan data: opens, decodes with warnings as the one-call function */
+    int warn2;
+    ck_assert_int_eq(image_decode_rect_scaled(d, jpg, nj * 2 / 3, 1, 0, 64, 0, 48, &rgb, &st, &warn2, err, sizeof err), 0);
+    ck_assert_int_eq(image_open(d, jpg, nj * 2 / 3, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 1, 0, 64, 0, 48, &rgb, &st, &warn, err, sizeof err), 0);
+    ck_assert_int_ge(warn, 1);
+    ck_assert_int_eq(warn, warn2);
+    /* an open image abandoned by another open, by a whole decode, by image_read_size */
+    unsigned long nj2;
+    uint8_t *jpg2 = encode_test_jpeg(37, 53, &nj2);
+    ck_assert_int_eq(image_open(d, jpg, nj, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(image_open(d, jpg2, nj2, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(h, 37);
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 1, 0, 37, 0, 53, &rgb, &st, &warn, err, sizeof err), 0);
+    ck_assert_uint_eq(st, 53 * 3);
+    ck_assert_int_eq(image_open(d, jpg, nj, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(image_decode_rgb(d, jpg2, nj2, 1, &rgb, &h, &w, &warn, err, sizeof err), 0);
+    ck_assert_int_eq(w, 53);
+    ck_assert_int_eq(image_open(d, jpg, nj, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(image_read_size(d, jpg2, nj2, &h, &w, err, sizeof err), 0);
+    ck_assert_int_eq(image_decode_rect_scaled_open(d, 1, 0, 1, 0, 1, &rgb, &st, &warn, err, sizeof err), -1);
+    /* nothing leaks: every way out of an open image, then freeing a decoder with one open (the
+     * decoder's own buffers are at full size from the calls above) */
+    alloc_count = 0;
+    alloc_largest = 0;
+    alloc_outstanding = 0;
+    alloc_armed = 1;
+    /* (no ck_assert while armed: Check's bookkeeping allocates) */
+    int fails = 0;
+    for (int it = 0; it < 20; it++) {
+        fails += image_open(d, jpg, nj, &h, &w, err, sizeof err) != 0;
+        fails += image_decode_rect_scaled_open(d, 2, 3, 20, 5, 17, &rgb, &st, &warn, err, sizeof err) != 0;
+        fails += image_open(d, jpg, nj, &h, &w, err, sizeof err) != 0;
+        fails += image_open(d, jpg2, nj2, &h, &w, err, sizeof err) != 0;
+        fails += image_decode_rect_scaled_open(d, 3, 0, 1, 0, 1, &rgb, &st, &warn, err, sizeof err) != -1;
+        fails += image_open(d, jpg, nj, &h, &w, err, sizeof err) != 0;
+        fails += image_decode_rect_scaled_open(d, 1, 0, 65, 0, 1, &rgb, &st, &warn, err, sizeof err) != -1;
+        fails += image_open(d, jpg, nj, &h, &w, err, sizeof err) != 0;
+        fails += image_open(d, png, sizeof png, &h, &w, err, sizeof err) != -1;
+        fails += image_open(d, jpg, nj, &h, &w, err, sizeof err) != 0;
+        fails += image_decode_rgb(d, jpg, nj, 1, &rgb, &h, &w, &warn, err, sizeof err) != 0;
+    }
+    const long outstanding_loop = alloc_outstanding;
+    image_dec *d2 = image_dec_new();
+    fails += d2 == NULL;
+    fails += image_open(d2, jpg, nj, &h, &w, err, sizeof err) != 0;
+    image_dec_free(d2);
+    alloc_armed = 0;
+    ck_assert_int_eq(fails, 0);
+    ck_assert_int_eq(outstanding_loop, 0);
+    ck_assert_int_eq(alloc_outstanding, 0);
+    if (getenv("TEST_VERBOSE")) printf("  open_then_decode: %ld bytes equal\n", compared);
+    free(jpg);
+    free(jpg2);
+    image_dec_free(d);
+}
+END_TEST
+
 static Suite *suite(void) {
     Suite *s = suite_create("image");
     TCase *tc = tcase_create("decode");
@@ -1013,6 +1228,8 @@ static Suite *suite(void) {
     tcase_add_test(tc, extreme_aspect_and_allocation);
     tcase_add_test(tc, dct_scale_large_and_allocation);
     tcase_add_test(tc, source_rect_is_what_sample_decodes);
+    tcase_add_test(tc, finish_simd_matches_scalar);
+    tcase_add_test(tc, open_then_decode);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -111,7 +111,11 @@ void aug_crop_u8(image_dec *d, const aug_cfg *c, const aug_draw *p, const image_
 /* Flip, lighting and normalisation: out (3, crop, crop) float, CHW, from the u8 crop in (crop,
  * crop, 3): out[c][y][x] = (in[y][x'][c] / 255 + Σ_j eigvec[c][j]·α_j·eigval[j] − mean[c]) /
  * std[c], x' = crop − 1 − x when flip. The lighting offset is the same for every pixel of a
- * channel and nothing is clamped, as fb.resnet.torch's Lighting (datasets/transforms.lua). */
+ * channel and nothing is clamped, as fb.resnet.torch's Lighting (datasets/transforms.lua).
+ * Each value is ((float)v / 255.f + light[c] − mean[c]) / std[c] in float, rounded after each
+ * operation in that order. With AVX2 (image_simd(-1) = 1) 8 values per channel are computed at
+ * a time with the same operations, else through a table of the 256 values per channel: the
+ * same bits either way (test_image, finish_simd_matches_scalar). */
 void aug_finish(const aug_cfg *c, const aug_draw *p, const uint8_t *in, float *out);
 
 /* Decode, draw, crop and finish one sample: out (3, crop, crop) float. p (may be NULL) receives

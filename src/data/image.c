@@ -33,6 +33,7 @@ struct dec_err {
 struct image_dec {
     struct jpeg_decompress_struct cinfo;
     struct dec_err jerr;
+    int opened;         /* image_open read a header that image_decode_rect_scaled_open has not used yet */
     uint8_t *out;       /* decoded pixels */
     size_t out_cap;
     uint8_t *line;      /* one CMYK scanline */
@@ -105,6 +106,7 @@ static void dec_message(image_dec *d, char *err, size_t errlen) {
 /* Abandon the image being decoded (the object stays reusable); returns -1. */
 static int dec_abort(image_dec *d) {
     jpeg_abort_decompress(&d->cinfo);
+    d->opened = 0;
     return -1;
 }
 
@@ -148,10 +150,14 @@ void image_dec_free(image_dec *d) {
 }
 
 /* Read the header of buf and choose the output colour space; warnings are counted from here.
- * Must run under the caller's setjmp. Returns 0 or -1 with err (empty input, an unsupported
- * colour space). */
+ * An image that image_open left open is abandoned first. Must run under the caller's setjmp.
+ * Returns 0 or -1 with err (empty input, an unsupported colour space). */
 static int dec_header(image_dec *d, const uint8_t *buf, size_t nbytes, char *err, size_t errlen) {
     j_decompress_ptr ci = &d->cinfo;
+    if (d->opened) {
+        jpeg_abort_decompress(ci);
+        d->opened = 0;
+    }
     if (!buf || nbytes == 0) return seterr(err, errlen, "empty input (0 bytes)"), -1;
     d->jerr.warnings = 0;
     jpeg_mem_src(ci, buf, (unsigned long)nbytes);
@@ -246,21 +252,29 @@ int image_decode_rect(image_dec *d, const uint8_t *buf, size_t nbytes, int y0, i
     return image_decode_rect_scaled(d, buf, nbytes, 1, y0, y1, x0, x1, rgb, stride, warnings, err, errlen);
 }
 
-int image_decode_rect_scaled(image_dec *d, const uint8_t *buf, size_t nbytes, int denom, int y0, int y1, int x0, int x1,
-                             const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen) {
+int image_open(image_dec *d, const uint8_t *buf, size_t nbytes, int *h, int *w, char *err, size_t errlen) {
     j_decompress_ptr ci = &d->cinfo;
-    *warnings = 0;
-    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
-        return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), -1;
     if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
     if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
+    *h = (int)ci->image_height;
+    *w = (int)ci->image_width;
+    d->opened = 1;
+    return 0;
+}
+
+/* The body of image_decode_rect_scaled once the header is read (denom checked). Must run under
+ * the caller's setjmp. Returns 0 (the image finished or abandoned, the object idle), or -1 with
+ * err (the caller abandons the image). */
+static int dec_rect(image_dec *d, int denom, int y0, int y1, int x0, int x1, const uint8_t **rgb, size_t *stride,
+                    char *err, size_t errlen) {
+    j_decompress_ptr ci = &d->cinfo;
     ci->scale_num = 1;
     ci->scale_denom = (unsigned)denom;
     jpeg_calc_output_dimensions(ci);
     int H = (int)ci->output_height, W = (int)ci->output_width;
     if (y0 < 0 || y1 > H || y0 >= y1 || x0 < 0 || x1 > W || x0 >= x1)
         return seterr(err, errlen, "rows [%d, %d) x columns [%d, %d) outside the %d x %d image (scale 1/%d)", y0, y1, x0, x1,
-                      H, W, denom), dec_abort(d);
+                      H, W, denom), -1;
     jpeg_start_decompress(ci);
     /* One iMCU of margin on each side (in output pixels: the samples per iMCU times the scaled
      * DCT block, 8 / denom): fancy upsampling of the span's edge columns then reads the same
@@ -275,15 +289,39 @@ int image_decode_rect_scaled(image_dec *d, const uint8_t *buf, size_t nbytes, in
     size_t st = (size_t)ci->output_width * 3;
     int nrows = y1 - ry;
     if (grow(&d->out, &d->out_cap, st * (size_t)nrows) || grow(&d->line, &d->line_cap, (size_t)ci->output_width * 4))
-        return seterr(err, errlen, "out of memory for rows [%d, %d) of a %d x %d image", y0, y1, H, W), dec_abort(d);
+        return seterr(err, errlen, "out of memory for rows [%d, %d) of a %d x %d image", y0, y1, H, W), -1;
     if (ry > 0 && jpeg_skip_scanlines(ci, (JDIMENSION)ry) != (JDIMENSION)ry) ERREXIT(ci, JERR_BAD_STATE);
     dec_read_rows(d, d->out, st, nrows);
     if (ci->output_scanline == ci->output_height)
         jpeg_finish_decompress(ci);
     else
         jpeg_abort_decompress(ci);
+    d->opened = 0;
     *rgb = d->out + (size_t)(y0 - ry) * st + (size_t)(x0 - (int)cx) * 3;
     *stride = st;
+    return 0;
+}
+
+int image_decode_rect_scaled(image_dec *d, const uint8_t *buf, size_t nbytes, int denom, int y0, int y1, int x0, int x1,
+                             const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen) {
+    *warnings = 0;
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), -1;
+    if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
+    if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
+    if (dec_rect(d, denom, y0, y1, x0, x1, rgb, stride, err, errlen)) return dec_abort(d);
+    *warnings = d->jerr.warnings;
+    return 0;
+}
+
+int image_decode_rect_scaled_open(image_dec *d, int denom, int y0, int y1, int x0, int x1, const uint8_t **rgb,
+                                  size_t *stride, int *warnings, char *err, size_t errlen) {
+    *warnings = 0;
+    if (!d->opened) return seterr(err, errlen, "no JPEG open (image_open first)"), -1;
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), dec_abort(d);
+    if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
+    if (dec_rect(d, denom, y0, y1, x0, x1, rgb, stride, err, errlen)) return dec_abort(d);
     *warnings = d->jerr.warnings;
     return 0;
 }

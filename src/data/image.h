@@ -72,6 +72,19 @@ int image_decode_rect(image_dec *d, const uint8_t *buf, size_t nbytes, int y0, i
 int image_decode_rect_scaled(image_dec *d, const uint8_t *buf, size_t nbytes, int denom, int y0, int y1, int x0, int x1,
                              const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen);
 
+/* image_read_size and image_decode_rect_scaled with the header read once (augment.c's
+ * aug_sample: the header gives the size the draws need, then the rect is decoded).
+ * image_open reads buf's header and keeps d on it: *h, *w the full-size height and width;
+ * returns 0, or -1 with err as image_read_size (the image abandoned, d reusable). buf must stay
+ * valid until the image is decoded or abandoned. image_decode_rect_scaled_open then decodes the
+ * rect from that header exactly as image_decode_rect_scaled(d, buf, ...) would (same pixels,
+ * errors and warnings; warnings counted from image_open), and the image is done either way;
+ * without an open image it returns -1 ("no JPEG open"). Any other decode or image_open on d
+ * abandons an open image first, and image_dec_free releases it: nothing leaks. */
+int image_open(image_dec *d, const uint8_t *buf, size_t nbytes, int *h, int *w, char *err, size_t errlen);
+int image_decode_rect_scaled_open(image_dec *d, int denom, int y0, int y1, int x0, int x1, const uint8_t **rgb,
+                                  size_t *stride, int *warnings, char *err, size_t errlen);
+
 /* Resample src (sh, sw, 3) u8 into dst (dh, dw, 3) u8 as Pillow's Image.resize((dw, dh), filter,
  * box) does (Resample.c, ImagingResample): separable, antialiased (the kernel's support scaled
  * by the reduction factor when downscaling), triangle (IMAGE_BILINEAR) or Keys a = −0.5
