@@ -21,7 +21,7 @@
  *
  * After each augmentation case CASE, "decode_rect_CASE": aug_sample's decode and nothing else —
  * the same draws (aug_draw_params with the same seed, epoch = pass and index), aug_dct_denom,
- * aug_source_rect and image_decode_rect_scaled — i.e. the decoding a training or evaluation
+ * aug_source_rect and image_open + image_decode_rect_scaled_open (one header read) — i.e. the decoding a training or evaluation
  * sample costs (rows above the rect entropy-decoded only, rows below never read, columns
  * outside it not inverse-transformed). Then one line "decode_rect_CASE_share rect decoded
  * entropy" over the draws of pass 1, each a mean over the images of a share of the image's
@@ -88,12 +88,12 @@ enum { SEED = 1 }; /* the run seed of every case */
 
 /* aug_sample's decode of sample index in epoch, and nothing after it: the rect r of the image
  * at scale 1/k that the output reads, decoded; k, r, the row stride of the decoded span (bytes)
- * and the size hk × wk of the 1/k image are returned. Returns image_decode_rect_scaled's 0, or
+ * and the size hk × wk of the 1/k image are returned. Returns image_decode_rect_scaled_open's 0, or
  * -1 with err. */
 static int decode_rect(image_dec *d, const aug_cfg *c, uint64_t epoch, uint64_t index, const blob *b, int *k, int r[4],
                        size_t *stride, int *hk, int *wk, char *err) {
     int h, w, warn;
-    if (image_read_size(d, b->bytes, b->n, &h, &w, err, ERRLEN)) return -1;
+    if (image_open(d, b->bytes, b->n, &h, &w, err, ERRLEN)) return -1;
     aug_draw p;
     aug_draw_params(c, SEED, epoch, index, h, w, &p);
     *k = aug_dct_denom(c, &p);
@@ -101,7 +101,7 @@ static int decode_rect(image_dec *d, const aug_cfg *c, uint64_t epoch, uint64_t 
     *hk = (h + *k - 1) / *k;
     *wk = (w + *k - 1) / *k;
     const uint8_t *px;
-    return image_decode_rect_scaled(d, b->bytes, b->n, *k, r[0], r[1], r[2], r[3], &px, stride, &warn, err, ERRLEN);
+    return image_decode_rect_scaled_open(d, *k, r[0], r[1], r[2], r[3], &px, stride, &warn, err, ERRLEN);
 }
 
 /* The largest vertical sampling factor of the JPEG's components (its SOF marker; 1 if none is
