@@ -799,14 +799,15 @@ def main():
         training_figure(gs, targets, prefix, a.title, sim=sim_banner(k, short=True))
         md += [f"![simulated validation loss and top-1 error against simulated time]({os.path.basename(prefix)}.png)", ""]
     if not_sim:
-        by = {}
+        by, whys = {}, {}
         for sw, x in not_sim:
             by.setdefault(str(x.get("method")), set()).add(x.get("p"))
-        md += ["Not simulated yet (docs/simulate.md): "
+            whys.setdefault(str(x.get("method")), str(x.get("why") or "").strip())
+        md += ["Not simulated (docs/simulate.md): "
                + "; ".join(f"{m} at p = {', '.join(str(p) for p in sorted(ps, key=lambda v: (len(str(v)), str(v))))}"
-                           for m, ps in sorted(by.items()))
-               + " — sim mode refuses these methods so far (`dsgd-run --check` exits 2); the same `tools/paper.py --simulate` "
-               "command runs them once sim mode supports them.", ""]
+                           + (f" ({whys[m]})" if whys[m] else "") for m, ps in sorted(by.items()))
+               + " — sim mode refuses these methods with the sweep's settings (`dsgd-run --check` exits 2); "
+               "`tools/paper.py --simulate` with settings it accepts runs them.", ""]
     if train or not (synth or sims):
         md += ["## Time to target top-1 error, per p", ""] + training_report(train, targets) + [""]
         if train:
