@@ -192,7 +192,7 @@ for m in gossip_pull gossip_push; do
     S="--set iterations=60 --set eval.every=20 --set log_every=10 --set sim.step_ms=25"
     DSGD_TEST_SIGNAL=TERM@25 sim 3 d$m $m $S
     rc=$?
-    if [ $rc -eq 3 ] && grep -q "stopped by .* after step 40; sim mode cannot resume this method yet" "$dir/d$m.log"; then
+    if [ $rc -eq 3 ] && grep -q "stopped by .* after step 40; sim mode cannot resume this method yet (docs/simulate.md, Limits): its checkpoint cannot be continued" "$dir/d$m.log"; then
         ok "(d) $m: SIGTERM at step 25: stopped at the meeting point after step 40, exit 3"
     else bad "(d) $m SIGTERM: exit $rc: $(tail -n 4 "$dir/d$m.log")"; fi
     sim 3 d$m $m $S --resume

@@ -15,7 +15,9 @@
 #   (d) determinism: each of ps, easgd (τ = 2), easgd synchronous, backup at p = 4 with 2
 #       servers, sim.jitter = 0.3, a slow worker and random stragglers, run twice, the second
 #       while two busy loops load the machine: every dataset but wall_s equal bit for bit;
-#   (e) a resume of a sim run of ps is refused (exit 2, key sim.enabled), the run file kept.
+#   (e) a sim run of ps stopped by SIGTERM writes its checkpoint and says it cannot be continued;
+#       a resume is refused (exit 2, key sim.enabled), the run file and the checkpoint kept;
+#       tools/report.py calls it "not resumable (sim mode)".
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH (make check puts build/bin first); every mpiexec under a timeout.
 #     PATH=build/bin:$PATH sh test/test_sim_servers.sh
@@ -143,11 +145,19 @@ DSGD_TEST_SIGNAL=TERM@20 timeout -k 5 $T mpiexec -n 3 "$DSGD" "$CFG" --set p=2 -
 rc=$?
 if [ $rc = 3 ]; then
     sum=$(md5sum <"$dir/e.h5")
+    cks=$(cat "$dir/e.ckpt/latest" "$dir/e.ckpt/step-20"/* | md5sum)
+    "$DSGD" --status "$dir/e.h5" >"$dir/e.status"
+    [ $? = 3 ] && grep -q "^interrupted: .* after step 20, checkpoint written; sim mode cannot resume this method yet (docs/simulate.md, Limits): its checkpoint cannot be continued; start it again under another output$" "$dir/e.status" \
+        && ok "(e) the stop's status says the checkpoint it wrote cannot be continued" || bad "(e) status: $(cat "$dir/e.status")"
     timeout -k 5 $T mpiexec -n 3 "$DSGD" "$CFG" --set p=2 --set servers=1 --set 'method="ps"' --set sim.enabled=true \
         --set "output=\"$dir/e.h5\"" $E --resume >"$dir/e2.log" 2>&1
     rc=$?
-    if [ $rc = 2 ] && grep -q "key 'sim.enabled': method 'ps' in sim mode cannot be resumed yet" "$dir/e2.log" &&
-        [ "$(md5sum <"$dir/e.h5")" = "$sum" ]; then ok "(e) ps in sim mode: --resume refused (exit 2), run file kept"
+    if [ $rc = 2 ] && grep -q "key 'sim.enabled': method 'ps' in sim mode cannot be resumed yet.*(the run file and its checkpoint are left as they are)" "$dir/e2.log" &&
+        [ "$(md5sum <"$dir/e.h5")" = "$sum" ] && [ "$(cat "$dir/e.ckpt/latest" "$dir/e.ckpt/step-20"/* | md5sum)" = "$cks" ]; then
+        ok "(e) ps in sim mode: --resume refused (exit 2), run file and checkpoint kept"
     else bad "(e) resume: exit $rc: $(tail -n 2 "$dir/e2.log")"; fi
+    $PY tools/report.py "$dir/e.h5" --out "$dir/erep" >/dev/null 2>&1
+    grep -q "| interrupted (.*) at step 20 of 100, checkpoint written; not resumable (sim mode): start it again under another output |$" "$dir/erep.md" \
+        && ok "(e) tools/report.py: interrupted, not resumable (sim mode)" || bad "(e) report: $(grep '^| ' "$dir/erep.md" | tail -n 1)"
 else bad "(e) SIGTERM at step 20: exit $rc, not 3: $(tail -n 2 "$dir/e1.log")"; fi
 exit $fail
