@@ -178,4 +178,13 @@ run=$(grep "^sim mode:" "$dir/a.log" 2>/dev/null)
 case "$line" in "$want"*) [ "$line" = "$run" ] && ok "(d) --check prints the modelled times, as run (a)'s start line: $line" \
     || bad "(d) --check's sim line differs from run (a)'s: '$line' / '$run'" ;;
 *) bad "(d) --check's sim line: '$line', expected '$want...': $out" ;; esac
+# gossip's line says what it sends: θ to or from one peer per step, one message 2α + n/β on 10 GbE
+for m in pull:pulls:from push:pushes:to; do
+    IFS=: read -r k verb dir_ <<EOF2
+$m
+EOF2
+    line=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set p=4 --set sim.enabled=true --set "method=\"gossip_$k\"" --set sim.step_ms=25 2>&1 | grep "^sim mode:")
+    want=$($PY -c "print(f'sim mode: simulated time axis; compute 25.000 ms per step, each node $verb θ (46758048 bytes) $dir_ one peer per step: {1e3 * (2 * 5e-6 + 46758048 / 1.25e9):.3f} ms host to host on an idle route (10gbe, flat), booked per NIC (')")
+    case "$line" in "$want"*) ok "(d) gossip_$k's sim line: $line" ;; *) bad "(d) gossip_$k's sim line: '$line', expected '$want...'" ;; esac
+done
 exit $fail
