@@ -16,33 +16,17 @@
 #   (c) a lock-step pull run stopped by SIGTERM at step 30 and resumed equals the uninterrupted
 #       one;
 #   (d) the lock-step variants pass --check (asynchronous: test_sim_gossip_async.sh).
+# The common part (PY, T, DSGD, dir, ok, bad, sim_run, same: test/sim/h5same.py): test/sim/lib.sh.
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH (make check puts build/bin first); every mpiexec under a timeout.
 #     PATH=build/bin:$PATH sh test/test_sim_gossip.sh
 set -u
-PY=/usr/bin/python3
-SAME=$(pwd)/test/sim/h5same.py
-T=${TEST_MPI_TIMEOUT:-240}
-DSGD=${DSGD:-./dsgd-run}
-case $DSGD in /*) ;; *) DSGD=$(pwd)/$DSGD ;; esac
-CFG=$(pwd)/configs/linear.cfg
 P16=${P16:-16}
-dir=$(mktemp -d /tmp/dsgd-simg.XXXXXX)
-load=
-trap 'for j in $load; do kill $j 2>/dev/null; done; rm -rf "$dir"' EXIT INT TERM
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+SIM_TAG=simg . test/sim/lib.sh  # PY, T, DSGD, CFG, dir, ok, bad, sim_run, same, busy_start/stop
 sim() {  # sim NP NAME METHOD [dsgd-run args...]: a lock-step gossip sim run of linear.cfg into $dir/NAME.h5
     np=$1 name=$2 m=$3
     shift 3
-    timeout -k 5 $T mpiexec -n "$np" "$DSGD" "$CFG" --set p="$np" --set method="\"$m\"" --set synchronous=true \
-        --set sim.enabled=true --set "output=\"$dir/$name.h5\"" "$@" >"$dir/$name.log" 2>&1
-}
-# compare A.h5 B.h5 WHAT: every dataset equal bit for bit except wall_s; the final attributes
-# equal (test/sim/h5same.py).
-compare() {
-    $PY "$SAME" "$1" "$2" || bad "$3"
+    sim_run "$np" "$name" --set p="$np" --set method="\"$m\"" --set synchronous=true "$@"
 }
 
 # (a) the model against a reference, p = 2 and 4, pull and push.
@@ -143,13 +127,12 @@ for np_ in 4 $P16; do for m in gossip_pull gossip_push; do
     t0=$(date +%s)
     if sim $np_ b1$np_$m $m $D; then
         t1=$(date +%s)
-        sh -c 'while :; do :; done' & load="$load $!"
-        sh -c 'while :; do :; done' & load="$load $!"
+        busy_start
         sim $np_ b2$np_$m $m $D || bad "(b) $m p = $np_, the loaded run: $(tail -n 3 "$dir/b2$np_$m.log")"
         t2=$(date +%s)
-        for j in $load; do kill $j 2>/dev/null; done; load=
+        busy_stop
         echo "(b) $m p = $np_: $((t1 - t0)) s unloaded, $((t2 - t1)) s loaded"
-        compare "$dir/b1$np_$m.h5" "$dir/b2$np_$m.h5" "(b) $m p = $np_: two runs, one loaded, differ" && ok "(b) $m: determinism at p = $np_ under load"
+        same "$dir/b1$np_$m.h5" "$dir/b2$np_$m.h5" "(b) $m: determinism at p = $np_ under load"
         $PY - "$dir/b1$np_$m.h5" <<'EOF' || bad "(b) $m p = $np_: the stragglers and the jitter are on the virtual clock"
 import h5py, numpy as np
 f = h5py.File(__import__('sys').argv[1], 'r')
@@ -167,7 +150,7 @@ if sim 3 c1 gossip_pull $R; then
     rc=$?
     [ $rc -eq 3 ] || bad "(c) SIGTERM at step 30: exit $rc, not 3: $(tail -n 3 "$dir/c2.log")"
     sim 3 c2 gossip_pull $R --resume || bad "(c) the resume: $(tail -n 3 "$dir/c2.log")"
-    compare "$dir/c1.h5" "$dir/c2.h5" "(c) resumed run differs from the uninterrupted one" && ok "(c) resumed = uninterrupted"
+    same "$dir/c1.h5" "$dir/c2.h5" "(c) resumed = uninterrupted"
 else bad "(c) the run: $(tail -n 3 "$dir/c1.log")"; fi
 
 # (d) the lock-step variants pass --check (the asynchronous ones: test_sim_gossip_async.sh).

@@ -15,27 +15,16 @@
 #   (d) refusals: sim.device = "measured" (exit 2 naming sim.device), --resume (exit 2 naming
 #       sim.enabled); a SIGTERM stops at the next meeting point with exit 3 and says to start
 #       again.
+# The common part (PY, T, DSGD, dir, ok, bad, sim_run, same: test/sim/h5same.py): test/sim/lib.sh.
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH; every mpiexec under a timeout.   PATH=build/bin:$PATH sh test/test_sim_gossip_async.sh
 set -u
-PY=/usr/bin/python3
-T=${TEST_MPI_TIMEOUT:-240}
-DSGD=${DSGD:-./dsgd-run}
-case $DSGD in /*) ;; *) DSGD=$(pwd)/$DSGD ;; esac
-CFG=$(pwd)/configs/linear.cfg
-SAME=$(pwd)/test/sim/h5same.py
 PB=${PB:-16}
-dir=$(mktemp -d /tmp/dsgd-simga.XXXXXX)
-load=
-trap 'for j in $load; do kill $j 2>/dev/null; done; rm -rf "$dir"' EXIT INT TERM
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+SIM_TAG=simga . test/sim/lib.sh  # PY, T, DSGD, CFG, dir, ok, bad, sim_run, same, busy_start/stop
 sim() {  # sim NP NAME METHOD [dsgd-run args...]: an asynchronous gossip sim run of linear.cfg into $dir/NAME.h5
     np=$1 name=$2 m=$3
     shift 3
-    timeout -k 5 $T mpiexec -n "$np" "$DSGD" "$CFG" --set p="$np" --set method="\"$m\"" --set synchronous=false \
-        --set sim.enabled=true --set "output=\"$dir/$name.h5\"" "$@" >"$dir/$name.log" 2>&1
+    sim_run "$np" "$name" --set p="$np" --set method="\"$m\"" --set synchronous=false "$@"
 }
 
 # (a) and (c): the schedule against a closed form and a reference written here.
@@ -173,13 +162,12 @@ for m in gossip_pull gossip_push; do
     t0=$(date +%s)
     if sim $PB b1$m $m $D; then
         t1=$(date +%s)
-        yes >/dev/null & load="$load $!"
-        yes >/dev/null & load="$load $!"
+        busy_start
         sim $PB b2$m $m $D || bad "(b) $m p = $PB, the loaded run: $(tail -n 3 "$dir/b2$m.log")"
         t2=$(date +%s)
-        for j in $load; do kill $j 2>/dev/null; done; load=
+        busy_stop
         echo "(b) $m p = $PB: $((t1 - t0)) s unloaded, $((t2 - t1)) s loaded; $(grep '^done:' "$dir/b1$m.log")"
-        $PY "$SAME" "$dir/b1$m.h5" "$dir/b2$m.h5" && ok "(b) $m: determinism at p = $PB under load" || bad "(b) $m p = $PB: two runs, one loaded, differ"
+        same "$dir/b1$m.h5" "$dir/b2$m.h5" "(b) $m: determinism at p = $PB under load"
     else bad "(b) $m p = $PB, the first run: $(tail -n 3 "$dir/b1$m.log")"; fi
 done
 
