@@ -44,36 +44,9 @@ c, seed, steps, every = A['sim_step_s'], int(A['seed']), 60, 30
 assert c == 0.025 and A['sim_model_bytes'] == 4 * 11689512 and A['time_axis'].startswith('simulated')
 n, lat, bw = int(A['sim_model_bytes']), A['sim_link_latency_s'], A['sim_bandwidth_Bps']
 assert lat == 5e-6 and bw == 1.25e9
-M = (1 << 64) - 1
-def splitmix(x):
-    x = (x + 0x9e3779b97f4a7c15) & M
-    z = x
-    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M
-    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M
-    return x, z ^ (z >> 31)
-def seed_mix(a, b):
-    _, z = splitmix(a)
-    _, z = splitmix(z ^ b)
-    return z
-def rotl(x, k): return ((x << k) | (x >> (64 - k))) & M
-def below(seed, n):  # rng_seed + rng_below (xoshiro256**, Lemire)
-    s, x = [], seed
-    for _ in range(4):
-        x, z = splitmix(x)
-        s.append(z)
-    def u64():
-        r = (rotl((s[1] * 5) & M, 7) * 9) & M
-        t = (s[1] << 17) & M
-        s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45)
-        return r
-    m = u64() * n
-    if (m & M) < n:
-        t = (-n) % n
-        while (m & M) < t: m = u64() * n
-    return m >> 64
-def peer(i, s):  # gossip.c's peer_of
-    j = below(seed_mix(seed_mix(seed ^ 0x676f73736970, s), i), p - 1)
-    return j + 1 if j >= i else j
+sys.path.insert(0, "test/sim")
+from gossip_peers import peer_of  # gossip.c's peer draw
+peer = lambda i, s: peer_of(seed, p, i, s)
 # the reference schedules, written from the rules of vclock_gossip_async.h
 route, tx = 2 * lat, n / bw           # flat network: host-up + host-down
 meets = lambda s: s == steps or s % every == 0
