@@ -956,6 +956,12 @@ START_TEST(test_unused_keys) {
     ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 1);
     ck_assert_msg(strstr(buf, "key 'sim.leaf_size' (") && strstr(buf, "t.cfg): a leaf of 16 hosts holds all 8 ranks (p = 8): the fat tree is one "
                               "leaf switch, the same network as sim.topology = \"flat\""), "%s", buf);
+    ck_assert_msg(!strstr(buf, "oversubscription"), "sim.oversubscription not given, yet named: %s", buf);
+    /* sim.oversubscription given with one leaf: said apart, naming where it was given */
+    ck_assert_int_eq(load_text("p = 8;\nsim = { enabled = true; topology = \"fat_tree\";\n  oversubscription = 4.0; };\n", NULL, 0), 0);
+    ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 2);
+    ck_assert_msg(strstr(buf, "the same network as sim.topology = \"flat\"; key 'sim.oversubscription' (") &&
+                  strstr(buf, "t.cfg:3) has no effect: with every rank on one leaf no message crosses the leaf's uplinks"), "%s", buf);
     ck_assert_int_eq(load_text("method = \"ps\";\np = 8;\nservers = 2;\nsim = { enabled = true; topology = \"fat_tree\"; leaf_size = 10; };\n",
                                NULL, 0), 0);
     ck_assert_int_eq(config_unused_keys(&e, buf, sizeof buf), 1);

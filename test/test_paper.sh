@@ -5,7 +5,8 @@
 # papers' numbers, read back from `dsgd-run --print-config` (Jin et al. 2016 §4.2, Figures 1 and 2;
 # Chen et al. 2016); tools/paper.py --dry-run shows every figure's jobs; tools/report.py reads a
 # sweep with a finished, a running and a failed run; tools/paper.py fig1 --simulate runs the kit in
-# sim mode at p = 2, 4 and tools/report.py marks it and keeps a real run apart. Called by test/test_tools.sh (make check);
+# sim mode at p = 2, 4 and tools/report.py marks it and keeps a real run apart; with a measured
+# device gossip is left out, with its reason. Called by test/test_tools.sh (make check);
 # runs from the repository root with ./dsgd-run built.
 set -u
 PY=/usr/bin/python3
@@ -220,7 +221,7 @@ for s in ("## Simulated: time to target top-1 error, per p", "**simulated: k80 (
           "| img/s (simulated) | s per iteration (simulated) | real wall clock here (wall_train_time_s) |",
           "a simulated run's, the virtual clock", "Scheduler (local): run here by tools/sweep.py --local"):
     assert s in md, f"missing: {s}"
-assert ("Not simulated yet (docs/simulate.md): " in md) == bool(sw["meta"]["not_simulated"])
+assert ("Not simulated (docs/simulate.md): " in md) == bool(sw["meta"]["not_simulated"])
 assert "## Time to target top-1 error, per p" not in md  # no real runs: no unmarked table
 for pt in sw["points"]:
     (rf,) = glob.glob(os.path.join(sys.argv[3], pt["stem"] + ".*.h5"))
@@ -241,4 +242,29 @@ rc=$?
     && grep -q "^## Simulated: time to target" "$dir/mix.md" && grep -q "^## Time to target top-1 error, per p" "$dir/mix.md" \
     && ok "report: simulated and real runs of one point reported apart, said so (mix.png real, mix-sim.png simulated)" \
     || bad "report mixed: exit $rc: $(head -n 8 "$dir/mix.md" 2>/dev/null)"
+
+# 7. --simulate measured,10gbe: asynchronous gossip refuses a measured device (it needs a modelled
+#    compute time, exit 2 naming sim.device), so paper.py leaves gossip_pull out with that reason
+#    and runs the rest; the report lists it "Not simulated" with the reason; a bad --set still
+#    stops paper.py (exit 2, naming the file), nothing run.
+$PY tools/paper.py fig2 --simulate measured,10gbe --p 2 --set iterations=4 --timeout "$T" --name fm \
+    --dir "$dir/sim/sweeps" --runs-dir "$dir/sim/runs" >"$dir/fm.log" 2>&1
+rc=$?
+[ $rc = 0 ] && grep -q "^paper.py: gossip_pull at p = 2: left out, sim mode refuses it with these settings (docs/simulate.md): .*key 'sim.device': asynchronous gossip_pull in sim mode needs a modelled compute time" "$dir/fm.log" \
+    && ok "paper.py fig2 --simulate measured,10gbe: gossip_pull left out, naming sim.device; exit 0" || bad "--simulate measured: exit $rc: $(tail -n 5 "$dir/fm.log")"
+$PY - "$dir/sim/sweeps/fm/sweep.json" <<'EOF2' && ok "sweep.json: allreduce at p = 2 completed; not_simulated: gossip_pull at p = 2 with the reason" || bad "--simulate measured: sweep.json (above)"
+import json, sys
+sw = json.load(open(sys.argv[1]))
+assert [pt["method"] for pt in sw["points"]] == ["allreduce"] and sw["points"][0]["p"] == 2, sw["points"]
+assert [j["local"]["state"] for j in sw["jobs"]] == ["COMPLETED"], sw["jobs"]
+(x,) = sw["meta"]["not_simulated"]
+assert x["method"] == "gossip_pull" and x["p"] == 2 and x["file"].endswith("fig2-gossip_pull-p32.cfg"), x
+assert x["why"].startswith("--set sim.device=\"measured\": key 'sim.device': ") and "sim.step_ms" in x["why"], x["why"]
+EOF2
+$PY tools/report.py "$dir/sim/sweeps/fm" --out "$dir/fmrep" --targets 0.9 >"$dir/fmrep.txt" 2>&1
+grep -q "^Not simulated (docs/simulate.md): gossip_pull at p = 2 (--set sim.device=\"measured\": key 'sim.device': asynchronous gossip_pull .*) — sim mode refuses these methods with the sweep's settings" "$dir/fmrep.md" \
+    && ok "report: gossip_pull listed not simulated, with the reason" || bad "report of the measured kit: $(grep -i 'not sim' "$dir/fmrep.md")"
+out=$($PY tools/paper.py fig2 --simulate measured,10gbe --p 2 --set no.such_key=1 --name fb --dir "$dir/sim/sweeps" 2>&1)
+[ $? = 2 ] && echo "$out" | grep -q "^paper.py: configs/paper/fig2-allreduce-p32.cfg: .*no.such_key" && [ ! -e "$dir/sim/sweeps/fb" ] \
+    && ok "paper.py --simulate with a bad --set: exit 2 naming the file and key, nothing run" || bad "bad --set: $out"
 exit $fail

@@ -16,33 +16,17 @@
 #   (c) a lock-step pull run stopped by SIGTERM at step 30 and resumed equals the uninterrupted
 #       one;
 #   (d) the lock-step variants pass --check (asynchronous: test_sim_gossip_async.sh).
+# The common part (PY, T, DSGD, dir, ok, bad, sim_run, same: test/sim/h5same.py): test/sim/lib.sh.
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH (make check puts build/bin first); every mpiexec under a timeout.
 #     PATH=build/bin:$PATH sh test/test_sim_gossip.sh
 set -u
-PY=/usr/bin/python3
-SAME=$(pwd)/test/sim/h5same.py
-T=${TEST_MPI_TIMEOUT:-240}
-DSGD=${DSGD:-./dsgd-run}
-case $DSGD in /*) ;; *) DSGD=$(pwd)/$DSGD ;; esac
-CFG=$(pwd)/configs/linear.cfg
 P16=${P16:-16}
-dir=$(mktemp -d /tmp/dsgd-simg.XXXXXX)
-load=
-trap 'for j in $load; do kill $j 2>/dev/null; done; rm -rf "$dir"' EXIT INT TERM
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+SIM_TAG=simg . test/sim/lib.sh  # PY, T, DSGD, CFG, dir, ok, bad, sim_run, same, busy_start/stop
 sim() {  # sim NP NAME METHOD [dsgd-run args...]: a lock-step gossip sim run of linear.cfg into $dir/NAME.h5
     np=$1 name=$2 m=$3
     shift 3
-    timeout -k 5 $T mpiexec -n "$np" "$DSGD" "$CFG" --set p="$np" --set method="\"$m\"" --set synchronous=true \
-        --set sim.enabled=true --set "output=\"$dir/$name.h5\"" "$@" >"$dir/$name.log" 2>&1
-}
-# compare A.h5 B.h5 WHAT: every dataset equal bit for bit except wall_s; the final attributes
-# equal (test/sim/h5same.py).
-compare() {
-    $PY "$SAME" "$1" "$2" || bad "$3"
+    sim_run "$np" "$name" --set p="$np" --set method="\"$m\"" --set synchronous=true "$@"
 }
 
 # (a) the model against a reference, p = 2 and 4, pull and push.
@@ -59,36 +43,9 @@ c, seed, steps = A['sim_step_s'], int(A['seed']), 60
 assert c == 0.025 and A['sim_model_bytes'] == 4 * 11689512 and A['time_axis'].startswith('simulated')
 n, lat, bw = int(A['sim_model_bytes']), A['sim_link_latency_s'], A['sim_bandwidth_Bps']
 assert lat == 5e-6 and bw == 1.25e9
-M = (1 << 64) - 1
-def splitmix(x):
-    x = (x + 0x9e3779b97f4a7c15) & M
-    z = x
-    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M
-    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M
-    return x, z ^ (z >> 31)
-def seed_mix(a, b):
-    _, z = splitmix(a)
-    _, z = splitmix(z ^ b)
-    return z
-def rotl(x, k): return ((x << k) | (x >> (64 - k))) & M
-def below(seed, n):  # rng_seed + rng_below (xoshiro256**, Lemire)
-    s, x = [], seed
-    for _ in range(4):
-        x, z = splitmix(x)
-        s.append(z)
-    def u64():
-        r = (rotl((s[1] * 5) & M, 7) * 9) & M
-        t = (s[1] << 17) & M
-        s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45)
-        return r
-    m = u64() * n
-    if (m & M) < n:
-        t = (-n) % n
-        while (m & M) < t: m = u64() * n
-    return m >> 64
-def peer(i, s):  # gossip.c's peer_of
-    j = below(seed_mix(seed_mix(seed ^ 0x676f73736970, s), i), p - 1)
-    return j + 1 if j >= i else j
+sys.path.insert(0, "test/sim")
+from gossip_peers import peer_of  # gossip.c's peer draw
+peer = lambda i, s: peer_of(seed, p, i, s)
 # the reference: vclock_gossip.h's rules
 alpha = 2 * lat  # flat: host-up + host-down
 now, at, incast = [0.0] * p, {0: 0.0}, 0
@@ -143,13 +100,12 @@ for np_ in 4 $P16; do for m in gossip_pull gossip_push; do
     t0=$(date +%s)
     if sim $np_ b1$np_$m $m $D; then
         t1=$(date +%s)
-        sh -c 'while :; do :; done' & load="$load $!"
-        sh -c 'while :; do :; done' & load="$load $!"
+        busy_start
         sim $np_ b2$np_$m $m $D || bad "(b) $m p = $np_, the loaded run: $(tail -n 3 "$dir/b2$np_$m.log")"
         t2=$(date +%s)
-        for j in $load; do kill $j 2>/dev/null; done; load=
+        busy_stop
         echo "(b) $m p = $np_: $((t1 - t0)) s unloaded, $((t2 - t1)) s loaded"
-        compare "$dir/b1$np_$m.h5" "$dir/b2$np_$m.h5" "(b) $m p = $np_: two runs, one loaded, differ" && ok "(b) $m: determinism at p = $np_ under load"
+        same "$dir/b1$np_$m.h5" "$dir/b2$np_$m.h5" "(b) $m: determinism at p = $np_ under load"
         $PY - "$dir/b1$np_$m.h5" <<'EOF' || bad "(b) $m p = $np_: the stragglers and the jitter are on the virtual clock"
 import h5py, numpy as np
 f = h5py.File(__import__('sys').argv[1], 'r')
@@ -167,7 +123,7 @@ if sim 3 c1 gossip_pull $R; then
     rc=$?
     [ $rc -eq 3 ] || bad "(c) SIGTERM at step 30: exit $rc, not 3: $(tail -n 3 "$dir/c2.log")"
     sim 3 c2 gossip_pull $R --resume || bad "(c) the resume: $(tail -n 3 "$dir/c2.log")"
-    compare "$dir/c1.h5" "$dir/c2.h5" "(c) resumed run differs from the uninterrupted one" && ok "(c) resumed = uninterrupted"
+    same "$dir/c1.h5" "$dir/c2.h5" "(c) resumed = uninterrupted"
 else bad "(c) the run: $(tail -n 3 "$dir/c1.log")"; fi
 
 # (d) the lock-step variants pass --check (the asynchronous ones: test_sim_gossip_async.sh).

@@ -15,27 +15,16 @@
 #   (d) refusals: sim.device = "measured" (exit 2 naming sim.device), --resume (exit 2 naming
 #       sim.enabled); a SIGTERM stops at the next meeting point with exit 3 and says to start
 #       again.
+# The common part (PY, T, DSGD, dir, ok, bad, sim_run, same: test/sim/h5same.py): test/sim/lib.sh.
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH; every mpiexec under a timeout.   PATH=build/bin:$PATH sh test/test_sim_gossip_async.sh
 set -u
-PY=/usr/bin/python3
-T=${TEST_MPI_TIMEOUT:-240}
-DSGD=${DSGD:-./dsgd-run}
-case $DSGD in /*) ;; *) DSGD=$(pwd)/$DSGD ;; esac
-CFG=$(pwd)/configs/linear.cfg
-SAME=$(pwd)/test/sim/h5same.py
 PB=${PB:-16}
-dir=$(mktemp -d /tmp/dsgd-simga.XXXXXX)
-load=
-trap 'for j in $load; do kill $j 2>/dev/null; done; rm -rf "$dir"' EXIT INT TERM
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+SIM_TAG=simga . test/sim/lib.sh  # PY, T, DSGD, CFG, dir, ok, bad, sim_run, same, busy_start/stop
 sim() {  # sim NP NAME METHOD [dsgd-run args...]: an asynchronous gossip sim run of linear.cfg into $dir/NAME.h5
     np=$1 name=$2 m=$3
     shift 3
-    timeout -k 5 $T mpiexec -n "$np" "$DSGD" "$CFG" --set p="$np" --set method="\"$m\"" --set synchronous=false \
-        --set sim.enabled=true --set "output=\"$dir/$name.h5\"" "$@" >"$dir/$name.log" 2>&1
+    sim_run "$np" "$name" --set p="$np" --set method="\"$m\"" --set synchronous=false "$@"
 }
 
 # (a) and (c): the schedule against a closed form and a reference written here.
@@ -55,36 +44,9 @@ c, seed, steps, every = A['sim_step_s'], int(A['seed']), 60, 30
 assert c == 0.025 and A['sim_model_bytes'] == 4 * 11689512 and A['time_axis'].startswith('simulated')
 n, lat, bw = int(A['sim_model_bytes']), A['sim_link_latency_s'], A['sim_bandwidth_Bps']
 assert lat == 5e-6 and bw == 1.25e9
-M = (1 << 64) - 1
-def splitmix(x):
-    x = (x + 0x9e3779b97f4a7c15) & M
-    z = x
-    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M
-    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M
-    return x, z ^ (z >> 31)
-def seed_mix(a, b):
-    _, z = splitmix(a)
-    _, z = splitmix(z ^ b)
-    return z
-def rotl(x, k): return ((x << k) | (x >> (64 - k))) & M
-def below(seed, n):  # rng_seed + rng_below (xoshiro256**, Lemire)
-    s, x = [], seed
-    for _ in range(4):
-        x, z = splitmix(x)
-        s.append(z)
-    def u64():
-        r = (rotl((s[1] * 5) & M, 7) * 9) & M
-        t = (s[1] << 17) & M
-        s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45)
-        return r
-    m = u64() * n
-    if (m & M) < n:
-        t = (-n) % n
-        while (m & M) < t: m = u64() * n
-    return m >> 64
-def peer(i, s):  # gossip.c's peer_of
-    j = below(seed_mix(seed_mix(seed ^ 0x676f73736970, s), i), p - 1)
-    return j + 1 if j >= i else j
+sys.path.insert(0, "test/sim")
+from gossip_peers import peer_of  # gossip.c's peer draw
+peer = lambda i, s: peer_of(seed, p, i, s)
 # the reference schedules, written from the rules of vclock_gossip_async.h
 route, tx = 2 * lat, n / bw           # flat network: host-up + host-down
 meets = lambda s: s == steps or s % every == 0
@@ -173,13 +135,12 @@ for m in gossip_pull gossip_push; do
     t0=$(date +%s)
     if sim $PB b1$m $m $D; then
         t1=$(date +%s)
-        yes >/dev/null & load="$load $!"
-        yes >/dev/null & load="$load $!"
+        busy_start
         sim $PB b2$m $m $D || bad "(b) $m p = $PB, the loaded run: $(tail -n 3 "$dir/b2$m.log")"
         t2=$(date +%s)
-        for j in $load; do kill $j 2>/dev/null; done; load=
+        busy_stop
         echo "(b) $m p = $PB: $((t1 - t0)) s unloaded, $((t2 - t1)) s loaded; $(grep '^done:' "$dir/b1$m.log")"
-        $PY "$SAME" "$dir/b1$m.h5" "$dir/b2$m.h5" && ok "(b) $m: determinism at p = $PB under load" || bad "(b) $m p = $PB: two runs, one loaded, differ"
+        same "$dir/b1$m.h5" "$dir/b2$m.h5" "(b) $m: determinism at p = $PB under load"
     else bad "(b) $m p = $PB, the first run: $(tail -n 3 "$dir/b1$m.log")"; fi
 done
 
@@ -192,7 +153,7 @@ for m in gossip_pull gossip_push; do
     S="--set iterations=60 --set eval.every=20 --set log_every=10 --set sim.step_ms=25"
     DSGD_TEST_SIGNAL=TERM@25 sim 3 d$m $m $S
     rc=$?
-    if [ $rc -eq 3 ] && grep -q "stopped by .* after step 40; sim mode cannot resume this method yet" "$dir/d$m.log"; then
+    if [ $rc -eq 3 ] && grep -q "stopped by .* after step 40; sim mode cannot resume this method yet (docs/simulate.md, Limits): its checkpoint cannot be continued" "$dir/d$m.log"; then
         ok "(d) $m: SIGTERM at step 25: stopped at the meeting point after step 40, exit 3"
     else bad "(d) $m SIGTERM: exit $rc: $(tail -n 4 "$dir/d$m.log")"; fi
     sim 3 d$m $m $S --resume

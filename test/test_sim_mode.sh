@@ -11,56 +11,22 @@
 #       but wall_s and the final attributes of the virtual clock equal bit for bit;
 #   (c) a run stopped by SIGTERM at step 50 (DSGD_TEST_SIGNAL) and resumed equals the
 #       uninterrupted run (every dataset but wall_s);
-#   (d) bad values exit 2 naming the key; sim mode with gossip_pull exits 2 saying
-#       which methods sim mode supports; unused sim keys get a note, and so does a fat tree
+#   (d) bad values exit 2 naming the key; asynchronous gossip_pull with sim.device = "measured"
+#       exits 2 naming sim.device; unused sim keys get a note, and so does a fat tree
 #       whose one leaf holds every rank (accepted: the flat network); --check prints the
-#       modelled times of the start-up line (run (a)'s line, the ring's closed form).
+#       modelled times of the start-up line (run (a)'s line, the ring's closed form; gossip's
+#       line says what it sends).
+# The common part (PY, T, DSGD, dir, ok, bad, sim_run, same: test/sim/h5same.py): test/sim/lib.sh.
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH (make check puts build/bin first); every mpiexec under a timeout.
 #     PATH=build/bin:$PATH sh test/test_sim_mode.sh
 set -u
-PY=/usr/bin/python3
-T=${TEST_MPI_TIMEOUT:-240}
-DSGD=${DSGD:-./dsgd-run}
-case $DSGD in /*) ;; *) DSGD=$(pwd)/$DSGD ;; esac
-CFG=$(pwd)/configs/linear.cfg
 P16=${P16:-16}
-dir=$(mktemp -d /tmp/dsgd-sim.XXXXXX)
-load=
-trap 'for j in $load; do kill $j 2>/dev/null; done; rm -rf "$dir"' EXIT INT TERM
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+SIM_TAG=sim . test/sim/lib.sh  # PY, T, DSGD, CFG, dir, ok, bad, sim_run, same, busy_start/stop
 sim() {  # sim NP NAME [dsgd-run args...]: an allreduce sim run of linear.cfg into $dir/NAME.h5
     np=$1 name=$2
     shift 2
-    timeout -k 5 $T mpiexec -n "$np" "$DSGD" "$CFG" --set p="$np" --set sim.enabled=true --set "output=\"$dir/$name.h5\"" "$@" \
-        >"$dir/$name.log" 2>&1
-}
-# compare A.h5 B.h5 WHAT: every dataset equal bit for bit except wall_s; the virtual clock's
-# final attributes equal.
-compare() {
-    $PY - "$1" "$2" <<'EOF' || bad "$3"
-import sys, h5py, numpy as np
-a, b = h5py.File(sys.argv[1], 'r'), h5py.File(sys.argv[2], 'r')
-def names(f):
-    out = []
-    f.visit(lambda n: out.append(n) if isinstance(f[n], h5py.Dataset) else None)
-    return sorted(out)
-na, nb = names(a), names(b)
-assert na == nb, f"datasets differ: {set(na) ^ set(nb)}"
-n = 0
-for k in na:
-    if k.split('/')[-1] == 'wall_s': continue
-    x, y = a[k][()], b[k][()]
-    assert x.shape == y.shape and x.dtype == y.dtype, f"{k}: {x.shape} vs {y.shape}"
-    assert (np.array_equal(x, y, equal_nan=True) if x.dtype.kind == 'f' else np.array_equal(x, y)), \
-        f"{k} differs first at {np.argwhere(x != y)[:1].tolist()}: {x.ravel()[:4]} vs {y.ravel()[:4]}"
-    n += 1
-for k in ('status', 'steps_completed', 'train_time_s', 'images_per_s', 'sim_allreduce_s', 'time_axis'):
-    assert a.attrs.get(k) == b.attrs.get(k), f"attribute {k}: {a.attrs.get(k)!r} vs {b.attrs.get(k)!r}"
-print(f"{n} datasets equal")
-EOF
+    sim_run "$np" "$name" --set p="$np" "$@"
 }
 
 # (a) closed form at p = 4.
@@ -105,13 +71,12 @@ D="--set iterations=60 --set eval.every=30 --set log_every=5 --set sim.jitter=0.
 t0=$(date +%s)
 if sim "$P16" b1 $D; then
     t1=$(date +%s)
-    sh -c 'while :; do :; done' & load="$load $!"
-    sh -c 'while :; do :; done' & load="$load $!"
+    busy_start
     sim "$P16" b2 $D || bad "(b) the loaded run: $(tail -n 3 "$dir/b2.log")"
     t2=$(date +%s)
-    for j in $load; do kill $j 2>/dev/null; done; load=
+    busy_stop
     echo "(b) p = $P16: $((t1 - t0)) s unloaded, $((t2 - t1)) s loaded"
-    compare "$dir/b1.h5" "$dir/b2.h5" "(b) determinism: two runs, one loaded, differ" && ok "(b) determinism at p = $P16 under load"
+    same "$dir/b1.h5" "$dir/b2.h5" "(b) determinism at p = $P16 under load: every dataset but wall_s and sim_allreduce_s equal" --attr sim_allreduce_s
     $PY - "$dir/b1.h5" "$P16" <<'EOF' || bad "(b) the stragglers and the jitter are on the virtual clock"
 import sys, h5py, numpy as np
 f = h5py.File(sys.argv[1], 'r')
@@ -131,7 +96,7 @@ if sim 3 c1 $R; then
     rc=$?
     [ $rc -eq 3 ] || bad "(c) SIGTERM at step 50: exit $rc, not 3: $(tail -n 3 "$dir/c2.log")"
     sim 3 c2 $R --resume || bad "(c) the resume: $(tail -n 3 "$dir/c2.log")"
-    compare "$dir/c1.h5" "$dir/c2.h5" "(c) resumed run differs from the uninterrupted one" && ok "(c) resumed = uninterrupted"
+    same "$dir/c1.h5" "$dir/c2.h5" "(c) resumed = uninterrupted" --attr sim_allreduce_s
 else bad "(c) the run: $(tail -n 3 "$dir/c1.log")"; fi
 
 # (d) bad values, and the methods sim mode does not order yet.
@@ -178,4 +143,13 @@ run=$(grep "^sim mode:" "$dir/a.log" 2>/dev/null)
 case "$line" in "$want"*) [ "$line" = "$run" ] && ok "(d) --check prints the modelled times, as run (a)'s start line: $line" \
     || bad "(d) --check's sim line differs from run (a)'s: '$line' / '$run'" ;;
 *) bad "(d) --check's sim line: '$line', expected '$want...': $out" ;; esac
+# gossip's line says what it sends: θ to or from one peer per step, one message 2α + n/β on 10 GbE
+for m in pull:pulls:from push:pushes:to; do
+    IFS=: read -r k verb dir_ <<EOF2
+$m
+EOF2
+    line=$(timeout -k 5 60 "$DSGD" --check "$CFG" --set p=4 --set sim.enabled=true --set "method=\"gossip_$k\"" --set sim.step_ms=25 2>&1 | grep "^sim mode:")
+    want=$($PY -c "print(f'sim mode: simulated time axis; compute 25.000 ms per step, each node $verb θ (46758048 bytes) $dir_ one peer per step: {1e3 * (2 * 5e-6 + 46758048 / 1.25e9):.3f} ms host to host on an idle route (10gbe, flat), booked per NIC (')")
+    case "$line" in "$want"*) ok "(d) gossip_$k's sim line: $line" ;; *) bad "(d) gossip_$k's sim line: '$line', expected '$want...'" ;; esac
+done
 exit $fail

@@ -15,52 +15,20 @@
 #   (d) determinism: each of ps, easgd (τ = 2), easgd synchronous, backup at p = 4 with 2
 #       servers, sim.jitter = 0.3, a slow worker and random stragglers, run twice, the second
 #       while two busy loops load the machine: every dataset but wall_s equal bit for bit;
-#   (e) a resume of a sim run of ps is refused (exit 2, key sim.enabled), the run file kept.
+#   (e) a sim run of ps stopped by SIGTERM writes its checkpoint and says it cannot be continued;
+#       a resume is refused (exit 2, key sim.enabled), the run file and the checkpoint kept;
+#       tools/report.py calls it "not resumable (sim mode)".
+# The common part (PY, T, DSGD, dir, ok, bad, sim_run, same: test/sim/h5same.py): test/sim/lib.sh.
 # Runs from the repository root with ./dsgd-run built (DSGD=... for another binary) and mpiexec
 # on PATH (make check puts build/bin first); every mpiexec under a timeout.
 #     PATH=build/bin:$PATH sh test/test_sim_servers.sh
 set -u
-PY=/usr/bin/python3
-T=${TEST_MPI_TIMEOUT:-240}
-DSGD=${DSGD:-./dsgd-run}
-case $DSGD in /*) ;; *) DSGD=$(pwd)/$DSGD ;; esac
-CFG=$(pwd)/configs/linear.cfg
-dir=$(mktemp -d /tmp/dsgd-simsrv.XXXXXX)
-load=
-trap 'for j in $load; do kill $j 2>/dev/null; done; rm -rf "$dir"' EXIT INT TERM
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+SIM_TAG=simsrv . test/sim/lib.sh  # PY, T, DSGD, CFG, dir, ok, bad, sim_run, same, busy_start/stop
 sim() {  # sim P S NAME METHOD [dsgd-run args...]: a sim run of linear.cfg with S servers into $dir/NAME.h5
     np=$1 ns=$2 name=$3 m=$4
     shift 4
-    timeout -k 5 $T mpiexec -n $((np + ns)) "$DSGD" "$CFG" --set p="$np" --set servers="$ns" --set "method=\"$m\"" \
-        --set sim.enabled=true --set "output=\"$dir/$name.h5\"" "$@" >"$dir/$name.log" 2>&1 \
+    sim_run $((np + ns)) "$name" --set p="$np" --set servers="$ns" --set "method=\"$m\"" "$@" \
         || { bad "$name: exit $? ($(tail -3 "$dir/$name.log"))"; return 1; }
-}
-compare() {  # compare A.h5 B.h5 WHAT: every dataset equal bit for bit except wall_s
-    $PY - "$1" "$2" <<'EOF' && ok "$3" || bad "$3"
-import sys, h5py, numpy as np
-a, b = h5py.File(sys.argv[1], 'r'), h5py.File(sys.argv[2], 'r')
-def names(f):
-    out = []
-    f.visit(lambda n: out.append(n) if isinstance(f[n], h5py.Dataset) else None)
-    return sorted(out)
-na, nb = names(a), names(b)
-assert na == nb, f"datasets differ: {set(na) ^ set(nb)}"
-n = 0
-for k in na:
-    if k.split('/')[-1] == 'wall_s': continue
-    x, y = a[k][()], b[k][()]
-    assert x.shape == y.shape and x.dtype == y.dtype, f"{k}: {x.shape} vs {y.shape}"
-    assert (np.array_equal(x, y, equal_nan=True) if x.dtype.kind == 'f' else np.array_equal(x, y)), \
-        f"{k} differs first at {np.argwhere(x != y)[:1].tolist()}: {x.ravel()[:4]} vs {y.ravel()[:4]}"
-    n += 1
-for k in ('status', 'steps_completed', 'train_time_s', 'images_per_s', 'time_axis'):
-    assert a.attrs.get(k) == b.attrs.get(k), f"attribute {k}: {a.attrs.get(k)!r} vs {b.attrs.get(k)!r}"
-assert a['train/time_s'].shape[0] > 5 and np.all(np.diff(a['train/time_s'][()]) > 0)
-print(f"{n} datasets equal; train time {a.attrs['train_time_s']:.6f} s simulated")
-EOF
 }
 
 # (a) closed form: ps at p = 1.
@@ -127,12 +95,11 @@ for cs in "ps ps" "easgd easgd --set tau=2" "easgdsync easgd --set tau=2 --set s
     case_=$1
     shift
     sim 4 2 "d-$case_-1" "$@" $D || continue
-    for j in 1 2; do (while :; do :; done) & load="$load $!"; done
+    busy_start
     sim 4 2 "d-$case_-2" "$@" $D
     rc=$?
-    for j in $load; do kill $j 2>/dev/null; done
-    load=
-    [ $rc = 0 ] && compare "$dir/d-$case_-1.h5" "$dir/d-$case_-2.h5" "(d) $case_: two runs (the second loaded) equal in every dataset but wall_s"
+    busy_stop
+    [ $rc = 0 ] && same "$dir/d-$case_-1.h5" "$dir/d-$case_-2.h5" "(d) $case_: two runs (the second loaded) equal in every dataset but wall_s" --time-increasing
 done
 
 # (e) a resume is refused, not mixed (the servers' virtual state is not in their checkpoints):
@@ -143,11 +110,19 @@ DSGD_TEST_SIGNAL=TERM@20 timeout -k 5 $T mpiexec -n 3 "$DSGD" "$CFG" --set p=2 -
 rc=$?
 if [ $rc = 3 ]; then
     sum=$(md5sum <"$dir/e.h5")
+    cks=$(cat "$dir/e.ckpt/latest" "$dir/e.ckpt/step-20"/* | md5sum)
+    "$DSGD" --status "$dir/e.h5" >"$dir/e.status"
+    [ $? = 3 ] && grep -q "^interrupted: .* after step 20, checkpoint written; sim mode cannot resume this method yet (docs/simulate.md, Limits): its checkpoint cannot be continued; start it again under another output$" "$dir/e.status" \
+        && ok "(e) the stop's status says the checkpoint it wrote cannot be continued" || bad "(e) status: $(cat "$dir/e.status")"
     timeout -k 5 $T mpiexec -n 3 "$DSGD" "$CFG" --set p=2 --set servers=1 --set 'method="ps"' --set sim.enabled=true \
         --set "output=\"$dir/e.h5\"" $E --resume >"$dir/e2.log" 2>&1
     rc=$?
-    if [ $rc = 2 ] && grep -q "key 'sim.enabled': method 'ps' in sim mode cannot be resumed yet" "$dir/e2.log" &&
-        [ "$(md5sum <"$dir/e.h5")" = "$sum" ]; then ok "(e) ps in sim mode: --resume refused (exit 2), run file kept"
+    if [ $rc = 2 ] && grep -q "key 'sim.enabled': method 'ps' in sim mode cannot be resumed yet.*(the run file and its checkpoint are left as they are)" "$dir/e2.log" &&
+        [ "$(md5sum <"$dir/e.h5")" = "$sum" ] && [ "$(cat "$dir/e.ckpt/latest" "$dir/e.ckpt/step-20"/* | md5sum)" = "$cks" ]; then
+        ok "(e) ps in sim mode: --resume refused (exit 2), run file and checkpoint kept"
     else bad "(e) resume: exit $rc: $(tail -n 2 "$dir/e2.log")"; fi
+    $PY tools/report.py "$dir/e.h5" --out "$dir/erep" >/dev/null 2>&1
+    grep -q "| interrupted (.*) at step 20 of 100, checkpoint written; not resumable (sim mode): start it again under another output |$" "$dir/erep.md" \
+        && ok "(e) tools/report.py: interrupted, not resumable (sim mode)" || bad "(e) report: $(grep '^| ' "$dir/erep.md" | tail -n 1)"
 else bad "(e) SIGTERM at step 20: exit $rc, not 3: $(tail -n 2 "$dir/e1.log")"; fi
 exit $fail

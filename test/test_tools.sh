@@ -343,7 +343,7 @@ rc=$?
 [ $rc = 2 ] && grep -q "died of signal SIGILL (an instruction this CPU lacks" "$dir/log" && ok "a dsgd-run that dies of SIGILL is named as such (B4)" || bad "SIGILL: exit $rc: $(cat "$dir/log")"
 
 # 2e. sweep.py --local, then --continue of that sweep: both points stopped by SIGTERM at step 20
-# (DSGD_TEST_SIGNAL, exit 3 with a checkpoint); p1's run file kept, p2's removed. --continue
+# (DSGD_TEST_SIGNAL, exit 3 with a checkpoint: INTERRUPTED); p1's run file kept, p2's removed. --continue
 # resumes p1 into its own run file (--resume, a new link of the same run id) and runs p2 afresh
 # under a new run id; once both are completed a second --continue (--local) runs nothing; a
 # scheduled sweep is not continued --local.
@@ -355,6 +355,24 @@ r1=$(ls "$dir/lruns"/lc-p1.*.h5 2>/dev/null) r2=$(ls "$dir/lruns"/lc-p2.*.h5 2>/
 ./dsgd-run --status "$r1" >/dev/null 2>&1
 s1=$?
 if [ $rc = 1 ] && [ $s1 = 3 ] && [ -n "$r2" ]; then
+    # a point that exits 3 (stopped with a checkpoint) is INTERRUPTED, not FAILED: in sweep.json, the
+    # sweep's summary and the report's jobs, as a Slurm point's run is "interrupted ... resumable"
+    $PY tools/report.py "$dir/sweeps/lc" --out "$dir/lcrep" >"$dir/lcrep.txt" 2>&1
+    $PY - "$dir/sweeps/lc/sweep.json" "$dir/lcrep.md" "$dir/sweeps/lc" <<'PYEOF' >"$dir/lc0.check" 2>&1 \
+        && grep -q "^sweep.py: 2 point(s) in $dir/sweeps/lc/ run here (--local), 2 interrupted (tools/sweep.py --continue $dir/sweeps/lc goes on)$" "$dir/lc1.log" \
+        && ok "--local points that exit 3: INTERRUPTED 3:0 in sweep.json and the report, 'interrupted (SIGTERM) at step 20 of 40, checkpoint written; resumable'" \
+        || bad "--local exit 3 shown: $(cat "$dir/lc0.check" "$dir/lc1.log")"
+import json, sys
+sw, md, d = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), sys.argv[3]
+assert [(j["local"]["state"], j["local"]["exit"]) for j in sw["jobs"]] == [("INTERRUPTED", "3:0")] * 2, [j["local"] for j in sw["jobs"]]
+for j in sw["jobs"]:
+    stem, jid = j["points"][0], j["job_id"]
+    row = next(l for l in md.splitlines() if l.startswith(f"| {stem} | {jid} | "))
+    assert f" | {jid} INTERRUPTED 3:0 " in row and "FAILED" not in row, row
+    assert row.endswith(f"| interrupted (SIGTERM) at step 20 of 40, checkpoint written (job {jid}: INTERRUPTED, exit 3:0); "
+                        f"resumable: tools/sweep.py --continue {d} |"), row
+assert "States: 2 interrupted." in md, md
+PYEOF
     rm -f "$r2"
     timeout 300 $PY tools/sweep.py --continue "$dir/sweeps/lc" >"$dir/lc2.log" 2>&1
     rc=$?

@@ -53,9 +53,11 @@ Sim mode (docs/simulate.md; docs/reproduce.md §9), on this machine, no schedule
   cheap enough for p = 128 ranks on 2 cores) or `resnet18w4` (ResNet-18 width 4, CIFAR stem), 600
   iterations (--set iterations=N) with α ×0.1 at 1/3 and 2/3, an evaluation every 1/24 of the run;
   the clock still charges ResNet-18 (the device's step time at b, 46.8 MB per all-reduce).
-- A method sim mode refuses (`dsgd-run --print-config` exits 2: not ordered by virtual time yet) is
-  left out and listed in sweep.json's meta; tools/report.py lists it "not simulated yet". The same
-  command runs it once sim mode supports it.
+- A method sim mode refuses with these settings (`dsgd-run --print-config` exits 2, and passes with
+  sim.enabled = false: asynchronous gossip with DEVICE measured, which needs a modelled compute
+  time) is left out, printed with dsgd-run's reason and listed in sweep.json's meta
+  (not_simulated: method, p, file, why); tools/report.py lists it "Not simulated" with the reason.
+  Any other exit 2 (a bad --set) stops paper.py, naming the file.
 - The points run one after another here (tools/sweep.py --local), each under `timeout` --timeout S
   (default 1800), `mpiexec -n p` ($MPIEXEC), into runs/<stem>.<UTC time>_<k>.h5 (never replacing a
   run); sweeps/<name>/ (default <figure>-sim-<device>-<network>-<proxy>) is never overwritten.
@@ -120,10 +122,18 @@ def help_choices(dsgd, key):
     die(f"{dsgd} --help lists no enum key {key} (sim mode not built into this dsgd-run?)")
 
 
+def sim_refuses(cmd):
+    """Whether a --print-config that exited 2 was refused for sim mode alone: the same command with
+    sim.enabled = false passes (e.g. asynchronous gossip with sim.device = "measured", which needs a
+    modelled compute time), as against an error of the file or of --set, which stays an error."""
+    r = subprocess.run(cmd[:-1] + ["--set", "sim.enabled=false", cmd[-1]], capture_output=True, text=True)
+    return r.returncode == 0
+
+
 def simulate(a):
     """--simulate DEVICE,NETWORK: the figure's points in sim mode on the proxy task, run here with
     mpiexec one after another (tools/sweep.py --local); the methods sim mode refuses (exit 2 at
-    --print-config) are left out and listed in sweep.json's meta, which tools/report.py shows."""
+    --print-config, sim_refuses) are left out and listed in sweep.json's meta, which tools/report.py shows."""
     if a.figure not in ("fig1", "fig2"):
         die(f"--simulate: fig1 or fig2 (not {a.figure})")
     for opt, v in (("--gpu", a.gpu), ("--time", a.time), ("--max-time", a.max_time), ("--data-dir", a.data_dir),
@@ -169,9 +179,10 @@ def simulate(a):
             continue
         cmd = [a.dsgd, "--print-config"] + [x for s in sets for x in ("--set", s)] + [f]
         r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode == 2 and "sim mode supports" in r.stderr:
+        if r.returncode == 2 and sim_refuses(cmd):
             ps = a.p.split(",") if a.p else [str(file_keys(f)[1])]
-            left += [{"method": method, "p": int(p), "file": f, "why": r.stderr.strip().splitlines()[-1]} for p in ps]
+            why = re.sub(r"^dsgd-run: ", "", r.stderr.strip().splitlines()[-1])
+            left += [{"method": method, "p": int(p), "file": f, "why": why} for p in ps]
             continue
         if r.returncode != 0:
             die(f"{f}: {r.stderr.strip() or 'dsgd-run --print-config failed'}")
@@ -179,10 +190,10 @@ def simulate(a):
     what = (f"simulated: {device}, {network}; proxy task: {proxy['what']}, {it} iterations")
     for method in sorted({x["method"] for x in left}):
         x = [y for y in left if y["method"] == method]
-        print(f"paper.py: {method} at p = {', '.join(str(y['p']) for y in x)}: not simulated yet (docs/simulate.md): "
-              f"{x[0]['why']}", file=sys.stderr)
+        print(f"paper.py: {method} at p = {', '.join(str(y['p']) for y in x)}: left out, sim mode refuses it with these "
+              f"settings (docs/simulate.md): {x[0]['why']}", file=sys.stderr)
     if not run:
-        die(f"--simulate: sim mode supports none of {a.figure}'s methods yet (docs/simulate.md)")
+        die(f"--simulate: sim mode refuses every one of {a.figure}'s methods with these settings (above; docs/simulate.md)")
     name = a.name or f"{a.figure}-sim-{device}-{network}-{a.proxy}"
     cmd = [sys.executable, os.path.join(HERE, "sweep.py")] + run
     if a.p:

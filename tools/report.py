@@ -33,7 +33,8 @@ Slurm's sacct (without a database: sacct -c, the job completion log, and squeue)
 (tools/accounting.py). States:
 completed; running (the job runs); pending (queued, no run file yet); chained (stopped with a
 checkpoint, its next link queued: link k of K, counted from 1); interrupted (checkpoint written:
-resumable, `tools/sweep.py --continue SWEEP`); timed out (TIMEOUT, with the checkpoint if any);
+resumable, `tools/sweep.py --continue SWEEP`; a sim run of a method sim mode cannot resume yet,
+whose status says so: "not resumable (sim mode)", --continue runs it afresh); timed out (TIMEOUT, with the checkpoint if any);
 killed (no status and the job is over: OUT_OF_MEMORY, NODE_FAIL, CANCELLED, ...; with its last
 checkpoint if any); failed (a status "stopped: ..."); failed before a run file (the job ended,
 no file: its id and exit code); unreadable (a truncated or foreign file: named and skipped, the
@@ -315,6 +316,9 @@ def run_state(run, now, stale_after):
     if run.get("error"):
         return "unreadable", f"unreadable run file ({run['error']})" + (f"; {job_text(links[-1], chain)}" if links else "")
     status = r["status"] if r else None
+    if status and "cannot resume" in status:  # sim mode's server methods and asynchronous gossip (docs/checkpoint.md)
+        cont = "not resumable (sim mode): " + (f"tools/sweep.py --continue {sw['dir'].rstrip('/')} runs it afresh" if sw
+                                               else "start it again under another output")
     if status == "completed":
         return "completed", f"completed ({step_text(r)})"
     ckpt = checkpoint_step(run["path"]) if r else None
@@ -799,14 +803,15 @@ def main():
         training_figure(gs, targets, prefix, a.title, sim=sim_banner(k, short=True))
         md += [f"![simulated validation loss and top-1 error against simulated time]({os.path.basename(prefix)}.png)", ""]
     if not_sim:
-        by = {}
+        by, whys = {}, {}
         for sw, x in not_sim:
             by.setdefault(str(x.get("method")), set()).add(x.get("p"))
-        md += ["Not simulated yet (docs/simulate.md): "
+            whys.setdefault(str(x.get("method")), str(x.get("why") or "").strip())
+        md += ["Not simulated (docs/simulate.md): "
                + "; ".join(f"{m} at p = {', '.join(str(p) for p in sorted(ps, key=lambda v: (len(str(v)), str(v))))}"
-                           for m, ps in sorted(by.items()))
-               + " — sim mode refuses these methods so far (`dsgd-run --check` exits 2); the same `tools/paper.py --simulate` "
-               "command runs them once sim mode supports them.", ""]
+                           + (f" ({whys[m]})" if whys[m] else "") for m, ps in sorted(by.items()))
+               + " — sim mode refuses these methods with the sweep's settings (`dsgd-run --check` exits 2); "
+               "`tools/paper.py --simulate` with settings it accepts runs them.", ""]
     if train or not (synth or sims):
         md += ["## Time to target top-1 error, per p", ""] + training_report(train, targets) + [""]
         if train:

@@ -52,9 +52,11 @@ point (or one job array per world size), submitted or printed.
   default 1800 s; the launcher: --mpiexec, default $MPIEXEC or mpiexec), into
   <runs dir>/<stem>.<run id>.h5 with run id <UTC start YYYYmmddTHHMMSS>_<point index> (a run file is
   never replaced) and the output in sweeps/<name>/<stem>.<run id>.log; sweep.json says "scheduler":
-  "local" and holds each point's record ("local": state PENDING/RUNNING/COMPLETED/FAILED/TIMEOUT,
-  exit, elapsed), written before the first point and after each, which tools/report.py reads as a
-  scheduler's accounting. `--meta JSON` is kept in sweep.json as "meta".
+  "local" and holds each point's record ("local": state PENDING/RUNNING/COMPLETED/FAILED/TIMEOUT/
+  INTERRUPTED, exit, elapsed), written before the first point and after each, which tools/report.py
+  reads as a scheduler's accounting. INTERRUPTED: the point exited 3 (dsgd-run stopped by a signal
+  or stop_at with a checkpoint written, docs/checkpoint.md; --continue resumes it, or runs it afresh
+  where sim mode cannot resume it), or a Ctrl-C / SIGTERM to sweep.py ended it (exit 128+signal). `--meta JSON` is kept in sweep.json as "meta".
 - `tools/sweep.py --continue sweeps/NAME` (T3): every point whose run is not completed gets one
   more job with its own resources (its submit line, for one point) and DSGD_RUN_ID, appended to
   sweep.json's "jobs" (run it once the sweep's jobs have ended; `--dry-run` shows the jobs).
@@ -384,8 +386,8 @@ def run_local(a, out, points, axes, runs_dir, meta):
     The run id is the sweep's start (UTC, YYYYmmddTHHMMSS) and the point's index, as an array
     task's: <id>_<k>; an existing run file is never replaced (dsgd-run refuses it too). sweep.json
     ("scheduler": "local") is written before the first point and after each, each job with its
-    record "local": {state (PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT), exit, elapsed, wall_s},
-    which tools/report.py reads instead of a scheduler's accounting."""
+    record "local": {state (PENDING, RUNNING, COMPLETED, FAILED, TIMEOUT, INTERRUPTED), exit, elapsed,
+    wall_s}, which tools/report.py reads instead of a scheduler's accounting."""
     rid = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     os.makedirs(runs_dir, exist_ok=True)
     jobs = []
@@ -405,9 +407,18 @@ def run_local(a, out, points, axes, runs_dir, meta):
     path = os.path.join(out, "sweep.json")
     with open(path, "x") as f:
         json.dump(doc, f, indent=1)
-    failed = run_jobs(doc, path, jobs)
-    print(f"sweep.py: {len(points)} point(s) in {out}/ run here (--local), {failed} failed")
-    return 1 if failed else 0
+    unfinished = run_jobs(doc, path, jobs)
+    print(f"sweep.py: {len(points)} point(s) in {out}/ run here (--local), {ended_text(jobs, out)}")
+    return 1 if unfinished else 0
+
+
+def ended_text(jobs, out):
+    """'1 completed, 1 interrupted (tools/sweep.py --continue OUT goes on)': the --local jobs' states."""
+    n = {}
+    for j in jobs:
+        n[j["local"]["state"]] = n.get(j["local"]["state"], 0) + 1
+    s = ", ".join(f"{n[k]} {k.lower().replace('timeout', 'timed out')}" for k in ("COMPLETED", "INTERRUPTED", "TIMEOUT", "FAILED") if k in n)
+    return (s or "none run") + (f" (tools/sweep.py --continue {out} goes on)" if set(n) - {"COMPLETED"} else "")
 
 
 def local_job(cmd, stem, job_id, run_id, link, log):
@@ -439,7 +450,7 @@ def stop_child(child, grace=60.0):
 
 def run_jobs(doc, path, jobs):
     """Runs the --local jobs (entries of doc["jobs"]) one after another, each job's record and
-    sweep.json (path) written before and after it; returns how many failed."""
+    sweep.json (path) written before and after it; returns how many did not complete."""
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
@@ -476,10 +487,12 @@ def run_jobs_here(doc, path, jobs):
                       f"sweep.json updated: tools/sweep.py --continue {os.path.dirname(path)} goes on", file=sys.stderr, flush=True)
                 sys.exit(128 + e.args[1])
         wall = time.monotonic() - t0
-        rec.update({"state": "COMPLETED" if rc == 0 else "TIMEOUT" if rc in (124, 137) else "FAILED",
+        # exit 3: dsgd-run stopped by a signal (not sweep.py's) or stop_at, its checkpoint written
+        rec.update({"state": "COMPLETED" if rc == 0 else "TIMEOUT" if rc in (124, 137) else "INTERRUPTED" if rc == 3 else "FAILED",
                     "exit": f"{rc}:0", "elapsed": hms(wall), "wall_s": round(wall, 2)})
         write_json(path, doc)
-        print(f"  {j['points'][0]}: {rec['state']} (exit {rc}) in {wall:.1f} s", flush=True)
+        print(f"  {j['points'][0]}: {rec['state']} (exit {rc}" + (": stopped by a signal or stop_at, checkpoint written"
+                                                                   if rc == 3 else "") + f") in {wall:.1f} s", flush=True)
         if rc != 0:
             failed += 1
             with open(j["log"]) as log:
@@ -530,9 +543,9 @@ def continue_local(a, path, sw):
         return 0
     sw["jobs"] += new
     write_json(path, sw)
-    failed = run_jobs(sw, path, new)
-    print(f"sweep.py: {len(new)} point(s) of {out}/ continued here (--local), {failed} failed")
-    return 1 if failed else 0
+    unfinished = run_jobs(sw, path, new)
+    print(f"sweep.py: {len(new)} point(s) of {out}/ continued here (--local), {ended_text(new, out)}")
+    return 1 if unfinished else 0
 
 
 def main():

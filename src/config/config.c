@@ -486,18 +486,23 @@ int config_unused_keys(const experiment *e, char *buf, size_t n) {
         count++;
     }
     /* A fat tree whose one leaf holds every rank (the world: p, plus the servers) is one switch:
-     * the flat network, sim.oversubscription without effect. Accepted (a sweep over p may hold
-     * leaf_size fixed), and said. */
+     * the flat network. Accepted (a sweep over p may hold leaf_size fixed), and said; a
+     * sim.oversubscription given then has no effect (no message leaves the leaf), said apart. */
     const int hosts = config_world_size(e);
     if (sim && e->sim.topology == SIM_TOPO_FAT_TREE && e->sim.leaf_size >= hosts) {
-        const key_def *d = config_key_find("sim.leaf_size");
+        const key_def *d = config_key_find("sim.leaf_size"), *o = config_key_find("sim.oversubscription");
         char who[64];
         if (method_has_servers(m)) snprintf(who, sizeof who, "p + servers = %d + %d", e->p, e->servers);
         else snprintf(who, sizeof who, "p = %d", e->p);
         config_put(buf, n, &len, "%skey 'sim.leaf_size' (%s): a leaf of %d hosts holds all %d ranks (%s): the fat tree is one "
-                   "leaf switch, the same network as sim.topology = \"flat\" (sim.oversubscription has no effect)",
-                   count ? "; " : "", g_where[d - config_keys], e->sim.leaf_size, hosts, who);
+                   "leaf switch, the same network as sim.topology = \"flat\"", count ? "; " : "", g_where[d - config_keys],
+                   e->sim.leaf_size, hosts, who);
         count++;
+        if (o && g_given[o - config_keys]) {
+            config_put(buf, n, &len, "; key 'sim.oversubscription' (%s) has no effect: with every rank on one leaf no message "
+                       "crosses the leaf's uplinks", g_where[o - config_keys]);
+            count++;
+        }
     }
     return count;
 }

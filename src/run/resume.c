@@ -309,12 +309,14 @@ void resume_prepare(run_setup *r, const char *config_path, int cli_resume) {
         r->not_bitwise |= differs;
     }
     /* Sim mode's server methods keep virtual state (a server's now, NIC times, the workers' bounds)
-     * that their checkpoints do not hold yet: a resumed run's times would not be the
-     * uninterrupted run's (docs/simulate.md, Limits), so it is refused rather than mixed. */
+     * that their checkpoints do not hold yet, nor asynchronous gossip's schedule: a resumed run's
+     * times would not be the uninterrupted run's (docs/simulate.md, Limits), so it is refused
+     * rather than mixed. Nothing is removed: the run file and the checkpoint are the user's. */
     if (plan->label >= 0 && !st && config_sim_no_resume(e)) {
         st = EXIT_BADINPUT;
         snprintf(err, sizeof err, "method '%s' in sim mode cannot be resumed yet (its virtual state is not in "
-                 "the checkpoint: docs/simulate.md, Limits); start it again from step 0 under another output",
+                 "the checkpoint: docs/simulate.md, Limits); start it again from step 0 under another output (the run "
+                 "file and its checkpoint are left as they are)",
                  method_name(e->method));
         setup_blame(e, "key 'sim.enabled'", err, sizeof err);
     }

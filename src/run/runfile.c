@@ -177,7 +177,14 @@ void setup_print_sim(const run_setup *r, FILE *f) {
         fprintf(f, ", all-reduce of %zu bytes over p = %d: %.3f ms (%s, %s, %s); see docs/simulate.md\n", vc->model_bytes, e->p,
                 1e3 * vc->allreduce_s, sim_network_names[e->sim.network], sim_topology_names[e->sim.topology],
                 sim_allreduce_names[e->sim.allreduce]);
-    else /* point to point: each message booked on the sender's and receiver's NICs (incast queues) */
+    else if (e->method == METHOD_GOSSIP_PULL || e->method == METHOD_GOSSIP_PUSH) /* one θ a node and step, point to point */
+        fprintf(f, ", each node %s θ (%zu bytes) %s one peer per step: %.3f ms host to host on an idle route (%s, %s), booked "
+                "per NIC (%s); see docs/simulate.md\n", e->method == METHOD_GOSSIP_PULL ? "pulls" : "pushes", vc->model_bytes,
+                e->method == METHOD_GOSSIP_PULL ? "from" : "to", 1e3 * sim_p2p_s(&vc->net, 0, 1, vc->model_bytes),
+                sim_network_names[e->sim.network], sim_topology_names[e->sim.topology],
+                e->method == METHOD_GOSSIP_PULL ? "a node pulled by several sends to them one after another"
+                                                : "pushes into one node queue on its downlink");
+    else /* the server methods: each message booked on the sender's and receiver's NICs (incast queues) */
         fprintf(f, ", θ or a gradient of %zu bytes %.3f ms host to host on an idle route (%s, %s; with servers each "
                 "carries its server's share), booked per NIC; see docs/simulate.md\n", vc->model_bytes,
                 1e3 * sim_p2p_s(&vc->net, 0, 1, vc->model_bytes), sim_network_names[e->sim.network],

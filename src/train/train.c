@@ -180,11 +180,13 @@ int train_log_eval(trainer *t, long step, double time_s, const eval_result *r, d
 }
 
 /* How a run stopped by a signal goes on: --resume, except where a resume is refused (sim mode's
- * server methods: src/run/resume.c). */
+ * server methods and asynchronous gossip: src/run/resume.c), whose checkpoint is still written (a
+ * stop writes one in every method: exit 3's promise to job scripts) but cannot be continued
+ * (docs/checkpoint.md, "Sim mode"). */
 static const char *resume_hint(const experiment *e) {
-    return config_sim_no_resume(e)
-               ? "sim mode cannot resume this method yet (docs/simulate.md, Limits): start it again under another output"
-               : "continue with --resume (or resume = \"auto\")";
+    return config_sim_no_resume(e) ? "sim mode cannot resume this method yet (docs/simulate.md, Limits): its checkpoint cannot be "
+                                     "continued; start it again under another output"
+                                   : "continue with --resume (or resume = \"auto\")";
 }
 
 void train_log_summary(trainer *t, int status, int why, double train_s, int evaluation_excluded) {
