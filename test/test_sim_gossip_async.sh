@@ -161,4 +161,11 @@ for m in gossip_pull gossip_push; do
     [ $rc -eq 2 ] && grep -q "key 'sim.enabled'.*cannot be resumed yet" "$dir/d$m.log" && ok "(d) $m: --resume -> exit 2" \
         || bad "(d) $m resume: exit $rc: $(tail -n 3 "$dir/d$m.log")"
 done
+# (e) a signal after the last evaluation is taken at the end: every step done, the run complete
+DSGD_TEST_SIGNAL=TERM@45 sim 3 e gossip_pull $S
+rc=$?
+st=$($PY -c 'import h5py, sys; print(h5py.File(sys.argv[1], "r").attrs["status"].decode())' "$dir/e.h5" 2>&1)
+if [ $rc -eq 0 ] && [ "$st" = completed ] && grep -q "SIGTERM after the last step: the run is complete" "$dir/e.log"; then
+    ok "(e) gossip_pull: SIGTERM at step 45 of 60 (last evaluation at 40): taken at the end, completed, exit 0"
+else bad "(e) SIGTERM at 45: exit $rc, status $st: $(tail -n 3 "$dir/e.log")"; fi
 exit $fail

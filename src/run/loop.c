@@ -66,6 +66,12 @@ int train_resume(trainer *t, loop_state *ls) {
 static int loop_checkpoint(trainer *t, int *why, long label, const loop_state *ls) {
     const int st = train_checkpoint(t, label, ls);
     if (st != EXIT_OK) *why = STOPPED_CHECKPOINT;
+    if (st == EXIT_OK && t->sig == CKPT_SIG_STOP && label >= t->e->iterations) {
+        /* taken after the last step (sim-mode gossip takes every signal at a meeting point, the
+         * end among them): nothing is left to continue, the run is complete */
+        if (t->log) printf("%s after the last step: the run is complete\n", ckpt_signal_name());
+        return EXIT_OK;
+    }
     if (st == EXIT_OK && t->sig == CKPT_SIG_STOP) {
         if (t->log) train_say_stopped(t, label);
         return EXIT_INTERRUPTED;
