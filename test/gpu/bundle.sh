@@ -37,7 +37,8 @@
 #   before it, here, with no GPU and no hurry:
 #     test/gpu/bundle.sh                          # ~10-20 min on 2 cores (make clean; CUDA_ARCH=90)
 #     GPUCHECK_SIMULATE=1 test/gpu/run.sh /tmp/sim --bundle .gpu-bundle   # needs --cpu's bundle:
-#         test/gpu/bundle.sh /tmp/cpu-bundle --cpu, then --bundle /tmp/cpu-bundle (steps a-g on the CPU)
+#         test/gpu/bundle.sh /tmp/cpu-bundle --cpu, then --bundle /tmp/cpu-bundle (steps a-g on the
+#         CPU; the test programs, absent there, and PyTorch, if absent, say SKIP; exit 0 expected)
 #     du -sh .gpu-bundle                          # must leave room in the carry limit (64 MiB in all)
 #   the call itself: the repository as checked out plus .gpu-bundle/ (git-ignored, so it must be
 #   carried by name), a time limit of the budget + 40 s, the results under the folder that comes
@@ -46,6 +47,9 @@
 #     command:  test/gpu/run.sh "$OUT/gpu" --bundle .gpu-bundle --budget 380
 #     timeout:  420 s (budget + 40: run.sh stops starting steps at the budget and, cut by SIGTERM,
 #               prints summary.md; the throughput table is on stdout as soon as step d ends)
+#   Time: steps a-f are estimated at 176-331 s of the 365 that --budget 380 leaves them (step d
+#   bounded by its programs' budgets, 90 + 35 s; test/gpu/README.md, "Time budget", has the
+#   arithmetic per step and row); g gets the rest.
 #   Order of the call (run.sh): a. machine and bundle set-up, b. test_gpu_ops (fp32, tf32, bf16),
 #   c. one short run, d. the throughput table (dsgd-run's base rows and switch rows, PyTorch's
 #   fp32/tf32/bf16 NCHW and channels_last), e. NCCL, f. the JPEG run, g. the rest as time allows.
