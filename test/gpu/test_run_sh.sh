@@ -18,6 +18,8 @@
 #   3. a test program fails ("0%: Checks"): run once, not again
 #   4. SIGTERM to run.sh during step e: the step is stopped (its process gone), recorded as CUT,
 #      summary.md with the throughput table printed, exit 1, within seconds
+#   5. build/bench_gpu itself on the CPU (make check builds it): --rows in order behind PLAN lines,
+#      --budget spent (NOT RUN with the reason, exit 0), --max-seconds ending a row's timings after one
 # Prints ok/FAIL per check; exit 1 if one failed. Run by `make check` (test/run-one.sh).
 set -u
 export LC_ALL=C
@@ -219,5 +221,42 @@ else
     tail -n 30 "$w/term.out"
 fi
 [ -n "$sleeper" ] && kill "$sleeper" 2> /dev/null
+
+# ---- 5. build/bench_gpu itself (make check builds it; --device cpu): --rows, PLAN, --budget ------
+BG=$here/../../build/bench_gpu
+small=(--device cpu --width 4 --stem cifar --input 1x8x8 --classes 10 --reps 3 --steps 2 --warmup 1)
+if [ ! -x "$BG" ]; then
+    bad "no $BG (make build/bench_gpu; make check builds it)"
+else
+    # The rows in the order given, each announced first; bf16 on the CPU unsupported; every ok
+    # row with its 3 timings, create_s and row_s; no budget: nothing left out.
+    timeout 120 "$BG" "${small[@]}" --rows fp32:4,bf16:4,fp32:8:sync1,fp32:4:nhwc > "$w/bg1.out" 2>&1
+    rc=$?
+    plan=$(sed -n 's/^PLAN .* batch=\([0-9]*\) precision=\([a-z0-9]*\) variant=\([a-z0-9]*\)$/\2:\1:\3/p' "$w/bg1.out" | paste -sd, -)
+    got=$(sed -n 's/^BENCH .* batch=\([0-9]*\) precision=\([a-z0-9]*\) variant=\([a-z0-9]*\) status=\([a-z]*\).*/\2:\1:\3=\4/p' "$w/bg1.out" | paste -sd, -)
+    if [ $rc = 0 ] && [ "$plan" = "fp32:4:base,bf16:4:base,fp32:8:sync1,fp32:4:nhwc" ] &&
+        [ "$got" = "fp32:4:base=ok,bf16:4:base=unsupported,fp32:8:sync1=ok,fp32:4:nhwc=ok" ] &&
+        [ "$(grep -c '^BENCH .*status=ok .* reps=3 steps=2 create_s=[0-9.]* row_s=[0-9.]*$' "$w/bg1.out")" = 3 ] &&
+        [ "$(grep -n -m1 '^PLAN ' "$w/bg1.out" | cut -d: -f1)" -lt "$(grep -n -m1 '^BENCH ' "$w/bg1.out" | cut -d: -f1)" ]; then
+        ok "bench_gpu --rows: PLAN lines first, the rows in the given order (bf16 unsupported on the CPU), 3 timings, create_s, row_s"
+    else bad "bench_gpu --rows (exit $rc): plan $plan; rows $got"; cat "$w/bg1.out"; fi
+    # A budget already spent: every row that would run says NOT RUN (budget), exit 0.
+    timeout 120 "$BG" "${small[@]}" --rows fp32:4,bf16:4,fp32:8:det --budget 0.000001 > "$w/bg2.out" 2>&1
+    rc=$?
+    got=$(sed -n 's/^BENCH .* batch=\([0-9]*\) precision=\([a-z0-9]*\) variant=\([a-z0-9]*\) status=\([a-z]*\).*/\2:\1:\3=\4/p' "$w/bg2.out" | paste -sd, -)
+    if [ $rc = 0 ] && [ "$got" = "fp32:4:base=notrun,bf16:4:base=unsupported,fp32:8:det=notrun" ] &&
+        [ "$(grep -c '^BENCH .*status=notrun reason=budget$' "$w/bg2.out")" = 2 ] &&
+        grep -q '^     fp32      4  not run: --budget 1e-06 s: .* spent, the row needs ~0.0 s (no row done at this batch)$' "$w/bg2.out"; then
+        ok "bench_gpu --budget spent: the rows say NOT RUN (budget) with the reason, exit 0"
+    else bad "bench_gpu --budget 0.000001 (exit $rc): $got"; cat "$w/bg2.out"; fi
+    # The row's cap: 100 timings asked, --max-seconds 1e-6: the timings stop after the first (one
+    # at least; before, three at least).
+    timeout 120 "$BG" "${small[@]}" --reps 100 --max-seconds 0.000001 --rows fp32:8 > "$w/bg3.out" 2>&1
+    rc=$?
+    reps=$(sed -n 's/^BENCH .*status=ok .* reps=\([0-9]*\) .*/\1/p' "$w/bg3.out")
+    if [ $rc = 0 ] && [ "$reps" = 1 ]; then
+        ok "bench_gpu --max-seconds: a row's timings stop once that many seconds are done, after one (1 of 100)"
+    else bad "bench_gpu --max-seconds 0.000001 (exit $rc): reps ${reps:-none}, expected 1"; cat "$w/bg3.out"; fi
+fi
 
 exit $fail
