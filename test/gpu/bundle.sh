@@ -8,7 +8,9 @@
 #   test/gpu/bundle.sh [OUTDIR] [--cpu] [--no-build] [--xz | --no-xz]   OUTDIR default: .gpu-bundle
 #
 #   --cpu     build the CPU-only dsgd-run (plain `make`) and bundle what exists: tries the bundle
-#             logic where the GPU backend is not built (the test/gpu binaries are then absent)
+#             logic where the GPU backend is not built (the test/gpu binaries are then absent; the
+#             test programs over test/gpu/mock, and dsgd-run over it as test/dsgd-run-mock, where
+#             make check has built them, stand in for them in a simulated run.sh)
 #   --no-build  bundle what an earlier build left (./dsgd-run, build/test/gpu/*, build/bench_gpu)
 #   --xz      always pack bin/, lib/ and test/ into OUTDIR/payload.tar.xz (run.sh unpacks it to
 #             /tmp); --no-xz never; default: only when the directory would exceed 40 MiB
@@ -117,6 +119,15 @@ for t in build/test/gpu/test_gpu_ops build/test/gpu/test_gpu_model build/test/gp
         say "(--cpu) $t not built: left out"
     fi
 done
+# --cpu: the test programs built over test/gpu/mock (make check builds them) stand in for the GPU
+# ones, so that a simulated run.sh (GPUCHECK_SIMULATE=1) runs its test steps too; with them
+# dsgd-run over the mock, which test_gpu_overlap runs, as test/dsgd-run-mock.
+if [ $cuda = 0 ]; then
+    for t in build/mock/test_gpu_ops build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_comm \
+        build/mock/test_gpu_overlap build/mock/dsgd-run; do
+        if [ -x "$t" ]; then tests+=("$t"); else say "(--cpu) $t not built (make check builds it): left out"; fi
+    done
+fi
 if [ -d build/test/gpu ]; then # any other GPU test the Makefile builds
     for t in build/test/gpu/*; do
         [ -f "$t" ] && [ -x "$t" ] || continue
@@ -133,7 +144,12 @@ proxy=$(dirname "$mpiexec_real")/hydra_pmi_proxy
 cp dsgd-run "$outdir/bin/"
 cp "$mpiexec_real" "$outdir/bin/mpiexec.hydra"
 cp "$proxy" "$outdir/bin/hydra_pmi_proxy"
-for t in ${tests[@]+"${tests[@]}"}; do cp "$t" "$outdir/test/"; done
+for t in ${tests[@]+"${tests[@]}"}; do
+    case $t in
+    build/mock/dsgd-run) cp "$t" "$outdir/test/dsgd-run-mock" ;;
+    *) cp "$t" "$outdir/test/" ;;
+    esac
+done
 
 # ---- 3. libraries ------------------------------------------------------------------------
 # Left to the GPU machine: glibc's libraries, libgcc_s, and the CUDA / NVIDIA stack.
@@ -195,7 +211,7 @@ if [ $cuda = 1 ] && ! ./dsgd-run --version 2>&1 | grep -i cuda > /dev/null; then
     say "WARNING: dsgd-run --version names no CUDA backend"
 fi
 for t in ${tests[@]+"${tests[@]}"}; do
-    case $t in *bench_gpu) continue ;; esac
+    case $t in *bench_gpu | build/mock/*) continue ;; esac
     out=$(timeout 60 "$t" 2>&1) && st=0 || st=$?
     say "$t without a GPU: exit $st: $(printf '%s\n' "$out" | tail -n 1)"
     [ "$st" = 0 ] || say "WARNING: $t should skip (exit 0) where there is no GPU"

@@ -62,8 +62,9 @@
 # Environment: PYTHON (an interpreter with torch, torchvision, h5py; default: the first of
 # python3, /opt/torch/.venv/bin/python3, /usr/bin/python3 that has them), MPIEXEC_FLAGS (more
 # mpiexec options), GPUCHECK_SIMULATE=1 (test this script where there is no GPU: the "cuda"
-# runs and the benchmarks run on the CPU with small shapes, and the checks are loosened; a test
-# program missing from a CPU bundle, and PyTorch missing, are SKIP instead of FAIL),
+# runs and the benchmarks run on the CPU with small shapes, and the checks are loosened; the
+# test programs are a CPU bundle's, built over test/gpu/mock; one missing there, and PyTorch
+# missing, are SKIP instead of FAIL),
 # GPUCHECK_D_BUDGET / GPUCHECK_T_BUDGET (step d's budgets for bench_gpu and PyTorch, default 90
 # and 35 s).
 set -u
@@ -535,8 +536,8 @@ gpu_test() { # NAME BINARY LIMIT [VAR=VALUE...]
     local name=$1 bin=$2 limit=$3 rc
     shift 3
     if [ ! -x "$bin" ]; then
-        if [ "$simulate" = 1 ]; then # bundle.sh --cpu has no test programs: make check runs them over test/gpu/mock
-            record "$name" "SKIP" 0 "simulated: no $(basename "$bin") in a CPU bundle (make check runs it over test/gpu/mock)" "$CHECKS_LOG"
+        if [ "$simulate" = 1 ]; then # a CPU bundle has the test programs over test/gpu/mock only where make check built them
+            record "$name" "SKIP" 0 "simulated: no $(basename "$bin") in this CPU bundle (bundle.sh --cpu after make check packs the ones over test/gpu/mock)" "$CHECKS_LOG"
         else
             record "$name" "FAIL" 0 "not built: no $bin" "$CHECKS_LOG"
         fi
@@ -723,15 +724,21 @@ else
 fi
 
 # ---- g. the optional checks, as time allows: the other tests, then more runs -------------------------
+# Simulated with a CPU bundle's test programs over test/gpu/mock (bundle.sh --cpu: then
+# test/dsgd-run-mock is there too): they run as on a GPU machine, test_gpu_overlap's dsgd-run
+# case with dsgd-run over the mock. Without them a simulated test_gpu_device compares the CPU
+# model with itself (DSGD_TEST_GPU_AS_CPU=1) if it is there at all.
+obin=$BIN
+[ "$simulate" = 1 ] && [ -x "$TDIR/dsgd-run-mock" ] && obin=$TDIR/dsgd-run-mock
 gpu_test "g. test_gpu_model" "$TDIR/test_gpu_model" 180
-if [ "$simulate" = 1 ]; then
+if [ "$simulate" = 1 ] && [ ! -x "$TDIR/dsgd-run-mock" ]; then
     gpu_test "g. test_gpu_device" "$TDIR/test_gpu_device" 120 DSGD_TEST_GPU_AS_CPU=1
 else
     gpu_test "g. test_gpu_device" "$TDIR/test_gpu_device" 120
 fi
 # Its MPI cases re-run the test under this script's mpiexec; its dsgd-run case needs the full
 # Fashion-MNIST under /usr/share/datasets (else it says skipped).
-gpu_test "g. test_gpu_overlap" "$TDIR/test_gpu_overlap" 180 "DSGD_TEST_MPIEXEC=${MPIEXEC[*]}" "DSGD_TEST_BIN=$BIN"
+gpu_test "g. test_gpu_overlap" "$TDIR/test_gpu_overlap" 180 "DSGD_TEST_MPIEXEC=${MPIEXEC[*]}" "DSGD_TEST_BIN=$obin"
 
 train "g. run cpu p=1" 1 cpu "$R/cpu_p1.h5"
 check_final "g. check cpu p=1: top-1 < $max_top1" "$R/cpu_p1.h5"
