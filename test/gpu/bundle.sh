@@ -21,7 +21,8 @@
 #
 # OUTDIR holds:
 #   bin/       dsgd-run, mpiexec.hydra, hydra_pmi_proxy (MPICH's launcher and its proxy)
-#   test/      test_gpu_ops, test_gpu_model, test_gpu_device, bench_gpu
+#   test/      test_gpu_ops, test_gpu_model, test_gpu_device, test_gpu_comm, test_gpu_overlap,
+#              bench_gpu (--cpu: the test programs over test/gpu/mock, and dsgd-run-mock)
 #   lib/       every library ldd resolves for those, except glibc's own (libc, libm, libpthread,
 #              libdl, librt, libresolv, ld-linux, ...), libgcc_s and the CUDA / NVIDIA libraries
 #              (libcudart, libcudnn*, libcublas*, libcuda, libnccl, ...: the GPU machine's own);
@@ -40,7 +41,8 @@
 #     test/gpu/bundle.sh                          # ~10-20 min on 2 cores (make clean; CUDA_ARCH=90)
 #     GPUCHECK_SIMULATE=1 test/gpu/run.sh /tmp/sim --bundle .gpu-bundle   # needs --cpu's bundle:
 #         test/gpu/bundle.sh /tmp/cpu-bundle --cpu, then --bundle /tmp/cpu-bundle (steps a-g on the
-#         CPU; the test programs, absent there, and PyTorch, if absent, say SKIP; exit 0 expected)
+#         CPU, the test programs those over test/gpu/mock; PyTorch, if absent, says SKIP; exit 0
+#         expected: ~150 s on 2 shared cores, test/gpu/README.md)
 #     du -sh .gpu-bundle                          # must leave room in the carry limit (64 MiB in all)
 #   the call itself: the repository as checked out plus .gpu-bundle/ (git-ignored, so it must be
 #   carried by name), a time limit of the budget + 40 s, the results under the folder that comes
