@@ -369,7 +369,7 @@ CHECK_RUNS  := $(addprefix check-run/,$(filter $(TESTS) $(MOCK_TEST) test/test_t
 CHECK_ENV   := PATH="$(CURDIR)/build/bin:$$PATH" CC="$(CC)" ONEDNN_CFLAGS="$(ONEDNN_CFLAGS)"
 
 check: deps
-	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST) build/bin/mpiexec $(TEST_DATA)
+	@$(MAKE) --no-print-directory $(BIN) $(TESTS) $(GPU_TESTS) $(MOCK_TEST) build/bench_gpu build/bin/mpiexec $(TEST_DATA)
 	@$(if $(MOCK_TEST),,echo "SKIPPED: test/gpu/mock (no CUDA / cuDNN headers under $(CUDA_HOME)/include)")
 	@echo "MPI launcher for the tests: $(MPIEXEC) (the MPI of CC = $(CC): $(or $(MPI_IMPL),unknown))"
 	@rm -rf build/check && mkdir -p build/check && date +%s > build/check/.start

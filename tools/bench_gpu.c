@@ -8,28 +8,46 @@
  *     loss read back to the host.
  *
  * tools/bench_torch_gpu.py does the same step in PyTorch. Timing as the HPC benchmarks do it
- * (and as tools/bench_model.c): a model per (precision, batch), warm-up steps excluded (cuDNN
- * algorithm choice happened in model_create; the first steps still touch every buffer), then up
- * to `reps` timings of `steps` steps each (stopping after --max-seconds once 3 are done); the
- * table shows the median, min and max of the per-timing img/s. Each step ends with the loss on
- * the host, so a wall clock around the steps is the GPU time plus launch overhead.
+ * (and as tools/bench_model.c): a model per row, warm-up steps excluded (cuDNN's algorithm
+ * choice happened in model_create; the first steps still touch every buffer and load the
+ * kernels; with DSGD_GPU_GRAPH=1 the second is captured), then up to `reps` timings of `steps`
+ * steps each, stopping once --max-seconds of timings are done (after at least one): a row costs
+ * at most model_create + (warmup + steps) steps + --max-seconds. The table shows the median, min
+ * and max of the per-timing img/s. Each step ends with the loss on the host, so a wall clock
+ * around the steps is the GPU time plus launch overhead.
+ *
+ * Rows and the time budget (test/gpu/run.sh, step d). --rows gives the rows in the order to
+ * run them, the most needed first: PRECISION:BATCH[:VARIANT], comma-separated. Without it: the
+ * base rows of --precision x --batch, then each --variants row at the --variant-precision
+ * precisions. --budget S: a row starts only if the seconds since this program started plus the
+ * row's predicted cost (the longest row done so far at the same batch and precision, else at the
+ * same batch, else 0) stay within S; a row that does not fit is not run — its line says why,
+ * `BENCH ... status=notrun reason=budget` — and the rows after it are still tried (a smaller
+ * batch may fit). Every row is first announced by a `PLAN impl=dsgd-run ...` line, so that a call
+ * cut from outside leaves the rows it did not reach named (test/gpu/report.py: NOT RUN).
  *
  * Every row also goes out as one machine-readable line (test/gpu/report.py reads them):
  *   BENCH impl=dsgd-run width=64 stem=imagenet input=3x224x224 classes=1000 batch=32
- *         precision=fp32 status=ok img_s_med=... img_s_min=... img_s_max=... ms_step=... reps=5 steps=8
+ *         precision=fp32 variant=base status=ok img_s_med=... img_s_min=... img_s_max=...
+ *         ms_step=... reps=3 steps=5 create_s=... row_s=...
  * status is ok, unsupported (model_create refused the precision as not built, or as needing a
- * newer GPU — bf16 below compute capability 8.0: the message is printed above the line) or
- * error (any other failure of model_create, or the loss or parameters became non-finite).
+ * newer GPU — bf16 below compute capability 8.0: the message is printed above the line; NCCL
+ * that cannot be loaded; a precision other than fp32 with --device cpu), error (any other
+ * failure of model_create, or the loss or parameters became non-finite) or notrun (--budget).
+ * create_s: model_create (cuDNN's search included); row_s: model_create to the last timing.
  *
- *   make CUDA=1 gpu-tests            (builds build/bench_gpu)
+ *   make CUDA=1 gpu-tests            (builds build/bench_gpu; plain `make build/bench_gpu` builds
+ *                                     it on the CPU backend, for --device cpu)
  *   build/bench_gpu [--width 64] [--stem imagenet|cifar] [--input 3x224x224] [--classes 1000]
  *                   [--batch 32,64,128] [--precision fp32,tf32,bf16] [--reps 5] [--steps 8]
- *                   [--warmup 5] [--max-seconds 30] [--device cuda|cpu]
+ *                   [--warmup 5] [--max-seconds 30] [--device cuda|cpu] [--budget S]
+ *                   [--variants LIST] [--variant-precision LIST] [--rows PREC:B[:VARIANT],...]
  * --device cpu times the same loop on the CPU backend (fp32 only), e.g. to try this program on a
  * machine without a GPU. --variants adds rows with the step's switches (docs/gpu.md, "Switches";
- * VARIANTS below: nccl, ncclov, det, sync1, cast1, all, nhwc, nhwcbn, graph, nhwcadd) after the base rows, at the --variant-precision
- * precisions (default every one); their BENCH lines carry variant=NAME (base: variant=base). Exit status: 0 every row ok or unsupported, 1 a row failed, 2 bad
- * arguments or no GPU. */
+ * VARIANTS below: nccl, ncclov, det, sync1, cast1, all, nhwc, nhwcbn, graph, nhwcadd) after the
+ * base rows, at the --variant-precision precisions (default every one); their BENCH lines carry
+ * variant=NAME (base: variant=base). Exit status: 0 every row ok, unsupported or not run, 1 a
+ * row failed, 2 bad arguments or no GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +61,7 @@
 
 #define MAX_LIST 16
 #define MAX_REPS 100
+#define MAX_ROWS 64
 
 typedef struct {
     int width, in_c, in_h, in_w, classes;
@@ -56,6 +75,10 @@ typedef struct {
     int variants[MAX_LIST], n_variants;   /* indices into VARIANTS; base always first */
     model_precision vprecs[MAX_LIST];     /* the precisions the other variants run at */
     int n_vprecs;
+    /* --rows: the rows in order (n_rows = 0: from the lists above) */
+    model_precision row_prec[MAX_ROWS];
+    int row_batch[MAX_ROWS], row_var[MAX_ROWS], n_rows;
+    double budget; /* --budget: seconds; 0 none */
 } bench_args;
 
 /* The step's switches (docs/gpu.md, "Switches"), one row each beside the default ("base"), so
@@ -98,8 +121,18 @@ static int usage(const char *msg) {
             "usage: bench_gpu [--width W] [--stem imagenet|cifar] [--input CxHxW] [--classes K]\n"
             "                 [--batch B1,B2,...] [--precision fp32,tf32,bf16] [--reps R] [--steps S]\n"
             "                 [--warmup N] [--max-seconds T] [--device cuda|cpu]\n"
-            "                 [--variants base,nccl,ncclov,det,sync1,cast1,all,nhwc,nhwcbn,graph,nhwcadd] [--variant-precision bf16,...]\n");
+            "                 [--variants base,nccl,ncclov,det,sync1,cast1,all,nhwc,nhwcbn,graph,nhwcadd] [--variant-precision bf16,...]\n"
+            "                 [--rows PREC:BATCH[:VARIANT],...] [--budget SECONDS]\n");
     return EXIT_BADINPUT;
+}
+
+/* The precision named s (fp32, tf32, bf16) into *p; 0, or -1 if s names none. */
+static int parse_prec(const char *s, model_precision *p) {
+    if (!strcmp(s, "fp32")) *p = MODEL_FP32;
+    else if (!strcmp(s, "tf32")) *p = MODEL_TF32;
+    else if (!strcmp(s, "bf16")) *p = MODEL_BF16;
+    else return -1;
+    return 0;
 }
 
 /* Positive integer in [1, max] from s, or -1. */
@@ -160,6 +193,32 @@ static int parse_args(int argc, char **argv, bench_args *a) {
                 if (a->n_variants == MAX_LIST) return usage("at most 16 values in a list");
                 a->variants[a->n_variants++] = j;
             }
+        } else if (!strcmp(k, "--budget")) {
+            char *end;
+            a->budget = strtod(v, &end);
+            if (*end || !(a->budget > 0)) return usage("--budget: seconds > 0");
+        } else if (!strcmp(k, "--rows")) {
+            char buf[1024];
+            if (strlen(v) >= sizeof buf) return usage("--rows: at most 1023 characters");
+            snprintf(buf, sizeof buf, "%s", v);
+            a->n_rows = 0;
+            for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (a->n_rows == MAX_ROWS) return usage("--rows: at most 64 rows");
+                char *c1 = strchr(t, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+                if (!c1) return usage("--rows: each row is PRECISION:BATCH[:VARIANT], e.g. bf16:256:nhwc");
+                *c1 = 0;
+                if (c2) *c2 = 0;
+                const int r = a->n_rows;
+                if (parse_prec(t, &a->row_prec[r])) return usage("--rows: precision fp32, tf32 or bf16");
+                if ((a->row_batch[r] = parse_int(c1 + 1, 1 << 20)) < 0) return usage("--rows: batch >= 1");
+                int j = 0;
+                if (c2)
+                    while (j < N_VARIANTS && strcmp(c2 + 1, VARIANTS[j].name)) j++;
+                if (j == N_VARIANTS) return usage("--rows: variant base, nccl, ncclov, det, sync1, cast1, all, nhwc, nhwcbn, graph or nhwcadd");
+                a->row_var[r] = j;
+                a->n_rows++;
+            }
+            if (!a->n_rows) return usage("--rows: empty list");
         } else if (!strcmp(k, "--variant-precision")) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
@@ -305,15 +364,16 @@ static int bench_row_env(const bench_args *a, int b, model_precision prec, const
             finite &= model_sgd_update(m, 0.01f, 0.9f, 1e-4f, 1);
         }
         rate[n++] = (double)b * a->steps / (wall_time() - t0);
-        if (n >= 3 && wall_time() - t_start > a->max_seconds) break;
+        if (wall_time() - t_start > a->max_seconds) break; /* the row's cap, after at least one timing */
     }
     finite &= isfinite(loss) != 0;
     qsort(rate, (size_t)n, sizeof rate[0], cmp_double);
     const double med = n % 2 ? rate[n / 2] : 0.5 * (rate[n / 2 - 1] + rate[n / 2]);
     printf("%9s %6d %11.1f %11.1f %11.1f %9.2f %9.2f%s\n", prec_name(prec), b, med, rate[0], rate[n - 1],
            1e3 * b / med, create_s, finite ? "" : "  NON-FINITE loss or parameters");
-    printf("BENCH %s status=%s img_s_med=%.1f img_s_min=%.1f img_s_max=%.1f ms_step=%.3f reps=%d steps=%d\n", common,
-           finite ? "ok" : "error", med, rate[0], rate[n - 1], 1e3 * b / med, n, a->steps);
+    printf("BENCH %s status=%s img_s_med=%.1f img_s_min=%.1f img_s_max=%.1f ms_step=%.3f reps=%d steps=%d create_s=%.2f "
+           "row_s=%.2f\n",
+           common, finite ? "ok" : "error", med, rate[0], rate[n - 1], 1e3 * b / med, n, a->steps, create_s, wall_time() - tc);
     fflush(stdout);
     model_host_free(m, x);
     model_host_free(m, y);
@@ -323,6 +383,7 @@ static int bench_row_env(const bench_args *a, int b, model_precision prec, const
 }
 
 int main(int argc, char **argv) {
+    const double t_prog = wall_time(); /* --budget counts from here: CUDA's start-up included */
     bench_args a;
     int st = parse_args(argc, argv, &a);
     if (st) return st;
@@ -349,28 +410,77 @@ int main(int argc, char **argv) {
     for (const char *p = ver; *p; p++) putchar(*p == ' ' ? '_' : *p);
     printf(" gpu=");
     for (const char *p = desc; *p; p++) putchar(*p == ' ' ? '_' : *p);
-    printf("\n%9s %6s %11s %11s %11s %9s %9s\n", "precision", "batch", "img/s(med)", "img/s(min)", "img/s(max)",
-           "ms/step", "create s");
-    fflush(stdout);
+    printf("\n");
 
-    /* The base rows first (every precision and batch), then each other variant at the
-     * --variant-precision precisions (default: all), so a cut call keeps the rows most needed. */
-    int failed = 0;
-    for (int vi = 0; vi < a.n_variants; vi++) {
-        const int var = a.variants[vi];
-        if (var) printf("variant %s:\n", VARIANTS[var].name);
-        for (int pi = 0; pi < a.n_precs; pi++) {
-            int at = var == 0 || a.n_vprecs == 0;
-            for (int j = 0; j < a.n_vprecs && !at; j++) at = a.vprecs[j] == a.precs[pi];
-            if (!at) continue;
-            for (int bi = 0; bi < a.n_batches; bi++) {
-                char common[256];
-                snprintf(common, sizeof common,
-                         "impl=dsgd-run width=%d stem=%s input=%dx%dx%d classes=%d batch=%d precision=%s variant=%s", a.width,
-                         stem, a.in_c, a.in_h, a.in_w, a.classes, a.batches[bi], prec_name(a.precs[pi]), VARIANTS[var].name);
-                failed |= bench_row(&a, a.batches[bi], a.precs[pi], common, var) == 1;
+    /* The rows in order: --rows as given; else the base rows first (every precision and batch),
+     * then each other variant at the --variant-precision precisions (default: all). Either way
+     * the rows most needed come first, so a budget or a cut call keeps them. */
+    if (!a.n_rows) {
+        for (int vi = 0; vi < a.n_variants; vi++) {
+            const int var = a.variants[vi];
+            for (int pi = 0; pi < a.n_precs; pi++) {
+                int at = var == 0 || a.n_vprecs == 0;
+                for (int j = 0; j < a.n_vprecs && !at; j++) at = a.vprecs[j] == a.precs[pi];
+                for (int bi = 0; bi < a.n_batches && at; bi++) {
+                    if (a.n_rows == MAX_ROWS) {
+                        fprintf(stderr, "bench_gpu: more than %d rows\n", MAX_ROWS);
+                        return EXIT_BADINPUT;
+                    }
+                    a.row_prec[a.n_rows] = a.precs[pi], a.row_batch[a.n_rows] = a.batches[bi], a.row_var[a.n_rows++] = var;
+                }
             }
         }
+    }
+    char common[MAX_ROWS][256];
+    for (int r = 0; r < a.n_rows; r++) {
+        snprintf(common[r], sizeof common[r],
+                 "impl=dsgd-run width=%d stem=%s input=%dx%dx%d classes=%d batch=%d precision=%s variant=%s", a.width, stem,
+                 a.in_c, a.in_h, a.in_w, a.classes, a.row_batch[r], prec_name(a.row_prec[r]), VARIANTS[a.row_var[r]].name);
+        printf("PLAN %s\n", common[r]);
+    }
+    if (a.budget > 0) printf("INFO impl=dsgd-run budget=%g rows=%d\n", a.budget, a.n_rows);
+    printf("%9s %6s %11s %11s %11s %9s %9s\n", "precision", "batch", "img/s(med)", "img/s(min)", "img/s(max)", "ms/step",
+           "create s");
+    fflush(stdout);
+
+    /* Each row, unless --budget says it would not end in time (the prediction: the longest row
+     * done at the same batch and precision, else at the same batch). */
+    int failed = 0, last_var = -1;
+    double row_s[MAX_ROWS];
+    for (int r = 0; r < a.n_rows; r++) {
+        const int b = a.row_batch[r], var = a.row_var[r];
+        const model_precision prec = a.row_prec[r];
+        row_s[r] = -1;
+        if (var != last_var) printf("variant %s:\n", VARIANTS[var].name);
+        last_var = var;
+        if (a.device == MODEL_CPU && prec != MODEL_FP32) {
+            printf("%9s %6d  unsupported: --device cpu computes in fp32 only\n", prec_name(prec), b);
+            printf("BENCH %s status=unsupported\n", common[r]);
+            continue;
+        }
+        if (a.budget > 0) {
+            double pred = -1, pred_b = -1;
+            for (int q = 0; q < r; q++) {
+                if (row_s[q] < 0 || a.row_batch[q] != b) continue;
+                if (row_s[q] > pred_b) pred_b = row_s[q];
+                if (a.row_prec[q] == prec && row_s[q] > pred) pred = row_s[q];
+            }
+            const char *as = pred >= 0 ? "as the longest row done at this batch and precision"
+                             : pred_b >= 0 ? "as the longest row done at this batch" : "no row done at this batch";
+            if (pred < 0) pred = pred_b > 0 ? pred_b : 0;
+            const double spent = wall_time() - t_prog;
+            if (spent + pred > a.budget) {
+                printf("%9s %6d  not run: --budget %g s: %.1f s spent, the row needs ~%.1f s (%s)\n", prec_name(prec), b,
+                       a.budget, spent, pred, as);
+                printf("BENCH %s status=notrun reason=budget\n", common[r]);
+                fflush(stdout);
+                continue;
+            }
+        }
+        const double t0 = wall_time();
+        const int rc = bench_row(&a, b, prec, common[r], var);
+        failed |= rc == 1;
+        if (rc == 0) row_s[r] = wall_time() - t0;
     }
     return failed ? EXIT_RUNTIME : 0;
 }

@@ -8,7 +8,9 @@
 #   test/gpu/bundle.sh [OUTDIR] [--cpu] [--no-build] [--xz | --no-xz]   OUTDIR default: .gpu-bundle
 #
 #   --cpu     build the CPU-only dsgd-run (plain `make`) and bundle what exists: tries the bundle
-#             logic where the GPU backend is not built (the test/gpu binaries are then absent)
+#             logic where the GPU backend is not built (the test/gpu binaries are then absent; the
+#             test programs over test/gpu/mock, and dsgd-run over it as test/dsgd-run-mock, where
+#             make check has built them, stand in for them in a simulated run.sh)
 #   --no-build  bundle what an earlier build left (./dsgd-run, build/test/gpu/*, build/bench_gpu)
 #   --xz      always pack bin/, lib/ and test/ into OUTDIR/payload.tar.xz (run.sh unpacks it to
 #             /tmp); --no-xz never; default: only when the directory would exceed 40 MiB
@@ -19,7 +21,8 @@
 #
 # OUTDIR holds:
 #   bin/       dsgd-run, mpiexec.hydra, hydra_pmi_proxy (MPICH's launcher and its proxy)
-#   test/      test_gpu_ops, test_gpu_model, test_gpu_device, bench_gpu
+#   test/      test_gpu_ops, test_gpu_model, test_gpu_device, test_gpu_comm, test_gpu_overlap,
+#              bench_gpu (--cpu: the test programs over test/gpu/mock, and dsgd-run-mock)
 #   lib/       every library ldd resolves for those, except glibc's own (libc, libm, libpthread,
 #              libdl, librt, libresolv, ld-linux, ...), libgcc_s and the CUDA / NVIDIA libraries
 #              (libcudart, libcudnn*, libcublas*, libcuda, libnccl, ...: the GPU machine's own);
@@ -37,7 +40,9 @@
 #   before it, here, with no GPU and no hurry:
 #     test/gpu/bundle.sh                          # ~10-20 min on 2 cores (make clean; CUDA_ARCH=90)
 #     GPUCHECK_SIMULATE=1 test/gpu/run.sh /tmp/sim --bundle .gpu-bundle   # needs --cpu's bundle:
-#         test/gpu/bundle.sh /tmp/cpu-bundle --cpu, then --bundle /tmp/cpu-bundle (steps a-g on the CPU)
+#         test/gpu/bundle.sh /tmp/cpu-bundle --cpu, then --bundle /tmp/cpu-bundle (steps a-g on the
+#         CPU, the test programs those over test/gpu/mock; PyTorch, if absent, says SKIP; exit 0
+#         expected: ~150 s on 2 shared cores, test/gpu/README.md)
 #     du -sh .gpu-bundle                          # must leave room in the carry limit (64 MiB in all)
 #   the call itself: the repository as checked out plus .gpu-bundle/ (git-ignored, so it must be
 #   carried by name), a time limit of the budget + 40 s, the results under the folder that comes
@@ -46,6 +51,9 @@
 #     command:  test/gpu/run.sh "$OUT/gpu" --bundle .gpu-bundle --budget 380
 #     timeout:  420 s (budget + 40: run.sh stops starting steps at the budget and, cut by SIGTERM,
 #               prints summary.md; the throughput table is on stdout as soon as step d ends)
+#   Time: steps a-f are estimated at 176-331 s of the 365 that --budget 380 leaves them (step d
+#   bounded by its programs' budgets, 90 + 35 s; test/gpu/README.md, "Time budget", has the
+#   arithmetic per step and row); g gets the rest.
 #   Order of the call (run.sh): a. machine and bundle set-up, b. test_gpu_ops (fp32, tf32, bf16),
 #   c. one short run, d. the throughput table (dsgd-run's base rows and switch rows, PyTorch's
 #   fp32/tf32/bf16 NCHW and channels_last), e. NCCL, f. the JPEG run, g. the rest as time allows.
@@ -113,6 +121,15 @@ for t in build/test/gpu/test_gpu_ops build/test/gpu/test_gpu_model build/test/gp
         say "(--cpu) $t not built: left out"
     fi
 done
+# --cpu: the test programs built over test/gpu/mock (make check builds them) stand in for the GPU
+# ones, so that a simulated run.sh (GPUCHECK_SIMULATE=1) runs its test steps too; with them
+# dsgd-run over the mock, which test_gpu_overlap runs, as test/dsgd-run-mock.
+if [ $cuda = 0 ]; then
+    for t in build/mock/test_gpu_ops build/mock/test_gpu_model build/mock/test_gpu_device build/mock/test_gpu_comm \
+        build/mock/test_gpu_overlap build/mock/dsgd-run; do
+        if [ -x "$t" ]; then tests+=("$t"); else say "(--cpu) $t not built (make check builds it): left out"; fi
+    done
+fi
 if [ -d build/test/gpu ]; then # any other GPU test the Makefile builds
     for t in build/test/gpu/*; do
         [ -f "$t" ] && [ -x "$t" ] || continue
@@ -129,7 +146,12 @@ proxy=$(dirname "$mpiexec_real")/hydra_pmi_proxy
 cp dsgd-run "$outdir/bin/"
 cp "$mpiexec_real" "$outdir/bin/mpiexec.hydra"
 cp "$proxy" "$outdir/bin/hydra_pmi_proxy"
-for t in ${tests[@]+"${tests[@]}"}; do cp "$t" "$outdir/test/"; done
+for t in ${tests[@]+"${tests[@]}"}; do
+    case $t in
+    build/mock/dsgd-run) cp "$t" "$outdir/test/dsgd-run-mock" ;;
+    *) cp "$t" "$outdir/test/" ;;
+    esac
+done
 
 # ---- 3. libraries ------------------------------------------------------------------------
 # Left to the GPU machine: glibc's libraries, libgcc_s, and the CUDA / NVIDIA stack.
@@ -191,7 +213,7 @@ if [ $cuda = 1 ] && ! ./dsgd-run --version 2>&1 | grep -i cuda > /dev/null; then
     say "WARNING: dsgd-run --version names no CUDA backend"
 fi
 for t in ${tests[@]+"${tests[@]}"}; do
-    case $t in *bench_gpu) continue ;; esac
+    case $t in *bench_gpu | build/mock/*) continue ;; esac
     out=$(timeout 60 "$t" 2>&1) && st=0 || st=$?
     say "$t without a GPU: exit $st: $(printf '%s\n' "$out" | tail -n 1)"
     [ "$st" = 0 ] || say "WARNING: $t should skip (exit 0) where there is no GPU"

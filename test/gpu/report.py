@@ -7,6 +7,9 @@ channels_last (a row of its own, "bf16, PyTorch channels_last", against the same
 dsgd-run's switch rows (variant=NAME, bench_gpu --variants) come under their (batch, precision),
 against PyTorch's faster row there, with their gain over dsgd-run's base row.
 A line without layout= is NCHW, except PyTorch bf16 lines of earlier versions (channels_last).
+A row that the benchmark's --budget left out (status=notrun) shows "NOT RUN (budget)"; a row
+announced by a PLAN line with no BENCH line after it (the program was cut from outside, by the
+step's time limit or a signal) shows "NOT RUN (cut)". Both are counted under the table.
 
     python3 test/gpu/report.py bench.log
 """
@@ -21,9 +24,11 @@ def parse(path):
             line = line.strip()
             if line.startswith("INFO "):
                 kv = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
-                info[kv.get("impl", "?")] = {k: v.replace("_", " ") for k, v in kv.items()}
-            elif line.startswith("BENCH "):
+                info.setdefault(kv.get("impl", "?"), {}).update({k: v.replace("_", " ") for k, v in kv.items()})  # merged: a budget line too
+            elif line.startswith("BENCH ") or line.startswith("PLAN "):
                 kv = dict(t.split("=", 1) for t in line.split()[1:] if "=" in t)
+                if line.startswith("PLAN "):
+                    kv["status"] = "cut"  # until its BENCH line says otherwise
                 prec, impl = kv.get("precision", "?"), kv.get("impl", "?")
                 layout = kv.get("layout") or ("channels_last" if impl == "torch" and prec == "bf16" else "nchw")
                 key = (prec, int(kv.get("batch", "0")))
@@ -32,6 +37,8 @@ def parse(path):
                 name = impl if layout == "nchw" else f"{impl}:{layout}"
                 if kv.get("variant", "base") != "base":  # a switch of the step (bench_gpu --variants)
                     name = f"{impl}@{kv['variant']}"
+                if line.startswith("PLAN ") and name in rows.get(key, {}):
+                    continue  # a PLAN line never replaces a result
                 rows.setdefault(key, {})[name] = kv
                 shape = (kv.get("width"), kv.get("stem"), kv.get("input"), kv.get("classes"))
                 info.setdefault("_shape", shape)
@@ -48,7 +55,11 @@ VARIANT_NOTE = {
     "all": "sync=step + casts=one",
     "nhwc": "DSGD_GPU_LAYOUT=nhwc",
     "nhwcbn": "nhwc + DSGD_GPU_BNRELU=fused",
+    "nhwcadd": "nhwc + DSGD_GPU_BNRELU=fused_add",
+    "graph": "DSGD_GPU_GRAPH=1",
 }
+
+NOT_RUN = {"notrun": "NOT RUN (budget)", "cut": "NOT RUN (cut)"}
 
 
 def cell(r):
@@ -58,7 +69,7 @@ def cell(r):
     if st == "ok":
         med = float(r["img_s_med"])
         return f"{med:,.0f} ({float(r['img_s_min']):,.0f}–{float(r['img_s_max']):,.0f})", med
-    return ("not built" if st == "unsupported" else st), None
+    return ("not built" if st == "unsupported" else NOT_RUN.get(st, st)), None
 
 
 def main():
@@ -86,7 +97,7 @@ def main():
             c_cl, cl = cell(r.get("torch:channels_last"))
             ratio = f"{ours / cl:.2f}" if ours and cl else "—"
             print(f"| {b} | {prec}, PyTorch channels_last | {c_ours} | {c_cl} | {ratio} |")
-        for name in sorted(n for n in r if n.startswith("dsgd-run@")):  # the switches, against PyTorch's best
+        for name in [n for n in r if n.startswith("dsgd-run@")]:  # the switches in run order, against PyTorch's best
             v = name.split("@", 1)[1]
             c_v, ov = cell(r[name])
             best = max((x for x in (torch, cell(r.get("torch:channels_last"))[1]) if x), default=None)
@@ -95,6 +106,12 @@ def main():
             gain = f"; ×{ov / ours:.2f} of base" if ov and ours else ""
             print(f"| {b} | {prec}, dsgd-run {VARIANT_NOTE.get(v, v)}{gain} | {c_v} | {c_best} | {ratio} |")
     print()
+    for impl, label in (("dsgd-run", "dsgd-run"), ("torch", "PyTorch")):
+        sts = [kv.get("status") for r in rows.values() for kv in r.values() if kv.get("impl") == impl]
+        nb, nc = sts.count("notrun"), sts.count("cut")
+        if nb or nc:
+            print(f"- {label}: {len(sts)} rows planned; NOT RUN: {nb} left out by the benchmark's --budget (the least"
+                  f" needed, last in its order), {nc} cut (the step's time limit or a signal ended the program first)")
     d, t = info.get("dsgd-run"), info.get("torch")
     if d:
         print(f"- dsgd-run {d.get('version', '?')}: {d.get('backend', '?')}; {d.get('gpu', '?')}")

@@ -11,16 +11,15 @@
 #      150 steps of b = 64, allreduce), device = cuda, p = 1: exits 0, writes its run file, final
 #      top-1 error < 0.35
 #   d. throughput: build/bench_gpu and tools/bench_torch_gpu.py, ResNet-18 width 64, ImageNet
-#      stem, 3x224x224, 1000 classes, b = 32 and 256, fp32 / tf32 / bf16 (PyTorch's bf16 in NCHW
-#      as dsgd-run, and channels_last as a row of its own); 3 warm-up steps, 3 timings of 5
-#      steps, 3 s a row; then dsgd-run's switches of the step (docs/gpu.md, "Switches"), a bf16
-#      row each at b = 32 and 256 beside the base row: DSGD_GPU_LAYOUT=nhwc, that with
-#      DSGD_GPU_BNRELU=fused, DSGD_GPU_GRAPH=1 (the step as a CUDA graph, N13), NHWC with
-#      DSGD_GPU_BNRELU=fused_add (each block's BN+add+ReLU fused too),
-#      DSGD_CUDNN_DETERMINISTIC=1 (the base rows take the fastest algorithm, deterministic or
-#      not), DSGD_GPU_SYNC=step, DSGD_GPU_CASTS=one, both, and a one-rank NCCL all-reduce added
-#      after the backward pass and per gradient group during it (DSGD_NCCL_OVERLAP, N14); the
-#      table goes into summary.md and to stdout at once
+#      stem, 3x224x224, 1000 classes, b = 32 and 256; the rows in the order most needed, each
+#      program under its own budget (90 s and 35 s: a row starts only if predicted to end in it;
+#      the rows left out are the last, least needed, and say NOT RUN): dsgd-run fp32 and bf16
+#      (issue 23's goals), its switches of the step in bf16 (docs/gpu.md, "Switches": NHWC, with
+#      BN+ReLU and BN+add+ReLU fused, the CUDA graph, one synchronisation per step, the casts in
+#      one launch, a one-rank NCCL all-reduce after the backward pass and per gradient group
+#      during it, deterministic algorithms), tf32; PyTorch fp32 and bf16 channels_last, bf16
+#      NCHW, tf32. 2 warm-up steps, 3 timings of 5 steps, at most 4 s of timings a row; the
+#      table goes into summary.md and to stdout at once (test/gpu/README.md, "Time budget")
 #   e. NCCL: test_gpu_comm (device vectors, the CUDA-aware path's scaling, a one-rank NCCL
 #      all-reduce; DSGD_REQUIRE_NCCL=1 on a GPU machine: an NCCL that cannot be loaded fails),
 #      then comm = "nccl" at p = 1 (20 steps, loss curve as step c's MPI run's)
@@ -63,7 +62,11 @@
 # Environment: PYTHON (an interpreter with torch, torchvision, h5py; default: the first of
 # python3, /opt/torch/.venv/bin/python3, /usr/bin/python3 that has them), MPIEXEC_FLAGS (more
 # mpiexec options), GPUCHECK_SIMULATE=1 (test this script where there is no GPU: the "cuda"
-# runs and the benchmarks run on the CPU with small shapes, and the checks are loosened).
+# runs and the benchmarks run on the CPU with small shapes, and the checks are loosened; the
+# test programs are a CPU bundle's, built over test/gpu/mock; one missing there, and PyTorch
+# missing, are SKIP instead of FAIL),
+# GPUCHECK_D_BUDGET / GPUCHECK_T_BUDGET (step d's budgets for bench_gpu and PyTorch, default 90
+# and 35 s).
 set -u
 export LC_ALL=C
 
@@ -165,9 +168,13 @@ record() {
 # The line that says how a step ended: a Check summary, an ok/FAIL line, or the last line.
 step_note() {
     local f=$1 l
-    if grep -q '^BENCH ' "$f"; then # a benchmark: count its rows
-        printf '%s rows: %s ok, %s not built, %s failed' "$(grep -c '^BENCH ' "$f")" "$(grep -c '^BENCH .*status=ok' "$f")" \
-            "$(grep -c '^BENCH .*status=unsupported' "$f")" "$(grep -c '^BENCH .*status=error' "$f")"
+    if grep -qE '^(BENCH|PLAN) ' "$f"; then # a benchmark: count its rows (PLAN: announced; a BENCH line each when done)
+        local nb np
+        nb=$(grep -c '^BENCH ' "$f") np=$(grep -c '^PLAN ' "$f")
+        [ "$np" -ge "$nb" ] || np=$nb
+        printf '%s rows: %s ok, %s not built, %s failed, %s NOT RUN (budget), %s NOT RUN (cut)' "$np" \
+            "$(grep -c '^BENCH .*status=ok' "$f")" "$(grep -c '^BENCH .*status=unsupported' "$f")" \
+            "$(grep -c '^BENCH .*status=error' "$f")" "$(grep -c '^BENCH .*status=notrun' "$f")" $(( np - nb ))
         return
     fi
     l=$(grep -E '^[0-9]+%: Checks|^(ok|FAIL)[: ]|skipped|^done:' "$f" | tail -n 1)
@@ -308,22 +315,26 @@ else
 fi
 
 # Python: one with torch + h5py for the benchmark and the run-file checks.
+# One import of torch (cold on a fresh machine: the slowest part of step a), which also says
+# what PyTorch sees; PY_IMG (numpy, Pillow) makes step f's JPEG tree, also without torch.
 PY=""
 PY_H5=""
+PY_IMG=""
 for c in ${PYTHON:-} python3 /opt/torch/.venv/bin/python3 /usr/bin/python3; do
     command -v "$c" > /dev/null 2>&1 || continue
-    if [ -z "$PY" ] && timeout 120 "$c" -c 'import torch, torchvision, h5py, numpy' > /dev/null 2>&1; then PY=$c; fi
+    if info=$(timeout 120 "$c" -c 'import torch, torchvision, h5py, numpy, PIL.Image; c = torch.cuda.is_available(); print(f"{torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version() if c else None}, GPU visible: {c}")' 2> /dev/null); then
+        PY=$c PY_H5=$c PY_IMG=$c
+        TORCH_INFO=$(tail -n 1 <<< "$info")
+        break
+    fi
     if [ -z "$PY_H5" ] && timeout 60 "$c" -c 'import h5py, numpy' > /dev/null 2>&1; then PY_H5=$c; fi
-    [ -n "$PY" ] && break
+    if [ -z "$PY_IMG" ] && timeout 60 "$c" -c 'import numpy, PIL.Image' > /dev/null 2>&1; then PY_IMG=$c; fi
 done
-[ -n "$PY" ] && PY_H5=$PY
-if [ -n "$PY" ]; then
-    TORCH_INFO=$(timeout 120 "$PY" -c 'import torch; c = torch.cuda.is_available(); print(f"{torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version() if c else None}, GPU visible: {c}")' 2>&1 | tail -n 1)
-fi
 {
     echo
     echo "python (torch): ${PY:-none}"
     echo "python (h5py):  ${PY_H5:-none}"
+    echo "python (Pillow): ${PY_IMG:-none}"
     echo "torch:          $TORCH_INFO"
     echo "nvcc:           $(nvcc --version 2>/dev/null | tail -n 1 || echo none)"
 } >> "$ENV_LOG"
@@ -525,7 +536,11 @@ gpu_test() { # NAME BINARY LIMIT [VAR=VALUE...]
     local name=$1 bin=$2 limit=$3 rc
     shift 3
     if [ ! -x "$bin" ]; then
-        record "$name" "FAIL" 0 "not built: no $bin" "$CHECKS_LOG"
+        if [ "$simulate" = 1 ]; then # a CPU bundle has the test programs over test/gpu/mock only where make check built them
+            record "$name" "SKIP" 0 "simulated: no $(basename "$bin") in this CPU bundle (bundle.sh --cpu after make check packs the ones over test/gpu/mock)" "$CHECKS_LOG"
+        else
+            record "$name" "FAIL" 0 "not built: no $bin" "$CHECKS_LOG"
+        fi
         return
     fi
     run_step "$name" "$CHECKS_LOG" "$limit" "${BENV[@]}" "$@" "$bin"
@@ -583,41 +598,67 @@ R=$tmp/runs
 train "c. run cuda p=1" 1 "$dev" "$R/cuda_p1.h5"
 check_final "c. check cuda p=1: top-1 < $max_top1" "$R/cuda_p1.h5"
 
-# shellcheck disable=SC2054 # (the commas are in --batch values)
 # ---- d. throughput (the number most needed: right after one run has shown training works) ------------
+# The rows in the order the first GPU most needs them, each program under a budget of its own
+# (test/gpu/README.md, "Time budget", has the estimate per row): bench_gpu starts a row only if
+# it is predicted to end within D_BUDGET s of the program's start, PyTorch within T_BUDGET s; a
+# row left out says NOT RUN (budget), a row not reached when the step's limit (budget + slack)
+# ends the program NOT RUN (cut). The rows left out first are the last in these lists.
+#   dsgd-run (d_rows): issue 23's goal rows first, fp32 and bf16 at b = 32 and 256 (against
+#   PyTorch's fp32 and bf16 channels_last); then each switch of the step (docs/gpu.md,
+#   "Switches") at bf16, b = 32 and 256, against the bf16 base row, by the gain expected toward
+#   the goal: NHWC (N12: DSGD_GPU_LAYOUT=nhwc), with BN+ReLU fused (nhwcbn: DSGD_GPU_BNRELU=fused),
+#   with each block's BN+add+ReLU fused too (nhwcadd: fused_add), the step as a CUDA graph (graph:
+#   DSGD_GPU_GRAPH=1, N13), one host synchronisation per step (sync1: DSGD_GPU_SYNC=step, N10), the
+#   bf16 casts in one launch (cast1: DSGD_GPU_CASTS=one, N16), a one-rank NCCL all-reduce of the
+#   gradient after the backward pass (nccl) and per gradient group during it (ncclov:
+#   DSGD_NCCL_OVERLAP=1, N14); last, the least needed: deterministic algorithms (det:
+#   DSGD_CUDNN_DETERMINISTIC=1, N11), tf32 (no goal), and sync1 + cast1 together (all).
+#   PyTorch: fp32 and bf16 channels_last (the goals), then bf16 NCHW (dsgd-run's base layout), tf32.
+# Each row: 2 warm-up steps (kernel loading, cudnn.benchmark's search in PyTorch; the graph row's
+# capture), then 3 timings of 5 steps, stopping once 4 s of timings are done (after one at least).
+d_rows() { # B1 B2: bench_gpu's --rows
+    local r="fp32:$1,fp32:$2,bf16:$1,bf16:$2" v
+    for v in nhwc nhwcbn nhwcadd graph sync1 cast1 nccl ncclov det; do r+=",bf16:$1:$v,bf16:$2:$v"; done
+    echo "$r,tf32:$1,tf32:$2,bf16:$1:all,bf16:$2:all"
+}
+t_rows() { echo "fp32:$1,fp32:$2,bf16:$1:cl,bf16:$2:cl,bf16:$1,bf16:$2,tf32:$1,tf32:$2"; }
+D_BUDGET=${GPUCHECK_D_BUDGET:-90} # bench_gpu's --budget (s); its step's limit: + 20 s
+T_BUDGET=${GPUCHECK_T_BUDGET:-35} # bench_torch_gpu.py's --budget (s); its step's limit: + 15 s
+case $D_BUDGET$T_BUDGET in *[!0-9]*) echo "run.sh: GPUCHECK_D_BUDGET / GPUCHECK_T_BUDGET: expected whole seconds" >&2; exit 2 ;; esac
 if [ "$simulate" = 1 ]; then
-    SHAPE=(--width 8 --stem cifar --input 1x28x28 --classes 10 --batch 8,16 --reps 3 --steps 2 --warmup 1 --max-seconds 3)
+    # The CPU computes fp32 only: the base fp32 rows and the switch rows at fp32 (the switches
+    # do nothing on the CPU; the rows test the order, the budget and the table).
+    SHAPE=(--width 8 --stem cifar --input 1x28x28 --classes 10 --reps 3 --steps 2 --warmup 1 --max-seconds 3)
+    DROWS=$(d_rows 8 16 | tr ',' '\n' | grep -v -E '^(bf16|tf32):[0-9]+$' | sed 's/^bf16:/fp32:/' | paste -sd, -)
+    TROWS=$(t_rows 8 16)
     DEVARG=(--device cpu)
 else
-    # b = 32 (the paper's per-GPU minibatch) and 256; 3 warm-ups (cudnn.benchmark / cudnnFind are
-    # done at the first), 3 timings of 5 steps, 3 s a row.
-    SHAPE=(--width 64 --stem imagenet --input 3x224x224 --classes 1000 --batch 32,256 --reps 3 --steps 5 --warmup 3
-           --max-seconds 3)
-    # The step's switches (docs/gpu.md, "Switches"), one row each after the base rows, in bf16 (the
-    # goal against PyTorch's channels_last): deterministic algorithms, one synchronisation per
-    # step, the casts in one launch, both; NHWC activations (DSGD_GPU_LAYOUT=nhwc) and with BN+ReLU
-    # fused (DSGD_GPU_BNRELU=fused) first, as the rows most needed (N12; the cap cuts rows from the
-    # end), then the step as a CUDA graph (graph: DSGD_GPU_GRAPH=1, N13, against the base row) and
-    # each block's BN+add+ReLU fused too (nhwcadd: DSGD_GPU_BNRELU=fused_add, against nhwcbn); then
-    # a one-rank NCCL all-reduce added to the step, after the backward pass (nccl) and per gradient
-    # group during it (ncclov: DSGD_NCCL_OVERLAP=1, N14).
-    DEVARG=(--variants nhwc,nhwcbn,graph,nhwcadd,det,sync1,cast1,all,nccl,ncclov --variant-precision bf16)
+    SHAPE=(--width 64 --stem imagenet --input 3x224x224 --classes 1000 --reps 3 --steps 5 --warmup 2 --max-seconds 4)
+    DROWS=$(d_rows 32 256)
+    TROWS=$(t_rows 32 256)
+    DEVARG=()
 fi
+# budget_for WANTED SLACK: WANTED, or less where the call's budget has less left (>= 5)
+budget_for() {
+    local left=$(( deadline - reserve - $(now) - $2 ))
+    [ "$left" -lt "$1" ] || left=$1
+    [ "$left" -ge 5 ] || left=5
+    echo "$left"
+}
 if [ -x "$BENCH" ]; then
-    run_step "d. bench_gpu (dsgd-run)" "$BENCH_LOG" 150 "${BENV[@]}" DSGD_CUDNN_ALGO=find "$BENCH" "${SHAPE[@]}" --precision fp32,tf32,bf16 \
-        ${DEVARG[@]+"${DEVARG[@]}"}
+    db=$(budget_for "$D_BUDGET" 20)
+    run_step "d. bench_gpu (dsgd-run)" "$BENCH_LOG" $(( db + 20 )) "${BENV[@]}" DSGD_CUDNN_ALGO=find "$BENCH" "${SHAPE[@]}" \
+        --rows "$DROWS" --budget "$db" ${DEVARG[@]+"${DEVARG[@]}"}
 else
     record "d. bench_gpu (dsgd-run)" "FAIL" 0 "not built: no $BENCH" "$BENCH_LOG"
 fi
 if [ -n "$PY" ]; then
-    # --budget: no row is started within 15 s of the step's limit, so a capped run ends between
-    # rows (the ones it printed stay in bench.log); the rows most needed come first.
-    tb=$(( deadline - reserve - $(now) ))
-    [ "$tb" -le 150 ] || tb=150
-    TDEV=()
-    [ "$simulate" = 1 ] && TDEV=(--device cpu)
-    run_step "d. bench_torch_gpu.py (PyTorch)" "$BENCH_LOG" 150 env PYTHONUNBUFFERED=1 "$PY" "$root/tools/bench_torch_gpu.py" \
-        "${SHAPE[@]}" --precision fp32,tf32,bf16 --budget $(( tb > 30 ? tb - 15 : 15 )) ${TDEV[@]+"${TDEV[@]}"}
+    tb=$(budget_for "$T_BUDGET" 15)
+    run_step "d. bench_torch_gpu.py (PyTorch)" "$BENCH_LOG" $(( tb + 15 )) env PYTHONUNBUFFERED=1 "$PY" "$root/tools/bench_torch_gpu.py" \
+        "${SHAPE[@]}" --rows "$TROWS" --budget "$tb" ${DEVARG[@]+"${DEVARG[@]}"}
+elif [ "$simulate" = 1 ]; then
+    record "d. bench_torch_gpu.py (PyTorch)" "SKIP" 0 "simulated: no python3 with torch, torchvision, h5py here" "$BENCH_LOG"
 else
     record "d. bench_torch_gpu.py (PyTorch)" "FAIL" 0 "no python3 with torch, torchvision, h5py" "$BENCH_LOG"
 fi
@@ -666,14 +707,14 @@ JT=$tmp/jpeg
 jextra=(--set "data.dir=\"$JT/pack\"")
 [ "$simulate" = 1 ] && jextra+=(--set iterations=30 --set eval.every=15 --set threads=1 --set data.threads=1)
 [ "$dev" = cuda ] && jextra+=(${cuda_prec[@]+"${cuda_prec[@]}"})
-if [ -z "$PY" ]; then
-    record "f. jpeg: tree + pack" "FAIL" 0 "no python3 with numpy and Pillow (torch, torchvision, h5py)" "$RUNS_LOG"
+if [ -z "$PY_IMG" ]; then
+    record "f. jpeg: tree + pack" "FAIL" 0 "no python3 with numpy and Pillow" "$RUNS_LOG"
 elif [ ! -x "$BIN" ]; then
     record "f. jpeg: tree + pack" "FAIL" 0 "no $BIN" "$RUNS_LOG"
 else
     rm -rf "$JT"
     if run_step "f. jpeg: tree + pack" "$RUNS_LOG" 120 bash -c '"$1" "$2" "$3" "$4/tree" 2000 500 && shift 4 && "$@"' _ \
-        "$PY" "$here/make_jpeg_tree.py" "$DATA" "$JT" "${BENV[@]}" "$BIN" --pack "$JT/tree" "$JT/pack" --shard-images 1000; then
+        "$PY_IMG" "$here/make_jpeg_tree.py" "$DATA" "$JT" "${BENV[@]}" "$BIN" --pack "$JT/tree" "$JT/pack" --shard-images 1000; then
         if run_step "f. run jpeg $dev p=1" "$RUNS_LOG" 180 "${BENV[@]}" "${MPIEXEC[@]}" -n 1 "$BIN" --set p=1 \
             --set "output=$R/jpeg_p1.h5" --set overwrite=true --set "device=$dev" "${jextra[@]}" "$here/jpeg_short.cfg"; then
             RUN_OK[$R/jpeg_p1.h5]=1
@@ -683,15 +724,21 @@ else
 fi
 
 # ---- g. the optional checks, as time allows: the other tests, then more runs -------------------------
+# Simulated with a CPU bundle's test programs over test/gpu/mock (bundle.sh --cpu: then
+# test/dsgd-run-mock is there too): they run as on a GPU machine, test_gpu_overlap's dsgd-run
+# case with dsgd-run over the mock. Without them a simulated test_gpu_device compares the CPU
+# model with itself (DSGD_TEST_GPU_AS_CPU=1) if it is there at all.
+obin=$BIN
+[ "$simulate" = 1 ] && [ -x "$TDIR/dsgd-run-mock" ] && obin=$TDIR/dsgd-run-mock
 gpu_test "g. test_gpu_model" "$TDIR/test_gpu_model" 180
-if [ "$simulate" = 1 ]; then
+if [ "$simulate" = 1 ] && [ ! -x "$TDIR/dsgd-run-mock" ]; then
     gpu_test "g. test_gpu_device" "$TDIR/test_gpu_device" 120 DSGD_TEST_GPU_AS_CPU=1
 else
     gpu_test "g. test_gpu_device" "$TDIR/test_gpu_device" 120
 fi
 # Its MPI cases re-run the test under this script's mpiexec; its dsgd-run case needs the full
 # Fashion-MNIST under /usr/share/datasets (else it says skipped).
-gpu_test "g. test_gpu_overlap" "$TDIR/test_gpu_overlap" 180 "DSGD_TEST_MPIEXEC=${MPIEXEC[*]}" "DSGD_TEST_BIN=$BIN"
+gpu_test "g. test_gpu_overlap" "$TDIR/test_gpu_overlap" 180 "DSGD_TEST_MPIEXEC=${MPIEXEC[*]}" "DSGD_TEST_BIN=$obin"
 
 train "g. run cpu p=1" 1 cpu "$R/cpu_p1.h5"
 check_final "g. check cpu p=1: top-1 < $max_top1" "$R/cpu_p1.h5"
