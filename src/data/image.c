@@ -393,26 +393,35 @@ static inline uint8_t clip8(int32_t s) {
     return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* Make every output use exactly ksize taps: outputs with fewer taps are moved to start earlier
- * (at the right edge) with zero coefficients in front, within the span [lo, hi) that the
- * outputs' taps cover already, so no pixel outside it is read. Integer sums with zero terms are
+/* Make every output use exactly kuse taps (kuse <= ksize, the coefficients' stride in kk):
+ * outputs with fewer taps are moved to start earlier (at the right edge) with zero coefficients
+ * in front, within the span [lo, hi) that the outputs' taps cover already, so no pixel outside it
+ * is read; the coefficients from kuse to ksize are zero. Integer sums with zero terms are
  * unchanged: the result is the same bits. Returns 0 (nothing changed) when the span is shorter
- * than ksize. */
-static int pad_taps(int *bounds, int32_t *kk, int n, int ksize) {
+ * than kuse. */
+static int pad_taps(int *bounds, int32_t *kk, int n, int ksize, int kuse) {
     int lo = bounds[0], hi = bounds[2 * (n - 1)] + bounds[2 * (n - 1) + 1];
-    if (hi - lo < ksize) return 0;
+    if (hi - lo < kuse) return 0;
     for (int i = 0; i < n; i++) {
         int xmin = bounds[2 * i], cnt = bounds[2 * i + 1];
-        if (cnt == ksize) continue;
-        int xs = xmin < hi - ksize ? xmin : hi - ksize, sh = xmin - xs;
+        if (cnt == kuse) continue;
+        int xs = xmin < hi - kuse ? xmin : hi - kuse, sh = xmin - xs;
         int32_t *q = kk + (size_t)i * ksize;
         memmove(q + sh, q, (size_t)cnt * sizeof(int32_t));
         for (int t = 0; t < sh; t++) q[t] = 0;
         for (int t = sh + cnt; t < ksize; t++) q[t] = 0;
         bounds[2 * i] = xs;
-        bounds[2 * i + 1] = ksize;
+        bounds[2 * i + 1] = kuse;
     }
     return 1;
+}
+
+/* The most taps any of the n outputs has (<= ksize: the filter's support rounds up on both
+ * sides, so most resizes use fewer than ksize). */
+static int max_taps(const int *bounds, int n) {
+    int m = 0;
+    for (int i = 0; i < n; i++) m = bounds[2 * i + 1] > m ? bounds[2 * i + 1] : m;
+    return m;
 }
 
 /* One row of the horizontal pass: o (n, 3) from row (pixel x at row + 3·(x − x0)). */
@@ -468,22 +477,23 @@ int image_simd(int want) {
  * k is split as k = kh·2^11 + kl (kh = k >> 11 arithmetic, kl = k & 2047, both fit int16), so
  * Σ p·k = 2^11·Σ p·kh + Σ p·kl with each sum exact in int32 (|Σ p·k| < 2^31 as in Pillow); two
  * _mm256_madd_epi16 (pixel pairs × coefficient pairs) then give the same integer sum as the
- * scalar pass. kx_split lays the coefficients out per output in groups of 4 taps (ksize padded
+ * scalar pass. kx_split lays the coefficients out per output in groups of 4 taps (kuse padded
  * to a multiple of 4 with zeros): per group 16 int16 of kh then 16 of kl, the 128-bit lane 0
  * holding (k_t, k_t+1) four times, lane 1 (k_t+2, k_t+3). */
-static void kx_split(int16_t *o, const int32_t *kk, int n, int ksize) {
-    int ng = (ksize + 3) / 4;
+static void kx_split(int16_t *o, const int32_t *kk, int n, int ksize, int kuse) {
+    int ng = (kuse + 3) / 4;
     for (int i = 0; i < n; i++)
         for (int g = 0; g < ng; g++, o += 32)
             for (int j = 0; j < 16; j++) {
                 int t = 4 * g + (j >= 8 ? 2 : 0) + (j & 1);
-                int32_t k = t < ksize ? kk[(size_t)i * ksize + t] : 0;
+                int32_t k = t < kuse ? kk[(size_t)i * ksize + t] : 0;
                 o[j] = (int16_t)(k >> 11);
                 o[16 + j] = (int16_t)(k & 2047);
             }
 }
 
-/* One row of the horizontal pass for outputs that all have ksize taps (pad_taps), four taps per
+/* One row of the horizontal pass for outputs that all have the same number of taps (pad_taps),
+ * in ng groups (kx_split; coefficients of output i at kk + i·ksize for the scalar tail), four taps per
  * step: the 16 bytes from the group's first pixel broadcast to both lanes and spread by one
  * shuffle into (R_t, R_t+1, G_t, G_t+1, B_t, B_t+1, 0, 0) as int16 (lane 1: taps t+2, t+3).
  * Each group reads 16 bytes from its first pixel, so outputs whose reads would pass the last
@@ -491,14 +501,14 @@ static void kx_split(int16_t *o, const int32_t *kk, int n, int ksize) {
  * store would pass the row's end). */
 __attribute__((target("avx2"))) static inline void hpass_row_avx2(uint8_t *o, const uint8_t *row, int x0,
                                                                    const int *bounds, const int16_t *k16, const int32_t *kk,
-                                                                   int n, int ksize, int hi) {
+                                                                   int n, int ksize, int ng, int hi) {
     const __m256i spread = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
                                             6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
     const __m128i half = _mm_set1_epi32(1 << (PRECISION_BITS - 1));
     const __m256i half2 = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
     const __m256i gather = _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0);
     const __m128i pack12 = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
-    const int ng = (ksize + 3) / 4;
+    
     /* the int32 sums (R, G, B, 0 in each lane, lanes to be added) of output xx */
 #define HSUM(xx, a)                                                                                                    \
     do {                                                                                                               \
@@ -545,23 +555,23 @@ __attribute__((target("avx2"))) static inline void hpass_row_avx2(uint8_t *o, co
         memcpy(o + 3 * xx, &b, 4); /* the 4th byte is the next output's, written next */
     }
 #undef HSUM
-    if (xx < n) hpass_row(o + 3 * xx, row, x0, bounds + 2 * xx, kk + (size_t)xx * ksize, n - xx, ksize, 1);
+    if (xx < n) hpass_row(o + 3 * xx, row, x0, bounds + 2 * xx, kk + (size_t)xx * ksize, n - xx, ksize, 0);
 }
 
-#define HPASS_AVX2(K)                                                                                              \
-    __attribute__((target("avx2"))) static void hpass_avx2_##K(uint8_t *o, const uint8_t *row, int x0,              \
-                                                                const int *bounds, const int16_t *k16,               \
-                                                                const int32_t *kk, int n, int hi) {                  \
-        hpass_row_avx2(o, row, x0, bounds, k16, kk, n, K, hi);                                                      \
+/* ng (groups of 4 taps) as a constant for the common counts: 1–4 taps, 5–8, 9–12 */
+#define HPASS_AVX2(NG)                                                                                             \
+    __attribute__((target("avx2"))) static void hpass_avx2_##NG(uint8_t *o, const uint8_t *row, int x0,             \
+                                                                 const int *bounds, const int16_t *k16,              \
+                                                                 const int32_t *kk, int n, int ksize, int hi) {      \
+        hpass_row_avx2(o, row, x0, bounds, k16, kk, n, ksize, NG, hi);                                              \
     }
+HPASS_AVX2(1)
+HPASS_AVX2(2)
 HPASS_AVX2(3)
-HPASS_AVX2(5)
-HPASS_AVX2(7)
-HPASS_AVX2(9)
 __attribute__((target("avx2"))) static void hpass_avx2_any(uint8_t *o, const uint8_t *row, int x0, const int *bounds,
                                                            const int16_t *k16, const int32_t *kk, int n, int ksize,
-                                                           int hi) {
-    hpass_row_avx2(o, row, x0, bounds, k16, kk, n, ksize, hi);
+                                                           int ng, int hi) {
+    hpass_row_avx2(o, row, x0, bounds, k16, kk, n, ksize, ng, hi);
 }
 
 /* The vertical pass with the same split (kx_split's comment): ky_split lays the coefficients out
@@ -685,16 +695,18 @@ static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_vie
     grow_or_die(&d->acc, &d->acc_cap, tstride * sizeof(int32_t));
 
     /* horizontal pass over the rows the vertical pass reads; with every output padded to kx taps
-     * (pad_taps) the tap loop has a constant count the compiler unrolls */
-    int fixed = pad_taps(d->bx, d->kx, dw, kx);
+     * (pad_taps) the scalar tap loop has a constant count the compiler unrolls; AVX2 pads only to
+     * the most taps an output has (kxu: often 3–4 of kx = 5, i.e. one group of 4 instead of two) */
     int simd = __atomic_load_n(&simd_level, __ATOMIC_RELAXED);
     if (simd < 0) simd = image_simd(-1);
+    const int kxu = simd ? max_taps(d->bx, dw) : kx, ngx = (kxu + 3) / 4;
+    int fixed = pad_taps(d->bx, d->kx, dw, kx, kxu);
     int hi = d->bx[2 * (dw - 1)] + d->bx[2 * (dw - 1) + 1]; /* one past the last column read */
     if (simd && fixed) {
         /* sized from kx's capacity (2·kx_split_len <= 8·dw·kx·4 for kx >= 3), so that it grows only
          * when kx does: once warm, no allocation */
         grow_or_die(&d->kx16, &d->kx16_cap, 8 * d->kx_cap);
-        kx_split(d->kx16, d->kx, dw, kx);
+        kx_split(d->kx16, d->kx, dw, kx, kxu);
     }
     int ky2 = (ky + 1) / 2 * 2; /* int32 words per output row in ky16 */
     if (simd) {
@@ -706,12 +718,11 @@ static void resample(image_dec *d, uint8_t *dst, int dh, int dw, const image_vie
         const uint8_t *row = s->px + (size_t)(yfirst + r - s->y0) * s->stride;
         uint8_t *o = d->tmp + (size_t)r * tstride;
         if (simd && fixed) {
-            switch (kx) {
-            case 3: hpass_avx2_3(o, row, s->x0, d->bx, d->kx16, d->kx, dw, hi); break;
-            case 5: hpass_avx2_5(o, row, s->x0, d->bx, d->kx16, d->kx, dw, hi); break;
-            case 7: hpass_avx2_7(o, row, s->x0, d->bx, d->kx16, d->kx, dw, hi); break;
-            case 9: hpass_avx2_9(o, row, s->x0, d->bx, d->kx16, d->kx, dw, hi); break;
-            default: hpass_avx2_any(o, row, s->x0, d->bx, d->kx16, d->kx, dw, kx, hi); break;
+            switch (ngx) {
+            case 1: hpass_avx2_1(o, row, s->x0, d->bx, d->kx16, d->kx, dw, kx, hi); break;
+            case 2: hpass_avx2_2(o, row, s->x0, d->bx, d->kx16, d->kx, dw, kx, hi); break;
+            case 3: hpass_avx2_3(o, row, s->x0, d->bx, d->kx16, d->kx, dw, kx, hi); break;
+            default: hpass_avx2_any(o, row, s->x0, d->bx, d->kx16, d->kx, dw, kx, ngx, hi); break;
             }
             continue;
         }
