@@ -64,10 +64,18 @@ def make_images(outdir, n):
     from PIL import Image
     from skimage import data
 
+    if os.path.isdir(outdir):
+        have = os.listdir(outdir)
+        if len([f for f in have if f.endswith(".jpg")]) >= n:
+            return
+        # never write into a folder of the user's: only an empty one or one of our img%04d.jpg
+        other = [f for f in have if not (f.startswith("img") and f.endswith(".jpg"))]
+        if other:
+            sys.exit("bench-data: --dir %s holds fewer than %d .jpg files and files this bench did not make "
+                     "(%s); it writes its photos only into a new or empty folder" % (outdir, n, other[0]))
+    elif os.path.dirname(os.path.abspath(outdir)) and not os.path.isdir(os.path.dirname(os.path.abspath(outdir))):
+        sys.exit("bench-data: --dir %s: its parent folder does not exist" % outdir)
     os.makedirs(outdir, exist_ok=True)
-    have = [f for f in os.listdir(outdir) if f.endswith(".jpg")]
-    if len(have) >= n:
-        return
     photos = [Image.fromarray(getattr(data, k)()).convert("RGB") for k in ("astronaut", "chelsea", "coffee", "rocket")]
     photos += [Image.fromarray(a) for a in data.stereo_motorcycle()[:2]]
     rng = random.Random(2016)
