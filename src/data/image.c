@@ -213,12 +213,18 @@ static void dec_read_rows(image_dec *d, uint8_t *out, size_t stride, int nrows) 
     }
 }
 
+/* libjpeg's DCT scaling takes 1/1, 1/2, 1/4 and 1/8 here: 0, or 1 with err. */
+static int bad_denom(int denom, char *err, size_t errlen) {
+    if (denom == 1 || denom == 2 || denom == 4 || denom == 8) return 0;
+    seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom);
+    return 1;
+}
+
 int image_decode_rgb(image_dec *d, const uint8_t *buf, size_t nbytes, int denom, const uint8_t **rgb, int *h, int *w,
                      int *warnings, char *err, size_t errlen) {
     j_decompress_ptr ci = &d->cinfo;
     *warnings = 0;
-    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
-        return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), -1;
+    if (bad_denom(denom, err, errlen)) return -1;
     if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
     if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
     ci->scale_num = 1;
@@ -305,8 +311,7 @@ static int dec_rect(image_dec *d, int denom, int y0, int y1, int x0, int x1, con
 int image_decode_rect_scaled(image_dec *d, const uint8_t *buf, size_t nbytes, int denom, int y0, int y1, int x0, int x1,
                              const uint8_t **rgb, size_t *stride, int *warnings, char *err, size_t errlen) {
     *warnings = 0;
-    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
-        return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), -1;
+    if (bad_denom(denom, err, errlen)) return -1;
     if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
     if (dec_header(d, buf, nbytes, err, errlen)) return dec_abort(d);
     if (dec_rect(d, denom, y0, y1, x0, x1, rgb, stride, err, errlen)) return dec_abort(d);
@@ -318,8 +323,7 @@ int image_decode_rect_scaled_open(image_dec *d, int denom, int y0, int y1, int x
                                   size_t *stride, int *warnings, char *err, size_t errlen) {
     *warnings = 0;
     if (!d->opened) return seterr(err, errlen, "no JPEG open (image_open first)"), -1;
-    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
-        return seterr(err, errlen, "scale 1/%d: denom must be 1, 2, 4 or 8", denom), dec_abort(d);
+    if (bad_denom(denom, err, errlen)) return dec_abort(d);
     if (setjmp(d->jerr.jb)) return dec_message(d, err, errlen), dec_abort(d);
     if (dec_rect(d, denom, y0, y1, x0, x1, rgb, stride, err, errlen)) return dec_abort(d);
     *warnings = d->jerr.warnings;
@@ -508,7 +512,7 @@ __attribute__((target("avx2"))) static inline void hpass_row_avx2(uint8_t *o, co
     const __m256i half2 = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
     const __m256i gather = _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0);
     const __m128i pack12 = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
-    
+
     /* the int32 sums (R, G, B, 0 in each lane, lanes to be added) of output xx */
 #define HSUM(xx, a)                                                                                                    \
     do {                                                                                                               \
